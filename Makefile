@@ -1,0 +1,48 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   create .venv, install jaxfeed, run the main job
+#   make test   create .venv if needed, install the dev extras, run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
+
+.PHONY: demo test lint format bench install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q --upgrade "pip>=24"
+
+$(VENV)/.installed: $(PY) pyproject.toml constraints.txt
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) -e ".[dev]"
+	touch $@
+
+$(VENV)/.installed-bench: $(VENV)/.installed-dev
+	$(PIP) -e ".[dev,bench]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/jaxfeed demo
+
+test: $(VENV)/.installed-dev
+	$(PY) -m ruff check src tests benchmarks conftest.py
+	$(PY) -m ruff format --check src tests benchmarks conftest.py
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(PY) -m ruff check src tests benchmarks conftest.py
+
+format: $(VENV)/.installed-dev
+	$(PY) -m ruff format src tests benchmarks conftest.py
+	$(PY) -m ruff check --fix src tests benchmarks conftest.py
+
+bench: $(VENV)/.installed-bench
+	$(PY) benchmarks/formatting.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build src/*.egg-info

@@ -1,0 +1,39 @@
+"""jaxfeed: datasets in Apache Arrow, returned as ``jax.Array``; a fast loader; Flax training.
+
+>>> import jaxfeed
+>>> ds = jaxfeed.Dataset.from_dict({"x": [[1, 2], [3, 4]]}).with_format("jax")
+>>> ds[:2]["x"].shape
+(2, 2)
+"""
+
+from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.features import (
+    Array2D,
+    Array3D,
+    Array4D,
+    Array5D,
+    ClassLabel,
+    FeatureError,
+    Features,
+    List,
+    Sequence,
+    Value,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Array2D",
+    "Array3D",
+    "Array4D",
+    "Array5D",
+    "ClassLabel",
+    "Dataset",
+    "DatasetDict",
+    "FeatureError",
+    "Features",
+    "List",
+    "Sequence",
+    "Value",
+    "__version__",
+]

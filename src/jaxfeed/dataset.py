@@ -1,0 +1,423 @@
+"""`Dataset` and `DatasetDict`: an Arrow table, its features, and an output format."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features import Features
+from jaxfeed.features.features import infer_column
+from jaxfeed.features.struct import encode_column
+from jaxfeed.formatting import Formatter, canonical_format, make_formatter
+from jaxfeed.reader import TableReader, normalize_rows
+
+
+class Dataset:
+    """A table of rows backed by Apache Arrow, read as Python, numpy, JAX, Arrow or pandas values.
+
+    >>> from jaxfeed import Dataset
+    >>> ds = Dataset.from_dict({"data": [[1, 2], [3, 4]]}).with_format("jax")
+    >>> ds[0]
+    {'data': Array([1, 2], dtype=int32)}
+    >>> ds[:2]["data"].shape
+    (2, 2)
+    """
+
+    def __init__(self, table: pa.Table, features: Features | None = None) -> None:
+        if not isinstance(table, pa.Table):
+            raise TypeError(f"Dataset needs a pyarrow.Table, got {type(table).__name__}")
+        if features is None:
+            features = Features.from_arrow_schema(table.schema)
+        else:
+            features = features if isinstance(features, Features) else Features(features)
+            table = _conform(table, features)
+        self._table = table
+        self._features = features
+        self._reader = TableReader(table, features)
+        self._format: dict[str, Any] = {
+            "type": None,
+            "format_kwargs": {},
+            "columns": None,
+            "output_all_columns": False,
+        }
+        self._formatter: Formatter = make_formatter(None)
+
+    # ----------------------------------------------------------------------------- construction
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any], features: Features | None = None) -> Dataset:
+        """Build a dataset from a dict of columns (lists or numpy arrays of equal length).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3], "y": ["a", "b", "c"]}).features
+        Features({'x': Value('int64'), 'y': Value('string')})
+        """
+        if not isinstance(mapping, Mapping):
+            raise TypeError(
+                f"from_dict needs a mapping of column name to values, got {type(mapping).__name__}"
+            )
+        lengths = {name: _length(values, name) for name, values in mapping.items()}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{k!r}: {v}" for k, v in lengths.items())
+            raise ValueError(f"all columns must have the same number of rows; got {shown}")
+        if features is not None:
+            features = features if isinstance(features, Features) else Features(features)
+            missing = [k for k in mapping if k not in features]
+            if missing:
+                raise ValueError(
+                    f"columns {missing} are not in the given features {list(features)}"
+                )
+            absent = [k for k in features if k not in mapping]
+            if absent:
+                raise ValueError(f"features {absent} have no column in the data {list(mapping)}")
+            features = Features({k: features[k] for k in mapping})
+            arrays = [encode_column(features[k], v, k) for k, v in mapping.items()]
+        else:
+            inferred = {k: infer_column(v, k) for k, v in mapping.items()}
+            features = Features({k: f for k, (f, _) in inferred.items()})
+            arrays = [a for _, a in inferred.values()]
+        table = (
+            pa.Table.from_arrays(arrays, schema=features.arrow_schema) if arrays else pa.table({})
+        )
+        return cls(table, features)
+
+    @classmethod
+    def from_list(
+        cls, rows: Sequence[Mapping[str, Any]], features: Features | None = None
+    ) -> Dataset:
+        """Build a dataset from a list of row dicts."""
+        names: dict[str, None] = {}
+        for row in rows:
+            names.update(dict.fromkeys(row))
+        return cls.from_dict({k: [row.get(k) for row in rows] for k in names}, features=features)
+
+    @classmethod
+    def from_arrow(
+        cls, table: pa.Table | pa.RecordBatch, features: Features | None = None
+    ) -> Dataset:
+        """Wrap an Arrow table (no copy). Features come from its schema metadata or its types."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        return cls(table, features)
+
+    @classmethod
+    def from_pandas(
+        cls, df: Any, features: Features | None = None, preserve_index: bool = False
+    ) -> Dataset:
+        """Build a dataset from a pandas DataFrame."""
+        if features is not None:
+            return cls.from_dict({c: df[c].tolist() for c in df.columns}, features=features)
+        table = pa.Table.from_pandas(df, preserve_index=preserve_index).replace_schema_metadata(
+            None
+        )
+        # pandas >= 3 stores str columns as large_string; keep the `datasets` type, string.
+        schema = pa.schema(
+            [
+                f.with_type(pa.string()) if pa.types.is_large_string(f.type) else f
+                for f in table.schema
+            ]
+        )
+        return cls(table.cast(schema))
+
+    @classmethod
+    def from_hf(cls, hf_dataset: Any) -> Dataset:
+        """Wrap a Hugging Face ``datasets.Dataset``'s Arrow table without copying it.
+
+        Its features are mapped to jaxfeed's; a ``select``/``shuffle`` index mapping is applied with
+        one Arrow ``take``.
+        """
+        table = hf_dataset.data
+        table = getattr(table, "table", table)
+        indices = getattr(hf_dataset, "_indices", None)
+        if indices is not None:
+            idx = indices.column(0)
+            table = table.take(idx)
+        features = Features.from_dict(hf_dataset.features.to_dict())
+        return cls._wrap(table, features)
+
+    @classmethod
+    def _wrap(cls, table: pa.Table, features: Features) -> Dataset:
+        """Wrap ``table`` as is: its storage may differ from ``features.arrow_schema`` (e.g. HF's
+        extension types), which every reader decodes through the storage it finds."""
+        out = cls(pa.table({}))
+        out._table = table
+        out._features = features
+        out._reader = TableReader(table, features)
+        return out
+
+    # ----------------------------------------------------------------------------- properties
+    @property
+    def data(self) -> pa.Table:
+        """The underlying Arrow table."""
+        return self._table
+
+    @property
+    def features(self) -> Features:
+        return self._features
+
+    @property
+    def num_rows(self) -> int:
+        return self._table.num_rows
+
+    @property
+    def num_columns(self) -> int:
+        return self._table.num_columns
+
+    @property
+    def column_names(self) -> list[str]:
+        return self._table.column_names
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.num_rows, self.num_columns)
+
+    @property
+    def format(self) -> dict[str, Any]:
+        """The current format: ``type``, ``format_kwargs``, ``columns``, ``output_all_columns``."""
+        out = copy.copy(self._format)
+        out["format_kwargs"] = dict(out["format_kwargs"])
+        if out["columns"] is None:
+            out["columns"] = self.column_names
+        return out
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __repr__(self) -> str:
+        return f"Dataset({{\n    features: {self.column_names},\n    num_rows: {self.num_rows}\n}})"
+
+    # ----------------------------------------------------------------------------- formats
+    def set_format(
+        self,
+        type: str | None = None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+        **format_kwargs: Any,
+    ) -> None:
+        """Set the output format in place: None/"python", "numpy", "jax", "arrow" or "pandas".
+
+        For "jax", ``device`` is a device string (``str(jax.devices()[0])``), a ``jax.Device`` or a
+        ``jax.sharding.Sharding`` that splits the batch dimension; ``dtype`` overrides the dtype of
+        every numeric value.
+        """
+        name = canonical_format(type)
+        if isinstance(columns, str):
+            columns = [columns]
+        if columns is not None:
+            columns = list(columns)
+            unknown = [c for c in columns if c not in self.column_names]
+            if unknown:
+                raise ValueError(
+                    f"columns {unknown} are not in the dataset; its columns are {self.column_names}"
+                )
+        formatter = make_formatter(name, **format_kwargs)
+        self._formatter = formatter
+        self._format = {
+            "type": None if name == "python" else name,
+            "format_kwargs": dict(format_kwargs),
+            "columns": columns,
+            "output_all_columns": bool(output_all_columns),
+        }
+
+    def with_format(
+        self,
+        type: str | None = None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+        **format_kwargs: Any,
+    ) -> Dataset:
+        """A new dataset sharing the same table, with the given format (see :meth:`set_format`).
+
+        >>> import jax
+        >>> from jaxfeed import Dataset
+        >>> ds = Dataset.from_dict({"data": [[1, 2], [3, 4]]})
+        >>> ds = ds.with_format("jax", device=str(jax.devices()[0]))
+        >>> ds[0]["data"].devices() == {jax.devices()[0]}
+        True
+        """
+        out = copy.copy(self)
+        out.set_format(type, columns, output_all_columns, **format_kwargs)
+        return out
+
+    def reset_format(self) -> None:
+        """Back to Python objects, all columns."""
+        self.set_format()
+
+    # ----------------------------------------------------------------------------- access
+    def _split_columns(self) -> tuple[list[str], list[str]]:
+        formatted = self._format["columns"] or self.column_names
+        rest = (
+            [c for c in self.column_names if c not in formatted]
+            if self._format["output_all_columns"]
+            else []
+        )
+        return list(formatted), rest
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self.column_names:
+                raise KeyError(
+                    f"column {key!r} is not in the dataset; its columns are {self.column_names}"
+                )
+            return self._formatter.column(self._reader, slice(0, self.num_rows), key)
+        rows, single = normalize_rows(key, self.num_rows)
+        return self._read(rows, single)
+
+    def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
+        """Rows for a list of indices (the hook PyTorch's DataLoader uses)."""
+        batch = self[list(keys)]
+        return [{k: v[i] for k, v in batch.items()} for i in range(len(keys))]
+
+    def _read(self, rows: Any, single: bool) -> Any:
+        formatted, rest = self._split_columns()
+        read = self._formatter.row if single else self._formatter.batch
+        out = read(self._reader, rows, formatted)
+        if rest:
+            out = dict(out)
+            extra = {c: self._reader.python(c, rows) for c in rest}
+            out.update({c: v[0] for c, v in extra.items()} if single else extra)
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        """Rows, read in blocks of 1,000 and split, so iteration costs no per-row table access."""
+        for start in range(0, self.num_rows, 1000):
+            stop = min(start + 1000, self.num_rows)
+            batch = self._read(slice(start, stop), single=False)
+            if self._format["type"] in ("arrow", "pandas"):
+                for i in range(stop - start):
+                    yield batch.slice(i, 1) if hasattr(batch, "slice") else batch.iloc[i : i + 1]
+                continue
+            for i in range(stop - start):
+                yield {k: v[i] for k, v in batch.items()}
+
+    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
+        """Batches of exactly ``batch_size`` rows in order (the last may be shorter).
+
+        >>> from jaxfeed import Dataset
+        >>> ds = Dataset.from_dict({"x": list(range(5))}).with_format("numpy")
+        >>> [b["x"].tolist() for b in ds.iter(batch_size=2)]
+        [[0, 1], [2, 3], [4]]
+        """
+        if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        stop_at = self.num_rows - (self.num_rows % batch_size if drop_last_batch else 0)
+        for start in range(0, stop_at, batch_size):
+            yield self._read(slice(start, min(start + batch_size, self.num_rows)), single=False)
+
+    def to_dict(self) -> dict[str, list]:
+        """All columns as Python lists."""
+        return {c: self._reader.python(c, slice(0, self.num_rows)) for c in self.column_names}
+
+    def to_list(self) -> list[dict[str, Any]]:
+        columns = self.to_dict()
+        return [{c: columns[c][i] for c in columns} for i in range(self.num_rows)]
+
+    def to_pandas(self) -> Any:
+        return self._table.to_pandas()
+
+
+def _length(values: Any, column: str) -> int:
+    try:
+        return len(values)
+    except TypeError:
+        raise TypeError(
+            f"column {column!r} must be a list or array of values, got {type(values).__name__}"
+        ) from None
+
+
+def _conform(table: pa.Table, features: Features) -> pa.Table:
+    """Check ``table`` against ``features`` and cast it to their storage types."""
+    if list(features) != table.column_names:
+        if set(features) != set(table.column_names):
+            raise ValueError(
+                f"features {list(features)} do not match the table's columns {table.column_names}"
+            )
+        table = table.select(list(features))
+    schema = features.arrow_schema
+    if table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(schema.metadata)
+    columns = []
+    for name in features:
+        column = table.column(name)
+        want = schema.field(name).type
+        if column.type == want:
+            columns.append(column)
+            continue
+        try:
+            columns.append(column.cast(want, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            columns.append(encode_column(features[name], column.combine_chunks(), name))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+class DatasetDict(dict):
+    """A dict of named splits (``"train"``, ``"test"``, ...), each a :class:`Dataset`.
+
+    >>> from jaxfeed import DatasetDict
+    >>> dds = DatasetDict.from_dict({"train": {"data": [[1, 2], [3, 4]]}, "test": {"data": [[5, 6]]}})
+    >>> dds.num_rows
+    {'train': 2, 'test': 1}
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, split in self.items():
+            if not isinstance(split, Dataset):
+                raise TypeError(f"split {name!r} must be a Dataset, got {type(split).__name__}")
+
+    @classmethod
+    def from_dict(
+        cls, splits: Mapping[str, Mapping[str, Any]], features: Features | None = None
+    ) -> DatasetDict:
+        """Build every split with :meth:`Dataset.from_dict`."""
+        return cls(
+            {name: Dataset.from_dict(data, features=features) for name, data in splits.items()}
+        )
+
+    @property
+    def num_rows(self) -> dict[str, int]:
+        return {k: v.num_rows for k, v in self.items()}
+
+    @property
+    def column_names(self) -> dict[str, list[str]]:
+        return {k: v.column_names for k, v in self.items()}
+
+    @property
+    def shape(self) -> dict[str, tuple[int, int]]:
+        return {k: v.shape for k, v in self.items()}
+
+    def with_format(
+        self,
+        type: str | None = None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+        **format_kwargs: Any,
+    ) -> DatasetDict:
+        """Format every split (see :meth:`Dataset.set_format`)."""
+        return DatasetDict(
+            {
+                k: v.with_format(type, columns, output_all_columns, **format_kwargs)
+                for k, v in self.items()
+            }
+        )
+
+    def set_format(
+        self,
+        type: str | None = None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+        **format_kwargs: Any,
+    ) -> None:
+        for split in self.values():
+            split.set_format(type, columns, output_all_columns, **format_kwargs)
+
+    def reset_format(self) -> None:
+        for split in self.values():
+            split.reset_format()
+
+    def __repr__(self) -> str:
+        body = ",\n".join(f"    {k}: {v!r}".replace("\n", "\n    ") for k, v in self.items())
+        return f"DatasetDict({{\n{body}\n}})"

@@ -1,0 +1,219 @@
+"""`Array2D` ... `Array5D`: fixed-shape N-d arrays stored as nested fixed-size Arrow lists.
+
+Fixed-size lists have no offsets, so a slice of ``n`` rows is one contiguous buffer and decodes to
+a numpy array of shape ``(n, *shape)`` without a copy. A first dimension of ``None`` (variable
+length) is stored as a list of fixed-size lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
+from jaxfeed.features.value import NUMERIC_DTYPES, arrow_type
+
+
+def nested_fixed_type(value_type: pa.DataType, shape: tuple[int, ...]) -> pa.DataType:
+    """``fixed_size_list(fixed_size_list(value, shape[-1]), ...)`` for ``shape``."""
+    out = value_type
+    for dim in reversed(shape):
+        out = pa.list_(out, dim)
+    return out
+
+
+def nested_fixed_array(block: np.ndarray, pa_value_type: pa.DataType) -> pa.Array:
+    """Wrap a C-contiguous ``(rows, *shape)`` block as nested fixed-size lists (no copy)."""
+    block = np.ascontiguousarray(block)
+    out: pa.Array = pa.array(block.reshape(-1), type=pa_value_type)
+    for dim in reversed(block.shape[1:]):
+        out = pa.FixedSizeListArray.from_arrays(out, dim)
+    return out
+
+
+def to_block(values: Any, shape: tuple[int | None, ...], dtype: str, column: str) -> np.ndarray:
+    """Convert a column of equal-shape values to one ``(rows, *shape)`` array of ``dtype``.
+
+    Raises :class:`FeatureError` naming the first row whose shape or values do not fit.
+    """
+    np_dtype = np.dtype(dtype)
+    expected = f"an array of shape {tuple(shape)} and dtype {dtype}"
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        block = values
+    else:
+        values = list(values)
+        if not values:
+            return np.zeros((0, *(d or 0 for d in shape)), dtype=np_dtype)
+        try:
+            block = np.asarray(values)
+        except (ValueError, TypeError):
+            block = np.empty(0, dtype=object)  # ragged: located below
+        if block.dtype == object or block.ndim != len(shape) + 1:
+            for row, value in enumerate(values):
+                arr = np.asarray(value) if value is not None else None
+                if arr is None or arr.dtype == object or not _shape_ok(arr.shape, shape):
+                    raise bad_value(column, row, expected, value)
+            raise bad_value(column, 0, expected, values[0] if values else values)
+    if block.ndim != len(shape) + 1 or not _shape_ok(block.shape[1:], shape):
+        row = 0
+        raise bad_value(column, row, expected, f"array of shape {block.shape[1:]}")
+    return cast_checked(block, np_dtype, column, expected)
+
+
+def _shape_ok(got: tuple[int, ...], want: tuple[int | None, ...]) -> bool:
+    return len(got) == len(want) and all(
+        w is None or g == w for g, w in zip(got, want, strict=True)
+    )
+
+
+def cast_checked(block: np.ndarray, np_dtype: np.dtype, column: str, expected: str) -> np.ndarray:
+    """Cast ``block`` to ``np_dtype``, raising on values that would change (overflow, fractions)."""
+    if block.dtype == np_dtype:
+        return block
+    if block.dtype.kind not in "biuf" and not (block.dtype.kind == "U" and np_dtype.kind == "U"):
+        row = 0
+        raise bad_value(column, row, expected, f"values of dtype {block.dtype}")
+    if np.can_cast(block.dtype, np_dtype, casting="safe"):
+        return block.astype(np_dtype)
+    with np.errstate(all="ignore"):
+        out = block.astype(np_dtype)
+        back = out.astype(block.dtype)
+    same = (
+        (back == block) | (np.isnan(block) & np.isnan(back))
+        if block.dtype.kind == "f"
+        else back == block
+    )
+    if np_dtype.kind == "f" and block.dtype.kind == "f":
+        return out  # narrowing floats loses precision by design, as float64 -> float32 does
+    if not same.all():
+        flat = same.reshape(len(block), -1).all(axis=1)
+        row = int(np.argmin(flat))
+        raise bad_value(column, row, expected, block[row])
+    return out
+
+
+@dataclass(frozen=True)
+class _ArrayXD(Feature):
+    shape: tuple
+    dtype: str
+    ndims: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.shape)
+        if len(shape) != self.ndims:
+            raise ValueError(
+                f"{type(self).__name__} needs a shape of {self.ndims} dims, got {shape}"
+            )
+        for i, dim in enumerate(shape):
+            if dim is None and i == 0:
+                continue
+            if not isinstance(dim, int | np.integer) or dim < 0:
+                raise ValueError(
+                    f"{type(self).__name__}: dimension {i} of shape {shape} must be a non-negative int"
+                    + (" (only the first dimension may be None)" if dim is None else "")
+                )
+        if self.dtype not in NUMERIC_DTYPES:
+            raise ValueError(
+                f"{type(self).__name__}: dtype must be one of {', '.join(NUMERIC_DTYPES)}, got {self.dtype!r}"
+            )
+        object.__setattr__(self, "shape", tuple(int(d) if d is not None else None for d in shape))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype!r})"
+
+    @property
+    def variable(self) -> bool:
+        return self.shape[0] is None
+
+    @property
+    def value_type(self) -> pa.DataType:
+        return arrow_type(self.dtype)
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        if self.variable:
+            return pa.list_(nested_fixed_type(self.value_type, self.shape[1:]))
+        return nested_fixed_type(self.value_type, self.shape)
+
+    def encode(self, values: Any, column: str) -> pa.Array:
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            values = values.to_pylist()
+        if not self.variable:
+            block = to_block(values, self.shape, self.dtype, column)
+            return nested_fixed_array(block, self.value_type)
+        values = list(values)
+        blocks = []
+        lengths = np.zeros(len(values) + 1, dtype=np.int32)
+        for row, value in enumerate(values):
+            try:
+                block = to_block(value, self.shape[1:], self.dtype, column)
+            except FeatureError:
+                expected = f"an array of shape {self.shape} and dtype {self.dtype}"
+                raise bad_value(column, row, expected, value) from None
+            blocks.append(block)
+            lengths[row + 1] = len(block)
+        inner_shape = (0, *self.shape[1:])
+        flat = np.concatenate(blocks) if blocks else np.zeros(inner_shape, np.dtype(self.dtype))
+        inner = nested_fixed_array(flat, self.value_type)
+        return pa.ListArray.from_arrays(pa.array(np.cumsum(lengths, dtype=np.int32)), inner)
+
+    def numpy_view(self, array: pa.Array) -> np.ndarray | None:
+        if self.variable:
+            return None
+        return fixed_view(array, self.value_type, self.shape)
+
+    def to_numpy(self, array: pa.Array) -> np.ndarray | list:
+        view = self.numpy_view(array)
+        if view is not None:
+            return view
+        from jaxfeed.features.sequence import decode_nested
+
+        return decode_nested(unwrap_storage(array))
+
+    def to_python(self, array: pa.Array) -> list:
+        return unwrap_storage(array).to_pylist()
+
+    def to_dict(self) -> dict:
+        return {"_type": type(self).__name__, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True, repr=False)
+class Array2D(_ArrayXD):
+    """A 2-d array per row.
+
+    >>> import numpy as np
+    >>> from jaxfeed import Array2D, Dataset, Features
+    >>> images = np.zeros((4, 28, 28), dtype=np.uint8)
+    >>> ds = Dataset.from_dict({"x": images}, features=Features({"x": Array2D((28, 28), "uint8")}))
+    >>> ds.with_format("numpy")[:2]["x"].shape
+    (2, 28, 28)
+    """
+
+    ndims: ClassVar[int] = 2
+
+
+@dataclass(frozen=True, repr=False)
+class Array3D(_ArrayXD):
+    """A 3-d array per row, e.g. ``Array3D((32, 32, 3), "uint8")`` for colour images."""
+
+    ndims: ClassVar[int] = 3
+
+
+@dataclass(frozen=True, repr=False)
+class Array4D(_ArrayXD):
+    """A 4-d array per row."""
+
+    ndims: ClassVar[int] = 4
+
+
+@dataclass(frozen=True, repr=False)
+class Array5D(_ArrayXD):
+    """A 5-d array per row."""
+
+    ndims: ClassVar[int] = 5
+
+
+ARRAY_TYPES = {cls.__name__: cls for cls in (Array2D, Array3D, Array4D, Array5D)}

@@ -1,0 +1,146 @@
+"""`ClassLabel`: integer class ids stored as int64, with names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+
+
+@dataclass(frozen=True)
+class ClassLabel(Feature):
+    """Class labels: stored as int64 ids, ``-1`` meaning "no label".
+
+    Give ``names``, ``num_classes`` (names become ``"0"``, ``"1"``, ...) or ``names_file`` (one name
+    per line). Values may be ids or names.
+
+    >>> from jaxfeed import ClassLabel
+    >>> label = ClassLabel(names=["negative", "positive"])
+    >>> label.str2int("positive"), label.int2str(0), label.num_classes
+    (1, 'negative', 2)
+    """
+
+    num_classes: int | None = None
+    names: list[str] | None = None
+    names_file: str | None = field(default=None, repr=False)
+    _type: ClassVar[str] = "ClassLabel"
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if self.names_file is not None:
+            if names is not None:
+                raise ValueError("ClassLabel: give names or names_file, not both")
+            names = [line.strip() for line in Path(self.names_file).read_text().splitlines()]
+            names = [n for n in names if n]
+        if names is None:
+            if self.num_classes is None:
+                raise ValueError("ClassLabel needs names=, num_classes= or names_file=")
+            if self.num_classes < 0:
+                raise ValueError(f"ClassLabel: num_classes must be >= 0, got {self.num_classes}")
+            names = [str(i) for i in range(self.num_classes)]
+        names = [str(n) for n in names]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"ClassLabel: duplicate class name {dup!r}")
+        if self.num_classes is not None and self.num_classes != len(names):
+            raise ValueError(
+                f"ClassLabel: num_classes={self.num_classes} but {len(names)} names were given"
+            )
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "num_classes", len(names))
+        object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
+
+    def __repr__(self) -> str:
+        return f"ClassLabel(names={self.names!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClassLabel) and self.names == other.names
+
+    def __hash__(self) -> int:
+        return hash(("ClassLabel", tuple(self.names or ())))
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def str2int(self, values: str | Iterable[str]) -> int | list[int]:
+        """Class name(s) to id(s). Unknown names raise ``ValueError``."""
+        if isinstance(values, str):
+            return self._str2int_one(values)
+        return [self._str2int_one(v) for v in values]
+
+    def _str2int_one(self, name: str) -> int:
+        index: dict[str, int] = self._index  # type: ignore[attr-defined]
+        if name in index:
+            return index[name]
+        if name.strip() in index:
+            return index[name.strip()]
+        raise ValueError(f"invalid class name {name!r}; expected one of {self.names}")
+
+    def int2str(self, values: int | Sequence[int] | np.ndarray) -> str | list[str]:
+        """Class id(s) to name(s). Ids outside ``[0, num_classes)`` raise ``ValueError``."""
+        if isinstance(values, int | np.integer):
+            return self._int2str_one(int(values))
+        return [self._int2str_one(int(v)) for v in np.asarray(values).ravel()]
+
+    def _int2str_one(self, value: int) -> str:
+        if not 0 <= value < self.num_classes:
+            raise ValueError(f"invalid class id {value}; expected 0 <= id < {self.num_classes}")
+        return self.names[value]
+
+    def encode(self, values: Any, column: str) -> pa.Array:
+        expected = (
+            f"a class id in [0, {self.num_classes}) or -1, or one of the names {self.names[:10]}"
+        )
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            values = (
+                values.to_numpy(zero_copy_only=False)
+                if not values.null_count
+                else values.to_pylist()
+            )
+        if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+            ids = values.astype(np.int64, copy=False)
+        else:
+            values = list(values)
+            ids = np.empty(len(values), dtype=np.int64)
+            for row, value in enumerate(values):
+                if isinstance(value, str):
+                    try:
+                        ids[row] = self._str2int_one(value)
+                    except ValueError:
+                        raise bad_value(column, row, expected, value) from None
+                elif isinstance(value, int | np.integer) and not isinstance(value, bool):
+                    ids[row] = value
+                else:
+                    raise bad_value(column, row, expected, value)
+        if ids.ndim != 1:
+            raise bad_value(column, 0, expected, values[0])
+        bad = (ids < -1) | (ids >= self.num_classes)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise bad_value(column, row, expected, int(ids[row]))
+        return pa.array(ids, type=pa.int64())
+
+    def numpy_view(self, array: pa.Array) -> np.ndarray | None:
+        array = unwrap_storage(array)
+        if array.null_count or array.type != pa.int64():
+            return None
+        return array.to_numpy(zero_copy_only=True)
+
+    def to_numpy(self, array: pa.Array) -> np.ndarray | list:
+        view = self.numpy_view(array)
+        if view is not None:
+            return view
+        array = unwrap_storage(array)
+        if array.null_count:
+            return array.to_numpy(zero_copy_only=False).astype(np.float64)
+        return array.cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+    def to_dict(self) -> dict:
+        return {"_type": "ClassLabel", "names": list(self.names)}

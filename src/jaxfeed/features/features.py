@@ -1,0 +1,234 @@
+"""`Features`: the column -> feature mapping of a dataset, its Arrow schema and its inference."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.array import ARRAY_TYPES
+from jaxfeed.features.base import Feature, FeatureError
+from jaxfeed.features.class_label import ClassLabel
+from jaxfeed.features.sequence import List, Sequence
+from jaxfeed.features.struct import FeatureLike, encode_column, feature_to_dict, pa_type_of
+from jaxfeed.features.value import Value, dtype_name
+
+METADATA_KEY = b"huggingface"  # the key `datasets` uses, so either library reads the other's files
+_MEDIA_TYPES: dict[str, type] = {}
+
+
+def register_feature_type(cls: type) -> type:
+    """Make a feature class known to :meth:`Features.from_dict` (used by Image and Audio)."""
+    _MEDIA_TYPES[cls.__name__] = cls
+    return cls
+
+
+class Features(dict):
+    """An ordered mapping of column name to feature (a :class:`Feature` or a dict of them).
+
+    >>> from jaxfeed import ClassLabel, Features, Value
+    >>> feats = Features({"text": Value("string"), "label": ClassLabel(names=["neg", "pos"])})
+    >>> feats.arrow_schema.types
+    [DataType(string), DataType(int64)]
+    >>> Features.from_dict(feats.to_dict()) == feats
+    True
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, feature in self.items():
+            self[name] = _check_feature(feature, name)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """Arrow schema, with the features stored in its metadata."""
+        meta = {METADATA_KEY: json.dumps({"info": {"features": self.to_dict()}}).encode()}
+        return pa.schema([pa.field(k, pa_type_of(v)) for k, v in self.items()], metadata=meta)
+
+    @property
+    def type(self) -> pa.StructType:
+        return pa.struct([pa.field(k, pa_type_of(v)) for k, v in self.items()])
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict in the layout `datasets` uses."""
+        return {k: feature_to_dict(v) for k, v in self.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Features:
+        """Rebuild features from :meth:`to_dict` output (or a `datasets` features dict)."""
+        return cls({k: feature_from_dict(v) for k, v in data.items()})
+
+    @classmethod
+    def from_arrow_schema(cls, schema: pa.Schema) -> Features:
+        """Features stored in the schema's metadata, else inferred from the Arrow types."""
+        meta = schema.metadata or {}
+        if METADATA_KEY in meta:
+            try:
+                stored = json.loads(meta[METADATA_KEY])["info"]["features"]
+            except (KeyError, TypeError, ValueError):
+                stored = None
+            if stored is not None and set(stored) == set(schema.names):
+                return cls({name: feature_from_dict(stored[name]) for name in schema.names})
+        return cls({field.name: feature_from_arrow_type(field.type) for field in schema})
+
+    def copy(self) -> Features:
+        return Features(dict(self))
+
+    def encode_batch(self, batch: Mapping[str, Any]) -> pa.Table:
+        """Encode a dict of columns into a table with this schema."""
+        return pa.Table.from_arrays(
+            [encode_column(self[name], batch[name], name) for name in self],
+            schema=self.arrow_schema,
+        )
+
+    def __repr__(self) -> str:
+        return f"Features({dict.__repr__(self)})"
+
+
+def _check_feature(feature: Any, name: str) -> FeatureLike:
+    if isinstance(feature, Feature):
+        return feature
+    if isinstance(feature, Mapping):
+        return {k: _check_feature(v, f"{name}.{k}") for k, v in feature.items()}
+    if isinstance(feature, list) and len(feature) == 1:
+        return List(_check_feature(feature[0], name))
+    raise TypeError(
+        f"feature of column {name!r} must be a Value, ClassLabel, ArrayND, Sequence, Image, Audio "
+        f"or a dict of them, got {feature!r}"
+    )
+
+
+def feature_from_dict(data: Any) -> FeatureLike:
+    """One feature from its JSON description."""
+    if isinstance(data, list):
+        if len(data) != 1:
+            raise ValueError(f"a list feature must hold exactly one feature, got {data!r}")
+        return List(feature_from_dict(data[0]))
+    if not isinstance(data, Mapping):
+        raise ValueError(f"cannot read feature description {data!r}")
+    if "_type" not in data:
+        return {k: feature_from_dict(v) for k, v in data.items()}
+    kind = data["_type"]
+    args = {k: v for k, v in data.items() if k != "_type" and not k.startswith("_")}
+    if kind == "Value":
+        return Value(args["dtype"])
+    if kind == "ClassLabel":
+        return ClassLabel(
+            names=args.get("names"),
+            num_classes=None if args.get("names") else args.get("num_classes"),
+        )
+    if kind in ARRAY_TYPES:
+        shape = tuple(None if d is None else int(d) for d in args["shape"])
+        return ARRAY_TYPES[kind](shape=shape, dtype=args["dtype"])
+    if kind in ("Sequence", "List", "LargeList"):
+        inner = feature_from_dict(args["feature"])
+        length = int(args.get("length", -1))
+        return (Sequence if kind == "Sequence" else List)(inner, length=length)
+    if kind in _MEDIA_TYPES:
+        cls = _MEDIA_TYPES[kind]
+        return cls(**{k: v for k, v in args.items() if k in cls.__dataclass_fields__})
+    raise ValueError(
+        f"unknown feature type {kind!r}; known: Value, ClassLabel, Array2D-5D, Sequence, List, {', '.join(_MEDIA_TYPES)}"
+    )
+
+
+def feature_from_arrow_type(t: pa.DataType) -> FeatureLike:
+    """Infer a feature from an Arrow type."""
+    if isinstance(t, pa.ExtensionType):
+        shape = getattr(t, "shape", None)
+        name = type(t).__name__.replace("ExtensionType", "")
+        if shape is not None and name in ARRAY_TYPES:
+            return ARRAY_TYPES[name](shape=tuple(shape), dtype=getattr(t, "value_type", "float32"))
+        return feature_from_arrow_type(t.storage_type)
+    if pa.types.is_fixed_size_list(t):
+        return Sequence(feature_from_arrow_type(t.value_type), length=t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return Sequence(feature_from_arrow_type(t.value_type))
+    if pa.types.is_struct(t):
+        return {
+            t.field(i).name: feature_from_arrow_type(t.field(i).type) for i in range(t.num_fields)
+        }
+    if pa.types.is_dictionary(t):
+        return Value(dtype_name(t.value_type))
+    return Value(dtype_name(t))
+
+
+def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
+    """Infer the feature of a column of Python or numpy values, and encode it.
+
+    ints -> int64, floats -> float64, str -> string, bytes -> binary, bools -> bool, nested lists
+    -> Sequence, dicts -> nested features, numpy arrays of one shape -> fixed-shape storage.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return feature_from_arrow_type(values.type), values
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        feature = _feature_for_block(values.shape[1:], values.dtype)
+        return feature, encode_column(feature, values, column)
+    values = list(values)
+    first = next((v for v in values if v is not None), None)
+    if isinstance(first, np.ndarray | np.generic):
+        arrays = [np.asarray(v) if v is not None else None for v in values]
+        shapes = {a.shape for a in arrays if a is not None}
+        dtypes = {a.dtype for a in arrays if a is not None}
+        if (
+            len(shapes) == 1
+            and len(dtypes) == 1
+            and all(a is not None for a in arrays)
+            and first.dtype != object
+        ):
+            feature = _feature_for_block(next(iter(shapes)), next(iter(dtypes)))
+            return feature, encode_column(feature, arrays, column)
+        values = [a.tolist() if a is not None else None for a in arrays]
+    for hook in _INFER_HOOKS:
+        feature = hook(first)
+        if feature is not None:
+            return feature, encode_column(feature, values, column)
+    try:
+        array = pa.array(values, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as err:
+        raise _locate_mixed(values, column, err) from None
+    return feature_from_arrow_type(array.type), array
+
+
+_INFER_HOOKS: list = []  # functions value -> feature | None (Image registers one for PIL images)
+
+
+def _locate_mixed(values: list, column: str, err: Exception) -> FeatureError:
+    """Name the first row whose Python type differs from the first value's."""
+    first = next((v for v in values if v is not None), None)
+    for row, value in enumerate(values):
+        if value is not None and not _same_kind(value, first):
+            return FeatureError(column, row, f"a value like row 0 ({type(first).__name__})", value)
+    return FeatureError(column, None, f"values Arrow can store ({err})", values[:3])
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    numbers = (int, float, np.integer, np.floating)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return True
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return True
+    return type(a) is type(b)
+
+
+def _feature_for_block(shape: tuple[int, ...], dtype: np.dtype) -> FeatureLike:
+    name = dtype_name(pa.from_numpy_dtype(dtype)) if dtype.kind in "biuf" else None
+    if name is None:
+        raise TypeError(f"cannot infer a feature for numpy dtype {dtype}")
+    if len(shape) == 0:
+        return Value(name)
+    if len(shape) == 1:
+        return Sequence(Value(name), length=shape[0])
+    if len(shape) <= 5 and dtype.kind != "b":
+        return ARRAY_TYPES[f"Array{len(shape)}D"](shape=shape, dtype=name)
+    inner: FeatureLike = Value(name)
+    for dim in reversed(shape):
+        inner = Sequence(inner, length=dim)
+    return inner

@@ -1,0 +1,296 @@
+"""`Sequence` (alias `List`): a list of values per row, fixed-length or ragged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.array import nested_fixed_array, to_block
+from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
+from jaxfeed.features.struct import (
+    FeatureLike,
+    decode_numpy,
+    decode_python,
+    encode_column,
+    feature_to_dict,
+    pa_type_of,
+    requires_decoding,
+)
+from jaxfeed.features.value import Value
+
+
+@dataclass(frozen=True)
+class Sequence(Feature):
+    """A list of ``feature`` per row; ``length=-1`` is ragged, ``length=n`` fixed (stored fixed-size).
+
+    >>> from jaxfeed import Dataset, Features, Sequence, Value
+    >>> feats = Features({"xy": Sequence(Value("float32"), length=2)})
+    >>> ds = Dataset.from_dict({"xy": [[0.5, 1.0], [2.0, 3.0]]}, features=feats)
+    >>> ds.with_format("numpy")[:]["xy"].shape
+    (2, 2)
+    """
+
+    feature: Any
+    length: int = -1
+    _type: ClassVar[str] = "Sequence"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.length, int | np.integer) or self.length < -1:
+            raise ValueError(f"Sequence: length must be -1 (ragged) or >= 0, got {self.length!r}")
+        if not isinstance(self.feature, Feature | Mapping):
+            raise TypeError(
+                f"Sequence: feature must be a feature or a dict of features, got {self.feature!r}"
+            )
+        if isinstance(self.feature, Mapping) and not isinstance(self.feature, dict):
+            object.__setattr__(self, "feature", dict(self.feature))
+
+    def __repr__(self) -> str:
+        length = "" if self.length == -1 else f", length={self.length}"
+        return f"{type(self).__name__}({self.feature!r}{length})"
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        inner = pa_type_of(self.feature)
+        return pa.list_(inner) if self.length == -1 else pa.list_(inner, self.length)
+
+    @property
+    def requires_decoding(self) -> bool:
+        return requires_decoding(self.feature)
+
+    @property
+    def fixed_shape(self) -> tuple[tuple[int, ...], str] | None:
+        """``(shape, dtype)`` when every row has the same numeric shape, else None."""
+        if self.length == -1:
+            return None
+        inner = self.feature
+        if isinstance(inner, Value) and inner.is_numeric:
+            return (self.length,), inner.dtype
+        if isinstance(inner, Sequence):
+            sub = inner.fixed_shape
+            if sub is not None:
+                return (self.length, *sub[0]), sub[1]
+        return None
+
+    def encode(self, values: Any, column: str) -> pa.Array:
+        fixed = self.fixed_shape
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            values = values.to_pylist()
+        if (
+            fixed is not None
+            and fixed[1] != "bool"
+            and (isinstance(values, np.ndarray) or not _has_none(values))
+        ):
+            shape, dtype = fixed
+            block = to_block(values, shape, dtype, column)
+            return nested_fixed_array(block, Value(dtype).pa_type)
+        if _is_plain(self.feature):
+            try:
+                if _numeric_leaf(self.pa_type):
+                    # Infer, then cast with checks: pyarrow would silently truncate 2.5 to 2.
+                    out = pa.array(list(values), from_pandas=False).cast(self.pa_type, safe=True)
+                else:
+                    out = pa.array(list(values), type=self.pa_type, from_pandas=False)
+            except (
+                pa.ArrowInvalid,
+                pa.ArrowTypeError,
+                pa.ArrowNotImplementedError,
+                OverflowError,
+                TypeError,
+            ):
+                out = None
+            if out is not None:
+                if self.length != -1 and out.null_count:
+                    row = int(np.argmax(~out.is_valid().to_numpy(zero_copy_only=False)))
+                    raise bad_value(column, row, f"a list of {self.length} values", None)
+                return out
+        return self._encode_rows(list(values), column)
+
+    def _encode_rows(self, values: list, column: str) -> pa.Array:
+        """General path: encode all items at once with the inner feature, then add offsets."""
+        expected = "a list" if self.length == -1 else f"a list of {self.length} values"
+        flat: list = []
+        offsets = np.zeros(len(values) + 1, dtype=np.int64)
+        mask = np.zeros(len(values), dtype=bool)
+        for row, value in enumerate(values):
+            if value is None:
+                if self.length != -1:
+                    raise bad_value(column, row, expected, value)
+                mask[row] = True
+            elif isinstance(value, str | bytes | Mapping) or not hasattr(value, "__len__"):
+                raise bad_value(column, row, expected, value)
+            else:
+                if self.length != -1 and len(value) != self.length:
+                    raise bad_value(column, row, expected, f"a list of {len(value)} values")
+                flat.extend(value)
+            offsets[row + 1] = len(flat)
+        try:
+            inner = encode_column(self.feature, flat, column)
+        except FeatureError as err:
+            row = (
+                int(np.searchsorted(offsets, err.row, side="right") - 1)
+                if err.row is not None
+                else None
+            )
+            raise bad_value(column, row, f"a list of {err.expected}", err.value) from None
+        if self.length != -1:
+            return pa.FixedSizeListArray.from_arrays(inner, self.length)
+        return pa.ListArray.from_arrays(
+            pa.array(offsets.astype(np.int32)), inner, mask=pa.array(mask) if mask.any() else None
+        )
+
+    def numpy_view(self, array: pa.Array) -> np.ndarray | None:
+        fixed = self.fixed_shape
+        if fixed is None:
+            return None
+        return fixed_view(array, Value(fixed[1]).pa_type, fixed[0])
+
+    def to_numpy(self, array: pa.Array) -> np.ndarray | list:
+        view = self.numpy_view(array)
+        if view is not None:
+            return view
+        array = unwrap_storage(array)
+        if (
+            _is_plain(self.feature)
+            or (isinstance(self.feature, Feature)
+            and not self.requires_decoding)
+        ):
+            return decode_nested(array)
+        return _decode_rows(array, decode_numpy(self.feature, list_child(array)))
+
+    def to_python(self, array: pa.Array) -> list:
+        array = unwrap_storage(array)
+        if not requires_decoding(self.feature):
+            return array.to_pylist()
+        return _decode_rows(
+            array, decode_python(self.feature, list_child(array)), consolidate=False
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "_type": self._type,
+            "feature": feature_to_dict(self.feature),
+            "length": self.length,
+        }
+
+
+@dataclass(frozen=True, repr=False)
+class List(Sequence):
+    """Alias of :class:`Sequence` under the name newer `datasets` releases use."""
+
+    _type: ClassVar[str] = "List"
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def _is_plain(feature: FeatureLike) -> bool:
+    """True when Arrow can build the column straight from Python lists (no ids, no media)."""
+    if isinstance(feature, Mapping):
+        return all(_is_plain(f) for f in feature.values())
+    if isinstance(feature, Value):
+        return True
+    if isinstance(feature, Sequence):
+        return _is_plain(feature.feature)
+    return False
+
+
+def _numeric_leaf(t: pa.DataType) -> bool:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _has_none(values: Any) -> bool:
+    return isinstance(values, list) and any(v is None for v in values)
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """Row offsets into :func:`list_child`, starting at 0."""
+    if pa.types.is_fixed_size_list(array.type):
+        return np.arange(len(array) + 1, dtype=np.int64) * array.type.list_size
+    offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return offsets - offsets[0]
+
+
+def list_child(array: pa.Array) -> pa.Array:
+    """The values a (sliced, possibly null-holding) list array refers to, as one zero-copy slice."""
+    if pa.types.is_fixed_size_list(array.type):
+        size = array.type.list_size
+        return array.values.slice(array.offset * size, len(array) * size)
+    offsets = array.offsets
+    start = offsets[0].as_py()
+    return array.values.slice(start, offsets[-1].as_py() - start)
+
+
+def _stack_if_same(items: list) -> np.ndarray | list:
+    """Stack a list of arrays into one when they share shape and dtype, as `datasets` does."""
+    if (
+        items
+        and all(isinstance(x, np.ndarray) for x in items)
+        and all(x.shape == items[0].shape and x.dtype == items[0].dtype for x in items)
+    ):
+        return np.stack(items)
+    return items
+
+
+def _decode_rows(
+    array: pa.Array, child: np.ndarray | list, consolidate: bool = True
+) -> np.ndarray | list:
+    """Split a decoded child column by the list offsets of ``array``."""
+    n = len(array)
+    offsets = _offsets(array)
+    lengths = np.diff(offsets)
+    valid = None if not array.null_count else array.is_valid().to_numpy(zero_copy_only=False)
+    if (
+        consolidate
+        and isinstance(child, np.ndarray)
+        and valid is None
+        and (n == 0 or (lengths == lengths[0]).all())
+    ):
+        width = int(lengths[0]) if n else 0
+        return child[: n * width].reshape((n, width, *child.shape[1:]))
+    rows: list = []
+    for i in range(n):
+        if valid is not None and not valid[i]:
+            rows.append(None)
+            continue
+        part = child[offsets[i] : offsets[i + 1]]
+        if not isinstance(child, np.ndarray):
+            part = _stack_if_same(part) if consolidate else list(part)
+        rows.append(part)
+    return rows
+
+
+def decode_nested(array: pa.Array) -> np.ndarray | list:
+    """Decode (possibly nested) lists of numbers: one ndarray when shapes agree, else lists.
+
+    Runs vectorised over offsets: uniform lengths at every level reshape without copying; only
+    ragged levels split into one array per row.
+    """
+    array = unwrap_storage(array)
+    t = array.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _decode_rows(array, decode_nested(list_child(array)))
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        fields = array.flatten()
+        columns = [decode_nested(f) for f in fields]
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        return [
+            {name: col[i] for name, col in zip(names, columns, strict=True)} if valid[i] else None
+            for i in range(len(array))
+        ]
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not array.null_count:
+        return array.to_numpy(zero_copy_only=True)
+    if pa.types.is_boolean(t) and not array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and array.null_count:
+        return array.to_numpy(zero_copy_only=False).astype(np.float64)
+    return array.to_pylist()

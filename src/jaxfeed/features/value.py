@@ -1,0 +1,164 @@
+"""`Value`: one scalar per row (numbers, bool, string, binary, null, and other Arrow scalar types)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "boolean": "bool"}
+NUMERIC_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
+
+
+def arrow_type(dtype: str) -> pa.DataType:
+    """The Arrow type for a dtype name such as ``"int64"``, ``"string"`` or ``"timestamp[s]"``."""
+    dtype = _ALIASES.get(dtype, dtype)
+    try:
+        return pa.type_for_alias(dtype)
+    except ValueError:
+        raise ValueError(
+            f"unknown dtype {dtype!r}; expected one of {', '.join(NUMERIC_DTYPES)}, "
+            "string, binary, null, large_string, large_binary or an Arrow type name"
+        ) from None
+
+
+def dtype_name(pa_type: pa.DataType) -> str:
+    """The dtype name of an Arrow type (``pa.float32()`` -> ``"float32"``)."""
+    if pa.types.is_floating(pa_type):
+        return {16: "float16", 32: "float32", 64: "float64"}[pa_type.bit_width]
+    return str(pa_type)
+
+
+@dataclass(frozen=True)
+class Value(Feature):
+    """A scalar column.
+
+    >>> from jaxfeed import Dataset, Features, Value
+    >>> ds = Dataset.from_dict({"x": [1, 2]}, features=Features({"x": Value("int16")}))
+    >>> ds.features["x"]
+    Value('int16')
+    """
+
+    dtype: str
+    _type: ClassVar[str] = "Value"
+
+    def __post_init__(self) -> None:
+        dtype = _ALIASES.get(self.dtype, self.dtype)
+        arrow_type(dtype)  # validates
+        object.__setattr__(self, "dtype", dtype)
+
+    def __repr__(self) -> str:
+        return f"Value({self.dtype!r})"
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        return arrow_type(self.dtype)
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.dtype in NUMERIC_DTYPES
+
+    def encode(self, values: Any, column: str) -> pa.Array:
+        return encode_scalars(values, self.pa_type, column, f"a {self.dtype} value")
+
+    def numpy_view(self, array: pa.Array) -> np.ndarray | None:
+        array = unwrap_storage(array)
+        if not self.is_numeric or self.dtype == "bool" or array.null_count:
+            return None
+        if array.type != self.pa_type:
+            return None
+        return array.to_numpy(zero_copy_only=True)
+
+    def to_numpy(self, array: pa.Array) -> np.ndarray | list:
+        array = unwrap_storage(array)
+        view = self.numpy_view(array)
+        if view is not None:
+            return view
+        if self.dtype == "bool" and not array.null_count:
+            return array.to_numpy(zero_copy_only=False)
+        if self.is_numeric and array.null_count and self.dtype != "bool":
+            # As `datasets` does: missing numbers become NaN; integers widen to float64.
+            target = np.float64 if self.dtype.startswith(("int", "uint")) else None
+            out = array.to_numpy(zero_copy_only=False)
+            return out.astype(target) if target is not None else out
+        if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+            return array.to_pylist()
+        if pa.types.is_temporal(array.type) and not array.null_count:
+            return array.to_numpy(zero_copy_only=False)
+        return array.to_pylist()
+
+    def to_dict(self) -> dict:
+        return {"_type": "Value", "dtype": self.dtype}
+
+
+def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str) -> pa.Array:
+    """Encode one scalar per row into ``pa_type``; on failure name the first row that does not fit."""
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        try:
+            return values.cast(pa_type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            values = values.to_pylist()
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        if values.ndim != 1:
+            raise bad_value(column, 0, expected, values[0] if len(values) else values)
+        try:
+            return pa.array(values).cast(pa_type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            values = values.tolist()
+    values = list(values)
+    errors = (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        OverflowError,
+        TypeError,
+    )
+    try:
+        return _from_python(values, pa_type)
+    except errors:
+        for row, value in enumerate(values):
+            try:
+                _from_python([value], pa_type)
+            except errors:
+                raise bad_value(column, row, expected, value) from None
+        raise
+
+
+def _from_python(values: list, pa_type: pa.DataType) -> pa.Array:
+    """Python values to Arrow; numbers go through a checked cast (pyarrow truncates 2.5 to 2)."""
+    if pa.types.is_integer(pa_type) or pa.types.is_floating(pa_type):
+        try:
+            inferred = pa.array(values, from_pandas=False)
+        except (pa.ArrowInvalid, OverflowError):
+            # e.g. 2**63 for uint64, past int64 inference: build ints directly (Arrow range-checks).
+            if pa.types.is_integer(pa_type) and all(
+                v is None or (isinstance(v, int | np.integer) and not isinstance(v, bool))
+                for v in values
+            ):
+                return pa.array(values, type=pa_type, from_pandas=False)
+            raise
+        if not (
+            pa.types.is_integer(inferred.type)
+            or pa.types.is_floating(inferred.type)
+            or pa.types.is_null(inferred.type)
+        ):
+            raise TypeError(f"expected numbers, got {inferred.type}")
+        return inferred.cast(pa_type, safe=True)
+    return pa.array(values, type=pa_type, from_pandas=False)

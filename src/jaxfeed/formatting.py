@@ -1,0 +1,259 @@
+"""Output formats: python, numpy, jax, arrow and pandas views of rows read from a table.
+
+The jax format follows the rules `datasets` documents: integers become int32 (int64 with
+``jax_enable_x64``), floats float32, bools stay bool, strings and bytes pass through, equal-shape
+values stack into one array and ragged ones give a list of arrays. Unlike `datasets`, an integer
+that does not fit the target type raises ``OverflowError`` instead of wrapping around, and every
+batch is moved to its device in one ``jax.device_put`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxfeed.reader import Rows, TableReader
+
+FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas")
+_ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pd": "pandas"}
+
+
+def canonical_format(type: str | None) -> str:
+    """The canonical name of a format type; raises ``ValueError`` for an unknown one."""
+    name = _ALIASES.get(type, type)
+    if name not in FORMAT_TYPES:
+        raise ValueError(
+            f"unknown format type {type!r}; valid types are None, {', '.join(map(repr, FORMAT_TYPES))}"
+        )
+    return name
+
+
+class Formatter:
+    """Turns rows of a table into one output format."""
+
+    def batch(self, reader: TableReader, rows: Rows, columns: Sequence[str]) -> Any:
+        raise NotImplementedError
+
+    def row(self, reader: TableReader, rows: Rows, columns: Sequence[str]) -> Any:
+        return {k: v[0] for k, v in self.batch(reader, rows, columns).items()}
+
+    def column(self, reader: TableReader, rows: Rows, column: str) -> Any:
+        return self.batch(reader, rows, [column])[column]
+
+
+class PythonFormatter(Formatter):
+    def batch(self, reader, rows, columns):
+        return {c: reader.python(c, rows) for c in columns}
+
+
+class ArrowFormatter(Formatter):
+    def batch(self, reader, rows, columns):
+        return reader.arrow(rows, columns)
+
+    row = batch
+
+    def column(self, reader, rows, column):
+        return reader.arrow(rows, [column]).column(column)
+
+
+class PandasFormatter(Formatter):
+    def batch(self, reader, rows, columns):
+        return reader.arrow(rows, columns).to_pandas()
+
+    row = batch
+
+    def column(self, reader, rows, column):
+        return reader.arrow(rows, [column]).column(column).to_pandas()
+
+
+class NumpyFormatter(Formatter):
+    """Numpy arrays in their stored dtype (read-only views where Arrow allows)."""
+
+    def batch(self, reader, rows, columns):
+        return {c: _numpy_column(reader.numpy(c, rows)) for c in columns}
+
+    def row(self, reader, rows, columns):
+        return {c: _first(reader.numpy(c, rows)) for c in columns}
+
+
+def _numpy_column(values: np.ndarray | list) -> np.ndarray:
+    if isinstance(values, np.ndarray):
+        return values
+    if values and all(isinstance(v, str) for v in values):
+        return np.array(values)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _first(values: np.ndarray | list) -> Any:
+    return values[0]
+
+
+class JaxFormatter(Formatter):
+    """``jax.Array`` outputs, placed on one device or sharded along the batch dimension."""
+
+    def __init__(self, device: Any = None, dtype: Any = None) -> None:
+        from jaxfeed.devices import resolve_placement
+
+        self.placement = resolve_placement(device)
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
+    def batch(self, reader, rows, columns):
+        decoded = {c: reader.numpy(c, rows) for c in columns}
+        return self.to_device(decoded, rows, batched=True)
+
+    def row(self, reader, rows, columns):
+        decoded = {c: _first(reader.numpy(c, rows)) for c in columns}
+        return self.to_device(decoded, rows, batched=False)
+
+    def to_device(self, decoded: dict[str, Any], rows: Rows, batched: bool) -> dict[str, Any]:
+        """Cast numeric leaves on the host, then move them with one ``jax.device_put``."""
+        import jax
+
+        from jaxfeed.devices import batch_divisor, device_put, replicated
+
+        def row_of(position: int) -> int:
+            return rows.start + position if isinstance(rows, slice) else int(rows[position])
+
+        leaves: list[np.ndarray] = []
+        where: list[Any] = []
+        flat = replicated(self.placement)
+        split = self.placement if batched else flat
+        out: dict[str, Any] = {}
+        for column, value in decoded.items():
+            host = to_host(value, column, row_of, self.dtype)
+            top_level_array = isinstance(host, np.ndarray)
+            out[column] = _collect(host, leaves, where, split if top_level_array else flat)
+        if not leaves:
+            return out
+        divisor = batch_divisor(self.placement)
+        if batched and divisor > 1:
+            n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+            if n % divisor:
+                raise ValueError(
+                    f"a batch of {n} rows cannot be split evenly over the {divisor} devices of the "
+                    f"sharding; use a batch size divisible by {divisor} (or drop_last_batch=True)"
+                )
+        if all(w.is_fully_addressable for w in where if not isinstance(w, jax.Device)):
+            placed = device_put(leaves, where)
+        else:
+            placed = [
+                jax.make_array_from_process_local_data(w, x)
+                if not w.is_fully_addressable
+                else jax.device_put(x, w)
+                for x, w in zip(leaves, where, strict=True)
+            ]
+        return _fill(out, iter(placed))
+
+
+class _Slot:
+    """Marks where a device array goes back into the output tree."""
+
+
+_SLOT = _Slot()
+
+
+def _collect(value: Any, leaves: list, where: list, placement: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        leaves.append(value)
+        where.append(placement)
+        return _SLOT
+    if isinstance(value, list):
+        return [_collect(v, leaves, where, placement) for v in value]
+    if isinstance(value, dict):
+        return {k: _collect(v, leaves, where, placement) for k, v in value.items()}
+    return value
+
+
+def _fill(value: Any, placed: Any) -> Any:
+    if value is _SLOT:
+        return next(placed)
+    if isinstance(value, list):
+        return [_fill(v, placed) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, placed) for k, v in value.items()}
+    return value
+
+
+def jax_int_dtype() -> np.dtype:
+    import jax
+
+    return np.dtype(np.int64 if jax.config.jax_enable_x64 else np.int32)
+
+
+def to_host(value: Any, column: str, row_of: Callable[[int], int], dtype: np.dtype | None) -> Any:
+    """Apply the jax format's dtype rules to a decoded value, on the host (numpy)."""
+    if isinstance(value, np.ndarray):
+        kind = value.dtype.kind
+        if kind == "O":
+            return [to_host(v, column, row_of, dtype) for v in value]
+        if kind in "US":
+            return value.tolist()
+        if kind in "mM":
+            raise TypeError(
+                f"column {column!r} holds {value.dtype} values, which JAX cannot represent; cast it "
+                "to int64 (e.g. ds.cast_column) or use the numpy format"
+            )
+        return _cast(value, column, row_of, dtype)
+    if isinstance(value, list):
+        return [to_host(v, column, row_of, dtype) for v in value]
+    if isinstance(value, dict):
+        return {k: to_host(v, f"{column}.{k}", row_of, dtype) for k, v in value.items()}
+    if isinstance(value, bool | int | float | np.generic) and not isinstance(
+        value, np.str_ | np.bytes_
+    ):
+        return _cast(np.asarray(value), column, row_of, dtype)
+    return value  # str, bytes, None and other objects pass through unchanged
+
+
+def _cast(
+    x: np.ndarray, column: str, row_of: Callable[[int], int], dtype: np.dtype | None
+) -> np.ndarray:
+    kind = x.dtype.kind
+    if kind == "b":
+        return x
+    if kind in "iu":
+        target = dtype if dtype is not None else jax_int_dtype()
+        if target.kind in "iu" and not np.can_cast(x.dtype, target, casting="safe") and x.size:
+            info = np.iinfo(target)
+            bad = (x < info.min) | (x > info.max)
+            if bad.any():
+                flat = bad.reshape(len(x), -1).any(axis=1) if x.ndim else bad.reshape(1)
+                pos = int(np.argmax(flat))
+                value = x.reshape(-1)[int(np.argmax(bad.reshape(-1)))]
+                where = f"row {row_of(pos)}" if x.ndim else "this row"
+                raise OverflowError(
+                    f"column {column!r}, {where}: value {value} does not fit {target.name}, the jax "
+                    f"format's integer type; set jax.config.update('jax_enable_x64', True) or cast "
+                    "the column to a float type"
+                )
+        return x.astype(target, copy=False)
+    if kind == "f":
+        return x.astype(dtype if dtype is not None else np.float32, copy=False)
+    if kind == "c":
+        return x.astype(np.complex64, copy=False)
+    raise TypeError(f"column {column!r}: cannot convert numpy dtype {x.dtype} to a jax.Array")
+
+
+def make_formatter(type: str | None, **kwargs: Any) -> Formatter:
+    """Build the formatter for a format type (validating its arguments)."""
+    name = canonical_format(type)
+    if name == "jax":
+        unknown = set(kwargs) - {"device", "dtype"}
+        if unknown:
+            raise TypeError(
+                f"unexpected arguments for the jax format: {sorted(unknown)}; accepted: device, dtype"
+            )
+        return JaxFormatter(**kwargs)
+    extra = {k: v for k, v in kwargs.items() if v is not None}
+    if extra:
+        raise TypeError(f"the {name} format takes no arguments, got {sorted(extra)}")
+    return {
+        "python": PythonFormatter,
+        "numpy": NumpyFormatter,
+        "arrow": ArrowFormatter,
+        "pandas": PandasFormatter,
+    }[name]()
