@@ -156,10 +156,8 @@ class Sequence(Feature):
         if view is not None:
             return view
         array = unwrap_storage(array)
-        if (
-            _is_plain(self.feature)
-            or (isinstance(self.feature, Feature)
-            and not self.requires_decoding)
+        if _is_plain(self.feature) or (
+            isinstance(self.feature, Feature) and not self.requires_decoding
         ):
             return decode_nested(array)
         return _decode_rows(array, decode_numpy(self.feature, list_child(array)))
