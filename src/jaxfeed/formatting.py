@@ -103,13 +103,19 @@ class JaxFormatter(Formatter):
 
     def batch(self, reader, rows, columns):
         decoded = {c: reader.numpy(c, rows) for c in columns}
-        return self.to_device(decoded, rows, batched=True)
+        return self.to_device(decoded, rows, batched=True, native=_native_columns(reader, columns))
 
     def row(self, reader, rows, columns):
         decoded = {c: _first(reader.numpy(c, rows)) for c in columns}
-        return self.to_device(decoded, rows, batched=False)
+        return self.to_device(decoded, rows, batched=False, native=_native_columns(reader, columns))
 
-    def to_device(self, decoded: dict[str, Any], rows: Rows, batched: bool) -> dict[str, Any]:
+    def to_device(
+        self,
+        decoded: dict[str, Any],
+        rows: Rows,
+        batched: bool,
+        native: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
         """Cast numeric leaves on the host, then move them with one ``jax.device_put``."""
         import jax
 
@@ -124,7 +130,7 @@ class JaxFormatter(Formatter):
         split = self.placement if batched else flat
         out: dict[str, Any] = {}
         for column, value in decoded.items():
-            host = to_host(value, column, row_of, self.dtype)
+            host = to_host(value, column, row_of, self.dtype, keep_ints=column in native)
             top_level_array = isinstance(host, np.ndarray)
             out[column] = _collect(host, leaves, where, split if top_level_array else flat)
         if not leaves:
@@ -184,12 +190,23 @@ def jax_int_dtype() -> np.dtype:
     return np.dtype(np.int64 if jax.config.jax_enable_x64 else np.int32)
 
 
-def to_host(value: Any, column: str, row_of: Callable[[int], int], dtype: np.dtype | None) -> Any:
+def _native_columns(reader: TableReader, columns: Sequence[str]) -> frozenset[str]:
+    """Columns whose integers keep their dtype in the jax format (images stay uint8)."""
+    return frozenset(c for c in columns if getattr(reader.features[c], "keeps_dtype", False))
+
+
+def to_host(
+    value: Any,
+    column: str,
+    row_of: Callable[[int], int],
+    dtype: np.dtype | None,
+    keep_ints: bool = False,
+) -> Any:
     """Apply the jax format's dtype rules to a decoded value, on the host (numpy)."""
     if isinstance(value, np.ndarray):
         kind = value.dtype.kind
         if kind == "O":
-            return [to_host(v, column, row_of, dtype) for v in value]
+            return [to_host(v, column, row_of, dtype, keep_ints) for v in value]
         if kind in "US":
             return value.tolist()
         if kind in "mM":
@@ -197,11 +214,11 @@ def to_host(value: Any, column: str, row_of: Callable[[int], int], dtype: np.dty
                 f"column {column!r} holds {value.dtype} values, which JAX cannot represent; cast it "
                 "to int64 (e.g. ds.cast_column) or use the numpy format"
             )
-        return _cast(value, column, row_of, dtype)
+        return _cast(value, column, row_of, dtype, keep_ints)
     if isinstance(value, list):
-        return [to_host(v, column, row_of, dtype) for v in value]
+        return [to_host(v, column, row_of, dtype, keep_ints) for v in value]
     if isinstance(value, dict):
-        return {k: to_host(v, f"{column}.{k}", row_of, dtype) for k, v in value.items()}
+        return {k: to_host(v, f"{column}.{k}", row_of, dtype, keep_ints) for k, v in value.items()}
     if isinstance(value, bool | int | float | np.generic) and not isinstance(
         value, np.str_ | np.bytes_
     ):
@@ -210,10 +227,14 @@ def to_host(value: Any, column: str, row_of: Callable[[int], int], dtype: np.dty
 
 
 def _cast(
-    x: np.ndarray, column: str, row_of: Callable[[int], int], dtype: np.dtype | None
+    x: np.ndarray,
+    column: str,
+    row_of: Callable[[int], int],
+    dtype: np.dtype | None,
+    keep_ints: bool = False,
 ) -> np.ndarray:
     kind = x.dtype.kind
-    if kind == "b":
+    if kind == "b" or (keep_ints and kind in "iu" and dtype is None and x.dtype.itemsize <= 4):
         return x
     if kind in "iu":
         target = dtype if dtype is not None else jax_int_dtype()

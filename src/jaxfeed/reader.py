@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features import Features
+from jaxfeed.features import DecodeError, Features
 from jaxfeed.features.struct import decode_numpy, decode_python
 
 Rows = slice | np.ndarray
@@ -117,16 +117,28 @@ class TableReader:
                     return out
                 return block
             return view.take(rows, out=out)
-        return decode_numpy(self.features[column], self.arrow_column(column, rows))
+        try:
+            return decode_numpy(self.features[column], self.arrow_column(column, rows))
+        except DecodeError as err:
+            raise err.at(column, _global_row(rows, err.row)) from err.__cause__
 
     def python(self, column: str, rows: Rows) -> list:
-        return decode_python(self.features[column], self.arrow_column(column, rows))
+        try:
+            return decode_python(self.features[column], self.arrow_column(column, rows))
+        except DecodeError as err:
+            raise err.at(column, _global_row(rows, err.row)) from err.__cause__
 
     def arrow(self, rows: Rows, columns: Sequence[str] | None = None) -> pa.Table:
         table = self.table if columns is None else self.table.select(list(columns))
         if isinstance(rows, slice):
             return table.slice(rows.start, rows.stop - rows.start)
         return table.take(pa.array(rows, type=pa.int64()))
+
+
+def _global_row(rows: Rows, position: int | None) -> int | None:
+    if position is None:
+        return None
+    return rows.start + position if isinstance(rows, slice) else int(rows[position])
 
 
 def normalize_rows(key: Any, num_rows: int) -> tuple[Rows, bool]:

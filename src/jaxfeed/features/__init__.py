@@ -1,21 +1,30 @@
 """Feature types: how each column is stored in Arrow and decoded to numpy."""
 
 from jaxfeed.features.array import Array2D, Array3D, Array4D, Array5D
+from jaxfeed.features.audio import Audio
 from jaxfeed.features.base import Feature, FeatureError
 from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.features import Features, infer_column
+from jaxfeed.features.features import Features, infer_column, register_feature_type
+from jaxfeed.features.image import Image
+from jaxfeed.features.media import DecodeError
 from jaxfeed.features.sequence import List, Sequence
 from jaxfeed.features.value import Value
+
+register_feature_type(Image)
+register_feature_type(Audio)
 
 __all__ = [
     "Array2D",
     "Array3D",
     "Array4D",
     "Array5D",
+    "Audio",
+    "DecodeError",
     "ClassLabel",
     "Feature",
     "FeatureError",
     "Features",
+    "Image",
     "List",
     "Sequence",
     "Value",

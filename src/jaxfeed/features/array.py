@@ -51,6 +51,8 @@ def to_block(values: Any, shape: tuple[int | None, ...], dtype: str, column: str
             block = np.asarray(values)
         except (ValueError, TypeError):
             block = np.empty(0, dtype=object)  # ragged: located below
+        if block.dtype.kind == "f" and np_dtype.kind in "iu":
+            block = _exact_ints(values, block, np_dtype)
         if block.dtype == object or block.ndim != len(shape) + 1:
             for row, value in enumerate(values):
                 arr = np.asarray(value) if value is not None else None
@@ -61,6 +63,19 @@ def to_block(values: Any, shape: tuple[int | None, ...], dtype: str, column: str
         row = 0
         raise bad_value(column, row, expected, f"array of shape {block.shape[1:]}")
     return cast_checked(block, np_dtype, column, expected)
+
+
+def _exact_ints(values: list, block: np.ndarray, np_dtype: np.dtype) -> np.ndarray:
+    """Python ints past int64 make numpy infer float64: rebuild them exactly, refusing fractions."""
+    try:
+        exact = np.asarray(values, dtype=np_dtype)
+    except (OverflowError, ValueError, TypeError):
+        return block  # cast_checked names the row
+    if exact.shape != block.shape or not (exact.astype(np.float64) == block).all():
+        return block
+    if not all(isinstance(v, int | np.integer) for v in np.asarray(values, dtype=object).ravel()):
+        return block
+    return exact
 
 
 def _shape_ok(got: tuple[int, ...], want: tuple[int | None, ...]) -> bool:

@@ -195,7 +195,16 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
     return feature_from_arrow_type(array.type), array
 
 
-_INFER_HOOKS: list = []  # functions value -> feature | None (Image registers one for PIL images)
+def _pil_image_hook(value: Any) -> FeatureLike | None:
+    import sys
+
+    pil = sys.modules.get("PIL.Image")
+    if pil is not None and isinstance(value, pil.Image):
+        return _MEDIA_TYPES["Image"]()
+    return None
+
+
+_INFER_HOOKS: list = [_pil_image_hook]  # functions value -> feature | None
 
 
 def _locate_mixed(values: list, column: str, err: Exception) -> FeatureError:

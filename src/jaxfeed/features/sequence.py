@@ -94,7 +94,11 @@ class Sequence(Feature):
             try:
                 if _numeric_leaf(self.pa_type):
                     # Infer, then cast with checks: pyarrow would silently truncate 2.5 to 2.
-                    out = pa.array(list(values), from_pandas=False).cast(self.pa_type, safe=True)
+                    out = pa.array(list(values), from_pandas=False)
+                    if _int_leaf(self.pa_type) and _float_leaf(out.type):
+                        out = None  # floats, or ints past int64: the exact path below decides
+                    else:
+                        out = out.cast(self.pa_type, safe=True)
                 else:
                     out = pa.array(list(values), type=self.pa_type, from_pandas=False)
             except (
@@ -200,9 +204,21 @@ def _is_plain(feature: FeatureLike) -> bool:
 
 
 def _numeric_leaf(t: pa.DataType) -> bool:
+    return pa.types.is_integer(_leaf(t)) or pa.types.is_floating(_leaf(t))
+
+
+def _leaf(t: pa.DataType) -> pa.DataType:
     while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         t = t.value_type
-    return pa.types.is_integer(t) or pa.types.is_floating(t)
+    return t
+
+
+def _int_leaf(t: pa.DataType) -> bool:
+    return pa.types.is_integer(_leaf(t))
+
+
+def _float_leaf(t: pa.DataType) -> bool:
+    return pa.types.is_floating(_leaf(t))
 
 
 def _has_none(values: Any) -> bool:

@@ -141,6 +141,12 @@ def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str
         raise
 
 
+def _all_ints(values: list) -> bool:
+    return all(
+        v is None or (isinstance(v, int | np.integer) and not isinstance(v, bool)) for v in values
+    )
+
+
 def _from_python(values: list, pa_type: pa.DataType) -> pa.Array:
     """Python values to Arrow; numbers go through a checked cast (pyarrow truncates 2.5 to 2)."""
     if pa.types.is_integer(pa_type) or pa.types.is_floating(pa_type):
@@ -148,12 +154,16 @@ def _from_python(values: list, pa_type: pa.DataType) -> pa.Array:
             inferred = pa.array(values, from_pandas=False)
         except (pa.ArrowInvalid, OverflowError):
             # e.g. 2**63 for uint64, past int64 inference: build ints directly (Arrow range-checks).
-            if pa.types.is_integer(pa_type) and all(
-                v is None or (isinstance(v, int | np.integer) and not isinstance(v, bool))
-                for v in values
-            ):
+            if pa.types.is_integer(pa_type) and _all_ints(values):
                 return pa.array(values, type=pa_type, from_pandas=False)
             raise
+        if (
+            pa.types.is_integer(pa_type)
+            and pa.types.is_floating(inferred.type)
+            and _all_ints(values)
+        ):
+            # Huge ints (past int64) infer as double: build them exactly instead of via floats.
+            return pa.array(values, type=pa_type, from_pandas=False)
         if not (
             pa.types.is_integer(inferred.type)
             or pa.types.is_floating(inferred.type)

@@ -1,0 +1,112 @@
+"""`Image`: encoded image files (PNG, JPEG, ...) decoded with Pillow to uint8 arrays."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.media import MediaFeature, read_source
+from jaxfeed.features.sequence import _stack_if_same
+
+
+@dataclass(frozen=True)
+class Image(MediaFeature):
+    """An image per row, stored as file bytes or a path.
+
+    Values may be file paths, bytes, PIL images, numpy arrays (uint8 or uint16, (H, W) or
+    (H, W, C)) or ``{"bytes", "path"}`` dicts. The python format decodes to ``PIL.Image.Image``; the
+    numpy and jax formats to ``uint8`` arrays of shape (H, W, C), or (H, W) for single-channel
+    images, stacked into (N, H, W, C) when a batch's images share a shape. ``mode`` ("RGB", "L",
+    ...) converts on decode; ``decode=False`` returns the stored dicts.
+
+    >>> import numpy as np
+    >>> from jaxfeed import Dataset, Features, Image
+    >>> pixels = np.zeros((2, 4, 4, 3), dtype=np.uint8)
+    >>> ds = Dataset.from_dict({"img": list(pixels)}, features=Features({"img": Image()}))
+    >>> ds.with_format("numpy")[:2]["img"].shape
+    (2, 4, 4, 3)
+    """
+
+    mode: str | None = None
+    decode: bool = True
+    id: str | None = None
+    _type: ClassVar[str] = "Image"
+
+    def __repr__(self) -> str:
+        args = [f"mode={self.mode!r}"] if self.mode else []
+        if not self.decode:
+            args.append("decode=False")
+        return f"Image({', '.join(args)})"
+
+    def encode_one(self, value: Any) -> dict[str, Any]:
+        import PIL.Image
+
+        if isinstance(value, str | os.PathLike):
+            return {"bytes": None, "path": os.fspath(value)}
+        if isinstance(value, bytes | bytearray | memoryview):
+            return {"bytes": bytes(value), "path": None}
+        if isinstance(value, dict):
+            return {"bytes": value.get("bytes"), "path": value.get("path")}
+        if isinstance(value, PIL.Image.Image):
+            return {"bytes": _encode_pil(value), "path": None}
+        if isinstance(value, np.ndarray):
+            return {"bytes": _encode_pil(_array_to_pil(value)), "path": None}
+        raise TypeError(f"cannot store a {type(value).__name__} as an image")
+
+    def _what(self) -> str:
+        return "an image (a path, bytes, a PIL image, a uint8 array or a {'bytes', 'path'} dict)"
+
+    def decode_one(self, data: bytes | None, path: str | None) -> Any:
+        import PIL.Image
+        import PIL.ImageOps
+
+        source = read_source(data, path)
+        image = PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        image.load()
+        if image.getexif().get(0x0112):  # EXIF orientation
+            image = PIL.ImageOps.exif_transpose(image)
+        if self.mode and image.mode != self.mode:
+            image = image.convert(self.mode)
+        return image
+
+    def to_numpy(self, array: pa.Array) -> np.ndarray | list:
+        if not self.decode:
+            return self.to_python(array)
+        arrays = [
+            None if image is None else np.asarray(image)
+            for image in (self.decode_at(s, i) for i, s in enumerate(self.iter_stored(array)))
+        ]
+        return _stack_if_same(arrays)
+
+    @property
+    def keeps_dtype(self) -> bool:
+        return True  # the jax format keeps images uint8, as `datasets` does
+
+    def to_dict(self) -> dict:
+        return {"_type": "Image", "mode": self.mode, "decode": self.decode}
+
+
+def _array_to_pil(array: np.ndarray) -> Any:
+    import PIL.Image
+
+    if array.dtype not in (np.uint8, np.uint16) and not (array.dtype == bool and array.ndim == 2):
+        raise TypeError(f"image arrays must be uint8 or uint16, got {array.dtype}")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
+        raise ValueError(
+            f"image arrays must have shape (H, W), (H, W, 3) or (H, W, 4), got {array.shape}"
+        )
+    return PIL.Image.fromarray(array)
+
+
+def _encode_pil(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    fmt = image.format if image.format in ("PNG", "JPEG", "TIFF", "WEBP", "GIF", "BMP") else "PNG"
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()

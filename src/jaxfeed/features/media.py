@@ -1,0 +1,148 @@
+"""Shared storage of media features (images, audio): ``struct<bytes: binary, path: string>``.
+
+A value is stored as its encoded file bytes, or as a path read when the row is decoded (as
+`datasets` does for local files). Decoding runs one value at a time through ``decode_one``; a value
+that cannot be read raises :class:`DecodeError` naming the column, row and path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+
+MEDIA_TYPE = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
+
+
+class DecodeError(ValueError):
+    """A stored image or audio value could not be decoded."""
+
+    def __init__(self, column: str | None, row: int | None, path: str | None, reason: str) -> None:
+        self.column, self.row, self.path, self.reason = column, row, path, reason
+        where = ", ".join(
+            part
+            for part in (
+                f"column {column!r}" if column is not None else "",
+                f"row {row}" if row is not None else "",
+                f"path {path!r}" if path else "",
+            )
+            if part
+        )
+        super().__init__(f"cannot decode {where}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.column, self.row, self.path, self.reason))
+
+    def at(self, column: str, row: int) -> DecodeError:
+        """The same error, placed at ``column`` and a dataset-wide ``row``."""
+        return DecodeError(column, row, self.path, self.reason)
+
+
+class MediaFeature(Feature):
+    """Base of :class:`Image` and :class:`Audio`; subclasses define ``encode_one``/``decode_one``."""
+
+    decode: bool
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        return MEDIA_TYPE
+
+    @property
+    def requires_decoding(self) -> bool:
+        return self.decode
+
+    def encode_one(self, value: Any) -> dict[str, Any]:
+        """One value (path, bytes, array, ...) to ``{"bytes": ..., "path": ...}``."""
+        raise NotImplementedError
+
+    def decode_one(self, data: bytes | None, path: str | None) -> Any:
+        """Decode one stored value (bytes if present, else the file at ``path``)."""
+        raise NotImplementedError
+
+    def encode(self, values: Any, column: str) -> pa.Array:
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            values = values.to_pylist()
+        if isinstance(values, np.ndarray) and values.dtype != object:
+            values = list(values)
+        out = []
+        for row, value in enumerate(values):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                out.append(self._encode_checked(value))
+            except (TypeError, ValueError, OSError) as err:
+                raise bad_value(column, row, f"{self._what()} ({err})", value) from None
+        return pa.array(out, type=MEDIA_TYPE)
+
+    def _what(self) -> str:
+        return "a path, bytes or a {'bytes', 'path'} dict"
+
+    def _encode_checked(self, value: Any) -> dict[str, Any]:
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"bytes", "path"} - self._extra_keys()
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}")
+            if (
+                value.get("bytes") is None
+                and value.get("path") is None
+                and not self._extra_keys() & set(value)
+            ):
+                raise ValueError("neither bytes nor path is set")
+        if isinstance(value, str | os.PathLike):
+            path = os.fspath(value)
+            if not Path(path).is_file():
+                raise ValueError(f"no file at {path!r}")
+        return self.encode_one(value)
+
+    def _extra_keys(self) -> set[str]:
+        return set()
+
+    def iter_stored(self, array: pa.Array) -> list[tuple[bytes | None, str | None] | None]:
+        """``(bytes, path)`` per row (None for a null row), without decoding."""
+        array = unwrap_storage(array)
+        if pa.types.is_struct(array.type):
+            fields = dict(zip([f.name for f in array.type], array.flatten(), strict=True))
+            datas, paths = fields["bytes"], fields["path"]
+            valid = array.is_valid().to_pylist()
+            return [
+                (d, p) if ok else None
+                for d, p, ok in zip(datas.to_pylist(), paths.to_pylist(), valid, strict=True)
+            ]
+        if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
+            return [(d, None) if d is not None else None for d in array.to_pylist()]
+        return [(None, p) if p is not None else None for p in array.to_pylist()]
+
+    def decode_at(self, stored: tuple[bytes | None, str | None] | None, row: int) -> Any:
+        """Decode one stored value; errors carry ``row`` (a position the caller maps back)."""
+        if stored is None:
+            return None
+        data, path = stored
+        try:
+            return self.decode_one(data, path)
+        except DecodeError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any codec failure becomes one clear error
+            raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
+
+    def to_python(self, array: pa.Array) -> list:
+        if not self.decode:
+            return unwrap_storage(array).to_pylist()
+        return [self.decode_at(s, i) for i, s in enumerate(self.iter_stored(array))]
+
+
+def read_source(data: bytes | None, path: str | None) -> bytes | str:
+    """What a codec should open: the stored bytes, else the path (which must exist)."""
+    if data is not None:
+        return data
+    if path is None:
+        raise DecodeError(None, None, None, "the value has neither bytes nor a path")
+    if not Path(path).is_file():
+        raise DecodeError(None, None, path, "file not found")
+    return path
