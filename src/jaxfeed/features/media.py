@@ -128,7 +128,7 @@ class MediaFeature(Feature):
             return self.decode_one(data, path)
         except DecodeError:
             raise
-        except Exception as err:  # noqa: BLE001 - any codec failure becomes one clear error
+        except Exception as err:
             raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
 
     def to_python(self, array: pa.Array) -> list:
