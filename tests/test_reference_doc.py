@@ -116,3 +116,76 @@ def test_training_loop_iter():
             seen.append(np.asarray(y))
     np.testing.assert_array_equal(np.concatenate(seen[:3]), np.arange(10))
     assert [len(s) for s in seen[:3]] == [4, 4, 2]
+
+
+def test_image_feature(tmp_path):
+    import PIL.Image
+
+    from jaxfeed import Image
+
+    path = tmp_path / "image.png"
+    PIL.Image.fromarray(np.full((51, 52, 3), 255, np.uint8)).save(path)
+    images = [str(path)] * 10
+    features = Features({"image": Image()})
+    ds = Dataset.from_dict({"image": images}, features=features)
+    ds = ds.with_format("jax")
+    assert ds[0]["image"].shape == (51, 52, 3)
+    assert_array(ds[0]["image"], np.full((51, 52, 3), 255), jnp.uint8)
+    assert ds[:2]["image"].shape == (2, 51, 52, 3)
+    assert ds[:2]["image"].dtype == jnp.uint8
+
+
+def test_audio_feature(tmp_path):
+    import soundfile
+
+    from jaxfeed import Audio
+
+    path = tmp_path / "audio.wav"
+    samples = (np.sin(np.arange(4410) / 10) * 0.1).astype(np.float32)
+    soundfile.write(path, samples, 44100, subtype="FLOAT")
+    audio = [str(path)] * 10
+    features = Features({"audio": Audio()})
+    ds = Dataset.from_dict({"audio": audio}, features=features)
+    ds = ds.with_format("jax")
+    assert_array(ds[0]["audio"]["array"], samples, jnp.float32)
+    assert_array(ds[0]["audio"]["sampling_rate"], 44100, jnp.int32)
+
+
+def test_load_dataset_ylecun_mnist_from_the_hub_cache(tmp_path, monkeypatch):
+    """`load_dataset("ylecun/mnist")`, served from a Hub cache written here (no network)."""
+    import io
+
+    import huggingface_hub.constants
+    import PIL.Image
+    import pytest
+
+    datasets = pytest.importorskip("datasets")
+    from jaxfeed import load_dataset
+
+    rng = np.random.default_rng(0)
+    snapshot = tmp_path / "datasets--ylecun--mnist" / "snapshots" / ("a" * 40)
+    (tmp_path / "datasets--ylecun--mnist" / "refs").mkdir(parents=True)
+    (tmp_path / "datasets--ylecun--mnist" / "refs" / "main").write_text("a" * 40)
+    (snapshot / "mnist").mkdir(parents=True)
+    hf_features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(i) for i in range(10)])}
+    )
+    for split, n in (("train", 8), ("test", 2)):
+        pngs = []
+        for a in rng.integers(0, 256, (n, 28, 28), dtype=np.uint8):
+            buffer = io.BytesIO()
+            PIL.Image.fromarray(a).save(buffer, format="PNG")
+            pngs.append({"bytes": buffer.getvalue(), "path": None})
+        hf = datasets.Dataset.from_dict({"image": pngs, "label": [5] * n}, features=hf_features)
+        hf.to_parquet(str(snapshot / "mnist" / f"{split}-00000-of-00001.parquet"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+    ds = load_dataset("ylecun/mnist", cache_dir=str(tmp_path))
+    ds = ds.with_format("jax")
+    row = ds["train"][0]
+    assert row["image"].shape == (28, 28) and row["image"].dtype == jnp.uint8
+    assert_array(row["label"], 5, jnp.int32)
+    for _epoch in range(2):
+        for batch in ds["train"].iter(batch_size=4):
+            x, y = batch["image"], batch["label"]
+            assert x.shape == (4, 28, 28) and y.shape == (4,)

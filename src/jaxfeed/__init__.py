@@ -22,6 +22,9 @@ from jaxfeed.features import (
     Sequence,
     Value,
 )
+from jaxfeed.io import load_dataset, load_from_disk
+from jaxfeed.iterable import IterableDataset
+from jaxfeed.ops import concatenate_datasets
 
 __version__ = "0.1.0"
 
@@ -38,8 +41,12 @@ __all__ = [
     "FeatureError",
     "Features",
     "Image",
+    "IterableDataset",
     "List",
     "Sequence",
     "Value",
     "__version__",
+    "concatenate_datasets",
+    "load_dataset",
+    "load_from_disk",
 ]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed import ops
 from jaxfeed.features import Features
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
@@ -38,6 +41,9 @@ class Dataset:
         self._table = table
         self._features = features
         self._reader = TableReader(table, features)
+        self._indices: np.ndarray | None = None  # row i reads table row _indices[i]
+        self._cache_dir: str | None = None  # set for datasets loaded from disk
+        self._source_files: set[str] = set()  # files in _cache_dir that this table maps
         self._format: dict[str, Any] = {
             "type": None,
             "format_kwargs": {},
@@ -160,7 +166,7 @@ class Dataset:
 
     @property
     def num_rows(self) -> int:
-        return self._table.num_rows
+        return self._table.num_rows if self._indices is None else len(self._indices)
 
     @property
     def num_columns(self) -> int:
@@ -262,9 +268,17 @@ class Dataset:
                 raise KeyError(
                     f"column {key!r} is not in the dataset; its columns are {self.column_names}"
                 )
-            return self._formatter.column(self._reader, slice(0, self.num_rows), key)
+            return self._formatter.column(
+                self._reader, self._table_rows(slice(0, self.num_rows)), key
+            )
         rows, single = normalize_rows(key, self.num_rows)
         return self._read(rows, single)
+
+    def _table_rows(self, rows: Any) -> Any:
+        """Map dataset rows (a slice or index array) to table rows through the index mapping."""
+        if self._indices is None:
+            return rows
+        return self._indices[rows]
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
         """Rows for a list of indices (the hook PyTorch's DataLoader uses)."""
@@ -272,6 +286,7 @@ class Dataset:
         return [{k: v[i] for k, v in batch.items()} for i in range(len(keys))]
 
     def _read(self, rows: Any, single: bool) -> Any:
+        rows = self._table_rows(rows)
         formatted, rest = self._split_columns()
         read = self._formatter.row if single else self._formatter.batch
         out = read(self._reader, rows, formatted)
@@ -309,14 +324,183 @@ class Dataset:
 
     def to_dict(self) -> dict[str, list]:
         """All columns as Python lists."""
-        return {c: self._reader.python(c, slice(0, self.num_rows)) for c in self.column_names}
+        rows = self._table_rows(slice(0, self.num_rows))
+        return {c: self._reader.python(c, rows) for c in self.column_names}
 
     def to_list(self) -> list[dict[str, Any]]:
         columns = self.to_dict()
         return [{c: columns[c][i] for c in columns} for i in range(self.num_rows)]
 
     def to_pandas(self) -> Any:
-        return self._table.to_pandas()
+        return self._reader.arrow(self._table_rows(slice(0, self.num_rows))).to_pandas()
+
+    def _derive(
+        self, table: pa.Table, features: Features | None = None, indices: np.ndarray | None = None
+    ) -> Dataset:
+        """A dataset over ``table`` (as is) that keeps this one's format and cache folder."""
+        out = Dataset._wrap(table, features if features is not None else self._features)
+        out._indices = indices
+        out._cache_dir = self._cache_dir
+        out._source_files = set(self._source_files)
+        fmt = self._format
+        columns = fmt["columns"]
+        if columns is not None:
+            columns = [c for c in columns if c in out.column_names] or None
+        out.set_format(fmt["type"], columns, fmt["output_all_columns"], **fmt["format_kwargs"])
+        return out
+
+    def _arrow_rows(self) -> pa.Table:
+        """The rows of this dataset as one table (the index mapping applied with one take)."""
+        return self._reader.arrow(self._table_rows(slice(0, self.num_rows)))
+
+    # ------------------------------------------------------------------------- operations
+    def select(self, indices: Any) -> Dataset:
+        """Rows at ``indices`` (an index mapping: nothing is copied).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"]
+        [12, 10]
+        """
+        return ops.select(self, indices)
+
+    def shuffle(
+        self, seed: int | None = None, generator: np.random.Generator | None = None
+    ) -> Dataset:
+        """Rows in a random order (an index mapping; reads gather in bulk).
+
+        >>> from jaxfeed import Dataset
+        >>> sorted(Dataset.from_dict({"x": [1, 2, 3]}).shuffle(seed=0)["x"])
+        [1, 2, 3]
+        """
+        return ops.shuffle(self, seed, generator)
+
+    def flatten_indices(self) -> Dataset:
+        """Materialise an index mapping (from select/shuffle/filter) into a contiguous table."""
+        return ops.flatten_indices(self)
+
+    def filter(
+        self,
+        function: Any,
+        with_indices: bool = False,
+        input_columns: str | Sequence[str] | None = None,
+        batched: bool = False,
+        batch_size: int | None = 1000,
+        fn_kwargs: dict | None = None,
+    ) -> Dataset:
+        """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
+        [2, 4]
+        """
+        return ops.filter(
+            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs
+        )
+
+    def map(
+        self,
+        function: Any = None,
+        with_indices: bool = False,
+        input_columns: str | Sequence[str] | None = None,
+        batched: bool = False,
+        batch_size: int | None = 1000,
+        remove_columns: str | Sequence[str] | None = None,
+        features: Features | None = None,
+        fn_kwargs: dict | None = None,
+    ) -> Dataset:
+        """Apply ``function`` to every row (or batch) and add or replace the columns it returns.
+
+        Batches are given in the dataset's format (numpy with ``with_format("numpy")``: vectorised).
+        On a dataset loaded from disk the result is written to an Arrow file in its folder.
+
+        >>> from jaxfeed import Dataset
+        >>> ds = Dataset.from_dict({"x": [1, 2, 3]}).with_format("numpy")
+        >>> ds.map(lambda b: {"y": b["x"] * 2}, batched=True)["y"].tolist()
+        [2, 4, 6]
+        """
+        return ops.map(
+            self,
+            function,
+            with_indices,
+            input_columns,
+            batched,
+            batch_size,
+            remove_columns,
+            features,
+            fn_kwargs,
+        )
+
+    def train_test_split(
+        self,
+        test_size: float | int | None = None,
+        train_size: float | int | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        stratify_by_column: str | None = None,
+    ) -> DatasetDict:
+        """Split into ``{"train", "test"}``; ``stratify_by_column`` keeps class proportions.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": list(range(10))}).train_test_split(test_size=0.2, seed=0).num_rows
+        {'train': 8, 'test': 2}
+        """
+        return ops.train_test_split(self, test_size, train_size, shuffle, seed, stratify_by_column)
+
+    def rename_column(self, original_column_name: str, new_column_name: str) -> Dataset:
+        return ops.rename_columns(self, {original_column_name: new_column_name})
+
+    def rename_columns(self, column_mapping: Mapping[str, str]) -> Dataset:
+        return ops.rename_columns(self, column_mapping)
+
+    def remove_columns(self, column_names: str | Sequence[str]) -> Dataset:
+        return ops.remove_columns(self, column_names)
+
+    def select_columns(self, column_names: str | Sequence[str]) -> Dataset:
+        return ops.select_columns(self, column_names)
+
+    def cast_column(self, column: str, feature: Any) -> Dataset:
+        """Convert one column to another feature (e.g. int -> float, strings -> ClassLabel).
+
+        >>> from jaxfeed import ClassLabel, Dataset
+        >>> ds = Dataset.from_dict({"y": ["cat", "dog"]})
+        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"]
+        [0, 1]
+        """
+        return ops.cast_column(self, column, feature)
+
+    def cast(self, features: Features) -> Dataset:
+        return ops.cast(self, features)
+
+    @classmethod
+    def from_generator(
+        cls, generator: Any, features: Features | None = None, gen_kwargs: dict | None = None
+    ) -> Dataset:
+        """Build a dataset from a function that yields row dicts (read in chunks of 1,000 rows).
+
+        >>> from jaxfeed import Dataset
+        >>> def rows():
+        ...     yield from ({"x": i} for i in range(3))
+        >>> Dataset.from_generator(rows)["x"]
+        [0, 1, 2]
+        """
+        return ops.from_generator(generator, features, gen_kwargs)
+
+    def save_to_disk(self, dataset_path: str | os.PathLike) -> None:
+        """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`)."""
+        from jaxfeed.io.disk import save_dataset
+
+        save_dataset(self, dataset_path)
+
+    def cleanup_cache_files(self) -> int:
+        """Delete ``map`` output files in this dataset's folder, except the one it reads; return how many."""
+        if self._cache_dir is None:
+            return 0
+        removed = 0
+        for f in Path(self._cache_dir).glob("cache-map-*.arrow*"):
+            if f.name not in self._source_files:
+                f.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
 
 def _length(values: Any, column: str) -> int:
@@ -417,6 +601,40 @@ class DatasetDict(dict):
     def reset_format(self) -> None:
         for split in self.values():
             split.reset_format()
+
+    def _each(self, method: str, *args: Any, **kwargs: Any) -> DatasetDict:
+        return DatasetDict({k: getattr(v, method)(*args, **kwargs) for k, v in self.items()})
+
+    def map(self, function: Any = None, **kwargs: Any) -> DatasetDict:
+        """Run :meth:`Dataset.map` on every split."""
+        return self._each("map", function, **kwargs)
+
+    def filter(self, function: Any, **kwargs: Any) -> DatasetDict:
+        return self._each("filter", function, **kwargs)
+
+    def shuffle(self, seed: int | None = None) -> DatasetDict:
+        return self._each("shuffle", seed)
+
+    def flatten_indices(self) -> DatasetDict:
+        return self._each("flatten_indices")
+
+    def rename_column(self, original_column_name: str, new_column_name: str) -> DatasetDict:
+        return self._each("rename_column", original_column_name, new_column_name)
+
+    def remove_columns(self, column_names: str | Sequence[str]) -> DatasetDict:
+        return self._each("remove_columns", column_names)
+
+    def select_columns(self, column_names: str | Sequence[str]) -> DatasetDict:
+        return self._each("select_columns", column_names)
+
+    def cast_column(self, column: str, feature: Any) -> DatasetDict:
+        return self._each("cast_column", column, feature)
+
+    def save_to_disk(self, dataset_dict_path: str | os.PathLike) -> None:
+        """Write every split under ``dataset_dict_path`` atomically."""
+        from jaxfeed.io.disk import save_dataset_dict
+
+        save_dataset_dict(self, dataset_dict_path)
 
     def __repr__(self) -> str:
         body = ",\n".join(f"    {k}: {v!r}".replace("\n", "\n    ") for k, v in self.items())

@@ -1,0 +1,105 @@
+"""Read Parquet, CSV, JSON / JSON Lines and Arrow files into Arrow tables.
+
+Parquet and Arrow files are memory-mapped; features stored in the schema metadata (as `datasets`
+writes them, e.g. ``Image`` and ``ClassLabel`` of a Hub dataset) are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+FORMATS = {
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
+}
+
+
+def file_format(path: str | Path) -> str | None:
+    """The reader for a file name: parquet, csv, json or arrow (None when unknown)."""
+    name = str(path).lower()
+    for suffix in (".gz", ".bz2", ".zst", ".lz4"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return FORMATS.get(Path(name).suffix)
+
+
+def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
+    """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read."""
+    path = Path(path)
+    fmt = fmt or file_format(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such data file: {path}")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path, memory_map=True)
+        if fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            delimiter = "\t" if ".tsv" in path.name.lower() else ","
+            return pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+        if fmt == "json":
+            return _read_json(path)
+        if fmt == "arrow":
+            source = pa.memory_map(str(path))
+            try:
+                return pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
+    raise ValueError(
+        f"cannot tell the format of {path}; expected one of {sorted(set(FORMATS))} (or pass the format "
+        "as load_dataset's path, e.g. load_dataset('csv', data_files=...))"
+    )
+
+
+def _read_json(path: Path) -> pa.Table:
+    with open(path, "rb") as f:
+        head = f.read(1024).lstrip()
+    if head.startswith(b"["):  # one JSON array of objects
+        return pa.Table.from_pylist(json.loads(path.read_text()))
+    if head.startswith(b"{") and path.suffix.lower() == ".json":
+        data = json.loads(path.read_text()) if _single_object(path) else None
+        if isinstance(data, dict):
+            field = next((k for k, v in data.items() if isinstance(v, list)), None)
+            if field is not None and all(isinstance(v, list) for v in data.values()):
+                return pa.table(data)  # {"col": [...], ...}
+    import pyarrow.json as pjson
+
+    return pjson.read_json(path)
+
+
+def _single_object(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+        return True
+    except ValueError:
+        return False  # JSON Lines
+
+
+def read_tables(paths: Sequence[str | Path], fmt: str | None = None) -> pa.Table:
+    """Several files of one split, concatenated (schemas must agree)."""
+    tables = [read_table(p, fmt) for p in paths]
+    if len(tables) == 1:
+        return tables[0]
+    first = tables[0].schema
+    for path, table in zip(paths[1:], tables[1:], strict=True):
+        if not table.schema.equals(first, check_metadata=False):
+            raise ValueError(f"{path} has schema {table.schema} but {paths[0]} has {first}")
+    return pa.concat_tables([t.replace_schema_metadata(first.metadata) for t in tables])

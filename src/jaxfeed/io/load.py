@@ -1,0 +1,283 @@
+"""``load_dataset``: one entry point for files, folders, the Hub and built-in datasets."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.features import Features
+from jaxfeed.io.builtin import BUILTIN, load_builtin
+from jaxfeed.io.files import file_format, read_tables
+from jaxfeed.io.folder import SPLIT_NAMES, load_folder
+
+PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
+DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
+
+
+def load_dataset(
+    path: str,
+    name: str | None = None,
+    split: str | None = None,
+    data_files: DataFiles | None = None,
+    data_dir: str | None = None,
+    features: Features | None = None,
+    streaming: bool = False,
+    cache_dir: str | None = None,
+    revision: str | None = None,
+    token: str | bool | None = None,
+) -> Any:
+    """Load a dataset: a ``DatasetDict`` of splits, or one ``Dataset`` when ``split`` is given.
+
+    ``path`` is a built-in name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"cifar10"``), a
+    format (``"parquet"``, ``"csv"``, ``"json"``, ``"arrow"`` with ``data_files``), ``"imagefolder"``
+    or ``"audiofolder"`` (with ``data_dir``), a local file or folder (Hub layout, or a folder
+    written by ``save_to_disk``), or a Hub repo id such as ``"ylecun/mnist"``. ``split`` may be
+    ``"train"``, ``"train+test"``, ``"train[:10%]"`` or ``"test[100:200]"``. With
+    ``streaming=True`` an :class:`IterableDataset` reads the files batch by batch.
+
+    >>> from jaxfeed import load_dataset
+    >>> ds = load_dataset("digits", split="train").with_format("jax")
+    >>> ds[0]["image"].shape, ds.features["label"].num_classes
+    ((8, 8), 10)
+    """
+    if path in BUILTIN:
+        splits: Any = load_builtin(path, name, data_dir)
+    elif path in ("imagefolder", "audiofolder"):
+        folder = data_dir or (data_files if isinstance(data_files, str) else None)
+        if folder is None:
+            raise ValueError(f"load_dataset({path!r}) needs data_dir= (the folder of files)")
+        splits = load_folder(path, folder, features)
+    else:
+        files, fmt = _resolve_files(path, name, data_files, data_dir, cache_dir, revision, token)
+        if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
+            splits = files if isinstance(files, DatasetDict) else {"train": files}
+        elif streaming:
+            from jaxfeed.iterable import IterableDataset
+
+            splits = {k: IterableDataset.from_files(v, fmt, features) for k, v in files.items()}
+            return _pick_split(splits, split, streaming=True)
+        else:
+            splits = {k: _from_table(read_tables(v, fmt)) for k, v in files.items()}
+    splits = DatasetDict(dict(splits))
+    if features is not None and path not in ("imagefolder", "audiofolder"):
+        splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
+    if streaming:
+        from jaxfeed.iterable import IterableDataset
+
+        return _pick_split(
+            {k: IterableDataset.from_dataset(v) for k, v in splits.items()}, split, streaming=True
+        )
+    return _pick_split(splits, split)
+
+
+def _from_table(table: Any) -> Dataset:
+    return Dataset(table)
+
+
+def _with_features(ds: Dataset, features: Features) -> Dataset:
+    if set(features) != set(ds.column_names):
+        raise ValueError(
+            f"features {list(features)} do not match the dataset's columns {ds.column_names}"
+        )
+    return ds.cast(features)
+
+
+SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s*(%?)\s*\])?\s*$")
+
+
+def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
+    if split is None:
+        if streaming:
+            from jaxfeed.iterable import IterableDatasetDict
+
+            return IterableDatasetDict(splits)
+        return DatasetDict(splits)
+    parts = []
+    for spec in split.split("+"):
+        m = SPLIT_SPEC.match(spec)
+        if m is None:
+            raise ValueError(
+                f"bad split {split!r}; expected e.g. 'train', 'train+test', 'train[:10%]' or 'test[5:50]'"
+            )
+        key = m.group(1)
+        if key not in splits:
+            raise ValueError(f"unknown split {key!r}; this dataset has {sorted(splits)}")
+        ds = splits[key]
+        if m.group(0).count("["):
+            if streaming:
+                raise ValueError(
+                    "split slices ('train[:10%]') are not supported with streaming=True"
+                )
+            ds = ds.select(range(*_bounds(m, ds.num_rows)))
+        parts.append(ds)
+    if len(parts) == 1:
+        return parts[0]
+    if streaming:
+        raise ValueError("split sums ('train+test') are not supported with streaming=True")
+    from jaxfeed.ops import concatenate_datasets
+
+    return concatenate_datasets(parts)
+
+
+def _bounds(m: re.Match, n: int) -> tuple[int, int]:
+    def value(text: str, percent: str, default: int) -> int:
+        if text in ("", "-"):
+            return default
+        v = int(text)
+        if percent:
+            v = round(v * n / 100)
+        return max(0, min(n, v if v >= 0 else n + v))
+
+    return value(m.group(2), m.group(3), 0), value(m.group(4), m.group(5), n)
+
+
+def _resolve_files(
+    path: str,
+    name: str | None,
+    data_files: DataFiles | None,
+    data_dir: str | None,
+    cache_dir: str | None,
+    revision: str | None,
+    token: str | bool | None,
+) -> tuple[Any, str | None]:
+    """``({split: [files]}, format)``, or a loaded dataset for a ``save_to_disk`` folder."""
+    if path in PACKAGED:
+        if data_files is None and data_dir is None:
+            raise ValueError(
+                f"load_dataset({path!r}) needs data_files= (a path, a list, or {{split: paths}})"
+            )
+        base = Path(data_dir) if data_dir else Path.cwd()
+        if data_files is None:
+            return _layout(base, None), PACKAGED[path]
+        return _expand(data_files, base), PACKAGED[path]
+    local = Path(path)
+    if local.is_file():
+        if data_files is not None:
+            raise ValueError("give either a file as path or data_files=, not both")
+        return {"train": [str(local)]}, file_format(local)
+    if local.is_dir():
+        return _local_folder(local, name, data_files, data_dir)
+    from jaxfeed.io.hub import download, looks_like_repo_id
+
+    if looks_like_repo_id(path):
+        return _local_folder(download(path, revision, cache_dir, token), name, data_files, data_dir)
+    raise FileNotFoundError(
+        f"cannot find dataset {path!r}: not a built-in name ({', '.join(BUILTIN)}), a format "
+        f"({', '.join(PACKAGED)}), imagefolder/audiofolder, an existing file or folder, or a Hub repo id"
+    )
+
+
+def _local_folder(
+    folder: Path, name: str | None, data_files: DataFiles | None, data_dir: str | None
+) -> tuple[Any, str | None]:
+    from jaxfeed.io.disk import load_from_disk
+
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        return load_from_disk(folder), None
+    base = folder / data_dir if data_dir else folder
+    if data_files is not None:
+        return _expand(data_files, base), None
+    configs = _readme_configs(folder)
+    if configs:
+        chosen = _choose_config(configs, name)
+        return _expand(chosen["data_files"], folder), None
+    if name and (folder / name).is_dir():
+        base = folder / name
+    return _layout(base, folder), None
+
+
+def _readme_configs(folder: Path) -> list[dict]:
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return []
+    text = readme.read_text(errors="replace")
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
+    if not m:
+        return []
+    import yaml
+
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{readme}: cannot parse its YAML header: {err}") from err
+    configs = meta.get("configs") or []
+    out = []
+    for config in configs:
+        files = config.get("data_files")
+        if files is None:
+            continue
+        if isinstance(files, list) and files and isinstance(files[0], dict):
+            files = {entry["split"]: entry["path"] for entry in files}
+        out.append(
+            {
+                "config_name": config.get("config_name", "default"),
+                "default": config.get("default", False),
+                "data_files": files,
+            }
+        )
+    return out
+
+
+def _choose_config(configs: list[dict], name: str | None) -> dict:
+    if name is None:
+        defaults = [c for c in configs if c["default"]] or [
+            c for c in configs if c["config_name"] == "default"
+        ]
+        return defaults[0] if defaults else configs[0]
+    for config in configs:
+        if config["config_name"] == name:
+            return config
+    raise ValueError(
+        f"unknown config {name!r}; this dataset has {[c['config_name'] for c in configs]}"
+    )
+
+
+def _expand(data_files: DataFiles, base: Path) -> dict[str, list[str]]:
+    if isinstance(data_files, str | os.PathLike):
+        data_files = {"train": [data_files]}
+    elif not isinstance(data_files, Mapping):
+        data_files = {"train": list(data_files)}
+    out = {}
+    for split, patterns in data_files.items():
+        patterns = [patterns] if isinstance(patterns, str | os.PathLike) else list(patterns)
+        files: list[str] = []
+        for pattern in patterns:
+            full = Path(pattern) if Path(pattern).is_absolute() else base / pattern
+            matches = sorted(glob.glob(str(full), recursive=True))
+            if not matches:
+                raise FileNotFoundError(
+                    f"data_files for split {split!r}: nothing matches {str(full)!r}"
+                )
+            files += [m for m in matches if Path(m).is_file()]
+        out[str(split)] = files
+    return out
+
+
+SPLIT_IN_NAME = re.compile(
+    r"(?:^|[-._/ ])(train|training|test|testing|eval|validation|valid|val|dev)(?:$|[-._/ 0-9])"
+)
+_ALIASES = {"training": "train", "testing": "test", "eval": "validation", **SPLIT_NAMES}
+
+
+def _layout(base: Path, root: Path | None) -> dict[str, list[str]]:
+    """Assign a folder's data files to splits by the split names in their paths, as the Hub does."""
+    if not base.is_dir():
+        raise FileNotFoundError(f"data_dir {str(base)!r} is not a folder")
+    files = sorted(
+        p for p in base.rglob("*")
+        if p.is_file() and file_format(p) and not any(part.startswith(".") for part in p.relative_to(base).parts)
+    )  # fmt: skip
+    if not files:
+        raise FileNotFoundError(f"no Parquet, CSV, JSON or Arrow files under {base}")
+    splits: dict[str, list[str]] = {}
+    for f in files:
+        rel = str(f.relative_to(base)).lower()
+        m = SPLIT_IN_NAME.search(rel)
+        key = _ALIASES.get(m.group(1), m.group(1)) if m else "train"
+        splits.setdefault(key, []).append(str(f))
+    return splits
