@@ -24,6 +24,7 @@ from jaxfeed.features import (
 )
 from jaxfeed.io import load_dataset, load_from_disk
 from jaxfeed.iterable import IterableDataset
+from jaxfeed.loader import DataLoader
 from jaxfeed.ops import concatenate_datasets
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "Array5D",
     "Audio",
     "ClassLabel",
+    "DataLoader",
     "Dataset",
     "DatasetDict",
     "DecodeError",

@@ -161,3 +161,72 @@ def _put_one(x: np.ndarray, placement: Placement, fast: Any) -> jax.Array:
         return put(aval, SingleDeviceSharding(placement), [x], [placement], True)
     devices, indices = _shard_indices(placement, x.shape)
     return put(aval, placement, [x[i] for i in indices], devices, True)
+
+
+def check_divisible(rows: int, placement: Placement) -> None:
+    """Raise ``ValueError`` when a batch of ``rows`` cannot be split over ``placement``'s devices."""
+    divisor = batch_divisor(placement)
+    if divisor > 1 and rows % divisor:
+        raise ValueError(
+            f"a batch of {rows} rows cannot be split evenly over the {divisor} devices of the "
+            f"sharding; use a batch size divisible by {divisor} (or drop the last batch)"
+        )
+
+
+class _Slot:
+    """Marks where a device array goes back into the output tree."""
+
+
+_SLOT = _Slot()
+
+
+def put_tree(tree: dict[str, Any], placement: Placement, batched: bool) -> dict[str, Any]:
+    """Move every numpy leaf of a batch dict to ``placement`` in one transfer call.
+
+    Top-level arrays are split along their first (batch) axis when ``batched`` and the placement
+    is a sharding; nested leaves (ragged rows, dict values) are replicated. Strings, bytes and None
+    stay as they are. In multi-process JAX, a sharding spanning other processes' devices takes this
+    process's rows and assembles global arrays with ``jax.make_array_from_process_local_data``.
+    """
+    leaves: list[np.ndarray] = []
+    where: list[Any] = []
+    flat = replicated(placement)
+    split = placement if batched else flat
+    out = {
+        k: _collect(v, leaves, where, split if isinstance(v, np.ndarray) else flat)
+        for k, v in tree.items()
+    }
+    if not leaves:
+        return out
+    if all(isinstance(w, jax.Device) or w.is_fully_addressable for w in where):
+        placed = device_put(leaves, where)
+    else:
+        placed = [
+            jax.make_array_from_process_local_data(w, x)
+            if not w.is_fully_addressable
+            else jax.device_put(x, w)
+            for x, w in zip(leaves, where, strict=True)
+        ]
+    return _fill(out, iter(placed))
+
+
+def _collect(value: Any, leaves: list, where: list, placement: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        leaves.append(value)
+        where.append(placement)
+        return _SLOT
+    if isinstance(value, list):
+        return [_collect(v, leaves, where, placement) for v in value]
+    if isinstance(value, dict):
+        return {k: _collect(v, leaves, where, placement) for k, v in value.items()}
+    return value
+
+
+def _fill(value: Any, placed: Any) -> Any:
+    if value is _SLOT:
+        return next(placed)
+    if isinstance(value, list):
+        return [_fill(v, placed) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, placed) for k, v in value.items()}
+    return value

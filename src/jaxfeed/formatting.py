@@ -116,72 +116,20 @@ class JaxFormatter(Formatter):
         batched: bool,
         native: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
-        """Cast numeric leaves on the host, then move them with one ``jax.device_put``."""
-        import jax
-
-        from jaxfeed.devices import batch_divisor, device_put, replicated
+        """Cast numeric leaves on the host, then move them with one transfer call."""
+        from jaxfeed.devices import check_divisible, put_tree
 
         def row_of(position: int) -> int:
             return rows.start + position if isinstance(rows, slice) else int(rows[position])
 
-        leaves: list[np.ndarray] = []
-        where: list[Any] = []
-        flat = replicated(self.placement)
-        split = self.placement if batched else flat
-        out: dict[str, Any] = {}
-        for column, value in decoded.items():
-            host = to_host(value, column, row_of, self.dtype, keep_ints=column in native)
-            top_level_array = isinstance(host, np.ndarray)
-            out[column] = _collect(host, leaves, where, split if top_level_array else flat)
-        if not leaves:
-            return out
-        divisor = batch_divisor(self.placement)
-        if batched and divisor > 1:
-            n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
-            if n % divisor:
-                raise ValueError(
-                    f"a batch of {n} rows cannot be split evenly over the {divisor} devices of the "
-                    f"sharding; use a batch size divisible by {divisor} (or drop_last_batch=True)"
-                )
-        if all(w.is_fully_addressable for w in where if not isinstance(w, jax.Device)):
-            placed = device_put(leaves, where)
-        else:
-            placed = [
-                jax.make_array_from_process_local_data(w, x)
-                if not w.is_fully_addressable
-                else jax.device_put(x, w)
-                for x, w in zip(leaves, where, strict=True)
-            ]
-        return _fill(out, iter(placed))
-
-
-class _Slot:
-    """Marks where a device array goes back into the output tree."""
-
-
-_SLOT = _Slot()
-
-
-def _collect(value: Any, leaves: list, where: list, placement: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        leaves.append(value)
-        where.append(placement)
-        return _SLOT
-    if isinstance(value, list):
-        return [_collect(v, leaves, where, placement) for v in value]
-    if isinstance(value, dict):
-        return {k: _collect(v, leaves, where, placement) for k, v in value.items()}
-    return value
-
-
-def _fill(value: Any, placed: Any) -> Any:
-    if value is _SLOT:
-        return next(placed)
-    if isinstance(value, list):
-        return [_fill(v, placed) for v in value]
-    if isinstance(value, dict):
-        return {k: _fill(v, placed) for k, v in value.items()}
-    return value
+        host = {
+            c: to_host(v, c, row_of, self.dtype, keep_ints=c in native) for c, v in decoded.items()
+        }
+        if batched:
+            check_divisible(
+                rows.stop - rows.start if isinstance(rows, slice) else len(rows), self.placement
+            )
+        return put_tree(host, self.placement, batched)
 
 
 def jax_int_dtype() -> np.dtype:

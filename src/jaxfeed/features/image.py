@@ -78,11 +78,15 @@ class Image(MediaFeature):
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:
         if not self.decode:
             return self.to_python(array)
-        arrays = [
-            None if image is None else pil_to_array(image)
-            for image in (self.decode_at(s, i) for i, s in enumerate(self.iter_stored(array)))
-        ]
-        return _stack_if_same(arrays)
+        return _stack_if_same(
+            [self.decode_value(s, i) for i, s in enumerate(self.iter_stored(array))]
+        )
+
+    def decode_value(
+        self, stored: tuple[bytes | None, str | None] | None, row: int
+    ) -> np.ndarray | None:
+        image = self.decode_at(stored, row)
+        return None if image is None else pil_to_array(image)
 
     @property
     def keeps_dtype(self) -> bool:

@@ -131,6 +131,10 @@ class MediaFeature(Feature):
         except Exception as err:
             raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
 
+    def decode_value(self, stored: tuple[bytes | None, str | None] | None, row: int) -> Any:
+        """One stored value decoded for the numpy and jax formats."""
+        return self.decode_at(stored, row)
+
     def to_python(self, array: pa.Array) -> list:
         if not self.decode:
             return unwrap_storage(array).to_pylist()
