@@ -18,7 +18,6 @@ One batch is built in stages, in a background thread so the training step never 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import hashlib
 import inspect
 import itertools
@@ -412,8 +411,10 @@ class DataLoader:
             self._workers = None
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self.close()
+        except Exception:  # noqa: BLE001, SIM105 - also runs at interpreter shutdown
+            pass
 
     def __enter__(self) -> DataLoader:
         return self
@@ -627,5 +628,7 @@ class _EpochIterator:
             self.loader._workers = None
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self.close()
+        except Exception:  # noqa: BLE001, SIM105 - also runs at interpreter shutdown
+            pass
