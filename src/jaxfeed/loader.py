@@ -411,9 +411,9 @@ class DataLoader:
             self._workers = None
 
     def __del__(self) -> None:
-        try:
+        try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
             self.close()
-        except Exception:  # noqa: BLE001, SIM105 - also runs at interpreter shutdown
+        except Exception:
             pass
 
     def __enter__(self) -> DataLoader:
@@ -628,7 +628,7 @@ class _EpochIterator:
             self.loader._workers = None
 
     def __del__(self) -> None:
-        try:
+        try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
             self.close()
-        except Exception:  # noqa: BLE001, SIM105 - also runs at interpreter shutdown
+        except Exception:
             pass
