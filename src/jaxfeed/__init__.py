@@ -26,6 +26,7 @@ from jaxfeed.io import load_dataset, load_from_disk
 from jaxfeed.iterable import IterableDataset
 from jaxfeed.loader import DataLoader
 from jaxfeed.ops import concatenate_datasets
+from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 __version__ = "0.1.0"
 
@@ -40,15 +41,19 @@ __all__ = [
     "Dataset",
     "DatasetDict",
     "DecodeError",
+    "EarlyStopping",
     "FeatureError",
     "Features",
+    "History",
     "Image",
     "IterableDataset",
     "List",
     "Sequence",
+    "Trainer",
     "Value",
     "__version__",
     "concatenate_datasets",
     "load_dataset",
     "load_from_disk",
+    "plot_history",
 ]

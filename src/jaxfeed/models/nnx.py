@@ -1,0 +1,106 @@
+"""Flax NNX models."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxfeed.models.pool import max_pool_2x2
+
+
+def _as_image(x: jax.Array, channels: int) -> jax.Array:
+    """Add the channel axis to ``(B, H, W)`` inputs of single-channel models."""
+    if x.ndim == 3 and channels == 1:
+        x = x[..., None]
+    return x
+
+
+class CNN(nnx.Module):
+    """The article's image classifier: two conv + ReLU + BatchNorm + 2x2 max-pool blocks, a
+    128-unit dense layer with dropout, and a class layer, for any input size.
+
+    BatchNorm momentum is 0.9 (PyTorch's default 0.1, in Flax's convention), so the PyTorch twin in
+    ``benchmarks/`` trains the same way. Dropout takes its key at call time (``rngs=``); call
+    ``model.eval()`` for inference and ``model.train()`` to train.
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> model = CNN(10, input_shape=(8, 8, 1), rngs=nnx.Rngs(0))
+    >>> model.eval()
+    >>> model(jnp.zeros((2, 8, 8))).shape
+    (2, 10)
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int] = (28, 28, 1),
+        dropout_rate: float = 0.5,
+        *,
+        rngs: nnx.Rngs,
+        momentum: float = 0.9,
+    ) -> None:
+        if len(input_shape) == 2:
+            input_shape = (*input_shape, 1)
+        h, w, c = (int(d) for d in input_shape)
+        if h < 4 or w < 4:
+            raise ValueError(
+                f"CNN needs inputs of at least 4x4 (two 2x2 poolings), got {input_shape}"
+            )
+        self.num_classes = num_classes
+        self.input_shape = (h, w, c)
+        self.dropout_rate = dropout_rate
+        self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs)
+        self.bn1 = nnx.BatchNorm(32, momentum=momentum, use_running_average=False, rngs=rngs)
+        self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs)
+        self.bn2 = nnx.BatchNorm(64, momentum=momentum, use_running_average=False, rngs=rngs)
+        self.linear1 = nnx.Linear((h // 2 // 2) * (w // 2 // 2) * 64, 128, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
+        self.linear2 = nnx.Linear(128, num_classes, rngs=rngs)
+
+    def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        x = _as_image(x, self.input_shape[2])
+        x = max_pool_2x2(self.bn1(nnx.relu(self.conv1(x))))
+        x = max_pool_2x2(self.bn2(nnx.relu(self.conv2(x))))
+        x = x.reshape((x.shape[0], -1))
+        x = self.dropout(nnx.relu(self.linear1(x)), rngs=rngs)
+        return self.linear2(x)
+
+
+class MLP(nnx.Module):
+    """A multi-layer perceptron on flattened inputs: ``hidden`` ReLU layers, then the class layer.
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> MLP(10, input_shape=(8, 8), hidden=(32,), rngs=nnx.Rngs(0))(jnp.zeros((3, 8, 8))).shape
+    (3, 10)
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        input_shape: Sequence[int],
+        hidden: Sequence[int] = (256, 128),
+        dropout_rate: float = 0.0,
+        *,
+        rngs: nnx.Rngs,
+    ) -> None:
+        size = 1
+        for d in input_shape:
+            size *= int(d)
+        self.num_classes = num_classes
+        self.input_shape = tuple(int(d) for d in input_shape)
+        widths = [size, *hidden]
+        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(widths)])
+        self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
+        self.head = nnx.Linear(widths[-1], num_classes, rngs=rngs)
+
+    def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        x = jnp.reshape(x, (x.shape[0], -1))
+        for layer in self.layers:
+            x = self.dropout(nnx.relu(layer(x)), rngs=rngs)
+        return self.head(x)

@@ -1,0 +1,17 @@
+"""Training Flax models on jaxfeed loaders: `Trainer`, callbacks, history and plots."""
+
+from jaxfeed.train.callbacks import Callback, EarlyStopping
+from jaxfeed.train.history import History, plot_history
+from jaxfeed.train.steps import cross_entropy
+from jaxfeed.train.trainer import NonFiniteLossError, Trainer, scale_images
+
+__all__ = [
+    "Callback",
+    "EarlyStopping",
+    "History",
+    "NonFiniteLossError",
+    "Trainer",
+    "cross_entropy",
+    "plot_history",
+    "scale_images",
+]

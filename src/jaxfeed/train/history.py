@@ -1,0 +1,131 @@
+"""`History` of a run (one dict per epoch), its files, and `plot_history`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+COLUMNS = [
+    "epoch",
+    "train_loss",
+    "train_accuracy",
+    "eval_loss",
+    "eval_accuracy",
+    "seconds",
+    "rows_per_second",
+]
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``path`` through a temporary file and a rename: readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class History(list):
+    """Per-epoch metrics: ``epoch``, ``train_loss``, ``train_accuracy``, ``eval_loss``,
+    ``eval_accuracy``, ``seconds``, ``rows_per_second`` (eval keys only with an eval loader).
+
+    >>> h = History([{"epoch": 1, "eval_accuracy": 0.5}, {"epoch": 2, "eval_accuracy": 0.7}])
+    >>> h.best("eval_accuracy")["epoch"]
+    2
+    """
+
+    def best(self, metric: str = "eval_accuracy", mode: str | None = None) -> dict[str, Any] | None:
+        """The epoch with the best ``metric`` (max for accuracy, min for loss, unless ``mode``)."""
+        rows = [
+            r for r in self if isinstance(r.get(metric), int | float) and not math.isnan(r[metric])
+        ]
+        if not rows:
+            return None
+        mode = mode or ("min" if "loss" in metric else "max")
+        return (min if mode == "min" else max)(rows, key=lambda r: r[metric])
+
+    def column(self, key: str) -> list[Any]:
+        return [r.get(key) for r in self]
+
+    def to_jsonl(self) -> str:
+        return "".join(json.dumps(r) + "\n" for r in self)
+
+    def to_csv(self) -> str:
+        keys = [k for k in COLUMNS if any(k in r for r in self)] + sorted(
+            {k for r in self for k in r} - set(COLUMNS)
+        )
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self)
+        return buffer.getvalue()
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        """Write ``metrics.jsonl`` and ``history.csv`` into ``out_dir`` (atomically)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "metrics.jsonl", self.to_jsonl())
+        atomic_write(out / "history.csv", self.to_csv())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> History:
+        """Read a ``metrics.jsonl`` file (or the folder holding one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "metrics.jsonl"
+        return cls(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+def plot_history(
+    history: list[dict[str, Any]], path: str | os.PathLike, title: str | None = None
+) -> Path:
+    """Write a PNG with two panels, loss and accuracy per epoch, train against eval.
+
+    >>> import tempfile, os
+    >>> h = [{"epoch": 1, "train_loss": 1.0, "eval_loss": 1.2, "train_accuracy": 0.5, "eval_accuracy": 0.4}]
+    >>> out = plot_history(h, os.path.join(tempfile.mkdtemp(), "curves.png"))
+    >>> out.stat().st_size > 10_000
+    True
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in history]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, metric, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
+        for split, style in (("train", "-o"), ("eval", "-s")):
+            values = [r.get(f"{split}_{metric}") for r in history]
+            if any(v is not None for v in values):
+                ax.plot(
+                    epochs,
+                    [math.nan if v is None else v for v in values],
+                    style,
+                    markersize=3,
+                    label=split,
+                )
+        ax.set_title(f"{label} per epoch")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        if epochs:
+            ax.set_xlim(min(epochs) - 0.2, max(epochs) + 0.2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(path, buffer.getvalue())
+    return path
