@@ -40,14 +40,8 @@ def test_cnn_learns_digits_and_compiles_once(digits, capsys):
     history = trainer.fit(train, test, epochs=5)
     assert history[-1]["eval_accuracy"] >= 0.95
     assert set(history[0]) == {
-        "epoch",
-        "train_loss",
-        "train_accuracy",
-        "eval_loss",
-        "eval_accuracy",
-        "seconds",
-        "rows_per_second",
-    }
+        "epoch", "train_loss", "train_accuracy", "eval_loss", "eval_accuracy", "seconds", "rows_per_second", "data_wait"
+    }  # fmt: skip
     assert trainer.core.train_step._cache_size() == 1  # the short last batch (1437 % 64) is padded
     assert trainer.core.eval_step._cache_size() == 1
     out = capsys.readouterr().out  # not a terminal: one line per epoch

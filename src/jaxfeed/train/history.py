@@ -18,6 +18,7 @@ COLUMNS = [
     "eval_accuracy",
     "seconds",
     "rows_per_second",
+    "data_wait",
 ]
 
 
@@ -34,7 +35,8 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
 
 class History(list):
     """Per-epoch metrics: ``epoch``, ``train_loss``, ``train_accuracy``, ``eval_loss``,
-    ``eval_accuracy``, ``seconds``, ``rows_per_second`` (eval keys only with an eval loader).
+    ``eval_accuracy``, ``seconds``, ``rows_per_second`` and ``data_wait`` (the share of the
+    epoch spent waiting for the loader); eval keys only with an eval loader.
 
     >>> h = History([{"epoch": 1, "eval_accuracy": 0.5}, {"epoch": 2, "eval_accuracy": 0.7}])
     >>> h.best("eval_accuracy")["epoch"]

@@ -58,7 +58,7 @@ class Trainer:
     >>> trainer = Trainer(model, optax.adamw(1e-3), preprocess=scale_images, verbose=0)
     >>> history = trainer.fit(DataLoader(digits["train"], 64, shuffle=True), epochs=1)
     >>> sorted(history[0])
-    ['epoch', 'rows_per_second', 'seconds', 'train_accuracy', 'train_loss']
+    ['data_wait', 'epoch', 'rows_per_second', 'seconds', 'train_accuracy', 'train_loss']
     """
 
     def __init__(
@@ -244,7 +244,14 @@ class Trainer:
         bar = self._progress(loader, epoch, epochs)
         last_report, rows = start, 0
         first_step = self.step
-        for batch in loader:
+        waited = 0.0
+        iterator = iter(loader)
+        while True:
+            before = time.perf_counter()
+            batch = next(iterator, None)
+            waited += time.perf_counter() - before
+            if batch is None:
+                break
             arrays, n = self._full(batch, "train")
             if sums is None:
                 sums = self._sums()
@@ -278,7 +285,15 @@ class Trainer:
         logs = {"epoch": epoch, "train_loss": host["loss"]}
         if "accuracy" in self.metrics:
             logs["train_accuracy"] = host["accuracy"]
-        logs.update({"seconds": round(seconds, 4), "rows_per_second": round(rows / seconds, 1)})
+        logs.update(
+            {
+                "seconds": round(seconds, 4),
+                "rows_per_second": round(rows / seconds, 1),
+                "data_wait": round(
+                    waited / seconds, 4
+                ),  # share of the epoch spent waiting for batches
+            }
+        )
         return logs
 
     def _check(self, sums: dict[str, jax.Array], epoch: int, first_step: int) -> dict[str, float]:
