@@ -54,6 +54,7 @@ class CNN(nnx.Module):
         self.num_classes = num_classes
         self.input_shape = (h, w, c)
         self.dropout_rate = dropout_rate
+        self.momentum = momentum
         self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs)
         self.bn1 = nnx.BatchNorm(32, momentum=momentum, use_running_average=False, rngs=rngs)
         self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs)
@@ -61,6 +62,15 @@ class CNN(nnx.Module):
         self.linear1 = nnx.Linear((h // 2 // 2) * (w // 2 // 2) * 64, 128, rngs=rngs)
         self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
         self.linear2 = nnx.Linear(128, num_classes, rngs=rngs)
+
+    def config(self) -> dict:
+        """Constructor arguments (without ``rngs``), for export."""
+        return {
+            "num_classes": self.num_classes,
+            "input_shape": list(self.input_shape),
+            "dropout_rate": self.dropout_rate,
+            "momentum": self.momentum,
+        }
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         x = _as_image(x, self.input_shape[2])
@@ -94,10 +104,21 @@ class MLP(nnx.Module):
             size *= int(d)
         self.num_classes = num_classes
         self.input_shape = tuple(int(d) for d in input_shape)
+        self.hidden = tuple(int(h) for h in hidden)
+        self.dropout_rate = dropout_rate
         widths = [size, *hidden]
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(widths)])
         self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
         self.head = nnx.Linear(widths[-1], num_classes, rngs=rngs)
+
+    def config(self) -> dict:
+        """Constructor arguments (without ``rngs``), for export."""
+        return {
+            "num_classes": self.num_classes,
+            "input_shape": list(self.input_shape),
+            "hidden": list(self.hidden),
+            "dropout_rate": self.dropout_rate,
+        }
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         x = jnp.reshape(x, (x.shape[0], -1))

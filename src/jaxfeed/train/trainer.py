@@ -205,10 +205,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ fit
     def fit(
-        self, train_loader: Iterable, eval_loader: Iterable | None = None, epochs: int = 1
+        self,
+        train_loader: Iterable,
+        eval_loader: Iterable | None = None,
+        epochs: int = 1,
+        *,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+        checkpoint_options: dict[str, Any] | None = None,
     ) -> History:
         """Train for ``epochs`` epochs in total (counting earlier ``fit`` calls), evaluating after each.
 
+        With ``checkpoint_dir`` a checkpoint is saved after every epoch (see
+        :class:`jaxfeed.checkpoint.CheckpointManager`; ``checkpoint_options`` are its arguments);
+        with ``resume=True`` training continues from the latest one there (same epoch, next batch,
+        RNG and optimizer state) up to ``epochs`` in total, or starts fresh when there is none.
         Returns the :class:`History`; with ``out_dir`` also writes ``metrics.jsonl``,
         ``history.csv`` and ``curves.png``.
         """
@@ -216,7 +227,31 @@ class Trainer:
             raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
         if self.out_dir is not None:
             _check_writable(self.out_dir)
+        manager = None
+        if checkpoint_dir is not None:
+            from jaxfeed.checkpoint import CheckpointManager
+
+            manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
+            if resume and manager.latest_step is not None:
+                self.restore_checkpoint(manager, "latest", train_loader)
+        elif resume:
+            raise ValueError("resume=True needs checkpoint_dir=")
         self.stop_training = False
+        try:
+            self._fit_epochs(train_loader, eval_loader, epochs, manager)
+        finally:
+            if manager is not None:
+                manager.close()
+        self.core.write_back()
+        for cb in self.callbacks:
+            cb.on_fit_end(self)
+        if self.out_dir is not None and self.history:
+            plot_history(self.history, self.out_dir / "curves.png")
+        return self.history
+
+    def _fit_epochs(
+        self, train_loader: Iterable, eval_loader: Iterable | None, epochs: int, manager: Any
+    ) -> None:
         for cb in self.callbacks:
             cb.on_fit_start(self)
         while self.epoch < epochs and not self.stop_training:
@@ -231,12 +266,55 @@ class Trainer:
                 cb.on_epoch_end(self, logs)
             if self.out_dir is not None:
                 self.history.save(self.out_dir)
+            if manager is not None and self.epoch % manager.save_every_epochs == 0:
+                self.save_checkpoint(manager, train_loader, logs)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_state(self) -> Any:
+        if isinstance(self.core, LinenCore):
+            return self.core.state
+        from jaxfeed.checkpoint import nnx_pure_state
+
         self.core.write_back()
-        for cb in self.callbacks:
-            cb.on_fit_end(self)
-        if self.out_dir is not None and self.history:
-            plot_history(self.history, self.out_dir / "curves.png")
-        return self.history
+        return nnx_pure_state(self.core.model, self.core.optimizer)
+
+    def save_checkpoint(
+        self, manager: Any, loader: Any = None, metrics: dict[str, Any] | None = None
+    ) -> None:
+        """Save the model, optimizer, step, epoch, history and ``loader``'s position as step ``self.step``."""
+        meta = {
+            "epoch": self.epoch,
+            "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
+            "history": list(self.history),
+            "config": {
+                "model": type(self.model).__name__,
+                "api": "linen" if isinstance(self.core, LinenCore) else "nnx",
+                "seed": self.seed,
+                "inputs": self.inputs,
+                "targets": self.targets,
+            },
+        }
+        manager.save(self.step, self._checkpoint_state(), metrics=metrics or {}, meta=meta)
+
+    def restore_checkpoint(
+        self, manager: Any, step: int | str | None = "latest", loader: Any = None
+    ) -> dict[str, Any]:
+        """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata."""
+        if isinstance(self.core, LinenCore):
+            restored = manager.restore(step, state=self.core.state)
+            self.core.state = restored["state"]
+        else:
+            from flax import nnx
+
+            restored = manager.restore(step, model=self.core.model, optimizer=self.core.optimizer)
+            self.core.graphdef, self.core.state = nnx.split((self.core.model, self.core.optimizer))
+        meta = restored["meta"]
+        self.step, self.epoch = int(meta["step"]), int(meta["epoch"])
+        self.history = History(meta.get("history", []))
+        self._placed = False
+        if loader is not None and meta.get("loader") and hasattr(loader, "load_state_dict"):
+            loader.load_state_dict(meta["loader"])
+        return meta
 
     def _train_epoch(self, loader: Iterable, epoch: int, epochs: int) -> dict[str, Any]:
         start = time.perf_counter()

@@ -1,0 +1,494 @@
+"""Checkpoints that restore anywhere, built on Orbax; and a safetensors export for inference.
+
+A checkpoint step holds two Orbax items:
+
+* ``state``: the arrays (model parameters, BatchNorm statistics, RNG keys stored as raw key data,
+  optimizer state), saved with ``StandardSave`` (tensorstore, no pickle);
+* ``meta``: JSON: step, epoch, the loader's ``state_dict()``, the epoch's metrics, the history,
+  the run configuration and which leaves are PRNG keys.
+
+Restoring reads into the shapes and shardings of freshly built objects on the current devices,
+whatever devices or sharding the checkpoint was saved from. Orbax writes each step into a
+temporary folder and renames it when complete, so a process killed mid-save leaves the previous
+steps restorable; the half-written folder is removed when the next manager opens the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FORMAT = "jaxfeed-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, foreign, or does not fit the objects it is restored into."""
+
+
+# ---------------------------------------------------------------------------------- pytrees
+def _key_paths(tree: Any) -> list[str]:
+    """Paths of the typed PRNG-key leaves of ``tree``."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array | jax.ShapeDtypeStruct) and jnp.issubdtype(
+            leaf.dtype, jax.dtypes.prng_key
+        ):
+            out.append(jax.tree_util.keystr(path))
+    return out
+
+
+def _keys_to_data(tree: Any) -> Any:
+    """Typed keys (``key<fry>``), which Orbax cannot store, as their uint32 key data."""
+
+    def convert(leaf: Any) -> Any:
+        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(leaf)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and jnp.issubdtype(
+            leaf.dtype, jax.dtypes.prng_key
+        ):
+            data = jax.eval_shape(jax.random.key_data, leaf)
+            return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=leaf.sharding)
+        return leaf
+
+    return jax.tree.map(convert, tree)
+
+
+def _data_to_keys(tree: Any, like: Any) -> Any:
+    """Wrap key data back into typed keys wherever ``like`` holds typed keys."""
+
+    def convert(data: Any, ref: Any) -> Any:
+        if isinstance(ref, jax.Array) and jnp.issubdtype(ref.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(ref))
+        return data
+
+    return jax.tree.map(convert, tree, like)
+
+
+def _abstract(tree: Any) -> Any:
+    """Shapes, dtypes and shardings of ``tree``'s arrays: where restored arrays go."""
+
+    def spec(x: Any) -> Any:
+        if isinstance(x, jax.Array):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        if isinstance(x, np.ndarray | np.generic):
+            return jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
+        return x
+
+    return jax.tree.map(spec, tree)
+
+
+def _flat_shapes(tree: Any) -> dict[str, tuple]:
+    return {
+        jax.tree_util.keystr(p): (
+            tuple(getattr(x, "shape", ())),
+            str(getattr(x, "dtype", type(x).__name__)),
+        )
+        for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def _first_difference(saved: dict[str, tuple], wanted: dict[str, tuple]) -> str | None:
+    for path in sorted(wanted):
+        if path not in saved:
+            return f"{path} is not in the checkpoint"
+        if tuple(saved[path][0]) != tuple(wanted[path][0]):
+            return f"{path} has shape {tuple(saved[path][0])} in the checkpoint but {tuple(wanted[path][0])} here"
+    extra = sorted(set(saved) - set(wanted))
+    if extra:
+        return f"the checkpoint has {extra[0]}, which the model here does not"
+    return None
+
+
+# ---------------------------------------------------------------------------------- manager
+class CheckpointManager:
+    """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
+    ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
+
+    >>> import tempfile, jax.numpy as jnp
+    >>> from jaxfeed.checkpoint import CheckpointManager
+    >>> with CheckpointManager(tempfile.mkdtemp(), async_save=False) as ckpt:
+    ...     ckpt.save(1, {"w": jnp.ones(3)}, metrics={"eval_accuracy": 0.5})
+    ...     restored = ckpt.restore("latest", state={"w": jnp.zeros(3)})
+    >>> restored["state"]["w"].tolist(), restored["meta"]["step"]
+    ([1.0, 1.0, 1.0], 1)
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep_last: int = 2,
+        keep_best: int = 1,
+        best_metric: str = "eval_accuracy",
+        best_mode: str = "max",
+        save_every_epochs: int = 1,
+        async_save: bool = True,
+    ) -> None:
+        import orbax.checkpoint as ocp
+        from orbax.checkpoint import checkpoint_managers as policies
+
+        if best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
+        if keep_last < 1:
+            raise ValueError(
+                f"keep_last must be >= 1 (the latest checkpoint is always kept), got {keep_last}"
+            )
+        if save_every_epochs < 1:
+            raise ValueError(f"save_every_epochs must be >= 1, got {save_every_epochs}")
+        self.directory = Path(directory).absolute()
+        _check_writable(self.directory)
+        self.best_metric, self.best_mode = best_metric, best_mode
+        self.save_every_epochs = save_every_epochs
+        preserve = [policies.LatestN(n=keep_last)]
+        if keep_best > 0:
+            sign = 1.0 if best_mode == "max" else -1.0
+            preserve.append(
+                policies.BestN(
+                    get_metric_fn=lambda m: sign * float(m.get(best_metric, float("nan"))),
+                    reverse=False,
+                    n=keep_best,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policies.AnyPreservationPolicy(preserve),
+            enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=False,  # done synchronously below (Orbax's runs in a thread)
+            create=True,
+        )
+        self._ocp = ocp
+        self.removed_partial = _remove_partial(self.directory)
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("state", "meta")
+        )
+        self._check_foreign()
+
+    def _check_foreign(self) -> None:
+        for step in self._manager.all_steps():
+            meta = self.directory / str(step) / "meta"
+            if not meta.exists():
+                raise CheckpointError(
+                    f"{self.directory} holds Orbax step {step} that jaxfeed did not write (no 'meta' item); "
+                    "use another checkpoint directory"
+                )
+
+    # ------------------------------------------------------------------ saving
+    def save(
+        self,
+        step: int,
+        state: Any,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Save ``state`` (a pytree of arrays) and JSON ``meta`` as step ``step``."""
+        ocp = self._ocp
+        metrics = {
+            k: float(v)
+            for k, v in (metrics or {}).items()
+            if isinstance(v, int | float | np.number)
+        }
+        payload = {
+            "format": FORMAT,
+            "version": VERSION,
+            "step": int(step),
+            "metrics": metrics,
+            "key_paths": _key_paths(state),
+            "shapes": {
+                k: [list(v[0]), v[1]] for k, v in _flat_shapes(_keys_to_data(state)).items()
+            },
+            **dict(meta or {}),
+        }
+        json.dumps(payload)  # fail now, not in a background thread
+        self._manager.save(
+            int(step),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(_keys_to_data(state)), meta=ocp.args.JsonSave(payload)
+            ),
+            metrics=metrics or None,
+            force=True,
+        )
+
+    def wait(self) -> None:
+        """Block until pending asynchronous saves are written; raise their errors."""
+        self._manager.wait_until_finished()
+        self._manager.check_for_errors()
+
+    def close(self) -> None:
+        """Wait for pending saves (raising their errors) and release the manager."""
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    @property
+    def latest_step(self) -> int | None:
+        steps = self.all_steps
+        return steps[-1] if steps else None
+
+    @property
+    def best_step(self) -> int | None:
+        scored = [(s, self.metrics(s).get(self.best_metric)) for s in self.all_steps]
+        scored = [(s, v) for s, v in scored if v is not None and not np.isnan(v)]
+        if not scored:
+            return None
+        pick = max if self.best_mode == "max" else min
+        return pick(scored, key=lambda sv: sv[1])[0]
+
+    def metrics(self, step: int) -> dict[str, float]:
+        """The metrics saved with ``step``."""
+        return dict(self.meta(step).get("metrics", {}))
+
+    def meta(self, step: int) -> dict[str, Any]:
+        path = self.directory / str(step) / "meta" / "metadata"
+        if not path.is_file():
+            candidates = list((self.directory / str(step) / "meta").glob("*"))
+            path = candidates[0] if candidates else path
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise CheckpointError(
+                f"cannot read the metadata of step {step} in {self.directory}: {err}"
+            ) from err
+
+    def resolve(self, step: int | str | None) -> int:
+        """A step number for ``None``/"latest", "best" or an int; raises when there is none."""
+        if step in (None, "latest"):
+            found = self.latest_step
+        elif step == "best":
+            found = self.best_step
+        elif isinstance(step, int | np.integer) or (isinstance(step, str) and step.isdigit()):
+            found = int(step)
+            if found not in self.all_steps:
+                raise CheckpointError(
+                    f"no step {found} in {self.directory}; steps: {self.all_steps}"
+                )
+        else:
+            raise CheckpointError(f"step must be None, 'latest', 'best' or an int, got {step!r}")
+        if found is None:
+            raise CheckpointError(
+                f"no {'best ' if step == 'best' else ''}checkpoint in {self.directory}"
+            )
+        return found
+
+    def restore(
+        self,
+        step: int | str | None = None,
+        *,
+        state: Any = None,
+        model: Any = None,
+        optimizer: Any = None,
+    ) -> dict[str, Any]:
+        """Restore ``step`` into the shapes and shardings of ``state`` (a pytree), or into an NNX
+        ``model`` and ``optimizer`` (updated in place). Returns ``{"state": ..., "meta": ...}``."""
+        step = self.resolve(step)
+        meta = self.meta(step)
+        if meta.get("format") != FORMAT:
+            raise CheckpointError(f"step {step} in {self.directory} is not a jaxfeed checkpoint")
+        if state is None:
+            if model is None:
+                raise ValueError("restore needs state= (a pytree) or model= (and optimizer=)")
+            state = nnx_pure_state(model, optimizer)
+        wanted = _abstract(_keys_to_data(state))
+        difference = _first_difference(
+            {k: tuple(v) for k, v in meta.get("shapes", {}).items()}, _flat_shapes(wanted)
+        )
+        if difference:
+            raise CheckpointError(f"cannot restore step {step} of {self.directory}: {difference}")
+        ocp = self._ocp
+        restored = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()
+            ),
+        )
+        arrays = _data_to_keys(restored["state"], state)
+        if model is not None:
+            load_nnx_pure_state(arrays, model, optimizer)
+        return {"state": arrays, "meta": meta}
+
+
+def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
+    """``{"model": ..., "optimizer": ...}`` as plain nested dicts of arrays."""
+    from flax import nnx
+
+    out = {"model": nnx.to_pure_dict(nnx.state(model))}
+    if optimizer is not None:
+        out["optimizer"] = nnx.to_pure_dict(nnx.state(optimizer))
+    return out
+
+
+def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = None) -> None:
+    """Write arrays from :func:`nnx_pure_state`'s layout into ``model`` (and ``optimizer``)."""
+    from flax import nnx
+
+    for obj, key in ((model, "model"), (optimizer, "optimizer")):
+        if obj is None:
+            continue
+        state = nnx.state(obj)
+        nnx.replace_by_pure_dict(state, pure[key])
+        nnx.update(obj, state)
+
+
+def _remove_partial(directory: Path) -> list[str]:
+    """Delete steps a crashed save left half-written (Orbax's temporary folders); return their names."""
+    removed = []
+    for path in directory.iterdir():
+        if path.is_dir() and ".orbax-checkpoint-tmp" in path.name:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".jaxfeed-write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise OSError(f"the checkpoint directory {folder} is not writable: {err}") from err
+    free = shutil.disk_usage(folder).free
+    if free < 64 << 20:
+        raise OSError(f"the checkpoint directory {folder} has only {free >> 20} MiB free")
+
+
+# ---------------------------------------------------------------------------------- export
+MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
+
+
+def _model_classes() -> dict[str, Callable[..., Any]]:
+    if not MODEL_CLASSES:
+        from jaxfeed.models import CNN, MLP
+
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP})
+    return MODEL_CLASSES
+
+
+def export(
+    model: Any,
+    path: str | os.PathLike,
+    *,
+    config: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write an NNX model's parameters and BatchNorm statistics as safetensors (flat names such as
+    ``conv1.kernel``, ``bn1.mean``) plus ``config.json``, atomically, for :func:`load_exported`.
+
+    ``config`` is ``{"class": name, "kwargs": {...}}``; jaxfeed's models provide their own.
+    """
+    from flax import nnx
+    from safetensors.numpy import save_file
+
+    config = dict(config) if config is not None else model_config(model)
+    tensors = {}
+    for p, leaf in jax.tree_util.tree_flatten_with_path(
+        nnx.to_pure_dict(nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat)))
+    )[0]:
+        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p)
+        tensors[name] = np.ascontiguousarray(np.asarray(leaf))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "jaxfeed-export"})
+        (tmp / "config.json").write_text(
+            json.dumps({"model": config, **dict(extra or {})}, indent=2)
+        )
+        if path.exists():
+            old = path.parent / f".{path.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def model_config(model: Any) -> dict[str, Any]:
+    """``{"class", "kwargs"}`` that rebuild a jaxfeed model."""
+    config = getattr(model, "config", None)
+    if not callable(config):
+        raise ValueError(
+            f"export cannot describe a {type(model).__name__}: pass config={{'class': ..., 'kwargs': ...}} "
+            f"naming one of {sorted(_model_classes())}"
+        )
+    return {"class": type(model).__name__, "kwargs": config()}
+
+
+def load_exported(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
+    """Rebuild an exported model (in eval mode) and return ``(model, config)``.
+
+    >>> import tempfile
+    >>> from flax import nnx
+    >>> from jaxfeed.checkpoint import export, load_exported
+    >>> from jaxfeed.models import MLP
+    >>> folder = export(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0)), tempfile.mkdtemp() + "/model")
+    >>> model, config = load_exported(folder)
+    >>> type(model).__name__, config["model"]["kwargs"]["num_classes"]
+    ('MLP', 3)
+    """
+    from flax import nnx
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise CheckpointError(
+            f"{path} is not an exported model: expected config.json and model.safetensors"
+        )
+    config = json.loads((path / "config.json").read_text())
+    spec = config["model"]
+    classes = _model_classes()
+    if spec.get("class") not in classes:
+        raise CheckpointError(
+            f"{path}: unknown model class {spec.get('class')!r}; known: {sorted(classes)}"
+        )
+    model = classes[spec["class"]](**spec["kwargs"], rngs=nnx.Rngs(0))
+    tensors = load_file(str(path / "model.safetensors"))
+    state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
+    pure = nnx.to_pure_dict(state)
+    leaves = jax.tree_util.tree_flatten_with_path(pure)[0]
+    names = {
+        ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p): (p, leaf)
+        for p, leaf in leaves
+    }
+    missing = sorted(set(names) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{path}: the file has no tensor {missing[0]!r} that the model needs")
+    for name, (_, leaf) in names.items():
+        if tuple(tensors[name].shape) != tuple(leaf.shape):
+            raise CheckpointError(
+                f"{path}: {name} has shape {tensors[name].shape} in the file, {leaf.shape} in the model"
+            )
+    flat = [jnp.asarray(tensors[n]) for n in names]
+    nnx.replace_by_pure_dict(
+        state, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(pure), flat)
+    )
+    nnx.update(model, state)
+    model.eval()
+    return model, config

@@ -1,0 +1,239 @@
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxfeed import DataLoader, Trainer, load_dataset
+from jaxfeed.checkpoint import CheckpointError, CheckpointManager, export, load_exported
+from jaxfeed.models import CNN, MLP, LinenCNN
+from jaxfeed.train import scale_images
+
+
+def small():
+    model = MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0))
+    return model, nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+
+
+def test_keeps_last_and_best(tmp_path):
+    with CheckpointManager(tmp_path, keep_last=2, keep_best=1, async_save=False) as ckpt:
+        for step, acc in zip(range(1, 7), [0.2, 0.9, 0.5, 0.4, 0.3, 0.1], strict=True):
+            ckpt.save(step, {"w": jnp.full(2, step)}, metrics={"eval_accuracy": acc})
+        assert ckpt.all_steps == [2, 5, 6]  # best (2) and the last two, even though they are worse
+        assert ckpt.best_step == 2 and ckpt.latest_step == 6
+        assert ckpt.metrics(5) == {"eval_accuracy": 0.3}
+        assert ckpt.restore("best", state={"w": jnp.zeros(2)})["state"]["w"].tolist() == [2, 2]
+    with CheckpointManager(
+        tmp_path / "min", best_metric="eval_loss", best_mode="min", keep_last=1, async_save=False
+    ) as ckpt:
+        for step, loss in zip(range(1, 4), [0.5, 0.2, 0.9], strict=True):
+            ckpt.save(step, {"w": jnp.zeros(1)}, metrics={"eval_loss": loss})
+        assert ckpt.all_steps == [2, 3] and ckpt.best_step == 2
+
+
+def test_restore_into_fresh_objects_and_typed_keys(tmp_path):
+    model, opt = small()
+    model.noise = nnx.Rngs(7)  # stored typed PRNG keys (key<fry>) must round-trip
+    with CheckpointManager(tmp_path, async_save=True) as ckpt:
+        from jaxfeed.checkpoint import nnx_pure_state
+
+        ckpt.save(10, nnx_pure_state(model, opt), metrics={"eval_accuracy": 1.0}, meta={"epoch": 1})
+    fresh, fresh_opt = MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(5)), None
+    fresh.noise = nnx.Rngs(0)
+    fresh_opt = nnx.Optimizer(fresh, optax.adamw(1e-3), wrt=nnx.Param)
+    meta = CheckpointManager(tmp_path).restore(model=fresh, optimizer=fresh_opt)["meta"]
+    assert meta["epoch"] == 1 and meta["step"] == 10
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(model)), jax.tree.leaves(nnx.state(fresh)), strict=True
+    ):
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_saved_sharded_over_8_devices_restores_on_one(tmp_path):
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    w = jax.device_put(jnp.arange(32.0).reshape(16, 2), NamedSharding(mesh, PartitionSpec("data")))
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, {"w": w})
+    target = jax.device_put(jnp.zeros((16, 2)), jax.devices()[2])
+    restored = CheckpointManager(tmp_path).restore(1, state={"w": target})["state"]["w"]
+    assert restored.devices() == {jax.devices()[2]}
+    np.testing.assert_array_equal(np.asarray(restored), np.arange(32.0).reshape(16, 2))
+
+
+def test_mismatches_and_foreign_directories(tmp_path):
+    model, opt = small()
+    from jaxfeed.checkpoint import nnx_pure_state
+
+    with CheckpointManager(tmp_path / "a", async_save=False) as ckpt:
+        ckpt.save(1, nnx_pure_state(model, opt))
+    other = MLP(3, (4,), hidden=(16,), rngs=nnx.Rngs(0))
+    with pytest.raises(
+        CheckpointError,
+        match=r"\['model'\]\['head'\]\['kernel'\] has shape \(8, 3\) in the checkpoint but \(16, 3\) here",
+    ):
+        CheckpointManager(tmp_path / "a").restore(model=other)
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        CheckpointManager(tmp_path / "empty").restore(model=model)
+    with pytest.raises(CheckpointError, match="no step 5"):
+        CheckpointManager(tmp_path / "a").restore(5, model=model)
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(tmp_path / "foreign") as raw:
+        raw.save(1, args=ocp.args.StandardSave({"w": jnp.ones(2)}))
+    with pytest.raises(CheckpointError, match="jaxfeed did not write"):
+        CheckpointManager(tmp_path / "foreign")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match="not writable"):
+        CheckpointManager(tmp_path / "file" / "ckpt")
+
+
+def test_no_pickle_anywhere(tmp_path, monkeypatch):
+    model, opt = small()
+    trainer_dir = tmp_path / "ckpt"
+    from jaxfeed.checkpoint import nnx_pure_state
+
+    with CheckpointManager(trainer_dir, async_save=False) as ckpt:
+        ckpt.save(1, nnx_pure_state(model, opt), meta={"loader": {"seed": 0}})
+    for root, _, files in os.walk(trainer_dir):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                head = f.read(2)
+            assert not (
+                head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
+            ), name
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("pickle was called")
+
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(pickle, "Unpickler", forbidden)
+    CheckpointManager(trainer_dir).restore(model=model, optimizer=opt)
+
+
+def test_failed_async_save_is_raised_on_close(tmp_path, monkeypatch):
+    ckpt = CheckpointManager(tmp_path)
+    ckpt.save(1, {"w": jnp.ones(2)})
+
+    def broken():
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(ckpt._manager, "check_for_errors", broken)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        ckpt.close()
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import jax.numpy as jnp
+    from orbax.checkpoint._src.path import async_path
+    from jaxfeed.checkpoint import CheckpointManager
+    ckpt = CheckpointManager(sys.argv[1], async_save=False)
+    ckpt.save(1, {"w": jnp.ones(1000)})
+    async def stalled_rename(src, dst):  # the data of step 2 is written; die before it is renamed in
+        print("finalizing", flush=True)
+        time.sleep(60)
+    async_path.rename = stalled_rename
+    ckpt.save(2, {"w": jnp.full(1000, 2.0)})
+    """
+)
+
+
+def test_killed_mid_save_keeps_previous_and_cleans_up(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    line = proc.stdout.readline()
+    assert line.strip() == "finalizing"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert any("tmp" in p.name for p in tmp_path.iterdir())
+    ckpt = CheckpointManager(tmp_path)
+    assert ckpt.all_steps == [1]
+    assert not any("tmp" in p.name for p in tmp_path.iterdir())  # the half-written step is gone
+    assert ckpt.restore(state={"w": jnp.zeros(1000)})["state"]["w"][0] == 1
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, optax, jax
+    from flax import nnx
+    from jaxfeed import DataLoader, Trainer, load_dataset
+    from jaxfeed.models import CNN, LinenCNN
+    from jaxfeed.train import scale_images
+    api, epochs, ckpt, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    digits = load_dataset("digits")
+    train = DataLoader(digits["train"], 64, shuffle=True, seed=1)
+    test = DataLoader(digits["test"], 120)
+    if api == "nnx":
+        model = CNN(10, (8, 8, 1), rngs=nnx.Rngs(0))
+        trainer = Trainer(model, optax.adamw(1e-3), preprocess=scale_images, verbose=0)
+    else:
+        trainer = Trainer.from_linen(LinenCNN(10), optax.adamw(1e-3), np.zeros((1, 8, 8), np.uint8),
+                                     preprocess=scale_images, verbose=0)
+    trainer.fit(train, test, epochs=epochs, checkpoint_dir=None if ckpt == "-" else ckpt, resume=ckpt != "-")
+    state = nnx.state(model) if api == "nnx" else trainer.variables
+    leaves = {jax.tree_util.keystr(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
+    np.savez(out, **leaves)
+    print(len(trainer.history), trainer.history[-1]["epoch"])
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("api", ["nnx", "linen"])
+def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, api):
+    def run(epochs, ckpt, out):
+        result = subprocess.run(
+            [sys.executable, "-c", RESUME_SCRIPT, api, str(epochs), ckpt, str(tmp_path / out)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.split()
+
+    run(3, "-", "straight.npz")
+    assert run(1, str(tmp_path / "ckpt"), "first.npz") == ["1", "1"]  # process exits after epoch 1
+    assert run(3, str(tmp_path / "ckpt"), "resumed.npz") == [
+        "3",
+        "3",
+    ]  # history restored, 2 more epochs
+    straight, resumed = np.load(tmp_path / "straight.npz"), np.load(tmp_path / "resumed.npz")
+    assert sorted(straight.files) == sorted(resumed.files)
+    for name in straight.files:
+        np.testing.assert_array_equal(straight[name], resumed[name], err_msg=name)
+
+
+def test_export_and_load_exported(tmp_path):
+    digits = load_dataset("digits")
+    model = CNN(10, (8, 8, 1), rngs=nnx.Rngs(0))
+    trainer = Trainer(model, optax.adamw(1e-3), preprocess=scale_images, verbose=0)
+    trainer.fit(DataLoader(digits["train"], 64, shuffle=True), epochs=1)
+    path = export(model, tmp_path / "model", extra={"labels": [str(i) for i in range(10)]})
+    rebuilt, config = load_exported(path)
+    assert config["labels"][3] == "3" and config["model"]["class"] == "CNN"
+    batch = scale_images(next(iter(DataLoader(digits["test"], 16))))
+    model.eval()
+    np.testing.assert_allclose(rebuilt(batch["image"]), model(batch["image"]), rtol=1e-6, atol=1e-6)
+    assert json.loads((path / "config.json").read_text())["model"]["kwargs"]["input_shape"] == [
+        8,
+        8,
+        1,
+    ]
+    with pytest.raises(CheckpointError, match="not an exported model"):
+        load_exported(tmp_path)
+    with pytest.raises(ValueError, match="export cannot describe a LinenCNN"):
+        export(LinenCNN(10), tmp_path / "x")
