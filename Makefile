@@ -27,7 +27,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/jaxfeed demo
+	$(VENV)/bin/jaxfeed train
 
 test: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks conftest.py

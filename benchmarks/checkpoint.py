@@ -65,7 +65,9 @@ def main() -> None:
         ours.save(counter["step"], state, metrics={"eval_accuracy": 0.5})
         ours.wait()
 
-    results.append({"case": "save", "name": "jaxfeed CheckpointManager", "ms": timed(ours_save, args.repeats)})
+    results.append(
+        {"case": "save", "name": "jaxfeed CheckpointManager", "ms": timed(ours_save, args.repeats)}
+    )
     m, o = fresh()
     results.append({"case": "restore", "name": "jaxfeed CheckpointManager",
                     "ms": timed(lambda: ours.restore("latest", model=m, optimizer=o), args.repeats)})  # fmt: skip
@@ -79,8 +81,16 @@ def main() -> None:
         raw.save(counter["step"], args=ocp.args.StandardSave(state))
         raw.wait_until_finished()
 
-    results.append({"case": "save", "name": f"raw Orbax {ocp.__version__} StandardSave", "ms": timed(raw_save, args.repeats)})
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    results.append(
+        {
+            "case": "save",
+            "name": f"raw Orbax {ocp.__version__} StandardSave",
+            "ms": timed(raw_save, args.repeats),
+        }
+    )
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+    )
     results.append({"case": "restore", "name": f"raw Orbax {ocp.__version__} StandardRestore",
                     "ms": timed(lambda: raw.restore(raw.latest_step(), args=ocp.args.StandardRestore(abstract)), args.repeats)})  # fmt: skip
     raw.close()
@@ -98,14 +108,28 @@ def main() -> None:
             with open(path, "rb") as f:
                 return cloudpickle.load(f)
 
-        results.append({"case": "save", "name": "cloudpickle (unsafe to load)", "ms": timed(pickle_save, args.repeats)})
-        results.append({"case": "restore", "name": "cloudpickle (unsafe to load)", "ms": timed(pickle_load, args.repeats)})
+        results.append(
+            {
+                "case": "save",
+                "name": "cloudpickle (unsafe to load)",
+                "ms": timed(pickle_save, args.repeats),
+            }
+        )
+        results.append(
+            {
+                "case": "restore",
+                "name": "cloudpickle (unsafe to load)",
+                "ms": timed(pickle_load, args.repeats),
+            }
+        )
     except ImportError:
         print("cloudpickle not installed: skipped")
     shutil.rmtree(root, ignore_errors=True)
 
     ref = {r["case"]: r["ms"] for r in results if r["name"].startswith("jaxfeed")}
-    print(f"Checkpoint of the CIFAR CNN + AdamW state ({n_bytes / 2**20:.1f} MiB), median of {args.repeats} ({machine()})")
+    print(
+        f"Checkpoint of the CIFAR CNN + AdamW state ({n_bytes / 2**20:.1f} MiB), median of {args.repeats} ({machine()})"
+    )
     print(f"{'case':<10}{'implementation':<40}{'ms':>10}{'this / jaxfeed':>16}")
     for r in results:
         r["ratio_to_jaxfeed"] = r["ms"] / ref[r["case"]]

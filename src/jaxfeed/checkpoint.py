@@ -380,10 +380,18 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
 
 def _model_classes() -> dict[str, Callable[..., Any]]:
     if not MODEL_CLASSES:
-        from jaxfeed.models import CNN, MLP
+        from jaxfeed.models import CNN, MLP, LinenCNN
 
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP})
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN})
     return MODEL_CLASSES
+
+
+def _flat_tensors(tree: Any) -> dict[str, np.ndarray]:
+    out = {}
+    for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p)
+        out[name] = np.ascontiguousarray(np.asarray(leaf))
+    return out
 
 
 def export(
@@ -392,22 +400,26 @@ def export(
     *,
     config: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    variables: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write an NNX model's parameters and BatchNorm statistics as safetensors (flat names such as
+    """Write a model's parameters and BatchNorm statistics as safetensors (flat names such as
     ``conv1.kernel``, ``bn1.mean``) plus ``config.json``, atomically, for :func:`load_exported`.
 
-    ``config`` is ``{"class": name, "kwargs": {...}}``; jaxfeed's models provide their own.
+    ``model`` is an NNX module, or a Linen module with its ``variables``. ``config`` is
+    ``{"class": name, "kwargs": {...}}``; jaxfeed's models provide their own.
     """
     from flax import nnx
     from safetensors.numpy import save_file
 
     config = dict(config) if config is not None else model_config(model)
-    tensors = {}
-    for p, leaf in jax.tree_util.tree_flatten_with_path(
-        nnx.to_pure_dict(nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat)))
-    )[0]:
-        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p)
-        tensors[name] = np.ascontiguousarray(np.asarray(leaf))
+    if variables is not None:
+        tensors = _flat_tensors({k: v for k, v in variables.items() if v})
+        config["api"] = "linen"
+    else:
+        tensors = _flat_tensors(
+            nnx.to_pure_dict(nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat)))
+        )
+        config["api"] = "nnx"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -430,8 +442,29 @@ def export(
     return path
 
 
+class LinenInference:
+    """A Linen module and its variables, called like an NNX model in eval mode."""
+
+    def __init__(self, module: Any, variables: dict[str, Any]) -> None:
+        self.module, self.variables = module, variables
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.module.apply(self.variables, x, train=False)
+
+
 def model_config(model: Any) -> dict[str, Any]:
     """``{"class", "kwargs"}`` that rebuild a jaxfeed model."""
+    from jaxfeed.models import LinenCNN
+
+    if isinstance(model, LinenCNN):
+        return {
+            "class": "LinenCNN",
+            "kwargs": {
+                "num_classes": model.num_classes,
+                "dropout_rate": model.dropout_rate,
+                "momentum": model.momentum,
+            },
+        }
     config = getattr(model, "config", None)
     if not callable(config):
         raise ValueError(
@@ -468,8 +501,17 @@ def load_exported(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
         raise CheckpointError(
             f"{path}: unknown model class {spec.get('class')!r}; known: {sorted(classes)}"
         )
-    model = classes[spec["class"]](**spec["kwargs"], rngs=nnx.Rngs(0))
     tensors = load_file(str(path / "model.safetensors"))
+    if spec.get("api") == "linen":
+        variables: dict[str, Any] = {}
+        for name, value in tensors.items():
+            node = variables
+            *parents, leaf = name.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = jnp.asarray(value)
+        return LinenInference(classes[spec["class"]](**spec["kwargs"]), variables), config
+    model = classes[spec["class"]](**spec["kwargs"], rngs=nnx.Rngs(0))
     state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
     pure = nnx.to_pure_dict(state)
     leaves = jax.tree_util.tree_flatten_with_path(pure)[0]

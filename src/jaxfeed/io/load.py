@@ -165,7 +165,18 @@ def _resolve_files(
     from jaxfeed.io.hub import download, looks_like_repo_id
 
     if looks_like_repo_id(path):
-        return _local_folder(download(path, revision, cache_dir, token), name, data_files, data_dir)
+        from jaxfeed.io.hub import DatasetNotCachedError
+
+        try:
+            folder = download(path, revision, cache_dir, token)
+        except DatasetNotCachedError as err:
+            if "/" in path:
+                raise
+            raise DatasetNotCachedError(
+                f"{path!r} is not a built-in dataset ({', '.join(BUILTIN)}), a format ({', '.join(PACKAGED)}), "
+                f"imagefolder/audiofolder or an existing path; as a Hub id: {err}"
+            ) from err
+        return _local_folder(folder, name, data_files, data_dir)
     raise FileNotFoundError(
         f"cannot find dataset {path!r}: not a built-in name ({', '.join(BUILTIN)}), a format "
         f"({', '.join(PACKAGED)}), imagefolder/audiofolder, an existing file or folder, or a Hub repo id"
