@@ -411,6 +411,10 @@ def export(
     from flax import nnx
     from safetensors.numpy import save_file
 
+    if variables is None and not isinstance(model, nnx.Module):
+        raise ValueError(
+            f"export of a {type(model).__name__} (not an NNX module) needs variables= (its params and batch_stats)"
+        )
     config = dict(config) if config is not None else model_config(model)
     if variables is not None:
         tensors = _flat_tensors({k: v for k, v in variables.items() if v})
