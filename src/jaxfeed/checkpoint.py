@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfeed.files import check_writable
+
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
 
@@ -146,7 +148,7 @@ class CheckpointManager:
         if save_every_epochs < 1:
             raise ValueError(f"save_every_epochs must be >= 1, got {save_every_epochs}")
         self.directory = Path(directory).absolute()
-        _check_writable(self.directory)
+        check_writable(self.directory, "checkpoint directory", min_free=64 << 20)
         self.best_metric, self.best_mode = best_metric, best_mode
         self.save_every_epochs = save_every_epochs
         preserve = [policies.LatestN(n=keep_last)]
@@ -359,19 +361,6 @@ def _remove_partial(directory: Path) -> list[str]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed
-
-
-def _check_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".jaxfeed-write-test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise OSError(f"the checkpoint directory {folder} is not writable: {err}") from err
-    free = shutil.disk_usage(folder).free
-    if free < 64 << 20:
-        raise OSError(f"the checkpoint directory {folder} has only {free >> 20} MiB free")
 
 
 # ---------------------------------------------------------------------------------- export

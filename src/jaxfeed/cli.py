@@ -147,7 +147,7 @@ def build_trainer(config: dict[str, Any], out_dir: Path | None, verbose: int = 1
 def cmd_train(args: argparse.Namespace) -> int:
     from jaxfeed import DataLoader
     from jaxfeed.checkpoint import export
-    from jaxfeed.train.history import atomic_write
+    from jaxfeed.files import atomic_write
 
     out = (
         Path(args.out)
@@ -308,7 +308,7 @@ def plot_confusion(matrix: Any, labels: list[str], path: Path, title: str) -> Pa
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    from jaxfeed.train.history import atomic_write
+    from jaxfeed.files import atomic_write
 
     size = max(4.5, 0.45 * len(labels) + 2)
     fig, ax = plt.subplots(figsize=(size, size))

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from jaxfeed.files import atomic_write
+
 COLUMNS = [
     "epoch",
     "train_loss",
@@ -20,17 +22,6 @@ COLUMNS = [
     "rows_per_second",
     "data_wait",
 ]
-
-
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write ``path`` through a temporary file and a rename: readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class History(list):

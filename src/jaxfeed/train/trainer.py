@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfeed.files import check_writable
 from jaxfeed.train.callbacks import Callback
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.steps import LOSSES, LinenCore, NNXCore, empty_sums
@@ -226,7 +227,7 @@ class Trainer:
         if not isinstance(epochs, int) or epochs < 0:
             raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
         if self.out_dir is not None:
-            _check_writable(self.out_dir)
+            check_writable(self.out_dir, "output folder")
         manager = None
         if checkpoint_dir is not None:
             from jaxfeed.checkpoint import CheckpointManager
@@ -443,16 +444,6 @@ class Trainer:
                 parts.append(f"{key} {logs[key]:.4f}")
         parts.append(f"{logs['seconds']:.2f} s, {logs['rows_per_second']:,.0f} rows/s")
         print("  ".join(parts), flush=True)
-
-
-def _check_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".jaxfeed-write-test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise OSError(f"the output folder {folder} is not writable: {err}") from err
 
 
 def _require_deterministic_backend() -> None:
