@@ -169,7 +169,7 @@ class CheckpointManager:
             create=True,
         )
         self._ocp = ocp
-        self.removed_partial = _remove_partial(self.directory)
+        self.removed_partial = _remove_partial(self.directory) if jax.process_index() == 0 else []
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "meta")
         )

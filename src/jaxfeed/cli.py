@@ -26,6 +26,7 @@ EXAMPLES = {
     "predict": "examples:\n  jaxfeed predict runs/digits-cnn digit.png\n  ls *.png | jaxfeed predict runs/digits-cnn - --json",
     "info": "examples:\n  jaxfeed info digits\n  jaxfeed info ./data --split train",
     "bench": "examples:\n  jaxfeed bench loader --quick\n  jaxfeed bench all",
+    "launch": "examples:\n  jaxfeed launch --num-processes 2 --devices-per-process 4 -- jaxfeed train --batch-size 64",
 }
 
 
@@ -144,10 +145,59 @@ def build_trainer(config: dict[str, Any], out_dir: Path | None, verbose: int = 1
 
 
 # ---------------------------------------------------------------------------------- train
-def cmd_train(args: argparse.Namespace) -> int:
+def _say(*args: Any, **kwargs: Any) -> None:
+    """Print in process 0 only (every process of a multi-process run executes the command)."""
+    import jax
+
+    if jax.process_index() == 0:
+        print(*args, **kwargs)
+
+
+def _loaders(train: Any, test: Any, args: argparse.Namespace) -> tuple[Any, Any]:
+    """Loaders for one device, or split over every device of every process (data parallel)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
     from jaxfeed import DataLoader
+    from jaxfeed.distributed import data_mesh
+
+    kwargs: dict[str, Any] = {"num_workers": args.num_workers}
+    drop_eval = False
+    if jax.device_count() > 1:
+        count = jax.device_count()
+        if args.batch_size % count:
+            raise UsageError(
+                f"--batch-size {args.batch_size} must be a multiple of the {count} devices"
+            )
+        kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
+        drop_eval = (test.num_rows % args.batch_size) % count != 0
+        if drop_eval:
+            _say(
+                f"note: the last {test.num_rows % args.batch_size} eval rows do not split over {count} devices and are skipped"
+            )
+    train_loader = DataLoader(
+        train,
+        args.batch_size,
+        shuffle=True,
+        seed=args.seed,
+        drop_last=jax.device_count() > 1,
+        **kwargs,
+    )
+    return train_loader, DataLoader(test, args.batch_size, drop_last=drop_eval, **kwargs)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import jax
+
+    from jaxfeed import distributed
     from jaxfeed.checkpoint import export
     from jaxfeed.files import atomic_write
+
+    try:
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    primary = jax.process_index() == 0
 
     out = (
         Path(args.out)
@@ -187,18 +237,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay, "seed": args.seed,
         "deterministic": args.deterministic, "num_workers": args.num_workers, "jaxfeed": jaxfeed.__version__,
     }  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(config_file, json.dumps(config, indent=2))
-    print(f"data {args.data}: {train.num_rows:,} train / {test.num_rows:,} {args.split_eval} rows; "
+    config["processes"], config["devices"] = jax.process_count(), jax.device_count()
+    if primary:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(config_file, json.dumps(config, indent=2))
+    _say(f"data {args.data}: {train.num_rows:,} train / {test.num_rows:,} {args.split_eval} rows; "
           f"input {input_column!r} {shape} {dtype}, label {label_column!r} ({len(labels)} classes)")  # fmt: skip
-    print(
-        f"model {args.model} ({args.api}), {args.epochs} epochs, batch {args.batch_size}, AdamW lr {args.lr}; run folder {out}"
+    where = (
+        f"{jax.device_count()} devices in {jax.process_count()} processes"
+        if jax.device_count() > 1
+        else str(jax.devices()[0])
+    )
+    _say(
+        f"model {args.model} ({args.api}), {args.epochs} epochs, batch {args.batch_size}, AdamW lr {args.lr}, on {where}; run folder {out}"
     )
     trainer = build_trainer(config, out, verbose=1)
-    train_loader = DataLoader(
-        train, args.batch_size, shuffle=True, seed=args.seed, num_workers=args.num_workers
-    )
-    eval_loader = DataLoader(test, args.batch_size, num_workers=args.num_workers)
+    train_loader, eval_loader = _loaders(train, test, args)
     start = time.perf_counter()
     try:
         history = trainer.fit(
@@ -216,10 +270,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     extra = {"labels": labels, "input_shape": list(shape), "input_column": input_column, "image_mode": mode,
              "scale": dtype.startswith(("uint", "int"))}  # fmt: skip
-    if args.api == "linen":
+    if primary and args.api == "linen":
         export(trainer.model, out / "model", variables=trainer.variables, extra=extra)
-    else:
+    elif primary:
         export(trainer.model, out / "model", extra=extra)
+    if not primary:
+        return 0
     best = history.best("eval_accuracy")
     rows = sum(h["rows_per_second"] * h["seconds"] for h in history) / max(
         sum(h["seconds"] for h in history), 1e-9
@@ -468,6 +524,80 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if status else 0
 
 
+# ---------------------------------------------------------------------------------- launch
+def cmd_launch(args: argparse.Namespace) -> int:
+    """Run ``cmd`` as processes 0..N-1 of one job on 127.0.0.1; prefix their output; stop all if one fails."""
+    import selectors
+    import socket
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError(
+            "give the command to launch after --, e.g. jaxfeed launch --num-processes 2 -- jaxfeed train"
+        )
+    if cmd[0] == "jaxfeed":
+        cmd = [sys.executable, "-m", "jaxfeed.cli", *cmd[1:]]
+    port = args.port
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    procs = []
+    for i in range(args.num_processes):
+        env = {
+            **os.environ,
+            "JAXFEED_COORDINATOR": f"127.0.0.1:{port}",
+            "JAXFEED_NUM_PROCESSES": str(args.num_processes),
+            "JAXFEED_PROCESS_ID": str(i),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if args.devices_per_process:
+            flag = f"--xla_force_host_platform_device_count={args.devices_per_process}"
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+            env.setdefault("JAX_PLATFORMS", "cpu")
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    pids = " ".join(str(p.pid) for p in procs)
+    print(
+        f"launched {args.num_processes} processes (pids {pids}), coordinator 127.0.0.1:{port}",
+        flush=True,
+    )
+    selector = selectors.DefaultSelector()
+    for i, proc in enumerate(procs):
+        selector.register(proc.stdout, selectors.EVENT_READ, i)
+    failed = False
+    streams = len(procs)
+    while streams:
+        for key, _ in selector.select(timeout=0.5):
+            line = key.fileobj.readline()
+            if not line:
+                selector.unregister(key.fileobj)
+                streams -= 1
+                continue
+            print(f"[{key.data}] {line}", end="", flush=True)
+        for i, proc in enumerate(procs):
+            code = proc.poll()
+            if code not in (None, 0) and not failed:
+                failed = True
+                print(f"jaxfeed launch: process {i} (pid {proc.pid}) exited with status {code}; stopping the others",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                for other in procs:
+                    if other.poll() is None:
+                        other.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return 1 if failed or any(p.returncode for p in procs) else 0
+
+
 # ---------------------------------------------------------------------------------- parser
 def _positive_int(text: str) -> int:
     try:
@@ -588,7 +718,47 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="image decoding processes (default: 0)",
     )
+    p.add_argument(
+        "--num-processes",
+        type=_positive_int,
+        help="processes of a multi-process run (or JAXFEED_NUM_PROCESSES)",
+    )
+    p.add_argument(
+        "--process-id",
+        type=_non_negative_int,
+        help="this process's id, 0-based (or JAXFEED_PROCESS_ID)",
+    )
+    p.add_argument(
+        "--coordinator", help="HOST:PORT of process 0's coordinator (or JAXFEED_COORDINATOR)"
+    )
     p.set_defaults(run=cmd_train)
+
+    p = sub.add_parser(
+        "launch",
+        parents=[debug],
+        help="start N local processes of a command as one multi-process JAX job",
+        epilog=EXAMPLES["launch"],
+        formatter_class=formatter,
+    )
+    p.add_argument("--num-processes", type=_positive_int, required=True, help="processes to start")
+    p.add_argument(
+        "--port",
+        type=_positive_int,
+        default=0,
+        help="coordinator port on 127.0.0.1 (default: a free one)",
+    )
+    p.add_argument(
+        "--devices-per-process",
+        type=_positive_int,
+        help="fake CPU devices per process (to try it on one machine)",
+    )
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the command, e.g. jaxfeed train ...",
+    )
+    p.set_defaults(run=cmd_launch)
 
     p = sub.add_parser(
         "eval",

@@ -31,7 +31,7 @@ def check_writable(folder: str | os.PathLike, what: str, min_free: int = 0) -> P
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".jaxfeed-write-test"
+        probe = folder / f".jaxfeed-write-test-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as err:

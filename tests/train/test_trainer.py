@@ -139,8 +139,12 @@ def test_deterministic_runs_are_bitwise_identical(digits):
         np.testing.assert_array_equal(a, b)
 
 
-def test_data_parallel_over_8_devices_matches_one_device(digits):
-    mesh = Mesh(np.array(jax.devices()), ("data",))
+@pytest.mark.parametrize("make_mesh", ["Mesh", "jax.make_mesh"])
+def test_data_parallel_over_8_devices_matches_one_device(digits, make_mesh):
+    if make_mesh == "Mesh":
+        mesh = Mesh(np.array(jax.devices()), ("data",))  # Auto axes
+    else:
+        mesh = jax.make_mesh((8,), ("data",))  # Explicit axes (the default of jax.make_mesh)
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     final = []
     for kwargs in ({}, {"sharding": sharding}):

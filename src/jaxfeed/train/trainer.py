@@ -100,7 +100,8 @@ class Trainer:
         self.metrics = tuple(metrics)
         self.seed = int(seed)
         self.callbacks = list(callbacks)
-        self.verbose = int(verbose)
+        self.primary = jax.process_index() == 0  # only process 0 prints and writes run files
+        self.verbose = int(verbose) if self.primary else 0
         self.deterministic = deterministic
         self.out_dir = Path(out_dir) if out_dir is not None else None
         preprocess = preprocess or (lambda batch: batch)
@@ -114,6 +115,7 @@ class Trainer:
         self._placed = False
         self._shardings: dict[str, Any] = {}
         self._pad_fns: dict[tuple[int, int], Callable] = {}
+        self._auto_shardings: dict[Any, Any] = {}
 
     @classmethod
     def from_linen(
@@ -158,13 +160,41 @@ class Trainer:
         return {k: self.core.state[k] for k in ("params", "batch_stats") if self.core.state[k]}
 
     # ------------------------------------------------------------------ placement and padding
-    def _prepare(self, batch: dict[str, Any]) -> None:
+    def _arrays(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+        """The batch's arrays, on meshes with Auto axes.
+
+        ``jax.make_mesh`` now makes Explicit axes, whose shardings are part of array types: every
+        reshape in a model would then need an ``out_sharding``. The step lets XLA propagate
+        shardings instead, so batches on an Explicit mesh are re-wrapped (no copy) onto the same
+        devices with Auto axes.
+        """
+        out = {}
+        for key, value in batch.items():
+            if not isinstance(value, jax.Array):
+                continue
+            sharding = value.sharding
+            if isinstance(sharding, jax.sharding.NamedSharding) and _explicit(sharding.mesh):
+                auto = self._auto_shardings.get(sharding)
+                if auto is None:
+                    mesh = sharding.mesh
+                    auto_mesh = jax.sharding.Mesh(
+                        mesh.devices,
+                        mesh.axis_names,
+                        axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names),
+                    )
+                    auto = self._auto_shardings[sharding] = jax.sharding.NamedSharding(
+                        auto_mesh, sharding.spec
+                    )
+                value = jax.device_put(value, auto)
+            out[key] = value
+        return out
+
+    def _prepare(self, arrays: dict[str, jax.Array]) -> None:
         """On the first batch: remember its size and placement; replicate the state over its mesh."""
-        arrays = {k: v for k, v in batch.items() if isinstance(v, jax.Array)}
         if self.inputs not in arrays or self.targets not in arrays:
             raise KeyError(
                 f"the batch needs the columns {self.inputs!r} (inputs=) and {self.targets!r} (targets=); "
-                f"it has {sorted(batch)}"
+                f"it has {sorted(arrays)}"
             )
         for key, value in arrays.items():
             self._shardings.setdefault(key, value.sharding)
@@ -174,7 +204,7 @@ class Trainer:
                 replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
             else:
                 replicated = next(iter(arrays[self.inputs].devices()))
-            self.core.state = jax.device_put(self.core.state, replicated)
+            self.core.state = _replicate(self.core.state, replicated)
             self._sums_placement = replicated
             self._placed = True
 
@@ -183,8 +213,8 @@ class Trainer:
 
         ``role`` ("train", "eval", "predict") keeps one batch size per use: the first batch's.
         """
-        self._prepare(batch)
-        arrays = {k: v for k, v in batch.items() if isinstance(v, jax.Array)}
+        arrays = self._arrays(batch)
+        self._prepare(arrays)
         n = int(arrays[self.inputs].shape[0])
         size = self._batch_sizes.setdefault(role, n)
         if n > size:
@@ -202,7 +232,7 @@ class Trainer:
         return self._pad_fns[size, n](arrays), n
 
     def _sums(self) -> dict[str, jax.Array]:
-        return jax.device_put(empty_sums(), self._sums_placement)
+        return _replicate(empty_sums(), self._sums_placement)
 
     # ------------------------------------------------------------------ fit
     def fit(
@@ -226,7 +256,7 @@ class Trainer:
         """
         if not isinstance(epochs, int) or epochs < 0:
             raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
-        if self.out_dir is not None:
+        if self.out_dir is not None and self.primary:
             check_writable(self.out_dir, "output folder")
         manager = None
         if checkpoint_dir is not None:
@@ -246,7 +276,7 @@ class Trainer:
         self.core.write_back()
         for cb in self.callbacks:
             cb.on_fit_end(self)
-        if self.out_dir is not None and self.history:
+        if self.out_dir is not None and self.history and self.primary:
             plot_history(self.history, self.out_dir / "curves.png")
         return self.history
 
@@ -265,7 +295,7 @@ class Trainer:
             self._report_epoch(logs, epochs)
             for cb in self.callbacks:
                 cb.on_epoch_end(self, logs)
-            if self.out_dir is not None:
+            if self.out_dir is not None and self.primary:
                 self.history.save(self.out_dir)
             if manager is not None and self.epoch % manager.save_every_epochs == 0:
                 self.save_checkpoint(manager, train_loader, logs)
@@ -444,6 +474,27 @@ class Trainer:
                 parts.append(f"{key} {logs[key]:.4f}")
         parts.append(f"{logs['seconds']:.2f} s, {logs['rows_per_second']:,.0f} rows/s")
         print("  ".join(parts), flush=True)
+
+
+def _replicate(tree: Any, placement: Any) -> Any:
+    """Put every leaf on ``placement``; a sharding spanning other processes gets each process's
+    own (identical) copy, so no array ever crosses hosts."""
+    if isinstance(placement, jax.Device) or placement.is_fully_addressable:
+        return jax.device_put(tree, placement)
+
+    def put(x: Any) -> Any:
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            data = put(jax.random.key_data(x))
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, placement, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
+
+
+def _explicit(mesh: Any) -> bool:
+    types = getattr(mesh, "axis_types", ())
+    return any(t == jax.sharding.AxisType.Explicit for t in types)
 
 
 def _require_deterministic_backend() -> None:

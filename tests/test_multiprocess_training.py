@@ -1,0 +1,121 @@
+"""Multi-process training on 127.0.0.1: 2 processes x 4 fake CPU devices (a global mesh of 8)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from safetensors.numpy import load_file
+
+from jaxfeed.checkpoint import CheckpointManager
+from jaxfeed.models import CNN
+
+
+def cli(*args, env=None, **kwargs):
+    return [sys.executable, "-m", "jaxfeed.cli", *args], {**os.environ, **(env or {})}
+
+
+@pytest.mark.slow
+def test_two_processes_train_like_one_process_with_8_devices(tmp_path):
+    argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
+                    "jaxfeed", "train", "--epochs", "1", "--out", str(tmp_path / "two"))  # fmt: skip
+    two = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    assert "on 8 devices in 2 processes" in two.stdout
+    assert "[1] epoch" not in two.stdout  # only process 0 reports
+    argv, env = cli("train", "--epochs", "1", "--out", str(tmp_path / "one"),
+                    env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
+    one = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "on 8 devices in 1 processes" in one.stdout
+    a = load_file(str(tmp_path / "two" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "one" / "model" / "model.safetensors"))
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(tmp_path):
+    out = tmp_path / "run"
+    argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
+                    "jaxfeed", "train", "--epochs", "50", "--out", str(out))  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    pids = None
+    for line in proc.stdout:
+        if pids is None and line.startswith("launched"):
+            pids = [int(p) for p in re.search(r"pids ([\d ]+)\)", line).group(1).split()]
+        if line.startswith("[0] epoch 2/50"):  # epoch 1 is checkpointed by now
+            break
+    os.kill(pids[1], signal.SIGKILL)
+    start = time.time()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert time.time() - start < 60
+    assert "process 1" in err and "exited with status -9; stopping the others" in err
+    with CheckpointManager(out / "checkpoints") as ckpt:
+        step = ckpt.latest_step
+        assert step is not None and ckpt.meta(step)["epoch"] >= 1  # the last complete checkpoint
+        done = ckpt.meta(step)["epoch"]
+        model = CNN(10, (8, 8, 1), rngs=nnx.Rngs(0))
+        ckpt.restore(
+            model=model,
+            optimizer=nnx.Optimizer(model, optax.adamw(1e-3, weight_decay=1e-4), wrt=nnx.Param),
+        )
+    argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
+                    "jaxfeed", "train", "--epochs", str(done + 1), "--out", str(out), "--resume")  # fmt: skip
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert (
+        f"[0] epoch {done + 1}/{done + 1}" in resumed.stdout
+        and f"[0] epoch 1/{done + 1}" not in resumed.stdout
+    )
+
+
+def test_initialize_is_a_no_op_for_one_process(monkeypatch):
+    from jaxfeed import distributed
+
+    for name in distributed.ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.initialize() is False
+    assert distributed.initialize(num_processes=1) is False
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"JAXFEED_NUM_PROCESSES": "2"}, "needs the coordinator address"),
+        ({"JAXFEED_NUM_PROCESSES": "two"}, "JAXFEED_NUM_PROCESSES must be an integer, got 'two'"),
+        (
+            {
+                "JAXFEED_NUM_PROCESSES": "2",
+                "JAXFEED_PROCESS_ID": "5",
+                "JAXFEED_COORDINATOR": "127.0.0.1:1",
+            },
+            "outside",
+        ),
+    ],
+)
+def test_initialize_rejects_incomplete_settings(monkeypatch, env, message):
+    from jaxfeed import distributed
+
+    for name in distributed.ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        distributed.initialize()
+
+
+def test_launch_needs_a_command():
+    argv, env = cli("launch", "--num-processes", "2")
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "give the command to launch after --" in result.stderr
