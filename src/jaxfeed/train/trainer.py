@@ -323,6 +323,7 @@ class Trainer:
                 "seed": self.seed,
                 "inputs": self.inputs,
                 "targets": self.targets,
+                "processes": jax.process_count(),
             },
         }
         manager.save(self.step, self._checkpoint_state(), metrics=metrics or {}, meta=meta)
@@ -331,6 +332,14 @@ class Trainer:
         self, manager: Any, step: int | str | None = "latest", loader: Any = None
     ) -> dict[str, Any]:
         """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata."""
+        from jaxfeed.checkpoint import CheckpointError
+
+        saved = manager.meta(manager.resolve(step)).get("config", {}).get("processes", 1)
+        if saved != jax.process_count():
+            raise CheckpointError(
+                f"{manager.directory} was written by a job of {saved} processes; resume it with {saved} "
+                f"processes (this job has {jax.process_count()})"
+            )
         if isinstance(self.core, LinenCore):
             restored = manager.restore(step, state=self.core.state)
             self.core.state = restored["state"]
