@@ -109,18 +109,36 @@ def test_info(tmp_path):
         (["info", "digits", "--rows", "x"], 2, "expected an integer >= 0"),
     ],
 )
-def test_errors_are_one_clear_line(args, code, message):
-    result = jaxfeed(*args)
-    assert result.returncode == code
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+def test_errors_are_one_clear_line(args, code, message, capsys):
+    from jaxfeed.cli import (
+        main,
+    )  # in this process: the same code path, without a JAX start per case
+
+    try:
+        status = main(args)
+    except SystemExit as exit:  # argparse's usage errors
+        status = exit.code
+    assert status == code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in err
 
 
-def test_version_and_help():
+def test_usage_error_exit_status_in_a_subprocess():
+    result = jaxfeed("train", "--epochs", "0")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_version_and_help(capsys):
+    from jaxfeed.cli import main
+
     assert jaxfeed("--version").stdout.strip().startswith("jaxfeed ")
-    for command in ("train", "eval", "predict", "info", "bench"):
-        result = jaxfeed(command, "--help")
-        assert result.returncode == 0 and "examples:" in result.stdout
+    for command in ("train", "eval", "predict", "info", "bench", "launch"):
+        try:
+            main([command, "--help"])
+        except SystemExit as exit:
+            assert exit.code == 0
+        assert "examples:" in capsys.readouterr().out
 
 
 def test_bench_quick_runs_a_benchmark():
