@@ -2,6 +2,9 @@
 
 from jaxfeed.train.callbacks import Callback, EarlyStopping
 from jaxfeed.train.history import History, plot_history
+from jaxfeed.train.loggers import Logger, TensorBoardLogger
+from jaxfeed.train.preemption import Preempted
+from jaxfeed.train.schedule import Schedule
 from jaxfeed.train.steps import cross_entropy
 from jaxfeed.train.trainer import NonFiniteLossError, Trainer, scale_images
 
@@ -9,7 +12,11 @@ __all__ = [
     "Callback",
     "EarlyStopping",
     "History",
+    "Logger",
     "NonFiniteLossError",
+    "Preempted",
+    "Schedule",
+    "TensorBoardLogger",
     "Trainer",
     "cross_entropy",
     "plot_history",
