@@ -3,9 +3,9 @@
 from jaxfeed.train.callbacks import Callback, EarlyStopping
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.loggers import Logger, TensorBoardLogger
+from jaxfeed.train.losses import cross_entropy
 from jaxfeed.train.preemption import Preempted
 from jaxfeed.train.schedule import Schedule
-from jaxfeed.train.steps import cross_entropy
 from jaxfeed.train.trainer import NonFiniteLossError, Trainer, scale_images
 
 __all__ = [
