@@ -102,10 +102,12 @@ class JaxFormatter(Formatter):
         self.dtype = None if dtype is None else np.dtype(dtype)
 
     def batch(self, reader, rows, columns):
+        _refuse_missing(reader, rows, columns)
         decoded = {c: reader.numpy(c, rows) for c in columns}
         return self.to_device(decoded, rows, batched=True, native=_native_columns(reader, columns))
 
     def row(self, reader, rows, columns):
+        _refuse_missing(reader, rows, columns)
         decoded = {c: _first(reader.numpy(c, rows)) for c in columns}
         return self.to_device(decoded, rows, batched=False, native=_native_columns(reader, columns))
 
@@ -130,6 +132,25 @@ class JaxFormatter(Formatter):
                 rows.stop - rows.start if isinstance(rows, slice) else len(rows), self.placement
             )
         return put_tree(host, self.placement, batched)
+
+
+def _refuse_missing(reader: TableReader, rows: Rows, columns: Sequence[str]) -> None:
+    """A missing class label or array (a null) cannot become a ``jax.Array``: name its row."""
+    from jaxfeed.features import ClassLabel
+    from jaxfeed.features.array import ARRAY_TYPES
+
+    strict = (ClassLabel, *ARRAY_TYPES.values())
+    for c in columns:
+        if not isinstance(reader.features[c], strict) or not reader.table.column(c).null_count:
+            continue
+        valid = reader.arrow_column(c, rows).is_valid().to_numpy(zero_copy_only=False)
+        if not valid.all():
+            pos = int(np.argmin(valid))
+            row = rows.start + pos if isinstance(rows, slice) else int(rows[pos])
+            raise ValueError(
+                f"column {c!r}, row {row}: the value is missing (None), which the jax format cannot "
+                "turn into an array; fill or filter the missing rows, or use the numpy format"
+            )
 
 
 def jax_int_dtype() -> np.dtype:
