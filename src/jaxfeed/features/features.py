@@ -195,7 +195,7 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
             len(shapes) == 1
             and len(dtypes) == 1
             and all(a is not None for a in arrays)
-            and first.dtype != object
+            and first.dtype.kind in "biuf"
         ):
             feature = _feature_for_block(next(iter(shapes)), next(iter(dtypes)))
             return feature, encode_column(feature, arrays, column)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
 from jaxfeed.saved import save_dataset, save_dataset_dict
 
@@ -76,3 +76,6 @@ def load_from_disk(path: str | os.PathLike, keep_in_memory: bool = False) -> Dat
             **kwargs,
         )
     return ds
+
+
+register_disk_loader(load_from_disk)
