@@ -139,7 +139,9 @@ def test_concatenate(ds):
     assert both["id"] == [0, 1, 5]
     wide = concatenate_datasets([ds.select_columns("id"), ds.select_columns("label")], axis=1)
     assert wide.column_names == ["id", "label"]
-    with pytest.raises(ValueError, match="dataset 1 differs from an earlier dataset in column 'id'"):
+    with pytest.raises(
+        ValueError, match="dataset 1 differs from an earlier dataset in column 'id'"
+    ):
         concatenate_datasets([ds, ds.cast_column("id", Value("float64"))])
 
 

@@ -999,15 +999,123 @@ class DatasetDict(dict):
     def _each(self, method: str, *args: Any, **kwargs: Any) -> DatasetDict:
         return DatasetDict({k: getattr(v, method)(*args, **kwargs) for k, v in self.items()})
 
-    def map(self, function: Any = None, **kwargs: Any) -> DatasetDict:
+    def map(self, function: Any = None, *args: Any, **kwargs: Any) -> DatasetDict:
         """Run :meth:`Dataset.map` on every split."""
+        if args:
+            return self._each("map", function, *args, **kwargs)
         return self._each("map", function, **kwargs)
 
     def filter(self, function: Any, **kwargs: Any) -> DatasetDict:
         return self._each("filter", function, **kwargs)
 
-    def shuffle(self, seed: int | None = None) -> DatasetDict:
-        return self._each("shuffle", seed)
+    def __enter__(self) -> DatasetDict:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    @contextlib.contextmanager
+    def formatted_as(
+        self,
+        type: str | None = None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+        **format_kwargs: Any,
+    ) -> Iterator[None]:
+        """Format every split inside a ``with`` block; the previous formats come back after it."""
+        with contextlib.ExitStack() as stack:
+            for split in self.values():
+                stack.enter_context(
+                    split.formatted_as(type, columns, output_all_columns, **format_kwargs)
+                )
+            yield
+
+    def set_transform(
+        self,
+        transform: Callable[[dict], dict] | None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+    ) -> None:
+        for split in self.values():
+            split.set_transform(transform, columns, output_all_columns)
+
+    def with_transform(
+        self,
+        transform: Callable[[dict], dict] | None,
+        columns: str | Sequence[str] | None = None,
+        output_all_columns: bool = False,
+    ) -> DatasetDict:
+        return DatasetDict(
+            {k: v.with_transform(transform, columns, output_all_columns) for k, v in self.items()}
+        )
+
+    @property
+    def num_columns(self) -> dict[str, int]:
+        return {k: v.num_columns for k, v in self.items()}
+
+    @property
+    def data(self) -> dict[str, pa.Table]:
+        return {k: v.data for k, v in self.items()}
+
+    def shuffle(
+        self,
+        seeds: int | dict[str, int | None] | None = None,
+        seed: int | None = None,
+        generators: dict[str, np.random.Generator] | None = None,
+        **kwargs: Any,
+    ) -> DatasetDict:
+        """Shuffle every split: one ``seed`` for all, or ``seeds`` / ``generators`` per split."""
+        if seed is not None and seeds is not None:
+            raise ValueError("Please specify seed or seeds, but not both")
+        seeds = seed if seed is not None else seeds
+        if not isinstance(seeds, dict):
+            seeds = dict.fromkeys(self, seeds)
+        generators = generators or {}
+        return DatasetDict(
+            {k: v.shuffle(seed=seeds.get(k), generator=generators.get(k)) for k, v in self.items()}
+        )
+
+    def cast(self, features: Features, **kwargs: Any) -> DatasetDict:
+        return self._each("cast", features, **kwargs)
+
+    def class_encode_column(self, column: str, include_nulls: bool = False) -> DatasetDict:
+        """Encode ``column`` in every split (each split gets the names it holds, as `datasets`)."""
+        return self._each("class_encode_column", column, include_nulls)
+
+    def unique(self, column: str) -> dict[str, list]:
+        return {k: v.unique(column) for k, v in self.items()}
+
+    def sort(self, column_names: str | Sequence[str], **kwargs: Any) -> DatasetDict:
+        return self._each("sort", column_names, **kwargs)
+
+    def flatten(self, max_depth: int = 16) -> DatasetDict:
+        return self._each("flatten", max_depth)
+
+    def rename_columns(self, column_mapping: Mapping[str, str]) -> DatasetDict:
+        return self._each("rename_columns", column_mapping)
+
+    def cleanup_cache_files(self) -> dict[str, int]:
+        return {k: v.cleanup_cache_files() for k, v in self.items()}
+
+    @classmethod
+    def from_csv(
+        cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
+    ) -> DatasetDict:
+        return cls({k: Dataset.from_csv(p, features, **kwargs) for k, p in path_or_paths.items()})
+
+    @classmethod
+    def from_json(
+        cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
+    ) -> DatasetDict:
+        return cls({k: Dataset.from_json(p, features, **kwargs) for k, p in path_or_paths.items()})
+
+    @classmethod
+    def from_parquet(
+        cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
+    ) -> DatasetDict:
+        return cls(
+            {k: Dataset.from_parquet(p, features, **kwargs) for k, p in path_or_paths.items()}
+        )
 
     def flatten_indices(self) -> DatasetDict:
         return self._each("flatten_indices")

@@ -140,7 +140,7 @@ class NumpyFormatter(Formatter):
         return {c: self._cast(_numpy_column(reader.numpy(c, rows))) for c in columns}
 
     def row(self, reader, rows, columns):
-        return {c: self._cast(_first(reader.numpy(c, rows))) for c in columns}
+        return {c: self._cast(_numpy_scalar(_first(reader.numpy(c, rows)))) for c in columns}
 
 
 def _numpy_column(values: np.ndarray | list) -> np.ndarray:
@@ -151,6 +151,11 @@ def _numpy_column(values: np.ndarray | list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+def _numpy_scalar(value: Any) -> Any:
+    """A string of a numpy row is ``np.str_``, as `datasets`' numpy format gives it."""
+    return np.str_(value) if isinstance(value, str) else value
 
 
 def _first(values: np.ndarray | list) -> Any:

@@ -893,14 +893,9 @@ def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> 
 
 
 def to_iterable_dataset(ds: Dataset, num_shards: int | None = 1) -> Any:
-    from jaxfeed.iterable import IterableDataset
+    from jaxfeed.iterable import IterableDataset  # iterable builds on ops: a real cycle
 
-    source = ds
-
-    def rows() -> Iterable[dict]:
-        yield from source.with_format(None)
-
-    out = IterableDataset.from_generator(rows, features=ds.features)
+    out = IterableDataset.from_dataset(ds)
     fmt = ds.format
     if fmt["type"] not in (None, "custom"):
         out = out.with_format(fmt["type"])

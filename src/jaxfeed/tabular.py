@@ -173,8 +173,8 @@ def read_csv(
         except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as err:
             raise ValueError(f"cannot read CSV file {path}: {err}") from None
         tables.append(pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None))
-    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-    return _small_strings(table)
+    # pandas >= 3 reads text as large_string, and `datasets` keeps that type: so does jaxfeed.
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
 
 def _small_strings(table: pa.Table) -> pa.Table:
