@@ -105,7 +105,7 @@ def test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint(tmp_path, capsys
     assert CheckpointManager(out / "checkpoints").latest_step is not None
 
     monkeypatch.setattr(DataLoader, "__iter__", original)
-    status, stdout, err = run_cli([*args, "--resume"], capsys)
+    status, _, err = run_cli([*args, "--resume"], capsys)
     assert status == 0, err
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
