@@ -344,3 +344,18 @@ def test_promise_process_workers_are_spawned_not_forked(monkeypatch):
     with DataLoader(ds, 4, num_workers=1, worker_mode="process") as loader:
         batch = next(iter(loader))
     assert np.asarray(batch["image"])[:, 0, 0].tolist() == [10, 20, 30, 40]
+
+
+# ------------------------------------------------------------------------------ multi-process order
+def test_promise_every_process_computes_the_same_global_order(monkeypatch):
+    """Promise: in multi-process JAX every process derives the same global order from (seed,
+    epoch) alone and loads its slice of it, so the processes' rows form the single-process batch.
+    Here: the batches are the same whatever ``jax.process_index()`` says (the slicing itself is
+    checked by the slow two-process test, tests/test_loader_multiprocess.py)."""
+    ds = small_ds(50)
+    reference = ids_of(DataLoader(ds, 8, shuffle=True, seed=6))
+    monkeypatch.setattr(jax, "process_index", lambda *args, **kwargs: 1)
+    loader = DataLoader(ds, 8, shuffle=True, seed=6)
+    assert ids_of(loader) == reference
+    second = ids_of(loader)
+    assert second != reference and sorted(sum(second, [])) == list(range(50))
