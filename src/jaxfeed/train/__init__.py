@@ -2,7 +2,7 @@
 
 from jaxfeed.train.callbacks import Callback, EarlyStopping
 from jaxfeed.train.history import History, plot_history
-from jaxfeed.train.steps import cross_entropy
+from jaxfeed.train.losses import cross_entropy
 from jaxfeed.train.trainer import NonFiniteLossError, Trainer, scale_images
 
 __all__ = [
