@@ -94,7 +94,7 @@ class _ArrowSource:
             from jaxfeed.formatting import jax_int_dtype
             from jaxfeed.reader import ChunkedView
 
-            view = self.ds._reader.view(column)
+            view = self.ds._internal.reader.view(column)
             ok = (
                 isinstance(self.ds.features[column], ClassLabel)
                 and view is not None
@@ -107,8 +107,8 @@ class _ArrowSource:
 
     def gather(self, rows: np.ndarray) -> dict[str, Any]:
         """The columns of ``rows``; media columns as their stored (still encoded) values."""
-        reader = self.ds._reader
-        table_rows = self.ds._table_rows(rows)
+        reader = self.ds._internal.reader
+        table_rows = self.ds._internal.table_rows(rows)
         out: dict[str, Any] = {}
         for column in self.columns:
             view = self._label_view(column) or reader.view(column)
