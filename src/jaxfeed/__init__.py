@@ -23,7 +23,7 @@ from jaxfeed.features import (
     Value,
 )
 from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
 from jaxfeed.loader import DataLoader
 from jaxfeed.ops import concatenate_datasets
 from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
@@ -47,6 +47,7 @@ __all__ = [
     "History",
     "Image",
     "IterableDataset",
+    "IterableDatasetDict",
     "List",
     "Sequence",
     "Trainer",
@@ -56,4 +57,5 @@ __all__ = [
     "load_dataset",
     "load_from_disk",
     "plot_history",
+    "split_dataset_by_node",
 ]

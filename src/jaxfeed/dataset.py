@@ -472,9 +472,14 @@ class Dataset:
         """
         return ops.from_generator(generator, features, gen_kwargs)
 
-    def save_to_disk(self, dataset_path: str | os.PathLike) -> None:
-        """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`)."""
-        save_dataset(self, dataset_path)
+    def save_to_disk(
+        self, dataset_path: str | os.PathLike, storage_options: dict | None = None
+    ) -> None:
+        """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`).
+
+        ``dataset_path`` may be a URL (``s3://bucket/ds``); ``storage_options`` go to fsspec.
+        """
+        save_dataset(self, dataset_path, storage_options)
 
     def cleanup_cache_files(self) -> int:
         """Delete ``map`` output files in this dataset's folder, except the one it reads; return how many."""
@@ -703,9 +708,11 @@ class DatasetDict(dict):
     def cast_column(self, column: str, feature: Any) -> DatasetDict:
         return self._each("cast_column", column, feature)
 
-    def save_to_disk(self, dataset_dict_path: str | os.PathLike) -> None:
-        """Write every split under ``dataset_dict_path`` atomically."""
-        save_dataset_dict(self, dataset_dict_path)
+    def save_to_disk(
+        self, dataset_dict_path: str | os.PathLike, storage_options: dict | None = None
+    ) -> None:
+        """Write every split under ``dataset_dict_path`` atomically (a URL too, see Dataset's)."""
+        save_dataset_dict(self, dataset_dict_path, storage_options)
 
     def __repr__(self) -> str:
         body = ",\n".join(f"    {k}: {v!r}".replace("\n", "\n    ") for k, v in self.items())

@@ -39,7 +39,9 @@ from jaxfeed.features import DecodeError
 from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
+from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
+from jaxfeed.stream_loader import StreamingDataLoader
 
 STATE_VERSION = 1
 _CANONICAL = {
@@ -261,6 +263,11 @@ class DataLoader:
     >>> [b["x"].shape for b in loader], len(loader)
     ([(4,), (4,), (2,)], 3)
     """
+
+    def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(dataset, IterableDataset):  # streams have their own loader
+            return StreamingDataLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
