@@ -50,6 +50,7 @@ class Unit:
     path: str | None = None
     row_groups: tuple[int, ...] | None = None
     rows: tuple[int, int] | None = None
+    generator: bool = False
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Source:
     fmt: str | None = None
     storage_options: dict | None = None
     dataset: Dataset | None = None
+    generator: tuple[Callable, dict, Features | None] | None = None  # from_generator
     features: Features | None = None  # cast every table to these (load_dataset(features=))
     columns: list[str] | None = None  # read only these (pushed down to Parquet)
     stride: tuple[int, int] | None = None  # (world_size, rank): keep every world_size-th row
@@ -74,6 +76,9 @@ class Source:
 
     def read(self, unit: Unit, skip: int) -> Iterator[pa.Table]:
         """The unit's rows after its first ``skip`` rows, as tables of a few MB."""
+        if unit.generator:
+            yield from self._generated(skip)
+            return
         if unit.rows is not None:
             start, stop = unit.rows
             ds = self.dataset
@@ -97,6 +102,22 @@ class Source:
             table = pa.Table.from_batches([batch.slice(skip) if skip else batch])
             skip = 0
             yield self._cast(table, unit.path)
+
+    def _generated(self, skip: int) -> Iterator[pa.Table]:
+        """A generator cannot seek: it is run again and its first ``skip`` rows are dropped."""
+        function, kwargs, features = self.generator
+        rows: list[dict] = []
+        for i, row in enumerate(function(**kwargs)):
+            if i < skip:
+                continue
+            rows.append(row)
+            if len(rows) >= READ_ROWS:
+                chunk = Dataset.from_list(rows, features=features)
+                features = chunk.features
+                yield chunk.data
+                rows = []
+        if rows:
+            yield Dataset.from_list(rows, features=features).data
 
     def _skip_row_groups(self, unit: Unit, skip: int) -> tuple[list[int], int]:
         with parquet_file(unit.path, self.storage_options) as f:
@@ -560,6 +581,28 @@ class IterableDataset:
         ]
         return cls(Source(units, dataset=ds), features=ds.features)
 
+    @classmethod
+    def from_generator(
+        cls,
+        generator: Callable[..., Iterator[dict]],
+        features: Features | None = None,
+        gen_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows from a generator function, read lazily in chunks of 10,000 rows (a resumed
+        stream runs the generator again and skips the rows already read).
+
+        >>> from jaxfeed import IterableDataset
+        >>> def rows():
+        ...     yield from ({"x": i} for i in range(3))
+        >>> [r["x"] for r in IterableDataset.from_generator(rows)]
+        [0, 1, 2]
+        """
+        features = None if features is None else Features(features)
+        source = Source(
+            [Unit(generator=True)], generator=(generator, dict(gen_kwargs or {}), features)
+        )
+        return cls(source, features=features)
+
     def _replace(self, **changes: Any) -> IterableDataset:
         out = IterableDataset(
             changes.get("source", self._source),
@@ -848,7 +891,7 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
     and keeps every ``world_size``-th row. A :class:`Dataset` gives a contiguous block of rows.
 
     >>> from jaxfeed import Dataset, split_dataset_by_node
-    >>> split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"]
+    >>> list(split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"])
     [3, 4]
     """
     _check_split(rank, world_size)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
 from jaxfeed.io.cache import fetch_folder
 from jaxfeed.remote import is_remote
@@ -44,7 +44,7 @@ def load_from_disk(
     >>> from jaxfeed import Dataset, load_from_disk
     >>> folder = tempfile.mkdtemp()
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
-    >>> load_from_disk(folder + "/ds")["x"]
+    >>> list(load_from_disk(folder + "/ds")["x"])
     [1, 2, 3]
 
     A URL (``s3://bucket/ds``...) is copied once into the local cache (``$JAXFEED_CACHE``), then
@@ -72,6 +72,8 @@ def load_from_disk(
     tables = [_read_arrow(f, keep_in_memory) for f in files]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     features = Features.from_dict(info["features"]) if info.get("features") else None
+    if features is not None and set(features) == set(table.column_names):
+        features = Features({c: features[c] for c in table.column_names})  # the table's order
     ds = Dataset(table, features)
     if not keep_in_memory:
         ds._internal.set_cache(path)
@@ -85,3 +87,6 @@ def load_from_disk(
             **kwargs,
         )
     return ds
+
+
+register_disk_loader(load_from_disk)
