@@ -121,6 +121,25 @@ def test_promise_evaluate_counts_each_real_row_once():
     np.testing.assert_allclose(np.asarray(predicted), logits, rtol=1e-5, atol=1e-6)
 
 
+def test_promise_rows_without_a_label_count_nowhere():
+    """Promise: rows whose class id is -1 (no label) are masked out of the loss and the metrics,
+    like padding (with a warning saying how many): ``evaluate`` averages over labelled rows."""
+    x, y = data(12, seed=4)
+    model = mlp(seed=5)
+    model.eval()
+    logits = np.asarray(model(x))
+    y = y.copy()
+    y[[1, 4, 10]] = -1
+    labelled = y >= 0
+    trainer = Trainer(model, optax.sgd(0.1), verbose=0)
+    with pytest.warns(UserWarning, match="3 rows in the eval data have label -1"):
+        result = trainer.evaluate(DataLoader(dataset(x, y), 5))
+    want = per_example(logits[labelled], y[labelled])
+    assert result["loss"] == pytest.approx(float(want.mean()), rel=1e-5)
+    accuracy = (logits[labelled].argmax(-1) == y[labelled]).mean()
+    assert result["accuracy"] == pytest.approx(float(accuracy))
+
+
 # ------------------------------------------------------------------------------ dropout keys
 def test_promise_dropout_keys_come_from_the_trainer_seed():
     """Promise: dropout keys are derived from the Trainer's ``seed`` (and the step): the same seed
