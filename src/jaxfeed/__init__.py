@@ -7,6 +7,7 @@
 """
 
 from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.export import export, load_exported
 from jaxfeed.features import (
     Array2D,
     Array3D,
@@ -53,7 +54,9 @@ __all__ = [
     "Value",
     "__version__",
     "concatenate_datasets",
+    "export",
     "load_dataset",
+    "load_exported",
     "load_from_disk",
     "plot_history",
 ]
