@@ -163,8 +163,13 @@ def test_killed_mid_save_keeps_previous_and_cleans_up(tmp_path):
     assert any("tmp" in p.name for p in tmp_path.iterdir())
     ckpt = CheckpointManager(tmp_path)
     assert ckpt.all_steps == [1]
-    assert not any("tmp" in p.name for p in tmp_path.iterdir())  # the half-written step is gone
     assert ckpt.restore(state={"w": jnp.zeros(1000)})["state"]["w"][0] == 1
+    assert any("tmp" in p.name for p in tmp_path.iterdir())  # a reader deletes nothing
+    ckpt.begin_writing()  # a writer: the recorded writer (the killed process) is gone
+    assert not any("tmp" in p.name for p in tmp_path.iterdir())  # the half-written step is gone
+    assert ckpt.removed_partial and ckpt.all_steps == [1]
+    ckpt.close()
+    assert not (tmp_path / ".jaxfeed-writer.json").exists()
 
 
 RESUME_SCRIPT = textwrap.dedent(
@@ -239,23 +244,3 @@ def test_export_and_load_exported(tmp_path):
         export(LinenCNN(10), tmp_path / "x")
     with pytest.raises(ValueError, match="export of a Linear needs example_input="):
         export(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), tmp_path / "y")
-
-
-def test_resume_refuses_another_process_count(tmp_path):
-    digits = load_dataset("digits")
-    trainer = Trainer(
-        CNN(10, (8, 8, 1), rngs=nnx.Rngs(0)), optax.adam(1e-3), preprocess=scale_images, verbose=0
-    )
-    loader = DataLoader(digits["train"], 64)
-    trainer.fit(loader, epochs=1, checkpoint_dir=tmp_path)
-    with CheckpointManager(tmp_path) as ckpt:
-        step = ckpt.latest_step
-        assert ckpt.meta(step)["config"]["processes"] == 1
-        meta_file = next((tmp_path / str(step) / "meta").glob("*"))
-        meta = json.loads(meta_file.read_text())
-        meta["config"]["processes"] = 2  # as if written by a 2-process job
-        meta_file.write_text(json.dumps(meta))
-        with pytest.raises(
-            CheckpointError, match="written by a job of 2 processes; resume it with 2 processes"
-        ):
-            trainer.restore_checkpoint(ckpt, "latest", loader)

@@ -6,6 +6,7 @@
 (2, 2)
 """
 
+from jaxfeed.column import Column
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.export import export, load_exported
 from jaxfeed.features import (
@@ -19,14 +20,18 @@ from jaxfeed.features import (
     FeatureError,
     Features,
     Image,
+    Json,
+    LargeList,
     List,
     Sequence,
+    Translation,
+    TranslationVariableLanguages,
     Value,
 )
 from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
 from jaxfeed.loader import DataLoader
-from jaxfeed.ops import concatenate_datasets
+from jaxfeed.ops import concatenate_datasets, interleave_datasets
 from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 __version__ = "0.1.0"
@@ -38,6 +43,7 @@ __all__ = [
     "Array5D",
     "Audio",
     "ClassLabel",
+    "Column",
     "DataLoader",
     "Dataset",
     "DatasetDict",
@@ -48,15 +54,22 @@ __all__ = [
     "History",
     "Image",
     "IterableDataset",
+    "IterableDatasetDict",
+    "Json",
+    "LargeList",
     "List",
     "Sequence",
     "Trainer",
+    "Translation",
+    "TranslationVariableLanguages",
     "Value",
     "__version__",
     "concatenate_datasets",
     "export",
+    "interleave_datasets",
     "load_dataset",
     "load_exported",
     "load_from_disk",
     "plot_history",
+    "split_dataset_by_node",
 ]

@@ -353,7 +353,7 @@ class NNXCore:
         return restored["meta"]
 
     def learning_rate(self) -> float | None:
-        return _learning_rate(self.state)
+        return None if self.state is None else _learning_rate(self.state)
 
     def variables(self) -> Any:
         raise AttributeError("variables is for Linen trainers; an NNX model holds its own state")
