@@ -247,9 +247,7 @@ def wait_gone(pids, seconds=15):
 def test_script_without_main_guard_gets_one_clear_message(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
-    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert out.stderr.count('if __name__ == "__main__":') == 1, out.stderr
     assert "MainGuardError" in out.stderr and "train.py" in out.stderr

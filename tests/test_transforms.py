@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxfeed import DataLoader, Dataset, Features, Image
+from jaxfeed import DataLoader, Dataset, Features, Image, Value
 from jaxfeed import transforms as T
 
 
@@ -59,7 +59,8 @@ def test_errors_are_clear():
 def test_compose_as_row_transform_in_the_loader():
     pixels = np.random.default_rng(0).integers(0, 256, (10, 40, 40, 3), dtype=np.uint8)
     ds = Dataset.from_dict(
-        {"image": list(pixels), "label": list(range(10))}, features=Features({"image": Image()})
+        {"image": list(pixels), "label": list(range(10))},
+        features=Features({"image": Image(), "label": Value("int64")}),
     )
     augment = T.compose(
         T.random_resized_crop(32), T.horizontal_flip(), T.normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)
