@@ -120,16 +120,14 @@ def to_jax(batches: Iterable) -> Iterator:
         yield jax.block_until_ready(image)
 
 
-def timed(stream: Iterator, warmup: int, batches: int, repeats: int) -> float:
-    """Median rows/s over ``repeats`` runs of ``batches`` batches, after ``warmup`` batches."""
-    for _ in itertools.islice(stream, warmup):
+def run_once(stream: Iterator, drain: int, batches: int) -> float:
+    """rows/s of ``batches`` batches, after draining ``drain`` (what the loader had buffered while
+    the other cases ran, so every case is timed at its steady state)."""
+    for _ in itertools.islice(stream, drain):
         pass
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        rows = sum(x.shape[0] for x in itertools.islice(stream, batches))
-        rates.append(rows / (time.perf_counter() - start))
-    return statistics.median(rates)
+    start = time.perf_counter()
+    rows = sum(x.shape[0] for x in itertools.islice(stream, batches))
+    return rows / (time.perf_counter() - start)
 
 
 def forever(make: Callable[[], Iterable]) -> Iterator:
@@ -153,26 +151,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer rows, batches and repeats")
     parser.add_argument(
         "--only", default="", help="comma-separated subset (jaxfeed,torch,grain,hf)"
     )
     args = parser.parse_args()
     if args.quick:
-        args.rows, args.batches, args.repeats = 640, 6, 2
+        args.rows, args.batches, args.repeats = 640, 4, 2
     only = set(filter(None, args.only.split(",")))
-    workers, warmup = args.workers, max(2, args.workers)
+    workers = args.workers
+    drain = 2 * workers + 4  # more than any loader here buffers
     folder = make_folder(args.rows)
     paths, labels = listing(folder)
-    results: list[dict] = []
-
-    def add(name: str, rate: float) -> None:
-        results.append({"name": name, "rows_per_s": rate})
-        print(f"  {name:<58}{rate:>10,.0f} rows/s", flush=True)
-
     print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
+    streams: dict[str, Iterator] = {}
+    closers: list[Callable[[], None]] = []
 
     ds = Dataset.from_dict(
         {"image": paths, "label": labels},
@@ -182,11 +177,10 @@ def main() -> None:
         loader = DataLoader(
             ds, BATCH, shuffle=True, drop_last=True, row_transform=AUGMENT, num_workers=workers
         )
-        add(
-            f"jaxfeed DataLoader, row_transform, {workers} workers",
-            timed(to_jax(forever(lambda: loader)), warmup, args.batches, args.repeats),
+        streams[f"jaxfeed DataLoader, row_transform, {workers} workers"] = to_jax(
+            forever(lambda: loader)
         )
-        loader.close()
+        closers.append(loader.close)
 
     if not only or "torch" in only:
         try:
@@ -202,16 +196,18 @@ def main() -> None:
                 persistent_workers=workers > 0,
             )
             name = f"PyTorch {torch.__version__.split('+')[0]} DataLoader, {workers} workers"
-            stream = to_jax({"image": b["image"].numpy()} for b in forever(lambda: torch_loader))
-            add(name, timed(stream, warmup, args.batches, args.repeats))
-            del torch_loader, stream
+            streams[name] = to_jax(
+                {"image": b["image"].numpy()} for b in forever(lambda: torch_loader)
+            )
         except ImportError:
             print("  torch not installed: skipped")
 
     if not only or "grain" in only:
         try:
             import grain
+            from absl import flags
 
+            flags.FLAGS.mark_as_parsed()  # grain's workers read absl flags (no absl.app here)
             grain_ds = (
                 grain.MapDataset.source(list(zip(paths, labels, strict=True)))
                 .shuffle(seed=0)
@@ -222,12 +218,8 @@ def main() -> None:
                 .to_iter_dataset()
                 .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
             )
-            stream = to_jax(iter(grain_ds))
-            add(
-                f"Grain {grain.__version__} random_map + mp_prefetch, {workers} workers",
-                timed(stream, warmup, args.batches, args.repeats),
-            )
-            del stream
+            name = f"Grain {grain.__version__} random_map + mp_prefetch, {workers} workers"
+            streams[name] = to_jax(iter(grain_ds))
         except ImportError:
             print("  grain not installed: skipped")
 
@@ -248,47 +240,61 @@ def main() -> None:
                 num_workers=workers,
                 persistent_workers=workers > 0,
             )
-            stream = to_jax({"image": b["image"].numpy()} for b in forever(lambda: hf_loader))
-            add(
-                f"HF datasets {datasets.__version__} set_transform + PyTorch, {workers} workers",
-                timed(stream, warmup, args.batches, args.repeats),
+            name = f"HF datasets {datasets.__version__} set_transform + PyTorch, {workers} workers"
+            streams[name] = to_jax(
+                {"image": b["image"].numpy()} for b in forever(lambda: hf_loader)
             )
-            del hf_loader, stream
         except ImportError:
             print("  datasets or torch not installed: skipped")
 
     image = Image()
-    n = min(200, len(paths))
+    n = BATCH * 2
     stored = [(Path(p).read_bytes(), None) for p in paths[:n]]
-    core_jaxfeed = per_core_rate(lambda i: image.decode_array(stored[i], i), n, args.repeats)
-    core_pillow = per_core_rate(
-        lambda i: image.decode_array(stored[i], i, decoder="pillow"), n, args.repeats
-    )
-    add("one process: jaxfeed decode + augment (per core)", core_jaxfeed)
-    add("one process: Pillow decode + augment (per core)", core_pillow)
-    add(f"{workers} cores x per-core rate (jaxfeed decode)", workers * core_jaxfeed)
-
-    rates = {r["name"]: r["rows_per_s"] for r in results}
-    ours = next((v for k, v in rates.items() if k.startswith("jaxfeed")), None)
-    peers = {
-        k: v
-        for k, v in rates.items()
-        if not k.startswith(("jaxfeed", "one process", f"{workers} cores"))
+    singles = {
+        "one process: jaxfeed decode + augment (per core)": lambda i: image.decode_array(
+            stored[i], i
+        ),
+        "one process: Pillow decode + augment (per core)": lambda i: image.decode_array(
+            stored[i], i, decoder="pillow"
+        ),
     }
-    print(f"\n{'loader':<62}{'rows/s':>10}{'jaxfeed / this':>16}")
-    for name, rate in rates.items():
+    for stream in streams.values():  # start every loader's workers before timing anything
+        next(stream)
+    rates: dict[str, list[float]] = {name: [] for name in [*streams, *singles]}
+    for r in range(args.repeats):  # the cases take turns, so load changes hit all of them
+        for name, stream in streams.items():
+            rates[name].append(run_once(stream, drain, args.batches))
+        for name, decode in singles.items():
+            rates[name].append(per_core_rate(decode, n, 1))
+        print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
+    for close in closers:
+        close()
+    medians = {name: statistics.median(v) for name, v in rates.items()}
+    core = medians["one process: jaxfeed decode + augment (per core)"]
+    medians[f"{workers} cores x per-core rate (jaxfeed decode)"] = workers * core
+    ours = next((v for k, v in medians.items() if k.startswith("jaxfeed")), None)
+    peers = {k: medians[k] for k in streams if not k.startswith("jaxfeed")}
+    print(
+        f"\n{'case (medians of ' + str(args.repeats) + ')':<62}{'rows/s':>10}{'jaxfeed / this':>16}"
+    )
+    for name, rate in medians.items():
         ratio = f"{ours / rate:>15.2f}x" if ours else ""
         print(f"{name:<62}{rate:>10,.0f}{ratio}")
     if ours and peers:
-        best = max(peers.values())
-        print(f"\njaxfeed / best peer: {ours / best:.2f}x (target >= 1.2)")
+        print(f"\njaxfeed / best peer: {ours / max(peers.values()):.2f}x (target >= 1.2)")
     if ours:
         print(
-            f"jaxfeed / ({workers} x per-core rate): {ours / (workers * core_jaxfeed):.2f} (target >= 0.8)"
+            f"jaxfeed / ({workers} x per-core rate): {ours / (workers * core):.2f} (target >= 0.8)"
         )
     path = save_json(
         "augment",
-        {"rows": len(paths), "batch": BATCH, "workers": workers, "results": results},
+        {
+            "rows": len(paths),
+            "batch": BATCH,
+            "workers": workers,
+            "rates": rates,
+            "medians": medians,
+        },
     )
     print(f"wrote {path}")
 

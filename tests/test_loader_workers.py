@@ -283,6 +283,7 @@ def test_workers_exit_when_the_main_process_dies(tmp_path, how):
     tracker = [
         int(p) for p in os.listdir("/proc") if p.isdigit() and _is_tracker_of(int(p), proc.pid)
     ]
+    assert len(tracker) == 1  # multiprocessing's resource tracker, which must go too
     if how == "sigkill":
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
