@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
 from jaxfeed.saved import save_dataset, save_dataset_dict
 
@@ -63,6 +63,8 @@ def load_from_disk(path: str | os.PathLike, keep_in_memory: bool = False) -> Dat
     tables = [_read_arrow(f, keep_in_memory) for f in files]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     features = Features.from_dict(info["features"]) if info.get("features") else None
+    if features is not None and set(features) == set(table.column_names):
+        features = Features({c: features[c] for c in table.column_names})  # the table's order
     ds = Dataset(table, features)
     if not keep_in_memory:
         ds._internal.set_cache(path)
@@ -76,3 +78,6 @@ def load_from_disk(path: str | os.PathLike, keep_in_memory: bool = False) -> Dat
             **kwargs,
         )
     return ds
+
+
+register_disk_loader(load_from_disk)
