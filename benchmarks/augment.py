@@ -151,8 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer rows, batches and repeats")
     parser.add_argument(
         "--only", default="", help="comma-separated subset (jaxfeed,torch,grain,hf)"
@@ -167,6 +167,7 @@ def main() -> None:
     paths, labels = listing(folder)
     print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
     streams: dict[str, Iterator] = {}
+    fresh: dict[str, Callable[[], Iterator]] = {}
     closers: list[Callable[[], None]] = []
 
     ds = Dataset.from_dict(
@@ -219,7 +220,9 @@ def main() -> None:
                 .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
             )
             name = f"Grain {grain.__version__} random_map + mp_prefetch, {workers} workers"
-            streams[name] = to_jax(iter(grain_ds))
+            # a fresh iterator per repeat (start-up drained before timing): Grain's workers,
+            # left idle while the other cases run, grew to an out-of-memory kill here
+            fresh[name] = lambda: to_jax(iter(grain_ds))
         except ImportError:
             print("  grain not installed: skipped")
 
@@ -260,10 +263,14 @@ def main() -> None:
     }
     for stream in streams.values():  # start every loader's workers before timing anything
         next(stream)
-    rates: dict[str, list[float]] = {name: [] for name in [*streams, *singles]}
+    rates: dict[str, list[float]] = {name: [] for name in [*streams, *fresh, *singles]}
     for r in range(args.repeats):  # the cases take turns, so load changes hit all of them
         for name, stream in streams.items():
             rates[name].append(run_once(stream, drain, args.batches))
+        for name, make in fresh.items():
+            stream = make()
+            rates[name].append(run_once(stream, drain, args.batches))
+            del stream
         for name, decode in singles.items():
             rates[name].append(per_core_rate(decode, n, 1))
         print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
@@ -273,7 +280,7 @@ def main() -> None:
     core = medians["one process: jaxfeed decode + augment (per core)"]
     medians[f"{workers} cores x per-core rate (jaxfeed decode)"] = workers * core
     ours = next((v for k, v in medians.items() if k.startswith("jaxfeed")), None)
-    peers = {k: medians[k] for k in streams if not k.startswith("jaxfeed")}
+    peers = {k: medians[k] for k in [*streams, *fresh] if not k.startswith("jaxfeed")}
     print(
         f"\n{'case (medians of ' + str(args.repeats) + ')':<62}{'rows/s':>10}{'jaxfeed / this':>16}"
     )

@@ -311,3 +311,23 @@ def test_ctrl_c_stops_a_hung_worker(tmp_path):
     err = proc.stderr.read()
     assert "KeyboardInterrupt" in err and err.count("Traceback") == 1, err
     assert wait_gone(workers, 10) == [] and segments_of(proc.pid) == []
+
+
+def test_timeout_without_workers_names_the_rows():
+    import threading
+
+    release = threading.Event()
+
+    def wait_on_row_5(row):
+        if row["id"] == 5:
+            release.wait(30)
+        return row
+
+    ds = Dataset.from_dict({"id": np.arange(12)})
+    loader = DataLoader(ds, batch_size=4, row_transform=wait_on_row_5, prefetch=1, timeout=0.5)
+    try:
+        with pytest.raises(TimeoutError, match=r"batch 1 of epoch 0 \(rows 4, 5, 6, 7\)"):
+            list(loader)
+    finally:
+        release.set()
+    loader.close()
