@@ -8,11 +8,14 @@ The layout is the one `datasets` uses, so either library reads the other's folde
 
 A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and one such folder
 per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
-leaves the previous dataset (or nothing) at ``path``, never a half-written one.
+leaves the previous dataset (or nothing) at ``path``, never a half-written one. ``state.json``
+also records each file's size and SHA-256 (and its own), which ``load_from_disk(verify=True)``
+checks; `datasets` ignores these keys.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from jaxfeed.features import Features
+from jaxfeed.files import ChecksumError, UnsafePathError, file_sha256, resolve_inside
+from jaxfeed.io.validate import FeatureMismatchError, check_table
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -91,8 +96,25 @@ def _write_dataset(ds: Dataset, folder: Path) -> None:
         "_data_files": [{"filename": name}],
         "_fingerprint": uuid.uuid4().hex[:16],
         "_split": None,
+        CHECKSUMS: {
+            f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
+            for f in (name, "dataset_info.json")
+        },
+        **_format_state(ds),
     }
-    _write_json(folder / "state.json", {**state, **_format_state(ds)})
+    state[STATE_SHA] = _state_digest(state)
+    _write_json(folder / "state.json", state)
+
+
+CHECKSUMS = (
+    "_jaxfeed_checksums"  # {file: {"sha256", "bytes"}}: the data files and dataset_info.json
+)
+STATE_SHA = "_jaxfeed_state_sha256"  # of state.json's own content, this key left out
+
+
+def _state_digest(state: dict) -> str:
+    body = {k: v for k, v in state.items() if k != STATE_SHA}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _is_dataset_folder(path: Path) -> bool:
@@ -162,54 +184,166 @@ def _recover(path: Path) -> None:
 def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:
     source = pa.memory_map(str(file)) if not keep_in_memory else pa.OSFile(str(file))
     try:
-        return pa.ipc.open_stream(source).read_all()
-    except pa.ArrowInvalid:
-        source.seek(0)
-        return pa.ipc.open_file(source).read_all()
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            table = pa.ipc.open_file(source).read_all()
+        table.validate()
+        return table
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ValueError(f"cannot read the Arrow data file {file}: {err}") from err
 
 
-def load_from_disk(path: str | os.PathLike, keep_in_memory: bool = False) -> Dataset | DatasetDict:
+def _read_json(file: Path, what: str) -> dict:
+    try:
+        data = json.loads(file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"saved dataset {file.parent} has no {file.name} ({what})"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{file} ({what}) is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} ({what}) must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_from_disk(
+    path: str | os.PathLike, keep_in_memory: bool = False, verify: bool = False
+) -> Dataset | DatasetDict:
     """Load a dataset saved with ``save_to_disk`` (by jaxfeed or `datasets`), memory-mapped.
+
+    Only files inside ``path`` are read: a ``state.json`` or ``dataset_dict.json`` naming files
+    or splits outside it is refused, as are features contradicted by the data (class ids out of
+    range, wrong list lengths). The sizes recorded at save time are always checked;
+    ``verify=True`` also checks every file's SHA-256 and raises :class:`ChecksumError` on any
+    difference (or when the folder was saved without checksums, e.g. by `datasets`).
 
     >>> import tempfile
     >>> from jaxfeed import Dataset, load_from_disk
     >>> folder = tempfile.mkdtemp()
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
-    >>> load_from_disk(folder + "/ds")["x"]
+    >>> load_from_disk(folder + "/ds", verify=True)["x"]
     [1, 2, 3]
     """
-    from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.dataset import DatasetDict
 
     path = Path(path)
     _recover(path)
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
-        return DatasetDict({name: load_from_disk(path / name, keep_in_memory) for name in splits})
-    state_file = path / "state.json"
-    if not state_file.is_file():
+        splits = _read_json(path / "dataset_dict.json", "the list of splits").get("splits")
+        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+            raise ValueError(
+                f"{path / 'dataset_dict.json'}: 'splits' must be a list of split names, got {splits!r}"
+            )
+        out = {}
+        for name in splits:
+            folder = _split_folder(path, name)
+            if not (folder / "state.json").is_file():
+                raise FileNotFoundError(
+                    f"{path / 'dataset_dict.json'}: split {name!r} has no saved dataset "
+                    f"(state.json) in {folder}"
+                )
+            out[name] = _load_dataset(folder, keep_in_memory, verify)
+        return DatasetDict(out)
+    if not (path / "state.json").is_file():
         raise FileNotFoundError(
             f"{path} is not a saved dataset: expected state.json (a Dataset) or dataset_dict.json "
             "(a DatasetDict), as written by save_to_disk"
         )
-    state = json.loads(state_file.read_text())
-    info = json.loads((path / "dataset_info.json").read_text())
-    files = [path / f["filename"] for f in state["_data_files"]]
+    return _load_dataset(path, keep_in_memory, verify)
+
+
+def _split_folder(path: Path, name: str) -> Path:
+    """The folder of split ``name``: one plain folder name directly inside ``path``."""
+    if name in ("", ".", "..") or "/" in name or "\\" in name or name != name.strip("\x00"):
+        raise UnsafePathError(
+            f"{path / 'dataset_dict.json'}: split {name!r} is not a plain folder name inside {path}"
+        )
+    return resolve_inside(path, name, f"split {name!r} of {path / 'dataset_dict.json'}")
+
+
+def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
+    from jaxfeed.dataset import Dataset
+
+    state = _read_json(path / "state.json", "the saved dataset's state")
+    entries = state.get("_data_files")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path / 'state.json'}: '_data_files' must be a non-empty list")
+    files = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "filename" not in entry:
+            raise ValueError(
+                f"{path / 'state.json'}: a '_data_files' entry needs a 'filename', got {entry!r}"
+            )
+        files.append(resolve_inside(path, entry["filename"], f"data file of {path / 'state.json'}"))
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise FileNotFoundError(f"saved dataset {path} is missing its data files {missing}")
+    _check_files(path, state, [f.name for f in files], verify)
+    info = _read_json(path / "dataset_info.json", "the saved dataset's features")
     tables = [_read_arrow(f, keep_in_memory) for f in files]
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    features = Features.from_dict(info["features"]) if info.get("features") else None
-    ds = Dataset(table, features)
+    try:
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    except pa.ArrowInvalid as err:
+        raise ValueError(f"saved dataset {path}: its data files do not agree: {err}") from err
+    source = str(path / "dataset_info.json")
+    try:
+        features = Features.from_dict(info["features"]) if info.get("features") else None
+        ds = Dataset(table, features)
+    except (ValueError, TypeError, KeyError) as err:
+        if isinstance(err, FeatureMismatchError):
+            raise
+        raise FeatureMismatchError(
+            source, "*", None, f"features do not fit the data: {err}"
+        ) from err
+    check_table(ds.data, ds.features, source)
     if not keep_in_memory:
         ds._cache_dir = str(path)
     fmt_type = state.get("_format_type")
     if fmt_type is not None or state.get("_format_columns") is not None:
         kwargs = {k: v for k, v in (state.get("_format_kwargs") or {}).items() if v is not None}
-        ds.set_format(
-            fmt_type,
-            state.get("_format_columns"),
-            state.get("_output_all_columns", False),
-            **kwargs,
-        )
+        try:
+            ds.set_format(
+                fmt_type,
+                state.get("_format_columns"),
+                state.get("_output_all_columns", False),
+                **kwargs,
+            )
+        except (ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{path / 'state.json'}: bad format settings: {err}") from err
     return ds
+
+
+def _check_files(path: Path, state: dict, names: list[str], verify: bool) -> None:
+    """Sizes recorded at save time always; SHA-256 of every file too when ``verify``."""
+    recorded = state.get(CHECKSUMS)
+    if recorded is None:
+        if verify:
+            raise ChecksumError(
+                f"saved dataset {path} has no checksums (saved by `datasets` or an older jaxfeed): "
+                "cannot verify it; save it again with jaxfeed to record them"
+            )
+        return
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path / 'state.json'}: {CHECKSUMS!r} must be an object")
+    if verify and state.get(STATE_SHA) != _state_digest(state):
+        raise ChecksumError(
+            f"{path / 'state.json'} differs from what was saved (checksum mismatch)"
+        )
+    for name in [*names, "dataset_info.json"] if verify else names:
+        expected = recorded.get(name)
+        if not isinstance(expected, dict):
+            if verify:
+                raise ChecksumError(f"saved dataset {path}: no checksum recorded for {name}")
+            continue
+        file = path / name
+        size = file.stat().st_size if file.is_file() else None
+        if size != expected.get("bytes"):
+            raise ChecksumError(
+                f"{file} has {size} bytes but {expected.get('bytes')} were saved: "
+                "the file is truncated or was changed"
+            )
+        if verify and file_sha256(file) != expected.get("sha256"):
+            raise ChecksumError(f"{file} differs from what was saved (SHA-256 mismatch)")
