@@ -47,19 +47,21 @@ def test_select_and_shuffle_are_index_mappings(ds):
 def test_shuffled_reads_gather_in_bulk(ds, monkeypatch):
     sh = ds.shuffle(seed=0).with_format("numpy")
     calls = []
-    view = sh._reader.view("image")
+    view = sh._internal.reader.view("image")
     real = view.take
     monkeypatch.setattr(
         view, "take", lambda idx, out=None: calls.append(len(idx)) or real(idx, out)
     )
     batch = sh[:8]
     assert calls == [8]
-    np.testing.assert_array_equal(batch["image"], ds.with_format("numpy")[sh._indices[:8]]["image"])
+    np.testing.assert_array_equal(
+        batch["image"], ds.with_format("numpy")[sh._internal.indices[:8]]["image"]
+    )
 
 
 def test_flatten_indices(ds):
     flat = ds.shuffle(seed=1).flatten_indices()
-    assert flat._indices is None and flat["id"] == ds.shuffle(seed=1)["id"]
+    assert flat._internal.indices is None and flat["id"] == ds.shuffle(seed=1)["id"]
 
 
 def test_filter(ds):

@@ -16,7 +16,8 @@ from jaxfeed.features import Features
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
 from jaxfeed.formatting import Formatter, canonical_format, make_formatter
-from jaxfeed.reader import TableReader, normalize_rows
+from jaxfeed.reader import Rows, TableReader, normalize_rows
+from jaxfeed.saved import save_dataset, save_dataset_dict
 
 
 class Dataset:
@@ -334,24 +335,10 @@ class Dataset:
     def to_pandas(self) -> Any:
         return self._reader.arrow(self._table_rows(slice(0, self.num_rows))).to_pandas()
 
-    def _derive(
-        self, table: pa.Table, features: Features | None = None, indices: np.ndarray | None = None
-    ) -> Dataset:
-        """A dataset over ``table`` (as is) that keeps this one's format and cache folder."""
-        out = Dataset._wrap(table, features if features is not None else self._features)
-        out._indices = indices
-        out._cache_dir = self._cache_dir
-        out._source_files = set(self._source_files)
-        fmt = self._format
-        columns = fmt["columns"]
-        if columns is not None:
-            columns = [c for c in columns if c in out.column_names] or None
-        out.set_format(fmt["type"], columns, fmt["output_all_columns"], **fmt["format_kwargs"])
-        return out
-
-    def _arrow_rows(self) -> pa.Table:
-        """The rows of this dataset as one table (the index mapping applied with one take)."""
-        return self._reader.arrow(self._table_rows(slice(0, self.num_rows)))
+    @property
+    def _internal(self) -> DatasetInternal:
+        """The package-internal interface (for ops, io, iterable and the loader)."""
+        return DatasetInternal(self)
 
     # ------------------------------------------------------------------------- operations
     def select(self, indices: Any) -> Dataset:
@@ -487,8 +474,6 @@ class Dataset:
 
     def save_to_disk(self, dataset_path: str | os.PathLike) -> None:
         """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`)."""
-        from jaxfeed.io.disk import save_dataset
-
         save_dataset(self, dataset_path)
 
     def cleanup_cache_files(self) -> int:
@@ -501,6 +486,94 @@ class Dataset:
                 f.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+
+class DatasetInternal:
+    """What the rest of the package may use of a :class:`Dataset` besides its public API.
+
+    ``ops``, ``io``, ``iterable`` and the loader go through this view (``ds._internal``) instead
+    of reading the dataset's private attributes, so the dataset's representation (a table, an
+    optional index mapping, a format, an optional cache folder) can change in one place.
+    """
+
+    __slots__ = ("_ds",)
+
+    def __init__(self, ds: Dataset) -> None:
+        self._ds = ds
+
+    @property
+    def reader(self) -> TableReader:
+        """Reads rows of the underlying table (table coordinates: map rows with table_rows)."""
+        return self._ds._reader
+
+    @property
+    def indices(self) -> np.ndarray | None:
+        """The index mapping (row i reads table row indices[i]), or None for table order."""
+        return self._ds._indices
+
+    @property
+    def cache_dir(self) -> str | None:
+        """The folder this dataset's Arrow files live in (where ``map`` writes), or None."""
+        return self._ds._cache_dir
+
+    @property
+    def source_files(self) -> frozenset[str]:
+        """Names of the files in ``cache_dir`` that this dataset's table maps."""
+        return frozenset(self._ds._source_files)
+
+    def table_rows(self, rows: Rows) -> Rows:
+        """Map dataset rows (a slice or index array) to table rows through the index mapping."""
+        return self._ds._table_rows(rows)
+
+    def arrow(self, rows: Rows | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        """Dataset rows (all by default) as one table, the index mapping applied with one take."""
+        if rows is None:
+            rows = slice(0, self._ds.num_rows)
+        return self._ds._reader.arrow(self.table_rows(rows), columns)
+
+    def read(self, rows: Rows, single: bool = False) -> Any:
+        """Dataset rows in the dataset's output format (one row when ``single``)."""
+        return self._ds._read(rows, single)
+
+    def derive(
+        self,
+        table: pa.Table,
+        features: Features | None = None,
+        indices: np.ndarray | None = None,
+        source_files: set[str] | frozenset[str] | None = None,
+    ) -> Dataset:
+        """A dataset over ``table`` (as is) that keeps this one's format and cache folder.
+
+        ``source_files`` names the cache files the new table maps (default: this dataset's).
+        """
+        ds = self._ds
+        out = Dataset._wrap(table, features if features is not None else ds._features)
+        out._indices = indices
+        out._cache_dir = ds._cache_dir
+        out._source_files = set(ds._source_files if source_files is None else source_files)
+        fmt = ds._format
+        columns = fmt["columns"]
+        if columns is not None:
+            columns = [c for c in columns if c in out.column_names] or None
+        out.set_format(fmt["type"], columns, fmt["output_all_columns"], **fmt["format_kwargs"])
+        return out
+
+    def set_cache(
+        self, cache_dir: str | os.PathLike | None, source_files: Sequence[str] = ()
+    ) -> None:
+        """Record the folder whose Arrow files this (freshly built) dataset maps."""
+        self._ds._cache_dir = None if cache_dir is None else str(cache_dir)
+        self._ds._source_files = set(source_files)
+
+    def format_state(self) -> dict[str, Any]:
+        """The output format as JSON-ready values, in the keys of ``state.json``."""
+        fmt = self._ds._format
+        return {
+            "_format_type": fmt["type"],
+            "_format_columns": fmt["columns"],
+            "_format_kwargs": self._ds._formatter.serialize(),
+            "_output_all_columns": fmt["output_all_columns"],
+        }
 
 
 def _length(values: Any, column: str) -> int:
@@ -632,8 +705,6 @@ class DatasetDict(dict):
 
     def save_to_disk(self, dataset_dict_path: str | os.PathLike) -> None:
         """Write every split under ``dataset_dict_path`` atomically."""
-        from jaxfeed.io.disk import save_dataset_dict
-
         save_dataset_dict(self, dataset_dict_path)
 
     def __repr__(self) -> str:

@@ -33,6 +33,12 @@ def canonical_format(type: str | None) -> str:
 class Formatter:
     """Turns rows of a table into one output format."""
 
+    options: dict[str, Any] | None = None  # its keyword arguments (set by make_formatter)
+
+    def serialize(self) -> dict[str, Any]:
+        """Its options as JSON values (for ``state.json``); values JSON cannot hold are left out."""
+        return {k: v for k, v in (self.options or {}).items() if _json_scalar(v)}
+
     def batch(self, reader: TableReader, rows: Rows, columns: Sequence[str]) -> Any:
         raise NotImplementedError
 
@@ -101,6 +107,18 @@ class JaxFormatter(Formatter):
         self.placement = resolve_placement(device)
         self.dtype = None if dtype is None else np.dtype(dtype)
 
+    def serialize(self) -> dict[str, Any]:
+        """``device`` as its name (a sharding cannot be saved), ``dtype`` as a dtype name."""
+        out = {}
+        for key, value in (self.options or {}).items():
+            if _json_scalar(value):
+                out[key] = value
+            elif key == "device" and hasattr(value, "platform"):
+                out[key] = str(value)  # a jax.Device: keep its name
+            elif key == "dtype":
+                out[key] = np.dtype(value).name
+        return out
+
     def batch(self, reader, rows, columns):
         decoded = {c: reader.numpy(c, rows) for c in columns}
         return self.to_device(decoded, rows, batched=True, native=_native_columns(reader, columns))
@@ -130,6 +148,10 @@ class JaxFormatter(Formatter):
                 rows.stop - rows.start if isinstance(rows, slice) else len(rows), self.placement
             )
         return put_tree(host, self.placement, batched)
+
+
+def _json_scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
 
 
 def jax_int_dtype() -> np.dtype:
@@ -216,13 +238,16 @@ def make_formatter(type: str | None, **kwargs: Any) -> Formatter:
             raise TypeError(
                 f"unexpected arguments for the jax format: {sorted(unknown)}; accepted: device, dtype"
             )
-        return JaxFormatter(**kwargs)
-    extra = {k: v for k, v in kwargs.items() if v is not None}
-    if extra:
-        raise TypeError(f"the {name} format takes no arguments, got {sorted(extra)}")
-    return {
-        "python": PythonFormatter,
-        "numpy": NumpyFormatter,
-        "arrow": ArrowFormatter,
-        "pandas": PandasFormatter,
-    }[name]()
+        formatter: Formatter = JaxFormatter(**kwargs)
+    else:
+        extra = {k: v for k, v in kwargs.items() if v is not None}
+        if extra:
+            raise TypeError(f"the {name} format takes no arguments, got {sorted(extra)}")
+        formatter = {
+            "python": PythonFormatter,
+            "numpy": NumpyFormatter,
+            "arrow": ArrowFormatter,
+            "pandas": PandasFormatter,
+        }[name]()
+    formatter.options = dict(kwargs)
+    return formatter

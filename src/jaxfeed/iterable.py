@@ -57,7 +57,7 @@ class IterableDataset:
     ) -> None:
         self._tables = tables
         self._features = features
-        self._format: tuple[Any, ...] = (None, None, False, {})
+        self._fmt: tuple[Any, ...] = (None, None, False, {})
 
     @classmethod
     def from_files(
@@ -70,9 +70,7 @@ class IterableDataset:
     def from_dataset(cls, ds: Dataset) -> IterableDataset:
         def tables() -> Iterator[pa.Table]:
             for start in range(0, ds.num_rows, READ_ROWS):
-                yield ds._reader.arrow(
-                    ds._table_rows(slice(start, min(start + READ_ROWS, ds.num_rows)))
-                )
+                yield ds._internal.arrow(slice(start, min(start + READ_ROWS, ds.num_rows)))
 
         return cls(tables, ds.features)
 
@@ -81,7 +79,7 @@ class IterableDataset:
             ds = Dataset(table, self._features) if self._features is not None else Dataset(table)
             if self._features is None:
                 self._features = ds.features
-            type_, columns, all_columns, kwargs = self._format
+            type_, columns, all_columns, kwargs = self._fmt
             ds.set_format(type_, columns, all_columns, **kwargs)
             yield ds
 
@@ -99,7 +97,7 @@ class IterableDataset:
         features: Features | None = None,
     ) -> IterableDataset:
         out = IterableDataset(tables or self._tables, features or self._features)
-        out._format = self._format
+        out._fmt = self._fmt
         return out
 
     def with_format(
@@ -113,7 +111,7 @@ class IterableDataset:
 
         make_formatter(type, **kwargs)  # validate now, not at the first row
         out = self._copy()
-        out._format = (type, columns, output_all_columns, kwargs)
+        out._fmt = (type, columns, output_all_columns, kwargs)
         return out
 
     def __iter__(self) -> Iterator[Any]:
@@ -140,7 +138,7 @@ class IterableDataset:
             yield self._format_table(template, pa.concat_tables(pending))
 
     def _format_table(self, template: Dataset, table: pa.Table) -> Any:
-        ds = template._derive(table.combine_chunks())
+        ds = template._internal.derive(table.combine_chunks())
         return ds[:]
 
     def take(self, n: int) -> IterableDataset:

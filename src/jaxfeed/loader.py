@@ -83,7 +83,7 @@ class _ArrowSource:
             from jaxfeed.formatting import jax_int_dtype
             from jaxfeed.reader import ChunkedView
 
-            view = self.ds._reader.view(column)
+            view = self.ds._internal.reader.view(column)
             ok = (
                 isinstance(self.ds.features[column], ClassLabel)
                 and view is not None
@@ -95,8 +95,8 @@ class _ArrowSource:
         return self._labels[column]
 
     def gather(self, rows: np.ndarray, pool: _Workers | None) -> dict[str, Any]:
-        reader = self.ds._reader
-        table_rows = self.ds._table_rows(rows)
+        reader = self.ds._internal.reader
+        table_rows = self.ds._internal.table_rows(rows)
         out: dict[str, Any] = {}
         for column in self.columns:
             view = self._label_view(column) or reader.view(column)

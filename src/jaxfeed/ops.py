@@ -39,32 +39,33 @@ def _column_list(ds: Dataset, columns: str | Sequence[str] | None, what: str) ->
 
 # ---------------------------------------------------------------------------------- rows
 def select(ds: Dataset, indices: Iterable[int] | np.ndarray) -> Dataset:
-    if isinstance(indices, range) and indices.step == 1 and ds._indices is None:
+    if isinstance(indices, range) and indices.step == 1 and ds._internal.indices is None:
         rows, _ = normalize_rows(slice(indices.start, indices.stop), ds.num_rows)
         if len(indices) and (indices.start < 0 or indices.stop > ds.num_rows):
             raise IndexError(
                 f"select: range {indices} is out of range for a dataset of {ds.num_rows} rows"
             )
-        return ds._derive(ds.data.slice(rows.start, rows.stop - rows.start))
+        return ds._internal.derive(ds.data.slice(rows.start, rows.stop - rows.start))
     if not isinstance(indices, np.ndarray | list | tuple | range):
         indices = list(indices)
     rows, _ = normalize_rows(
         np.asarray(indices, dtype=np.int64) if len(indices) else [], ds.num_rows
     )
-    return ds._derive(ds.data, indices=ds._table_rows(rows))
+    return ds._internal.derive(ds.data, indices=ds._internal.table_rows(rows))
 
 
 def shuffle(
     ds: Dataset, seed: int | None = None, generator: np.random.Generator | None = None
 ) -> Dataset:
     rng = generator if generator is not None else np.random.default_rng(seed)
-    return ds._derive(ds.data, indices=ds._table_rows(rng.permutation(ds.num_rows)))
+    inner = ds._internal
+    return inner.derive(ds.data, indices=inner.table_rows(rng.permutation(ds.num_rows)))
 
 
 def flatten_indices(ds: Dataset) -> Dataset:
-    if ds._indices is None:
+    if ds._internal.indices is None:
         return ds
-    return ds._derive(ds._arrow_rows().combine_chunks(), indices=None)
+    return ds._internal.derive(ds._internal.arrow().combine_chunks(), indices=None)
 
 
 def _batches(ds: Dataset, batch_size: int | None) -> Iterable[tuple[int, int]]:
@@ -85,7 +86,7 @@ def _call(
     fn_kwargs: dict,
 ) -> list[Any]:
     """Run ``function`` on rows ``start:stop``: one call per batch, or one per row."""
-    batch = ds._read(slice(start, stop), single=False)
+    batch = ds._internal.read(slice(start, stop), single=False)
     if batched:
         args = [batch[c] for c in input_columns] if input_columns else [batch]
         if with_indices:
@@ -122,7 +123,8 @@ def filter(
             )
         keep.append(np.nonzero(mask)[0] + start)
     positions = np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
-    return ds._derive(ds.data, indices=ds._table_rows(positions.astype(np.int64)))
+    inner = ds._internal
+    return inner.derive(ds.data, indices=inner.table_rows(positions.astype(np.int64)))
 
 
 # ---------------------------------------------------------------------------------- map
@@ -212,7 +214,7 @@ def map(
     columns = _column_list(ds, input_columns, "map")
     remove = _column_list(ds, remove_columns, "map remove_columns")
     function = function if function is not None else (lambda *args: None)
-    sink = _Sink(ds._cache_dir)
+    sink = _Sink(ds._internal.cache_dir)
     out_features: dict[str, FeatureLike] | None = None
     given = Features(features) if features is not None else None
     try:
@@ -239,7 +241,7 @@ def map(
                 out_features = _output_features(ds, kept, new, given)
             arrays = []
             if kept:
-                part = ds._reader.arrow(ds._table_rows(slice(start, stop)), kept)
+                part = ds._internal.arrow(slice(start, stop), kept)
                 arrays += [part.column(c) for c in kept]
             for name in new:
                 arrays.append(encode_column(out_features[name], new[name], name))
@@ -261,12 +263,12 @@ def map(
     except BaseException:
         sink.abort()
         raise
-    out = ds._derive(
-        table, features=Features({k: final[k] for k in table.column_names}), indices=None
+    return ds._internal.derive(
+        table,
+        features=Features({k: final[k] for k in table.column_names}),
+        indices=None,
+        source_files=None if sink.path is None else {sink.path.name},
     )
-    if sink.path is not None:
-        out._source_files = {sink.path.name}
-    return out
 
 
 def _as_storage(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> pa.Array | pa.ChunkedArray:
@@ -370,7 +372,7 @@ def rename_columns(ds: Dataset, mapping: Mapping[str, str]) -> Dataset:
         raise ValueError(f"rename_columns: the new names {names} are not unique")
     features = Features({mapping.get(k, k): v for k, v in ds.features.items()})
     table = ds.data.rename_columns(names).replace_schema_metadata(features.arrow_schema.metadata)
-    return ds._derive(table, features=features, indices=ds._indices)
+    return ds._internal.derive(table, features=features, indices=ds._internal.indices)
 
 
 def remove_columns(ds: Dataset, columns: str | Sequence[str]) -> Dataset:
@@ -378,7 +380,7 @@ def remove_columns(ds: Dataset, columns: str | Sequence[str]) -> Dataset:
     keep = [c for c in ds.column_names if c not in remove]
     features = Features({k: ds.features[k] for k in keep})
     table = ds.data.select(keep).replace_schema_metadata(features.arrow_schema.metadata)
-    return ds._derive(table, features=features, indices=ds._indices)
+    return ds._internal.derive(table, features=features, indices=ds._internal.indices)
 
 
 def select_columns(ds: Dataset, columns: str | Sequence[str]) -> Dataset:
@@ -397,10 +399,10 @@ def cast(ds: Dataset, features: Features) -> Dataset:
     for name in ds.column_names:
         columns.append(_cast_column(table.column(name), ds.features[name], features[name], name))
     features = Features({k: features[k] for k in ds.column_names})
-    return ds._derive(
+    return ds._internal.derive(
         pa.Table.from_arrays(columns, schema=features.arrow_schema),
         features=features,
-        indices=ds._indices,
+        indices=ds._internal.indices,
     )
 
 
@@ -460,8 +462,8 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
                     f"{other.features.get(diff)!r} vs {first.features.get(diff)!r}"
                 )
         schema = first.features.arrow_schema
-        tables = [d._arrow_rows().cast(schema) for d in dsets]
-        return first._derive(pa.concat_tables(tables), indices=None)
+        tables = [d._internal.arrow().cast(schema) for d in dsets]
+        return first._internal.derive(pa.concat_tables(tables), indices=None)
     if axis == 1:
         names = [c for d in dsets for c in d.column_names]
         if len(set(names)) != len(names):
@@ -471,8 +473,8 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
                 f"concatenate_datasets(axis=1): row counts differ: {[d.num_rows for d in dsets]}"
             )
         features = Features({k: v for d in dsets for k, v in d.features.items()})
-        columns = [d._arrow_rows().column(c) for d in dsets for c in d.column_names]
-        return first._derive(
+        columns = [d._internal.arrow().column(c) for d in dsets for c in d.column_names]
+        return first._internal.derive(
             pa.Table.from_arrays(columns, schema=features.arrow_schema), features=features
         )
     raise ValueError(f"axis must be 0 or 1, got {axis!r}")

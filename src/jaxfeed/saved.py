@@ -1,0 +1,154 @@
+"""The folder format of ``save_to_disk``: Arrow IPC files plus JSON, written atomically.
+
+The layout is the one `datasets` uses, so either library reads the other's folders::
+
+    path/data-00000-of-00001.arrow   Arrow IPC stream
+    path/dataset_info.json           {"features": {...}, ...}
+    path/state.json                  {"_data_files": [...], "_format_type": ..., ...}
+
+A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and one such folder
+per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
+leaves the previous dataset (or nothing) at ``path``, never a half-written one. ``state.json``
+also records each file's size and SHA-256 (and its own), which ``load_from_disk(verify=True)``
+checks; `datasets` ignores these keys. This module sits
+below ``dataset.py`` (it only uses a dataset's internal interface); ``io.disk`` reads the folders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from jaxfeed.files import file_sha256
+
+if TYPE_CHECKING:
+    from jaxfeed.dataset import Dataset, DatasetDict
+
+CHUNK_BYTES = 256 << 20  # record batches of about this size: few chunks, fast gathers
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_dataset(ds: Dataset, folder: Path) -> None:
+    table = ds._internal.arrow()
+    rows_per_chunk = None
+    if table.num_rows and table.nbytes:
+        rows_per_chunk = max(1, int(CHUNK_BYTES * table.num_rows // table.nbytes))
+    name = "data-00000-of-00001.arrow"
+    schema = ds.features.arrow_schema
+    with open(folder / name, "wb") as f:
+        with pa.ipc.new_stream(f, schema) as writer:
+            writer.write_table(
+                table.cast(schema) if table.schema != schema else table,
+                max_chunksize=rows_per_chunk,
+            )
+        f.flush()
+        os.fsync(f.fileno())
+    _write_json(
+        folder / "dataset_info.json",
+        {"features": ds.features.to_dict(), "num_rows": table.num_rows},
+    )
+    state = {
+        "_data_files": [{"filename": name}],
+        "_fingerprint": uuid.uuid4().hex[:16],
+        "_split": None,
+        CHECKSUMS: {
+            f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
+            for f in (name, "dataset_info.json")
+        },
+        **ds._internal.format_state(),
+    }
+    state[STATE_SHA] = state_digest(state)
+    _write_json(folder / "state.json", state)
+
+
+CHECKSUMS = (
+    "_jaxfeed_checksums"  # {file: {"sha256", "bytes"}}: the data files and dataset_info.json
+)
+STATE_SHA = "_jaxfeed_state_sha256"  # of state.json's own content, this key left out
+
+
+def state_digest(state: dict) -> str:
+    """SHA-256 of ``state.json``'s content without its own checksum (canonical JSON)."""
+    body = {k: v for k, v in state.items() if k != STATE_SHA}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _is_dataset_folder(path: Path) -> bool:
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    """Move the finished folder ``tmp`` to ``path``, replacing a dataset saved there before."""
+    if path.exists():
+        if not path.is_dir() or (any(path.iterdir()) and not _is_dataset_folder(path)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(
+                f"{path} exists and is not a saved dataset: refusing to overwrite it"
+            )
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _tmp_folder(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a crashed save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def save_dataset(ds: Dataset, path: str | os.PathLike) -> None:
+    path = Path(path)
+    tmp = _tmp_folder(path)
+    try:
+        _write_dataset(ds, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace(tmp, path)
+
+
+def save_dataset_dict(dsd: DatasetDict, path: str | os.PathLike) -> None:
+    path = Path(path)
+    tmp = _tmp_folder(path)
+    try:
+        for name, split in dsd.items():
+            (tmp / name).mkdir()
+            _write_dataset(split, tmp / name)
+        _write_json(tmp / "dataset_dict.json", {"splits": list(dsd)})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace(tmp, path)
