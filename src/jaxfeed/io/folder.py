@@ -110,23 +110,31 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
     """The split's ``metadata.csv`` or ``metadata.jsonl`` as an Arrow table, one type per column
     (read by Arrow's columnar CSV / JSON readers, as a table, not cell by cell)."""
     csv_file, jsonl_file = folder / "metadata.csv", folder / "metadata.jsonl"
+    file = csv_file if csv_file.is_file() else jsonl_file if jsonl_file.is_file() else None
+    if file is None:
+        return None
+    raw = file.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"cannot read the metadata file {file}: line {line} is not valid UTF-8 ({err.reason} "
+            f"at byte {err.start})"
+        ) from None
     strings = pa.schema([("file_name", pa.string())])
     try:
-        if csv_file.is_file():
-            file = csv_file
+        if file is csv_file:
             table = pcsv.read_csv(
-                csv_file, convert_options=pcsv.ConvertOptions(column_types=strings)
+                pa.BufferReader(raw), convert_options=pcsv.ConvertOptions(column_types=strings)
             )
-        elif jsonl_file.is_file():
-            file = jsonl_file
+        else:
             table = pjson.read_json(
-                jsonl_file,
+                pa.BufferReader(raw),
                 parse_options=pjson.ParseOptions(
                     explicit_schema=strings, unexpected_field_behavior="infer"
                 ),
             )
-        else:
-            return None
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as err:
         message = " ".join(str(err).split())
         raise ValueError(f"cannot read the metadata file {file}: {message}") from None
