@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from jaxfeed.features import Features
+from jaxfeed.features.features import METADATA_KEY
+from jaxfeed.io.validate import check_table
+
 FORMATS = {
     ".parquet": "parquet",
     ".csv": "csv",
@@ -35,8 +39,30 @@ def file_format(path: str | Path) -> str | None:
 
 
 def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
-    """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read."""
-    path = Path(path)
+    """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read,
+    and :class:`~jaxfeed.io.validate.FeatureMismatchError` when features stored in its metadata
+    contradict its data."""
+    table = _read_table(Path(path), fmt)
+    check_stored_features(table, str(path))
+    return table
+
+
+def check_stored_features(table: pa.Table, source: str) -> None:
+    """Check the features stored in ``table``'s schema metadata (as `datasets` writes them in
+    Parquet and Arrow files) against its data; ``source`` names the file in errors."""
+    meta = table.schema.metadata or {}
+    if METADATA_KEY not in meta:
+        return
+    try:
+        features = Features.from_arrow_schema(table.schema)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(
+            f"{source}: the features stored in its metadata are invalid: {err}"
+        ) from None
+    check_table(table, features, source)
+
+
+def _read_table(path: Path, fmt: str | None) -> pa.Table:
     fmt = fmt or file_format(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such data file: {path}")
@@ -59,7 +85,7 @@ def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
             except pa.ArrowInvalid:
                 source.seek(0)
                 return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as err:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError, RecursionError) as err:
         if isinstance(err, FileNotFoundError):
             raise
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
