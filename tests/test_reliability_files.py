@@ -91,3 +91,32 @@ def test_invalid_stored_features_name_the_file(tmp_path):
     pq.write_table(table, tmp_path / "train.parquet")
     with pytest.raises(ValueError, match=r"train\.parquet: the features stored .* invalid"):
         load_dataset(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("t.csv", b"a,a,b\n1,2,3\n", r"t\.csv: column 'a' appears 2 times"),
+        ("t.csv", b"a,b\n1,\xff\xfe\n", r"t\.csv: column 'b' is not valid UTF-8"),
+        ("t.csv", b"\xb6,b\n1,2\n", r"t\.csv: .*UTF-8"),
+        ("t.jsonl", b'{"a": "\xe6x"}\n', r"t\.jsonl: column 'a' holds corrupt data"),
+        ("t.json", b'[{"a": "\xe6x"}]', r"t\.json"),
+    ],
+)
+def test_text_files_with_bad_bytes_name_the_file(tmp_path, name, content, match):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=match):
+        load_dataset(str(tmp_path / name))
+
+
+def test_arrow_file_with_corrupt_offsets_names_the_file(tmp_path):
+    table = pa.table({"s": ["a", "bb", "ccc"]})
+    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    raw = bytearray((tmp_path / "t.arrow").read_bytes())
+    offsets = bytes(pa.array([0, 1, 3, 6], pa.int32()).buffers()[1])[:16]
+    at = bytes(raw).index(offsets)
+    raw[at + 8 : at + 12] = (1000).to_bytes(4, "little")  # offset past the data
+    (tmp_path / "t.arrow").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"t\.arrow.*column 's' holds corrupt data"):
+        load_dataset(str(tmp_path / "t.arrow"))

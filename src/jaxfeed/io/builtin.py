@@ -108,6 +108,7 @@ def _require_dir(name: str, data_dir: str | Path | None, expected: list[str]) ->
 
 IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 IDX_MAX_DIMS = 8  # the format allows 255; real files have 1 (labels) or 3 (images)
+GZIP_MAX_RATIO = 1100  # deflate cannot expand more than ~1032:1
 
 
 def read_idx(path: Path, item_shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -126,13 +127,20 @@ def read_idx(path: Path, item_shape: tuple[int, ...] | None = None) -> np.ndarra
         raw.seek(0)
         try:
             with gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw as f:
-                return _read_idx(f, path, item_shape, None if gzipped else path.stat().st_size)
+                size = path.stat().st_size
+                return _read_idx(
+                    f, path, item_shape, None if gzipped else size, size if gzipped else None
+                )
         except (EOFError, gzip.BadGzipFile, zlib.error) as err:
             raise ValueError(f"{path}: corrupt or truncated gzip data ({err})") from None
 
 
 def _read_idx(
-    f: Any, path: Path, item_shape: tuple[int, ...] | None, file_size: int | None
+    f: Any,
+    path: Path,
+    item_shape: tuple[int, ...] | None,
+    file_size: int | None,
+    compressed: int | None = None,
 ) -> np.ndarray:
     head = f.read(4)
     if len(head) < 4 or head[0] != 0 or head[1] != 0:
@@ -157,6 +165,11 @@ def _read_idx(
     dtype = np.dtype(IDX_DTYPES[head[2]])
     expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
     header = 4 + 4 * ndim
+    if compressed is not None and expected > GZIP_MAX_RATIO * compressed:
+        raise ValueError(
+            f"{path}: header declares shape {shape} ({expected} bytes), more than a gzip file of "
+            f"{compressed} bytes can hold"
+        )
     if file_size is not None and file_size - header != expected:
         raise ValueError(
             f"{path}: header says shape {shape} ({expected} bytes) but the file has {file_size - header}"

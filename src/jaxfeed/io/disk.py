@@ -14,7 +14,7 @@ import pyarrow as pa
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features
 from jaxfeed.files import ChecksumError, UnsafePathError, file_sha256, resolve_inside
-from jaxfeed.io.validate import FeatureMismatchError, check_table
+from jaxfeed.io.validate import FeatureMismatchError, check_arrow_data, check_table
 from jaxfeed.saved import CHECKSUMS, STATE_SHA, save_dataset, save_dataset_dict, state_digest
 
 __all__ = ["load_from_disk", "save_dataset", "save_dataset_dict"]
@@ -37,7 +37,7 @@ def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:
         except pa.ArrowInvalid:
             source.seek(0)
             table = pa.ipc.open_file(source).read_all()
-        table.validate()
+        check_arrow_data(table, str(file))
         return table
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ValueError(f"cannot read the Arrow data file {file}: {err}") from err

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from jaxfeed.features import Features
 from jaxfeed.features.features import METADATA_KEY
-from jaxfeed.io.validate import check_table
+from jaxfeed.io.validate import check_arrow_data, check_table
 
 FORMATS = {
     ".parquet": "parquet",
@@ -43,6 +43,10 @@ def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
     and :class:`~jaxfeed.io.validate.FeatureMismatchError` when features stored in its metadata
     contradict its data."""
     table = _read_table(Path(path), fmt)
+    names = table.column_names
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"{path}: column {dup!r} appears {names.count(dup)} times")
     check_stored_features(table, str(path))
     return table
 
@@ -75,17 +79,24 @@ def _read_table(path: Path, fmt: str | None) -> pa.Table:
             import pyarrow.csv as pcsv
 
             delimiter = "\t" if ".tsv" in path.name.lower() else ","
-            return pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+            table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+            check_arrow_data(table, str(path))
+            for name, field in zip(table.column_names, table.schema, strict=True):
+                if pa.types.is_binary(field.type):  # Arrow's reader falls back on bytes
+                    raise ValueError(f"column {name!r} is not valid UTF-8 text")
+            return table
         if fmt == "json":
             return _read_json(path)
         if fmt == "arrow":
             source = pa.memory_map(str(path))
             try:
-                return pa.ipc.open_file(source).read_all()
+                table = pa.ipc.open_file(source).read_all()
             except pa.ArrowInvalid:
                 source.seek(0)
-                return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError, RecursionError) as err:
+                table = pa.ipc.open_stream(source).read_all()
+            check_arrow_data(table, str(path))
+            return table
+    except (pa.ArrowException, OSError, ValueError, RecursionError) as err:
         if isinstance(err, FileNotFoundError):
             raise
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
@@ -108,7 +119,9 @@ def _read_json(path: Path) -> pa.Table:
                 return pa.table(data)  # {"col": [...], ...}
     import pyarrow.json as pjson
 
-    return pjson.read_json(path)
+    table = pjson.read_json(path)
+    check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings
+    return table
 
 
 def _single_object(path: Path) -> bool:

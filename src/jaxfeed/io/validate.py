@@ -160,3 +160,31 @@ def _check_value(feature: Value, array: pa.Array, column: str, source: str) -> N
         _refuse(source, column, None, f"declared {feature!r} but stored as {t}")
     if pa.types.is_nested(t) and not pa.types.is_nested(feature.pa_type):
         _refuse(source, column, None, f"declared {feature!r} but stored as {t}")
+
+
+UTF8_CHECK_BYTES = 1 << 30  # string columns larger than this get their offsets checked, not UTF-8
+
+
+def check_arrow_data(table: pa.Table, source: str) -> None:
+    """Validate the buffers of an Arrow table read from ``source`` (an IPC file or stream, or a
+    JSON file), so corrupt offsets or lengths raise here instead of crashing a later read.
+
+    Offsets, sizes and nested layouts are checked in full; string data is checked for valid UTF-8
+    unless a column holds more than ``UTF8_CHECK_BYTES`` (then decoding a bad value raises at read
+    time, naming the column and row).
+    """
+    try:
+        names = table.column_names  # field names are bytes in the file: may not be UTF-8
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{source}: a column name is not valid UTF-8 ({err.reason})") from None
+    for name, column in zip(names, table.columns, strict=True):
+        for chunk in column.chunks:
+            if chunk.nbytes > UTF8_CHECK_BYTES:
+                if pa.types.is_string(chunk.type):
+                    chunk = chunk.view(pa.binary())
+                elif pa.types.is_large_string(chunk.type):
+                    chunk = chunk.view(pa.large_binary())
+            try:
+                chunk.validate(full=True)
+            except pa.ArrowException as err:
+                raise ValueError(f"{source}: column {name!r} holds corrupt data: {err}") from None
