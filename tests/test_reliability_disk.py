@@ -179,3 +179,14 @@ def test_arrow_file_that_is_not_arrow_names_the_file(tmp_path):
     (tmp_path / "ds" / "data-00000-of-00001.arrow").write_bytes(b"garbage" * 10)
     with pytest.raises(ValueError, match=r"cannot read the Arrow data file .*data-00000"):
         load_from_disk(tmp_path / "ds")
+
+
+def test_every_shard_is_checksummed(tmp_path):
+    Dataset.from_dict({"x": list(range(10))}).save_to_disk(tmp_path / "ds", num_shards=3)
+    assert load_from_disk(tmp_path / "ds", verify=True)["x"] == list(range(10))
+    shard = tmp_path / "ds" / "data-00001-of-00003.arrow"
+    raw = bytearray(shard.read_bytes())
+    raw[-30] ^= 0x02
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match=r"data-00001-of-00003\.arrow differs"):
+        load_from_disk(tmp_path / "ds", verify=True)

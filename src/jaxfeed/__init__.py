@@ -6,6 +6,7 @@
 (2, 2)
 """
 
+from jaxfeed.column import Column
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import (
     Array2D,
@@ -18,14 +19,18 @@ from jaxfeed.features import (
     FeatureError,
     Features,
     Image,
+    Json,
+    LargeList,
     List,
     Sequence,
+    Translation,
+    TranslationVariableLanguages,
     Value,
 )
 from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.loader import DataLoader
-from jaxfeed.ops import concatenate_datasets
+from jaxfeed.ops import concatenate_datasets, interleave_datasets
 from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 __version__ = "0.1.0"
@@ -37,6 +42,7 @@ __all__ = [
     "Array5D",
     "Audio",
     "ClassLabel",
+    "Column",
     "DataLoader",
     "Dataset",
     "DatasetDict",
@@ -47,12 +53,18 @@ __all__ = [
     "History",
     "Image",
     "IterableDataset",
+    "IterableDatasetDict",
+    "Json",
+    "LargeList",
     "List",
     "Sequence",
     "Trainer",
+    "Translation",
+    "TranslationVariableLanguages",
     "Value",
     "__version__",
     "concatenate_datasets",
+    "interleave_datasets",
     "load_dataset",
     "load_from_disk",
     "plot_history",

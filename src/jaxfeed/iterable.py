@@ -74,6 +74,37 @@ class IterableDataset:
 
         return cls(tables, ds.features)
 
+    @classmethod
+    def from_generator(
+        cls,
+        generator: Callable[..., Iterator[dict]],
+        features: Features | None = None,
+        gen_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows from a generator function, read lazily in chunks of 1,000 rows.
+
+        >>> from jaxfeed import IterableDataset
+        >>> def rows():
+        ...     yield from ({"x": i} for i in range(3))
+        >>> [r["x"] for r in IterableDataset.from_generator(rows)]
+        [0, 1, 2]
+        """
+
+        def tables() -> Iterator[pa.Table]:
+            rows: list[dict] = []
+            feats = features
+            for row in generator(**(gen_kwargs or {})):
+                rows.append(row)
+                if len(rows) >= READ_ROWS:
+                    chunk = Dataset.from_list(rows, features=feats)
+                    feats = chunk.features
+                    yield chunk.data
+                    rows = []
+            if rows:
+                yield Dataset.from_list(rows, features=feats).data
+
+        return cls(tables, Features(features) if features is not None else None)
+
     def _chunks(self) -> Iterator[Dataset]:
         for table in self._tables():
             ds = Dataset(table, self._features) if self._features is not None else Dataset(table)
@@ -205,9 +236,53 @@ class IterableDataset:
         out._features = None  # learnt from the first mapped chunk
         return out
 
+    def filter(
+        self,
+        function: Callable,
+        with_indices: bool = False,
+        input_columns: Any = None,
+        batched: bool = False,
+        batch_size: int | None = 1000,
+        fn_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows for which ``function`` returns True, filtered chunk by chunk as they stream."""
+
+        def tables() -> Iterator[pa.Table]:
+            offset = 0
+            for chunk in self._chunks():
+                fn = function
+                if with_indices:
+                    base = offset
+
+                    def fn(*args: Any, _base: int = base, **kwargs: Any) -> Any:
+                        *rest, index = args
+                        shifted = (
+                            [i + _base for i in index] if isinstance(index, list) else index + _base
+                        )
+                        return function(*rest, shifted, **kwargs)
+
+                kept = chunk.filter(
+                    fn,
+                    with_indices=with_indices,
+                    input_columns=input_columns,
+                    batched=batched,
+                    batch_size=batch_size,
+                    fn_kwargs=fn_kwargs,
+                )
+                offset += chunk.num_rows
+                yield kept._internal.arrow()
+
+        return self._copy(tables)
+
 
 class IterableDatasetDict(dict):
     """A dict of named :class:`IterableDataset` splits."""
+
+    def map(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
+        return IterableDatasetDict({k: v.map(function, **kwargs) for k, v in self.items()})
+
+    def filter(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
+        return IterableDatasetDict({k: v.filter(function, **kwargs) for k, v in self.items()})
 
     def with_format(self, type: str | None = None, **kwargs: Any) -> IterableDatasetDict:
         return IterableDatasetDict({k: v.with_format(type, **kwargs) for k, v in self.items()})

@@ -54,32 +54,66 @@ def _write_json(path: Path, payload: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _write_dataset(ds: Dataset, folder: Path) -> None:
+def _shard_count(table: pa.Table, num_shards: int | None, max_shard_size: Any) -> int:
+    if num_shards is not None:
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        return min(num_shards, max(table.num_rows, 1)) if table.num_rows else 1
+    if max_shard_size is None:
+        return 1
+    limit = _size_in_bytes(max_shard_size)
+    return max(1, min(-(-table.nbytes // limit), max(table.num_rows, 1)))
+
+
+def _size_in_bytes(size: Any) -> int:
+    """``500MB`` / ``1GiB`` / an int, as `datasets` parses ``max_shard_size``."""
+    if isinstance(size, int):
+        return size
+    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 10**3, "MB": 10**6}
+    units |= {"GB": 10**9, "TB": 10**12, "B": 1}
+    text = str(size).upper().strip()
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * units[unit])
+    raise ValueError(f"cannot read the size {size!r}; use an int or e.g. '500MB'")
+
+
+def _write_dataset(
+    ds: Dataset, folder: Path, num_shards: int | None = None, max_shard_size: Any = None
+) -> None:
     table = ds._internal.arrow()
     rows_per_chunk = None
     if table.num_rows and table.nbytes:
         rows_per_chunk = max(1, int(CHUNK_BYTES * table.num_rows // table.nbytes))
-    name = "data-00000-of-00001.arrow"
     schema = ds.features.arrow_schema
-    with open(folder / name, "wb") as f:
-        with pa.ipc.new_stream(f, schema) as writer:
-            writer.write_table(
-                table.cast(schema) if table.schema != schema else table,
-                max_chunksize=rows_per_chunk,
-            )
-        f.flush()
-        os.fsync(f.fileno())
+    shards = _shard_count(table, num_shards, max_shard_size)
+    names = []
+    for i in range(shards):
+        # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
+        div, mod = divmod(table.num_rows, shards)
+        start = div * i + min(i, mod)
+        part = table.slice(start, div + (1 if i < mod else 0))
+        name = f"data-{i:05d}-of-{shards:05d}.arrow"
+        names.append(name)
+        with open(folder / name, "wb") as f:
+            with pa.ipc.new_stream(f, schema) as writer:
+                writer.write_table(
+                    part.cast(schema) if part.schema != schema else part,
+                    max_chunksize=rows_per_chunk,
+                )
+            f.flush()
+            os.fsync(f.fileno())
     _write_json(
         folder / "dataset_info.json",
         {"features": ds.features.to_dict(), "num_rows": table.num_rows},
     )
     state = {
-        "_data_files": [{"filename": name}],
+        "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid4().hex[:16],
         "_split": None,
         CHECKSUMS: {
             f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
-            for f in (name, "dataset_info.json")
+            for f in (*names, "dataset_info.json")
         },
         **ds._internal.format_state(),
     }
@@ -87,9 +121,8 @@ def _write_dataset(ds: Dataset, folder: Path) -> None:
     _write_json(folder / "state.json", state)
 
 
-CHECKSUMS = (
-    "_jaxfeed_checksums"  # {file: {"sha256", "bytes"}}: the data files and dataset_info.json
-)
+# {file: {"sha256", "bytes"}} of the data files and dataset_info.json
+CHECKSUMS = "_jaxfeed_checksums"
 STATE_SHA = "_jaxfeed_state_sha256"  # of state.json's own content, this key left out
 
 
@@ -129,24 +162,34 @@ def _tmp_folder(path: Path) -> Path:
     return tmp
 
 
-def save_dataset(ds: Dataset, path: str | os.PathLike) -> None:
+def save_dataset(
+    ds: Dataset,
+    path: str | os.PathLike,
+    num_shards: int | None = None,
+    max_shard_size: Any = None,
+) -> None:
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
-        _write_dataset(ds, tmp)
+        _write_dataset(ds, tmp, num_shards, max_shard_size)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _replace(tmp, path)
 
 
-def save_dataset_dict(dsd: DatasetDict, path: str | os.PathLike) -> None:
+def save_dataset_dict(
+    dsd: DatasetDict,
+    path: str | os.PathLike,
+    num_shards: dict[str, int] | None = None,
+    max_shard_size: Any = None,
+) -> None:
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
         for name, split in dsd.items():
             (tmp / name).mkdir()
-            _write_dataset(split, tmp / name)
+            _write_dataset(split, tmp / name, (num_shards or {}).get(name), max_shard_size)
         _write_json(tmp / "dataset_dict.json", {"splits": list(dsd)})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

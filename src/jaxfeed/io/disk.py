@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
 from jaxfeed.files import ChecksumError, UnsafePathError, file_sha256, resolve_inside
 from jaxfeed.io.validate import FeatureMismatchError, check_arrow_data, check_table
@@ -72,7 +72,7 @@ def load_from_disk(
     >>> from jaxfeed import Dataset, load_from_disk
     >>> folder = tempfile.mkdtemp()
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
-    >>> load_from_disk(folder + "/ds", verify=True)["x"]
+    >>> list(load_from_disk(folder + "/ds", verify=True)["x"])
     [1, 2, 3]
     """
     path = Path(path)
@@ -135,6 +135,8 @@ def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
     source = str(path / "dataset_info.json")
     try:
         features = Features.from_dict(info["features"]) if info.get("features") else None
+        if features is not None and set(features) == set(table.column_names):
+            features = Features({c: features[c] for c in table.column_names})  # the table's order
         ds = Dataset(table, features)
     except (ValueError, TypeError, KeyError) as err:
         if isinstance(err, FeatureMismatchError):
@@ -191,3 +193,6 @@ def _check_files(path: Path, state: dict, names: list[str], verify: bool) -> Non
             )
         if verify and file_sha256(file) != expected.get("sha256"):
             raise ChecksumError(f"{file} differs from what was saved (SHA-256 mismatch)")
+
+
+register_disk_loader(load_from_disk)
