@@ -42,6 +42,8 @@ CHILD = textwrap.dedent(
     from jaxfeed import load_dataset, load_from_disk
 
     def digest(value):
+        if isinstance(value, np.ndarray):
+            return hashlib.sha256(value.tobytes() + str(value.dtype).encode()).hexdigest()
         if hasattr(value, "items"):
             return {k: digest(v) for k, v in sorted(value.items())}
         rows = value.with_format("numpy")[:]
@@ -65,6 +67,13 @@ CHILD = textwrap.dedent(
             return load_from_disk(path, verify=True)
         if kind == "disk":
             return load_from_disk(path)
+        if kind == "checkpoint":
+            import jax.numpy as jnp
+            from jaxfeed.checkpoint import CheckpointManager
+
+            template = {"w": jnp.zeros(300, jnp.float32), "b": jnp.zeros(3, jnp.int32)}
+            state = CheckpointManager(path).restore(1, state=template)["state"]
+            return {k: np.asarray(v) for k, v in state.items()}
         raise AssertionError(kind)
 
     for i, case in enumerate(json.load(open(sys.argv[1]))):
@@ -192,7 +201,28 @@ def build_originals(root):
             "dataset_dict.json",
         ):
             out.append((kind, f, name, kind == "disk-verify"))
+    out += build_checkpoint(root / "checkpoint")
     return out
+
+
+def build_checkpoint(folder):
+    """A checkpoint of two arrays (jaxfeed records their SHA-256 and checks it on restore)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxfeed.checkpoint import CheckpointManager
+
+    state = {"w": jax.random.normal(jax.random.key(SEED), (300,)), "b": jnp.arange(3)}
+    with CheckpointManager(folder, async_save=False) as ckpt:
+        ckpt.save(1, state)
+    step = folder / "1"
+    data = [p for p in (step / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+    names = ["meta/metadata", "state/_METADATA", "state/manifest.ocdbt"]
+    names.append(str(max(data, key=lambda p: p.stat().st_size).relative_to(folder)))
+    return [
+        ("checkpoint", folder, name if name.startswith("1/") else f"1/{name}", True)
+        for name in names
+    ]
 
 
 def mutations(data: bytes, rnd: random.Random):
