@@ -190,3 +190,24 @@ def test_every_shard_is_checksummed(tmp_path):
     shard.write_bytes(bytes(raw))
     with pytest.raises(ChecksumError, match=r"data-00001-of-00003\.arrow differs"):
         load_from_disk(tmp_path / "ds", verify=True)
+
+
+@pytest.mark.parametrize("name", ["state.json", "dataset_info.json"])
+def test_json_files_linked_from_outside_are_refused(tmp_path, name):
+    save(tmp_path / "outside", n=6)
+    save(tmp_path / "ds")
+    (tmp_path / "ds" / name).unlink()
+    (tmp_path / "ds" / name).symlink_to(tmp_path / "outside" / name)
+    with pytest.raises(UnsafePathError, match=name.replace(".", r"\.")):
+        load_from_disk(tmp_path / "ds")
+
+
+def test_split_folder_linked_from_outside_is_refused(tmp_path):
+    save(tmp_path / "outside", n=6)
+    DatasetDict({"train": save(tmp_path / "x")}).save_to_disk(tmp_path / "dd")
+    import shutil
+
+    shutil.rmtree(tmp_path / "dd" / "train")
+    (tmp_path / "dd" / "train").symlink_to(tmp_path / "outside")
+    with pytest.raises(UnsafePathError, match="split 'train'"):
+        load_from_disk(tmp_path / "dd")

@@ -146,3 +146,10 @@ def test_malformed_metadata_csv_is_one_clear_error(flat, content, match):
     with pytest.raises(ValueError, match=match) as err:
         load_dataset("imagefolder", data_dir=str(flat))
     assert "\n" not in str(err.value)
+
+
+def test_metadata_file_linked_from_outside_is_refused(flat):
+    (flat.parent / "meta.csv").write_text("file_name,caption\na.png,x\nb.png,y\n")
+    (flat / "metadata.csv").symlink_to(flat.parent / "meta.csv")
+    with pytest.raises(UnsafePathError, match=r"metadata file .*metadata\.csv' is a link"):
+        load_dataset("imagefolder", data_dir=str(flat))

@@ -109,3 +109,12 @@ def test_brackets_in_a_real_file_name_are_not_a_glob(repo):
         FileNotFoundError, match=r"nothing matches \(\[ and \] are glob characters\)"
     ):
         load_dataset(str(repo))
+
+
+def test_readme_linked_from_outside_is_refused(repo):
+    (repo.parent / "card.md").write_text(
+        "---\nconfigs:\n- config_name: a\n  data_files: 'data/*'\n---\n"
+    )
+    (repo / "README.md").symlink_to(repo.parent / "card.md")
+    with pytest.raises(UnsafePathError, match=r"dataset card .*README\.md' is a link"):
+        load_dataset(str(repo))

@@ -13,7 +13,13 @@ import pyarrow as pa
 
 from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
-from jaxfeed.files import ChecksumError, UnsafePathError, file_sha256, resolve_inside
+from jaxfeed.files import (
+    ChecksumError,
+    UnsafePathError,
+    check_inside,
+    file_sha256,
+    resolve_inside,
+)
 from jaxfeed.io.validate import FeatureMismatchError, check_arrow_data, check_table
 from jaxfeed.saved import CHECKSUMS, STATE_SHA, save_dataset, save_dataset_dict, state_digest
 
@@ -44,6 +50,8 @@ def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:
 
 
 def _read_json(file: Path, what: str) -> dict:
+    if file.exists():
+        check_inside(file.parent, file, what)
     try:
         data = json.loads(file.read_bytes().decode("utf-8"))
     except FileNotFoundError:

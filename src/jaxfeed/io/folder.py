@@ -113,7 +113,7 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
     file = csv_file if csv_file.is_file() else jsonl_file if jsonl_file.is_file() else None
     if file is None:
         return None
-    raw = file.read_bytes()
+    raw = check_inside(folder, file, "metadata file").read_bytes()
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -96,7 +96,7 @@ def readme_configs(folder: Path) -> list[dict]:
     if not readme.is_file():
         return []
     try:
-        text = readme.read_bytes().decode("utf-8")
+        text = check_inside(folder, readme, "dataset card").read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{readme} is not valid UTF-8 (byte {err.start})") from None
     m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
