@@ -20,7 +20,9 @@ from jaxfeed.files import (
     file_sha256,
     resolve_inside,
 )
+from jaxfeed.io.cache import fetch_folder
 from jaxfeed.io.validate import FeatureMismatchError, check_arrow_data, check_table
+from jaxfeed.remote import is_remote
 from jaxfeed.saved import CHECKSUMS, STATE_SHA, save_dataset, save_dataset_dict, state_digest
 
 __all__ = ["load_from_disk", "save_dataset", "save_dataset_dict"]
@@ -66,7 +68,10 @@ def _read_json(file: Path, what: str) -> dict:
 
 
 def load_from_disk(
-    path: str | os.PathLike, keep_in_memory: bool = False, verify: bool = False
+    path: str | os.PathLike,
+    keep_in_memory: bool = False,
+    storage_options: dict | None = None,
+    verify: bool = False,
 ) -> Dataset | DatasetDict:
     """Load a dataset saved with ``save_to_disk`` (by jaxfeed or `datasets`), memory-mapped.
 
@@ -82,7 +87,12 @@ def load_from_disk(
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
     >>> list(load_from_disk(folder + "/ds", verify=True)["x"])
     [1, 2, 3]
+
+    A URL (``s3://bucket/ds``...) is copied once into the local cache (``$JAXFEED_CACHE``), then
+    memory-mapped; ``storage_options`` go to fsspec.
     """
+    if is_remote(path):
+        path = fetch_folder(str(path), storage_options)
     path = Path(path)
     _recover(path)
     if (path / "dataset_dict.json").is_file():

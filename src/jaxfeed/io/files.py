@@ -51,6 +51,27 @@ def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
     return table
 
 
+def check_batch(batch: pa.RecordBatch, path: str, fmt: str | None) -> pa.RecordBatch:
+    """The checks :func:`read_table` makes, for one record batch of ``path`` read batch by batch
+    (the out-of-core cache and streaming): unique column names, valid buffers and UTF-8, text CSV
+    columns, features in the metadata that fit the data. Returns ``batch``."""
+    try:
+        names = batch.schema.names
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: a column name is not valid UTF-8 ({err.reason})") from None
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"{path}: column {dup!r} appears {names.count(dup)} times")
+    table = pa.Table.from_batches([batch])
+    check_arrow_data(table, path)
+    if fmt == "csv":
+        for field in batch.schema:
+            if pa.types.is_binary(field.type):  # Arrow's reader falls back on bytes
+                raise ValueError(f"{path}: column {field.name!r} is not valid UTF-8 text")
+    check_stored_features(table, path)
+    return batch
+
+
 def check_stored_features(table: pa.Table, source: str) -> None:
     """Check the features stored in ``table``'s schema metadata (as `datasets` writes them in
     Parquet and Arrow files) against its data; ``source`` names the file in errors."""
