@@ -24,11 +24,12 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
@@ -67,6 +68,13 @@ class Source:
     stride: tuple[int, int] | None = None  # (world_size, rank): keep every world_size-th row
     shuffle_seed: int | None = None  # shuffle the unit order every epoch (shuffle())
     shuffled: bool = False
+    footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
+
+    def footer(self, path: str) -> pq.FileMetaData:
+        if path not in self.footers:
+            with parquet_file(path, self.storage_options) as f:
+                self.footers[path] = f.metadata
+        return self.footers[path]
 
     def order(self, epoch: int) -> list[Unit]:
         if not self.shuffled or len(self.units) < 2:
@@ -87,7 +95,8 @@ class Source:
                 yield table.replace_schema_metadata(ds.features.arrow_schema.metadata)
             return
         row_groups = unit.row_groups
-        if skip and (self.fmt or file_format(unit.path)) == "parquet":
+        parquet = (self.fmt or file_format(unit.path)) == "parquet"
+        if skip and parquet:
             row_groups, skip = self._skip_row_groups(unit, skip)
         for batch in file_batches(
             unit.path,
@@ -95,6 +104,7 @@ class Source:
             columns=self.columns,
             row_groups=row_groups,
             storage_options=self.storage_options,
+            metadata=self.footer(unit.path) if parquet else None,
         ):
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
@@ -120,15 +130,14 @@ class Source:
             yield Dataset.from_list(rows, features=features).data
 
     def _skip_row_groups(self, unit: Unit, skip: int) -> tuple[list[int], int]:
-        with parquet_file(unit.path, self.storage_options) as f:
-            meta = f.metadata
-            groups = (
-                list(unit.row_groups)
-                if unit.row_groups is not None
-                else list(range(meta.num_row_groups))
-            )
-            while groups and meta.row_group(groups[0]).num_rows <= skip:
-                skip -= meta.row_group(groups.pop(0)).num_rows
+        meta = self.footer(unit.path)
+        groups = (
+            list(unit.row_groups)
+            if unit.row_groups is not None
+            else list(range(meta.num_row_groups))
+        )
+        while groups and meta.row_group(groups[0]).num_rows <= skip:
+            skip -= meta.row_group(groups.pop(0)).num_rows
         return groups, skip
 
     def _cast(self, table: pa.Table, path: str) -> pa.Table:
@@ -555,18 +564,19 @@ class IterableDataset:
         """
         files = [str(f) for f in files]
         features = None if features is None else Features(features)
-        units: list[Unit] = []
+        source = Source([], fmt, storage_options, features=features)
         for f in files:
             if split_row_groups and (fmt or file_format(f)) == "parquet":
-                with parquet_file(f, storage_options) as pf:
-                    n = pf.metadata.num_row_groups
-                units += [Unit(path=f, row_groups=(g,)) for g in range(n)]
+                n = source.footer(f).num_row_groups
+                source.units += [Unit(path=f, row_groups=(g,)) for g in range(n)]
             else:
-                units.append(Unit(path=f))
-        source = Source(units, fmt, storage_options, features=features)
+                source.units.append(Unit(path=f))
         if features is None and files and (fmt or file_format(files[0])) in ("parquet", "arrow"):
             # The schema is in the footer (Parquet) or memory-mapped (Arrow): known without rows.
-            schema = file_schema(files[0], fmt, storage_options)
+            if (fmt or file_format(files[0])) == "parquet":
+                schema = source.footer(files[0]).schema.to_arrow_schema()
+            else:
+                schema = file_schema(files[0], fmt, storage_options)
             known = Features.from_arrow_schema(schema)
         else:
             known = features

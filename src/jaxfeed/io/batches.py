@@ -55,18 +55,23 @@ def open_input(path: str, storage_options: dict | None = None) -> Iterator[pa.Na
 
 
 @contextmanager
-def parquet_file(path: str, storage_options: dict | None = None) -> Iterator[pq.ParquetFile]:
-    """A ``ParquetFile`` that reads lazily: locally with a small buffer, remotely by range requests."""
+def parquet_file(
+    path: str, storage_options: dict | None = None, metadata: pq.FileMetaData | None = None
+) -> Iterator[pq.ParquetFile]:
+    """A ``ParquetFile`` that reads lazily: locally with a small buffer, remotely by range
+    requests. ``metadata`` (the footer, read before) saves reading it again."""
     if remote.is_remote(path):
         fs, inner = remote.filesystem(path, storage_options)
         # No read-ahead cache: pyarrow asks for exactly the footer and the column chunks it needs,
         # and pre-buffering coalesces those ranges into few requests.
         with fs.open(inner, "rb", cache_type="none") as f:
-            yield _open_parquet(path, f, pre_buffer=True)
+            yield _open_parquet(path, f, pre_buffer=True, metadata=metadata)
         return
     if not Path(path).is_file():
         raise FileNotFoundError(f"no such data file: {path}")
-    with _open_parquet(path, path, pre_buffer=False, buffer_size=READ_BUFFER) as f:
+    with _open_parquet(
+        path, path, pre_buffer=False, buffer_size=READ_BUFFER, metadata=metadata
+    ) as f:
         yield f
 
 
@@ -112,6 +117,7 @@ def file_batches(
     row_groups: Sequence[int] | None = None,
     batch_bytes: int | None = None,
     storage_options: dict | None = None,
+    metadata: pq.FileMetaData | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of one file in order, each about ``batch_bytes`` bytes (default
     ``BATCH_BYTES``), with the schema's metadata (features) of the file. ``columns`` and
@@ -121,7 +127,9 @@ def file_batches(
     fmt = fmt or file_format(path)
     try:
         if fmt == "parquet":
-            for batch in _parquet(path, columns, row_groups, batch_bytes, storage_options):
+            for batch in _parquet(
+                path, columns, row_groups, batch_bytes, storage_options, metadata
+            ):
                 yield check_batch(batch, path, fmt)
             return
         if row_groups is not None:
@@ -150,8 +158,9 @@ def _parquet(
     row_groups: Sequence[int] | None,
     batch_bytes: int,
     storage_options: dict | None,
+    metadata: pq.FileMetaData | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    with parquet_file(path, storage_options) as f:
+    with parquet_file(path, storage_options, metadata) as f:
         schema = f.schema_arrow
         if columns is not None:
             missing = [c for c in columns if c not in schema.names]
