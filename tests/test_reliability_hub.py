@@ -118,3 +118,11 @@ def test_readme_linked_from_outside_is_refused(repo):
     (repo / "README.md").symlink_to(repo.parent / "card.md")
     with pytest.raises(UnsafePathError, match=r"dataset card .*README\.md' is a link"):
         load_dataset(str(repo))
+
+
+def test_glob_characters_in_the_folder_name_are_literal(tmp_path):
+    root = tmp_path / "data[1]"
+    (root / "d").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [4]}), root / "d" / "train.parquet")
+    card(root, "configs:\n- config_name: default\n  data_files: 'd/*.parquet'")
+    assert load_dataset(str(root), split="train")["x"] == [4]

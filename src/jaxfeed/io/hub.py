@@ -190,7 +190,8 @@ def expand_inside(data_files: dict[str, list[str]], root: Path) -> dict[str, lis
             if literal.is_file():
                 matches = [str(literal)]
             else:
-                matches = sorted(glob.glob(str(root / pattern), recursive=True))
+                found = glob.glob(pattern, root_dir=root, recursive=True)  # root taken literally
+                matches = sorted(str(root / m) for m in found)
                 if not matches:
                     hint = " ([ and ] are glob characters)" if "[" in pattern else ""
                     raise FileNotFoundError(f"{what}: nothing matches{hint}")
