@@ -120,3 +120,21 @@ def test_arrow_file_with_corrupt_offsets_names_the_file(tmp_path):
     (tmp_path / "t.arrow").write_bytes(bytes(raw))
     with pytest.raises(ValueError, match=r"t\.arrow.*column 's' holds corrupt data"):
         load_dataset(str(tmp_path / "t.arrow"))
+
+
+def test_hf_sequence_of_dicts_stored_as_a_struct_of_lists_is_accepted(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {
+            "answers": datasets.Sequence(
+                {"text": datasets.Value("string"), "start": datasets.Value("int32")}
+            ),
+            "label": datasets.ClassLabel(names=["a", "b"]),
+        }
+    )
+    hf = datasets.Dataset.from_dict(
+        {"answers": [{"text": ["x", "y"], "start": [1, 2]}], "label": [1]}, features=features
+    )
+    hf.to_parquet(str(tmp_path / "train.parquet"))
+    ds = load_dataset(str(tmp_path), split="train")
+    assert ds[0]["answers"] == {"text": ["x", "y"], "start": [1, 2]}

@@ -79,6 +79,13 @@ def _check(feature: Any, array: pa.Array, column: str, source: str, row: Rows) -
             _check_dims(values, shape[1:], feature.dtype, column, source, inner_row)
         else:
             _check_dims(array, shape, feature.dtype, column, source, row)
+    elif (
+        isinstance(feature, Sequence)
+        and isinstance(feature.feature, Mapping)
+        and pa.types.is_struct(array.type)
+    ):  # `datasets` stores Sequence({...}) as a struct of lists
+        inner = {k: Sequence(v, length=feature.length) for k, v in feature.feature.items()}
+        _check(inner, array, column, source, row)
     elif isinstance(feature, Sequence):
         length = None if feature.length == -1 else feature.length
         values, inner_row = _lists(array, length, column, source, row, "a list")
