@@ -138,3 +138,12 @@ def test_hf_sequence_of_dicts_stored_as_a_struct_of_lists_is_accepted(tmp_path):
     hf.to_parquet(str(tmp_path / "train.parquet"))
     ds = load_dataset(str(tmp_path), split="train")
     assert ds[0]["answers"] == {"text": ["x", "y"], "start": [1, 2]}
+
+
+def test_corrupt_parquet_page_names_the_file(tmp_path):
+    pq.write_table(pa.table({"a": list(range(100))}), tmp_path / "train.parquet")
+    raw = bytearray((tmp_path / "train.parquet").read_bytes())
+    raw[4] ^= 0xFF  # the first page header
+    (tmp_path / "train.parquet").write_bytes(bytes(raw))
+    with pytest.raises((OSError, ValueError), match=r"cannot read parquet file .*train\.parquet"):
+        load_dataset(str(tmp_path))

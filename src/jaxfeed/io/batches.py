@@ -150,6 +150,10 @@ def file_batches(
             )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
+    except OSError as err:  # Parquet page and thrift errors arrive as OSError: name the file
+        if isinstance(err, FileNotFoundError) or str(path) in str(err):
+            raise
+        raise OSError(f"cannot read {fmt} file {path}: {' '.join(str(err).split())}") from err
 
 
 def _parquet(
