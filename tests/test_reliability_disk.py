@@ -4,9 +4,11 @@ data, and ``verify=True`` detects any changed byte."""
 import json
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from jaxfeed import Array2D, ClassLabel, Dataset, DatasetDict, Features, load_from_disk
+from jaxfeed import Array2D, ClassLabel, Dataset, DatasetDict, Features, Image, load_from_disk
+from jaxfeed.features import DecodeError
 from jaxfeed.files import ChecksumError, UnsafePathError
 from jaxfeed.io.validate import FeatureMismatchError
 
@@ -211,3 +213,20 @@ def test_split_folder_linked_from_outside_is_refused(tmp_path):
     (tmp_path / "dd" / "train").symlink_to(tmp_path / "outside")
     with pytest.raises(UnsafePathError, match="split 'train'"):
         load_from_disk(tmp_path / "dd")
+
+
+def test_image_with_neither_bytes_nor_path_names_the_row(tmp_path):
+    Dataset.from_dict(
+        {"img": [{"bytes": None, "path": "x.png"}] * 2}, features=Features({"img": Image()})
+    ).save_to_disk(tmp_path / "ds")
+    table = pa.ipc.open_stream(str(tmp_path / "ds" / "data-00000-of-00001.arrow")).read_all()
+    empty = pa.StructArray.from_arrays(
+        [pa.array([None, None], pa.binary()), pa.array(["x.png", None])], names=["bytes", "path"]
+    )
+    path = str(tmp_path / "ds" / "data-00000-of-00001.arrow")
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        w.write_table(pa.table({"img": empty}, schema=table.schema))
+    edit_json(tmp_path / "ds" / "state.json", lambda s: s.pop("_jaxfeed_checksums"))
+    ds = load_from_disk(tmp_path / "ds").with_format("numpy")
+    with pytest.raises(DecodeError, match=r"column 'img', row 1.*neither bytes nor a path"):
+        ds[1]
