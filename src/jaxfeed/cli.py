@@ -252,6 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"model {args.model} ({args.api}), {args.epochs} epochs, batch {args.batch_size}, AdamW lr {args.lr}, on {where}; run folder {out}"
     )
     trainer = build_trainer(config, out, verbose=1)
+    trainer.resume_hint = f"jaxfeed train --out {out} --resume (and the same flags)"
     train_loader, eval_loader = _loaders(train, test, args)
     start = time.perf_counter()
     try:
