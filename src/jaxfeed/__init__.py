@@ -6,29 +6,78 @@
 (2, 2)
 """
 
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.features import (
-    Array2D,
-    Array3D,
-    Array4D,
-    Array5D,
-    Audio,
-    ClassLabel,
-    DecodeError,
-    FeatureError,
-    Features,
-    Image,
-    List,
-    Sequence,
-    Value,
-)
-from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset
-from jaxfeed.loader import DataLoader
-from jaxfeed.ops import concatenate_datasets
-from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# The public names are imported on first use (PEP 562): ``import jaxfeed`` alone must not start
+# JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
+_EXPORTS = {
+    "Dataset": "jaxfeed.dataset",
+    "DatasetDict": "jaxfeed.dataset",
+    "Array2D": "jaxfeed.features",
+    "Array3D": "jaxfeed.features",
+    "Array4D": "jaxfeed.features",
+    "Array5D": "jaxfeed.features",
+    "Audio": "jaxfeed.features",
+    "ClassLabel": "jaxfeed.features",
+    "DecodeError": "jaxfeed.features",
+    "FeatureError": "jaxfeed.features",
+    "Features": "jaxfeed.features",
+    "Image": "jaxfeed.features",
+    "List": "jaxfeed.features",
+    "Sequence": "jaxfeed.features",
+    "Value": "jaxfeed.features",
+    "load_dataset": "jaxfeed.io",
+    "load_from_disk": "jaxfeed.io",
+    "IterableDataset": "jaxfeed.iterable",
+    "DataLoader": "jaxfeed.loader",
+    "concatenate_datasets": "jaxfeed.ops",
+    "EarlyStopping": "jaxfeed.train",
+    "History": "jaxfeed.train",
+    "Trainer": "jaxfeed.train",
+    "plot_history": "jaxfeed.train",
+}
+
+if TYPE_CHECKING:
+    from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.features import (
+        Array2D,
+        Array3D,
+        Array4D,
+        Array5D,
+        Audio,
+        ClassLabel,
+        DecodeError,
+        FeatureError,
+        Features,
+        Image,
+        List,
+        Sequence,
+        Value,
+    )
+    from jaxfeed.io import load_dataset, load_from_disk
+    from jaxfeed.iterable import IterableDataset
+    from jaxfeed.loader import DataLoader
+    from jaxfeed.ops import concatenate_datasets
+    from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxfeed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "Array2D",
