@@ -41,7 +41,9 @@ def test_from_hf_maps_features_and_values():
     np.testing.assert_array_equal(np_ds[[4, 0]]["image"], images[[4, 0]])
     assert ds[1]["tokens"] == [2, 3]
     assert ds.data is hf.data.table  # no copy
-    view = ds._reader.view("image")  # HF's list<list> storage still reads as a zero-copy view
+    view = ds._internal.reader.view(
+        "image"
+    )  # HF's list<list> storage still reads as a zero-copy view
     assert view is not None and np.shares_memory(view.single, np_ds[:]["image"])
 
 

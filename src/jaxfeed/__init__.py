@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 # The public names are imported on first use (PEP 562): ``import jaxfeed`` alone must not start
 # JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
 _EXPORTS = {
+    "Column": "jaxfeed.column",
     "Dataset": "jaxfeed.dataset",
     "DatasetDict": "jaxfeed.dataset",
     "Array2D": "jaxfeed.features",
@@ -28,14 +29,20 @@ _EXPORTS = {
     "FeatureError": "jaxfeed.features",
     "Features": "jaxfeed.features",
     "Image": "jaxfeed.features",
+    "Json": "jaxfeed.features",
+    "LargeList": "jaxfeed.features",
     "List": "jaxfeed.features",
     "Sequence": "jaxfeed.features",
+    "Translation": "jaxfeed.features",
+    "TranslationVariableLanguages": "jaxfeed.features",
     "Value": "jaxfeed.features",
     "load_dataset": "jaxfeed.io",
     "load_from_disk": "jaxfeed.io",
     "IterableDataset": "jaxfeed.iterable",
+    "IterableDatasetDict": "jaxfeed.iterable",
     "DataLoader": "jaxfeed.loader",
     "concatenate_datasets": "jaxfeed.ops",
+    "interleave_datasets": "jaxfeed.ops",
     "EarlyStopping": "jaxfeed.train",
     "History": "jaxfeed.train",
     "Trainer": "jaxfeed.train",
@@ -43,6 +50,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from jaxfeed.column import Column
     from jaxfeed.dataset import Dataset, DatasetDict
     from jaxfeed.features import (
         Array2D,
@@ -55,14 +63,18 @@ if TYPE_CHECKING:
         FeatureError,
         Features,
         Image,
+        Json,
+        LargeList,
         List,
         Sequence,
+        Translation,
+        TranslationVariableLanguages,
         Value,
     )
     from jaxfeed.io import load_dataset, load_from_disk
-    from jaxfeed.iterable import IterableDataset
+    from jaxfeed.iterable import IterableDataset, IterableDatasetDict
     from jaxfeed.loader import DataLoader
-    from jaxfeed.ops import concatenate_datasets
+    from jaxfeed.ops import concatenate_datasets, interleave_datasets
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 
@@ -86,6 +98,7 @@ __all__ = [
     "Array5D",
     "Audio",
     "ClassLabel",
+    "Column",
     "DataLoader",
     "Dataset",
     "DatasetDict",
@@ -96,12 +109,18 @@ __all__ = [
     "History",
     "Image",
     "IterableDataset",
+    "IterableDatasetDict",
+    "Json",
+    "LargeList",
     "List",
     "Sequence",
     "Trainer",
+    "Translation",
+    "TranslationVariableLanguages",
     "Value",
     "__version__",
     "concatenate_datasets",
+    "interleave_datasets",
     "load_dataset",
     "load_from_disk",
     "plot_history",

@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed.features.array import ARRAY_TYPES
+from jaxfeed.features.struct import requires_decoding
 from jaxfeed.reader import Rows, TableReader
 
-FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas")
+FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas", "custom")
 _ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pd": "pandas"}
 
 
@@ -32,6 +34,12 @@ def canonical_format(type: str | None) -> str:
 
 class Formatter:
     """Turns rows of a table into one output format."""
+
+    options: dict[str, Any] | None = None  # its keyword arguments (set by make_formatter)
+
+    def serialize(self) -> dict[str, Any]:
+        """Its options as JSON values (for ``state.json``); values JSON cannot hold are left out."""
+        return {k: v for k, v in (self.options or {}).items() if _json_scalar(v)}
 
     def batch(self, reader: TableReader, rows: Rows, columns: Sequence[str]) -> Any:
         raise NotImplementedError
@@ -59,23 +67,80 @@ class ArrowFormatter(Formatter):
 
 
 class PandasFormatter(Formatter):
+    """A DataFrame, with media decoded (PIL images, audio dicts) and ``ArrayND`` cells kept as
+    arrays of their full shape, as `datasets`' pandas format gives them."""
+
     def batch(self, reader, rows, columns):
-        return reader.arrow(rows, columns).to_pandas()
+        df = reader.arrow(rows, columns).to_pandas()
+        for c in columns:
+            feature = reader.features[c]
+            if requires_decoding(feature):
+                df[c] = _object_series(reader.python(c, rows), df.index)
+            elif isinstance(feature, tuple(ARRAY_TYPES.values())):
+                values = reader.numpy(c, rows)
+                df[c] = _object_series(list(values), df.index)
+        return df
 
     row = batch
 
     def column(self, reader, rows, column):
-        return reader.arrow(rows, [column]).column(column).to_pandas()
+        return self.batch(reader, rows, [column])[column]
+
+
+def _object_series(values: list, index: Any) -> Any:
+    import pandas as pd  # lazy: only the pandas format needs it
+
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return pd.Series(out, index=index)
+
+
+class CustomFormatter(Formatter):
+    """``set_transform``: Python batches passed through a user function on access."""
+
+    def __init__(self, transform: Callable[[dict], dict]) -> None:
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+
+    def serialize(self) -> dict[str, Any]:
+        return {}  # a function cannot be saved
+
+    def batch(self, reader, rows, columns):
+        return self.transform({c: reader.python(c, rows) for c in columns})
+
+    def row(self, reader, rows, columns):
+        return {k: v[0] for k, v in self.batch(reader, rows, columns).items()}
 
 
 class NumpyFormatter(Formatter):
-    """Numpy arrays in their stored dtype (read-only views where Arrow allows)."""
+    """Numpy arrays in their stored dtype (read-only views where Arrow allows); ``dtype=`` casts
+    every numeric array (strings and objects are left as they are)."""
+
+    def __init__(self, dtype: Any = None) -> None:
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
+    def serialize(self) -> dict[str, Any]:
+        return {} if self.dtype is None else {"dtype": self.dtype.name}
+
+    def _cast(self, value: Any) -> Any:
+        if self.dtype is None:
+            return value
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            return value.astype(self.dtype)
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            return value.astype(self.dtype)
+        if isinstance(value, np.ndarray) and value.dtype == object:
+            out = np.empty(len(value), dtype=object)
+            out[:] = [self._cast(v) for v in value]
+            return out
+        return value
 
     def batch(self, reader, rows, columns):
-        return {c: _numpy_column(reader.numpy(c, rows)) for c in columns}
+        return {c: self._cast(_numpy_column(reader.numpy(c, rows))) for c in columns}
 
     def row(self, reader, rows, columns):
-        return {c: _first(reader.numpy(c, rows)) for c in columns}
+        return {c: self._cast(_numpy_scalar(_first(reader.numpy(c, rows)))) for c in columns}
 
 
 def _numpy_column(values: np.ndarray | list) -> np.ndarray:
@@ -86,6 +151,11 @@ def _numpy_column(values: np.ndarray | list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+def _numpy_scalar(value: Any) -> Any:
+    """A string of a numpy row is ``np.str_``, as `datasets`' numpy format gives it."""
+    return np.str_(value) if isinstance(value, str) else value
 
 
 def _first(values: np.ndarray | list) -> Any:
@@ -101,11 +171,25 @@ class JaxFormatter(Formatter):
         self.placement = resolve_placement(device)
         self.dtype = None if dtype is None else np.dtype(dtype)
 
+    def serialize(self) -> dict[str, Any]:
+        """``device`` as its name (a sharding cannot be saved), ``dtype`` as a dtype name."""
+        out = {}
+        for key, value in (self.options or {}).items():
+            if _json_scalar(value):
+                out[key] = value
+            elif key == "device" and hasattr(value, "platform"):
+                out[key] = str(value)  # a jax.Device: keep its name
+            elif key == "dtype":
+                out[key] = np.dtype(value).name
+        return out
+
     def batch(self, reader, rows, columns):
+        _refuse_missing(reader, rows, columns)
         decoded = {c: reader.numpy(c, rows) for c in columns}
         return self.to_device(decoded, rows, batched=True, native=_native_columns(reader, columns))
 
     def row(self, reader, rows, columns):
+        _refuse_missing(reader, rows, columns)
         decoded = {c: _first(reader.numpy(c, rows)) for c in columns}
         return self.to_device(decoded, rows, batched=False, native=_native_columns(reader, columns))
 
@@ -130,6 +214,29 @@ class JaxFormatter(Formatter):
                 rows.stop - rows.start if isinstance(rows, slice) else len(rows), self.placement
             )
         return put_tree(host, self.placement, batched)
+
+
+def _refuse_missing(reader: TableReader, rows: Rows, columns: Sequence[str]) -> None:
+    """A missing class label or array (a null) cannot become a ``jax.Array``: name its row."""
+    from jaxfeed.features import ClassLabel
+    from jaxfeed.features.array import ARRAY_TYPES
+
+    strict = (ClassLabel, *ARRAY_TYPES.values())
+    for c in columns:
+        if not isinstance(reader.features[c], strict) or not reader.table.column(c).null_count:
+            continue
+        valid = reader.arrow_column(c, rows).is_valid().to_numpy(zero_copy_only=False)
+        if not valid.all():
+            pos = int(np.argmin(valid))
+            row = rows.start + pos if isinstance(rows, slice) else int(rows[pos])
+            raise ValueError(
+                f"column {c!r}, row {row}: the value is missing (None), which the jax format cannot "
+                "turn into an array; fill or filter the missing rows, or use the numpy format"
+            )
+
+
+def _json_scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
 
 
 def jax_int_dtype() -> np.dtype:
@@ -216,13 +323,25 @@ def make_formatter(type: str | None, **kwargs: Any) -> Formatter:
             raise TypeError(
                 f"unexpected arguments for the jax format: {sorted(unknown)}; accepted: device, dtype"
             )
-        return JaxFormatter(**kwargs)
-    extra = {k: v for k, v in kwargs.items() if v is not None}
-    if extra:
-        raise TypeError(f"the {name} format takes no arguments, got {sorted(extra)}")
-    return {
-        "python": PythonFormatter,
-        "numpy": NumpyFormatter,
-        "arrow": ArrowFormatter,
-        "pandas": PandasFormatter,
-    }[name]()
+        formatter: Formatter = JaxFormatter(**kwargs)
+    elif name == "numpy":
+        unknown = {k for k, v in kwargs.items() if v is not None} - {"dtype"}
+        if unknown:
+            raise TypeError(f"the numpy format takes only dtype=, got {sorted(unknown)}")
+        formatter = NumpyFormatter(dtype=kwargs.get("dtype"))
+    elif name == "custom":
+        if set(kwargs) != {"transform"}:
+            raise TypeError(f"the custom format takes transform=, got {sorted(kwargs)}")
+        formatter = CustomFormatter(kwargs["transform"])
+    else:
+        extra = {k: v for k, v in kwargs.items() if v is not None}
+        if extra:
+            raise TypeError(f"the {name} format takes no arguments, got {sorted(extra)}")
+        formatter = {
+            "python": PythonFormatter,
+            "numpy": NumpyFormatter,
+            "arrow": ArrowFormatter,
+            "pandas": PandasFormatter,
+        }[name]()
+    formatter.options = dict(kwargs)
+    return formatter

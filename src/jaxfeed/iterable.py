@@ -57,7 +57,7 @@ class IterableDataset:
     ) -> None:
         self._tables = tables
         self._features = features
-        self._format: tuple[Any, ...] = (None, None, False, {})
+        self._fmt: tuple[Any, ...] = (None, None, False, {})
 
     @classmethod
     def from_files(
@@ -70,18 +70,47 @@ class IterableDataset:
     def from_dataset(cls, ds: Dataset) -> IterableDataset:
         def tables() -> Iterator[pa.Table]:
             for start in range(0, ds.num_rows, READ_ROWS):
-                yield ds._reader.arrow(
-                    ds._table_rows(slice(start, min(start + READ_ROWS, ds.num_rows)))
-                )
+                yield ds._internal.arrow(slice(start, min(start + READ_ROWS, ds.num_rows)))
 
         return cls(tables, ds.features)
+
+    @classmethod
+    def from_generator(
+        cls,
+        generator: Callable[..., Iterator[dict]],
+        features: Features | None = None,
+        gen_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows from a generator function, read lazily in chunks of 1,000 rows.
+
+        >>> from jaxfeed import IterableDataset
+        >>> def rows():
+        ...     yield from ({"x": i} for i in range(3))
+        >>> [r["x"] for r in IterableDataset.from_generator(rows)]
+        [0, 1, 2]
+        """
+
+        def tables() -> Iterator[pa.Table]:
+            rows: list[dict] = []
+            feats = features
+            for row in generator(**(gen_kwargs or {})):
+                rows.append(row)
+                if len(rows) >= READ_ROWS:
+                    chunk = Dataset.from_list(rows, features=feats)
+                    feats = chunk.features
+                    yield chunk.data
+                    rows = []
+            if rows:
+                yield Dataset.from_list(rows, features=feats).data
+
+        return cls(tables, Features(features) if features is not None else None)
 
     def _chunks(self) -> Iterator[Dataset]:
         for table in self._tables():
             ds = Dataset(table, self._features) if self._features is not None else Dataset(table)
             if self._features is None:
                 self._features = ds.features
-            type_, columns, all_columns, kwargs = self._format
+            type_, columns, all_columns, kwargs = self._fmt
             ds.set_format(type_, columns, all_columns, **kwargs)
             yield ds
 
@@ -99,7 +128,7 @@ class IterableDataset:
         features: Features | None = None,
     ) -> IterableDataset:
         out = IterableDataset(tables or self._tables, features or self._features)
-        out._format = self._format
+        out._fmt = self._fmt
         return out
 
     def with_format(
@@ -113,7 +142,7 @@ class IterableDataset:
 
         make_formatter(type, **kwargs)  # validate now, not at the first row
         out = self._copy()
-        out._format = (type, columns, output_all_columns, kwargs)
+        out._fmt = (type, columns, output_all_columns, kwargs)
         return out
 
     def __iter__(self) -> Iterator[Any]:
@@ -140,7 +169,7 @@ class IterableDataset:
             yield self._format_table(template, pa.concat_tables(pending))
 
     def _format_table(self, template: Dataset, table: pa.Table) -> Any:
-        ds = template._derive(table.combine_chunks())
+        ds = template._internal.derive(table.combine_chunks())
         return ds[:]
 
     def take(self, n: int) -> IterableDataset:
@@ -207,9 +236,53 @@ class IterableDataset:
         out._features = None  # learnt from the first mapped chunk
         return out
 
+    def filter(
+        self,
+        function: Callable,
+        with_indices: bool = False,
+        input_columns: Any = None,
+        batched: bool = False,
+        batch_size: int | None = 1000,
+        fn_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows for which ``function`` returns True, filtered chunk by chunk as they stream."""
+
+        def tables() -> Iterator[pa.Table]:
+            offset = 0
+            for chunk in self._chunks():
+                fn = function
+                if with_indices:
+                    base = offset
+
+                    def fn(*args: Any, _base: int = base, **kwargs: Any) -> Any:
+                        *rest, index = args
+                        shifted = (
+                            [i + _base for i in index] if isinstance(index, list) else index + _base
+                        )
+                        return function(*rest, shifted, **kwargs)
+
+                kept = chunk.filter(
+                    fn,
+                    with_indices=with_indices,
+                    input_columns=input_columns,
+                    batched=batched,
+                    batch_size=batch_size,
+                    fn_kwargs=fn_kwargs,
+                )
+                offset += chunk.num_rows
+                yield kept._internal.arrow()
+
+        return self._copy(tables)
+
 
 class IterableDatasetDict(dict):
     """A dict of named :class:`IterableDataset` splits."""
+
+    def map(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
+        return IterableDatasetDict({k: v.map(function, **kwargs) for k, v in self.items()})
+
+    def filter(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
+        return IterableDatasetDict({k: v.filter(function, **kwargs) for k, v in self.items()})
 
     def with_format(self, type: str | None = None, **kwargs: Any) -> IterableDatasetDict:
         return IterableDatasetDict({k: v.with_format(type, **kwargs) for k, v in self.items()})

@@ -23,7 +23,7 @@ def test_roundtrip_keeps_features_format_and_mmaps(tmp_path):
     back = load_from_disk(tmp_path / "ds")
     assert back.features == ds.features and back.format["type"] == "numpy"
     np.testing.assert_array_equal(back[:]["x"], ds[:]["x"])
-    view = back._reader.view("x")
+    view = back._internal.reader.view("x")
     assert view is not None and not view.single.flags.writeable
 
 
@@ -79,7 +79,7 @@ def test_killed_mid_save_leaves_previous_dataset(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, numpy as np
-        import jaxfeed.io.disk as disk
+        import jaxfeed.saved as disk
         from jaxfeed import Dataset
         real = disk._write_json
         def slow(path, payload):

@@ -139,7 +139,7 @@ def test_string_labels_become_classes_with_names(tmp_path):
     ds = datamod.detect(str(_csv(tmp_path / "t.csv"))).data["train"]
     encoded, names = datamod.encode_labels({"train": ds}, "kind")
     assert names == ["a", "b"] and encoded["train"].features["kind"] == ClassLabel(names=["a", "b"])
-    assert encoded["train"]["kind"][:4] == [0, 1, 0, 1]
+    assert encoded["train"][:4]["kind"] == [0, 1, 0, 1]
     other = Dataset.from_dict({"kind": ["a", "c"]})
     with pytest.raises(ConfigError, match="row 1: label 'c'"):
         datamod.encode_labels({"test": other}, "kind", names)

@@ -6,8 +6,10 @@ from jaxfeed.features.base import Feature, FeatureError
 from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.features import Features, infer_column, register_feature_type
 from jaxfeed.features.image import Image
+from jaxfeed.features.json import Json
 from jaxfeed.features.media import DecodeError
-from jaxfeed.features.sequence import List, Sequence
+from jaxfeed.features.sequence import LargeList, List, Sequence
+from jaxfeed.features.translation import Translation, TranslationVariableLanguages
 from jaxfeed.features.value import Value
 
 register_feature_type(Image)
@@ -25,8 +27,12 @@ __all__ = [
     "FeatureError",
     "Features",
     "Image",
+    "Json",
+    "LargeList",
     "List",
     "Sequence",
+    "Translation",
+    "TranslationVariableLanguages",
     "Value",
     "infer_column",
 ]

@@ -102,7 +102,15 @@ def cast_checked(block: np.ndarray, np_dtype: np.dtype, column: str, expected: s
         else back == block
     )
     if np_dtype.kind == "f" and block.dtype.kind == "f":
-        return out  # narrowing floats loses precision by design, as float64 -> float32 does
+        # Narrowing floats loses precision by design (float64 -> float32), but a finite value
+        # that becomes inf (1e300 in float32, 1e6 in float16) is refused.
+        with np.errstate(invalid="ignore"):
+            overflow = np.isfinite(block) & ~np.isfinite(out)
+        if overflow.any():
+            row = int(np.argmax(overflow.reshape(len(block), -1).any(axis=1)))
+            value = block[row] if block.ndim else block
+            raise bad_value(column, row, expected + " (a value overflows to inf)", value)
+        return out
     if not same.all():
         flat = same.reshape(len(block), -1).all(axis=1)
         row = int(np.argmin(flat))
@@ -130,9 +138,10 @@ class _ArrayXD(Feature):
                     f"{type(self).__name__}: dimension {i} of shape {shape} must be a non-negative int"
                     + (" (only the first dimension may be None)" if dim is None else "")
                 )
-        if self.dtype not in NUMERIC_DTYPES:
+        if self.dtype not in NUMERIC_DTYPES and self.dtype != "string":
             raise ValueError(
-                f"{type(self).__name__}: dtype must be one of {', '.join(NUMERIC_DTYPES)}, got {self.dtype!r}"
+                f"{type(self).__name__}: dtype must be one of {', '.join(NUMERIC_DTYPES)} or "
+                f"string, got {self.dtype!r}"
             )
         object.__setattr__(self, "shape", tuple(int(d) if d is not None else None for d in shape))
 
@@ -156,6 +165,10 @@ class _ArrayXD(Feature):
     def encode(self, values: Any, column: str) -> pa.Array:
         if isinstance(values, pa.Array | pa.ChunkedArray):
             values = values.to_pylist()
+        if not isinstance(values, np.ndarray) and any(v is None for v in values):
+            return self._encode_with_nulls(list(values), column)
+        if self.dtype == "string":
+            return self._encode_strings(list(values), column)
         if not self.variable:
             block = to_block(values, self.shape, self.dtype, column)
             return nested_fixed_array(block, self.value_type)
@@ -175,8 +188,33 @@ class _ArrayXD(Feature):
         inner = nested_fixed_array(flat, self.value_type)
         return pa.ListArray.from_arrays(pa.array(np.cumsum(lengths, dtype=np.int32)), inner)
 
+    def _encode_with_nulls(self, values: list, column: str) -> pa.Array:
+        """Missing rows (``None``) are stored as nulls, as `datasets` stores them."""
+        valid = np.array([v is not None for v in values])
+        dense = self.encode([v for v in values if v is not None], column)
+        if not valid.any():
+            return pa.nulls(len(values), type=self.pa_type)
+        # Gather the encoded rows into place; null rows take row 0 as a placeholder, then mask it.
+        positions = np.cumsum(valid) - 1
+        positions[~valid] = 0
+        full = dense.take(pa.array(positions, type=pa.int64()))
+        mask = pa.array(~valid)
+        if pa.types.is_fixed_size_list(full.type):
+            return pa.FixedSizeListArray.from_arrays(full.flatten(), type=full.type, mask=mask)
+        return pa.ListArray.from_arrays(full.offsets, full.values, type=full.type, mask=mask)
+
+    def _encode_strings(self, values: list, column: str) -> pa.Array:
+        expected = f"an array of strings of shape {self.shape}"
+        for row, value in enumerate(values):
+            arr = np.asarray(value, dtype=object)
+            if not _shape_ok(arr.shape, self.shape) or not all(
+                isinstance(x, str) for x in arr.ravel()
+            ):
+                raise bad_value(column, row, expected, value)
+        return pa.array([np.asarray(v, dtype=object).tolist() for v in values], type=self.pa_type)
+
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:
-        if self.variable:
+        if self.variable or self.dtype == "string":
             return None
         return fixed_view(array, self.value_type, self.shape)
 

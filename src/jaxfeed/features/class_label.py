@@ -70,13 +70,17 @@ class ClassLabel(Feature):
         return pa.int64()
 
     def str2int(self, values: str | Iterable[str]) -> int | list[int]:
-        """Class name(s) to id(s). Unknown names raise ``ValueError``."""
+        """Class name(s) to id(s). Unknown names, and values that are neither a string nor an
+        iterable of them, raise ``ValueError`` (as in `datasets`)."""
         if isinstance(values, str):
             return self._str2int_one(values)
+        if not isinstance(values, Iterable):
+            raise ValueError(f"str2int needs a string or an iterable of strings, got {values!r}")
         return [self._str2int_one(v) for v in values]
 
     def _str2int_one(self, name: str) -> int:
         index: dict[str, int] = self._index  # type: ignore[attr-defined]
+        name = str(name)
         if name in index:
             return index[name]
         if name.strip() in index:
@@ -84,7 +88,10 @@ class ClassLabel(Feature):
         raise ValueError(f"invalid class name {name!r}; expected one of {self.names}")
 
     def int2str(self, values: int | Sequence[int] | np.ndarray) -> str | list[str]:
-        """Class id(s) to name(s). Ids outside ``[0, num_classes)`` raise ``ValueError``."""
+        """Class id(s) to name(s). Ids outside ``[0, num_classes)``, and values that are neither an
+        int nor an iterable of ints, raise ``ValueError`` (as in `datasets`)."""
+        if isinstance(values, bool) or not isinstance(values, int | np.integer | Iterable):
+            raise ValueError(f"int2str needs an int or an iterable of ints, got {values!r}")
         if isinstance(values, int | np.integer):
             return self._int2str_one(int(values))
         return [self._int2str_one(int(v)) for v in np.asarray(values).ravel()]
@@ -93,6 +100,36 @@ class ClassLabel(Feature):
         if not 0 <= value < self.num_classes:
             raise ValueError(f"invalid class id {value}; expected 0 <= id < {self.num_classes}")
         return self.names[value]
+
+    def encode_example(self, value: int | str) -> int:
+        """One label as its id: names are looked up; ids outside ``[-1, num_classes)`` raise."""
+        if isinstance(value, str):
+            value = self.str2int(value)
+        if not -1 <= value < self.num_classes:
+            raise ValueError(
+                f"class label {value} is outside [-1, {self.num_classes}) for {self.num_classes} classes"
+            )
+        return int(value)
+
+    def decode_example(self, value: Any) -> Any:
+        return value
+
+    def cast_storage(self, storage: pa.Array) -> pa.Array:
+        """Cast an Arrow array of ids or names to this feature's storage (int64), checking ids."""
+        if pa.types.is_string(storage.type) or pa.types.is_large_string(storage.type):
+            return pa.array(
+                [None if v is None else self._str2int_one(v) for v in storage.to_pylist()],
+                type=pa.int64(),
+            )
+        if pa.types.is_integer(storage.type) and len(storage):
+            import pyarrow.compute as pc
+
+            top = pc.max(storage).as_py()
+            if top is not None and top >= self.num_classes:
+                raise ValueError(
+                    f"class label {top} greater than configured num_classes {self.num_classes}"
+                )
+        return storage.cast(pa.int64())
 
     def encode(self, values: Any, column: str) -> pa.Array:
         expected = (
@@ -104,13 +141,18 @@ class ClassLabel(Feature):
                 if not values.null_count
                 else values.to_pylist()
             )
+        missing = None
         if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
             ids = values.astype(np.int64, copy=False)
         else:
             values = list(values)
             ids = np.empty(len(values), dtype=np.int64)
+            missing = np.zeros(len(values), dtype=bool)
             for row, value in enumerate(values):
-                if isinstance(value, str):
+                if value is None:  # stored as null, as `datasets` stores it
+                    missing[row] = True
+                    ids[row] = 0
+                elif isinstance(value, str):
                     try:
                         ids[row] = self._str2int_one(value)
                     except ValueError:
@@ -125,6 +167,8 @@ class ClassLabel(Feature):
         if bad.any():
             row = int(np.argmax(bad))
             raise bad_value(column, row, expected, int(ids[row]))
+        if missing is not None and missing.any():
+            return pa.array(ids, type=pa.int64(), mask=missing)
         return pa.array(ids, type=pa.int64())
 
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:

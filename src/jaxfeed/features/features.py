@@ -12,8 +12,10 @@ import pyarrow as pa
 from jaxfeed.features.array import ARRAY_TYPES
 from jaxfeed.features.base import Feature, FeatureError
 from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.sequence import List, Sequence
+from jaxfeed.features.json import Json
+from jaxfeed.features.sequence import LargeList, List, Sequence
 from jaxfeed.features.struct import FeatureLike, encode_column, feature_to_dict, pa_type_of
+from jaxfeed.features.translation import Translation, TranslationVariableLanguages
 from jaxfeed.features.value import Value, dtype_name
 
 METADATA_KEY = b"huggingface"  # the key `datasets` uses, so either library reads the other's files
@@ -114,7 +116,13 @@ def feature_from_dict(data: Any) -> FeatureLike:
     kind = data["_type"]
     args = {k: v for k, v in data.items() if k != "_type" and not k.startswith("_")}
     if kind == "Value":
-        return Value(args["dtype"])
+        return Value(args["dtype"], id=args.get("id"))
+    if kind == "Json":
+        return Json(decode=args.get("decode", True))
+    if kind == "Translation":
+        return Translation(languages=args["languages"])
+    if kind == "TranslationVariableLanguages":
+        return TranslationVariableLanguages(languages=args.get("languages"))
     if kind == "ClassLabel":
         return ClassLabel(
             names=args.get("names"),
@@ -125,18 +133,24 @@ def feature_from_dict(data: Any) -> FeatureLike:
         return ARRAY_TYPES[kind](shape=shape, dtype=args["dtype"])
     if kind in ("Sequence", "List", "LargeList"):
         inner = feature_from_dict(args["feature"])
+        if kind == "LargeList":
+            return LargeList(inner)
         length = int(args.get("length", -1))
+        # A legacy "Sequence" of a dict is a dict of lists, as `datasets` reads it.
         return (Sequence if kind == "Sequence" else List)(inner, length=length)
     if kind in _MEDIA_TYPES:
         cls = _MEDIA_TYPES[kind]
         return cls(**{k: v for k, v in args.items() if k in cls.__dataclass_fields__})
     raise ValueError(
-        f"unknown feature type {kind!r}; known: Value, ClassLabel, Array2D-5D, Sequence, List, {', '.join(_MEDIA_TYPES)}"
+        f"unknown feature type {kind!r}; known: Value, ClassLabel, Array2D-5D, Sequence, List, "
+        f"LargeList, Json, Translation, TranslationVariableLanguages, {', '.join(_MEDIA_TYPES)}"
     )
 
 
 def feature_from_arrow_type(t: pa.DataType) -> FeatureLike:
     """Infer a feature from an Arrow type."""
+    if isinstance(t, pa.JsonType):
+        return Json()
     if isinstance(t, pa.ExtensionType):
         shape = getattr(t, "shape", None)
         name = type(t).__name__.replace("ExtensionType", "")
@@ -144,9 +158,11 @@ def feature_from_arrow_type(t: pa.DataType) -> FeatureLike:
             return ARRAY_TYPES[name](shape=tuple(shape), dtype=getattr(t, "value_type", "float32"))
         return feature_from_arrow_type(t.storage_type)
     if pa.types.is_fixed_size_list(t):
-        return Sequence(feature_from_arrow_type(t.value_type), length=t.list_size)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return Sequence(feature_from_arrow_type(t.value_type))
+        return List(feature_from_arrow_type(t.value_type), length=t.list_size)
+    if pa.types.is_large_list(t):
+        return LargeList(feature_from_arrow_type(t.value_type))
+    if pa.types.is_list(t):
+        return List(feature_from_arrow_type(t.value_type))
     if pa.types.is_struct(t):
         return {
             t.field(i).name: feature_from_arrow_type(t.field(i).type) for i in range(t.num_fields)
@@ -179,7 +195,7 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
             len(shapes) == 1
             and len(dtypes) == 1
             and all(a is not None for a in arrays)
-            and first.dtype != object
+            and first.dtype.kind in "biuf"
         ):
             feature = _feature_for_block(next(iter(shapes)), next(iter(dtypes)))
             return feature, encode_column(feature, arrays, column)
@@ -234,10 +250,10 @@ def _feature_for_block(shape: tuple[int, ...], dtype: np.dtype) -> FeatureLike:
     if len(shape) == 0:
         return Value(name)
     if len(shape) == 1:
-        return Sequence(Value(name), length=shape[0])
+        return List(Value(name), length=shape[0])
     if len(shape) <= 5 and dtype.kind != "b":
         return ARRAY_TYPES[f"Array{len(shape)}D"](shape=shape, dtype=name)
     inner: FeatureLike = Value(name)
     for dim in reversed(shape):
-        inner = Sequence(inner, length=dim)
+        inner = List(inner, length=dim)
     return inner

@@ -36,6 +36,7 @@ class Image(MediaFeature):
     decode: bool = True
     id: str | None = None
     _type: ClassVar[str] = "Image"
+    dtype: ClassVar[str] = "PIL.Image.Image"  # what decoding returns, as `datasets` names it
 
     def __repr__(self) -> str:
         args = [f"mode={self.mode!r}"] if self.mode else []
@@ -53,6 +54,11 @@ class Image(MediaFeature):
         if isinstance(value, dict):
             return {"bytes": value.get("bytes"), "path": value.get("path")}
         if isinstance(value, PIL.Image.Image):
+            filename = getattr(value, "filename", "")
+            if filename and os.path.isfile(filename):
+                # Opened from a file: keep its path and its original bytes (no re-encoding).
+                with open(filename, "rb") as f:
+                    return {"bytes": f.read(), "path": os.fspath(filename)}
             return {"bytes": _encode_pil(value), "path": None}
         if isinstance(value, np.ndarray):
             return {"bytes": _encode_pil(_array_to_pil(value)), "path": None}
@@ -116,8 +122,12 @@ def pil_to_array(image: Any) -> np.ndarray:
 def _array_to_pil(array: np.ndarray) -> Any:
     import PIL.Image
 
-    if array.dtype not in (np.uint8, np.uint16) and not (array.dtype == bool and array.ndim == 2):
-        raise TypeError(f"image arrays must be uint8 or uint16, got {array.dtype}")
+    lossless_2d = (np.dtype(bool), np.dtype(np.int32), np.dtype(np.uint16), np.dtype(np.float32))
+    if array.dtype != np.uint8 and not (array.dtype in lossless_2d and array.ndim == 2):
+        raise TypeError(
+            "image arrays must be uint8 (H, W) or (H, W, C), or bool, uint16, int32 or float32 "
+            f"(H, W); got {array.dtype} with shape {array.shape} (other dtypes would change value)"
+        )
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (3, 4)):
@@ -129,6 +139,9 @@ def _array_to_pil(array: np.ndarray) -> Any:
 
 def _encode_pil(image: Any) -> bytes:
     buffer = io.BytesIO()
-    fmt = image.format if image.format in ("PNG", "JPEG", "TIFF", "WEBP", "GIF", "BMP") else "PNG"
+    fmt = image.format if image.format in ("PNG", "JPEG", "TIFF", "WEBP", "GIF", "BMP") else None
+    if fmt is None:
+        # As `datasets`: PNG for the 8-bit modes, TIFF (lossless for 16/32-bit pixels) otherwise.
+        fmt = "PNG" if image.mode in ("1", "L", "LA", "RGB", "RGBA") else "TIFF"
     image.save(buffer, format=fmt)
     return buffer.getvalue()

@@ -81,6 +81,14 @@ class MediaFeature(Feature):
                 raise bad_value(column, row, f"{self._what()} ({err})", value) from None
         return pa.array(out, type=MEDIA_TYPE)
 
+    def encode_example(self, value: Any) -> dict[str, Any]:
+        """One value as the stored ``{"bytes", "path"}`` dict (as `datasets`' encode_example)."""
+        return self._encode_checked(value)
+
+    def decode_example(self, value: dict[str, Any]) -> Any:
+        """One stored ``{"bytes", "path"}`` dict decoded (a PIL image, an audio dict)."""
+        return self.decode_one(value.get("bytes"), value.get("path"))
+
     def _what(self) -> str:
         return "a path, bytes or a {'bytes', 'path'} dict"
 

@@ -1,9 +1,13 @@
-"""`Sequence` (alias `List`): a list of values per row, fixed-length or ragged."""
+"""`List` (and `Sequence`, `LargeList`): a list of values per row, fixed-length or ragged.
+
+As in `datasets` 4+, ``Sequence(feature)`` builds a :class:`List` (so ``Sequence(x) == List(x)``),
+except that ``Sequence`` of a dict of features gives a dict of lists (the TFDS layout).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,16 +31,33 @@ from jaxfeed.features.value import Value
 class Sequence(Feature):
     """A list of ``feature`` per row; ``length=-1`` is ragged, ``length=n`` fixed (stored fixed-size).
 
-    >>> from jaxfeed import Dataset, Features, Sequence, Value
+    ``Sequence(...)`` returns a :class:`List`, as in `datasets`; ``Sequence`` of a dict of features
+    returns a dict of ``List`` features.
+
+    >>> from jaxfeed import Dataset, Features, List, Sequence, Value
     >>> feats = Features({"xy": Sequence(Value("float32"), length=2)})
     >>> ds = Dataset.from_dict({"xy": [[0.5, 1.0], [2.0, 3.0]]}, features=feats)
     >>> ds.with_format("numpy")[:]["xy"].shape
     (2, 2)
+    >>> Sequence(Value("int32")) == List(Value("int32"))
+    True
+    >>> Sequence({"a": Value("int32")})
+    {'a': List(Value('int32'))}
     """
 
     feature: Any
     length: int = -1
+    id: str | None = field(default=None, repr=False, compare=False)
     _type: ClassVar[str] = "Sequence"
+
+    def __new__(cls, feature: Any = None, length: int = -1, **kwargs: Any) -> Any:
+        if cls is Sequence:
+            if isinstance(feature, Mapping) and any(
+                not isinstance(sub, List) for sub in feature.values()
+            ):
+                return {k: List(v, length=length, **kwargs) for k, v in feature.items()}
+            return super().__new__(List)
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if not isinstance(self.length, int | np.integer) or self.length < -1:
@@ -98,7 +119,7 @@ class Sequence(Feature):
                     if _int_leaf(self.pa_type) and _float_leaf(out.type):
                         out = None  # floats, or ints past int64: the exact path below decides
                     else:
-                        out = out.cast(self.pa_type, safe=True)
+                        out = _refuse_overflow(out, out.cast(self.pa_type, safe=True), column)
                 else:
                     out = pa.array(list(values), type=self.pa_type, from_pandas=False)
             except (
@@ -145,6 +166,10 @@ class Sequence(Feature):
             raise bad_value(column, row, f"a list of {err.expected}", err.value) from None
         if self.length != -1:
             return pa.FixedSizeListArray.from_arrays(inner, self.length)
+        if pa.types.is_large_list(self.pa_type):
+            return pa.LargeListArray.from_arrays(
+                pa.array(offsets), inner, mask=pa.array(mask) if mask.any() else None
+            )
         return pa.ListArray.from_arrays(
             pa.array(offsets.astype(np.int32)), inner, mask=pa.array(mask) if mask.any() else None
         )
@@ -174,22 +199,64 @@ class Sequence(Feature):
             array, decode_python(self.feature, list_child(array)), consolidate=False
         )
 
+    def encode_example(self, value: Any) -> Any:
+        """One row's list, each item encoded by the inner feature."""
+        if value is None:
+            return None
+        inner = getattr(self.feature, "encode_example", None)
+        return [inner(v) for v in value] if inner is not None else list(value)
+
+    def decode_example(self, value: Any) -> Any:
+        inner = getattr(self.feature, "decode_example", None)
+        if value is None or inner is None:
+            return value
+        return [inner(v) for v in value]
+
     def to_dict(self) -> dict:
-        return {
-            "_type": self._type,
-            "feature": feature_to_dict(self.feature),
-            "length": self.length,
-        }
+        out = {"_type": self._type, "feature": feature_to_dict(self.feature)}
+        if self.length != -1:
+            out["length"] = self.length
+        return out
 
 
 @dataclass(frozen=True, repr=False)
 class List(Sequence):
-    """Alias of :class:`Sequence` under the name newer `datasets` releases use."""
+    """A list of ``feature`` per row (32-bit offsets); ``length=n`` stores fixed-size lists.
+
+    >>> from jaxfeed import Dataset, Features, List, Value
+    >>> Dataset.from_dict({"t": [[1, 2], [3]]}, features=Features({"t": List(Value("int32"))}))[1]
+    {'t': [3]}
+    """
 
     _type: ClassVar[str] = "List"
 
     def __hash__(self) -> int:
         return hash(repr(self))
+
+
+@dataclass(frozen=True, repr=False)
+class LargeList(Sequence):
+    """A ragged list per row with 64-bit offsets (Arrow ``large_list``), as in `datasets`.
+
+    >>> from jaxfeed import Dataset, Features, LargeList, Value
+    >>> ds = Dataset.from_dict({"t": [[1, 2], [3]]}, features=Features({"t": LargeList(Value("int64"))}))
+    >>> ds.data.schema.field("t").type
+    LargeListType(large_list<item: int64>)
+    """
+
+    _type: ClassVar[str] = "LargeList"
+
+    def __post_init__(self) -> None:
+        if self.length != -1:
+            raise ValueError("LargeList has no fixed length; use List(feature, length=n)")
+        super().__post_init__()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    @property
+    def pa_type(self) -> pa.DataType:
+        return pa.large_list(pa_type_of(self.feature))
 
 
 def _is_plain(feature: FeatureLike) -> bool:
@@ -219,6 +286,53 @@ def _int_leaf(t: pa.DataType) -> bool:
 
 def _float_leaf(t: pa.DataType) -> bool:
     return pa.types.is_floating(_leaf(t))
+
+
+def _leaves(array: pa.Array) -> pa.Array:
+    while (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or (pa.types.is_fixed_size_list(array.type))
+    ):
+        array = array.flatten()
+    return array
+
+
+def _refuse_overflow(source: pa.Array, out: pa.Array, column: str) -> pa.Array:
+    """Refuse lists whose finite values became inf in a narrower float type, naming the row."""
+    leaf = _leaf(out.type)
+    if not pa.types.is_floating(leaf) or leaf.bit_width == 64:
+        return out
+    src, got = _leaves(source), _leaves(out)
+    if not len(src):
+        return out
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(src.to_numpy(zero_copy_only=False).astype(np.float64)) & ~np.isfinite(
+            got.to_numpy(zero_copy_only=False)
+        )
+    if not bad.any():
+        return out
+    for row in range(len(out)):
+        try:
+            _refuse_overflow_flat(source.slice(row, 1), out.slice(row, 1))
+        except ValueError:
+            raise bad_value(
+                column,
+                row,
+                f"values that fit {leaf} (a value overflows to inf)",
+                source[row].as_py(),
+            ) from None
+    return out
+
+
+def _refuse_overflow_flat(source: pa.Array, out: pa.Array) -> None:
+    src, got = _leaves(source), _leaves(out)
+    with np.errstate(invalid="ignore"):
+        if (
+            np.isfinite(src.to_numpy(zero_copy_only=False).astype(np.float64))
+            & ~np.isfinite(got.to_numpy(zero_copy_only=False))
+        ).any():
+            raise ValueError("overflow")
 
 
 def _has_none(values: Any) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,6 +57,7 @@ class Value(Feature):
     """
 
     dtype: str
+    id: str | None = field(default=None, repr=False)
     _type: ClassVar[str] = "Value"
 
     def __post_init__(self) -> None:
@@ -77,6 +78,23 @@ class Value(Feature):
 
     def encode(self, values: Any, column: str) -> pa.Array:
         return encode_scalars(values, self.pa_type, column, f"a {self.dtype} value")
+
+    def encode_example(self, value: Any) -> Any:
+        """One value as `datasets` encodes it: ``bool``/``int``/``float``/``str`` by dtype."""
+        t = self.pa_type
+        if pa.types.is_boolean(t):
+            return bool(value)
+        if pa.types.is_integer(t):
+            return int(value)
+        if pa.types.is_floating(t):
+            return float(value)
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return str(value)
+        return value
+
+    def decode_example(self, value: Any) -> Any:
+        """Values are stored as they are read: decoding returns ``value``."""
+        return value
 
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:
         array = unwrap_storage(array)
@@ -105,21 +123,25 @@ class Value(Feature):
         return array.to_pylist()
 
     def to_dict(self) -> dict:
-        return {"_type": "Value", "dtype": self.dtype}
+        out = {"_type": "Value", "dtype": self.dtype}
+        if self.id is not None:
+            out["id"] = self.id
+        return out
 
 
 def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str) -> pa.Array:
     """Encode one scalar per row into ``pa_type``; on failure name the first row that does not fit."""
     if isinstance(values, pa.Array | pa.ChunkedArray):
         try:
-            return values.cast(pa_type, safe=True)
+            return check_float_overflow(values, values.cast(pa_type, safe=True), column, expected)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             values = values.to_pylist()
     if isinstance(values, np.ndarray) and values.dtype != object:
         if values.ndim != 1:
             raise bad_value(column, 0, expected, values[0] if len(values) else values)
         try:
-            return pa.array(values).cast(pa_type, safe=True)
+            source = pa.array(values)
+            return check_float_overflow(source, source.cast(pa_type, safe=True), column, expected)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             values = values.tolist()
     values = list(values)
@@ -131,7 +153,7 @@ def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str
         TypeError,
     )
     try:
-        return _from_python(values, pa_type)
+        out = _from_python(values, pa_type)
     except errors:
         for row, value in enumerate(values):
             try:
@@ -139,6 +161,35 @@ def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str
             except errors:
                 raise bad_value(column, row, expected, value) from None
         raise
+    if pa.types.is_floating(pa_type) and pa_type.bit_width < 64:
+        finite = [isinstance(v, int | float | np.number) and np.isfinite(v) for v in values]
+        got = out.to_numpy(zero_copy_only=False)
+        bad = np.asarray(finite, dtype=bool) & ~np.isfinite(got) if len(got) else got
+        if len(got) and bad.any():
+            row = int(np.argmax(bad))
+            raise bad_value(column, row, expected + " (it overflows to inf)", values[row])
+    return out
+
+
+def check_float_overflow(
+    source: pa.Array | pa.ChunkedArray, out: pa.Array | pa.ChunkedArray, column: str, expected: str
+) -> pa.Array | pa.ChunkedArray:
+    """Refuse a cast to a narrower float type that turned finite values into infinities."""
+    if not (
+        pa.types.is_floating(out.type)
+        and out.type.bit_width < 64
+        and (pa.types.is_floating(source.type) or pa.types.is_integer(source.type))
+        and len(out)
+    ):
+        return out
+    src = source.to_numpy(zero_copy_only=False).astype(np.float64)
+    got = out.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(src) & ~np.isfinite(got)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise bad_value(column, row, expected + " (it overflows to inf)", src[row].item())
+    return out
 
 
 def _all_ints(values: list) -> bool:

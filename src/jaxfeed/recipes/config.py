@@ -153,6 +153,10 @@ class RunConfig:
         minimum=1,
         metavar="K",
     )
+    precision: Literal["float32", "bfloat16"] = option(
+        "float32",
+        "compute dtype of forward and backward passes; parameters stay float32 (default: float32)",
+    )
     patience: int | None = option(
         None,
         "stop after P epochs without a lower eval loss (default: off)",

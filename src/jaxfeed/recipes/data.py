@@ -297,7 +297,7 @@ def encode_labels(
 
     >>> ds = Dataset.from_dict({"y": ["cat", "dog", "cat"]})
     >>> out, names = encode_labels({"train": ds}, "y")
-    >>> names, out["train"]["y"]
+    >>> names, out["train"][:3]["y"]
     (['cat', 'dog'], [0, 1, 0])
     """
     first = next(iter(data.values()))

@@ -3,7 +3,7 @@
 ``--model`` is ``cnn`` or ``mlp`` (jaxfeed's models) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
 of your own, built as ``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed
 only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
-``model(x, rngs=...)`` in training, ``model(x)`` in evaluation.
+``model(x)``, with ``rngs=`` and a ``train``/``deterministic`` flag when its ``__call__`` takes them.
 
 >>> opt = build_optimizer(RunConfig(optimizer="sgd", schedule="cosine", warmup_steps=2), 10)
 >>> type(opt).__name__
@@ -25,7 +25,6 @@ import optax
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
-from jaxfeed.train.steps import cross_entropy
 
 
 def model_name(config: RunConfig, kind: str) -> str:
@@ -122,7 +121,7 @@ def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int)
     return model
 
 
-def build_optimizer(config: RunConfig, total_steps: int) -> optax.GradientTransformation:
+def build_optimizer(config: RunConfig, total_steps: int) -> Any:
     """``--optimizer``, ``--lr``, ``--weight-decay``, ``--schedule``, ``--warmup-steps`` and
     ``--grad-accum`` as one optax transformation (``total_steps`` optimizer updates in all)."""
     warmup = min(config.warmup_steps, max(total_steps - 1, 0))
@@ -147,13 +146,8 @@ def build_optimizer(config: RunConfig, total_steps: int) -> optax.GradientTransf
             optax.add_decayed_weights(config.weight_decay), optax.sgd(lr, momentum=0.9)
         )
     if config.grad_accum > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=config.grad_accum).gradient_transformation()
+        tx = optax.MultiSteps(tx, every_k_schedule=config.grad_accum)
     return tx
-
-
-def squared_error(outputs: Any, targets: Any) -> Any:
-    """Per-example squared error of a one-output regression model."""
-    return jnp.square(outputs.reshape(outputs.shape[0], -1)[:, 0].astype(jnp.float32) - targets)
 
 
 def build_trainer(
@@ -187,8 +181,9 @@ def build_trainer(
         "deterministic": config.deterministic,
         "inputs": INPUTS,
         "targets": TARGETS,
-        "loss": squared_error if regression else cross_entropy,
-        "metrics": () if regression else ("accuracy",),
+        "loss": "mse" if regression else "cross_entropy",
+        "metrics": ("mae",) if regression else ("accuracy",),
+        "precision": config.precision,
         "callbacks": callbacks,
     }
     model = build_model(config, prep, outputs, config.seed)

@@ -1,0 +1,175 @@
+"""The folder format of ``save_to_disk``: Arrow IPC files plus JSON, written atomically.
+
+The layout is the one `datasets` uses, so either library reads the other's folders::
+
+    path/data-00000-of-00001.arrow   Arrow IPC stream
+    path/dataset_info.json           {"features": {...}, ...}
+    path/state.json                  {"_data_files": [...], "_format_type": ..., ...}
+
+A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and one such folder
+per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
+leaves the previous dataset (or nothing) at ``path``, never a half-written one. This module sits
+below ``dataset.py`` (it only uses a dataset's internal interface); ``io.disk`` reads the folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from jaxfeed.dataset import Dataset, DatasetDict
+
+CHUNK_BYTES = 256 << 20  # record batches of about this size: few chunks, fast gathers
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _shard_count(table: pa.Table, num_shards: int | None, max_shard_size: Any) -> int:
+    if num_shards is not None:
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        return min(num_shards, max(table.num_rows, 1)) if table.num_rows else 1
+    if max_shard_size is None:
+        return 1
+    limit = _size_in_bytes(max_shard_size)
+    return max(1, min(-(-table.nbytes // limit), max(table.num_rows, 1)))
+
+
+def _size_in_bytes(size: Any) -> int:
+    """``500MB`` / ``1GiB`` / an int, as `datasets` parses ``max_shard_size``."""
+    if isinstance(size, int):
+        return size
+    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 10**3, "MB": 10**6}
+    units |= {"GB": 10**9, "TB": 10**12, "B": 1}
+    text = str(size).upper().strip()
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * units[unit])
+    raise ValueError(f"cannot read the size {size!r}; use an int or e.g. '500MB'")
+
+
+def _write_dataset(
+    ds: Dataset, folder: Path, num_shards: int | None = None, max_shard_size: Any = None
+) -> None:
+    table = ds._internal.arrow()
+    rows_per_chunk = None
+    if table.num_rows and table.nbytes:
+        rows_per_chunk = max(1, int(CHUNK_BYTES * table.num_rows // table.nbytes))
+    schema = ds.features.arrow_schema
+    shards = _shard_count(table, num_shards, max_shard_size)
+    names = []
+    for i in range(shards):
+        # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
+        div, mod = divmod(table.num_rows, shards)
+        start = div * i + min(i, mod)
+        part = table.slice(start, div + (1 if i < mod else 0))
+        name = f"data-{i:05d}-of-{shards:05d}.arrow"
+        names.append(name)
+        with open(folder / name, "wb") as f:
+            with pa.ipc.new_stream(f, schema) as writer:
+                writer.write_table(
+                    part.cast(schema) if part.schema != schema else part,
+                    max_chunksize=rows_per_chunk,
+                )
+            f.flush()
+            os.fsync(f.fileno())
+    _write_json(
+        folder / "dataset_info.json",
+        {"features": ds.features.to_dict(), "num_rows": table.num_rows},
+    )
+    state = {
+        "_data_files": [{"filename": name} for name in names],
+        "_fingerprint": uuid.uuid4().hex[:16],
+        "_split": None,
+    }
+    _write_json(folder / "state.json", {**state, **ds._internal.format_state()})
+
+
+def _is_dataset_folder(path: Path) -> bool:
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    """Move the finished folder ``tmp`` to ``path``, replacing a dataset saved there before."""
+    if path.exists():
+        if not path.is_dir() or (any(path.iterdir()) and not _is_dataset_folder(path)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(
+                f"{path} exists and is not a saved dataset: refusing to overwrite it"
+            )
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _tmp_folder(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a crashed save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def save_dataset(
+    ds: Dataset,
+    path: str | os.PathLike,
+    num_shards: int | None = None,
+    max_shard_size: Any = None,
+) -> None:
+    path = Path(path)
+    tmp = _tmp_folder(path)
+    try:
+        _write_dataset(ds, tmp, num_shards, max_shard_size)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace(tmp, path)
+
+
+def save_dataset_dict(
+    dsd: DatasetDict,
+    path: str | os.PathLike,
+    num_shards: dict[str, int] | None = None,
+    max_shard_size: Any = None,
+) -> None:
+    path = Path(path)
+    tmp = _tmp_folder(path)
+    try:
+        for name, split in dsd.items():
+            (tmp / name).mkdir()
+            _write_dataset(split, tmp / name, (num_shards or {}).get(name), max_shard_size)
+        _write_json(tmp / "dataset_dict.json", {"splits": list(dsd)})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace(tmp, path)
