@@ -164,6 +164,33 @@ class RunConfig:
         metavar="P",
         resumable=True,
     )
+    max_steps: int | None = option(
+        None,
+        "stop after N optimizer steps in total, whichever of --epochs and --max-steps comes first "
+        "(default: no step limit)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    eval_every: int | None = option(
+        None,
+        "also evaluate every N steps (default: after each epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    checkpoint_every: int | None = option(
+        None,
+        "also checkpoint every N steps (default: after each epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    tensorboard: bool = option(
+        False,
+        "write TensorBoard event files to RUN/tensorboard (needs: pip install 'jaxfeed[tensorboard]')",
+        resumable=True,
+    )
     seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
     deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
     num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)

@@ -159,7 +159,10 @@ def build_trainer(
     verbose: int = 1,
 ) -> Trainer:
     """The trainer of a run: model, optimizer, loss and callbacks, all from the config."""
-    total = max(1, config.epochs * steps_per_epoch // config.grad_accum)
+    total = config.epochs * steps_per_epoch
+    if config.max_steps is not None:
+        total = min(total, config.max_steps)
+    total = max(1, total // config.grad_accum)
     tx = build_optimizer(config, total)
     scale = prep.scale and prep.kind in ("image", "array")
 
@@ -185,6 +188,7 @@ def build_trainer(
         "metrics": ("mae",) if regression else ("accuracy",),
         "precision": config.precision,
         "callbacks": callbacks,
+        "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
     }
     model = build_model(config, prep, outputs, config.seed)
     if config.api == "linen":

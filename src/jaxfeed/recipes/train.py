@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -101,6 +102,10 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
+    if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
+        raise ConfigError(
+            "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
+        )
     check_out_folder(out, config.resume)
     record = read_run(out) if config.resume else None
     labels = (
@@ -172,12 +177,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
     )
     metric = resolved["best_metric"]
+    trainer.resume_hint = f"jaxfeed train --out {out} --resume"
+    if config.tensorboard:
+        say(f"TensorBoard: tensorboard --logdir {out / 'tensorboard'}")
     start = time.perf_counter()
     try:
         history = trainer.fit(
             loaders[0],
             loaders[1],
             epochs=config.epochs,
+            max_steps=config.max_steps,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
             checkpoint_dir=out / "checkpoints",
             resume=config.resume,
             checkpoint_options={
@@ -194,8 +205,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
         raise
     seconds = time.perf_counter() - start
-    best = history.best(metric, "min" if "loss" in metric else "max")
-    _export_best(trainer, out, config, run_data, prep, resolved, primary)
+    best = _export_best(trainer, out, config, run_data, prep, resolved, primary)
     if best is not None:
         _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
     return TrainResult(out, history, best, seconds)
@@ -268,21 +278,28 @@ def _export_best(
     prep: Preprocessing,
     resolved: dict,
     primary: bool,
-) -> None:
-    """``model/``: the best checkpoint's weights as safetensors, for serving (jaxfeed's models).
-    Every process restores (a collective read); process 0 writes."""
-    from jaxfeed.checkpoint import export
+) -> dict[str, Any] | None:
+    """Restore the best checkpoint (as eval and predict will pick it) and, for jaxfeed's models,
+    write its weights to ``model/`` as safetensors for serving. Every process restores (a
+    collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}`` of the best."""
+    from jaxfeed.checkpoint import CheckpointError, export
     from jaxfeed.recipes.run import open_checkpoints
 
-    if ":" in (config.model or ""):
-        return  # a model of your own: predict and eval use the checkpoints
-    manager = open_checkpoints(out, RunRecord(config, resolved), read_only=False)
+    manager = open_checkpoints(out, RunRecord(config, resolved))
     try:
-        trainer.restore_checkpoint(manager, "best")
+        step = manager.best_step
+        if step is None:
+            return None
+        best = {**manager.metrics(step), "step": step, "epoch": manager.meta(step)["epoch"]}
+        if ":" in (config.model or ""):
+            return best  # a model of your own: predict and eval use the checkpoints
+        trainer.restore_checkpoint(manager, step)
+    except CheckpointError as err:
+        raise ConfigError(f"{out}: {err}") from err
     finally:
         manager.close()
     if not primary:
-        return
+        return best
     extra = {
         "labels": run_data.labels,
         "input_shape": prep.input_shape,
@@ -290,12 +307,14 @@ def _export_best(
         "image_mode": prep.image_mode,
         "scale": prep.scale,
         "task": run_data.task,
+        "checkpoint_step": step,
     }
     if config.api == "linen":
         export(trainer.model, out / "model", variables=trainer.variables, extra=extra)
     else:
         export(trainer.model, out / "model", extra=extra)
     follow_umask(out / "model")
+    return best
 
 
 def follow_umask(folder: Path) -> None:
@@ -310,17 +329,21 @@ def follow_umask(folder: Path) -> None:
 
 def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
              out: Path, eval_name: str) -> None:  # fmt: skip
-    rows = sum(h["rows_per_second"] * h["seconds"] for h in history) / max(
-        sum(h["seconds"] for h in history), 1e-9
+    epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
+    rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
+        sum(h["seconds"] for h in epochs), 1e-9
     )
     if task == "classification":
         head, value = f"{eval_name} accuracy", f"{best.get('eval_accuracy', float('nan')):.4f}"
     else:
         rmse = (best["eval_loss"] ** 0.5) * prep.target_std
         head, value = f"{eval_name} RMSE", f"{rmse:.4g}"
-    say(f"\n{'best epoch':<14}{'eval loss':<12}{head:<20}{'time':<10}{'rows/s':<10}")
-    say(f"{best['epoch']:<14}{best['eval_loss']:<12.4f}{value:<20}{seconds:<10.1f}{rows:<10,.0f}")
-    say("(best: the epoch of lowest eval loss, the earliest on ties; eval and predict use it)")
+    say(f"\n{'best epoch':<12}{'step':<8}{'eval loss':<12}{head:<22}{'time':<10}{'rows/s':<10}")
+    say(
+        f"{best['epoch']:<12}{best['step']:<8}{best['eval_loss']:<12.4f}{value:<22}"
+        f"{seconds:<10.1f}{rows:<10,.0f}"
+    )
+    say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )
