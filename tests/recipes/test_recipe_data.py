@@ -222,3 +222,22 @@ def test_interrupt_in_a_gc_callback_is_redelivered_after_it():
         with pytest.raises(KeyboardInterrupt):
             time.sleep(5)
     assert not in_cleanup(None)
+
+
+ONE_ROW = Dataset.from_dict({"x": [1]})  # built before pandas is hidden (pyarrow checks for it)
+
+
+@pytest.mark.parametrize(
+    ("module", "call", "extra"),
+    [
+        ("huggingface_hub", lambda: __import__("jaxfeed.io.hub").io.hub.download("a/b"), "hub"),
+        ("pandas", ONE_ROW.to_pandas, "pandas"),
+        ("soundfile", lambda: __import__("jaxfeed").Audio().decode_one(b"RIFF", None), "audio"),
+    ],
+)
+def test_a_missing_extra_is_named(module, call, extra, monkeypatch):
+    from jaxfeed.extras import MissingExtraError
+
+    monkeypatch.setitem(__import__("sys").modules, module, None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=rf"pip install 'jaxfeed\[{extra}\]'"):
+        call()

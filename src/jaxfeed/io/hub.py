@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxfeed.extras import require
+
 PATTERNS = [
     "*.parquet",
     "*.json",
@@ -43,7 +45,7 @@ def download(
     token: str | bool | None = None,
 ) -> Path:
     """The local folder holding ``repo_id``'s data files (downloaded, or from the cache offline)."""
-    import huggingface_hub
+    huggingface_hub = require("huggingface_hub", "hub", "loading a Hub dataset")
     from huggingface_hub import constants, errors
 
     kwargs = dict(
