@@ -324,3 +324,19 @@ def test_missing_peers_name_the_extra(monkeypatch, capsys):
     monkeypatch.setattr(runner, "command", lambda name, quick: [sys.executable, "-c", "pass"])
     assert runner.run_benchmarks("train") == 0
     assert "pip install 'jaxfeed[bench]'" in capsys.readouterr().out
+
+
+def test_info_verify_checks_a_saved_dataset(tmp_path, capsys):
+    from jaxfeed import Dataset
+
+    Dataset.from_dict({"x": list(range(100))}).save_to_disk(str(tmp_path / "saved"))
+    status, out, _ = run_main(capsys, "info", str(tmp_path / "saved"), "--verify", "--rows", "0")
+    assert status == 0 and out.startswith("verified: every file of")
+    arrow = next((tmp_path / "saved").glob("*.arrow"))
+    data = bytearray(arrow.read_bytes())
+    data[-100] ^= 0xFF
+    arrow.write_bytes(bytes(data))
+    status, _, err = run_main(capsys, "info", str(tmp_path / "saved"), "--verify")
+    assert status == 1 and arrow.name in err and len(err.strip().splitlines()) == 1
+    status, _, err = run_main(capsys, "info", "digits", "--verify")
+    assert status == 2 and "is not a folder written by save_to_disk" in err

@@ -40,6 +40,7 @@ _EXPORTS = {
     "load_from_disk": "jaxfeed.io",
     "IterableDataset": "jaxfeed.iterable",
     "IterableDatasetDict": "jaxfeed.iterable",
+    "split_dataset_by_node": "jaxfeed.iterable",
     "DataLoader": "jaxfeed.loader",
     "concatenate_datasets": "jaxfeed.ops",
     "interleave_datasets": "jaxfeed.ops",
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
         Value,
     )
     from jaxfeed.io import load_dataset, load_from_disk
-    from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+    from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
@@ -124,4 +125,5 @@ __all__ = [
     "load_dataset",
     "load_from_disk",
     "plot_history",
+    "split_dataset_by_node",
 ]

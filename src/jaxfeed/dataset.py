@@ -788,14 +788,22 @@ class Dataset:
         dataset_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: int | None = None,
+        storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
         """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`).
 
         ``num_shards`` or ``max_shard_size`` (``"500MB"``) split the rows over several
-        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them.
+        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them. ``dataset_path`` may be a
+        URL (``s3://bucket/ds``); ``storage_options`` go to fsspec.
         """
-        save_dataset(self, dataset_path, num_shards=num_shards, max_shard_size=max_shard_size)
+        save_dataset(
+            self,
+            dataset_path,
+            num_shards=num_shards,
+            max_shard_size=max_shard_size,
+            storage_options=storage_options,
+        )
 
     def cleanup_cache_files(self) -> int:
         """Delete ``map`` output files in this dataset's folder, except the one it reads; return how many."""
@@ -1139,11 +1147,17 @@ class DatasetDict(dict):
         dataset_dict_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: dict[str, int] | None = None,
+        storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split)."""
+        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split;
+        a URL too, with ``storage_options``)."""
         save_dataset_dict(
-            self, dataset_dict_path, num_shards=num_shards, max_shard_size=max_shard_size
+            self,
+            dataset_dict_path,
+            num_shards=num_shards,
+            max_shard_size=max_shard_size,
+            storage_options=storage_options,
         )
 
     @classmethod

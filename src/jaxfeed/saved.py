@@ -8,20 +8,27 @@ The layout is the one `datasets` uses, so either library reads the other's folde
 
 A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and one such folder
 per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
-leaves the previous dataset (or nothing) at ``path``, never a half-written one. This module sits
+leaves the previous dataset (or nothing) at ``path``, never a half-written one. ``state.json``
+also records each file's size and SHA-256 (and its own), which ``load_from_disk(verify=True)``
+checks; `datasets` ignores these keys. This module sits
 below ``dataset.py`` (it only uses a dataset's internal interface); ``io.disk`` reads the folders.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from jaxfeed import remote
+from jaxfeed.files import file_sha256
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -106,8 +113,25 @@ def _write_dataset(
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid4().hex[:16],
         "_split": None,
+        CHECKSUMS: {
+            f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
+            for f in (*names, "dataset_info.json")
+        },
+        **ds._internal.format_state(),
     }
-    _write_json(folder / "state.json", {**state, **ds._internal.format_state()})
+    state[STATE_SHA] = state_digest(state)
+    _write_json(folder / "state.json", state)
+
+
+# {file: {"sha256", "bytes"}} of the data files and dataset_info.json
+CHECKSUMS = "_jaxfeed_checksums"
+STATE_SHA = "_jaxfeed_state_sha256"  # of state.json's own content, this key left out
+
+
+def state_digest(state: dict) -> str:
+    """SHA-256 of ``state.json``'s content without its own checksum (canonical JSON)."""
+    body = {k: v for k, v in state.items() if k != STATE_SHA}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _is_dataset_folder(path: Path) -> bool:
@@ -145,7 +169,12 @@ def save_dataset(
     path: str | os.PathLike,
     num_shards: int | None = None,
     max_shard_size: Any = None,
+    storage_options: dict | None = None,
 ) -> None:
+    if remote.is_remote(path):
+        write = lambda folder: _write_dataset(ds, folder, num_shards, max_shard_size)  # noqa: E731
+        _save_remote(write, str(path), storage_options)
+        return
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
@@ -161,15 +190,48 @@ def save_dataset_dict(
     path: str | os.PathLike,
     num_shards: dict[str, int] | None = None,
     max_shard_size: Any = None,
+    storage_options: dict | None = None,
 ) -> None:
+    if remote.is_remote(path):
+        write = lambda folder: _write_dict(dsd, folder, num_shards, max_shard_size)  # noqa: E731
+        _save_remote(write, str(path), storage_options)
+        return
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
-        for name, split in dsd.items():
-            (tmp / name).mkdir()
-            _write_dataset(split, tmp / name, (num_shards or {}).get(name), max_shard_size)
-        _write_json(tmp / "dataset_dict.json", {"splits": list(dsd)})
+        _write_dict(dsd, tmp, num_shards, max_shard_size)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _replace(tmp, path)
+
+
+def _write_dict(
+    dsd: DatasetDict,
+    folder: Path,
+    num_shards: dict[str, int] | None = None,
+    max_shard_size: Any = None,
+) -> None:
+    for name, split in dsd.items():
+        (folder / name).mkdir()
+        _write_dataset(split, folder / name, (num_shards or {}).get(name), max_shard_size)
+    _write_json(folder / "dataset_dict.json", {"splits": list(dsd)})
+
+
+MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # uploaded last, in this order
+
+
+def _save_remote(write: Any, url: str, storage_options: dict | None) -> None:
+    """Write the folder locally, then upload it: data files first, the JSON that points at them
+    last. Each object is replaced atomically, so a crash mid-upload leaves the previous save's
+    ``state.json`` in place (object stores have no atomic folder rename)."""
+    fs, inner = remote.filesystem(url, storage_options)
+    inner = inner.rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="jaxfeed-save-") as tmp:
+        local = Path(tmp)
+        write(local)
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        order = {name: i for i, name in enumerate(MARKERS)}
+        files.sort(key=lambda p: (p.name in order, order.get(p.name, -1), str(p)))
+        for p in files:
+            fs.put_file(str(p), f"{inner}/{p.relative_to(local).as_posix()}")
