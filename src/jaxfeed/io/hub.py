@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
-
 from jaxfeed.extras import require
+from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
 
 PATTERNS = [
     "*.parquet",

@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
@@ -20,7 +21,6 @@ from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
-import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
 from jaxfeed.remote import expand, filesystem, is_remote
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
