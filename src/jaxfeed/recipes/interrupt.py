@@ -44,17 +44,26 @@ def safe_interrupts() -> Iterator[None]:
         yield
         return
     pid = os.getpid()
+    state = {"pending": False, "active": True}
+
+    def redeliver() -> None:
+        if state["pending"] and state["active"]:
+            os.kill(pid, signal.SIGINT)
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if in_cleanup(frame):
-            timer = threading.Timer(RETRY_SECONDS, os.kill, (pid, signal.SIGINT))
-            timer.daemon = True
-            timer.start()
+            if not state["pending"]:  # one re-delivery at a time
+                state["pending"] = True
+                timer = threading.Timer(RETRY_SECONDS, redeliver)
+                timer.daemon = True
+                timer.start()
             return
+        state["pending"] = False
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
+        state["active"] = False  # a re-delivery still pending must not outlive the block
         signal.signal(signal.SIGINT, previous)
