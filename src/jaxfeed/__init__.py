@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -19,6 +21,7 @@ _EXPORTS = {
     "Column": "jaxfeed.column",
     "Dataset": "jaxfeed.dataset",
     "DatasetDict": "jaxfeed.dataset",
+    "load_exported": "jaxfeed.export",
     "Array2D": "jaxfeed.features",
     "Array3D": "jaxfeed.features",
     "Array4D": "jaxfeed.features",
@@ -53,6 +56,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from jaxfeed.column import Column
     from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.export import export, load_exported
     from jaxfeed.features import (
         Array2D,
         Array3D,
@@ -89,7 +93,24 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*globals(), *_EXPORTS, "export"])
+
+
+class _Package(types.ModuleType):
+    """``jaxfeed.export`` is the function, as ``from jaxfeed.export import export`` made it when the
+    package imported everything eagerly; importing the submodule ``jaxfeed.export`` (which sets
+    this attribute to the module) must not replace it."""
+
+    @property
+    def export(self) -> Any:
+        return importlib.import_module("jaxfeed.export").export
+
+    @export.setter
+    def export(self, value: Any) -> None:
+        pass  # the import system binding the submodule: the function keeps the name
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
@@ -121,8 +142,10 @@ __all__ = [
     "Value",
     "__version__",
     "concatenate_datasets",
+    "export",
     "interleave_datasets",
     "load_dataset",
+    "load_exported",
     "load_from_disk",
     "plot_history",
     "split_dataset_by_node",

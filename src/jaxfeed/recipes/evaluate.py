@@ -72,8 +72,11 @@ def evaluate(
                     f"{run.name}: {split_name}, accuracy {out['accuracy']:.4f}",
                 )  # fmt: skip
                 out["plot"] = str(path)
-            except OSError:
-                out["plot"] = None  # a read-only run folder: the report is still printed
+            except OSError as err:  # a read-only run folder: the report is still the result
+                out["plot"] = None
+                out["plot_error"] = (
+                    f"not writing the confusion matrix PNG into {run}: {err.strerror or err}"
+                )
     else:
         out.update(
             report.regression_report(truth, prep.unscale(outputs.reshape(len(outputs), -1)[:, 0]))
@@ -94,6 +97,8 @@ def format_evaluation(result: dict[str, Any]) -> str:
         )
         if result.get("plot"):
             body += f"\n\nwrote {result['plot']}"
+        elif result.get("plot_error"):
+            body += f"\n\n{result['plot_error']}"
     else:
         r2 = "n/a" if result["r2"] is None else f"{result['r2']:.4f}"
         body = f"loss {result['loss']:.4f} (standardised)  MSE {result['mse']:.6g}  RMSE {result['rmse']:.6g}  MAE {result['mae']:.6g}  R2 {r2}"

@@ -205,7 +205,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
         raise
     seconds = time.perf_counter() - start
-    best = _export_best(trainer, out, config, run_data, prep, resolved, primary)
+    best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     if best is not None:
         _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
     return TrainResult(out, history, best, seconds)
@@ -278,11 +278,13 @@ def _export_best(
     prep: Preprocessing,
     resolved: dict,
     primary: bool,
+    say: Callable[..., None],
 ) -> dict[str, Any] | None:
-    """Restore the best checkpoint (as eval and predict will pick it) and, for jaxfeed's models,
-    write its weights to ``model/`` as safetensors for serving. Every process restores (a
-    collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}`` of the best."""
-    from jaxfeed.checkpoint import CheckpointError, export
+    """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
+    (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
+    restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    from jaxfeed.checkpoint import CheckpointError
+    from jaxfeed.export import export
     from jaxfeed.recipes.run import open_checkpoints
 
     manager = open_checkpoints(out, RunRecord(config, resolved))
@@ -291,8 +293,6 @@ def _export_best(
         if step is None:
             return None
         best = {**manager.metrics(step), "step": step, "epoch": manager.meta(step)["epoch"]}
-        if ":" in (config.model or ""):
-            return best  # a model of your own: predict and eval use the checkpoints
         trainer.restore_checkpoint(manager, step)
     except CheckpointError as err:
         raise ConfigError(f"{out}: {err}") from err
@@ -302,17 +302,20 @@ def _export_best(
         return best
     extra = {
         "labels": run_data.labels,
-        "input_shape": prep.input_shape,
-        "input_column": prep.input_columns[0],
-        "image_mode": prep.image_mode,
-        "scale": prep.scale,
         "task": run_data.task,
+        "preprocess": prep.to_dict(),
         "checkpoint_step": step,
     }
-    if config.api == "linen":
-        export(trainer.model, out / "model", variables=trainer.variables, extra=extra)
-    else:
-        export(trainer.model, out / "model", extra=extra)
+    try:
+        export(trainer, out / "model", extra=extra)
+    except Exception as err:
+        if ":" not in (config.model or ""):
+            raise
+        # a model of your own that jax.export cannot trace: eval and predict use the checkpoints
+        say(
+            f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
+        )
+        return best
     follow_umask(out / "model")
     return best
 

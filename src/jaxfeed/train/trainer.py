@@ -148,16 +148,15 @@ class Trainer:
         )
         self.model = model
         hints = {c: "inputs=" for c in spec.inputs.columns}
-        required = list(spec.inputs.columns)
         if targets is not None:
-            required.append(targets)
             hints[targets] = "targets="
-        self.placement = BatchPlacement(required, hints)
+        self.placement = BatchPlacement(spec.inputs.columns, hints, targets)
         self.history = History()
         self.step = 0  # global training step
         self.epoch = 0  # completed epochs
         self.stop_training = False
         self._warned_unlabelled = False
+        self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
         self.loggers = tuple(loggers)
         make_loggers([x for x in self.loggers if not isinstance(x, str)], None)  # check early
         if "tensorboard" in self.loggers and self.out_dir is None:
@@ -200,6 +199,8 @@ class Trainer:
         if self.placement.placement is None:
             if not self.core.ready:
                 self.core.initialize(arrays)
+            spec = self.core.spec
+            self.input_spec = jax.eval_shape(lambda b: spec.inputs.call(spec.preprocess(b)), arrays)
             self.placement.state_placement(arrays)
             self.core.state = self.placement.replicate(self.core.state)
         return arrays, n
