@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from jaxfeed import ops, tabular
 from jaxfeed.column import Column
+from jaxfeed.extras import require
 from jaxfeed.features import Features
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
@@ -384,6 +385,7 @@ class Dataset:
 
     def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
         """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
+        require("pandas", "pandas", "to_pandas")
         if not batched:
             return self._internal.arrow().to_pandas()
         return (t.to_pandas() for t in arrow_batches(self, batch_size))
