@@ -247,7 +247,9 @@ def _as_columns(result: Any, batched: bool) -> dict[str, Any] | pa.Table | None:
     for name, values in result.items():
         if hasattr(values, "to_numpy") and not isinstance(values, pa.Array | pa.ChunkedArray):
             values = values.to_numpy()  # pandas Series
-        elif hasattr(values, "__array__") and not isinstance(values, np.ndarray | list):
+        elif hasattr(values, "__array__") and not isinstance(
+            values, np.ndarray | list | np.generic
+        ):
             values = np.asarray(values)  # jax arrays and other array-likes
         if batched and not isinstance(values, _BATCH_TYPES):
             raise TypeError(
@@ -276,9 +278,7 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             )
         for k in keys:
             value = row[k]
-            if isinstance(value, np.generic):
-                value = value.item()  # numpy scalars (np.float32, np.str_) as Python values
-            elif hasattr(value, "__array__") and not isinstance(value, np.ndarray):
+            if hasattr(value, "__array__") and not isinstance(value, np.ndarray | np.generic):
                 value = np.asarray(value)
             columns[k].append(value)
     return columns
@@ -337,9 +337,11 @@ def map(
             if out_features is None:
                 out_features = _output_features(ds, table, new, given, try_original_type)
             sink.write(_encode_output(table, out_features))
-        if not updated:
+        if (
+            not updated
+        ):  # only side effects: the dataset as it was (remove_columns unused, as there)
             sink.abort()
-            return remove_columns_(ds, remove) if remove else ds
+            return ds
         table = sink.finish(out_features.arrow_schema)
     except BaseException:
         sink.abort()
@@ -379,8 +381,14 @@ def _merge(
             f"that changes the number of rows must remove the other columns {stale} (remove_columns=)"
         )
     inputs = ds._internal.arrow(slice(start, stop), stale) if stale else None
-    merged: dict[str, Any] = {c: inputs.column(c) if c in stale else None for c in kept}
-    merged.update(returned)
+    # `datasets`' writer keeps the input columns' order, then appends the new columns.
+    merged: dict[str, Any] = {}
+    for c in ds.column_names:
+        if c in returned:
+            merged[c] = returned[c]
+        elif c in stale:
+            merged[c] = inputs.column(c)
+    merged.update({k: v for k, v in returned.items() if k not in merged})
     return merged
 
 
