@@ -174,6 +174,19 @@ def test_map_keep_in_memory_and_cache_file_name(tmp_path):
     same(snippet)
 
 
+def test_map_into_an_integer_array_column_keeps_it_only_for_exact_values():
+    def snippet(lib):
+        ds = lib.Dataset.from_dict(
+            {"img": np.full((3, 2, 2), 200, np.uint8)},
+            features=lib.Features({"img": lib.Array2D((2, 2), "uint8")}),
+        ).with_format("numpy")
+        scaled = ds.map(lambda b: {"img": b["img"].astype(np.float32) / 255}, batched=True)
+        halved = ds.map(lambda b: {"img": b["img"].astype(np.float32) / 2}, batched=True)
+        return scaled.features, halved.features, halved[0]["img"].tolist()
+
+    same(snippet)
+
+
 def test_map_with_features_and_dataset_dict_map():
     def snippet(lib):
         ds = labelled(lib)
