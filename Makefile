@@ -44,5 +44,11 @@ format: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/formatting.py
 
+# Mutation testing (not part of make test): each bug of tools/mutation/mutations.py, applied to a
+# copy of the tree, must make its targeted tests fail. ARGS="-k loader" runs a subset.
+.PHONY: mutation
+mutation: $(VENV)/.installed-dev
+	$(PY) tools/mutation/run.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build src/*.egg-info

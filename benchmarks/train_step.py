@@ -195,7 +195,7 @@ def same_model_case(x, y, tx):
 def jaxfeed_case(x, y, tx):
     trainer = Trainer(CNN(10, input_shape=SHAPE, rngs=nnx.Rngs(0)), tx, verbose=0)
     batch = {"image": x, "label": y}
-    arrays, n = trainer._full(batch, "train")
+    arrays, n = trainer._batch(batch, "train")
     core = trainer.core
     holder = {"sums": trainer._sums(), "step": 0}
 

@@ -163,8 +163,13 @@ def test_killed_mid_save_keeps_previous_and_cleans_up(tmp_path):
     assert any("tmp" in p.name for p in tmp_path.iterdir())
     ckpt = CheckpointManager(tmp_path)
     assert ckpt.all_steps == [1]
-    assert not any("tmp" in p.name for p in tmp_path.iterdir())  # the half-written step is gone
     assert ckpt.restore(state={"w": jnp.zeros(1000)})["state"]["w"][0] == 1
+    assert any("tmp" in p.name for p in tmp_path.iterdir())  # a reader deletes nothing
+    ckpt.begin_writing()  # a writer: the recorded writer (the killed process) is gone
+    assert not any("tmp" in p.name for p in tmp_path.iterdir())  # the half-written step is gone
+    assert ckpt.removed_partial and ckpt.all_steps == [1]
+    ckpt.close()
+    assert not (tmp_path / ".jaxfeed-writer.json").exists()
 
 
 RESUME_SCRIPT = textwrap.dedent(
@@ -259,3 +264,87 @@ def test_resume_refuses_another_process_count(tmp_path):
             CheckpointError, match="written by a job of 2 processes; resume it with 2 processes"
         ):
             trainer.restore_checkpoint(ckpt, "latest", loader)
+
+
+def _tree(folder):
+    return {
+        os.path.relpath(os.path.join(root, name), folder): os.stat(
+            os.path.join(root, name)
+        ).st_mtime_ns
+        for root, dirs, files in os.walk(folder)
+        for name in files + dirs
+    }
+
+
+def test_a_reader_never_deletes_a_live_writers_save(tmp_path, monkeypatch):
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, {"w": jnp.ones(4)})
+    partial = tmp_path / "2.orbax-checkpoint-tmp-123"  # a save in progress by another process
+    (partial / "state").mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"pid": writer.pid, "host": __import__("socket").gethostname(), "start": None}
+        (tmp_path / ".jaxfeed-writer.json").write_text(json.dumps(record))
+        before = _tree(tmp_path)
+        import jaxfeed.checkpoint as checkpoint
+
+        def no_writes(*args, **kwargs):
+            raise OSError("read-only file system")
+
+        monkeypatch.setattr(checkpoint, "check_writable", no_writes)  # as on a read-only folder
+        reader = CheckpointManager(tmp_path)
+        assert reader.all_steps == [1] and reader.best_step is None
+        assert reader.restore(state={"w": jnp.zeros(4)})["state"]["w"].tolist() == [1.0] * 4
+        reader.close()
+        assert _tree(tmp_path) == before  # nothing created, changed or deleted
+        monkeypatch.undo()
+        with pytest.raises(CheckpointError, match=f"being written by process {writer.pid} on"):
+            CheckpointManager(tmp_path).save(3, {"w": jnp.ones(4)})
+        assert partial.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    ckpt = CheckpointManager(tmp_path, async_save=False)
+    ckpt.save(3, {"w": jnp.ones(4)})  # its writer is gone now: the partial save is abandoned
+    assert not partial.exists() and ckpt.removed_partial == [partial.name]
+    ckpt.close()
+
+
+def test_partial_saves_of_an_unknown_writer_are_left_alone(tmp_path, capfd):
+    partial = tmp_path / "2.orbax-checkpoint-tmp-123"
+    partial.mkdir(parents=True)
+    (tmp_path / ".jaxfeed-writer.json").write_text(json.dumps({"pid": 1, "host": "other-node"}))
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, {"w": jnp.ones(2)})
+        assert "cannot be checked from here" in capfd.readouterr().err
+        assert partial.exists()  # another host's writer may still be running
+
+
+def _largest_data_file(step_dir):
+    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and "/d/" in str(p)]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def test_flipped_bytes_are_refused_not_restored(tmp_path):
+    w = jax.random.normal(jax.random.key(0), (20_000,))  # incompressible: stored as raw bytes
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, {"w": w, "b": jnp.arange(3)})
+    data = _largest_data_file(tmp_path / "1")
+    raw = bytearray(data.read_bytes())
+    for i in range(len(raw) // 2, len(raw) // 2 + 8):
+        raw[i] ^= 0x40
+    data.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"step 1 in .* is corrupted: \['w'\] differs"):
+        CheckpointManager(tmp_path).restore(state={"w": jnp.zeros(20_000), "b": jnp.zeros(3, int)})
+
+
+def test_truncated_checkpoint_is_one_clear_line(tmp_path):
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, {"w": jnp.arange(20_000.0)})
+    data = _largest_data_file(tmp_path / "1")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(CheckpointError) as info:
+        CheckpointManager(tmp_path).restore(state={"w": jnp.zeros(20_000)})
+    message = str(info.value)
+    assert message.startswith(f"checkpoint step 1 in {tmp_path} is damaged or incomplete")
+    assert "\n" not in message and "TensorStore(" not in message and len(message) < 800

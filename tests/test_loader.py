@@ -220,7 +220,7 @@ def test_decode_error_surfaces_with_row_and_cleans_up(workers):
     loader = DataLoader(ds, batch_size=8, num_workers=workers[0], worker_mode=workers[1])
     with pytest.raises(DecodeError, match="column 'image', row 13"):
         list(loader)
-    assert loader._workers is None and not multiprocessing.active_children()
+    assert loader._backend is None and not multiprocessing.active_children()
     deadline = time.time() + 5
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.05)
@@ -241,6 +241,7 @@ def test_break_and_gc_leave_no_threads_or_processes():
     loader = DataLoader(ds, batch_size=4, prefetch=2, num_workers=2, worker_mode="thread")
     for _ in loader:
         break
+    loader.close()  # the worker threads live as long as the loader (started once, not per epoch)
     assert threading.active_count() == before
     loader = DataLoader(make_ds(), batch_size=4, prefetch=4)
     it = iter(loader)
@@ -250,9 +251,14 @@ def test_break_and_gc_leave_no_threads_or_processes():
 
 
 @pytest.mark.slow
-def test_break_stops_worker_processes():
+def test_break_keeps_worker_processes_until_close():
     ds, _ = image_ds()
     loader = DataLoader(ds, batch_size=4, num_workers=2, worker_mode="process")
     for _ in loader:
         break
+    pids = {p.pid for p in multiprocessing.active_children()}
+    assert len(pids) == 2  # started once per loader, kept for the next epoch
+    assert len(list(loader)) == 6
+    assert {p.pid for p in multiprocessing.active_children()} == pids
+    loader.close()
     assert not multiprocessing.active_children()

@@ -8,17 +8,31 @@ A checkpoint step holds two Orbax items:
   the run configuration and which leaves are PRNG keys.
 
 Restoring reads into the shapes and shardings of freshly built objects on the current devices,
-whatever devices or sharding the checkpoint was saved from. Orbax writes each step into a
-temporary folder and renames it when complete, so a process killed mid-save leaves the previous
-steps restorable; the half-written folder is removed when the next manager opens the directory.
+whatever devices, sharding or process count the checkpoint was saved from. ``meta`` also records
+a SHA-256 of every array as saved; restoring recomputes them and refuses a step whose bytes
+changed (flipped bits, a truncated file) with a :class:`CheckpointError` naming the step.
+
+Orbax writes each step into a temporary folder and renames it when complete, so a process killed
+mid-save leaves the previous steps restorable. Opening a manager only reads: the first ``save``
+makes it the directory's writer, recorded in ``.jaxfeed-writer.json`` (pid, host, process start
+time). A writer removes half-written steps only when they are provably abandoned: the recorded
+writer is a process of this host that no longer runs (or itself, when closing). A second live
+writer is refused; a reader (``jaxfeed eval`` while ``jaxfeed train`` runs) deletes nothing and
+works on a read-only folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +45,8 @@ from jaxfeed.files import check_writable
 
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
+WRITER_FILE = ".jaxfeed-writer.json"
+TMP_MARK = ".orbax-checkpoint-tmp"
 
 
 class CheckpointError(ValueError):
@@ -111,6 +127,103 @@ def _first_difference(saved: dict[str, tuple], wanted: dict[str, tuple]) -> str 
     return None
 
 
+def _host_bytes(x: Any) -> np.ndarray | None:
+    """This process's full copy of ``x`` as bytes, or None when no process holds all of it."""
+    if isinstance(x, jax.Array):
+        if x.is_fully_addressable:
+            host = np.asarray(x)
+        elif x.is_fully_replicated:
+            host = np.asarray(x.addressable_data(0))
+        else:
+            return None
+    elif isinstance(x, np.ndarray | np.generic | int | float | bool):
+        host = np.asarray(x)
+    else:
+        return None
+    return np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+
+
+def checksums(tree: Any) -> dict[str, str | None]:
+    """SHA-256 of every array leaf's bytes, by path (None for arrays split over processes).
+
+    >>> import jax.numpy as jnp
+    >>> checksums({"w": jnp.zeros(2)})["['w']"][:16]
+    'af5570f5a1810b7a'
+    """
+    out: dict[str, str | None] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        data = _host_bytes(leaf)
+        out[jax.tree_util.keystr(path)] = None if data is None else hashlib.sha256(data).hexdigest()
+    return out
+
+
+def _first_line(err: BaseException) -> str:
+    """A one-line cause for an Orbax/TensorStore error (which can print whole specs)."""
+    causes = []
+    while err is not None and len(causes) < 4:
+        causes.append(err)
+        err = err.__cause__ or err.__context__
+    for candidate in reversed(causes):
+        text = str(candidate).strip()
+        if text and "TensorStore(" not in text.split("\n")[0][:300]:
+            return f"{type(candidate).__name__}: {text.splitlines()[0][:300]}"
+    text = str(causes[0]).strip().split(" See full TensorStore")[0]
+    return f"{type(causes[0]).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+# ---------------------------------------------------------------------------------- writer record
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, Linux): tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _identity() -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "start": _start_time(os.getpid()),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _alive(record: Mapping[str, Any]) -> bool | None:
+    """Whether the recorded writer still runs: True, False, or None when it cannot be known
+    (another host, an unreadable record)."""
+    if not isinstance(record, Mapping) or record.get("host") != socket.gethostname():
+        return None
+    try:
+        pid = int(record["pid"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else
+    start = _start_time(pid)
+    return not (record.get("start") and start and start != record["start"])  # else: pid reused
+
+
+@contextlib.contextmanager
+def _quiet_orbax() -> Any:
+    log = logging.getLogger("absl")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _partial_saves(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_dir() and TMP_MARK in p.name)
+
+
 # ---------------------------------------------------------------------------------- manager
 class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
@@ -148,7 +261,10 @@ class CheckpointManager:
         if save_every_epochs < 1:
             raise ValueError(f"save_every_epochs must be >= 1, got {save_every_epochs}")
         self.directory = Path(directory).absolute()
-        check_writable(self.directory, "checkpoint directory", min_free=64 << 20)
+        if not self.directory.exists():
+            check_writable(self.directory, "checkpoint directory", min_free=64 << 20)
+        elif not self.directory.is_dir():
+            raise CheckpointError(f"the checkpoint directory {self.directory} is not a folder")
         self.best_metric, self.best_mode = best_metric, best_mode
         self.save_every_epochs = save_every_epochs
         preserve = [policies.LatestN(n=keep_last)]
@@ -162,18 +278,88 @@ class CheckpointManager:
                     keep_checkpoints_without_metrics=False,
                 )
             )
-        options = ocp.CheckpointManagerOptions(
+        self._options = ocp.CheckpointManagerOptions(
             preservation_policy=policies.AnyPreservationPolicy(preserve),
             enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=False,  # done synchronously below (Orbax's runs in a thread)
-            create=True,
+            cleanup_tmp_directories=False,  # see begin_writing: only provably abandoned ones
+            create=False,
         )
         self._ocp = ocp
-        self.removed_partial = _remove_partial(self.directory) if jax.process_index() == 0 else []
-        self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "meta")
-        )
+        self.removed_partial: list[str] = []
+        self.writing = False
+        self._owner: dict[str, Any] | None = None
+        # Until the first save this manager only reads: Orbax's read-only mode writes, creates and
+        # deletes nothing, so a reader can share the folder with a running writer.
+        with _quiet_orbax():  # it warns about every option read-only mode turns off
+            self._manager = ocp.CheckpointManager(
+                self.directory,
+                options=ocp.CheckpointManagerOptions(read_only=True, create=False),
+                item_names=("state", "meta"),
+            )
         self._check_foreign()
+
+    def begin_writing(self) -> None:
+        """Become the directory's writer (``save`` does this on its first call).
+
+        Proves the folder writable, records this process as its writer, and removes half-written
+        steps a dead writer of this host left behind. Raises :class:`CheckpointError` while
+        another live process writes here. Idempotent.
+        """
+        if self.writing:
+            return
+        check_writable(self.directory, "checkpoint directory", min_free=64 << 20)
+        if jax.process_index() == 0:  # Orbax's primary process makes and renames step folders
+            self._claim()
+        self._manager.close()
+        self._manager = self._ocp.CheckpointManager(
+            self.directory, options=self._options, item_names=("state", "meta")
+        )
+        self.writing = True
+
+    def _claim(self) -> None:
+        record_path = self.directory / WRITER_FILE
+        me = _identity()
+        try:
+            previous = json.loads(record_path.read_text())
+        except FileNotFoundError:
+            previous = None
+        except (OSError, ValueError):
+            previous = {}
+        alive = None if previous is None else _alive(previous)
+        if alive and previous.get("pid") != me["pid"]:
+            raise CheckpointError(
+                f"{self.directory} is being written by process {previous.get('pid')} on "
+                f"{previous.get('host')} (since {previous.get('since')}); one run writes a checkpoint "
+                "directory at a time: stop it, or use another directory"
+            )
+        partial = _partial_saves(self.directory)
+        if alive is False:  # its writer is gone: its half-written steps can never complete
+            for path in partial:
+                shutil.rmtree(path, ignore_errors=True)
+            self.removed_partial = [p.name for p in partial]
+        elif partial and alive is None:
+            print(
+                f"jaxfeed: {self.directory} holds unfinished saves {[p.name for p in partial]} whose writer "
+                f"({'unknown' if not previous else previous.get('host')}) cannot be checked from here; "
+                "they are left in place (delete them once no run writes there)",
+                file=sys.stderr,
+            )
+        tmp = record_path.with_name(f"{WRITER_FILE}.{me['pid']}.tmp")
+        tmp.write_text(json.dumps(me))
+        os.replace(tmp, record_path)
+        self._owner = me
+
+    def _release(self) -> None:
+        """Closing writer: no save is in flight, so leftover partial steps are abandoned."""
+        if self._owner is None:
+            return
+        record_path = self.directory / WRITER_FILE
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(record_path.read_text()).get("pid") == self._owner["pid"]:
+                for path in _partial_saves(self.directory):
+                    shutil.rmtree(path, ignore_errors=True)
+                record_path.unlink()
+        self._owner = None
 
     def _check_foreign(self) -> None:
         for step in self._manager.all_steps():
@@ -193,7 +379,12 @@ class CheckpointManager:
         metrics: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        """Save ``state`` (a pytree of arrays) and JSON ``meta`` as step ``step``."""
+        """Save ``state`` (a pytree of arrays) and JSON ``meta`` as step ``step``.
+
+        Returns once the arrays are copied to host memory; the files are written in the
+        background (``async_save=True``) and ``wait``/``close`` raise a failed write's error.
+        """
+        self.begin_writing()
         ocp = self._ocp
         metrics = {
             k: float(v)
@@ -209,6 +400,7 @@ class CheckpointManager:
             "shapes": {
                 k: [list(v[0]), v[1]] for k, v in _flat_shapes(_keys_to_data(state)).items()
             },
+            "checksums": checksums(_keys_to_data(state)),
             **dict(meta or {}),
         }
         json.dumps(payload)  # fail now, not in a background thread
@@ -227,9 +419,12 @@ class CheckpointManager:
         self._manager.check_for_errors()
 
     def close(self) -> None:
-        """Wait for pending saves (raising their errors) and release the manager."""
+        """Wait for pending saves (raising their errors) and release the manager (and the
+        directory, for a writer)."""
         try:
-            self.wait()
+            if self.writing:
+                self.wait()
+                self._release()
         finally:
             self._manager.close()
 
@@ -319,12 +514,28 @@ class CheckpointManager:
         if difference:
             raise CheckpointError(f"cannot restore step {step} of {self.directory}: {difference}")
         ocp = self._ocp
-        restored = self._manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()
-            ),
-        )
+        try:
+            restored = self._manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()
+                ),
+            )
+        except Exception as err:
+            raise CheckpointError(
+                f"checkpoint step {step} in {self.directory} is damaged or incomplete and cannot be read "
+                f"({_first_line(err)}); restore another step (steps: {self.all_steps})"
+            ) from None
+        recorded = meta.get("checksums") or {}
+        saved_dtypes = {k: v[1] for k, v in meta.get("shapes", {}).items()}
+        wanted_dtypes = {k: v[1] for k, v in _flat_shapes(wanted).items()}
+        for path, digest in checksums(restored["state"]).items():
+            cast = saved_dtypes.get(path) != wanted_dtypes.get(path)  # restored as another dtype
+            if recorded.get(path) and digest and not cast and recorded[path] != digest:
+                raise CheckpointError(
+                    f"checkpoint step {step} in {self.directory} is corrupted: {path} differs from the "
+                    f"array saved (SHA-256 mismatch); restore another step (steps: {self.all_steps})"
+                )
         arrays = _data_to_keys(restored["state"], state)
         if model is not None:
             load_nnx_pure_state(arrays, model, optimizer)
@@ -351,16 +562,6 @@ def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = No
         state = nnx.state(obj)
         nnx.replace_by_pure_dict(state, pure[key])
         nnx.update(obj, state)
-
-
-def _remove_partial(directory: Path) -> list[str]:
-    """Delete steps a crashed save left half-written (Orbax's temporary folders); return their names."""
-    removed = []
-    for path in directory.iterdir():
-        if path.is_dir() and ".orbax-checkpoint-tmp" in path.name:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
-    return removed
 
 
 # ---------------------------------------------------------------------------------- export

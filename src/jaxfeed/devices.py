@@ -131,8 +131,12 @@ def _shard_indices(sharding: Sharding, shape: tuple[int, ...]) -> tuple[list, li
 _INDEX_CACHE: dict = {}
 
 
-def device_put(leaves: list[np.ndarray], placements: list[Placement]) -> list[jax.Array]:
+def device_put(
+    leaves: list[np.ndarray], placements: list[Placement], copy: bool = False
+) -> list[jax.Array]:
     """Move numpy arrays to their placements (a device or a fully addressable sharding).
+
+    ``copy=True`` never lets a CPU array alias the host memory (which the caller will reuse).
 
     >>> import jax, numpy as np
     >>> from jaxfeed.devices import device_put
@@ -143,24 +147,28 @@ def device_put(leaves: list[np.ndarray], placements: list[Placement]) -> list[ja
     fast = _load_fast_put()
     if fast:
         try:
-            return [_put_one(x, p, fast) for x, p in zip(leaves, placements, strict=True)]
+            return [_put_one(x, p, fast, copy) for x, p in zip(leaves, placements, strict=True)]
         except Exception:
             global _fast_put
             _fast_put = False
+    if copy:
+        return jax.device_put(leaves, placements, may_alias=False)
     return jax.device_put(leaves, placements)
 
 
-def _put_one(x: np.ndarray, placement: Placement, fast: Any) -> jax.Array:
+def _put_one(x: np.ndarray, placement: Placement, fast: Any, copy: bool = False) -> jax.Array:
     put, shaped_array, canonicalize = fast
     if type(x) is not np.ndarray or canonicalize(x.dtype) != x.dtype:
-        return jax.device_put(x, placement)
+        return (
+            jax.device_put(x, placement, may_alias=False) if copy else jax.device_put(x, placement)
+        )
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
     aval = shaped_array(x.shape, x.dtype)
     if isinstance(placement, jax.Device):
-        return put(aval, SingleDeviceSharding(placement), [x], [placement], True)
+        return put(aval, SingleDeviceSharding(placement), [x], [placement], True, copy)
     devices, indices = _shard_indices(placement, x.shape)
-    return put(aval, placement, [x[i] for i in indices], devices, True)
+    return put(aval, placement, [x[i] for i in indices], devices, True, copy)
 
 
 def check_divisible(rows: int, placement: Placement) -> None:
@@ -180,7 +188,9 @@ class _Slot:
 _SLOT = _Slot()
 
 
-def put_tree(tree: dict[str, Any], placement: Placement, batched: bool) -> dict[str, Any]:
+def put_tree(
+    tree: dict[str, Any], placement: Placement, batched: bool, copy: bool = False
+) -> dict[str, Any]:
     """Move every numpy leaf of a batch dict to ``placement`` in one transfer call.
 
     Top-level arrays are split along their first (batch) axis when ``batched`` and the placement
@@ -199,12 +209,12 @@ def put_tree(tree: dict[str, Any], placement: Placement, batched: bool) -> dict[
     if not leaves:
         return out
     if all(isinstance(w, jax.Device) or w.is_fully_addressable for w in where):
-        placed = device_put(leaves, where)
+        placed = device_put(leaves, where, copy)
     else:
         placed = [
-            jax.make_array_from_process_local_data(w, x)
+            jax.make_array_from_process_local_data(w, np.array(x) if copy else x)
             if not w.is_fully_addressable
-            else jax.device_put(x, w)
+            else device_put([x], [w], copy)[0]
             for x, w in zip(leaves, where, strict=True)
         ]
     return _fill(out, iter(placed))

@@ -18,11 +18,15 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a failed or interrupted write: the old file stays, no stray temp file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def check_writable(folder: str | os.PathLike, what: str, min_free: int = 0) -> Path:

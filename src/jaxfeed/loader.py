@@ -1,45 +1,57 @@
-"""`DataLoader`: shuffled, prefetched ``jax.Array`` batches, sharded across devices and hosts, with
-exact resume.
+"""`DataLoader`: shuffled, augmented, prefetched ``jax.Array`` batches, sharded across devices and
+hosts, with exact resume.
 
-One batch is built in stages, in a background thread so the training step never waits:
+One batch is built in stages; a background thread keeps ``prefetch`` batches ready on the device:
 
 1. **order**: the epoch's rows come from a seeded permutation (:mod:`jaxfeed.order`), O(1) memory;
 2. **gather**: fixed-shape and numeric columns are gathered with one ``np.take`` from zero-copy
-   views of the (memory-mapped) Arrow buffers; other columns are read in bulk and decoded;
-3. **decode**: ``Image``/``Audio`` columns decode in ``num_workers`` processes (spawned, never
-   forked from a process that runs JAX) or threads;
-4. **transform**: an optional function on the numpy batch, given a generator seeded by
-   ``(seed, epoch, step)`` so a resumed run sees the same augmentation;
-5. **transfer**: the whole batch moves in one call, to a device or split over a sharding; in
+   views of the (memory-mapped) Arrow buffers; media columns are read still encoded;
+3. **build** (:mod:`jaxfeed.workers`), in ``num_workers`` spawned processes when there is work for
+   them: ``Image``/``Audio`` values are decoded, ``row_transform`` runs on every row (its ``rng``
+   seeded by ``(seed, epoch, position in the epoch)``), rows are stacked, ``transform`` runs on
+   the batch (``rng`` seeded by ``(seed, epoch, step)``); finished batches come back in reused
+   shared-memory slots, never pickled;
+4. **transfer**: the whole batch moves in one call, to a device or split over a sharding; in
    multi-process JAX each process reads only its rows and global arrays are assembled with
    ``jax.make_array_from_process_local_data``.
+
+Results depend only on ``seed``, epoch and position, never on ``num_workers`` or where a run was
+resumed.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
-import inspect
 import itertools
 import json
 import math
-import multiprocessing
+import os
 import queue
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
-from jaxfeed.features import DecodeError
 from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
 from jaxfeed.order import EpochOrder
+from jaxfeed.workers import (
+    Cancelled,
+    InlineBackend,
+    Job,
+    ProcessBackend,
+    Recipe,
+    ThreadBackend,
+    takes_rng,
+)
 
 STATE_VERSION = 1
 _CANONICAL = {
@@ -71,10 +83,22 @@ class _ArrowSource:
         return self.ds.num_rows
 
     def fingerprint(self) -> str:
+        """Features, row count and the stored values of up to 64 evenly spaced rows: a saved state
+        is refused by another dataset of the same schema and size (another split, other files)."""
         payload = json.dumps(
             {"features": self.ds.features.to_dict(), "rows": len(self)}, sort_keys=True
         )
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        digest = hashlib.sha256(payload.encode())
+        n = len(self)
+        if n:
+            sample = np.unique(np.linspace(0, n - 1, num=min(n, 64)).round().astype(np.int64))
+            table = self.ds.with_format("arrow")[sample].combine_chunks()
+            table = table.replace_schema_metadata(None)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            digest.update(sink.getvalue().to_pybytes())
+        return digest.hexdigest()[:16]
 
     def _label_view(self, column: str) -> Any:
         """Class ids fit int32 whatever they are stored as: cast the column once, not every batch."""
@@ -94,7 +118,8 @@ class _ArrowSource:
             )
         return self._labels[column]
 
-    def gather(self, rows: np.ndarray, pool: _Workers | None) -> dict[str, Any]:
+    def gather(self, rows: np.ndarray) -> dict[str, Any]:
+        """The columns of ``rows``; media columns as their stored (still encoded) values."""
         reader = self.ds._internal.reader
         table_rows = self.ds._internal.table_rows(rows)
         out: dict[str, Any] = {}
@@ -102,9 +127,10 @@ class _ArrowSource:
             view = self._label_view(column) or reader.view(column)
             if view is not None:
                 out[column] = view.take(table_rows)
-            elif column in self.media and pool is not None:
-                stored = self.media[column].iter_stored(reader.arrow_column(column, table_rows))
-                out[column] = pool.decode(self.media[column], column, stored, table_rows)
+            elif column in self.media:
+                out[column] = self.media[column].iter_stored(
+                    reader.arrow_column(column, table_rows)
+                )
             else:
                 out[column] = reader.numpy(column, table_rows)
         return out
@@ -133,7 +159,7 @@ class _ItemSource:
             :16
         ]
 
-    def gather(self, rows: np.ndarray, pool: _Workers | None) -> dict[str, Any]:
+    def gather(self, rows: np.ndarray, pool: Any = None) -> dict[str, Any]:
         ids = rows.tolist()
         items = (
             self.data.__getitems__(ids)
@@ -179,58 +205,6 @@ def _make_source(dataset: Any, columns: Sequence[str] | None) -> _ArrowSource | 
     return _ItemSource(dataset, columns)
 
 
-# ---------------------------------------------------------------------------------- workers
-def _decode_chunk(feature: MediaFeature, column: str, stored: list, rows: list[int]) -> list:
-    out = []
-    for i, value in enumerate(stored):
-        try:
-            out.append(feature.decode_value(value, i))
-        except DecodeError as err:
-            raise err.at(column, rows[i]) from None
-    return out
-
-
-class _Pending:
-    """Decoded values still being produced by workers, in chunks."""
-
-    def __init__(self, futures: list[cf.Future]) -> None:
-        self.futures = futures
-
-    def result(self) -> np.ndarray | list:
-        values: list = []
-        for future in self.futures:
-            values.extend(future.result())
-        return _stack_if_same(values)
-
-
-class _Workers:
-    """A pool that decodes media values in chunks, in processes (spawned) or threads."""
-
-    def __init__(self, num_workers: int, mode: str) -> None:
-        self.num_workers = num_workers
-        if mode == "process":
-            context = multiprocessing.get_context("spawn")  # never fork a process running JAX
-            self.pool: cf.Executor = cf.ProcessPoolExecutor(num_workers, mp_context=context)
-        else:
-            self.pool = cf.ThreadPoolExecutor(num_workers, thread_name_prefix="jaxfeed-decode")
-
-    def decode(
-        self, feature: MediaFeature, column: str, stored: list, rows: np.ndarray
-    ) -> _Pending:
-        n = len(stored)
-        size = max(1, math.ceil(n / self.num_workers))
-        futures = [
-            self.pool.submit(
-                _decode_chunk, feature, column, stored[i : i + size], rows[i : i + size].tolist()
-            )
-            for i in range(0, n, size)
-        ]
-        return _Pending(futures)
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
 # ---------------------------------------------------------------------------------- loader
 class DataLoader:
     """Batches of ``jax.Array`` from a dataset, one epoch per iteration.
@@ -242,17 +216,44 @@ class DataLoader:
         shuffle: a new seeded order every epoch, derived from ``(seed, epoch)``.
         drop_last: drop the final short batch.
         columns: the columns to load (default: all).
-        transform: ``fn(batch)`` or ``fn(batch, rng)`` on the numpy batch; ``rng`` is a
-            ``numpy.random.Generator`` seeded by ``(seed, epoch, step)``.
+        row_transform: ``fn(row)`` or ``fn(row, rng)`` returning a dict; runs on every row after
+            decoding and before batching, in the worker processes; ``row`` maps columns to numpy
+            values (an ``Image`` is a ``uint8`` array (H, W, C)); ``rng`` is a
+            ``numpy.random.Generator`` seeded by ``(seed, epoch, position of the row in the
+            epoch)``, so results depend neither on ``num_workers`` nor on resuming. Ready-made
+            ones are in :mod:`jaxfeed.transforms`.
+        transform: ``fn(batch)`` or ``fn(batch, rng)`` on the numpy batch; ``rng`` is seeded by
+            ``(seed, epoch, step)``. Runs in the workers too when there are any.
         prefetch: batches kept ready on the device by a background thread (0: none).
         device: a device string or ``jax.Device`` (default: the first device).
         sharding: a ``jax.sharding.Sharding`` that splits the batch dimension, e.g.
             ``NamedSharding(mesh, P("data"))``.
-        num_workers: processes (or threads, ``worker_mode="thread"``) decoding Image/Audio columns.
+        num_workers: processes (or threads, ``worker_mode="thread"``) that decode, run
+            ``row_transform``/``transform`` and stack batches; ``"auto"``: one per available core.
+            Processes are spawned once per loader (not per epoch) and hand batches back through
+            shared memory. A numeric Arrow dataset without transforms is read in this process
+            (a gather is a memory copy: workers would only add one).
+        worker_mode: ``"process"`` (default) or ``"thread"``.
+        timeout: seconds to wait for one batch before raising ``TimeoutError`` naming its rows
+            (None: wait forever). With ``num_workers=0`` and ``prefetch=0`` it cannot apply.
+        decode_size: ``(height, width)``, or ``{column: (height, width)}``: decode JPEGs at the
+            smallest scale (1, 1/2, 1/4 or 1/8, done by the decoder, much cheaper than decoding
+            at full size and resizing) whose sides are still at least this big.
+
+    **Iteration.** Each ``for`` over the loader reads one epoch: the next one after the previous
+    iteration, whether that one ran to its end or was left early (``break``). After
+    :meth:`load_state_dict` (or :meth:`set_epoch`), the next iteration starts at the restored
+    position instead. A loader has one iterator at a time: ``iter()`` again ends the previous one,
+    which then raises ``RuntimeError`` if used (``zip(loader, loader)`` cannot silently yield
+    nothing); use two loaders to read two streams.
 
     Stored dtypes are kept where JAX has them (``uint8`` images stay ``uint8``: 4x less to move
     than int32); 64-bit ints become int32 (int64 with ``jax_enable_x64``, raising if a value does
     not fit) and float64 becomes float32.
+
+    Worker processes are spawned: a script that uses ``num_workers > 0`` needs the usual
+    ``if __name__ == "__main__":`` guard (you get a clear error without it). Functions defined in
+    the script or a notebook are sent to the workers by value (cloudpickle).
 
     >>> import numpy as np
     >>> from jaxfeed import Dataset, DataLoader
@@ -260,6 +261,10 @@ class DataLoader:
     >>> loader = DataLoader(ds, batch_size=4, shuffle=True, seed=0)
     >>> [b["x"].shape for b in loader], len(loader)
     ([(4,), (4,), (2,)], 3)
+    >>> def jitter(row, rng):
+    ...     return {"x": row["x"] + rng.normal(), "y": row["y"]}
+    >>> next(iter(DataLoader(ds, batch_size=4, row_transform=jitter)))["x"].dtype
+    dtype('float32')
     """
 
     def __init__(
@@ -271,12 +276,15 @@ class DataLoader:
         seed: int = 0,
         drop_last: bool = False,
         columns: Sequence[str] | None = None,
+        row_transform: Callable | None = None,
         transform: Callable | None = None,
         prefetch: int = 2,
         device: Any = None,
         sharding: Any = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         worker_mode: str = "process",
+        timeout: float | None = None,
+        decode_size: Any = None,
     ) -> None:
         if (
             isinstance(batch_size, bool)
@@ -286,21 +294,33 @@ class DataLoader:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        if num_workers == "auto":
+            num_workers = available_cores()
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
         if worker_mode not in ("process", "thread"):
             raise ValueError(f"worker_mode must be 'process' or 'thread', got {worker_mode!r}")
         if device is not None and sharding is not None:
             raise ValueError("give device= or sharding=, not both")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+        for name, fn in (("row_transform", row_transform), ("transform", transform)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
         self.source = _make_source(dataset, columns)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.drop_last = bool(drop_last)
+        self.row_transform = row_transform
         self.transform = transform
         self.prefetch = prefetch
         self.num_workers = num_workers
         self.worker_mode = worker_mode
+        self.timeout = None if timeout is None else float(timeout)
+        self.decode_size = self._decode_sizes(decode_size)
         n = len(self.source)
         if drop_last and n < batch_size:
             raise ValueError(
@@ -326,11 +346,42 @@ class DataLoader:
                     f"the last batch has {n % self.batch_size} rows, which cannot be split over the "
                     f"{divisor} devices of the sharding; set drop_last=True"
                 )
-        self._transform_rng = transform is not None and _takes_rng(transform)
+        self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of the current epoch the consumer has received
+        self._resume = True  # the next iteration starts at (_epoch, _position)
         self._iterator: weakref.ref | None = None
-        self._workers: _Workers | None = None
+        self._backend: Any = None
+
+    def _decode_sizes(self, decode_size: Any) -> dict[str, tuple[int, int]]:
+        if decode_size is None:
+            return {}
+        media = self.source.media if isinstance(self.source, _ArrowSource) else {}
+        if isinstance(decode_size, dict):
+            unknown = [c for c in decode_size if c not in media]
+            if unknown:
+                raise ValueError(
+                    f"decode_size names {unknown}, which are not decoded media columns of this "
+                    f"loader ({sorted(media)})"
+                )
+            sizes = decode_size
+        else:
+            sizes = {c: decode_size for c in media}
+        out = {}
+        for column, size in sizes.items():
+            if isinstance(size, int) and not isinstance(size, bool):
+                size = (size, size)
+            if not (
+                isinstance(size, tuple | list)
+                and len(size) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+            ):
+                raise ValueError(
+                    f"decode_size for column {column!r} must be (height, width) of positive ints, "
+                    f"got {size!r}"
+                )
+            out[column] = (int(size[0]), int(size[1]))
+        return out
 
     # ------------------------------------------------------------------ sizes and state
     def __len__(self) -> int:
@@ -339,18 +390,20 @@ class DataLoader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration reads (0-based)."""
+        """The epoch of the latest iteration (before any: the one the first iteration reads)."""
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch``."""
         self._close_iterator()
-        self._epoch, self._position = int(epoch), 0
+        self._epoch, self._position, self._resume = int(epoch), 0, True
 
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable position: the next batch is ``batches_consumed`` of ``epoch``.
 
-        Batches prefetched but not yet handed to the consumer are not counted.
+        It describes the latest iteration (also one left early with ``break``): a loader that
+        loads it continues that epoch exactly there. Batches prefetched but not yet handed to the
+        consumer are not counted.
         """
         return {
             "version": STATE_VERSION,
@@ -379,36 +432,67 @@ class DataLoader:
         if not 0 <= position <= len(self):
             raise ValueError(f"batches_consumed={position} is outside [0, {len(self)}]")
         self._close_iterator()
-        self._epoch, self._position = int(state["epoch"]), position
+        self._epoch, self._position, self._resume = int(state["epoch"]), position, True
         if position == len(self):
             self._epoch, self._position = self._epoch + 1, 0
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Batch]:
-        self._close_iterator()
-        if self._position >= len(self):  # the last epoch was read to its last batch
+        self._close_iterator(superseded=True)
+        if not self._resume or self._position >= len(self):
             self._epoch, self._position = self._epoch + 1, 0
-        if self.num_workers and self._needs_workers() and self._workers is None:
-            self._workers = _Workers(self.num_workers, self.worker_mode)
-        iterator = _EpochIterator(self, self._epoch, self._position)
+        self._resume = False
+        backend = self._get_backend()
+        iterator = _EpochIterator(self, self._epoch, self._position, backend)
         self._iterator = weakref.ref(iterator)
         return iterator
 
-    def _needs_workers(self) -> bool:
-        return isinstance(self.source, _ArrowSource) and bool(self.source.media)
+    def _recipe(self) -> Recipe:
+        arrow = isinstance(self.source, _ArrowSource)
+        return Recipe(
+            media=self.source.media if arrow else {},
+            items=None if arrow else self.source,
+            row_transform=self.row_transform,
+            transform=self.transform,
+            seed=self.seed,
+            decode_size=self.decode_size,
+        )
 
-    def _close_iterator(self) -> None:
+    def _worker_work(self) -> bool:
+        """Whether workers have anything to do (decoding, transforms, reading a generic source)."""
+        return (
+            not isinstance(self.source, _ArrowSource)
+            or bool(self.source.media)
+            or self.row_transform is not None
+            or self.transform is not None
+        )
+
+    def _get_backend(self) -> Any:
+        if self._backend is None:
+            recipe = self._recipe()
+            if not self.num_workers or not self._worker_work():
+                self._backend = InlineBackend(recipe)
+            elif self.worker_mode == "thread":
+                self._backend = ThreadBackend(recipe, self.num_workers)
+            else:
+                self._backend = ProcessBackend(recipe, self.num_workers)
+        return self._backend
+
+    def _drop_backend(self, kill: bool) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close(kill=kill)
+
+    def _close_iterator(self, superseded: bool = False) -> None:
         it = self._iterator() if self._iterator is not None else None
         if it is not None:
-            it.close()
+            it.close(superseded=superseded)
         self._iterator = None
 
     def close(self) -> None:
-        """Stop the prefetch thread and the decode workers (also done on garbage collection)."""
+        """Stop the prefetch thread and the worker processes (also done on garbage collection)."""
         self._close_iterator()
-        if self._workers is not None:
-            self._workers.shutdown()
-            self._workers = None
+        self._drop_backend(kill=False)
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
@@ -447,30 +531,21 @@ class DataLoader:
             )
         return slice(lo, hi)
 
-    def _start(
-        self, order: EpochOrder, epoch: int, step: int
-    ) -> tuple[int, int, np.ndarray, dict[str, Any]]:
-        """Stage 1 (order, gather, start decoding) of batch ``step``."""
+    def _job(self, order: EpochOrder, epoch: int, step: int) -> Job:
+        """Order and gather of batch ``step`` (what a worker needs to build it)."""
         start = step * self.batch_size
         stop = min(start + self.batch_size, len(self.source))
         rows = order.rows(start, stop)
+        positions = np.arange(start, stop, dtype=np.int64)
         local = self._local_rows(stop - start)
         if local is not None:
-            rows = rows[local]
-        return epoch, step, rows, self.source.gather(rows, self._workers)
+            rows, positions = rows[local], positions[local]
+        columns = self.source.gather(rows) if isinstance(self.source, _ArrowSource) else None
+        return Job(epoch, step, np.asarray(rows), positions, columns)
 
-    def _finish(self, epoch: int, step: int, rows: np.ndarray, host: dict[str, Any]) -> Batch:
-        """Stage 2 (finish decoding, transform, transfer) of batch ``step``."""
-        batch = {k: v.result() if isinstance(v, _Pending) else v for k, v in host.items()}
-        if self.transform is not None:
-            if self._transform_rng:
-                batch = self.transform(batch, np.random.default_rng([self.seed, epoch, step]))
-            else:
-                batch = self.transform(batch)
-            if not isinstance(batch, dict):
-                raise TypeError(
-                    f"transform must return a dict of columns, got {type(batch).__name__}"
-                )
+    def _place(self, batch: dict[str, Any], job: Job, wait: bool) -> Batch:
+        """Dtype rules, then one transfer to the device(s)."""
+        rows = job.rows
 
         def row_of(position: int) -> int:
             return int(rows[position])
@@ -481,18 +556,20 @@ class DataLoader:
             else to_host(v, k, row_of, None, keep_ints=True)
             for k, v in batch.items()
         }
-        return put_tree(host, self.placement, batched=True)
+        placed = put_tree(host, self.placement, batched=True, copy=wait)
+        if wait:  # the host buffers are about to be reused
+            import jax
+
+            jax.block_until_ready([v for v in placed.values() if isinstance(v, jax.Array)])
+        return placed
 
 
-def _takes_rng(fn: Callable) -> bool:
+def available_cores() -> int:
+    """The cores this process may run on (``num_workers="auto"``)."""
     try:
-        params = [
-            p for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        ]  # fmt: skip
-    except (TypeError, ValueError):
-        return False
-    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------------------- epochs
@@ -504,16 +581,51 @@ class _Failure:
         self.error = error
 
 
-class _Producer:
-    """Builds batches ``start..`` of one epoch in a background thread, ``depth`` ahead."""
+class _Stream:
+    """The batches ``start..`` of one epoch: jobs submitted ahead to the backend, collected in
+    order, placed on the device."""
 
-    def __init__(self, loader: DataLoader, epoch: int, start: int, depth: int) -> None:
+    def __init__(self, loader: DataLoader, backend: Any, epoch: int, start: int) -> None:
+        self.loader, self.backend, self.epoch = loader, backend, epoch
+        self.order = EpochOrder(len(loader.source), loader.seed, epoch, loader.shuffle)
+        self.next_step = start
+        self.total = len(loader)
+        self.pending: deque = deque()
+
+    def next(self, cancel: threading.Event | None = None) -> Batch | None:
+        loader, backend = self.loader, self.backend
+        while self.next_step < self.total and len(self.pending) < backend.capacity:
+            job = loader._job(self.order, self.epoch, self.next_step)
+            self.pending.append((backend.submit(job), job))
+            self.next_step += 1
+        if not self.pending:
+            return None
+        ticket, job = self.pending.popleft()
+        batch, release = backend.collect(ticket, job, loader.timeout, cancel)
+        try:
+            return loader._place(batch, job, wait=release is not None)
+        finally:
+            del batch
+            if release is not None:
+                release()
+
+    def describe(self, step: int) -> str:
+        start = step * self.loader.batch_size
+        stop = min(start + self.loader.batch_size, len(self.loader.source))
+        rows = self.order.rows(start, stop).tolist()
+        shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
+        return f"batch {step} of epoch {self.epoch} (rows {shown})"
+
+
+class _Producer:
+    """Runs a :class:`_Stream` in a background thread, at most ``depth`` batches ahead."""
+
+    def __init__(self, stream: _Stream, depth: int) -> None:
+        self.stream = stream
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.slots = threading.Semaphore(depth)  # at most `depth` batches ready and unconsumed
         self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, args=(loader, epoch, start), name="jaxfeed-prefetch", daemon=True
-        )
+        self.thread = threading.Thread(target=self._run, name="jaxfeed-prefetch", daemon=True)
         self.thread.start()
 
     def _put(self, item: Any) -> bool:
@@ -523,35 +635,41 @@ class _Producer:
                 return True
         return False
 
-    def _run(self, loader: DataLoader, epoch: int, start: int) -> None:
+    def _run(self) -> None:
         try:
-            order = EpochOrder(len(loader.source), loader.seed, epoch, loader.shuffle)
-            pending: deque = deque()
-            ahead = 1 + (loader.num_workers if loader._workers is not None else 0)
-            step = start
-            total = len(loader)
-            while (step < total or pending) and not self.stop.is_set():
-                while step < total and len(pending) < ahead:
-                    pending.append(loader._start(order, epoch, step))
-                    step += 1
-                if not self._put(loader._finish(*pending.popleft())):
+            while not self.stop.is_set():
+                batch = self.stream.next(self.stop)
+                if batch is None:
+                    self._put(_END)
                     return
-            self._put(_END)
+                if not self._put(batch):
+                    return
+        except Cancelled:
+            return
         except BaseException as err:
             self._put(_Failure(err))
 
-    def get(self) -> Any:
+    def get(self, timeout: float | None, step: int) -> Any:
+        end = None if timeout is None else time.monotonic() + timeout + 2.0
         while True:
             try:
                 item = self.queue.get(timeout=0.1)
             except queue.Empty:
                 if not self.thread.is_alive() and self.queue.empty():
                     return _Failure(RuntimeError("the prefetch thread stopped without a result"))
+                if end is not None and time.monotonic() > end:
+                    return _Failure(
+                        TimeoutError(
+                            f"DataLoader timeout={timeout:g} s: {self.stream.describe(step)} was "
+                            "not ready"
+                        )
+                    )
                 continue
             self.slots.release()
             return item
 
-    def close(self) -> None:
+    def close(self, wait: float) -> bool:
+        """Stop the thread; whether it ended within ``wait`` seconds."""
         self.stop.set()
         while True:  # drop ready batches (their device buffers) now
             try:
@@ -559,73 +677,89 @@ class _Producer:
             except queue.Empty:
                 break
         if self.thread is not threading.current_thread():
-            self.thread.join(timeout=30)
+            self.thread.join(timeout=wait)
+        return not self.thread.is_alive()
 
 
 class _EpochIterator:
     """One epoch of batches; closing it (``break``, garbage collection, errors) stops its thread."""
 
-    def __init__(self, loader: DataLoader, epoch: int, start: int) -> None:
+    def __init__(self, loader: DataLoader, epoch: int, start: int, backend: Any) -> None:
         self.loader = loader
         self.epoch = epoch
         self.step = start
         self.done = False
+        self.superseded = False
+        self.stream = _Stream(loader, backend, epoch, start)
         self.producer: _Producer | None = None
-        self.order: EpochOrder | None = None
         if start >= len(loader):
             self._end()
         elif loader.prefetch > 0:
-            self.producer = _Producer(loader, epoch, start, loader.prefetch)
-        else:
-            self.order = EpochOrder(len(loader.source), loader.seed, epoch, loader.shuffle)
+            self.producer = _Producer(self.stream, loader.prefetch)
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return max(0, len(self.loader) - self.step)
+        return 0 if self.done else max(0, len(self.loader) - self.step)
 
     def _end(self) -> None:
         self.done = True
         if self.loader._iterator is None or self.loader._iterator() in (self, None):
             self.loader._epoch, self.loader._position = self.epoch + 1, 0
+            self.loader._resume = True
 
     def __next__(self) -> Batch:
+        if self.superseded:
+            raise RuntimeError(
+                "this DataLoader iterator was ended by a newer iter() over the same loader; a "
+                "DataLoader reads one epoch at a time (zip(loader, loader) cannot work): use two "
+                "DataLoader objects for two independent streams"
+            )
         if self.done:
             raise StopIteration
-        if self.producer is None:
-            if self.step >= len(self.loader):
-                self._end()
-                raise StopIteration
-            try:
-                batch = self.loader._finish(*self.loader._start(self.order, self.epoch, self.step))
-            except BaseException:
-                self.close(failed=True)
-                raise
-        else:
-            item = self.producer.get()
-            if item is _END:
-                self._end()
-                self.close()
-                raise StopIteration
-            if isinstance(item, _Failure):
-                self.close(failed=True)
-                raise item.error
-            batch = item
+        try:
+            if self.producer is None:
+                batch = self.stream.next()
+                if batch is None:
+                    self._end()
+                    self.close()
+                    raise StopIteration
+            else:
+                item = self.producer.get(self.loader.timeout, self.step)
+                if item is _END:
+                    self._end()
+                    self.close()
+                    raise StopIteration
+                if isinstance(item, _Failure):
+                    raise item.error
+                batch = item
+        except StopIteration:
+            raise
+        except BaseException:
+            self.close(failed=True)
+            raise
         self.step += 1
         self.loader._position = self.step
         return batch
 
-    def close(self, failed: bool = False) -> None:
-        """Stop the prefetch thread; an epoch left early (break, error) also stops the workers."""
+    def close(self, failed: bool = False, superseded: bool = False) -> None:
+        """Stop the prefetch thread; an epoch left early gives its pending batches up, one that
+        failed (error, timeout, Ctrl-C) also stops the workers (they restart on the next epoch)."""
+        if superseded and not self.done:
+            self.superseded = True
+        stopped = True
         if self.producer is not None:
-            self.producer.close()
+            stopped = self.producer.close(wait=1.0 if failed else 30.0)
             self.producer = None
-        interrupted = failed or not self.done
+        left_early = not self.done
         self.done = True
-        if interrupted and self.loader._workers is not None:
-            self.loader._workers.shutdown()
-            self.loader._workers = None
+        backend = self.loader._backend
+        if backend is not None and backend is self.stream.backend:
+            if failed or not stopped:
+                self.loader._drop_backend(kill=True)
+            elif left_early:
+                backend.discard()
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown

@@ -66,6 +66,9 @@ def test_fit_counts_epochs_in_total(digits):
     trainer.fit(train, epochs=1)
     trainer.fit(train, epochs=2)
     assert [h["epoch"] for h in trainer.history] == [1, 2] and trainer.step == 2 * len(train)
+    with pytest.raises(ValueError, match=r"fit\(epochs=2\) trains nothing.*pass epochs=3"):
+        trainer.fit(train, epochs=2)
+    assert trainer.step == 2 * len(train)
 
 
 def test_linen_trainer_same_keys(digits):
@@ -107,8 +110,8 @@ def test_non_finite_loss_stops_without_writing(digits, tmp_path):
     model = cnn()
     before = [np.asarray(p) for p in params_of(model)]
 
-    def exploding(logits, labels):
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels) * jnp.nan
+    def exploding(logits, batch):
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]) * jnp.nan
 
     trainer = Trainer(
         model,

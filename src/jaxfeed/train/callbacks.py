@@ -1,4 +1,4 @@
-"""Callbacks: hooks the trainer calls at the start and end of fit and after every epoch."""
+"""Callbacks: hooks the trainer calls at the start and end of fit, after steps and after epochs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,19 @@ if TYPE_CHECKING:
 
 
 class Callback:
-    """Override any of the hooks; set ``trainer.stop_training = True`` to stop after this epoch."""
+    """Override any of the hooks; set ``trainer.stop_training = True`` to stop (after the current
+    step when set in ``on_train_batch_end``, after the epoch in ``on_epoch_end``)."""
 
     def on_fit_start(self, trainer: Trainer) -> None:
         pass
+
+    def on_train_batch_end(self, trainer: Trainer, step: int, logs: dict[str, Any]) -> None:
+        """After optimizer step ``step`` (the global step, counted from 1).
+
+        ``logs`` holds ``step`` and ``epoch``; at the steps that write a metrics row (every
+        ``log_every``) it also holds that row (``train_loss``, ``learning_rate``, ...). Reading
+        the device every step would stall the pipeline, so other steps carry no metrics.
+        """
 
     def on_epoch_end(self, trainer: Trainer, logs: dict[str, Any]) -> None:
         pass
@@ -22,10 +31,17 @@ class Callback:
         pass
 
 
+def overrides(callback: Callback, hook: str) -> bool:
+    """Whether ``callback`` implements ``hook`` (the trainer skips hooks nobody implements)."""
+    return getattr(type(callback), hook, None) is not getattr(Callback, hook)
+
+
 class EarlyStopping(Callback):
     """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs.
 
-    ``mode`` is "min", "max" or "auto" (min for losses, max otherwise).
+    ``mode`` is "min", "max" or "auto" (min for losses, max otherwise). With
+    ``restore_best_weights=True`` the model holds the best epoch's weights when fit returns,
+    whether it stopped early or ran to the end (a copy of the state is kept on the device).
 
     >>> stop = EarlyStopping("eval_loss", patience=1)
     >>> class T:
@@ -43,6 +59,8 @@ class EarlyStopping(Callback):
         patience: int = 3,
         min_delta: float = 0.0,
         mode: str = "auto",
+        *,
+        restore_best_weights: bool = False,
     ) -> None:
         if mode not in ("min", "max", "auto"):
             raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}")
@@ -52,12 +70,16 @@ class EarlyStopping(Callback):
         self.patience = patience
         self.min_delta = abs(min_delta)
         self.mode = ("min" if "loss" in monitor else "max") if mode == "auto" else mode
+        self.restore_best_weights = restore_best_weights
         self.best: float | None = None
+        self.best_epoch: int | None = None
         self.wait = 0
         self.stopped_epoch: int | None = None
+        self._best_state: Any = None
 
     def on_fit_start(self, trainer: Trainer) -> None:
-        self.best, self.wait, self.stopped_epoch = None, 0, None
+        self.best, self.best_epoch, self.wait, self.stopped_epoch = None, None, 0, None
+        self._best_state = None
 
     def on_epoch_end(self, trainer: Trainer, logs: dict[str, Any]) -> None:
         if self.monitor not in logs:
@@ -71,9 +93,17 @@ class EarlyStopping(Callback):
             or (self.mode == "max" and value > self.best + self.min_delta)
         )
         if better and not math.isnan(value):
-            self.best, self.wait = value, 0
+            self.best, self.best_epoch, self.wait = value, logs.get("epoch"), 0
+            if self.restore_best_weights:
+                self._best_state = trainer.snapshot()
             return
         self.wait += 1
         if self.wait > self.patience:
             trainer.stop_training = True
             self.stopped_epoch = logs.get("epoch")
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        if self.restore_best_weights and self._best_state is not None:
+            if self.best_epoch != trainer.epoch:
+                trainer.load_snapshot(self._best_state)
+            self._best_state = None

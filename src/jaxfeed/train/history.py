@@ -69,11 +69,13 @@ class History(list):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> History:
-        """Read a ``metrics.jsonl`` file (or the folder holding one)."""
+        """Read the epoch rows of a ``metrics.jsonl`` file (or the folder holding one); step and
+        eval rows (those with a ``kind``) are skipped."""
         path = Path(path)
         if path.is_dir():
             path = path / "metrics.jsonl"
-        return cls(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        return cls(row for row in rows if "kind" not in row)
 
 
 def plot_history(

@@ -1,11 +1,17 @@
-"""`Trainer`: fit, evaluate and predict with a Flax model on a jaxfeed loader."""
+"""`Trainer`: fit, evaluate and predict with a Flax model on a jaxfeed loader.
+
+The trainer is the loop: it asks a *core* (:mod:`jaxfeed.train.cores`, NNX or Linen) for compiled
+steps, and :mod:`jaxfeed.train.placement` for batches on their devices; it reports, checks and
+saves what the steps compute.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +22,19 @@ import optax
 
 from jaxfeed.files import check_writable
 from jaxfeed.train.callbacks import Callback
+from jaxfeed.train.cores import (
+    PRECISIONS,
+    Core,
+    Inputs,
+    LinenCore,
+    NNXCore,
+    StepSpec,
+    as_transformation,
+    empty_sums,
+)
 from jaxfeed.train.history import History, plot_history
-from jaxfeed.train.steps import LOSSES, LinenCore, NNXCore, empty_sums
+from jaxfeed.train.losses import resolve_loss, resolve_metrics
+from jaxfeed.train.placement import BatchPlacement
 
 REPORT_SECONDS = 0.5  # how often the progress bar reads metrics from the device
 
@@ -40,14 +57,27 @@ def scale_images(batch: dict[str, jax.Array], key: str = "image") -> dict[str, j
 
 
 class Trainer:
-    """Train a Flax NNX model (or, through :meth:`from_linen`, a Linen module) on jaxfeed loaders.
+    """Train a Flax NNX model (or a Linen module, see :meth:`from_linen`) on jaxfeed loaders.
 
-    The train step is compiled once (``jax.jit`` over the split NNX state, buffers donated). A
-    short last batch is padded to the batch size and masked out of the loss, gradients and
-    metrics, so it causes no recompilation. Losses and accuracy are averaged per example. Dropout
-    keys come from ``(seed, step)``; BatchNorm uses batch statistics in training and running
-    averages in evaluation. When the loader's batches are sharded over several devices the state
-    is replicated over them and the step runs data-parallel.
+    The model is called the way it is written: ``inputs=`` names the batch column(s) it takes (a
+    name, a tuple of names for positional arguments, or ``{argument: column}``); ``rngs=`` is
+    passed only when ``__call__`` accepts it, and a ``train`` / ``training`` / ``deterministic``
+    keyword only when present (otherwise the module's own ``nnx.Rngs`` and ``model.train()`` /
+    ``model.eval()`` decide). ``loss`` is a built-in name (``"cross_entropy"``,
+    ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``) or ``loss(outputs, batch)``
+    returning per-example values; ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``,
+    ``"mse"``, ``"mae"``), functions ``(outputs, batch) -> per-example values`` or a
+    ``{name: function}`` dict; by default accuracy for classification losses and nothing else
+    for regression. ``optimizer`` is any optax transformation (``optax.MultiSteps`` too);
+    transformations taking extra arguments get ``value=`` the loss (``reduce_on_plateau``), and
+    an ``inject_hyperparams`` learning rate is logged as ``learning_rate``.
+    ``precision="bfloat16"`` runs forward and backward in bfloat16 on float32 parameters.
+
+    The train step is compiled once (``jax.jit`` over the split state, buffers donated). A short
+    last batch is padded to the batch size and masked out of the loss, gradients and metrics, so
+    it causes no recompilation; so are rows whose class id is ``-1`` (no label). Losses and
+    metrics are averaged per example. When the loader's batches are sharded over several devices
+    the state is replicated over them and the step runs data-parallel.
 
     >>> import optax
     >>> from flax import nnx
@@ -68,171 +98,101 @@ class Trainer:
         optimizer: optax.GradientTransformation,
         *,
         loss: str | Callable = "cross_entropy",
-        metrics: Sequence[str] = ("accuracy",),
-        inputs: str = "image",
-        targets: str = "label",
+        metrics: str | Sequence[Any] | Mapping[str, Callable] | None = None,
+        inputs: str | tuple[str, ...] | Mapping[str, str] = "image",
+        targets: str | None = "label",
         preprocess: Callable | None = None,
         seed: int = 0,
         callbacks: Sequence[Callback] = (),
         verbose: int = 1,
         deterministic: bool = False,
+        precision: str = "float32",
         out_dir: str | os.PathLike | None = None,
-        _core: Any = None,
     ) -> None:
-        if isinstance(loss, str):
-            if loss not in LOSSES:
-                raise ValueError(
-                    f"unknown loss {loss!r}; known: {sorted(LOSSES)} (or pass a function)"
-                )
-            loss = LOSSES[loss]
-        unknown = set(metrics) - {"accuracy"}
-        if unknown:
-            raise ValueError(
-                f"unknown metrics {sorted(unknown)}; known: ['accuracy'] (the loss is always reported)"
-            )
-        if not isinstance(optimizer, optax.GradientTransformation):
-            raise TypeError(
-                f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}"
-            )
+        tx = as_transformation(optimizer)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
         if deterministic:
             _require_deterministic_backend()
+        objective = resolve_loss(loss, targets)
+        spec = StepSpec(
+            objective=objective,
+            metrics=resolve_metrics(metrics, objective, targets),
+            preprocess=preprocess or (lambda batch: batch),
+            inputs=Inputs(inputs),
+            seed=int(seed),
+            compute_dtype=PRECISIONS[precision],
+        )
         self.inputs, self.targets = inputs, targets
-        self.metrics = tuple(metrics)
+        self.metrics = tuple(spec.metrics)
+        self.precision = precision
         self.seed = int(seed)
         self.callbacks = list(callbacks)
         self.primary = jax.process_index() == 0  # only process 0 prints and writes run files
         self.verbose = int(verbose) if self.primary else 0
         self.deterministic = deterministic
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        preprocess = preprocess or (lambda batch: batch)
-        self.core = _core or NNXCore(model, optimizer, loss, preprocess, inputs, targets, self.seed)
+        self.core: Core = (
+            LinenCore(model, tx, spec) if _is_linen(model) else NNXCore(model, tx, spec)
+        )
         self.model = model
+        hints = {c: "inputs=" for c in spec.inputs.columns}
+        required = list(spec.inputs.columns)
+        if targets is not None:
+            required.append(targets)
+            hints[targets] = "targets="
+        self.placement = BatchPlacement(required, hints)
         self.history = History()
         self.step = 0  # global training step
         self.epoch = 0  # completed epochs
         self.stop_training = False
-        self._batch_sizes: dict[str, int] = {}
-        self._placed = False
-        self._shardings: dict[str, Any] = {}
-        self._pad_fns: dict[tuple[int, int], Callable] = {}
-        self._auto_shardings: dict[Any, Any] = {}
+        self._warned_unlabelled = False
 
     @classmethod
     def from_linen(
         cls,
         module: Any,
         optimizer: optax.GradientTransformation,
-        example_input: Any,
-        *,
-        seed: int = 0,
+        example_input: Any = None,
         **kwargs: Any,
     ) -> Trainer:
-        """A trainer for a Linen module called as ``module.apply(variables, x, train=...)``.
+        """A trainer for a Linen module, called as ``module.apply(variables, *inputs, train=...)``
+        (or ``training=`` / ``deterministic=``, or no flag), every variable collection carried.
 
-        Parameters are initialised from ``seed`` on ``example_input``; ``trainer.variables`` holds
-        ``{"params", "batch_stats"}`` after training.
+        The variables are initialised from ``seed``: on ``example_input`` (the model's input as
+        ``inputs=`` gives it, after ``preprocess``) when given, else on the first real batch.
+        ``trainer.variables`` holds ``{"params", "batch_stats", ...}``.
         """
-        preprocess = kwargs.get("preprocess") or (lambda batch: batch)
-        inputs = kwargs.get("inputs", "image")
-        x = preprocess({inputs: jnp.asarray(example_input)})[inputs]
-        variables = module.init(jax.random.key(seed), x, train=False)
-        loss = kwargs.get("loss", "cross_entropy")
-        loss_fn = LOSSES[loss] if isinstance(loss, str) and loss in LOSSES else loss
-        core = LinenCore(
-            module,
-            variables,
-            optimizer,
-            loss_fn,
-            preprocess,
-            inputs,
-            kwargs.get("targets", "label"),
-            seed,
-        )
-        return cls(module, optimizer, seed=seed, _core=core, **kwargs)
+        trainer = cls(module, optimizer, **kwargs)
+        if example_input is not None:
+            trainer.core.initialize_from(example_input)
+        return trainer
 
     @property
     def variables(self) -> dict[str, Any]:
-        """Linen only: the trained ``{"params", "batch_stats"}``."""
-        if not isinstance(self.core, LinenCore):
-            raise AttributeError(
-                "variables is for Linen trainers; an NNX model holds its own state"
-            )
-        return {k: self.core.state[k] for k in ("params", "batch_stats") if self.core.state[k]}
+        """Linen only: the trained ``{"params", **other collections}``."""
+        return self.core.variables()
 
-    # ------------------------------------------------------------------ placement and padding
-    def _arrays(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
-        """The batch's arrays, on meshes with Auto axes.
-
-        ``jax.make_mesh`` now makes Explicit axes, whose shardings are part of array types: every
-        reshape in a model would then need an ``out_sharding``. The step lets XLA propagate
-        shardings instead, so batches on an Explicit mesh are re-wrapped (no copy) onto the same
-        devices with Auto axes.
-        """
-        out = {}
-        for key, value in batch.items():
-            if not isinstance(value, jax.Array):
-                continue
-            sharding = value.sharding
-            if isinstance(sharding, jax.sharding.NamedSharding) and _explicit(sharding.mesh):
-                auto = self._auto_shardings.get(sharding)
-                if auto is None:
-                    mesh = sharding.mesh
-                    auto_mesh = jax.sharding.Mesh(
-                        mesh.devices,
-                        mesh.axis_names,
-                        axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names),
-                    )
-                    auto = self._auto_shardings[sharding] = jax.sharding.NamedSharding(
-                        auto_mesh, sharding.spec
-                    )
-                value = jax.device_put(value, auto)
-            out[key] = value
-        return out
-
-    def _prepare(self, arrays: dict[str, jax.Array]) -> None:
-        """On the first batch: remember its size and placement; replicate the state over its mesh."""
-        if self.inputs not in arrays or self.targets not in arrays:
-            raise KeyError(
-                f"the batch needs the columns {self.inputs!r} (inputs=) and {self.targets!r} (targets=); "
-                f"it has {sorted(arrays)}"
-            )
-        for key, value in arrays.items():
-            self._shardings.setdefault(key, value.sharding)
-        if not self._placed:
-            sharding = arrays[self.inputs].sharding
-            if isinstance(sharding, jax.sharding.NamedSharding) and sharding.num_devices > 1:
-                replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
-            else:
-                replicated = next(iter(arrays[self.inputs].devices()))
-            self.core.state = _replicate(self.core.state, replicated)
-            self._sums_placement = replicated
-            self._placed = True
-
-    def _full(self, batch: dict[str, Any], role: str) -> tuple[dict[str, jax.Array], int]:
-        """The batch padded to its loader's batch size (repeating its rows), and its real row count.
-
-        ``role`` ("train", "eval", "predict") keeps one batch size per use: the first batch's.
-        """
-        arrays = self._arrays(batch)
-        self._prepare(arrays)
-        n = int(arrays[self.inputs].shape[0])
-        size = self._batch_sizes.setdefault(role, n)
-        if n > size:
-            raise ValueError(
-                f"a {role} batch of {n} rows is larger than the first {role} batch ({size}); keep one batch size"
-            )
-        if n == size:
-            return arrays, n
-        if (size, n) not in self._pad_fns:
-            shardings = {k: self._shardings.get(k) for k in arrays}
-            self._pad_fns[size, n] = jax.jit(
-                lambda b: {k: jnp.take(v, jnp.arange(size) % n, axis=0) for k, v in b.items()},
-                out_shardings=shardings,
-            )
-        return self._pad_fns[size, n](arrays), n
+    # ------------------------------------------------------------------ batches
+    def _batch(self, batch: dict[str, Any], role: str) -> tuple[dict[str, jax.Array], int]:
+        """The batch on its devices, padded; the state initialised and placed on first use."""
+        arrays, n = self.placement.batch(batch, role)
+        if self.placement.placement is None:
+            if not self.core.ready:
+                self.core.initialize(arrays)
+            self.placement.state_placement(arrays)
+            self.core.state = self.placement.replicate(self.core.state)
+        return arrays, n
 
     def _sums(self) -> dict[str, jax.Array]:
-        return _replicate(empty_sums(), self._sums_placement)
+        return self.placement.replicate(empty_sums(self.metrics))
+
+    def _ensure_ready(self, loader: Iterable) -> None:
+        """Initialise a lazily built model from the loader's first batch (before a restore)."""
+        if not self.core.ready:
+            for batch in loader:
+                self._batch(batch, "train")
+                break
 
     # ------------------------------------------------------------------ fit
     def fit(
@@ -245,14 +205,17 @@ class Trainer:
         resume: bool = False,
         checkpoint_options: dict[str, Any] | None = None,
     ) -> History:
-        """Train for ``epochs`` epochs in total (counting earlier ``fit`` calls), evaluating after each.
+        """Train until ``epochs`` epochs are done **in total**, evaluating after each.
 
-        With ``checkpoint_dir`` a checkpoint is saved after every epoch (see
+        ``epochs`` counts every epoch this trainer has trained, over all ``fit`` calls and a
+        resumed checkpoint: ``fit(epochs=2)`` then ``fit(epochs=5)`` trains 5 epochs. A call that
+        would train nothing raises ``ValueError`` (with ``resume=True`` it only warns: the run is
+        already complete). With ``checkpoint_dir`` a checkpoint is saved after every epoch (see
         :class:`jaxfeed.checkpoint.CheckpointManager`; ``checkpoint_options`` are its arguments);
         with ``resume=True`` training continues from the latest one there (same epoch, next batch,
-        RNG and optimizer state) up to ``epochs`` in total, or starts fresh when there is none.
-        Returns the :class:`History`; with ``out_dir`` also writes ``metrics.jsonl``,
-        ``history.csv`` and ``curves.png``.
+        RNG and optimizer state), or starts fresh when there is none. Returns the
+        :class:`History`; with ``out_dir`` also writes ``metrics.jsonl``, ``history.csv`` and
+        ``curves.png``.
         """
         if not isinstance(epochs, int) or epochs < 0:
             raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
@@ -260,13 +223,24 @@ class Trainer:
             check_writable(self.out_dir, "output folder")
         manager = None
         if checkpoint_dir is not None:
-            from jaxfeed.checkpoint import CheckpointManager
+            from jaxfeed.checkpoint import CheckpointManager  # orbax is heavy: only when asked
 
             manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
             if resume and manager.latest_step is not None:
                 self.restore_checkpoint(manager, "latest", train_loader)
         elif resume:
             raise ValueError("resume=True needs checkpoint_dir=")
+        if self.epoch >= epochs:
+            message = (
+                f"fit(epochs={epochs}) trains nothing: this trainer has already trained {self.epoch} "
+                f"epochs, and epochs counts in total; pass epochs={self.epoch + 1} or more to continue"
+            )
+            if manager is not None:
+                manager.close()
+            if not resume:
+                raise ValueError(message)
+            warnings.warn(message, stacklevel=2)
+            return self.history
         self.stop_training = False
         try:
             self._fit_epochs(train_loader, eval_loader, epochs, manager)
@@ -300,62 +274,6 @@ class Trainer:
             if manager is not None and self.epoch % manager.save_every_epochs == 0:
                 self.save_checkpoint(manager, train_loader, logs)
 
-    # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_state(self) -> Any:
-        if isinstance(self.core, LinenCore):
-            return self.core.state
-        from jaxfeed.checkpoint import nnx_pure_state
-
-        self.core.write_back()
-        return nnx_pure_state(self.core.model, self.core.optimizer)
-
-    def save_checkpoint(
-        self, manager: Any, loader: Any = None, metrics: dict[str, Any] | None = None
-    ) -> None:
-        """Save the model, optimizer, step, epoch, history and ``loader``'s position as step ``self.step``."""
-        meta = {
-            "epoch": self.epoch,
-            "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
-            "history": list(self.history),
-            "config": {
-                "model": type(self.model).__name__,
-                "api": "linen" if isinstance(self.core, LinenCore) else "nnx",
-                "seed": self.seed,
-                "inputs": self.inputs,
-                "targets": self.targets,
-                "processes": jax.process_count(),
-            },
-        }
-        manager.save(self.step, self._checkpoint_state(), metrics=metrics or {}, meta=meta)
-
-    def restore_checkpoint(
-        self, manager: Any, step: int | str | None = "latest", loader: Any = None
-    ) -> dict[str, Any]:
-        """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata."""
-        from jaxfeed.checkpoint import CheckpointError
-
-        saved = manager.meta(manager.resolve(step)).get("config", {}).get("processes", 1)
-        if saved != jax.process_count():
-            raise CheckpointError(
-                f"{manager.directory} was written by a job of {saved} processes; resume it with {saved} "
-                f"processes (this job has {jax.process_count()})"
-            )
-        if isinstance(self.core, LinenCore):
-            restored = manager.restore(step, state=self.core.state)
-            self.core.state = restored["state"]
-        else:
-            from flax import nnx
-
-            restored = manager.restore(step, model=self.core.model, optimizer=self.core.optimizer)
-            self.core.graphdef, self.core.state = nnx.split((self.core.model, self.core.optimizer))
-        meta = restored["meta"]
-        self.step, self.epoch = int(meta["step"]), int(meta["epoch"])
-        self.history = History(meta.get("history", []))
-        self._placed = False
-        if loader is not None and meta.get("loader") and hasattr(loader, "load_state_dict"):
-            loader.load_state_dict(meta["loader"])
-        return meta
-
     def _train_epoch(self, loader: Iterable, epoch: int, epochs: int) -> dict[str, Any]:
         start = time.perf_counter()
         sums = None
@@ -370,7 +288,7 @@ class Trainer:
             waited += time.perf_counter() - before
             if batch is None:
                 break
-            arrays, n = self._full(batch, "train")
+            arrays, n = self._batch(batch, "train")
             if sums is None:
                 sums = self._sums()
             self.core.state, sums = self.core.train_step(
@@ -383,78 +301,131 @@ class Trainer:
                 now = time.perf_counter()
                 if now - last_report > REPORT_SECONDS:
                     last_report = now
-                    host = self._check(sums, epoch, first_step)
                     bar.set_postfix(
-                        loss=f"{host['loss']:.4f}",
-                        acc=f"{host['accuracy']:.4f}",
-                        rows_s=f"{rows / (now - start):,.0f}",
+                        self._postfix(self._check(sums, epoch, first_step), rows, now - start)
                     )
         if sums is None:
             raise ValueError("the train loader yielded no batches")
         host = self._check(sums, epoch, first_step)
         seconds = time.perf_counter() - start
         if bar is not None:
-            bar.set_postfix(
-                loss=f"{host['loss']:.4f}",
-                acc=f"{host['accuracy']:.4f}",
-                rows_s=f"{rows / seconds:,.0f}",
-            )
+            bar.set_postfix(self._postfix(host, rows, seconds))
             bar.close()
-        logs = {"epoch": epoch, "train_loss": host["loss"]}
-        if "accuracy" in self.metrics:
-            logs["train_accuracy"] = host["accuracy"]
-        logs.update(
-            {
-                "seconds": round(seconds, 4),
-                "rows_per_second": round(rows / seconds, 1),
-                "data_wait": round(
-                    waited / seconds, 4
-                ),  # share of the epoch spent waiting for batches
-            }
-        )
+        logs: dict[str, Any] = {"epoch": epoch}
+        logs.update({f"train_{k}": v for k, v in host.items()})
+        learning_rate = self.core.learning_rate()
+        if learning_rate is not None:
+            logs["learning_rate"] = learning_rate
+        logs["seconds"] = round(seconds, 4)
+        logs["rows_per_second"] = round(rows / seconds, 1)
+        logs["data_wait"] = round(
+            waited / seconds, 4
+        )  # share of the epoch spent waiting for batches
         return logs
 
-    def _check(self, sums: dict[str, jax.Array], epoch: int, first_step: int) -> dict[str, float]:
+    def _check(
+        self, sums: dict[str, jax.Array], epoch: int | None, first_step: int = 0
+    ) -> dict[str, float]:
+        """Host values of the sums: mean loss and metrics; raises on impossible labels and on a
+        non-finite training loss."""
         host = jax.device_get(sums)
+        where = "in the eval data" if epoch is None else f"at epoch {epoch}"
+        if int(host["bad_label_step"]) >= 0:
+            step = int(host["bad_label_step"])
+            if epoch is not None:
+                where += f", step {step - first_step + 1} of the epoch"
+            classes = int(host["classes"])
+            raise ValueError(
+                f"label {int(host['bad_label'])} {where} is outside the model's {classes} classes "
+                f"(0..{classes - 1}; -1 means no label) in column {self.targets!r}"
+            )
         bad = int(host["first_bad"])
-        if bad >= 0:
+        if epoch is not None and bad >= 0:
             raise NonFiniteLossError(
                 f"the training loss is not finite at epoch {epoch}, step {bad - first_step + 1} of the "
                 f"epoch (global step {bad + 1}); training stopped and this state was not written anywhere"
             )
-        count = max(int(host["count"]), 1)
-        return {"loss": float(host["loss"]) / count, "accuracy": float(host["correct"]) / count}
+        unlabelled = int(host["unlabelled"])
+        if unlabelled and not self._warned_unlabelled:
+            self._warned_unlabelled = True
+            warnings.warn(
+                f"{unlabelled} rows {where} have label -1 (no label) in column {self.targets!r}: "
+                "they are left out of the loss and the metrics",
+                stacklevel=3,
+            )
+        count = max(float(host["count"]), 1.0)
+        out = {"loss": float(host["loss"]) / count}
+        out.update({name: float(host[f"m_{name}"]) / count for name in self.metrics})
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(
+        self, manager: Any, loader: Any = None, metrics: dict[str, Any] | None = None
+    ) -> None:
+        """Save the model, optimizer, step, epoch, history and ``loader``'s position as step ``self.step``."""
+        meta = {
+            "epoch": self.epoch,
+            "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
+            "history": list(self.history),
+            "config": {
+                "model": type(self.model).__name__,
+                "api": self.core.api,
+                "seed": self.seed,
+                "inputs": self.inputs,
+                "targets": self.targets,
+                "processes": jax.process_count(),
+            },
+        }
+        manager.save(self.step, self.core.checkpoint_state(), metrics=metrics or {}, meta=meta)
+
+    def restore_checkpoint(
+        self, manager: Any, step: int | str | None = "latest", loader: Any = None
+    ) -> dict[str, Any]:
+        """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata."""
+        from jaxfeed.checkpoint import CheckpointError  # orbax is heavy: only when asked
+
+        saved = manager.meta(manager.resolve(step)).get("config", {}).get("processes", 1)
+        if saved != jax.process_count():
+            raise CheckpointError(
+                f"{manager.directory} was written by a job of {saved} processes; resume it with {saved} "
+                f"processes (this job has {jax.process_count()})"
+            )
+        if loader is not None:
+            self._ensure_ready(loader)
+        meta = self.core.restore(manager, step)
+        self.step, self.epoch = int(meta["step"]), int(meta["epoch"])
+        self.history = History(meta.get("history", []))
+        self.placement.reset()
+        if loader is not None and meta.get("loader") and hasattr(loader, "load_state_dict"):
+            loader.load_state_dict(meta["loader"])
+        return meta
 
     # ------------------------------------------------------------------ evaluate and predict
     def evaluate(self, loader: Iterable) -> dict[str, float]:
-        """Mean loss and accuracy over every example of ``loader`` (the model in eval mode)."""
+        """Mean loss and metrics over every labelled example of ``loader`` (the model in eval mode)."""
         sums = None
         for batch in loader:
-            arrays, n = self._full(batch, "eval")
+            arrays, n = self._batch(batch, "eval")
             if sums is None:
                 sums = self._sums()
             sums = self.core.eval_step(self.core.state, sums, arrays, np.int32(n))
         if sums is None:
             raise ValueError("the eval loader yielded no batches")
-        host = jax.device_get(sums)
-        count = max(int(host["count"]), 1)
-        out = {"loss": float(host["loss"]) / count}
-        if "accuracy" in self.metrics:
-            out["accuracy"] = float(host["correct"]) / count
-        return out
+        return self._check(sums, None)
 
-    def predict(self, data: dict[str, Any] | Iterable) -> jax.Array:
-        """Logits for one batch dict, or for every batch of a loader (concatenated)."""
+    def predict(self, data: dict[str, Any] | Iterable) -> Any:
+        """The model's outputs (eval mode) for one batch dict, or for every batch of a loader
+        (concatenated)."""
         if isinstance(data, dict):
-            arrays, n = self._full(data, "predict")
-            return self.core.predict_step(self.core.state, arrays)[:n]
+            arrays, n = self._batch(data, "predict")
+            return _rows(self.core.predict_step(self.core.state, arrays), n)
         outputs = []
         for batch in data:
-            arrays, n = self._full(batch, "predict")
-            outputs.append(self.core.predict_step(self.core.state, arrays)[:n])
+            arrays, n = self._batch(batch, "predict")
+            outputs.append(_rows(self.core.predict_step(self.core.state, arrays), n))
         if not outputs:
             raise ValueError("the loader yielded no batches")
-        return jnp.concatenate(outputs)
+        return jax.tree.map(lambda *parts: jnp.concatenate(parts), *outputs)
 
     # ------------------------------------------------------------------ reporting
     def _interactive(self) -> bool:
@@ -463,7 +434,7 @@ class Trainer:
     def _progress(self, loader: Iterable, epoch: int, epochs: int) -> Any:
         if not self._interactive():
             return None
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # only for terminals
 
         total = len(loader) if hasattr(loader, "__len__") else None
         return tqdm(
@@ -474,36 +445,32 @@ class Trainer:
             leave=True,
         )
 
+    def _postfix(self, host: dict[str, float], rows: int, seconds: float) -> dict[str, str]:
+        shown = {k: f"{v:.4f}" for k, v in list(host.items())[:3]}
+        shown["rows_s"] = f"{rows / max(seconds, 1e-9):,.0f}"
+        return shown
+
     def _report_epoch(self, logs: dict[str, Any], epochs: int) -> None:
         if self.verbose <= 0:
             return
         parts = [f"epoch {logs['epoch']}/{epochs}"]
-        for key in ("train_loss", "train_accuracy", "eval_loss", "eval_accuracy"):
-            if key in logs:
-                parts.append(f"{key} {logs[key]:.4f}")
+        for key, value in logs.items():
+            if key.startswith(("train_", "eval_")) or key == "learning_rate":
+                parts.append(
+                    f"{key} {value:.4g}" if key == "learning_rate" else f"{key} {value:.4f}"
+                )
         parts.append(f"{logs['seconds']:.2f} s, {logs['rows_per_second']:,.0f} rows/s")
         print("  ".join(parts), flush=True)
 
 
-def _replicate(tree: Any, placement: Any) -> Any:
-    """Put every leaf on ``placement``; a sharding spanning other processes gets each process's
-    own (identical) copy, so no array ever crosses hosts."""
-    if isinstance(placement, jax.Device) or placement.is_fully_addressable:
-        return jax.device_put(tree, placement)
-
-    def put(x: Any) -> Any:
-        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            data = put(jax.random.key_data(x))
-            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, placement, lambda index: host[index])
-
-    return jax.tree.map(put, tree)
+def _rows(outputs: Any, n: int) -> Any:
+    return jax.tree.map(lambda x: x[:n], outputs)
 
 
-def _explicit(mesh: Any) -> bool:
-    types = getattr(mesh, "axis_types", ())
-    return any(t == jax.sharding.AxisType.Explicit for t in types)
+def _is_linen(model: Any) -> bool:
+    from flax import linen  # flax loads with the first trainer (start-up time)
+
+    return isinstance(model, linen.Module)
 
 
 def _require_deterministic_backend() -> None:

@@ -1,0 +1,486 @@
+"""Compiled train / eval / predict steps for NNX and Linen models, behind one protocol.
+
+A *core* turns a model and an optax transformation into a pytree ``state`` plus three functions
+compiled once with ``jax.jit`` (state buffers donated):
+
+* ``train_step(state, sums, batch, n, step) -> (state, sums)``
+* ``eval_step(state, sums, batch, n) -> sums``
+* ``predict_step(state, batch) -> outputs``
+
+and ``checkpoint_state()`` / ``restore(manager, step)`` / ``write_back()`` for the trainer. The NNX
+graph is split once (``nnx.split``) and merged inside the trace, so no Python graph traversal runs
+per step. Both cores call the model the same way (:class:`CallConvention`, :class:`Inputs`).
+
+Each step adds the batch's sums into an accumulator that stays on the device (see
+:func:`empty_sums`), so the host reads metrics only when it reports them. Rows past ``n`` (the
+padding of a short last batch) and rows without a label (class id ``-1``) are masked out of the
+loss, the gradients and the metrics.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxfeed.train.losses import Objective
+
+Batch = dict[str, jax.Array]
+
+# keyword -> value it takes in training; `deterministic` has the opposite polarity
+TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
+PRECISIONS = {"float32": None, "bfloat16": jnp.bfloat16}
+
+
+# ---------------------------------------------------------------------------------- calling
+@dataclass(frozen=True)
+class CallConvention:
+    """How a model's ``__call__`` takes its mode and its dropout keys.
+
+    >>> def f(x, *, training=False, rngs=None): ...
+    >>> CallConvention.inspect(f).kwargs(train=True, rngs="R")
+    {'training': True, 'rngs': 'R'}
+    >>> CallConvention.inspect(lambda x, deterministic=True: x).kwargs(train=False)
+    {'deterministic': True}
+    """
+
+    rngs: bool = False
+    flag: str | None = None
+
+    @classmethod
+    def inspect(cls, fn: Callable) -> CallConvention:
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return cls()
+        flag = next((name for name in TRAIN_FLAGS if name in params), None)
+        return cls(rngs="rngs" in params, flag=flag)
+
+    def kwargs(self, train: bool, rngs: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.flag is not None:
+            out[self.flag] = train if TRAIN_FLAGS[self.flag] else not train
+        if self.rngs and rngs is not None:
+            out["rngs"] = rngs
+        return out
+
+
+class Inputs:
+    """Which batch columns the model takes: a name, a tuple of names (positional arguments) or
+    ``{argument: column}`` (keyword arguments).
+
+    >>> Inputs(("a", "b")).call({"a": 1, "b": 2, "c": 3})
+    ((1, 2), {})
+    >>> Inputs({"x": "a"}).columns
+    ['a']
+    """
+
+    def __init__(self, spec: str | tuple | list | Mapping[str, str]) -> None:
+        if isinstance(spec, str):
+            self.positional, self.keywords = [spec], {}
+        elif isinstance(spec, tuple | list) and spec and all(isinstance(c, str) for c in spec):
+            self.positional, self.keywords = list(spec), {}
+        elif isinstance(spec, Mapping) and spec:
+            self.positional, self.keywords = [], {str(k): str(v) for k, v in spec.items()}
+        else:
+            raise TypeError(
+                f"inputs= is a column name, a tuple of names or {{argument: column}}, got {spec!r}"
+            )
+        self.spec = spec
+        self.columns = [*self.positional, *self.keywords.values()]
+
+    def call(self, batch: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        return tuple(batch[c] for c in self.positional), {
+            k: batch[c] for k, c in self.keywords.items()
+        }
+
+    def example(self, value: Any) -> dict[str, Any]:
+        """A batch dict from an ``example_input`` given in the shape of ``inputs=``."""
+        if self.keywords:
+            if not isinstance(value, Mapping):
+                raise TypeError("example_input must be a dict {argument: array} like inputs=")
+            return {c: jnp.asarray(value[k]) for k, c in self.keywords.items()}
+        if len(self.positional) == 1:
+            return {self.positional[0]: jnp.asarray(value)}
+        return {c: jnp.asarray(v) for c, v in zip(self.positional, value, strict=True)}
+
+
+def cast_floats(tree: Any, dtype: Any) -> Any:
+    """Floating leaves of ``tree`` as ``dtype`` (others unchanged); ``dtype=None`` is a no-op."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(
+        lambda x: (
+            x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x
+        ),
+        tree,
+    )
+
+
+def _restore_dtypes(tree: Any, like: Any) -> Any:
+    return jax.tree.map(
+        lambda x, ref: x.astype(ref.dtype) if hasattr(ref, "dtype") else x, tree, like
+    )
+
+
+# ---------------------------------------------------------------------------------- sums
+def empty_sums(metrics: Mapping[str, Any] = ()) -> dict[str, jax.Array]:
+    """The on-device accumulator: sums of the loss and metrics over labelled rows, their
+    ``count``, ``unlabelled`` rows, and the first step with a non-finite loss or an impossible
+    label (-1 when none)."""
+    sums = {
+        "loss": jnp.zeros((), jnp.float32),
+        "count": jnp.zeros((), jnp.float32),
+        "unlabelled": jnp.zeros((), jnp.int32),
+        "first_bad": jnp.full((), -1, jnp.int32),
+        "bad_label_step": jnp.full((), -1, jnp.int32),
+        "bad_label": jnp.zeros((), jnp.int32),
+        "classes": jnp.zeros((), jnp.int32),
+    }
+    sums.update({f"m_{name}": jnp.zeros((), jnp.float32) for name in metrics})
+    return sums
+
+
+def _weights(objective: Objective, outputs: Any, batch: Batch, per_example: jax.Array, n: Any):
+    """(real rows, rows that count) as boolean masks."""
+    real = jnp.arange(per_example.shape[0]) < n
+    if objective.labelled is None:
+        return real, real
+    return real, real & objective.labelled(outputs, batch)
+
+
+def masked_mean(
+    objective: Objective, outputs: Any, batch: Batch, n: Any
+) -> tuple[jax.Array, jax.Array]:
+    """The mean loss over the rows that count, and the per-example losses."""
+    per_example = jnp.asarray(objective.per_example(outputs, batch), jnp.float32)
+    if per_example.ndim == 0:  # a function returning the batch mean already: no masking possible
+        return per_example, per_example
+    _, weight = _weights(objective, outputs, batch, per_example, n)
+    total = jnp.sum(jnp.where(weight, per_example, 0.0))
+    return total / jnp.maximum(jnp.sum(weight), 1), per_example
+
+
+def add_sums(sums, objective, metrics, outputs, batch, per_example, n, step):
+    """Add one batch to the accumulator (inside the compiled step)."""
+    if per_example.ndim == 0:
+        per_example = jnp.broadcast_to(per_example, (jax.tree.leaves(batch)[0].shape[0],))
+    real, weight = _weights(objective, outputs, batch, per_example, n)
+    loss = jnp.sum(jnp.where(weight, per_example, 0.0))
+    new = dict(sums)
+    new["loss"] = sums["loss"] + loss
+    new["count"] = sums["count"] + jnp.sum(weight).astype(jnp.float32)
+    new["unlabelled"] = sums["unlabelled"] + jnp.sum(real & ~weight).astype(jnp.int32)
+    for name, fn in metrics.items():
+        values = jnp.asarray(fn(outputs, batch), jnp.float32).reshape(per_example.shape[0], -1)
+        new[f"m_{name}"] = sums[f"m_{name}"] + jnp.sum(jnp.where(weight[:, None], values, 0.0))
+    bad = ~jnp.isfinite(loss)
+    new["first_bad"] = jnp.where((sums["first_bad"] < 0) & bad, step, sums["first_bad"])
+    if objective.label_check is not None:
+        wrong = real & objective.label_check(outputs, batch)
+        first = (sums["bad_label_step"] < 0) & jnp.any(wrong)
+        labels = jnp.asarray(batch_targets(objective, batch), jnp.int32)
+        value = labels[jnp.argmax(wrong)]
+        new["bad_label_step"] = jnp.where(first, jnp.maximum(step, 0), sums["bad_label_step"])
+        new["bad_label"] = jnp.where(first, value, sums["bad_label"])
+        new["classes"] = jnp.full((), outputs.shape[-1], jnp.int32)
+    return new
+
+
+def batch_targets(objective: Objective, batch: Batch) -> jax.Array:
+    return batch[objective.targets]
+
+
+# ---------------------------------------------------------------------------------- protocol
+class Core(Protocol):
+    """What the trainer needs of a model: compiled steps over one state pytree."""
+
+    api: str  # "nnx" or "linen"
+    state: Any  # the pytree the steps take and return (None until `ready`)
+    train_step: Callable
+    eval_step: Callable
+    predict_step: Callable
+
+    @property
+    def ready(self) -> bool: ...
+
+    def initialize(self, batch: Batch) -> None:
+        """Create the state from the first real batch (Linen without ``example_input``)."""
+
+    def checkpoint_state(self) -> Any: ...
+
+    def restore(self, manager: Any, step: Any) -> dict[str, Any]: ...
+
+    def write_back(self) -> None: ...
+
+    def learning_rate(self) -> float | None: ...
+
+
+def _learning_rate(opt_state: Any) -> float | None:
+    """The ``learning_rate`` an ``optax.inject_hyperparams`` state holds, if any."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
+        where = jax.tree_util.keystr(path)
+        if "hyperparams" in where and where.rstrip("']").endswith("learning_rate"):
+            return float(np.asarray(jax.device_get(leaf)).reshape(-1)[0])
+    return None
+
+
+def as_transformation(optimizer: Any) -> optax.GradientTransformation:
+    """An optax transformation; ``optax.MultiSteps`` instances give their transformation."""
+    if isinstance(optimizer, optax.MultiSteps):
+        return optimizer.gradient_transformation()
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(
+            f"optimizer must be an optax.GradientTransformation (or optax.MultiSteps), got "
+            f"{type(optimizer).__name__}"
+        )
+    return optimizer
+
+
+def _extra_args(tx: optax.GradientTransformation, loss: jax.Array) -> dict[str, Any]:
+    """``value=`` the loss for transformations that take extra arguments (reduce_on_plateau)."""
+    return {"value": loss} if isinstance(tx, optax.GradientTransformationExtraArgs) else {}
+
+
+@dataclass
+class StepSpec:
+    """What the steps of either core share."""
+
+    objective: Objective
+    metrics: dict[str, Callable]
+    preprocess: Callable
+    inputs: Inputs
+    seed: int
+    compute_dtype: Any = None  # None: float32
+
+
+# ---------------------------------------------------------------------------------- NNX
+class NNXCore:
+    """An ``nnx.Module`` and an ``nnx.Optimizer`` as one split state.
+
+    Dropout keys: a model whose ``__call__`` takes ``rngs=`` gets ``nnx.Rngs(dropout=...)`` from
+    ``(seed, step)``; otherwise the module's own ``nnx.Rngs`` streams advance inside the state.
+    """
+
+    api = "nnx"
+
+    def __init__(self, model: Any, tx: optax.GradientTransformation, spec: StepSpec) -> None:
+        from flax import nnx  # flax is imported on first use of a trainer (start-up time)
+
+        self.model, self.spec = model, spec
+        self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        self.graphdef, self.state = nnx.split((model, self.optimizer))
+        self.convention = CallConvention.inspect(type(model).__call__)
+        convention, graphdef = self.convention, self.graphdef
+        objective, metrics, inputs = spec.objective, spec.metrics, spec.inputs
+        base_key, dtype = jax.random.key(spec.seed), spec.compute_dtype
+
+        def forward(model: Any, batch: Batch, train: bool, key: Any = None) -> Any:
+            args, kwargs = inputs.call(cast_floats(batch, dtype))
+            rngs = nnx.Rngs(dropout=key) if key is not None else None
+            out = model(*args, **kwargs, **convention.kwargs(train, rngs))
+            return cast_floats(out, jnp.float32 if dtype is not None else None)
+
+        def train_step(state, sums, batch, n, step):
+            model, optimizer = nnx.merge(graphdef, state)
+            model.train()
+            batch = spec.preprocess(batch)
+            key = jax.random.fold_in(base_key, step)
+            gdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+            def loss_fn(params):
+                m = nnx.merge(gdef, cast_floats(params, dtype), rest, copy=True)
+                outputs = forward(m, batch, True, key)
+                mean, per_example = masked_mean(objective, outputs, batch, n)
+                return mean, (outputs, per_example, nnx.state(m, nnx.Not(nnx.Param)))
+
+            (mean, (outputs, per_example, new_rest)), grads = jax.value_and_grad(
+                loss_fn, has_aux=True
+            )(params)
+            nnx.update(model, _restore_dtypes(new_rest, rest))
+            optimizer.update(model, grads, **_extra_args(optimizer.tx, mean))
+            sums = add_sums(sums, objective, metrics, outputs, batch, per_example, n, step)
+            return nnx.state((model, optimizer)), sums
+
+        def eval_step(state, sums, batch, n):
+            model, _ = nnx.merge(graphdef, state)
+            model.eval()
+            batch = spec.preprocess(batch)
+            outputs = forward(model, batch, False)
+            _, per_example = masked_mean(objective, outputs, batch, n)
+            return add_sums(sums, objective, metrics, outputs, batch, per_example, n, -1)
+
+        def predict_step(state, batch):
+            model, _ = nnx.merge(graphdef, state)
+            model.eval()
+            return forward(model, spec.preprocess(batch), False)
+
+        self.train_step = jax.jit(train_step, donate_argnums=(0, 1))
+        self.eval_step = jax.jit(eval_step, donate_argnums=(1,))
+        self.predict_step = jax.jit(predict_step)
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    def initialize(self, batch: Batch) -> None:
+        pass  # an NNX model is built with its parameters
+
+    def write_back(self) -> None:
+        """Put the trained state into the user's model and optimizer objects (copies, so the next
+        donated step cannot invalidate them)."""
+        from flax import nnx
+
+        nnx.update((self.model, self.optimizer), jax.tree.map(jnp.copy, self.state))
+
+    def checkpoint_state(self) -> Any:
+        from jaxfeed.checkpoint import nnx_pure_state
+
+        self.write_back()
+        return nnx_pure_state(self.model, self.optimizer)
+
+    def restore(self, manager: Any, step: Any) -> dict[str, Any]:
+        from flax import nnx
+
+        restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
+        self.graphdef, self.state = nnx.split((self.model, self.optimizer))
+        return restored["meta"]
+
+    def learning_rate(self) -> float | None:
+        return _learning_rate(self.state[1]) if isinstance(self.state, tuple) else None
+
+    def variables(self) -> Any:
+        raise AttributeError("variables is for Linen trainers; an NNX model holds its own state")
+
+
+# ---------------------------------------------------------------------------------- Linen
+class LinenCore:
+    """A Linen module, its ``params``, every other variable collection (``batch_stats`` and any
+    other) and an optax state, as the article keeps them in a ``TrainState``. The dropout key is
+    derived from ``(seed, step)``. Without ``example_input`` the variables are initialised from
+    the first real batch (after ``preprocess``)."""
+
+    api = "linen"
+
+    def __init__(self, module: Any, tx: optax.GradientTransformation, spec: StepSpec,
+                 example_input: Any = None) -> None:  # fmt: skip
+        self.module, self.tx, self.spec = module, tx, spec
+        self.model = module
+        self.convention = CallConvention.inspect(type(module).__call__)
+        self.state: Any = None
+        convention, objective, metrics, inputs = (
+            self.convention, spec.objective, spec.metrics, spec.inputs,
+        )  # fmt: skip
+        base_key, dtype = jax.random.key(spec.seed), spec.compute_dtype
+
+        def apply(params, collections, batch, train, key=None):
+            args, kwargs = inputs.call(cast_floats(batch, dtype))
+            variables = {"params": cast_floats(params, dtype), **collections}
+            kwargs.update(convention.kwargs(train))
+            if train and collections:
+                out, updates = module.apply(
+                    variables, *args, **kwargs, rngs={"dropout": key}, mutable=list(collections)
+                )
+                collections = _restore_dtypes(
+                    {k: updates.get(k, v) for k, v in collections.items()}, collections
+                )
+            else:
+                rngs = {"dropout": key} if train else None
+                out = module.apply(variables, *args, **kwargs, rngs=rngs)
+            return cast_floats(out, jnp.float32 if dtype is not None else None), collections
+
+        def train_step(state, sums, batch, n, step):
+            batch = spec.preprocess(batch)
+            key = jax.random.fold_in(base_key, step)
+
+            def loss_fn(params):
+                outputs, collections = apply(params, state["collections"], batch, True, key)
+                mean, per_example = masked_mean(objective, outputs, batch, n)
+                return mean, (outputs, per_example, collections)
+
+            (mean, (outputs, per_example, collections)), grads = jax.value_and_grad(
+                loss_fn, has_aux=True
+            )(state["params"])
+            updates, opt_state = tx.update(
+                grads, state["opt_state"], state["params"], **_extra_args(tx, mean)
+            )
+            new = {
+                "params": optax.apply_updates(state["params"], updates),
+                "collections": collections,
+                "opt_state": opt_state,
+            }
+            return new, add_sums(sums, objective, metrics, outputs, batch, per_example, n, step)
+
+        def eval_step(state, sums, batch, n):
+            batch = spec.preprocess(batch)
+            outputs, _ = apply(state["params"], state["collections"], batch, False)
+            _, per_example = masked_mean(objective, outputs, batch, n)
+            return add_sums(sums, objective, metrics, outputs, batch, per_example, n, -1)
+
+        def predict_step(state, batch):
+            return apply(state["params"], state["collections"], spec.preprocess(batch), False)[0]
+
+        def init(batch):
+            args, kwargs = inputs.call(batch)
+            k_params, k_dropout = jax.random.split(base_key)
+            return module.init(
+                {"params": k_params, "dropout": k_dropout}, *args, **kwargs,
+                **convention.kwargs(False),
+            )  # fmt: skip
+
+        self._init = jax.jit(init)
+        self.train_step = jax.jit(train_step, donate_argnums=(0, 1))
+        self.eval_step = jax.jit(eval_step, donate_argnums=(1,))
+        self.predict_step = jax.jit(predict_step)
+        if example_input is not None:
+            self.initialize_from(example_input)
+
+    @property
+    def ready(self) -> bool:
+        return self.state is not None
+
+    def initialize(self, batch: Batch) -> None:
+        if self.state is None:
+            self._set_variables(self._init(self.spec.preprocess(batch)))
+
+    def initialize_from(self, example_input: Any) -> None:
+        """Initialise on ``example_input`` (the model's input as ``inputs=`` names it, after
+        ``preprocess``, which does not see it)."""
+        self._set_variables(self._init(self.spec.inputs.example(example_input)))
+
+    def _set_variables(self, variables: Mapping[str, Any]) -> None:
+        variables = dict(variables)
+        params = variables.pop("params")
+        self.state = {
+            "params": params,
+            "collections": variables,
+            "opt_state": self.tx.init(params),
+        }
+
+    def variables(self) -> dict[str, Any]:
+        if self.state is None:
+            raise AttributeError(
+                "the Linen variables are initialised from the first batch: train, evaluate or "
+                "predict once first (or pass example_input=)"
+            )
+        return {"params": self.state["params"], **self.state["collections"]}
+
+    def write_back(self) -> None:
+        pass  # Linen modules hold no state: read ``trainer.variables``
+
+    def checkpoint_state(self) -> Any:
+        return self.state
+
+    def restore(self, manager: Any, step: Any) -> dict[str, Any]:
+        restored = manager.restore(step, state=self.state)
+        self.state = restored["state"]
+        return restored["meta"]
+
+    def learning_rate(self) -> float | None:
+        return None if self.state is None else _learning_rate(self.state["opt_state"])

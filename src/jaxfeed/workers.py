@@ -1,0 +1,685 @@
+"""How `DataLoader` builds batches: decode, per-row transforms, collation; inline, in threads, or in
+spawned worker processes that hand finished batches over in shared memory.
+
+A batch is described by a :class:`Job` (its epoch, step, rows and positions in the epoch, and for
+Arrow datasets the already gathered columns, media still encoded). :func:`build` turns a job into
+numpy columns with the same code in every mode, so results do not depend on where it runs:
+
+1. media columns (``Image``/``Audio``) are decoded;
+2. ``row_transform(row)`` or ``row_transform(row, rng)`` runs on every row, ``rng`` seeded by
+   ``(seed, epoch, position of the row in the epoch)``;
+3. rows are collated (stacked when they share shape and dtype);
+4. ``transform(batch)`` or ``transform(batch, rng)`` runs on the batch, ``rng`` seeded by
+   ``(seed, epoch, step)``.
+
+:class:`ProcessBackend` runs jobs in ``num_workers`` spawned processes (never forked: the parent
+may run JAX). The recipe (features and the user's functions) is sent once, by value with
+cloudpickle, so functions defined in a script's ``__main__`` or a notebook work. Each worker owns
+a few shared-memory slots that it reuses (growing them when a batch needs more room): a finished
+batch is written into a slot, only its layout travels through the pipe, the consumer reads it in
+place and gives the slot back after the batch is on the device. Workers ignore SIGINT (the parent
+handles Ctrl-C), exit within a fraction of a second when their parent dies (a watchdog thread),
+and unlink their segments on every exit path; the parent unlinks what a killed worker left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import inspect
+import mmap
+import multiprocessing
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from jaxfeed.features import DecodeError
+from jaxfeed.features.media import MediaFeature
+
+NO_MAIN_GUARD_EXIT = 86  # a worker's exit status when it found the main script unguarded
+_ALIGN = 64
+_MIN_SLOT = 1 << 20
+_WATCHDOG_SECONDS = 0.2
+
+
+def takes_rng(fn: Callable) -> bool:
+    """Whether ``fn`` accepts a second positional argument (the generator)."""
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        ]  # fmt: skip
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng([int(k) for k in key])
+
+
+# ---------------------------------------------------------------------------------- building
+class Recipe:
+    """Everything a worker needs to build any batch; sent to each worker once."""
+
+    def __init__(
+        self,
+        *,
+        media: dict[str, MediaFeature],
+        items: Any,
+        row_transform: Callable | None,
+        transform: Callable | None,
+        seed: int,
+        decode_size: dict[str, tuple[int, int]],
+    ) -> None:
+        self.media = media
+        self.items = items  # a generic source read in the worker (None for Arrow datasets)
+        self.row_transform = row_transform
+        self.row_rng = row_transform is not None and takes_rng(row_transform)
+        self.transform = transform
+        self.transform_rng = transform is not None and takes_rng(transform)
+        self.seed = seed
+        self.decode_size = decode_size
+
+
+@dataclass
+class Job:
+    """One batch to build: ``rows`` of the dataset at ``positions`` of epoch ``epoch``."""
+
+    epoch: int
+    step: int
+    rows: np.ndarray
+    positions: np.ndarray
+    columns: dict[str, Any] | None  # gathered by the parent for Arrow datasets
+
+
+class _Stack:
+    """A column still to be stacked (possibly straight into shared memory)."""
+
+    __slots__ = ("dtype", "shape", "values")
+
+    def __init__(self, values: list, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.values, self.shape, self.dtype = values, shape, dtype
+
+    def into(self, out: np.ndarray) -> np.ndarray:
+        for i, v in enumerate(self.values):
+            out[i] = v
+        return out
+
+
+def _stackable(values: list) -> _Stack | None:
+    if not values:
+        return None
+    first = values[0]
+    if not isinstance(first, np.ndarray | np.generic | bool | int | float):
+        return None
+    head = np.asarray(first)
+    if head.dtype.hasobject or head.dtype.kind in "USV":
+        return None
+    for v in values:
+        if not isinstance(v, np.ndarray | np.generic | bool | int | float):
+            return None
+        if isinstance(v, np.ndarray | np.generic):
+            if v.shape != head.shape or v.dtype != head.dtype:
+                return None
+        elif head.shape != () or np.asarray(v).dtype != head.dtype:
+            return None
+    return _Stack(values, (len(values), *head.shape), head.dtype)
+
+
+def _materialize(plan: dict[str, Any], alloc: Callable | None = None) -> dict[str, Any]:
+    out = {}
+    for key, value in plan.items():
+        if isinstance(value, _Stack):
+            buffer = (
+                alloc(key, value.shape, value.dtype)
+                if alloc is not None
+                else np.empty(value.shape, value.dtype)
+            )
+            out[key] = value.into(buffer)
+        else:
+            out[key] = value
+    return out
+
+
+def _note(err: BaseException, text: str) -> BaseException:
+    with contextlib.suppress(Exception):
+        if text not in getattr(err, "__notes__", ()):
+            err.add_note(text)
+    return err
+
+
+def _decode(recipe: Recipe, column: str, stored: Any, row: int, index: int) -> Any:
+    feature = recipe.media[column]
+    try:
+        size = recipe.decode_size.get(column)
+        if size is not None and hasattr(feature, "decode_array"):
+            return feature.decode_array(stored, index, min_size=size)
+        return feature.decode_value(stored, index)
+    except DecodeError as err:
+        raise err.at(column, row) from None
+
+
+def build_plan(recipe: Recipe, job: Job, progress: Any = None) -> dict[str, Any]:
+    """The batch of ``job`` as numpy columns, arrays still to stack left as ``_Stack``."""
+    columns = job.columns if job.columns is not None else recipe.items.gather(job.rows, None)
+    rows = job.rows
+    n = len(rows)
+    fn = recipe.row_transform
+    if fn is None:
+        plan: dict[str, Any] = {}
+        for key, value in columns.items():
+            if key in recipe.media:
+                decoded = []
+                for i, stored in enumerate(value):
+                    if progress is not None:
+                        progress.value = int(rows[i])
+                    decoded.append(_decode(recipe, key, stored, int(rows[i]), i))
+                value = _stackable(decoded) or decoded
+            plan[key] = value
+    else:
+        out_rows = []
+        for i in range(n):
+            row_id = int(rows[i])
+            if progress is not None:
+                progress.value = row_id
+            row = {
+                key: _decode(recipe, key, value[i], row_id, i) if key in recipe.media else value[i]
+                for key, value in columns.items()
+            }
+            try:
+                if recipe.row_rng:
+                    result = fn(row, _rng(recipe.seed, job.epoch, job.positions[i]))
+                else:
+                    result = fn(row)
+            except Exception as err:
+                raise _note(
+                    err,
+                    f"raised by row_transform on row {row_id} (position {int(job.positions[i])} "
+                    f"of epoch {job.epoch})",
+                ) from None
+            if not isinstance(result, dict):
+                raise TypeError(
+                    f"row_transform must return a dict of columns, got {type(result).__name__} "
+                    f"for row {row_id}"
+                )
+            if out_rows and result.keys() != out_rows[0].keys():
+                raise ValueError(
+                    f"row_transform returned keys {sorted(result)} for row {row_id} but "
+                    f"{sorted(out_rows[0])} for row {int(rows[0])}; every row needs the same keys"
+                )
+            out_rows.append(result)
+        plan = {}
+        for key in out_rows[0] if out_rows else []:
+            values = [r[key] for r in out_rows]
+            plan[key] = _stackable(values) or _stack_if_same(values)
+    if progress is not None:
+        progress.value = -1
+    if recipe.transform is not None:
+        batch = _materialize(plan)
+        try:
+            if recipe.transform_rng:
+                batch = recipe.transform(batch, _rng(recipe.seed, job.epoch, job.step))
+            else:
+                batch = recipe.transform(batch)
+        except Exception as err:
+            raise _note(
+                err, f"raised by transform on batch {job.step} of epoch {job.epoch}"
+            ) from None
+        if not isinstance(batch, dict):
+            raise TypeError(f"transform must return a dict of columns, got {type(batch).__name__}")
+        plan = batch
+    return plan
+
+
+def _stack_if_same(values: list) -> np.ndarray | list:
+    if (
+        values
+        and all(isinstance(x, np.ndarray) for x in values)
+        and all(x.shape == values[0].shape and x.dtype == values[0].dtype for x in values)
+    ):
+        return np.stack(values)
+    return values
+
+
+def build(recipe: Recipe, job: Job) -> dict[str, Any]:
+    """The numpy batch of ``job`` (inline and thread modes)."""
+    return _materialize(build_plan(recipe, job))
+
+
+# ---------------------------------------------------------------------------------- backends
+class InlineBackend:
+    """Builds each batch when it is collected, in the calling thread."""
+
+    capacity = 1
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+
+    def submit(self, job: Job) -> Job:
+        return job
+
+    def collect(
+        self, ticket: Job, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        return build(self.recipe, job), None
+
+    def discard(self) -> None:
+        pass
+
+    def close(self, kill: bool = False) -> None:
+        pass
+
+
+class ThreadBackend:
+    """Builds batches in a pool of threads (useful when decoders release the GIL)."""
+
+    def __init__(self, recipe: Recipe, num_workers: int) -> None:
+        import concurrent.futures as cf
+
+        self.recipe = recipe
+        self.pool = cf.ThreadPoolExecutor(num_workers, thread_name_prefix="jaxfeed-worker")
+        self.capacity = 2 * num_workers
+        self.pending: set = set()
+
+    def submit(self, job: Job) -> Any:
+        future = self.pool.submit(build, self.recipe, job)
+        self.pending.add(future)
+        return future
+
+    def collect(
+        self, ticket: Any, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        import concurrent.futures as cf
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                result = ticket.result(timeout=0.1)
+                self.pending.discard(ticket)
+                return result, None
+            except cf.TimeoutError:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled from None
+                if end is not None and time.monotonic() > end:
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job)} was not ready"
+                    ) from None
+
+    def discard(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pending.clear()
+
+    def close(self, kill: bool = False) -> None:
+        self.discard()
+        self.pool.shutdown(wait=not kill, cancel_futures=True)
+
+
+class Cancelled(Exception):
+    """The consumer stopped waiting (the epoch was closed)."""
+
+
+class WorkerError(RuntimeError):
+    """A worker process died or could not start."""
+
+
+class MainGuardError(RuntimeError):
+    """The main script started worker processes while being re-imported by a spawned worker."""
+
+
+def main_guard_message() -> str:
+    main = sys.modules.get("__main__")
+    script = os.path.basename(getattr(main, "__file__", "") or "your script")
+    return (
+        f"DataLoader worker processes are started with 'spawn', which runs {script} again in each "
+        f"worker; {script} starts a DataLoader with num_workers > 0 at import time. Put the code "
+        'that runs it under\n\n    if __name__ == "__main__":\n\nat the bottom of '
+        f"{script} (or use num_workers=0)."
+    )
+
+
+def in_spawn_bootstrap() -> bool:
+    """True while a spawned process is still importing its parent's main module."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _attach(name: str, size: int) -> mmap.mmap:
+    """Map a worker's segment without registering it with the resource tracker (the worker
+    owns it and unlinks it)."""
+    if os.name == "posix":
+        import _posixshmem
+
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
+        try:
+            return mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+    segment = shared_memory.SharedMemory(name.lstrip("/"))  # pragma: no cover - Windows
+    return segment._mmap  # type: ignore[attr-defined]
+
+
+def _unlink(name: str) -> None:
+    """Unlink a segment a killed worker created (and tell the tracker it is gone)."""
+    from multiprocessing import resource_tracker
+
+    with contextlib.suppress(Exception):
+        import _posixshmem
+
+        _posixshmem.shm_unlink(name)
+        resource_tracker.unregister(name, "shared_memory")
+
+
+def leftover_segments(prefix: str) -> list[str]:
+    """Segments still present whose names start with ``prefix`` (Linux: ``/dev/shm``)."""
+    return sorted("/" + os.path.basename(p) for p in glob.glob(f"/dev/shm/{prefix.lstrip('/')}*"))
+
+
+class _Worker:
+    def __init__(self, process: Any, conn: Any, progress: Any) -> None:
+        self.process, self.conn, self.progress = process, conn, progress
+        self.free = deque([0, 1])  # slot indexes not holding an unread batch
+        self.outstanding: deque = deque()  # job ids sent, in order
+        self.maps: dict[str, mmap.mmap] = {}
+
+
+class ProcessBackend:
+    """``num_workers`` spawned processes, batches returned in shared memory (2 slots each)."""
+
+    def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
+        if in_spawn_bootstrap():
+            # this process is a worker re-running an unguarded main script: leave quietly, the
+            # parent reports it once (instead of one bootstrapping traceback per worker)
+            os._exit(NO_MAIN_GUARD_EXIT)
+        self.prefix = f"/jf{os.getpid()}_{secrets.token_hex(3)}"
+        self.capacity = 2 * num_workers
+        self.workers: list[_Worker] = []
+        self.next_id = 0
+        self.owner: dict[int, int] = {}
+        self.stale: set[int] = set()
+        self.closed = False
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
+        payload = cloudpickle.dumps(recipe)
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.prefix, True)
+        try:
+            for w in range(num_workers):
+                parent, child = context.Pipe(duplex=True)
+                progress = context.Value("q", -1, lock=False)
+                process = context.Process(
+                    target=worker_main,
+                    args=(child, payload, f"{self.prefix}_{w}", os.getpid(), progress),
+                    name=f"jaxfeed-worker-{w}",
+                    daemon=True,
+                )
+                process.start()
+                child.close()
+                self.workers.append(_Worker(process, parent, progress))
+            self._await_ready(start_timeout)
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def _await_ready(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for w, worker in enumerate(self.workers):
+            while not worker.conn.poll(0.05):
+                if not worker.process.is_alive():
+                    worker.process.join(1)
+                    self._raise_dead(w, "while starting")
+                if time.monotonic() > end:
+                    raise WorkerError(f"DataLoader worker {w} did not start within {timeout:g} s")
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                worker.process.join(5)
+                self._raise_dead(w, "while starting")
+            if message[0] == "fatal":
+                raise WorkerError(
+                    f"DataLoader worker {w} could not load the loader's functions and features "
+                    f"(they are sent to workers with cloudpickle):\n{message[1]}"
+                )
+
+    def _raise_dead(self, w: int, doing: str) -> None:
+        process = self.workers[w].process
+        code = process.exitcode
+        if code == NO_MAIN_GUARD_EXIT:
+            raise MainGuardError(main_guard_message())
+        how = (
+            f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
+        )
+        raise WorkerError(f"DataLoader worker {w} (pid {process.pid}) {how} {doing}")
+
+    def submit(self, job: Job) -> int:
+        job_id = self.next_id
+        self.next_id += 1
+        w = job_id % len(self.workers)
+        worker = self.workers[w]
+        while not worker.free:  # a stale batch from an abandoned epoch still holds the slot
+            self._receive(w, None, None)  # drops the stale batch, freeing its slot
+        slot = worker.free.popleft()
+        worker.conn.send(("job", job_id, slot, job))
+        worker.outstanding.append((job_id, slot))
+        self.owner[job_id] = w
+        return job_id
+
+    def _receive(self, w: int, job: Job | None, timeout: float | None, cancel: Any = None) -> tuple:
+        """The next message of worker ``w`` for a current job (stale batches are dropped and their
+        slots freed); with ``job`` None, returns after dropping one stale batch."""
+        worker = self.workers[w]
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while not worker.conn.poll(0.05):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                if not worker.process.is_alive() and not worker.conn.poll(0):
+                    self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
+                if end is not None and time.monotonic() > end and job is not None:
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job, worker)} was not ready "
+                        f"(worker {w}, pid {worker.process.pid})"
+                    )
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                worker.process.join(1)
+                self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
+            job_id, slot = worker.outstanding.popleft()
+            self.owner.pop(job_id, None)
+            if job_id in self.stale:
+                self.stale.discard(job_id)
+                worker.free.append(slot)
+                if job is None:
+                    return message
+                continue
+            return message
+
+    def collect(
+        self, ticket: int, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        w = self.owner[ticket]
+        worker = self.workers[w]
+        message = self._receive(w, job, timeout, cancel)
+        slot = message[2] if message[0] == "batch" else message[4]
+        if message[0] == "error":
+            worker.free.append(slot)
+            error = cloudpickle.loads(message[2])
+            raise _note(
+                error, f"in DataLoader worker {w} (pid {worker.process.pid}):\n{message[3]}"
+            )
+        _, _, _, name, size, layout, others = message
+        segment = worker.maps.get(name)
+        if segment is None:
+            slot_prefix = name.rsplit("_", 1)[0]
+            for old in [k for k in worker.maps if k.rsplit("_", 1)[0] == slot_prefix]:
+                with contextlib.suppress(BufferError):
+                    worker.maps.pop(old).close()
+            segment = worker.maps[name] = _attach(name, size)
+        batch = dict(others)
+        for key, offset, shape, dtype in layout:
+            batch[key] = np.ndarray(shape, np.dtype(dtype), buffer=segment, offset=offset)
+        return batch, lambda: worker.free.append(slot)
+
+    def discard(self) -> None:
+        """Forget the outstanding batches (an epoch was left early); their slots come back as the
+        workers finish them."""
+        self.stale.update(self.owner)
+
+    def close(self, kill: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._finalizer.detach()
+        _shutdown(self.workers, self.prefix, kill)
+
+
+def _describe(job: Job, worker: _Worker | None = None) -> str:
+    current = worker.progress.value if worker is not None else -1
+    rows = job.rows.tolist()
+    shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
+    at = f", stuck at row {current}" if current >= 0 else ""
+    return f"batch {job.step} of epoch {job.epoch} (rows {shown}{at})"
+
+
+def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            if not kill:
+                worker.conn.send(("stop",))
+    end = time.monotonic() + (0 if kill else 2.0)
+    for worker in workers:
+        worker.process.join(max(0.0, end - time.monotonic()))
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(5)
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.conn.close()
+        for segment in worker.maps.values():
+            with contextlib.suppress(BufferError, ValueError):
+                segment.close()
+        worker.maps.clear()
+    for name in leftover_segments(prefix):  # what killed workers could not unlink
+        _unlink(name)
+
+
+# ---------------------------------------------------------------------------------- worker side
+class _Slots:
+    """A worker's shared-memory slots, reused batch after batch and grown when needed."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.segments: dict[int, shared_memory.SharedMemory] = {}
+        self.generation = 0
+        self.lock = threading.Lock()
+
+    def get(self, slot: int, nbytes: int) -> shared_memory.SharedMemory:
+        with self.lock:
+            segment = self.segments.get(slot)
+            if segment is None or segment.size < nbytes:
+                if segment is not None:
+                    segment.close()
+                    segment.unlink()
+                self.generation += 1
+                size = max(_MIN_SLOT, int(nbytes * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+                name = f"{self.prefix}_{slot}_{self.generation}".lstrip("/")
+                segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+                self.segments[slot] = segment
+            return segment
+
+    def unlink_all(self) -> None:
+        with self.lock:
+            for segment in self.segments.values():
+                with contextlib.suppress(Exception):
+                    segment.unlink()
+                with contextlib.suppress(Exception):
+                    segment.close()
+            self.segments.clear()
+
+
+def _write(plan: dict[str, Any], slots: _Slots, slot: int) -> tuple:
+    arrays, others = {}, {}
+    for key, value in plan.items():
+        if isinstance(value, _Stack) or (
+            isinstance(value, np.ndarray) and not value.dtype.hasobject
+        ):
+            arrays[key] = (value.shape, value.dtype, value)
+        else:
+            others[key] = value
+    layout, offset = [], 0
+    for key, (shape, dtype, _) in arrays.items():
+        layout.append((key, offset, shape, dtype.str))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+    segment = slots.get(slot, offset)
+    for (_key, start, shape, dtype), (_, _, value) in zip(layout, arrays.values(), strict=True):
+        out = np.ndarray(shape, np.dtype(dtype), buffer=segment.buf, offset=start)
+        if isinstance(value, _Stack):
+            value.into(out)
+        else:
+            np.copyto(out, value)
+        del out
+    return "/" + segment.name.lstrip("/"), segment.size, layout, others
+
+
+def _error_payload(err: BaseException) -> bytes:
+    try:
+        return cloudpickle.dumps(err)
+    except Exception:
+        return cloudpickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
+
+
+def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: Any) -> None:
+    """A worker process: build the batches it is sent until told to stop or its parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    slots = _Slots(prefix)
+
+    def watchdog() -> None:
+        while True:
+            time.sleep(_WATCHDOG_SECONDS)
+            if os.getppid() != parent:
+                slots.unlink_all()
+                os._exit(0)
+
+    threading.Thread(target=watchdog, name="jaxfeed-watchdog", daemon=True).start()
+    try:
+        recipe = cloudpickle.loads(payload)
+    except BaseException:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] != "job":
+                break
+            _, job_id, slot, job = message
+            try:
+                plan = build_plan(recipe, job, progress)
+                reply = ("batch", job_id, slot, *_write(plan, slots, slot))
+            except BaseException as err:
+                progress.value = -1
+                reply = ("error", job_id, _error_payload(err), traceback.format_exc(), slot)
+            try:
+                conn.send(reply)
+            except (BrokenPipeError, OSError):
+                break
+            except Exception as err:  # an unpicklable value in a batch
+                conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
+    finally:
+        slots.unlink_all()

@@ -1,0 +1,302 @@
+"""The bugs the default test suite must catch: issue 18's list, its "Also" list, and new code.
+
+Each mutation finds ``find`` (exactly once) in ``file`` and replaces it with ``replace``; ``tests``
+are the pytest ids expected to fail on it. Snippets are code, not line numbers, so moving code
+around keeps them valid and changing it makes ``run.py`` stop with a clear message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DATA = "tests/test_promises_data.py"
+TRAIN = "tests/test_promises_train.py"
+RUN = "tests/test_promises_run.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    file: str
+    find: str
+    replace: str
+    tests: list[str]
+    bug: str
+
+
+MUTATIONS = [
+    # ------------------------------------------------------------------ issue 18: the 11 + 2 bugs
+    Mutation(
+        "order-block-cache-stale",
+        "src/jaxfeed/order.py",
+        "if block != self._block_start:",
+        "if self._block is None:",
+        [f"{DATA}::test_promise_shuffled_epoch_reads_every_row_exactly_once_past_one_order_block"],
+        "the epoch permutation's block cache is never refreshed (70,000 rows: repeats)",
+    ),
+    Mutation(
+        "loader-state-checks-size-only",
+        "src/jaxfeed/loader.py",
+        'for key in ("num_rows", "dataset", "batch_size", "shuffle", "drop_last", "seed"):',
+        'for key in ("num_rows", "batch_size"):',
+        [DATA + "::test_promise_loader_state_is_refused_by_a_loader_that_would_read_other_batches"],
+        "load_state_dict validates only num_rows and batch_size",
+    ),
+    Mutation(
+        "loader-fingerprint-ignores-content",
+        "src/jaxfeed/loader.py",
+        "digest.update(sink.getvalue().to_pybytes())",
+        "pass",
+        [DATA + "::test_promise_loader_state_is_refused_by_a_loader_that_would_read_other_batches"],
+        "a saved loader state is accepted by another dataset with the same features and rows",
+    ),
+    Mutation(
+        "loader-transform-rng-no-epoch",
+        "src/jaxfeed/loader.py",
+        "np.random.default_rng([self.seed, epoch, step])",
+        "np.random.default_rng([self.seed, step])",
+        [f"{DATA}::test_promise_transform_rng_is_seeded_by_seed_epoch_and_step"],
+        "the transform's generator ignores the epoch: every epoch gets the same augmentation",
+    ),
+    Mutation(
+        "loader-int64-unchecked",
+        "src/jaxfeed/loader.py",
+        '("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")',
+        '("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32")',
+        [f"{DATA}::test_promise_int64_values_past_int32_raise_through_the_loader"],
+        "int64 columns skip the int32 overflow check in the DataLoader (silent wrap-around)",
+    ),
+    Mutation(
+        "steps-metric-loss-unmasked",
+        "src/jaxfeed/train/steps.py",
+        "loss = jnp.sum(jnp.where(mask, per_example, 0.0))",
+        "loss = jnp.sum(per_example)",
+        [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
+        "padding rows counted in the loss sums (evaluate/train_loss)",
+    ),
+    Mutation(
+        "steps-metric-correct-unmasked",
+        "src/jaxfeed/train/steps.py",
+        "correct = jnp.sum(jnp.where(mask, jnp.argmax(logits, axis=-1) == targets, False))",
+        "correct = jnp.sum(jnp.argmax(logits, axis=-1) == targets)",
+        [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
+        "padding rows counted in the accuracy",
+    ),
+    Mutation(
+        "steps-nnx-train-loss-unmasked",
+        "src/jaxfeed/train/steps.py",
+        "return jnp.sum(jnp.where(mask, per_example, 0.0)) / jnp.maximum(n, 1), (",
+        "return jnp.mean(per_example), (",
+        [f"{TRAIN}::test_promise_a_padded_last_batch_trains_on_its_real_rows_only[nnx]"],
+        "NNX: padding rows in the training loss (the update of a short batch is wrong)",
+    ),
+    Mutation(
+        "steps-linen-train-loss-unmasked",
+        "src/jaxfeed/train/steps.py",
+        "mean = jnp.sum(jnp.where(mask, per_example, 0.0)) / jnp.maximum(n, 1)",
+        "mean = jnp.mean(per_example)",
+        [f"{TRAIN}::test_promise_a_padded_last_batch_trains_on_its_real_rows_only[linen]"],
+        "Linen: padding rows in the training loss",
+    ),
+    Mutation(
+        "steps-dropout-ignores-seed",
+        "src/jaxfeed/train/steps.py",
+        "base_key = jax.random.key(seed)\n\n        def train_step(state, sums, batch, n, step):\n"
+        "            model, optimizer = nnx.merge(graphdef, state)",
+        "base_key = jax.random.key(0)\n\n        def train_step(state, sums, batch, n, step):\n"
+        "            model, optimizer = nnx.merge(graphdef, state)",
+        [f"{TRAIN}::test_promise_dropout_keys_come_from_the_trainer_seed"],
+        "dropout keys ignore the Trainer's seed (seeds 0 and 5 train identically)",
+    ),
+    Mutation(
+        "steps-nnx-predict-dropout-on",
+        "src/jaxfeed/train/steps.py",
+        "model.eval()\n            return model(preprocess(batch)[inputs])",
+        "model.train()\n            return model(preprocess(batch)[inputs], rngs=nnx.Rngs(dropout=0))",
+        [f"{TRAIN}::test_promise_predict_runs_the_model_in_eval_mode[nnx]"],
+        "NNX: dropout left on in predict",
+    ),
+    Mutation(
+        "steps-linen-predict-dropout-on",
+        "src/jaxfeed/train/steps.py",
+        "return apply(state, preprocess(batch)[inputs], False)[0]",
+        "return apply(state, preprocess(batch)[inputs], True, base_key)[0]",
+        [f"{TRAIN}::test_promise_predict_runs_the_model_in_eval_mode[linen]"],
+        "Linen: dropout left on in predict",
+    ),
+    Mutation(
+        "trainer-nan-global-step",
+        "src/jaxfeed/train/trainer.py",
+        "step {bad - first_step + 1} of the",
+        "step {bad + 1} of the",
+        [f"{TRAIN}::test_promise_a_non_finite_loss_names_its_step_in_the_epoch_and_writes_nothing"],
+        "NonFiniteLossError reports the global step as the step in the epoch",
+    ),
+    Mutation(
+        "array-shape-check-removed",
+        "src/jaxfeed/features/array.py",
+        "if block.ndim != len(shape) + 1 or not _shape_ok(block.shape[1:], shape):",
+        "if block.ndim != len(shape) + 1:",
+        [f"{DATA}::test_promise_array_feature_refuses_wrong_shapes_naming_column_and_row"],
+        "no shape check for equal-shape/numpy input (pyarrow's error names no column or row)",
+    ),
+    Mutation(
+        "files-atomic-write-in-place",
+        "src/jaxfeed/files.py",
+        'tmp = path.with_name(f".{path.name}.tmp")',
+        "tmp = path",
+        [
+            f"{DATA}::test_promise_an_interrupted_write_keeps_the_old_file",
+            f"{DATA}::test_promise_history_files_survive_a_failed_save",
+        ],
+        "atomic_write writes in place: an interrupted write loses the old file",
+    ),
+    Mutation(
+        "disk-read-into-memory",
+        "src/jaxfeed/io/disk.py",
+        "source = pa.memory_map(str(file)) if not keep_in_memory else pa.OSFile(str(file))",
+        "source = pa.OSFile(str(file))",
+        [f"{DATA}::test_promise_saved_datasets_are_memory_mapped_not_read_into_memory"],
+        "saved Arrow files read into memory instead of memory-mapped",
+    ),
+    Mutation(
+        "trainer-checkpoint-without-loader",
+        "src/jaxfeed/train/trainer.py",
+        '"loader": loader.state_dict() if hasattr(loader, "state_dict") else None,',
+        '"loader": None,',
+        [
+            TRAIN
+            + "::test_promise_resuming_from_a_checkpoint_continues_bitwise_with_the_loader_position"
+        ],
+        "checkpoints omit the loader position (resume reads epoch 0's order again)",
+    ),
+    Mutation(
+        "order-seeded-per-process",
+        "src/jaxfeed/order.py",
+        "Permutation(n, (int(seed), int(epoch)))",
+        'Permutation(n, (int(seed) + __import__("jax").process_index(), int(epoch)))',
+        [f"{DATA}::test_promise_every_process_computes_the_same_global_order"],
+        "each process shuffles with its own order (the global batch mixes two permutations)",
+    ),
+    # ------------------------------------------------------------------ issue 18: "Also"
+    Mutation(
+        "cli-failure-exit-0",
+        "src/jaxfeed/cli.py",
+        '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 1',
+        '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 0',
+        [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
+        "a failure exits with status 0",
+    ),
+    Mutation(
+        "cli-debug-ignored",
+        "src/jaxfeed/cli.py",
+        "    except Exception as err:\n        if args.debug:\n            raise",
+        "    except Exception as err:\n        if False:\n            raise",
+        [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
+        "--debug does not show the traceback",
+    ),
+    Mutation(
+        "cli-ctrl-c-no-resume-hint",
+        "src/jaxfeed/cli.py",
+        'f"resume with: jaxfeed train --out {out} --resume',
+        'f"resume with --resume',
+        [f"{RUN}::test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint"],
+        "Ctrl-C does not say how to resume",
+    ),
+    Mutation(
+        "history-save-not-atomic",
+        "src/jaxfeed/train/history.py",
+        'atomic_write(out / "metrics.jsonl", self.to_jsonl())',
+        '(out / "metrics.jsonl").write_text(self.to_jsonl())',
+        [f"{DATA}::test_promise_history_files_survive_a_failed_save"],
+        "metrics.jsonl written in place (a crash mid-save leaves it empty)",
+    ),
+    Mutation(
+        "early-stopping-auto-mode-min",
+        "src/jaxfeed/train/callbacks.py",
+        '("min" if "loss" in monitor else "max")',
+        '"min"',
+        [f"{TRAIN}::test_promise_early_stopping_mode_and_min_delta"],
+        'EarlyStopping mode="auto" minimises accuracies too',
+    ),
+    Mutation(
+        "early-stopping-max-mode-inverted",
+        "src/jaxfeed/train/callbacks.py",
+        "value > self.best + self.min_delta)",
+        "value < self.best - self.min_delta)",
+        [f"{TRAIN}::test_promise_early_stopping_mode_and_min_delta"],
+        'EarlyStopping mode="max" treats a drop as an improvement',
+    ),
+    Mutation(
+        "early-stopping-no-patience",
+        "src/jaxfeed/train/callbacks.py",
+        "if self.wait > self.patience:",
+        "if self.wait > 0:",
+        [f"{TRAIN}::test_promise_early_stopping_waits_patience_epochs_without_improvement"],
+        "EarlyStopping ignores patience (stops at the first epoch without improvement)",
+    ),
+    Mutation(
+        "early-stopping-wait-not-reset",
+        "src/jaxfeed/train/callbacks.py",
+        "self.best, self.wait = value, 0",
+        "self.best = value",
+        [f"{TRAIN}::test_promise_early_stopping_waits_patience_epochs_without_improvement"],
+        "EarlyStopping's patience counts epochs without improvement in total, not in a row",
+    ),
+    Mutation(
+        "early-stopping-min-delta-ignored",
+        "src/jaxfeed/train/callbacks.py",
+        "value < self.best - self.min_delta)",
+        "value < self.best)",
+        [f"{TRAIN}::test_promise_early_stopping_mode_and_min_delta"],
+        "EarlyStopping ignores min_delta",
+    ),
+    Mutation(
+        "loader-workers-forked",
+        "src/jaxfeed/loader.py",
+        'multiprocessing.get_context("spawn")',
+        'multiprocessing.get_context("fork")',
+        [f"{DATA}::test_promise_process_workers_are_spawned_not_forked"],
+        "decode workers forked from the process running JAX",
+    ),
+    Mutation(
+        "disk-first-shard-only",
+        "src/jaxfeed/io/disk.py",
+        'files = [path / f["filename"] for f in state["_data_files"]]',
+        'files = [path / f["filename"] for f in state["_data_files"]][:1]',
+        [f"{DATA}::test_promise_reads_folders_written_by_datasets"],
+        "only the first shard of a folder written by datasets is read",
+    ),
+    Mutation(
+        "devices-batch-replicated-not-split",
+        "src/jaxfeed/devices.py",
+        "split = placement if batched else flat",
+        "split = flat",
+        [f"{DATA}::test_promise_sharded_batches_hold_the_right_rows_on_each_device"],
+        "sharded batches replicated on every device instead of split",
+    ),
+    Mutation(
+        "devices-leaves-swapped",
+        "src/jaxfeed/devices.py",
+        "return _fill(out, iter(placed))",
+        "return _fill(out, reversed(list(placed)))",
+        [f"{DATA}::test_promise_sharded_batches_hold_the_right_rows_on_each_device"],
+        "columns of equal shape swapped when a batch is placed (shapes right, values wrong)",
+    ),
+    Mutation(
+        "checkpoint-pickles-on-save",
+        "src/jaxfeed/checkpoint.py",
+        "json.dumps(payload)  # fail now, not in a background thread",
+        '__import__("pickle").dumps(payload)  # fail now, not in a background thread',
+        [f"{RUN}::test_promise_checkpoints_never_pickle_when_saving_or_restoring"],
+        "saving a checkpoint calls pickle",
+    ),
+    Mutation(
+        "checkpoint-writes-protocol-0-pickle",
+        "src/jaxfeed/checkpoint.py",
+        "json.dumps(payload)  # fail now, not in a background thread",
+        'Path(self.directory, "meta.pkl").write_bytes(__import__("pickle")._dumps(payload, 0))',
+        [f"{RUN}::test_promise_checkpoints_never_pickle_when_saving_or_restoring"],
+        "a protocol-0 pickle file in the checkpoint (pure-Python pickler, not the patched one)",
+    ),
+]
