@@ -28,7 +28,7 @@ from jaxfeed.features import (
     Value,
 )
 from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
 from jaxfeed.loader import DataLoader
 from jaxfeed.ops import concatenate_datasets, interleave_datasets
 from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
@@ -68,4 +68,5 @@ __all__ = [
     "load_dataset",
     "load_from_disk",
     "plot_history",
+    "split_dataset_by_node",
 ]

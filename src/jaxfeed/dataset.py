@@ -623,7 +623,7 @@ class Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"]
+        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
         return ops.select(self, indices)
@@ -655,7 +655,7 @@ class Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
+        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
@@ -751,7 +751,7 @@ class Dataset:
 
         >>> from jaxfeed import ClassLabel, Dataset
         >>> ds = Dataset.from_dict({"y": ["cat", "dog"]})
-        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"]
+        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"][:]
         [0, 1]
         """
         return ops.cast_column(self, column, feature)
@@ -776,7 +776,7 @@ class Dataset:
         >>> from jaxfeed import Dataset
         >>> def rows():
         ...     yield from ({"x": i} for i in range(3))
-        >>> Dataset.from_generator(rows)["x"]
+        >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
         return ops.from_generator(generator, features, gen_kwargs)
@@ -786,14 +786,22 @@ class Dataset:
         dataset_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: int | None = None,
+        storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
         """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`).
 
         ``num_shards`` or ``max_shard_size`` (``"500MB"``) split the rows over several
-        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them.
+        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them. ``dataset_path`` may be a
+        URL (``s3://bucket/ds``); ``storage_options`` go to fsspec.
         """
-        save_dataset(self, dataset_path, num_shards=num_shards, max_shard_size=max_shard_size)
+        save_dataset(
+            self,
+            dataset_path,
+            storage_options,
+            num_shards=num_shards,
+            max_shard_size=max_shard_size,
+        )
 
     def cleanup_cache_files(self) -> int:
         """Delete ``map`` output files in this dataset's folder, except the one it reads; return how many."""
@@ -1137,11 +1145,17 @@ class DatasetDict(dict):
         dataset_dict_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: dict[str, int] | None = None,
+        storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split)."""
+        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split;
+        a URL too, see Dataset's)."""
         save_dataset_dict(
-            self, dataset_dict_path, num_shards=num_shards, max_shard_size=max_shard_size
+            self,
+            dataset_dict_path,
+            storage_options,
+            num_shards=num_shards,
+            max_shard_size=max_shard_size,
         )
 
     @classmethod

@@ -1,8 +1,30 @@
-"""`IterableDataset`: a dataset read batch by batch from files, never held whole (``streaming=True``)."""
+"""`IterableDataset`: rows read on the fly from files, never held whole (``streaming=True``).
+
+A stream is a **source** (a list of independently readable *units*: files, row groups of Parquet
+files, or row ranges of an in-memory dataset) followed by **steps** (map, filter, shuffle, take,
+skip, column edits, batch). Data flows as Arrow tables of a few MB, so per-row Python work only
+happens where a user function asks for rows. Every stage can report its position, so a stream
+resumes exactly where it stopped (:meth:`IterableDataset.state_dict`), shuffle buffer included.
+
+``shard`` and :func:`split_dataset_by_node` split the *units*: each process opens only its own
+files or row groups. When there are fewer units than processes, every process reads everything
+and keeps every ``world_size``-th row (as `datasets` does).
+
+>>> from jaxfeed import Dataset
+>>> from jaxfeed.iterable import IterableDataset
+>>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": list(range(6))}))
+>>> [r["x"] for r in ids.shuffle(seed=0, buffer_size=2).take(3)]
+[4, 1, 2]
+>>> [b["x"].tolist() for b in ids.with_format("numpy").iter(batch_size=4)]
+[[0, 1, 2, 3], [4, 5]]
+"""
 
 from __future__ import annotations
 
+import base64
+import copy
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,69 +32,543 @@ import pyarrow as pa
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
+from jaxfeed.features.sequence import List
+from jaxfeed.formatting import make_formatter
+from jaxfeed.io.batches import file_batches, file_schema, parquet_file
+from jaxfeed.io.files import file_format
 
-READ_ROWS = 10_000
-
-
-def _file_batches(path: str, fmt: str | None) -> Iterator[pa.Table]:
-    from jaxfeed.io.files import file_format, read_table
-
-    fmt = fmt or file_format(path)
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        with pq.ParquetFile(path, memory_map=True) as f:
-            for batch in f.iter_batches(batch_size=READ_ROWS):
-                yield pa.Table.from_batches([batch]).replace_schema_metadata(
-                    f.schema_arrow.metadata
-                )
-        return
-    if fmt == "csv":
-        import pyarrow.csv as pcsv
-
-        with pcsv.open_csv(path) as reader:
-            for batch in reader:
-                yield pa.Table.from_batches([batch])
-        return
-    table = read_table(path, fmt)  # JSON and Arrow: read (Arrow is memory-mapped), then slice
-    for start in range(0, table.num_rows, READ_ROWS):
-        yield table.slice(start, READ_ROWS)
+READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
+STATE_VERSION = 1
 
 
+# ---------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Unit:
+    """One independently readable piece: a file, some row groups of a Parquet file, or a row
+    range of an in-memory dataset."""
+
+    path: str | None = None
+    row_groups: tuple[int, ...] | None = None
+    rows: tuple[int, int] | None = None
+
+
+@dataclass
+class Source:
+    """Where a stream's rows come from, and which of them this process reads."""
+
+    units: list[Unit]
+    fmt: str | None = None
+    storage_options: dict | None = None
+    dataset: Dataset | None = None
+    features: Features | None = None  # cast every table to these (load_dataset(features=))
+    columns: list[str] | None = None  # read only these (pushed down to Parquet)
+    stride: tuple[int, int] | None = None  # (world_size, rank): keep every world_size-th row
+    shuffle_seed: int | None = None  # shuffle the unit order every epoch (shuffle())
+    shuffled: bool = False
+
+    def order(self, epoch: int) -> list[Unit]:
+        if not self.shuffled or len(self.units) < 2:
+            return list(self.units)
+        rng = np.random.default_rng(_seed(self.shuffle_seed, epoch, 1))
+        return [self.units[i] for i in rng.permutation(len(self.units))]
+
+    def read(self, unit: Unit, skip: int) -> Iterator[pa.Table]:
+        """The unit's rows after its first ``skip`` rows, as tables of a few MB."""
+        if unit.rows is not None:
+            start, stop = unit.rows
+            ds = self.dataset
+            for lo in range(start + skip, stop, READ_ROWS):
+                table = ds._internal.arrow(slice(lo, min(lo + READ_ROWS, stop)), self.columns)
+                yield table.replace_schema_metadata(ds.features.arrow_schema.metadata)
+            return
+        row_groups = unit.row_groups
+        if skip and (self.fmt or file_format(unit.path)) == "parquet":
+            row_groups, skip = self._skip_row_groups(unit, skip)
+        for batch in file_batches(
+            unit.path,
+            self.fmt,
+            columns=self.columns,
+            row_groups=row_groups,
+            storage_options=self.storage_options,
+        ):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            table = pa.Table.from_batches([batch.slice(skip) if skip else batch])
+            skip = 0
+            yield self._cast(table, unit.path)
+
+    def _skip_row_groups(self, unit: Unit, skip: int) -> tuple[list[int], int]:
+        with parquet_file(unit.path, self.storage_options) as f:
+            meta = f.metadata
+            groups = (
+                list(unit.row_groups)
+                if unit.row_groups is not None
+                else list(range(meta.num_row_groups))
+            )
+            while groups and meta.row_group(groups[0]).num_rows <= skip:
+                skip -= meta.row_group(groups.pop(0)).num_rows
+        return groups, skip
+
+    def _cast(self, table: pa.Table, path: str) -> pa.Table:
+        if self.features is None:
+            return table
+        features = self.features
+        if self.columns is not None:
+            features = Features({c: features[c] for c in self.columns if c in features})
+        if set(features) != set(table.column_names):
+            raise ValueError(
+                f"features {list(features)} do not match the columns {table.column_names} of {path}"
+            )
+        return Dataset.from_arrow(table).cast(features).data
+
+
+def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
+    return None if seed is None else [int(seed), int(epoch), salt]
+
+
+class _SourceStage:
+    def __init__(self, source: Source, epoch: int, state: dict | None) -> None:
+        self.source = source
+        self.units = source.order(epoch)
+        self.unit = 0  # index of the unit being read
+        self.offset = 0  # rows of that unit already passed on (before striding)
+        self.row = 0  # rows of the epoch passed on (before striding): the stride's phase
+        if state:
+            self.unit, self.offset, self.row = state["unit"], state["offset"], state["row"]
+
+    def run(self) -> Iterator[pa.Table]:
+        stride = self.source.stride
+        while self.unit < len(self.units):
+            for table in self.source.read(self.units[self.unit], self.offset):
+                start = self.row
+                self.offset += table.num_rows
+                self.row += table.num_rows
+                if stride is not None:
+                    world, rank = stride
+                    first = (rank - start) % world
+                    table = table.take(np.arange(first, table.num_rows, world))
+                if table.num_rows:
+                    yield table
+            self.unit, self.offset = self.unit + 1, 0
+
+    def snapshot(self) -> dict:
+        return {"unit": self.unit, "offset": self.offset, "row": self.row}
+
+
+# ---------------------------------------------------------------------------------- steps
+class _Pending:
+    """Rows waiting to form groups of an exact size (in map, filter, batch and the loader)."""
+
+    def __init__(self, tables: list[pa.Table] | None = None) -> None:
+        self.tables = [t for t in tables or [] if t.num_rows]
+        self.count = sum(t.num_rows for t in self.tables)
+
+    def push(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.tables.append(table)
+            self.count += table.num_rows
+
+    def pop(self, n: int | None = None) -> pa.Table:
+        """The first ``n`` rows (all when None) as one table."""
+        merged = _concat(self.tables)
+        n = merged.num_rows if n is None else n
+        rest = merged.slice(n)
+        self.tables = [rest] if rest.num_rows else []
+        self.count = rest.num_rows
+        return merged.slice(0, n)
+
+    def snapshot(self) -> list[pa.Table]:
+        return list(self.tables)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    first = tables[0].schema
+    return pa.concat_tables([t.replace_schema_metadata(first.metadata) for t in tables])
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A transformation of the stream; ``stage`` builds its running state for one pass."""
+
+    def stage(self, epoch: int, state: dict | None) -> Any:
+        return _StatelessStage(self)
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        raise NotImplementedError
+
+
+class _StatelessStage:
+    def __init__(self, step: _Step) -> None:
+        self.step = step
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in upstream:
+            out = self.step.apply(table)
+            if out.num_rows:
+                yield out
+
+    def snapshot(self) -> dict:
+        return {}
+
+
+def _dataset(table: pa.Table, fmt: tuple) -> Dataset:
+    ds = Dataset(table)
+    type_, columns, all_columns, kwargs = fmt
+    if type_ is not None or columns is not None:
+        ds.set_format(type_, columns, all_columns, **kwargs)
+    return ds
+
+
+@dataclass(frozen=True)
+class _Columns(_Step):
+    op: str
+    args: tuple
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        ds = Dataset(table)
+        if self.op == "select":
+            return ds.select_columns(list(self.args)).data
+        if self.op == "remove":
+            return ds.remove_columns(list(self.args)).data
+        return ds.rename_columns(dict(self.args)).data
+
+
+@dataclass(frozen=True)
+class _Apply(_Step):
+    """``map`` or ``filter``: per row on any chunk, or on groups of exactly ``batch_size`` rows."""
+
+    kind: str
+    function: Callable
+    batched: bool = False
+    batch_size: int | None = 1000
+    with_indices: bool = False
+    input_columns: Any = None
+    remove_columns: Any = None
+    features: Any = None
+    fn_kwargs: dict | None = None
+    drop_last_batch: bool = False
+    fmt: tuple = (None, None, False, {})
+
+    def stage(self, epoch: int, state: dict | None) -> _ApplyStage:
+        return _ApplyStage(self, state)
+
+    def call(self, table: pa.Table, index: int) -> pa.Table:
+        ds = _dataset(table, self.fmt)
+        function = self.function
+        if self.with_indices and index:
+            function = _offset_indices(function, index, self.batched)
+        common = dict(
+            with_indices=self.with_indices,
+            input_columns=self.input_columns,
+            batched=self.batched,
+            batch_size=None,
+            fn_kwargs=self.fn_kwargs,
+        )
+        if self.kind == "filter":
+            return ds.filter(function, **common).flatten_indices().data
+        return ds.map(
+            function, remove_columns=self.remove_columns, features=self.features, **common
+        ).data
+
+
+def _offset_indices(function: Callable, offset: int, batched: bool) -> Callable:
+    def shifted(*args: Any, **kwargs: Any) -> Any:
+        *head, indices = args
+        moved = [i + offset for i in indices] if batched else indices + offset
+        return function(*head, moved, **kwargs)
+
+    return shifted
+
+
+class _ApplyStage:
+    def __init__(self, step: _Apply, state: dict | None) -> None:
+        self.step = step
+        self.index = state["index"] if state else 0  # input rows seen: with_indices
+        self.pending = _Pending(state["pending"] if state else None)
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        step = self.step
+        size = step.batch_size if step.batched and step.batch_size else None
+        for table in upstream:
+            if size is None:
+                start, self.index = self.index, self.index + table.num_rows
+                out = step.call(table, start)
+                if out.num_rows:
+                    yield out
+                continue
+            self.pending.push(table)
+            while self.pending.count >= size:
+                group = self.pending.pop(size)
+                start, self.index = self.index, self.index + size
+                out = step.call(group, start)
+                if out.num_rows:
+                    yield out
+        if self.pending.count and not step.drop_last_batch:
+            group = self.pending.pop()
+            start, self.index = self.index, self.index + group.num_rows
+            out = step.call(group, start)
+            if out.num_rows:
+                yield out
+        self.pending = _Pending()
+
+    def snapshot(self) -> dict:
+        return {"index": self.index, "pending": self.pending.snapshot()}
+
+
+@dataclass(frozen=True)
+class _Shuffle(_Step):
+    seed: int | None
+    buffer_size: int
+
+    def stage(self, epoch: int, state: dict | None) -> _ShuffleStage:
+        return _ShuffleStage(self, epoch, state)
+
+
+class _ShuffleStage:
+    """A buffer of ``buffer_size`` rows; every arriving table swaps rows with it at random."""
+
+    def __init__(self, step: _Shuffle, epoch: int, state: dict | None) -> None:
+        self.size = step.buffer_size
+        self.rng = np.random.default_rng(_seed(step.seed, epoch, 2))
+        self.buffer = _Pending()
+        if state:
+            self.rng.bit_generator.state = state["rng"]
+            self.buffer = _Pending(state["buffer"])
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in upstream:
+            self.buffer.push(table)
+            if self.buffer.count < 2 * self.size:
+                continue  # amortise: mix only when the arrivals match the buffer in size
+            merged = self.buffer.pop()
+            order = self.rng.permutation(merged.num_rows)
+            keep = merged.num_rows - self.size
+            self.buffer = _Pending([merged.take(order[keep:])])
+            yield merged.take(order[:keep])
+        if self.buffer.count:
+            merged = self.buffer.pop()
+            yield merged.take(self.rng.permutation(merged.num_rows))
+
+    def snapshot(self) -> dict:
+        return {
+            "rng": copy.deepcopy(self.rng.bit_generator.state),
+            "buffer": self.buffer.snapshot(),
+        }
+
+
+@dataclass(frozen=True)
+class _Limit(_Step):
+    """``take(n)`` (``skip=False``) or ``skip(n)``."""
+
+    n: int
+    skip: bool
+
+    def stage(self, epoch: int, state: dict | None) -> _LimitStage:
+        return _LimitStage(self, state)
+
+
+class _LimitStage:
+    def __init__(self, step: _Limit, state: dict | None) -> None:
+        self.step = step
+        self.seen = state["seen"] if state else 0
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        n = self.step.n
+        if not self.step.skip and self.seen >= n:
+            return
+        for table in upstream:
+            start = self.seen
+            self.seen += table.num_rows
+            if self.step.skip:
+                if self.seen > n:
+                    yield table.slice(max(0, n - start))
+            else:
+                yield table.slice(0, n - start)
+                if self.seen >= n:
+                    self.seen = n
+                    return
+
+    def snapshot(self) -> dict:
+        return {"seen": self.seen}
+
+
+@dataclass(frozen=True)
+class _Batch(_Step):
+    batch_size: int
+    drop_last_batch: bool
+
+    def stage(self, epoch: int, state: dict | None) -> _BatchStage:
+        return _BatchStage(self, state)
+
+
+class _BatchStage:
+    def __init__(self, step: _Batch, state: dict | None) -> None:
+        self.step = step
+        self.pending = _Pending(state["pending"] if state else None)
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        size = self.step.batch_size
+        for table in upstream:
+            self.pending.push(table)
+            while self.pending.count >= size:
+                yield _as_one_row(self.pending.pop(size))
+        if self.pending.count and not self.step.drop_last_batch:
+            yield _as_one_row(self.pending.pop())
+
+    def snapshot(self) -> dict:
+        return {"pending": self.pending.snapshot()}
+
+
+def _as_one_row(table: pa.Table) -> pa.Table:
+    """``n`` rows as one row whose columns are lists of the ``n`` values."""
+    features = Features.from_arrow_schema(table.schema)
+    out = Features({k: List(v) for k, v in features.items()})
+    offsets = pa.array([0, table.num_rows], type=pa.int32())
+    arrays = [
+        pa.ListArray.from_arrays(offsets, table.column(c).combine_chunks())
+        for c in table.column_names
+    ]
+    schema = out.arrow_schema
+    return pa.Table.from_arrays(
+        [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema, strict=True)],
+        schema=schema,
+    )
+
+
+# ---------------------------------------------------------------------------------- one pass
+class Stream:
+    """One pass over a stream: tables in order, and :meth:`snapshot` of the position reached."""
+
+    def __init__(self, ds: IterableDataset, state: dict | None = None) -> None:
+        steps = state["steps"] if state else [None] * len(ds._steps)
+        if len(steps) != len(ds._steps):
+            raise ValueError(
+                f"the saved stream state has {len(steps)} steps but this dataset has {len(ds._steps)}"
+            )
+        self.source = _SourceStage(ds._source, ds._epoch, state["source"] if state else None)
+        self.stages = [s.stage(ds._epoch, st) for s, st in zip(ds._steps, steps, strict=True)]
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        tables = self.source.run()
+        for stage in self.stages:
+            tables = stage.run(tables)
+        return tables
+
+    def snapshot(self) -> dict:
+        """The position after the last table handed out (tables in it are referenced, not copied)."""
+        return {
+            "source": self.source.snapshot(),
+            "steps": [s.snapshot() for s in self.stages],
+        }
+
+
+def encode_state(value: Any) -> Any:
+    """A snapshot as JSON values: Arrow tables become base64 Arrow IPC streams."""
+    if isinstance(value, pa.Table):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, value.schema) as writer:
+            writer.write_table(value)
+        return {"__arrow__": base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")}
+    if isinstance(value, dict):
+        return {k: encode_state(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_state(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def decode_state(value: Any) -> Any:
+    """Undo :func:`encode_state` (Arrow IPC data only: nothing is unpickled or executed)."""
+    if isinstance(value, dict):
+        if set(value) == {"__arrow__"}:
+            data = base64.b64decode(value["__arrow__"])
+            return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        return {k: decode_state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_state(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------- the dataset
 class IterableDataset:
-    """Rows produced on the fly from a source of Arrow tables.
+    """Rows produced on the fly, with the `datasets` streaming API.
 
-    Supports ``for row in ds``, ``ds.iter(batch_size)``, ``with_format``, ``take``, ``skip``,
-    ``shuffle(seed, buffer_size)`` and batched or per-row ``map``.
-
-    >>> from jaxfeed import Dataset
-    >>> from jaxfeed.iterable import IterableDataset
-    >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": list(range(5))}))
-    >>> [b["x"] for b in ids.with_format("numpy").iter(batch_size=2)][-1].tolist()
-    [4]
+    Build one with ``load_dataset(..., streaming=True)``, :meth:`from_files` or
+    :meth:`from_dataset`; feed it to :class:`jaxfeed.DataLoader` for device batches.
     """
 
     def __init__(
-        self, tables: Callable[[], Iterator[pa.Table]], features: Features | None = None
+        self,
+        source: Source,
+        steps: Sequence[_Step] = (),
+        features: Features | None = None,
+        fmt: tuple = (None, None, False, {}),
     ) -> None:
-        self._tables = tables
+        self._source = source
+        self._steps = tuple(steps)
         self._features = features
-        self._fmt: tuple[Any, ...] = (None, None, False, {})
+        self._fmt = fmt
+        self._epoch = 0
+        self._resume: dict | None = None
+        self._stream: Stream | None = None
+        self._rows: tuple[pa.Table, int] | None = None  # __iter__'s table, rows yielded of it
 
+    # ------------------------------------------------------------------ construction
     @classmethod
     def from_files(
-        cls, files: Sequence[str], fmt: str | None = None, features: Features | None = None
+        cls,
+        files: Sequence[str],
+        fmt: str | None = None,
+        features: Features | None = None,
+        storage_options: dict | None = None,
+        split_row_groups: bool = True,
     ) -> IterableDataset:
-        files = list(files)
-        return cls(lambda: (t for f in files for t in _file_batches(f, fmt)), features)
+        """Stream ``files`` (Parquet, CSV, JSON Lines, Arrow; local paths or URLs).
+
+        Each Parquet row group is a unit of its own (``split_row_groups``), so ``shard`` and
+        :func:`split_dataset_by_node` can give processes disjoint row groups of one file.
+        """
+        files = [str(f) for f in files]
+        features = None if features is None else Features(features)
+        units: list[Unit] = []
+        for f in files:
+            if split_row_groups and (fmt or file_format(f)) == "parquet":
+                with parquet_file(f, storage_options) as pf:
+                    n = pf.metadata.num_row_groups
+                units += [Unit(path=f, row_groups=(g,)) for g in range(n)]
+            else:
+                units.append(Unit(path=f))
+        source = Source(units, fmt, storage_options, features=features)
+        if features is None and files and (fmt or file_format(files[0])) in ("parquet", "arrow"):
+            # The schema is in the footer (Parquet) or memory-mapped (Arrow): known without rows.
+            schema = file_schema(files[0], fmt, storage_options)
+            known = Features.from_arrow_schema(schema)
+        else:
+            known = features
+        return cls(source, features=known)
 
     @classmethod
-    def from_dataset(cls, ds: Dataset) -> IterableDataset:
-        def tables() -> Iterator[pa.Table]:
-            for start in range(0, ds.num_rows, READ_ROWS):
-                yield ds._internal.arrow(slice(start, min(start + READ_ROWS, ds.num_rows)))
+    def from_dataset(cls, ds: Dataset, rows_per_unit: int = READ_ROWS) -> IterableDataset:
+        """Stream an in-memory (or memory-mapped) dataset, in its current row order."""
+        units = [
+            Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
+            for lo in range(0, ds.num_rows, rows_per_unit)
+        ]
+        return cls(Source(units, dataset=ds), features=ds.features)
 
-        return cls(tables, ds.features)
+    def _replace(self, **changes: Any) -> IterableDataset:
+        out = IterableDataset(
+            changes.get("source", self._source),
+            changes.get("steps", self._steps),
+            changes.get("features", self._features),
+            changes.get("fmt", self._fmt),
+        )
+        out._epoch = self._epoch
+        return out
 
     @classmethod
     def from_generator(
@@ -81,7 +577,7 @@ class IterableDataset:
         features: Features | None = None,
         gen_kwargs: dict | None = None,
     ) -> IterableDataset:
-        """Rows from a generator function, read lazily in chunks of 1,000 rows.
+        """Rows from a generator function (read into an Arrow table first, then streamed).
 
         >>> from jaxfeed import IterableDataset
         >>> def rows():
@@ -89,48 +585,32 @@ class IterableDataset:
         >>> [r["x"] for r in IterableDataset.from_generator(rows)]
         [0, 1, 2]
         """
+        return cls.from_dataset(Dataset.from_generator(generator, features, gen_kwargs))
 
-        def tables() -> Iterator[pa.Table]:
-            rows: list[dict] = []
-            feats = features
-            for row in generator(**(gen_kwargs or {})):
-                rows.append(row)
-                if len(rows) >= READ_ROWS:
-                    chunk = Dataset.from_list(rows, features=feats)
-                    feats = chunk.features
-                    yield chunk.data
-                    rows = []
-            if rows:
-                yield Dataset.from_list(rows, features=feats).data
+    def _then(self, step: _Step, features: Features | None = None) -> IterableDataset:
+        return self._replace(steps=(*self._steps, step), features=features)
 
-        return cls(tables, Features(features) if features is not None else None)
-
-    def _chunks(self) -> Iterator[Dataset]:
-        for table in self._tables():
-            ds = Dataset(table, self._features) if self._features is not None else Dataset(table)
-            if self._features is None:
-                self._features = ds.features
-            type_, columns, all_columns, kwargs = self._fmt
-            ds.set_format(type_, columns, all_columns, **kwargs)
-            yield ds
-
+    # ------------------------------------------------------------------ properties
     @property
     def features(self) -> Features | None:
+        """The columns' features, or None when a ``map`` made them unknown until read."""
         return self._features
 
     @property
     def column_names(self) -> list[str] | None:
         return None if self._features is None else list(self._features)
 
-    def _copy(
-        self,
-        tables: Callable[[], Iterator[pa.Table]] | None = None,
-        features: Features | None = None,
-    ) -> IterableDataset:
-        out = IterableDataset(tables or self._tables, features or self._features)
-        out._fmt = self._fmt
-        return out
+    @property
+    def num_shards(self) -> int:
+        """Independently readable units (files or Parquet row groups) this process reads."""
+        return len(self._source.units)
 
+    n_shards = num_shards
+
+    def __repr__(self) -> str:
+        return f"IterableDataset({{\n    features: {self.column_names},\n    num_shards: {self.num_shards}\n}})"
+
+    # ------------------------------------------------------------------ formats
     def with_format(
         self,
         type: str | None = None,
@@ -138,151 +618,302 @@ class IterableDataset:
         output_all_columns: bool = False,
         **kwargs: Any,
     ) -> IterableDataset:
-        from jaxfeed.formatting import make_formatter
-
+        """Rows and batches as python (default), numpy, jax, arrow or pandas values."""
         make_formatter(type, **kwargs)  # validate now, not at the first row
-        out = self._copy()
-        out._fmt = (type, columns, output_all_columns, kwargs)
-        return out
+        if isinstance(columns, str):
+            columns = [columns]
+        return self._replace(fmt=(type, columns, output_all_columns, kwargs))
 
-    def __iter__(self) -> Iterator[Any]:
-        for chunk in self._chunks():
-            yield from chunk
-
-    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
-        """Batches of exactly ``batch_size`` rows across file and record-batch boundaries."""
-        if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        pending: list[pa.Table] = []
-        count = 0
-        template: Dataset | None = None
-        for chunk in self._chunks():
-            template = chunk
-            pending.append(chunk.data)
-            count += chunk.num_rows
-            while count >= batch_size:
-                table = pa.concat_tables(pending)
-                yield self._format_table(template, table.slice(0, batch_size))
-                rest = table.slice(batch_size)
-                pending, count = [rest], rest.num_rows
-        if count and not drop_last_batch and template is not None:
-            yield self._format_table(template, pa.concat_tables(pending))
-
-    def _format_table(self, template: Dataset, table: pa.Table) -> Any:
-        ds = template._internal.derive(table.combine_chunks())
-        return ds[:]
-
-    def take(self, n: int) -> IterableDataset:
-        def tables() -> Iterator[pa.Table]:
-            left = n
-            for table in self._tables():
-                if left <= 0:
-                    return
-                yield table.slice(0, left)
-                left -= min(left, table.num_rows)
-
-        return self._copy(tables)
-
-    def skip(self, n: int) -> IterableDataset:
-        def tables() -> Iterator[pa.Table]:
-            left = n
-            for table in self._tables():
-                if left >= table.num_rows:
-                    left -= table.num_rows
-                    continue
-                yield table.slice(left)
-                left = 0
-
-        return self._copy(tables)
-
-    def shuffle(self, seed: int | None = None, buffer_size: int = 1000) -> IterableDataset:
-        """Approximate shuffle: rows pass through a random buffer of ``buffer_size`` rows."""
-
-        def tables() -> Iterator[pa.Table]:
-            rng = np.random.default_rng(seed)
-            buffer: list[pa.Table] = []
-            size = 0
-            for table in self._tables():
-                buffer.append(table)
-                size += table.num_rows
-                if size >= 2 * buffer_size:
-                    merged = pa.concat_tables(buffer)
-                    order = rng.permutation(merged.num_rows)
-                    yield merged.take(order[: merged.num_rows - buffer_size])
-                    buffer, size = (
-                        [merged.take(order[merged.num_rows - buffer_size :])],
-                        buffer_size,
-                    )
-            if size:
-                merged = pa.concat_tables(buffer)
-                yield merged.take(rng.permutation(merged.num_rows))
-
-        return self._copy(tables)
-
+    # ------------------------------------------------------------------ steps
     def map(
         self,
-        function: Callable,
+        function: Callable | None = None,
+        with_indices: bool = False,
+        input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
-        remove_columns: Any = None,
+        drop_last_batch: bool = False,
+        remove_columns: str | Sequence[str] | None = None,
+        features: Features | None = None,
+        fn_kwargs: dict | None = None,
     ) -> IterableDataset:
-        def tables() -> Iterator[pa.Table]:
-            for chunk in self._chunks():
-                yield chunk.map(
-                    function, batched=batched, batch_size=batch_size, remove_columns=remove_columns
-                ).data
+        """Apply ``function`` to every row, or to batches of ``batch_size`` rows (``batched``),
+        as rows are read; the function sees the dataset's format (numpy: vectorised).
 
-        out = self._copy(tables)
-        out._features = None  # learnt from the first mapped chunk
-        return out
+        >>> from jaxfeed import Dataset
+        >>> from jaxfeed.iterable import IterableDataset
+        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3]}))
+        >>> [r["y"] for r in ids.map(lambda b: {"y": [v * 10 for v in b["x"]]}, batched=True)]
+        [10, 20, 30]
+        """
+        step = _Apply(
+            "map",
+            function if function is not None else (lambda *a: None),
+            batched,
+            batch_size,
+            with_indices,
+            input_columns,
+            remove_columns,
+            None if features is None else Features(features),
+            fn_kwargs,
+            drop_last_batch,
+            self._fmt,
+        )
+        return self._then(step, None if features is None else Features(features))
 
     def filter(
         self,
         function: Callable,
         with_indices: bool = False,
-        input_columns: Any = None,
+        input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
         fn_kwargs: dict | None = None,
     ) -> IterableDataset:
-        """Rows for which ``function`` returns True, filtered chunk by chunk as they stream."""
+        """Rows for which ``function`` returns True (a list of bools per batch when ``batched``)."""
+        step = _Apply(
+            "filter",
+            function,
+            batched,
+            batch_size,
+            with_indices,
+            input_columns,
+            fn_kwargs=fn_kwargs,
+            fmt=self._fmt,
+        )
+        return self._then(step, self._features)
 
-        def tables() -> Iterator[pa.Table]:
-            offset = 0
-            for chunk in self._chunks():
-                fn = function
-                if with_indices:
-                    base = offset
+    def shuffle(
+        self, seed: int | None = None, generator: Any = None, buffer_size: int = 1000
+    ) -> IterableDataset:
+        """Approximate shuffle: rows pass through a random buffer of ``buffer_size`` rows, and the
+        order of the files / row groups is shuffled too. ``set_epoch`` reshuffles."""
+        if generator is not None and seed is None:
+            seed = int(np.random.default_rng(generator).integers(1 << 31))
+        if not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
+        source = copy.copy(self._source)
+        source.shuffled, source.shuffle_seed = True, seed
+        out = self._replace(source=source)
+        return out._then(_Shuffle(seed, buffer_size), self._features)
 
-                    def fn(*args: Any, _base: int = base, **kwargs: Any) -> Any:
-                        *rest, index = args
-                        shifted = (
-                            [i + _base for i in index] if isinstance(index, list) else index + _base
+    def set_epoch(self, epoch: int) -> None:
+        """Seeds of ``shuffle`` depend on the epoch: each epoch gets another order."""
+        self._epoch = int(epoch)
+
+    def take(self, n: int) -> IterableDataset:
+        """The first ``n`` rows."""
+        return self._then(_Limit(int(n), skip=False), self._features)
+
+    def skip(self, n: int) -> IterableDataset:
+        """All but the first ``n`` rows."""
+        return self._then(_Limit(int(n), skip=True), self._features)
+
+    def select_columns(self, column_names: str | Sequence[str]) -> IterableDataset:
+        names = [column_names] if isinstance(column_names, str) else list(column_names)
+        self._check_columns(names, "select_columns")
+        features = (
+            None if self._features is None else Features({c: self._features[c] for c in names})
+        )
+        if not self._steps:  # read only these columns (Parquet reads only their chunks)
+            source = copy.copy(self._source)
+            source.columns = names
+            return self._replace(source=source, features=features)
+        return self._then(_Columns("select", tuple(names)), features)
+
+    def remove_columns(self, column_names: str | Sequence[str]) -> IterableDataset:
+        names = [column_names] if isinstance(column_names, str) else list(column_names)
+        self._check_columns(names, "remove_columns")
+        if self._features is not None:
+            return self.select_columns([c for c in self._features if c not in names])
+        return self._then(_Columns("remove", tuple(names)), None)
+
+    def rename_column(self, original_column_name: str, new_column_name: str) -> IterableDataset:
+        return self.rename_columns({original_column_name: new_column_name})
+
+    def rename_columns(self, column_mapping: dict[str, str]) -> IterableDataset:
+        self._check_columns(list(column_mapping), "rename_columns")
+        features = None
+        if self._features is not None:
+            features = Features({column_mapping.get(k, k): v for k, v in self._features.items()})
+        return self._then(_Columns("rename", tuple(column_mapping.items())), features)
+
+    def batch(self, batch_size: int, drop_last_batch: bool = False) -> IterableDataset:
+        """Rows grouped: each row of the result holds lists of ``batch_size`` values.
+
+        >>> from jaxfeed import Dataset
+        >>> from jaxfeed.iterable import IterableDataset
+        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3]}))
+        >>> list(ids.batch(2))
+        [{'x': [1, 2]}, {'x': [3]}]
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        features = None
+        if self._features is not None:
+            features = Features({k: List(v) for k, v in self._features.items()})
+        return self._then(_Batch(batch_size, drop_last_batch), features)
+
+    def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
+        """The ``index``-th of ``num_shards`` parts of the units (files / row groups).
+
+        With fewer units than ``num_shards``, use :func:`split_dataset_by_node` (it falls back
+        on keeping every n-th row).
+        """
+        _check_split(index, num_shards)
+        units = self._source.units
+        if num_shards > len(units):
+            raise ValueError(
+                f"cannot split {len(units)} files/row groups into {num_shards} shards; use "
+                "split_dataset_by_node, which then keeps every n-th row"
+            )
+        if contiguous:
+            per, extra = divmod(len(units), num_shards)
+            lo = index * per + min(index, extra)
+            mine = units[lo : lo + per + (index < extra)]
+        else:
+            mine = units[index::num_shards]
+        source = copy.copy(self._source)
+        source.units = list(mine)
+        return self._replace(source=source)
+
+    def _check_columns(self, names: list[str], what: str) -> None:
+        if self._features is None:
+            return
+        unknown = [c for c in names if c not in self._features]
+        if unknown:
+            raise ValueError(
+                f"{what}: columns {unknown} are not in the dataset; its columns are {list(self._features)}"
+            )
+
+    # ------------------------------------------------------------------ reading
+    def _tables(self) -> Iterator[pa.Table]:
+        """A new pass (from the resume point, if one was loaded)."""
+        state, self._resume = self._resume, None
+        self._stream = Stream(self, state["stream"] if state else None)
+        self._rows = None
+        left = _Pending(state["rows"] if state else None)
+        if left.count:
+            yield left.pop()
+        yield from self._stream
+
+    def __iter__(self) -> Iterator[Any]:
+        single = self._fmt[0] not in ("arrow", "pandas")
+        for table in self._tables():
+            self._rows = (table, 0)
+            ds = _dataset(table, self._fmt)
+            for start in range(0, table.num_rows, 1000):
+                stop = min(start + 1000, table.num_rows)
+                batch = ds[start:stop]
+                for i in range(stop - start):
+                    self._rows = (table, start + i + 1)
+                    if single:
+                        yield {k: v[i] for k, v in batch.items()}
+                    else:
+                        yield (
+                            batch.slice(i, 1) if hasattr(batch, "slice") else batch.iloc[i : i + 1]
                         )
-                        return function(*rest, shifted, **kwargs)
+        self._stream, self._rows = None, None
 
-                kept = chunk.filter(
-                    fn,
-                    with_indices=with_indices,
-                    input_columns=input_columns,
-                    batched=batched,
-                    batch_size=batch_size,
-                    fn_kwargs=fn_kwargs,
-                )
-                offset += chunk.num_rows
-                yield kept._internal.arrow()
+    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
+        """Batches of exactly ``batch_size`` rows across file and record-batch boundaries."""
+        if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        for table in _rebatch(self._tables(), batch_size, drop_last_batch):
+            yield _dataset(table, self._fmt)[:]
 
-        return self._copy(tables)
+    def state_dict(self) -> dict[str, Any]:
+        """The position reached by the current ``for row in ds`` pass (JSON values); give it to
+        :meth:`load_state_dict` of the same dataset to continue with the next row."""
+        snapshot = {
+            "stream": None if self._stream is None else self._stream.snapshot(),
+            "rows": [] if self._rows is None else [self._rows[0].slice(self._rows[1])],
+        }
+        return {"version": STATE_VERSION, "epoch": self._epoch, **encode_state(snapshot)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next pass starts where ``state`` (from :meth:`state_dict`) stopped."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not an IterableDataset state (version {STATE_VERSION})")
+        self._epoch = int(state["epoch"])
+        decoded = decode_state({"stream": state["stream"], "rows": state["rows"]})
+        self._resume = decoded if decoded["stream"] is not None else None
+
+
+def _rebatch(tables: Iterator[pa.Table], batch_size: int, drop_last: bool) -> Iterator[pa.Table]:
+    pending = _Pending()
+    for table in tables:
+        pending.push(table)
+        while pending.count >= batch_size:
+            yield pending.pop(batch_size)
+    if pending.count and not drop_last:
+        yield pending.pop()
+
+
+def _check_split(index: int, world: int) -> None:
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"the number of shards / world_size must be a positive int, got {world!r}")
+    if not isinstance(index, int) or not 0 <= index < world:
+        raise ValueError(f"index / rank must be an int in [0, {world}), got {index!r}")
+
+
+def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
+    """The part of ``dataset`` that process ``rank`` of ``world_size`` reads.
+
+    For an :class:`IterableDataset`, files or Parquet row groups are dealt out round-robin, so
+    each process opens only its own; with fewer of them than processes, every process reads all
+    and keeps every ``world_size``-th row. A :class:`Dataset` gives a contiguous block of rows.
+
+    >>> from jaxfeed import Dataset, split_dataset_by_node
+    >>> split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"][:]
+    [3, 4]
+    """
+    _check_split(rank, world_size)
+    if isinstance(dataset, Dataset):
+        per, extra = divmod(dataset.num_rows, world_size)
+        lo = rank * per + min(rank, extra)
+        return dataset.select(range(lo, lo + per + (rank < extra)))
+    if not isinstance(dataset, IterableDataset):
+        raise TypeError(
+            f"split_dataset_by_node needs a Dataset or IterableDataset, got {type(dataset).__name__}"
+        )
+    source = copy.copy(dataset._source)
+    if len(source.units) >= world_size:
+        source.units = source.units[rank::world_size]
+    else:
+        if source.stride is not None:
+            world, inner = source.stride
+            source.stride = (world * world_size, inner + world * rank)
+        else:
+            source.stride = (world_size, rank)
+    return dataset._replace(source=source)
 
 
 class IterableDatasetDict(dict):
-    """A dict of named :class:`IterableDataset` splits."""
+    """A dict of named :class:`IterableDataset` splits; methods apply to every split."""
 
-    def map(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
-        return IterableDatasetDict({k: v.map(function, **kwargs) for k, v in self.items()})
-
-    def filter(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
-        return IterableDatasetDict({k: v.filter(function, **kwargs) for k, v in self.items()})
+    def _each(self, method: str, *args: Any, **kwargs: Any) -> IterableDatasetDict:
+        return IterableDatasetDict(
+            {k: getattr(v, method)(*args, **kwargs) for k, v in self.items()}
+        )
 
     def with_format(self, type: str | None = None, **kwargs: Any) -> IterableDatasetDict:
-        return IterableDatasetDict({k: v.with_format(type, **kwargs) for k, v in self.items()})
+        return self._each("with_format", type, **kwargs)
+
+    def map(self, function: Callable | None = None, **kwargs: Any) -> IterableDatasetDict:
+        return self._each("map", function, **kwargs)
+
+    def filter(self, function: Callable, **kwargs: Any) -> IterableDatasetDict:
+        return self._each("filter", function, **kwargs)
+
+    def shuffle(self, seed: int | None = None, buffer_size: int = 1000) -> IterableDatasetDict:
+        return self._each("shuffle", seed=seed, buffer_size=buffer_size)
+
+    def select_columns(self, column_names: str | Sequence[str]) -> IterableDatasetDict:
+        return self._each("select_columns", column_names)
+
+    def remove_columns(self, column_names: str | Sequence[str]) -> IterableDatasetDict:
+        return self._each("remove_columns", column_names)
+
+    def rename_column(self, original: str, new: str) -> IterableDatasetDict:
+        return self._each("rename_column", original, new)

@@ -42,7 +42,9 @@ from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placemen
 from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
+from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
+from jaxfeed.stream_loader import StreamingDataLoader
 from jaxfeed.workers import (
     Cancelled,
     InlineBackend,
@@ -266,6 +268,11 @@ class DataLoader:
     >>> next(iter(DataLoader(ds, batch_size=4, row_transform=jitter)))["x"].dtype
     dtype('float32')
     """
+
+    def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(dataset, IterableDataset):  # streams have their own loader
+            return StreamingDataLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

@@ -702,7 +702,7 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
 
     >>> from jaxfeed import Dataset, concatenate_datasets
     >>> a, b = Dataset.from_dict({"x": [1, 2]}), Dataset.from_dict({"x": [3]})
-    >>> concatenate_datasets([a, b])["x"]
+    >>> concatenate_datasets([a, b])["x"][:]
     [1, 2, 3]
     """
     dsets = list(dsets)

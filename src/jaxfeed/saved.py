@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from jaxfeed import remote
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -143,9 +146,17 @@ def _tmp_folder(path: Path) -> Path:
 def save_dataset(
     ds: Dataset,
     path: str | os.PathLike,
+    storage_options: dict | None = None,
     num_shards: int | None = None,
     max_shard_size: Any = None,
 ) -> None:
+    if remote.is_remote(path):
+        _save_remote(
+            lambda folder: _write_dataset(ds, folder, num_shards, max_shard_size),
+            str(path),
+            storage_options,
+        )
+        return
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
@@ -159,17 +170,53 @@ def save_dataset(
 def save_dataset_dict(
     dsd: DatasetDict,
     path: str | os.PathLike,
+    storage_options: dict | None = None,
     num_shards: dict[str, int] | None = None,
     max_shard_size: Any = None,
 ) -> None:
+    if remote.is_remote(path):
+        _save_remote(
+            lambda folder: _write_dict(dsd, folder, num_shards, max_shard_size),
+            str(path),
+            storage_options,
+        )
+        return
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
-        for name, split in dsd.items():
-            (tmp / name).mkdir()
-            _write_dataset(split, tmp / name, (num_shards or {}).get(name), max_shard_size)
-        _write_json(tmp / "dataset_dict.json", {"splits": list(dsd)})
+        _write_dict(dsd, tmp, num_shards, max_shard_size)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _replace(tmp, path)
+
+
+def _write_dict(
+    dsd: DatasetDict,
+    folder: Path,
+    num_shards: dict[str, int] | None = None,
+    max_shard_size: Any = None,
+) -> None:
+    for name, split in dsd.items():
+        (folder / name).mkdir()
+        _write_dataset(split, folder / name, (num_shards or {}).get(name), max_shard_size)
+    _write_json(folder / "dataset_dict.json", {"splits": list(dsd)})
+
+
+MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # uploaded last, in this order
+
+
+def _save_remote(write: Any, url: str, storage_options: dict | None) -> None:
+    """Write the folder locally, then upload it: data files first, the JSON that points at them
+    last. Each object is replaced atomically, so a crash mid-upload leaves the previous save's
+    ``state.json`` in place (object stores have no atomic folder rename)."""
+    fs, inner = remote.filesystem(url, storage_options)
+    inner = inner.rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="jaxfeed-save-") as tmp:
+        local = Path(tmp)
+        write(local)
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        order = {name: i for i, name in enumerate(MARKERS)}
+        files.sort(key=lambda p: (p.name in order, order.get(p.name, -1), str(p)))
+        for p in files:
+            fs.put_file(str(p), f"{inner}/{p.relative_to(local).as_posix()}")

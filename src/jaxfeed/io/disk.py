@@ -10,6 +10,8 @@ import pyarrow as pa
 
 from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
+from jaxfeed.io.cache import fetch_folder
+from jaxfeed.remote import is_remote
 from jaxfeed.saved import save_dataset, save_dataset_dict
 
 __all__ = ["load_from_disk", "save_dataset", "save_dataset_dict"]
@@ -33,16 +35,23 @@ def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def load_from_disk(path: str | os.PathLike, keep_in_memory: bool = False) -> Dataset | DatasetDict:
+def load_from_disk(
+    path: str | os.PathLike, keep_in_memory: bool = False, storage_options: dict | None = None
+) -> Dataset | DatasetDict:
     """Load a dataset saved with ``save_to_disk`` (by jaxfeed or `datasets`), memory-mapped.
 
     >>> import tempfile
     >>> from jaxfeed import Dataset, load_from_disk
     >>> folder = tempfile.mkdtemp()
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
-    >>> load_from_disk(folder + "/ds")["x"]
+    >>> load_from_disk(folder + "/ds")["x"][:]
     [1, 2, 3]
+
+    A URL (``s3://bucket/ds``...) is copied once into the local cache (``$JAXFEED_CACHE``), then
+    memory-mapped; ``storage_options`` go to fsspec.
     """
+    if is_remote(path):
+        path = fetch_folder(str(path), storage_options)
     path = Path(path)
     _recover(path)
     if (path / "dataset_dict.json").is_file():

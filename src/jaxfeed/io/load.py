@@ -9,11 +9,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features
+from jaxfeed.io.batches import file_batches
 from jaxfeed.io.builtin import BUILTIN, load_builtin
+from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.remote import expand, filesystem, is_remote
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
@@ -30,6 +36,8 @@ def load_dataset(
     cache_dir: str | None = None,
     revision: str | None = None,
     token: str | bool | None = None,
+    keep_in_memory: bool = False,
+    storage_options: dict | None = None,
 ) -> Any:
     """Load a dataset: a ``DatasetDict`` of splits, or one ``Dataset`` when ``split`` is given.
 
@@ -39,6 +47,13 @@ def load_dataset(
     written by ``save_to_disk``), or a Hub repo id such as ``"ylecun/mnist"``. ``split`` may be
     ``"train"``, ``"train+test"``, ``"train[:10%]"`` or ``"test[100:200]"``. With
     ``streaming=True`` an :class:`IterableDataset` reads the files batch by batch.
+
+    Parquet, CSV, JSON and remote files are converted once, batch by batch, into a memory-mapped
+    Arrow file under ``cache_dir`` (default ``$JAXFEED_CACHE`` or ``~/.cache/jaxfeed``), so peak
+    memory does not grow with the data; later loads of unchanged files reuse it. Local Arrow files
+    are memory-mapped in place. ``keep_in_memory=True`` reads the files into RAM instead. Paths
+    may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
+    fsspec (see :mod:`jaxfeed.io.remote`).
 
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
@@ -53,30 +68,59 @@ def load_dataset(
             raise ValueError(f"load_dataset({path!r}) needs data_dir= (the folder of files)")
         splits = load_folder(path, folder, features)
     else:
-        files, fmt = _resolve_files(path, name, data_files, data_dir, cache_dir, revision, token)
+        files, fmt = _resolve_files(
+            path, name, data_files, data_dir, cache_dir, revision, token, storage_options
+        )
         if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
-            from jaxfeed.iterable import IterableDataset
-
-            splits = {k: IterableDataset.from_files(v, fmt, features) for k, v in files.items()}
+            splits = {
+                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
+                for k, v in files.items()
+            }
             return _pick_split(splits, split, streaming=True)
         else:
-            splits = {k: _from_table(read_tables(v, fmt)) for k, v in files.items()}
+            splits = {
+                k: _load_files(v, fmt, features, cache_dir, keep_in_memory, storage_options)
+                for k, v in files.items()
+            }
+            if features is not None:
+                features = None  # applied while converting
     splits = DatasetDict(dict(splits))
     if features is not None and path not in ("imagefolder", "audiofolder"):
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
-        from jaxfeed.iterable import IterableDataset
-
         return _pick_split(
             {k: IterableDataset.from_dataset(v) for k, v in splits.items()}, split, streaming=True
         )
     return _pick_split(splits, split)
 
 
-def _from_table(table: Any) -> Dataset:
-    return Dataset(table)
+def _load_files(
+    files: list[str],
+    fmt: str | None,
+    features: Features | None,
+    cache_dir: str | None,
+    keep_in_memory: bool,
+    storage_options: dict | None,
+) -> Dataset:
+    """One split: in RAM (``keep_in_memory``), memory-mapped in place (local Arrow files), or
+    converted batch by batch into the memory-mapped cache."""
+    if keep_in_memory:
+        if any(is_remote(f) for f in files):
+            table = pa.Table.from_batches(
+                [b for f in files for b in file_batches(f, fmt, storage_options=storage_options)]
+            )
+        else:
+            table = read_tables(files, fmt)
+        return _apply_features(Dataset(table), features)
+    if needs_conversion(files, fmt) or features is not None:
+        return load_cached(files, fmt, cache_dir, features, storage_options)
+    return Dataset(read_tables(files, fmt))
+
+
+def _apply_features(ds: Dataset, features: Features | None) -> Dataset:
+    return ds if features is None else _with_features(ds, Features(features))
 
 
 def _with_features(ds: Dataset, features: Features) -> Dataset:
@@ -93,8 +137,6 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
     if split is None:
         if streaming:
-            from jaxfeed.iterable import IterableDatasetDict
-
             return IterableDatasetDict(splits)
         return DatasetDict(splits)
     parts = []
@@ -144,6 +186,7 @@ def _resolve_files(
     cache_dir: str | None,
     revision: str | None,
     token: str | bool | None,
+    storage_options: dict | None = None,
 ) -> tuple[Any, str | None]:
     """``({split: [files]}, format)``, or a loaded dataset for a ``save_to_disk`` folder."""
     if path in PACKAGED:
@@ -151,10 +194,16 @@ def _resolve_files(
             raise ValueError(
                 f"load_dataset({path!r}) needs data_files= (a path, a list, or {{split: paths}})"
             )
+        if data_dir is not None and is_remote(data_dir):
+            if data_files is None:
+                return _remote_layout(data_dir, storage_options), PACKAGED[path]
+            return _expand(data_files, data_dir, storage_options), PACKAGED[path]
         base = Path(data_dir) if data_dir else Path.cwd()
         if data_files is None:
             return _layout(base, None), PACKAGED[path]
-        return _expand(data_files, base), PACKAGED[path]
+        return _expand(data_files, base, storage_options), PACKAGED[path]
+    if is_remote(path):
+        return _remote(path, data_files, data_dir, storage_options)
     local = Path(path)
     if local.is_file():
         if data_files is not None:
@@ -248,7 +297,48 @@ def _choose_config(configs: list[dict], name: str | None) -> dict:
     )
 
 
-def _expand(data_files: DataFiles, base: Path) -> dict[str, list[str]]:
+def _remote(
+    url: str, data_files: DataFiles | None, data_dir: str | None, storage_options: dict | None
+) -> tuple[Any, str | None]:
+    """A remote file, a remote ``save_to_disk`` folder, or a remote folder of data files."""
+    from jaxfeed.io.disk import load_from_disk
+
+    fs, inner = filesystem(url, storage_options)
+    if fs.isfile(inner):
+        if data_files is not None:
+            raise ValueError("give either a file as path or data_files=, not both")
+        return {"train": [url]}, file_format(url)
+    if not fs.isdir(inner):
+        raise FileNotFoundError(f"cannot find dataset {url!r}: no such remote file or folder")
+    if fs.isfile(f"{inner}/state.json") or fs.isfile(f"{inner}/dataset_dict.json"):
+        return load_from_disk(url, storage_options=storage_options), None
+    base = url.rstrip("/") + ("/" + data_dir.strip("/") if data_dir else "")
+    if data_files is not None:
+        return _expand(data_files, base, storage_options), None
+    return _remote_layout(base, storage_options), None
+
+
+def _remote_layout(base: str, storage_options: dict | None) -> dict[str, list[str]]:
+    prefix = base.rstrip("/") + "/"
+    files = [f for f in expand(base, storage_options) if file_format(f)]
+    if not files:
+        raise FileNotFoundError(f"no Parquet, CSV, JSON or Arrow files under {base}")
+    return _assign_splits([(f[len(prefix) :] if f.startswith(prefix) else f, f) for f in files])
+
+
+def _assign_splits(files: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """``{split: [full paths]}`` from ``(relative path, full path)`` pairs, by the names in paths."""
+    splits: dict[str, list[str]] = {}
+    for rel, full in files:
+        m = SPLIT_IN_NAME.search(rel.lower())
+        key = _ALIASES.get(m.group(1), m.group(1)) if m else "train"
+        splits.setdefault(key, []).append(full)
+    return splits
+
+
+def _expand(
+    data_files: DataFiles, base: Path | str, storage_options: dict | None = None
+) -> dict[str, list[str]]:
     if isinstance(data_files, str | os.PathLike):
         data_files = {"train": [data_files]}
     elif not isinstance(data_files, Mapping):
@@ -258,6 +348,17 @@ def _expand(data_files: DataFiles, base: Path) -> dict[str, list[str]]:
         patterns = [patterns] if isinstance(patterns, str | os.PathLike) else list(patterns)
         files: list[str] = []
         for pattern in patterns:
+            if is_remote(str(pattern)) or isinstance(base, str):
+                url = str(pattern)
+                if not is_remote(url):
+                    url = f"{str(base).rstrip('/')}/{url.lstrip('/')}"
+                matches = expand(url, storage_options)
+                if not matches:
+                    raise FileNotFoundError(
+                        f"data_files for split {split!r}: nothing matches {url!r}"
+                    )
+                files += matches
+                continue
             full = Path(pattern) if Path(pattern).is_absolute() else base / pattern
             matches = sorted(glob.glob(str(full), recursive=True))
             if not matches:
@@ -285,10 +386,4 @@ def _layout(base: Path, root: Path | None) -> dict[str, list[str]]:
     )  # fmt: skip
     if not files:
         raise FileNotFoundError(f"no Parquet, CSV, JSON or Arrow files under {base}")
-    splits: dict[str, list[str]] = {}
-    for f in files:
-        rel = str(f.relative_to(base)).lower()
-        m = SPLIT_IN_NAME.search(rel)
-        key = _ALIASES.get(m.group(1), m.group(1)) if m else "train"
-        splits.setdefault(key, []).append(str(f))
-    return splits
+    return _assign_splits([(str(f.relative_to(base)), str(f)) for f in files])

@@ -1,0 +1,356 @@
+"""`StreamingDataLoader`: ``jax.Array`` batches from an :class:`~jaxfeed.IterableDataset`.
+
+``DataLoader(iterable_dataset, batch_size, ...)`` builds one of these. A background thread reads
+the stream (Arrow tables of a few MB), cuts exact batches, converts them to numpy without per-row
+Python work, applies the optional ``transform`` and moves each batch to its device or sharding in
+one call, ``prefetch`` batches ahead. In multi-process JAX with a sharding that spans processes,
+each process reads only its own files / row groups (:func:`jaxfeed.split_dataset_by_node`) and
+loads only its block of every global batch.
+
+``state_dict()`` records the stream's position after the last batch *handed out* (prefetched
+batches are not counted): the source's file and row, each step's counters, and the rows held in
+shuffle buffers and partial batches (as Arrow IPC, base64). ``load_state_dict`` continues with
+exactly the batches an uninterrupted run would have produced.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.dataset import Dataset
+from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
+from jaxfeed.features import Features
+from jaxfeed.formatting import to_host
+from jaxfeed.iterable import (
+    IterableDataset,
+    Stream,
+    _Pending,
+    decode_state,
+    encode_state,
+    split_dataset_by_node,
+)
+
+STATE_VERSION = 1
+_CANONICAL = {
+    np.dtype(t) for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")
+}
+_END = object()
+
+
+class StreamingDataLoader:
+    """Batches of a stream on the device, prefetched, resumable.
+
+    Made by :class:`jaxfeed.DataLoader` when given an :class:`~jaxfeed.IterableDataset` (same
+    arguments). ``shuffle=True`` adds ``dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)``;
+    every new iteration is a new epoch (``set_epoch`` reseeds the shuffle). A stream has no
+    length, so there is no ``len()``.
+
+    >>> import numpy as np
+    >>> from jaxfeed import DataLoader, Dataset, IterableDataset
+    >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": np.arange(10)}))
+    >>> loader = DataLoader(ids, batch_size=4)
+    >>> [b["x"].tolist() for b in loader]
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(
+        self,
+        dataset: IterableDataset,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        columns: Sequence[str] | None = None,
+        transform: Callable | None = None,
+        prefetch: int = 2,
+        device: Any = None,
+        sharding: Any = None,
+        num_workers: int = 0,
+        worker_mode: str = "process",
+        shuffle_buffer: int = 10_000,
+    ) -> None:
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError(f"expected an IterableDataset, got {type(dataset).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if num_workers:
+            raise ValueError(
+                "num_workers is not supported for streams: media columns decode in the prefetch "
+                "thread; use dataset.map(..., batched=True) for heavy per-row work"
+            )
+        if device is not None and sharding is not None:
+            raise ValueError("give device= or sharding=, not both")
+        self.batch_size = batch_size
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.transform = transform
+        self.prefetch = prefetch
+        self.placement: Placement = sharding if sharding is not None else resolve_placement(device)
+        if sharding is not None and batch_size % batch_divisor(sharding):
+            raise ValueError(
+                f"batch_size {batch_size} cannot be split over the {batch_divisor(sharding)} "
+                f"devices of the sharding; use a multiple of {batch_divisor(sharding)}"
+            )
+        if columns is not None:
+            dataset = dataset.select_columns(list(columns))
+        if shuffle:
+            dataset = dataset.shuffle(seed=self.seed, buffer_size=shuffle_buffer)
+        self.local = _local_block(self.placement, batch_size)
+        if self.local is not None:  # this process loads its block from its own files
+            import jax
+
+            dataset = split_dataset_by_node(dataset, jax.process_index(), jax.process_count())
+        self.rows_per_batch = batch_size if self.local is None else self.local
+        self.dataset = dataset
+        self._transform_rng = transform is not None and _takes_rng(transform)
+        self._epoch = 0
+        self._position = 0  # batches of this epoch handed out
+        self._snapshot: dict | None = None  # stream position after the last batch handed out
+        self._iterator: _Iterator | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the beginning of ``epoch`` (a new shuffle)."""
+        self._close()
+        self._epoch, self._position, self._snapshot = int(epoch), 0, None
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON values: the epoch, batches handed out, and the stream's exact position."""
+        return {
+            "version": STATE_VERSION,
+            "kind": "stream",
+            "epoch": self._epoch,
+            "batches_consumed": self._position,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "drop_last": self.drop_last,
+            "stream": None if self._snapshot is None else encode_state(self._snapshot),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next iteration continues exactly after the last batch recorded in ``state``."""
+        if not isinstance(state, dict) or state.get("kind") != "stream":
+            raise ValueError(
+                "not a streaming DataLoader state (from StreamingDataLoader.state_dict)"
+            )
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported streaming loader state version {state.get('version')}")
+        for key in ("batch_size", "seed", "drop_last"):
+            if state.get(key) != getattr(self, key):
+                raise ValueError(
+                    f"the saved loader state does not match this loader: {key} is "
+                    f"{state.get(key)!r} in the state but {getattr(self, key)!r} here"
+                )
+        self._close()
+        self._epoch, self._position = int(state["epoch"]), int(state["batches_consumed"])
+        self._snapshot = None if state["stream"] is None else decode_state(state["stream"])
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._close()
+        if self._snapshot is not None and self._snapshot["last"]:  # the epoch was read to its end
+            self._epoch, self._position, self._snapshot = self._epoch + 1, 0, None
+        self._iterator = _Iterator(self, self._snapshot, self._epoch, self._position)
+        return self._iterator
+
+    def _batches(self, resume: dict | None, epoch: int) -> Iterator[tuple[pa.Table, dict]]:
+        """``(table of one batch, stream position after it)`` for one epoch; the position of
+        the epoch's final batch says ``last`` (one batch is held back to know it)."""
+        ds = self.dataset
+        ds.set_epoch(epoch)
+        stream = Stream(ds, resume["stream"] if resume else None)
+        pending = _Pending(resume["pending"] if resume else None)
+        size = self.rows_per_batch
+        held: tuple[pa.Table, dict] | None = None
+        for table in itertools.chain([pa.table({})], stream):  # first the rows left pending
+            pending.push(table)
+            while pending.count >= size:
+                batch = pending.pop(size)
+                position = {"stream": stream.snapshot(), "pending": pending.snapshot()}
+                if held is not None:
+                    yield held
+                held = (batch, {**position, "last": False})
+        if pending.count and not self.drop_last:
+            if held is not None:
+                yield held
+            held = (pending.pop(), {"stream": stream.snapshot(), "pending": []})
+        if held is not None:
+            yield held[0], {**held[1], "last": True}
+
+    def _to_device(
+        self, table: pa.Table, features: Features, epoch: int, step: int
+    ) -> dict[str, Any]:
+        ds = Dataset(table, features)
+        reader = ds._internal.reader
+        batch = {c: reader.numpy(c, slice(0, table.num_rows)) for c in table.column_names}
+        if self.transform is not None:
+            if self._transform_rng:
+                rng = np.random.default_rng([self.seed, epoch, step])
+                batch = self.transform(batch, rng)
+            else:
+                batch = self.transform(batch)
+            if not isinstance(batch, dict):
+                raise TypeError(
+                    f"transform must return a dict of columns, got {type(batch).__name__}"
+                )
+        host = {
+            k: v
+            if type(v) is np.ndarray and v.dtype in _CANONICAL
+            else to_host(v, k, int, None, keep_ints=True)
+            for k, v in batch.items()
+        }
+        return put_tree(host, self.placement, batched=True)
+
+    def _close(self) -> None:
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        self._close()
+
+    def __enter__(self) -> StreamingDataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:  # noqa: SIM105 - at interpreter shutdown anything may be gone
+            self._close()
+        except Exception:
+            pass
+
+
+def _takes_rng(fn: Callable) -> bool:
+    """Whether ``transform`` takes ``(batch, rng)`` (the map-style loader's rule)."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _local_block(placement: Placement, rows: int) -> int | None:
+    """In multi-process JAX with a sharding over processes: rows of a batch this process loads."""
+    import jax
+
+    if (
+        jax.process_count() == 1
+        or isinstance(placement, jax.Device)
+        or placement.is_fully_addressable
+    ):
+        return None
+    indices = placement.addressable_devices_indices_map((rows,)).values()
+    blocks = {(i[0].start or 0, rows if i[0].stop is None else i[0].stop) for i in indices}
+    return sum(hi - lo for lo, hi in blocks)
+
+
+class _Iterator:
+    """One epoch: batches built ``prefetch`` ahead in a thread, each with its stream position."""
+
+    def __init__(
+        self, loader: StreamingDataLoader, resume: dict | None, epoch: int, step: int
+    ) -> None:
+        self.loader = loader
+        self.resume = resume
+        self.epoch = epoch
+        self.step = step
+        self.features: dict[bytes, Features] = {}
+        self.stop = threading.Event()
+        self.done = False
+        self.queue: queue.Queue | None = None
+        self.thread: threading.Thread | None = None
+        self.inline: Iterator | None = None
+        if loader.prefetch > 0:
+            self.queue = queue.Queue(maxsize=loader.prefetch)
+            self.thread = threading.Thread(target=self._run, name="jaxfeed-stream", daemon=True)
+            self.thread.start()
+        else:
+            self.inline = self._produce()
+
+    def _produce(self) -> Iterator[tuple[dict, dict]]:
+        step = self.step
+        for table, position in self.loader._batches(self.resume, self.epoch):
+            features = self._features(table.schema)
+            yield self.loader._to_device(table, features, self.epoch, step), position
+            step += 1
+
+    def _features(self, schema: pa.Schema) -> Features:
+        key = schema.to_string(show_schema_metadata=True).encode()
+        if key not in self.features:
+            self.features[key] = Features.from_arrow_schema(schema)
+        return self.features[key]
+
+    def _run(self) -> None:
+        try:
+            for item in self._produce():
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except BaseException as err:
+            self._put(err)
+
+    def _put(self, item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> _Iterator:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self.done:
+            raise StopIteration
+        item = next(self.inline, _END) if self.inline is not None else self.queue.get()
+        if item is _END:
+            self.done = True
+            self.close()
+            loader = self.loader
+            if loader._snapshot is None or not loader._snapshot["last"]:  # an empty epoch
+                loader._snapshot = {"stream": None, "pending": [], "last": True}
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.done = True
+            self.close()
+            raise item
+        batch, position = item
+        loader = self.loader
+        loader._position += 1
+        loader._snapshot = position
+        return batch
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            while self.queue is not None and not self.queue.empty():
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            self.thread.join(timeout=30)
+            self.thread = None
