@@ -362,3 +362,28 @@ def test_features_of_files_written_by_either_library_are_read_by_the_other(tmp_p
         str(tmp_path / "jf.parquet"), cache_dir=str(tmp_path / "c")
     )
     assert again.features == hf.features
+
+
+def test_imagefolder_with_metadata_csv_joins_the_metadata(tmp_path):
+    import PIL.Image
+
+    (tmp_path / "train").mkdir()
+    for i in range(3):
+        PIL.Image.fromarray(np.full((2, 2, 3), i * 40, np.uint8)).save(
+            tmp_path / "train" / f"{i}.png"
+        )
+    (tmp_path / "train" / "metadata.csv").write_text(
+        "file_name,caption,score\n2.png,c,3\n0.png,a,1\n1.png,b,2\n"
+    )
+
+    def snippet(lib):
+        kwargs = {"cache_dir": str(tmp_path / "cache")} if lib is datasets else {}
+        dd = lib.load_dataset("imagefolder", data_dir=str(tmp_path), **kwargs)
+        rows = sorted(dd["train"], key=lambda r: r["caption"])
+        return (
+            list(dd),
+            dd["train"].column_names,
+            [(r["caption"], r["score"], r["image"]) for r in rows],
+        )
+
+    same(snippet)
