@@ -39,7 +39,11 @@ def test_train_writes_the_run_folder(run_dir):
     with PIL.Image.open(out / "curves.png") as image:
         assert image.format == "PNG" and image.size[0] >= 800 and image.size[1] >= 300
     assert (out / "curves.png").stat().st_size > 20_000
-    assert sorted(p.name for p in (out / "model").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (out / "model").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "model.stablehlo",
+    ]
     assert [p.name for p in (out / "checkpoints").iterdir() if p.name.isdigit()]
 
 

@@ -8,6 +8,7 @@
 
 from jaxfeed.column import Column
 from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.export import export, load_exported
 from jaxfeed.features import (
     Array2D,
     Array3D,
@@ -64,8 +65,10 @@ __all__ = [
     "Value",
     "__version__",
     "concatenate_datasets",
+    "export",
     "interleave_datasets",
     "load_dataset",
+    "load_exported",
     "load_from_disk",
     "plot_history",
     "split_dataset_by_node",

@@ -252,6 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"model {args.model} ({args.api}), {args.epochs} epochs, batch {args.batch_size}, AdamW lr {args.lr}, on {where}; run folder {out}"
     )
     trainer = build_trainer(config, out, verbose=1)
+    trainer.resume_hint = f"jaxfeed train --out {out} --resume (and the same flags)"
     train_loader, eval_loader = _loaders(train, test, args)
     start = time.perf_counter()
     try:
@@ -346,12 +347,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(" " * width + "".join(f"{n[: width - 1]:>{width}}" for n in labels))
     for name, row in zip(labels, matrix, strict=True):
         print(f"{name[: width - 1]:>{width}}" + "".join(f"{v:>{width}}" for v in row))
-    path = plot_confusion(
-        matrix,
-        labels,
-        run / f"confusion-{split}.png",
-        f"{run.name}: {split}, accuracy {result['accuracy']:.4f}",
-    )
+    try:
+        path = plot_confusion(
+            matrix,
+            labels,
+            run / f"confusion-{split}.png",
+            f"{run.name}: {split}, accuracy {result['accuracy']:.4f}",
+        )
+    except OSError as err:  # a read-only run folder: the report above is the result
+        print(f"\nnot writing the confusion matrix PNG into {run}: {err.strerror or err}")
+        return 0
     print(f"\nwrote {path}")
     return 0
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
@@ -50,6 +51,7 @@ class Unit:
     path: str | None = None
     row_groups: tuple[int, ...] | None = None
     rows: tuple[int, int] | None = None
+    generator: bool = False
 
 
 @dataclass
@@ -60,11 +62,19 @@ class Source:
     fmt: str | None = None
     storage_options: dict | None = None
     dataset: Dataset | None = None
+    generator: tuple[Callable, dict, Features | None] | None = None  # from_generator
     features: Features | None = None  # cast every table to these (load_dataset(features=))
     columns: list[str] | None = None  # read only these (pushed down to Parquet)
     stride: tuple[int, int] | None = None  # (world_size, rank): keep every world_size-th row
     shuffle_seed: int | None = None  # shuffle the unit order every epoch (shuffle())
     shuffled: bool = False
+    footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
+
+    def footer(self, path: str) -> pq.FileMetaData:
+        if path not in self.footers:
+            with parquet_file(path, self.storage_options) as f:
+                self.footers[path] = f.metadata
+        return self.footers[path]
 
     def order(self, epoch: int) -> list[Unit]:
         if not self.shuffled or len(self.units) < 2:
@@ -74,6 +84,9 @@ class Source:
 
     def read(self, unit: Unit, skip: int) -> Iterator[pa.Table]:
         """The unit's rows after its first ``skip`` rows, as tables of a few MB."""
+        if unit.generator:
+            yield from self._generated(skip)
+            return
         if unit.rows is not None:
             start, stop = unit.rows
             ds = self.dataset
@@ -82,7 +95,8 @@ class Source:
                 yield table.replace_schema_metadata(ds.features.arrow_schema.metadata)
             return
         row_groups = unit.row_groups
-        if skip and (self.fmt or file_format(unit.path)) == "parquet":
+        parquet = (self.fmt or file_format(unit.path)) == "parquet"
+        if skip and parquet:
             row_groups, skip = self._skip_row_groups(unit, skip)
         for batch in file_batches(
             unit.path,
@@ -90,6 +104,7 @@ class Source:
             columns=self.columns,
             row_groups=row_groups,
             storage_options=self.storage_options,
+            metadata=self.footer(unit.path) if parquet else None,
         ):
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
@@ -98,16 +113,31 @@ class Source:
             skip = 0
             yield self._cast(table, unit.path)
 
+    def _generated(self, skip: int) -> Iterator[pa.Table]:
+        """A generator cannot seek: it is run again and its first ``skip`` rows are dropped."""
+        function, kwargs, features = self.generator
+        rows: list[dict] = []
+        for i, row in enumerate(function(**kwargs)):
+            if i < skip:
+                continue
+            rows.append(row)
+            if len(rows) >= READ_ROWS:
+                chunk = Dataset.from_list(rows, features=features)
+                features = chunk.features
+                yield chunk.data
+                rows = []
+        if rows:
+            yield Dataset.from_list(rows, features=features).data
+
     def _skip_row_groups(self, unit: Unit, skip: int) -> tuple[list[int], int]:
-        with parquet_file(unit.path, self.storage_options) as f:
-            meta = f.metadata
-            groups = (
-                list(unit.row_groups)
-                if unit.row_groups is not None
-                else list(range(meta.num_row_groups))
-            )
-            while groups and meta.row_group(groups[0]).num_rows <= skip:
-                skip -= meta.row_group(groups.pop(0)).num_rows
+        meta = self.footer(unit.path)
+        groups = (
+            list(unit.row_groups)
+            if unit.row_groups is not None
+            else list(range(meta.num_row_groups))
+        )
+        while groups and meta.row_group(groups[0]).num_rows <= skip:
+            skip -= meta.row_group(groups.pop(0)).num_rows
         return groups, skip
 
     def _cast(self, table: pa.Table, path: str) -> pa.Table:
@@ -534,18 +564,19 @@ class IterableDataset:
         """
         files = [str(f) for f in files]
         features = None if features is None else Features(features)
-        units: list[Unit] = []
+        source = Source([], fmt, storage_options, features=features)
         for f in files:
             if split_row_groups and (fmt or file_format(f)) == "parquet":
-                with parquet_file(f, storage_options) as pf:
-                    n = pf.metadata.num_row_groups
-                units += [Unit(path=f, row_groups=(g,)) for g in range(n)]
+                n = source.footer(f).num_row_groups
+                source.units += [Unit(path=f, row_groups=(g,)) for g in range(n)]
             else:
-                units.append(Unit(path=f))
-        source = Source(units, fmt, storage_options, features=features)
+                source.units.append(Unit(path=f))
         if features is None and files and (fmt or file_format(files[0])) in ("parquet", "arrow"):
             # The schema is in the footer (Parquet) or memory-mapped (Arrow): known without rows.
-            schema = file_schema(files[0], fmt, storage_options)
+            if (fmt or file_format(files[0])) == "parquet":
+                schema = source.footer(files[0]).schema.to_arrow_schema()
+            else:
+                schema = file_schema(files[0], fmt, storage_options)
             known = Features.from_arrow_schema(schema)
         else:
             known = features
@@ -560,6 +591,28 @@ class IterableDataset:
         ]
         return cls(Source(units, dataset=ds), features=ds.features)
 
+    @classmethod
+    def from_generator(
+        cls,
+        generator: Callable[..., Iterator[dict]],
+        features: Features | None = None,
+        gen_kwargs: dict | None = None,
+    ) -> IterableDataset:
+        """Rows from a generator function, read lazily in chunks of 10,000 rows (a resumed
+        stream runs the generator again and skips the rows already read).
+
+        >>> from jaxfeed import IterableDataset
+        >>> def rows():
+        ...     yield from ({"x": i} for i in range(3))
+        >>> [r["x"] for r in IterableDataset.from_generator(rows)]
+        [0, 1, 2]
+        """
+        features = None if features is None else Features(features)
+        source = Source(
+            [Unit(generator=True)], generator=(generator, dict(gen_kwargs or {}), features)
+        )
+        return cls(source, features=features)
+
     def _replace(self, **changes: Any) -> IterableDataset:
         out = IterableDataset(
             changes.get("source", self._source),
@@ -569,23 +622,6 @@ class IterableDataset:
         )
         out._epoch = self._epoch
         return out
-
-    @classmethod
-    def from_generator(
-        cls,
-        generator: Callable[..., Iterator[dict]],
-        features: Features | None = None,
-        gen_kwargs: dict | None = None,
-    ) -> IterableDataset:
-        """Rows from a generator function (read into an Arrow table first, then streamed).
-
-        >>> from jaxfeed import IterableDataset
-        >>> def rows():
-        ...     yield from ({"x": i} for i in range(3))
-        >>> [r["x"] for r in IterableDataset.from_generator(rows)]
-        [0, 1, 2]
-        """
-        return cls.from_dataset(Dataset.from_generator(generator, features, gen_kwargs))
 
     def _then(self, step: _Step, features: Features | None = None) -> IterableDataset:
         return self._replace(steps=(*self._steps, step), features=features)
@@ -865,7 +901,7 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
     and keeps every ``world_size``-th row. A :class:`Dataset` gives a contiguous block of rows.
 
     >>> from jaxfeed import Dataset, split_dataset_by_node
-    >>> split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"][:]
+    >>> list(split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"])
     [3, 4]
     """
     _check_split(rank, world_size)

@@ -15,7 +15,6 @@ exactly the batches an uninterrupted run would have produced.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import queue
 import threading
@@ -37,6 +36,7 @@ from jaxfeed.iterable import (
     encode_state,
     split_dataset_by_node,
 )
+from jaxfeed.workers import takes_rng
 
 STATE_VERSION = 1
 _CANONICAL = {
@@ -77,7 +77,14 @@ class StreamingDataLoader:
         num_workers: int = 0,
         worker_mode: str = "process",
         shuffle_buffer: int = 10_000,
+        **unsupported: Any,
     ) -> None:
+        given = sorted(k for k, v in unsupported.items() if v is not None)
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} not supported for streams; transform= takes the whole numpy "
+                "batch, and dataset.map(...) runs per-row work while the stream is read"
+            )
         if not isinstance(dataset, IterableDataset):
             raise TypeError(f"expected an IterableDataset, got {type(dataset).__name__}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -113,7 +120,7 @@ class StreamingDataLoader:
             dataset = split_dataset_by_node(dataset, jax.process_index(), jax.process_count())
         self.rows_per_batch = batch_size if self.local is None else self.local
         self.dataset = dataset
-        self._transform_rng = transform is not None and _takes_rng(transform)
+        self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of this epoch handed out
         self._snapshot: dict | None = None  # stream position after the last batch handed out
@@ -236,19 +243,6 @@ class StreamingDataLoader:
             self._close()
         except Exception:
             pass
-
-
-def _takes_rng(fn: Callable) -> bool:
-    """Whether ``transform`` takes ``(batch, rng)`` (the map-style loader's rule)."""
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        ]
-    except (TypeError, ValueError):
-        return False
-    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 def _local_block(placement: Placement, rows: int) -> int | None:

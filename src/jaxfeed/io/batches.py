@@ -27,7 +27,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from jaxfeed import remote
-from jaxfeed.io.files import file_format, read_table
+from jaxfeed.io.files import check_batch, file_format, read_table
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
 READ_BUFFER = 1 << 20  # Parquet read buffer (pre_buffer=False)
@@ -55,18 +55,23 @@ def open_input(path: str, storage_options: dict | None = None) -> Iterator[pa.Na
 
 
 @contextmanager
-def parquet_file(path: str, storage_options: dict | None = None) -> Iterator[pq.ParquetFile]:
-    """A ``ParquetFile`` that reads lazily: locally with a small buffer, remotely by range requests."""
+def parquet_file(
+    path: str, storage_options: dict | None = None, metadata: pq.FileMetaData | None = None
+) -> Iterator[pq.ParquetFile]:
+    """A ``ParquetFile`` that reads lazily: locally with a small buffer, remotely by range
+    requests. ``metadata`` (the footer, read before) saves reading it again."""
     if remote.is_remote(path):
         fs, inner = remote.filesystem(path, storage_options)
         # No read-ahead cache: pyarrow asks for exactly the footer and the column chunks it needs,
         # and pre-buffering coalesces those ranges into few requests.
         with fs.open(inner, "rb", cache_type="none") as f:
-            yield _open_parquet(path, f, pre_buffer=True)
+            yield _open_parquet(path, f, pre_buffer=True, metadata=metadata)
         return
     if not Path(path).is_file():
         raise FileNotFoundError(f"no such data file: {path}")
-    with _open_parquet(path, path, pre_buffer=False, buffer_size=READ_BUFFER) as f:
+    with _open_parquet(
+        path, path, pre_buffer=False, buffer_size=READ_BUFFER, metadata=metadata
+    ) as f:
         yield f
 
 
@@ -112,6 +117,7 @@ def file_batches(
     row_groups: Sequence[int] | None = None,
     batch_bytes: int | None = None,
     storage_options: dict | None = None,
+    metadata: pq.FileMetaData | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of one file in order, each about ``batch_bytes`` bytes (default
     ``BATCH_BYTES``), with the schema's metadata (features) of the file. ``columns`` and
@@ -121,7 +127,10 @@ def file_batches(
     fmt = fmt or file_format(path)
     try:
         if fmt == "parquet":
-            yield from _parquet(path, columns, row_groups, batch_bytes, storage_options)
+            for batch in _parquet(
+                path, columns, row_groups, batch_bytes, storage_options, metadata
+            ):
+                yield check_batch(batch, path, fmt)
             return
         if row_groups is not None:
             raise ValueError(f"row_groups= applies to Parquet files only, not {path}")
@@ -136,9 +145,15 @@ def file_batches(
                 f"cannot tell the format of {path}; name it (load_dataset('csv', data_files=...))"
             )
         for batch in batches:
-            yield batch.select(list(columns)) if columns is not None else batch
+            yield check_batch(
+                batch.select(list(columns)) if columns is not None else batch, path, fmt
+            )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
+    except OSError as err:  # Parquet page and thrift errors arrive as OSError: name the file
+        if isinstance(err, FileNotFoundError) or str(path) in str(err):
+            raise
+        raise OSError(f"cannot read {fmt} file {path}: {' '.join(str(err).split())}") from err
 
 
 def _parquet(
@@ -147,8 +162,9 @@ def _parquet(
     row_groups: Sequence[int] | None,
     batch_bytes: int,
     storage_options: dict | None,
+    metadata: pq.FileMetaData | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    with parquet_file(path, storage_options) as f:
+    with parquet_file(path, storage_options, metadata) as f:
         schema = f.schema_arrow
         if columns is not None:
             missing = [c for c in columns if c not in schema.names]

@@ -109,7 +109,7 @@ def load_cached(
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> folder = tempfile.mkdtemp()
     >>> pq.write_table(pa.table({"x": [1, 2, 3]}), folder + "/t.parquet")
-    >>> load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache")["x"][:]
+    >>> list(load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache")["x"])
     [1, 2, 3]
     """
     files = [str(f) for f in files]

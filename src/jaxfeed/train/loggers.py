@@ -5,7 +5,7 @@ global optimizer step) and ``close()``; see :class:`Logger`. ``Trainer(loggers=.
 objects or the name ``"tensorboard"``. The trainer sends three kinds of rows, with these tags:
 
 * every ``log_every`` steps: ``train/loss``, ``train/accuracy`` (and any other metric),
-  ``train/learning_rate`` (when the optimizer exposes it, see :func:`learning_rate`) and
+  ``train/learning_rate`` (when the optimizer is wrapped in ``optax.inject_hyperparams``) and
   ``perf/rows_per_second``, averaged since the previous row;
 * after each evaluation: ``eval/loss``, ``eval/accuracy``;
 * after each epoch: ``epoch/train_loss``, ``epoch/train_accuracy``, ``epoch/rows_per_second``,
@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import jax
 import numpy as np
 
 from jaxfeed.files import atomic_write
@@ -129,22 +128,6 @@ def scalars(row: Mapping[str, Any], kind: str) -> dict[str, float]:
             tag = f"perf/{key}"
         out[tag] = float(value)
     return out
-
-
-def learning_rate(state: Any) -> jax.Array | None:
-    """The learning rate an optimizer state exposes: a ``learning_rate`` hyperparameter of
-    ``optax.inject_hyperparams`` (wrap a schedule in it to have it logged), else None.
-
-    >>> import optax, jax.numpy as jnp
-    >>> tx = optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(1.0, 0.0, 10))
-    >>> float(learning_rate(tx.init({"w": jnp.zeros(2)})))
-    1.0
-    """
-    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        names = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
-        if "hyperparams" in names and names[-1] == "learning_rate":
-            return leaf
-    return None
 
 
 class MetricsFile:
