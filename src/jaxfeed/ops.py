@@ -833,10 +833,11 @@ def sort(
             f"null_placement '{null_placement}' is an invalid parameter value. Must be either "
             "'last', 'at_end', 'first' or 'at_start'."
         )
-    keys = [(n, "descending" if r else "ascending") for n, r in zip(names, reverse, strict=True)]
-    order = pc.sort_indices(
-        ds._internal.arrow(columns=names), sort_keys=keys, null_placement=placement
-    )
+    keys = [
+        (n, "descending" if r else "ascending", placement)
+        for n, r in zip(names, reverse, strict=True)
+    ]
+    order = pc.sort_indices(ds._internal.arrow(columns=names), sort_keys=keys)
     return select(ds, order.to_numpy(zero_copy_only=False))
 
 
