@@ -348,7 +348,7 @@ def map(
         )
         if out is not None:
             return out
-        return remove_columns_(ds, remove) if remove else ds
+        return ds  # only side effects: unchanged, remove_columns unused (as below, and there)
     function = function if function is not None else (lambda *args: None)
     directory = None if keep_in_memory else ds._internal.cache_dir
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
