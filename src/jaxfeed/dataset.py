@@ -625,7 +625,7 @@ class Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"]
+        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
         return ops.select(self, indices)
@@ -660,7 +660,7 @@ class Dataset:
         ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
+        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
@@ -759,7 +759,7 @@ class Dataset:
 
         >>> from jaxfeed import ClassLabel, Dataset
         >>> ds = Dataset.from_dict({"y": ["cat", "dog"]})
-        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"]
+        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"][:]
         [0, 1]
         """
         return ops.cast_column(self, column, feature)
@@ -784,7 +784,7 @@ class Dataset:
         >>> from jaxfeed import Dataset
         >>> def rows():
         ...     yield from ({"x": i} for i in range(3))
-        >>> Dataset.from_generator(rows)["x"]
+        >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
         return ops.from_generator(generator, features, gen_kwargs)
