@@ -347,12 +347,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(" " * width + "".join(f"{n[: width - 1]:>{width}}" for n in labels))
     for name, row in zip(labels, matrix, strict=True):
         print(f"{name[: width - 1]:>{width}}" + "".join(f"{v:>{width}}" for v in row))
-    path = plot_confusion(
-        matrix,
-        labels,
-        run / f"confusion-{split}.png",
-        f"{run.name}: {split}, accuracy {result['accuracy']:.4f}",
-    )
+    try:
+        path = plot_confusion(
+            matrix,
+            labels,
+            run / f"confusion-{split}.png",
+            f"{run.name}: {split}, accuracy {result['accuracy']:.4f}",
+        )
+    except OSError as err:  # a read-only run folder: the report above is the result
+        print(f"\nnot writing the confusion matrix PNG into {run}: {err.strerror or err}")
+        return 0
     print(f"\nwrote {path}")
     return 0
 

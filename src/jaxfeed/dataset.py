@@ -651,15 +651,18 @@ class Dataset:
         batched: bool = False,
         batch_size: int | None = 1000,
         fn_kwargs: dict | None = None,
+        num_proc: int | None = None,
     ) -> Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
+
+        ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
         [2, 4]
         """
         return ops.filter(
-            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs
+            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs, num_proc
         )
 
     def map(
@@ -681,6 +684,7 @@ class Dataset:
         new_fingerprint: str | None = None,
         desc: str | None = None,
         try_original_type: bool | None = True,
+        num_proc: int | None = None,
     ) -> Dataset:
         """Apply ``function`` to every row (or batch) and add or replace the columns it returns.
 
@@ -700,7 +704,8 @@ class Dataset:
         ``keep_in_memory=True`` keeps the output in memory; ``cache_file_name`` names the Arrow
         file it is written to. ``load_from_cache_file``, ``writer_batch_size``, ``desc`` and
         ``new_fingerprint`` are accepted for compatibility: jaxfeed has no fingerprint cache,
-        so ``map`` always runs the function.
+        so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
+        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`).
         """
         return ops.map(
             self,
@@ -716,6 +721,7 @@ class Dataset:
             features=features,
             fn_kwargs=fn_kwargs,
             try_original_type=try_original_type,
+            num_proc=num_proc,
         )
 
     def train_test_split(

@@ -28,6 +28,7 @@ from jaxfeed.features.features import infer_column
 from jaxfeed.features.sequence import Sequence as SequenceFeature
 from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
 from jaxfeed.features.value import check_float_overflow
+from jaxfeed.parallel import check_num_proc, parallel_filter, parallel_map
 from jaxfeed.reader import normalize_rows
 
 if TYPE_CHECKING:
@@ -167,8 +168,22 @@ def filter(
     batched: bool = False,
     batch_size: int | None = 1000,
     fn_kwargs: dict | None = None,
+    num_proc: int | None = None,
 ) -> Dataset:
     columns = _column_list(ds, input_columns, "filter")
+    if check_num_proc(num_proc) > 1 and ds.num_rows:
+        return parallel_filter(
+            ds,
+            num_proc,
+            dict(
+                function=function,
+                with_indices=with_indices,
+                input_columns=input_columns,
+                batched=batched,
+                batch_size=batch_size,
+                fn_kwargs=fn_kwargs,
+            ),
+        )
     keep: list[np.ndarray] = []
     for start, stop in _batches(ds, batch_size):
         _, results = _call(
@@ -298,6 +313,7 @@ def map(
     features: Features | None = None,
     fn_kwargs: dict | None = None,
     try_original_type: bool | None = True,
+    num_proc: int | None = None,
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -310,6 +326,28 @@ def map(
     columns = _column_list(ds, input_columns, "map")
     remove = _column_list(ds, remove_columns, "map remove_columns")
     if ds.num_rows == 0:
+        return remove_columns_(ds, remove) if remove else ds
+    if check_num_proc(num_proc) > 1 and function is not None:
+        out = parallel_map(
+            ds,
+            num_proc,
+            dict(
+                function=function,
+                with_indices=with_indices,
+                input_columns=input_columns,
+                batched=batched,
+                batch_size=batch_size,
+                drop_last_batch=drop_last_batch,
+                remove_columns=remove_columns,
+                keep_in_memory=keep_in_memory,
+                cache_file_name=cache_file_name,
+                features=features,
+                fn_kwargs=fn_kwargs,
+                try_original_type=try_original_type,
+            ),
+        )
+        if out is not None:
+            return out
         return remove_columns_(ds, remove) if remove else ds
     function = function if function is not None else (lambda *args: None)
     directory = None if keep_in_memory else ds._internal.cache_dir

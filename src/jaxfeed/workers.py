@@ -352,6 +352,27 @@ def main_guard_message() -> str:
     )
 
 
+@contextlib.contextmanager
+def _main_without_file() -> Any:
+    """Spawn re-runs the main script in workers from ``__main__.__file__``; code from stdin or
+    ``-c`` has a ``__file__`` that is no file (which makes every worker die): hide it, as
+    notebooks do (the user's functions reach the workers by value anyway)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = (
+        path is not None
+        and getattr(getattr(main, "__spec__", None), "name", None) is None
+        and not os.path.isfile(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
+    )
+    if hide:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if hide:
+            main.__file__ = path
+
+
 def in_spawn_bootstrap() -> bool:
     """True while a spawned process is still importing its parent's main module."""
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
@@ -424,7 +445,8 @@ class ProcessBackend:
                     name=f"jaxfeed-worker-{w}",
                     daemon=True,
                 )
-                process.start()
+                with _main_without_file():
+                    process.start()
                 child.close()
                 self.workers.append(_Worker(process, parent, progress))
             self._await_ready(start_timeout)
@@ -444,6 +466,8 @@ class ProcessBackend:
             try:
                 message = worker.conn.recv()
             except (EOFError, OSError):
+                message = None
+            if message is None:
                 worker.process.join(5)
                 self._raise_dead(w, "while starting")
             if message[0] == "fatal":
@@ -494,6 +518,8 @@ class ProcessBackend:
             try:
                 message = worker.conn.recv()
             except (EOFError, OSError):
+                message = None
+            if message is None:
                 worker.process.join(1)
                 self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
             job_id, slot = worker.outstanding.popleft()
