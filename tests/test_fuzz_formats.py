@@ -8,8 +8,9 @@ fatal to the suite) and fully decoded. Every case must end in one of:
 * a load equal to the original (the byte did not matter, e.g. a gzip timestamp);
 * for formats that carry no checksum (CSV, JSON, plain IDX, CIFAR, JPEG, WAV, Arrow, Parquet,
   saved datasets loaded without ``verify``) a different but well-formed value, which no reader can
-  tell from the real one; formats with checksums (saved datasets with ``verify=True``, gzip, PNG)
-  must never load a different value.
+  tell from the real one; formats with checksums (saved datasets with ``verify=True``, gzip, PNG,
+  checkpoints, exports) must never load a different value (for a checkpoint: different arrays;
+  for an export: different outputs).
 """
 
 import io
@@ -74,6 +75,10 @@ CHILD = textwrap.dedent(
             template = {"w": jnp.zeros(300, jnp.float32), "b": jnp.zeros(3, jnp.int32)}
             state = CheckpointManager(path).restore(1, state=template)["state"]
             return {k: np.asarray(v) for k, v in state.items()}
+        if kind == "export":
+            from jaxfeed.export import load_exported
+
+            return {"out": np.asarray(load_exported(path)(np.ones((2, 4), np.float32)))}
         raise AssertionError(kind)
 
     for i, case in enumerate(json.load(open(sys.argv[1]))):
@@ -202,7 +207,20 @@ def build_originals(root):
         ):
             out.append((kind, f, name, kind == "disk-verify"))
     out += build_checkpoint(root / "checkpoint")
+    out += build_export(root / "export")
     return out
+
+
+def build_export(folder):
+    """A served model (jaxfeed.export records the SHA-256 of its weights and function)."""
+    from flax import nnx
+
+    from jaxfeed.export import export
+    from jaxfeed.models import MLP
+
+    export(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(SEED)), folder)
+    names = ("model.safetensors", "model.stablehlo", "config.json")
+    return [("export", folder, name, True) for name in names]
 
 
 def build_checkpoint(folder):
