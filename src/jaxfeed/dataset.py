@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from jaxfeed import ops, tabular
 from jaxfeed.column import Column
+from jaxfeed.extras import require
 from jaxfeed.features import Features
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
@@ -384,6 +385,7 @@ class Dataset:
 
     def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
         """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
+        require("pandas", "pandas", "to_pandas")
         if not batched:
             return self._internal.arrow().to_pandas()
         return (t.to_pandas() for t in arrow_batches(self, batch_size))
@@ -623,7 +625,7 @@ class Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"]
+        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
         return ops.select(self, indices)
@@ -651,15 +653,18 @@ class Dataset:
         batched: bool = False,
         batch_size: int | None = 1000,
         fn_kwargs: dict | None = None,
+        num_proc: int | None = None,
     ) -> Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
+        ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
+
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
+        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
-            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs
+            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs, num_proc
         )
 
     def map(
@@ -681,6 +686,7 @@ class Dataset:
         new_fingerprint: str | None = None,
         desc: str | None = None,
         try_original_type: bool | None = True,
+        num_proc: int | None = None,
     ) -> Dataset:
         """Apply ``function`` to every row (or batch) and add or replace the columns it returns.
 
@@ -700,7 +706,8 @@ class Dataset:
         ``keep_in_memory=True`` keeps the output in memory; ``cache_file_name`` names the Arrow
         file it is written to. ``load_from_cache_file``, ``writer_batch_size``, ``desc`` and
         ``new_fingerprint`` are accepted for compatibility: jaxfeed has no fingerprint cache,
-        so ``map`` always runs the function.
+        so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
+        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`).
         """
         return ops.map(
             self,
@@ -716,6 +723,7 @@ class Dataset:
             features=features,
             fn_kwargs=fn_kwargs,
             try_original_type=try_original_type,
+            num_proc=num_proc,
         )
 
     def train_test_split(
@@ -751,7 +759,7 @@ class Dataset:
 
         >>> from jaxfeed import ClassLabel, Dataset
         >>> ds = Dataset.from_dict({"y": ["cat", "dog"]})
-        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"]
+        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"][:]
         [0, 1]
         """
         return ops.cast_column(self, column, feature)
@@ -776,7 +784,7 @@ class Dataset:
         >>> from jaxfeed import Dataset
         >>> def rows():
         ...     yield from ({"x": i} for i in range(3))
-        >>> Dataset.from_generator(rows)["x"]
+        >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
         return ops.from_generator(generator, features, gen_kwargs)

@@ -28,6 +28,7 @@ from jaxfeed.features.features import infer_column
 from jaxfeed.features.sequence import Sequence as SequenceFeature
 from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
 from jaxfeed.features.value import check_float_overflow
+from jaxfeed.parallel import check_num_proc, parallel_filter, parallel_map
 from jaxfeed.reader import normalize_rows
 
 if TYPE_CHECKING:
@@ -167,8 +168,22 @@ def filter(
     batched: bool = False,
     batch_size: int | None = 1000,
     fn_kwargs: dict | None = None,
+    num_proc: int | None = None,
 ) -> Dataset:
     columns = _column_list(ds, input_columns, "filter")
+    if check_num_proc(num_proc) > 1 and ds.num_rows:
+        return parallel_filter(
+            ds,
+            num_proc,
+            dict(
+                function=function,
+                with_indices=with_indices,
+                input_columns=input_columns,
+                batched=batched,
+                batch_size=batch_size,
+                fn_kwargs=fn_kwargs,
+            ),
+        )
     keep: list[np.ndarray] = []
     for start, stop in _batches(ds, batch_size):
         _, results = _call(
@@ -247,7 +262,9 @@ def _as_columns(result: Any, batched: bool) -> dict[str, Any] | pa.Table | None:
     for name, values in result.items():
         if hasattr(values, "to_numpy") and not isinstance(values, pa.Array | pa.ChunkedArray):
             values = values.to_numpy()  # pandas Series
-        elif hasattr(values, "__array__") and not isinstance(values, np.ndarray | list):
+        elif hasattr(values, "__array__") and not isinstance(
+            values, np.ndarray | list | np.generic
+        ):
             values = np.asarray(values)  # jax arrays and other array-likes
         if batched and not isinstance(values, _BATCH_TYPES):
             raise TypeError(
@@ -276,9 +293,7 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             )
         for k in keys:
             value = row[k]
-            if isinstance(value, np.generic):
-                value = value.item()  # numpy scalars (np.float32, np.str_) as Python values
-            elif hasattr(value, "__array__") and not isinstance(value, np.ndarray):
+            if hasattr(value, "__array__") and not isinstance(value, np.ndarray | np.generic):
                 value = np.asarray(value)
             columns[k].append(value)
     return columns
@@ -298,6 +313,7 @@ def map(
     features: Features | None = None,
     fn_kwargs: dict | None = None,
     try_original_type: bool | None = True,
+    num_proc: int | None = None,
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -311,6 +327,28 @@ def map(
     remove = _column_list(ds, remove_columns, "map remove_columns")
     if ds.num_rows == 0:
         return remove_columns_(ds, remove) if remove else ds
+    if check_num_proc(num_proc) > 1 and function is not None:
+        out = parallel_map(
+            ds,
+            num_proc,
+            dict(
+                function=function,
+                with_indices=with_indices,
+                input_columns=input_columns,
+                batched=batched,
+                batch_size=batch_size,
+                drop_last_batch=drop_last_batch,
+                remove_columns=remove_columns,
+                keep_in_memory=keep_in_memory,
+                cache_file_name=cache_file_name,
+                features=features,
+                fn_kwargs=fn_kwargs,
+                try_original_type=try_original_type,
+            ),
+        )
+        if out is not None:
+            return out
+        return ds  # only side effects: unchanged, remove_columns unused (as below, and there)
     function = function if function is not None else (lambda *args: None)
     directory = None if keep_in_memory else ds._internal.cache_dir
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
@@ -337,9 +375,11 @@ def map(
             if out_features is None:
                 out_features = _output_features(ds, table, new, given, try_original_type)
             sink.write(_encode_output(table, out_features))
-        if not updated:
+        if (
+            not updated
+        ):  # only side effects: the dataset as it was (remove_columns unused, as there)
             sink.abort()
-            return remove_columns_(ds, remove) if remove else ds
+            return ds
         table = sink.finish(out_features.arrow_schema)
     except BaseException:
         sink.abort()
@@ -379,8 +419,14 @@ def _merge(
             f"that changes the number of rows must remove the other columns {stale} (remove_columns=)"
         )
     inputs = ds._internal.arrow(slice(start, stop), stale) if stale else None
-    merged: dict[str, Any] = {c: inputs.column(c) if c in stale else None for c in kept}
-    merged.update(returned)
+    # `datasets`' writer keeps the input columns' order, then appends the new columns.
+    merged: dict[str, Any] = {}
+    for c in ds.column_names:
+        if c in returned:
+            merged[c] = returned[c]
+        elif c in stale:
+            merged[c] = inputs.column(c)
+    merged.update({k: v for k, v in returned.items() if k not in merged})
     return merged
 
 
@@ -694,7 +740,7 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
 
     >>> from jaxfeed import Dataset, concatenate_datasets
     >>> a, b = Dataset.from_dict({"x": [1, 2]}), Dataset.from_dict({"x": [3]})
-    >>> concatenate_datasets([a, b])["x"]
+    >>> concatenate_datasets([a, b])["x"][:]
     [1, 2, 3]
     """
     dsets = list(dsets)
@@ -787,10 +833,11 @@ def sort(
             f"null_placement '{null_placement}' is an invalid parameter value. Must be either "
             "'last', 'at_end', 'first' or 'at_start'."
         )
-    keys = [(n, "descending" if r else "ascending") for n, r in zip(names, reverse, strict=True)]
-    order = pc.sort_indices(
-        ds._internal.arrow(columns=names), sort_keys=keys, null_placement=placement
-    )
+    keys = [
+        (n, "descending" if r else "ascending", placement)
+        for n, r in zip(names, reverse, strict=True)
+    ]
+    order = pc.sort_indices(ds._internal.arrow(columns=names), sort_keys=keys)
     return select(ds, order.to_numpy(zero_copy_only=False))
 
 

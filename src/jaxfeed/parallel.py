@@ -1,0 +1,290 @@
+"""``map(..., num_proc=N)`` and ``filter(..., num_proc=N)``: contiguous shards in spawned processes.
+
+The rows are cut into ``N`` contiguous shards at multiples of the batch size (1,000 rows for
+per-row functions), so every call of the user's function sees exactly the rows it would see with
+``num_proc=1``; ``with_indices`` get their global positions. Each shard runs the ordinary
+single-process ``map``/``filter`` in a process started with ``spawn`` (never ``fork``: the parent
+may run JAX). The function and its arguments travel by value with cloudpickle, so functions
+defined in a script's ``__main__`` or in a notebook work; the shard's rows travel as Arrow data.
+
+``map`` shards of a dataset backed by files (``load_dataset``, ``load_from_disk``) are written by
+the workers to Arrow files in the dataset's folder and memory-mapped by the parent; in-memory
+datasets get their shards back through the pipe. ``filter`` workers send back row positions only:
+the result is an index mapping, as with ``num_proc=1``. Output features are those of the first
+shard (as ``num_proc=1`` decides them on the first batch); other shards are cast to them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.workers import NO_MAIN_GUARD_EXIT, MainGuardError, in_spawn_bootstrap
+
+if TYPE_CHECKING:
+    from jaxfeed.dataset import Dataset
+
+PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
+
+
+class ParallelWorkerError(RuntimeError):
+    """A ``num_proc`` worker died, or raised an exception that cannot be sent back as is."""
+
+
+def check_num_proc(num_proc: Any) -> int:
+    if num_proc is None:
+        return 1
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc must be a positive int or None, got {num_proc!r}")
+    return num_proc
+
+
+def shard_bounds(num_rows: int, num_proc: int, unit: int) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` row ranges, cut at multiples of ``unit``, at most ``num_proc``.
+
+    >>> shard_bounds(10, 3, 2)
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    blocks = -(-num_rows // unit)
+    per, extra = divmod(blocks, num_proc)
+    bounds, start = [], 0
+    for i in range(num_proc):
+        count = per + (i < extra)
+        if count:
+            stop = min(num_rows, start + count * unit)
+            bounds.append((start, stop))
+            start = stop
+    return bounds
+
+
+def _unit(kwargs: dict[str, Any]) -> int:
+    size = kwargs.get("batch_size")
+    if kwargs.get("batched") and size is not None and size > 0:
+        return int(size)
+    if kwargs.get("batched"):  # batch_size=None: one batch of everything, one process
+        return 1 << 62
+    return PER_ROW_CHUNK
+
+
+def _shifted(function: Callable, offset: int, batched: bool) -> Callable:
+    def shifted(*args: Any, **kwargs: Any) -> Any:
+        *head, indices = args
+        moved = [i + offset for i in indices] if batched else indices + offset
+        return function(*head, moved, **kwargs)
+
+    return shifted
+
+
+# ---------------------------------------------------------------------------------- the worker
+def _work(payload: bytes) -> tuple:
+    """Run one shard (in the worker). Returns ``("ok", result)`` or ``("error", ...)``."""
+    from jaxfeed.dataset import Dataset
+    from jaxfeed.features import Features
+
+    kind, table, features, fmt, offset, kwargs, out_file = cloudpickle.loads(payload)
+    shard = Dataset(table, Features.from_dict(features))
+    if fmt["_format_type"] is not None or fmt["_format_columns"] is not None:
+        shard.set_format(
+            fmt["_format_type"],
+            fmt["_format_columns"],
+            fmt["_output_all_columns"],
+            **{k: v for k, v in fmt["_format_kwargs"].items() if v is not None},
+        )
+    function = kwargs.pop("function")
+    returned = [False]
+
+    def tracked(*args: Any, **kw: Any) -> Any:
+        result = function(*args, **kw)
+        if result is not None:
+            returned[0] = True
+        return result
+
+    call = tracked if kind == "map" else function
+    if kwargs.get("with_indices") and offset:
+        call = _shifted(call, offset, bool(kwargs.get("batched")))
+    if kind == "filter":
+        out = shard.filter(call, **kwargs)
+        return ("ok", np.asarray(out._internal.indices, dtype=np.int64))
+    if out_file is not None:
+        kwargs["cache_file_name"] = out_file
+    out = shard.map(call, **kwargs)
+    if not returned[0]:
+        return ("ok", None)
+    if out_file is not None and Path(out_file).is_file():
+        return ("ok", ("file", out_file, out.features.to_dict()))
+    return ("ok", ("table", out.data, out.features.to_dict()))
+
+
+def _worker_main(conn: Any, payload: bytes) -> None:
+    try:
+        result = _work(payload)
+    except BaseException as err:  # sent back to the parent, which raises it
+        text = traceback.format_exc()
+        try:
+            pickled = cloudpickle.dumps(err)
+        except Exception:
+            pickled = None
+        result = ("error", pickled, text)
+    try:
+        conn.send_bytes(cloudpickle.dumps(result))
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------- the parent
+def _run_shards(payloads: list[bytes], what: str) -> list[Any]:
+    if in_spawn_bootstrap():
+        # A spawned process re-running an unguarded main script: leave quietly, the parent
+        # reports it once.
+        os._exit(NO_MAIN_GUARD_EXIT)
+    context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
+    started = []
+    try:
+        for i, payload in enumerate(payloads):
+            parent, child = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker_main, args=(child, payload), name=f"jaxfeed-{what}-{i}", daemon=True
+            )
+            process.start()
+            child.close()
+            started.append((process, parent))
+        results = []
+        for i, (process, conn) in enumerate(started):
+            try:
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                data = None
+            if data is None:  # raised outside the except: one traceback, not two
+                process.join(10)
+                _raise_dead(process, i, what)
+            process.join()
+            results.append(cloudpickle.loads(data))
+    finally:
+        for process, conn in started:
+            conn.close()
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+    for i, result in enumerate(results):
+        if result[0] == "error":
+            _, pickled, text = result
+            cause = ParallelWorkerError(f"{what} worker {i} failed:\n{text}")
+            if pickled is not None:
+                try:
+                    err = cloudpickle.loads(pickled)
+                except Exception:
+                    err = None
+                if isinstance(err, BaseException):
+                    raise err from cause
+            raise cause
+    return [r[1] for r in results]
+
+
+def _raise_dead(process: Any, i: int, what: str) -> None:
+    code = process.exitcode
+    if code == NO_MAIN_GUARD_EXIT:
+        main = __import__("sys").modules.get("__main__")
+        script = os.path.basename(getattr(main, "__file__", "") or "your script")
+        raise MainGuardError(
+            f"{what}(num_proc=...) starts worker processes with 'spawn', which runs {script} "
+            f"again in each of them; {script} calls {what} with num_proc at import time. Put the "
+            'code that runs it under\n\n    if __name__ == "__main__":\n\nat the bottom of '
+            f"{script} (or use num_proc=None)."
+        )
+    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
+    raise ParallelWorkerError(f"{what} worker {i} (pid {process.pid}) {how}")
+
+
+def _payloads(
+    ds: Dataset, kind: str, bounds: list[tuple[int, int]], kwargs: dict, out_files: list | None
+) -> list[bytes]:
+    features = ds.features.to_dict()
+    fmt = ds._internal.format_state()
+    out = []
+    for i, (start, stop) in enumerate(bounds):
+        table = ds._internal.arrow(slice(start, stop))
+        item = (
+            kind,
+            table,
+            features,
+            fmt,
+            start,
+            dict(kwargs),
+            out_files[i] if out_files else None,
+        )
+        out.append(cloudpickle.dumps(item))
+    return out
+
+
+def parallel_filter(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset:
+    """``filter`` over ``num_proc`` processes (same result as one process)."""
+    bounds = shard_bounds(ds.num_rows, num_proc, _unit(kwargs))
+    kept = _run_shards(_payloads(ds, "filter", bounds, kwargs, None), "filter")
+    positions = np.concatenate(
+        [k + start for k, (start, _) in zip(kept, bounds, strict=True)] or [np.zeros(0, np.int64)]
+    )
+    inner = ds._internal
+    return inner.derive(ds.data, indices=inner.table_rows(positions.astype(np.int64)))
+
+
+def parallel_map(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset | None:
+    """``map`` over ``num_proc`` processes; None when the function returned nothing (the caller
+    then answers as ``num_proc=1`` does)."""
+    from jaxfeed.dataset import Dataset
+    from jaxfeed.features import Features
+
+    bounds = shard_bounds(ds.num_rows, num_proc, _unit(kwargs))
+    out_files = _output_files(ds, kwargs, len(bounds))
+    results = _run_shards(_payloads(ds, "map", bounds, kwargs, out_files), "map")
+    if all(r is None for r in results):
+        return None
+    if any(r is None for r in results):
+        raise ValueError("map: some shards returned None for every row and others returned values")
+    features = Features.from_dict(results[0][2])
+    tables, names = [], set()
+    for i, (how, value, shard_features) in enumerate(results):
+        if how == "file":
+            table = pa.ipc.open_stream(pa.memory_map(value)).read_all()
+            names.add(Path(value).name)
+        else:
+            table = value
+        if Features.from_dict(shard_features) != features:
+            try:
+                table = Dataset(table, Features.from_dict(shard_features)).cast(features).data
+            except (ValueError, TypeError, pa.ArrowException) as err:
+                raise ValueError(
+                    f"map: shard {i} of num_proc={num_proc} produced features {shard_features} "
+                    f"that do not convert to the first shard's {results[0][2]}: {err}"
+                ) from err
+        tables.append(table.replace_schema_metadata(features.arrow_schema.metadata))
+    table = pa.concat_tables(tables)
+    return ds._internal.derive(table, features=features, indices=None, source_files=names or None)
+
+
+def _output_files(ds: Dataset, kwargs: dict[str, Any], shards: int) -> list[str] | None:
+    """Where each shard's ``map`` output goes: next to a file-backed dataset, else nowhere."""
+    if kwargs.get("keep_in_memory"):
+        return None
+    name = kwargs.pop("cache_file_name", None)
+    if name is not None:
+        path = Path(name)
+        stem, suffix = path.stem, path.suffix or ".arrow"
+        return [
+            str(path.with_name(f"{stem}_{i:05d}_of_{shards:05d}{suffix}")) for i in range(shards)
+        ]
+    folder = ds._internal.cache_dir
+    if folder is None:
+        return None
+    tag = uuid.uuid4().hex[:16]
+    return [
+        str(Path(folder) / f"cache-map-{tag}_{i:05d}_of_{shards:05d}.arrow") for i in range(shards)
+    ]
