@@ -25,3 +25,6 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "{'data': Array([1, 2], dtype=int32)}" in out
     assert "{'label': Array([0, 0, 1], dtype=int32)}" in out
+    assert "['eval_accuracy', 'eval_loss', 'eval_same_parity', 'eval_top3_accuracy']" in out
+    assert "['batch_stats', 'params']" in out
+    assert "'train_loss', 'train_mae']" in out and "(2,)" in out
