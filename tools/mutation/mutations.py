@@ -338,4 +338,29 @@ MUTATIONS = [
         ["tests/test_datasets_api.py::test_unique_sort_shard"],
         "issue 16: contiguous shards of an uneven split overlap (differs from datasets)",
     ),
+    # ------------------------------------------------------------------ new code on main (issues 12, 14)
+    Mutation(
+        "callbacks-best-weights-not-restored",
+        "src/jaxfeed/train/callbacks.py",
+        "trainer.load_snapshot(self._best_state)",
+        "pass",
+        ["tests/train/test_long_runs.py::test_early_stopping_restores_the_best_weights"],
+        "issue 12: EarlyStopping(restore_best_weights=True) keeps the last weights",
+    ),
+    Mutation(
+        "trainer-preempted-without-saving",
+        "src/jaxfeed/train/trainer.py",
+        "if manager.latest_step != self.step:\n                self.save_checkpoint(manager, loader)",
+        "if False:\n                self.save_checkpoint(manager, loader)",
+        ["tests/train/test_long_runs.py::test_signal_saves_and_resume_is_bitwise_identical"],
+        "issue 12: a SIGTERM/SIGINT mid-epoch stops without saving a checkpoint",
+    ),
+    Mutation(
+        "cache-key-ignores-source-changes",
+        "src/jaxfeed/io/cache.py",
+        '{"path": os.path.abspath(path), "size": st.st_size, "version": st.st_mtime_ns}',
+        '{"path": os.path.abspath(path)}',
+        ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
+        "issue 14: the Arrow cache is reused after its source file changed (stale data)",
+    ),
 ]

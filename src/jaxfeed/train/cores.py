@@ -225,8 +225,8 @@ class Core(Protocol):
 def _learning_rate(opt_state: Any) -> float | None:
     """The ``learning_rate`` an ``optax.inject_hyperparams`` state holds, if any."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
-        where = jax.tree_util.keystr(path).removesuffix(".value")  # NNX variables end in .value
-        if "hyperparams" in where and where.rstrip("']").endswith("learning_rate"):
+        where = jax.tree_util.keystr(path)
+        if "['hyperparams']" in where and "['learning_rate']" in where:
             return float(np.asarray(jax.device_get(leaf)).reshape(-1)[0])
     return None
 
