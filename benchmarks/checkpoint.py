@@ -4,7 +4,12 @@ jaxfeed's ``CheckpointManager`` against raw Orbax (``CheckpointManager`` with
 ``StandardSave``/``StandardRestore`` on the same arrays) and cloudpickle (what users reach for,
 and what can run arbitrary code when loaded). Save times include waiting for the write to finish.
 
-Run: ``python benchmarks/checkpoint.py [--repeats 5]``.
+Two costs of jaxfeed's safety are measured on their own: the SHA-256 of every array, computed
+when saving and verified when restoring, and the step-time overhead of ``checkpoint_every``
+during training (saves are asynchronous: the loop waits only for the copy to host memory and the
+checksums), against the same run without checkpoints and with synchronous saves.
+
+Run: ``python benchmarks/checkpoint.py [--repeats 5] [--steps 60] [--every 10]``.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from jaxfeed.checkpoint import CheckpointManager, nnx_pure_state
+from jaxfeed import DataLoader, Dataset, Trainer
+from jaxfeed.checkpoint import CheckpointManager, checksums, nnx_pure_state
 from jaxfeed.models import CNN
+from jaxfeed.train import Callback, scale_images
 
 try:
     from benchmarks._common import machine, save_json
@@ -41,9 +48,61 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def step_overhead(root: Path, steps: int, every: int, repeats: int) -> list[dict]:
+    """Median step time of ``fit(max_steps=steps)`` on synthetic CIFAR-sized batches: without
+    checkpoints, with ``checkpoint_every=every`` (asynchronous saves) and with synchronous saves."""
+    rng = np.random.default_rng(0)
+    data = Dataset.from_dict(
+        {
+            "image": rng.integers(0, 256, (64 * 16, 32, 32, 3), dtype=np.uint8),
+            "label": rng.integers(0, 10, 64 * 16),
+        }
+    )
+    cases = [
+        ("no checkpoints", None, {}),
+        (f"checkpoint_every={every}, async", every, {"async_save": True}),
+        (f"checkpoint_every={every}, sync", every, {"async_save": False}),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    warm = 5  # steps left out: compilation and the first saves' set-up
+
+    class Clock(Callback):
+        def on_train_batch_end(self, trainer, step, logs):
+            if step == warm:
+                jax.block_until_ready(trainer.core.state)
+                self.start = time.perf_counter()
+
+    for repeat in range(repeats):
+        for name, ckpt_every, options in cases:
+            model = CNN(10, input_shape=(32, 32, 3), rngs=nnx.Rngs(0))
+            clock = Clock()
+            trainer = Trainer(
+                model, optax.adamw(1e-3), preprocess=scale_images, verbose=0, callbacks=[clock]
+            )
+            folder = root / f"steps-{repeat}-{len(times[name])}-{ckpt_every}-{len(options)}"
+            trainer.fit(
+                DataLoader(data, 64, shuffle=True),
+                max_steps=steps,
+                checkpoint_every=ckpt_every,
+                checkpoint_dir=folder if ckpt_every else None,
+                checkpoint_options={"keep_last": 2, "keep_best": 0, **options},
+            )
+            jax.block_until_ready(trainer.core.state)
+            times[name].append((time.perf_counter() - clock.start) * 1e3 / (steps - warm))
+            shutil.rmtree(folder, ignore_errors=True)
+    base = statistics.median(times["no checkpoints"])
+    out = []
+    for name, _, _ in cases:
+        ms = statistics.median(times[name])
+        out.append({"case": "train step", "name": name, "ms": ms, "overhead": ms / base - 1})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=10)
     args = parser.parse_args()
     model = CNN(10, input_shape=(32, 32, 3), rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
@@ -67,6 +126,13 @@ def main() -> None:
 
     results.append(
         {"case": "save", "name": "jaxfeed CheckpointManager", "ms": timed(ours_save, args.repeats)}
+    )
+    results.append(
+        {
+            "case": "save",
+            "name": "  of which: SHA-256 of the arrays",
+            "ms": timed(lambda: checksums(state), args.repeats),
+        }
     )
     m, o = fresh()
     results.append({"case": "restore", "name": "jaxfeed CheckpointManager",
@@ -124,6 +190,14 @@ def main() -> None:
         )
     except ImportError:
         print("cloudpickle not installed: skipped")
+    results.append(
+        {
+            "case": "restore",
+            "name": "  of which: SHA-256 verification",
+            "ms": timed(lambda: checksums(state), args.repeats),
+        }
+    )
+    steps = step_overhead(root, args.steps, args.every, max(1, args.repeats // 2))
     shutil.rmtree(root, ignore_errors=True)
 
     ref = {r["case"]: r["ms"] for r in results if r["name"].startswith("jaxfeed")}
@@ -134,7 +208,14 @@ def main() -> None:
     for r in results:
         r["ratio_to_jaxfeed"] = r["ms"] / ref[r["case"]]
         print(f"{r['case']:<10}{r['name']:<40}{r['ms']:>10.1f}{r['ratio_to_jaxfeed']:>15.2f}x")
-    print(f"\nwrote {save_json('checkpoint', {'bytes': n_bytes, 'results': results})}")
+    print(
+        f"\nTraining the CIFAR CNN (batch 64, {args.steps} steps, median of {max(1, args.repeats // 2)})"
+    )
+    print(f"{'case':<12}{'checkpoints':<38}{'ms/step':>10}{'overhead':>10}")
+    for r in steps:
+        print(f"{r['case']:<12}{r['name']:<38}{r['ms']:>10.1f}{r['overhead']:>9.1%}")
+    payload = {"bytes": n_bytes, "results": results, "step_overhead": steps}
+    print(f"\nwrote {save_json('checkpoint', payload)}")
 
 
 if __name__ == "__main__":

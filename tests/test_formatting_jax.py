@@ -81,9 +81,9 @@ def test_one_device_transfer_per_batch(monkeypatch):
     calls = []
     real = jaxfeed.devices.device_put
 
-    def counting(leaves, placements):
+    def counting(leaves, placements, *args):
         calls.append(len(leaves))
-        return real(leaves, placements)
+        return real(leaves, placements, *args)
 
     monkeypatch.setattr(jaxfeed.devices, "device_put", counting)
     ds = Dataset.from_dict(

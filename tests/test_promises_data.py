@@ -129,6 +129,25 @@ def test_promise_transform_rng_is_seeded_by_seed_epoch_and_step():
     assert len(set(draws)) == len(draws)  # epochs and steps all differ
 
 
+def test_promise_row_transform_rng_is_seeded_by_seed_epoch_and_position():
+    """Promise (documented): ``row_transform(row, rng)`` gets ``default_rng((seed, epoch, position
+    of the row in the epoch))``: results depend on neither the batch size nor the workers, and
+    every epoch draws afresh."""
+
+    def jitter(row, rng):
+        return {**row, "draw": np.int32(rng.integers(0, 2**31 - 1))}
+
+    for batch_size in (4, 7):
+        loader = DataLoader(small_ds(12), batch_size, shuffle=True, seed=5, row_transform=jitter)
+        for epoch in range(2):
+            draws = np.concatenate([np.asarray(b["draw"]) for b in loader]).tolist()
+            expected = [
+                int(np.random.default_rng([5, epoch, position]).integers(0, 2**31 - 1))
+                for position in range(12)
+            ]
+            assert draws == expected, (batch_size, epoch)
+
+
 # ------------------------------------------------------------------------------ dtypes
 def test_promise_int64_values_past_int32_raise_through_the_loader():
     """Promise: the jax format never wraps integers around; an int64 column read through the

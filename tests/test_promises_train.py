@@ -80,7 +80,7 @@ def test_promise_a_padded_last_batch_trains_on_its_real_rows_only(api):
     else:
         module = TinyLinen()
         trainer = Trainer.from_linen(module, optax.sgd(lr), x[:1], verbose=0)
-        params = module.init(jax.random.key(0), jnp.asarray(x[:1]), train=False)["params"]
+        params = jax.tree.map(np.array, trainer.variables["params"])  # copies: the step donates
         history = trainer.fit(loader, epochs=1)
         for idx in (slice(0, 8), slice(8, 11)):
             logits = module.apply({"params": params}, x[idx], train=False)
@@ -119,6 +119,25 @@ def test_promise_evaluate_counts_each_real_row_once():
     predicted = trainer.predict(DataLoader(dataset(x, y), 8))
     assert predicted.shape == (9, 3)
     np.testing.assert_allclose(np.asarray(predicted), logits, rtol=1e-5, atol=1e-6)
+
+
+def test_promise_rows_without_a_label_count_nowhere():
+    """Promise: rows whose class id is -1 (no label) are masked out of the loss and the metrics,
+    like padding (with a warning saying how many): ``evaluate`` averages over labelled rows."""
+    x, y = data(12, seed=4)
+    model = mlp(seed=5)
+    model.eval()
+    logits = np.asarray(model(x))
+    y = y.copy()
+    y[[1, 4, 10]] = -1
+    labelled = y >= 0
+    trainer = Trainer(model, optax.sgd(0.1), verbose=0)
+    with pytest.warns(UserWarning, match="3 rows in the eval data have label -1"):
+        result = trainer.evaluate(DataLoader(dataset(x, y), 5))
+    want = per_example(logits[labelled], y[labelled])
+    assert result["loss"] == pytest.approx(float(want.mean()), rel=1e-5)
+    accuracy = (logits[labelled].argmax(-1) == y[labelled]).mean()
+    assert result["accuracy"] == pytest.approx(float(accuracy))
 
 
 # ------------------------------------------------------------------------------ dropout keys

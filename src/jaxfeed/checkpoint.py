@@ -1,4 +1,4 @@
-"""Checkpoints that restore anywhere, built on Orbax; and a safetensors export for inference.
+"""Checkpoints that restore anywhere, built on Orbax (exports for serving: :mod:`jaxfeed.export`).
 
 A checkpoint step holds two Orbax items:
 
@@ -31,9 +31,8 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -498,7 +497,12 @@ class CheckpointManager:
         optimizer: Any = None,
     ) -> dict[str, Any]:
         """Restore ``step`` into the shapes and shardings of ``state`` (a pytree), or into an NNX
-        ``model`` and ``optimizer`` (updated in place). Returns ``{"state": ..., "meta": ...}``."""
+        ``model`` and ``optimizer`` (updated in place). Returns ``{"state": ..., "meta": ...}``.
+
+        Weights only: ``restore(step, model=fresh_model)`` without ``optimizer`` (or a ``state``
+        holding only some of the saved top-level entries) reads just those arrays and ignores
+        the rest (the optimizer state), for inference and fine-tuning.
+        """
         step = self.resolve(step)
         meta = self.meta(step)
         if meta.get("format") != FORMAT:
@@ -508,19 +512,32 @@ class CheckpointManager:
                 raise ValueError("restore needs state= (a pytree) or model= (and optimizer=)")
             state = nnx_pure_state(model, optimizer)
         wanted = _abstract(_keys_to_data(state))
-        difference = _first_difference(
-            {k: tuple(v) for k, v in meta.get("shapes", {}).items()}, _flat_shapes(wanted)
-        )
+        saved = {k: tuple(v) for k, v in meta.get("shapes", {}).items()}
+        partial = _partial_keys(wanted, saved)
+        if partial:
+            saved = {k: v for k, v in saved.items() if k.startswith(partial)}
+        difference = _first_difference(saved, _flat_shapes(wanted))
         if difference:
             raise CheckpointError(f"cannot restore step {step} of {self.directory}: {difference}")
         ocp = self._ocp
         try:
-            restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()
-                ),
-            )
+            if partial:  # Orbax partial restore, outside the manager (its item handler is Standard)
+                with ocp.PyTreeCheckpointer() as checkpointer:
+                    restored_state = checkpointer.restore(
+                        self.directory / str(step) / "state",
+                        args=ocp.args.PyTreeRestore(
+                            wanted,
+                            restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+                            partial_restore=True,
+                        ),
+                    )
+            else:
+                restored_state = self._manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()
+                    ),
+                )["state"]
         except Exception as err:
             raise CheckpointError(
                 f"checkpoint step {step} in {self.directory} is damaged or incomplete and cannot be read "
@@ -529,17 +546,29 @@ class CheckpointManager:
         recorded = meta.get("checksums") or {}
         saved_dtypes = {k: v[1] for k, v in meta.get("shapes", {}).items()}
         wanted_dtypes = {k: v[1] for k, v in _flat_shapes(wanted).items()}
-        for path, digest in checksums(restored["state"]).items():
+        for path, digest in checksums(restored_state).items():
             cast = saved_dtypes.get(path) != wanted_dtypes.get(path)  # restored as another dtype
             if recorded.get(path) and digest and not cast and recorded[path] != digest:
                 raise CheckpointError(
                     f"checkpoint step {step} in {self.directory} is corrupted: {path} differs from the "
                     f"array saved (SHA-256 mismatch); restore another step (steps: {self.all_steps})"
                 )
-        arrays = _data_to_keys(restored["state"], state)
+        arrays = _data_to_keys(restored_state, state)
         if model is not None:
             load_nnx_pure_state(arrays, model, optimizer)
         return {"state": arrays, "meta": meta}
+
+
+def _partial_keys(wanted: Any, saved: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``keystr`` prefixes of ``wanted``'s top-level entries when they are a proper subset of
+    the saved ones (a weights-only restore); else ``()``."""
+    if not isinstance(wanted, Mapping):
+        return ()
+    prefixes = tuple(f"[{k!r}]" for k in wanted)
+    saved_top = {k.split("]")[0] + "]" for k in saved}
+    if set(prefixes) < saved_top:
+        return prefixes
+    return ()
 
 
 def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
@@ -565,166 +594,21 @@ def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = No
 
 
 # ---------------------------------------------------------------------------------- export
-MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
+# Export lives in jaxfeed.export; these two names stay here for existing callers (the CLI).
+def export(model: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """Moved: see :func:`jaxfeed.export.export`. Callers of the first version described the input
+    only by ``extra["input_shape"]`` (float32 rows); that still works."""
+    from jaxfeed.export import export as export_model  # a cycle: jaxfeed.export imports this module
 
-
-def _model_classes() -> dict[str, Callable[..., Any]]:
-    if not MODEL_CLASSES:
-        from jaxfeed.models import CNN, MLP, LinenCNN
-
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN})
-    return MODEL_CLASSES
-
-
-def _flat_tensors(tree: Any) -> dict[str, np.ndarray]:
-    out = {}
-    for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p)
-        out[name] = np.ascontiguousarray(np.asarray(leaf))
-    return out
-
-
-def export(
-    model: Any,
-    path: str | os.PathLike,
-    *,
-    config: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    variables: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a model's parameters and BatchNorm statistics as safetensors (flat names such as
-    ``conv1.kernel``, ``bn1.mean``) plus ``config.json``, atomically, for :func:`load_exported`.
-
-    ``model`` is an NNX module, or a Linen module with its ``variables``. ``config`` is
-    ``{"class": name, "kwargs": {...}}``; jaxfeed's models provide their own.
-    """
-    from flax import nnx
-    from safetensors.numpy import save_file
-
-    if variables is None and not isinstance(model, nnx.Module):
-        raise ValueError(
-            f"export of a {type(model).__name__} (not an NNX module) needs variables= (its params and batch_stats)"
-        )
-    config = dict(config) if config is not None else model_config(model)
-    if variables is not None:
-        tensors = _flat_tensors({k: v for k, v in variables.items() if v})
-        config["api"] = "linen"
-    else:
-        tensors = _flat_tensors(
-            nnx.to_pure_dict(nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat)))
-        )
-        config["api"] = "nnx"
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "jaxfeed-export"})
-        (tmp / "config.json").write_text(
-            json.dumps({"model": config, **dict(extra or {})}, indent=2)
-        )
-        if path.exists():
-            old = path.parent / f".{path.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
-
-
-class LinenInference:
-    """A Linen module and its variables, called like an NNX model in eval mode."""
-
-    def __init__(self, module: Any, variables: dict[str, Any]) -> None:
-        self.module, self.variables = module, variables
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.module.apply(self.variables, x, train=False)
-
-
-def model_config(model: Any) -> dict[str, Any]:
-    """``{"class", "kwargs"}`` that rebuild a jaxfeed model."""
-    from jaxfeed.models import LinenCNN
-
-    if isinstance(model, LinenCNN):
-        return {
-            "class": "LinenCNN",
-            "kwargs": {
-                "num_classes": model.num_classes,
-                "dropout_rate": model.dropout_rate,
-                "momentum": model.momentum,
-            },
-        }
-    config = getattr(model, "config", None)
-    if not callable(config):
-        raise ValueError(
-            f"export cannot describe a {type(model).__name__}: pass config={{'class': ..., 'kwargs': ...}} "
-            f"naming one of {sorted(_model_classes())}"
-        )
-    return {"class": type(model).__name__, "kwargs": config()}
+    shape = (kwargs.get("extra") or {}).get("input_shape")
+    if kwargs.get("example_input") is None and shape is not None:
+        kwargs["example_input"] = np.zeros((1, *shape), np.float32)
+    return export_model(model, path, **kwargs)
 
 
 def load_exported(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
-    """Rebuild an exported model (in eval mode) and return ``(model, config)``.
+    """A built-in model rebuilt by its registry name, and the export's config (the CLI's path);
+    :func:`jaxfeed.export.load_exported` serves any exported model."""
+    from jaxfeed.export import rebuild  # a cycle: jaxfeed.export imports this module
 
-    >>> import tempfile
-    >>> from flax import nnx
-    >>> from jaxfeed.checkpoint import export, load_exported
-    >>> from jaxfeed.models import MLP
-    >>> folder = export(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0)), tempfile.mkdtemp() + "/model")
-    >>> model, config = load_exported(folder)
-    >>> type(model).__name__, config["model"]["kwargs"]["num_classes"]
-    ('MLP', 3)
-    """
-    from flax import nnx
-    from safetensors.numpy import load_file
-
-    path = Path(path)
-    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        raise CheckpointError(
-            f"{path} is not an exported model: expected config.json and model.safetensors"
-        )
-    config = json.loads((path / "config.json").read_text())
-    spec = config["model"]
-    classes = _model_classes()
-    if spec.get("class") not in classes:
-        raise CheckpointError(
-            f"{path}: unknown model class {spec.get('class')!r}; known: {sorted(classes)}"
-        )
-    tensors = load_file(str(path / "model.safetensors"))
-    if spec.get("api") == "linen":
-        variables: dict[str, Any] = {}
-        for name, value in tensors.items():
-            node = variables
-            *parents, leaf = name.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = jnp.asarray(value)
-        return LinenInference(classes[spec["class"]](**spec["kwargs"]), variables), config
-    model = classes[spec["class"]](**spec["kwargs"], rngs=nnx.Rngs(0))
-    state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
-    pure = nnx.to_pure_dict(state)
-    leaves = jax.tree_util.tree_flatten_with_path(pure)[0]
-    names = {
-        ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p): (p, leaf)
-        for p, leaf in leaves
-    }
-    missing = sorted(set(names) - set(tensors))
-    if missing:
-        raise CheckpointError(f"{path}: the file has no tensor {missing[0]!r} that the model needs")
-    for name, (_, leaf) in names.items():
-        if tuple(tensors[name].shape) != tuple(leaf.shape):
-            raise CheckpointError(
-                f"{path}: {name} has shape {tensors[name].shape} in the file, {leaf.shape} in the model"
-            )
-    flat = [jnp.asarray(tensors[n]) for n in names]
-    nnx.replace_by_pure_dict(
-        state, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(pure), flat)
-    )
-    nnx.update(model, state)
-    model.eval()
-    return model, config
+    return rebuild(path)

@@ -1,7 +1,9 @@
-"""Small file-system helpers shared by the writers: atomic writes and up-front writability checks."""
+"""Small file-system helpers: atomic writes, up-front writability checks, paths read from a
+dataset's own files resolved inside its folder, and file checksums."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -44,3 +46,87 @@ def check_writable(folder: str | os.PathLike, what: str, min_free: int = 0) -> P
     if free < min_free:
         raise OSError(f"the {what} {folder} has only {free >> 20} MiB free")
     return folder
+
+
+# ------------------------------------------------------------------------------ reading safely
+class UnsafePathError(ValueError):
+    """A path read from a dataset's own files (metadata, README, state.json) leaves its folder."""
+
+
+class ChecksumError(ValueError):
+    """A file's bytes differ from the checksum recorded when it was written."""
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _trusted_roots(root: Path) -> list[str]:
+    """``root`` itself, plus the ``blobs`` folder of a Hugging Face cache snapshot: its files are
+    symlinks into ``datasets--owner--name/blobs``, which belongs to the same download."""
+    real = os.path.realpath(root)
+    roots = [real]
+    parts = Path(real).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("datasets--"):
+        roots.append(str(Path(real).parent.parent / "blobs"))
+    return roots
+
+
+def resolve_inside(root: str | os.PathLike, entry: object, what: str) -> Path:
+    """Resolve ``entry``, a relative path read from a file of the folder ``root``, against ``root``;
+    refuse (``UnsafePathError`` naming ``what`` and the entry) one that is not a string, is
+    absolute, climbs out with ``..`` or is a symlink leading outside ``root``.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> resolve_inside(root, "a/b.csv", "data file").relative_to(root).as_posix()
+    'a/b.csv'
+    >>> resolve_inside(root, "../x.csv", "data file")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.files.UnsafePathError: data file '../x.csv' points outside ...
+    """
+    root = Path(root)
+    if not isinstance(entry, str | os.PathLike) or not str(entry):
+        raise UnsafePathError(f"{what} {entry!r} in {root} is not a relative path")
+    text = os.fspath(entry)
+    if "\x00" in text:
+        raise UnsafePathError(f"{what} {text!r} in {root} holds a NUL byte")
+    lexical = os.path.normpath(os.path.join(os.path.abspath(root), text))
+    real = os.path.realpath(lexical)
+    if not _within(lexical, os.path.abspath(root)) or not any(
+        _within(real, r) for r in _trusted_roots(root)
+    ):
+        raise UnsafePathError(
+            f"{what} {text!r} points outside the dataset folder {root} "
+            f"(to {real}); only files inside it are read"
+        )
+    return Path(lexical)
+
+
+def check_inside(root: str | os.PathLike, path: str | os.PathLike, what: str) -> Path:
+    """Refuse ``path`` (found under ``root``, e.g. by a glob) when it resolves outside ``root``
+    through a symlink; return it unchanged otherwise."""
+    real = os.path.realpath(path)
+    if not any(_within(real, r) for r in _trusted_roots(Path(root))):
+        raise UnsafePathError(
+            f"{what} {str(path)!r} is a link to {real}, outside the dataset folder {root}; "
+            "only files inside it are read"
+        )
+    return Path(path)
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 4 << 20) -> str:
+    """The SHA-256 of a file's bytes, read in chunks (hex).
+
+    >>> import tempfile, os
+    >>> target = os.path.join(tempfile.mkdtemp(), "a.bin")
+    >>> atomic_write(target, b"abc")
+    >>> file_sha256(target)[:16]
+    'ba7816bf8f01cfea'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -8,12 +8,15 @@ The layout is the one `datasets` uses, so either library reads the other's folde
 
 A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and one such folder
 per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
-leaves the previous dataset (or nothing) at ``path``, never a half-written one. This module sits
+leaves the previous dataset (or nothing) at ``path``, never a half-written one. ``state.json``
+also records each file's size and SHA-256 (and its own), which ``load_from_disk(verify=True)``
+checks; `datasets` ignores these keys. This module sits
 below ``dataset.py`` (it only uses a dataset's internal interface); ``io.disk`` reads the folders.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from jaxfeed import remote
+from jaxfeed.files import file_sha256
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -109,8 +113,25 @@ def _write_dataset(
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid4().hex[:16],
         "_split": None,
+        CHECKSUMS: {
+            f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
+            for f in (*names, "dataset_info.json")
+        },
+        **ds._internal.format_state(),
     }
-    _write_json(folder / "state.json", {**state, **ds._internal.format_state()})
+    state[STATE_SHA] = state_digest(state)
+    _write_json(folder / "state.json", state)
+
+
+# {file: {"sha256", "bytes"}} of the data files and dataset_info.json
+CHECKSUMS = "_jaxfeed_checksums"
+STATE_SHA = "_jaxfeed_state_sha256"  # of state.json's own content, this key left out
+
+
+def state_digest(state: dict) -> str:
+    """SHA-256 of ``state.json``'s content without its own checksum (canonical JSON)."""
+    body = {k: v for k, v in state.items() if k != STATE_SHA}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _is_dataset_folder(path: Path) -> bool:

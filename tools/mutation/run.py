@@ -12,6 +12,7 @@ test first (a baseline), otherwise a failure would prove nothing.
     python tools/mutation/run.py               # all mutations (make mutation)
     python tools/mutation/run.py --list        # the list, without running
     python tools/mutation/run.py -k loader     # mutations whose id contains "loader"
+    python tools/mutation/run.py -k cli,disk   # ... "cli" or "disk"
     python tools/mutation/run.py --jobs 2      # two mutations at a time
 
 Exit status: 0 when every mutation is caught, 1 when one survives, 2 on a stale list or a failing
@@ -123,7 +124,9 @@ def run_one(mutation: Mutation, timeout: float) -> tuple[Mutation, str, float, s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-k", "--keyword", default="", help="only mutations whose id contains this")
+    parser.add_argument(
+        "-k", "--keyword", default="", help="only mutations whose id contains this (a,b: either)"
+    )
     parser.add_argument("--list", action="store_true", help="print the mutations and exit")
     parser.add_argument("--jobs", type=int, default=1, help="mutations run at a time (default 1)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run")
@@ -138,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("\n".join(f"  {p}" for p in problems))
         return 2
-    chosen = [m for m in MUTATIONS if args.keyword in m.id]
+    keywords = args.keyword.split(",")
+    chosen = [m for m in MUTATIONS if any(k in m.id for k in keywords)]
     if args.list:
         for m in chosen:
             print(f"{m.id:<34} {m.file:<32} {m.bug}")

@@ -139,8 +139,10 @@ class Image(MediaFeature):
                 if k > 1:
                     image.draft(image.mode, (image.size[0] // k, image.size[1] // k))
             return pil_to_array(self._finish(image))
-        except DecodeError:
-            raise
+        except DecodeError as err:
+            if err.row is not None:
+                raise
+            raise DecodeError(None, row, err.path or path, err.reason) from err
         except Exception as err:
             raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
 

@@ -134,8 +134,10 @@ class MediaFeature(Feature):
         data, path = stored
         try:
             return self.decode_one(data, path)
-        except DecodeError:
-            raise
+        except DecodeError as err:
+            if err.row is not None:
+                raise
+            raise DecodeError(None, row, err.path or path, err.reason) from err
         except Exception as err:
             raise DecodeError(None, row, path, f"{type(err).__name__}: {err}") from err
 

@@ -27,7 +27,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from jaxfeed import remote
-from jaxfeed.io.files import file_format, read_table
+from jaxfeed.io.files import check_batch, file_format, read_table
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
 READ_BUFFER = 1 << 20  # Parquet read buffer (pre_buffer=False)
@@ -127,7 +127,10 @@ def file_batches(
     fmt = fmt or file_format(path)
     try:
         if fmt == "parquet":
-            yield from _parquet(path, columns, row_groups, batch_bytes, storage_options, metadata)
+            for batch in _parquet(
+                path, columns, row_groups, batch_bytes, storage_options, metadata
+            ):
+                yield check_batch(batch, path, fmt)
             return
         if row_groups is not None:
             raise ValueError(f"row_groups= applies to Parquet files only, not {path}")
@@ -142,9 +145,15 @@ def file_batches(
                 f"cannot tell the format of {path}; name it (load_dataset('csv', data_files=...))"
             )
         for batch in batches:
-            yield batch.select(list(columns)) if columns is not None else batch
+            yield check_batch(
+                batch.select(list(columns)) if columns is not None else batch, path, fmt
+            )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
+    except OSError as err:  # Parquet page and thrift errors arrive as OSError: name the file
+        if isinstance(err, FileNotFoundError) or str(path) in str(err):
+            raise
+        raise OSError(f"cannot read {fmt} file {path}: {' '.join(str(err).split())}") from err
 
 
 def _parquet(

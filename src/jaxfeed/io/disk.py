@@ -1,4 +1,7 @@
-"""load_from_disk: folders written by ``save_to_disk`` (see :mod:`jaxfeed.saved`), read memory-mapped."""
+"""load_from_disk: folders written by ``save_to_disk`` (see :mod:`jaxfeed.saved`), read memory-mapped.
+
+Only files inside the folder are read; features are checked against the data; the sizes recorded
+at save time are checked, and with ``verify=True`` the SHA-256 of every file too."""
 
 from __future__ import annotations
 
@@ -10,9 +13,17 @@ import pyarrow as pa
 
 from jaxfeed.dataset import Dataset, DatasetDict, register_disk_loader
 from jaxfeed.features import Features
+from jaxfeed.files import (
+    ChecksumError,
+    UnsafePathError,
+    check_inside,
+    file_sha256,
+    resolve_inside,
+)
 from jaxfeed.io.cache import fetch_folder
+from jaxfeed.io.validate import FeatureMismatchError, check_arrow_data, check_table
 from jaxfeed.remote import is_remote
-from jaxfeed.saved import save_dataset, save_dataset_dict
+from jaxfeed.saved import CHECKSUMS, STATE_SHA, save_dataset, save_dataset_dict, state_digest
 
 __all__ = ["load_from_disk", "save_dataset", "save_dataset_dict"]
 
@@ -29,22 +40,52 @@ def _recover(path: Path) -> None:
 def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:
     source = pa.memory_map(str(file)) if not keep_in_memory else pa.OSFile(str(file))
     try:
-        return pa.ipc.open_stream(source).read_all()
-    except pa.ArrowInvalid:
-        source.seek(0)
-        return pa.ipc.open_file(source).read_all()
+        try:
+            table = pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            table = pa.ipc.open_file(source).read_all()
+        check_arrow_data(table, str(file))
+        return table
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ValueError(f"cannot read the Arrow data file {file}: {err}") from err
+
+
+def _read_json(file: Path, what: str) -> dict:
+    if file.exists():
+        check_inside(file.parent, file, what)
+    try:
+        data = json.loads(file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"saved dataset {file.parent} has no {file.name} ({what})"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{file} ({what}) is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} ({what}) must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def load_from_disk(
-    path: str | os.PathLike, keep_in_memory: bool = False, storage_options: dict | None = None
+    path: str | os.PathLike,
+    keep_in_memory: bool = False,
+    storage_options: dict | None = None,
+    verify: bool = False,
 ) -> Dataset | DatasetDict:
     """Load a dataset saved with ``save_to_disk`` (by jaxfeed or `datasets`), memory-mapped.
+
+    Only files inside ``path`` are read: a ``state.json`` or ``dataset_dict.json`` naming files
+    or splits outside it is refused, as are features contradicted by the data (class ids out of
+    range, wrong list lengths). The sizes recorded at save time are always checked;
+    ``verify=True`` also checks every file's SHA-256 and raises :class:`ChecksumError` on any
+    difference (or when the folder was saved without checksums, e.g. by `datasets`).
 
     >>> import tempfile
     >>> from jaxfeed import Dataset, load_from_disk
     >>> folder = tempfile.mkdtemp()
     >>> Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(folder + "/ds")
-    >>> list(load_from_disk(folder + "/ds")["x"])
+    >>> list(load_from_disk(folder + "/ds", verify=True)["x"])
     [1, 2, 3]
 
     A URL (``s3://bucket/ds``...) is copied once into the local cache (``$JAXFEED_CACHE``), then
@@ -55,38 +96,121 @@ def load_from_disk(
     path = Path(path)
     _recover(path)
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
-        return DatasetDict({name: load_from_disk(path / name, keep_in_memory) for name in splits})
-    state_file = path / "state.json"
-    if not state_file.is_file():
+        splits = _read_json(path / "dataset_dict.json", "the list of splits").get("splits")
+        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+            raise ValueError(
+                f"{path / 'dataset_dict.json'}: 'splits' must be a list of split names, got {splits!r}"
+            )
+        out = {}
+        for name in splits:
+            folder = _split_folder(path, name)
+            if not (folder / "state.json").is_file():
+                raise FileNotFoundError(
+                    f"{path / 'dataset_dict.json'}: split {name!r} has no saved dataset "
+                    f"(state.json) in {folder}"
+                )
+            out[name] = _load_dataset(folder, keep_in_memory, verify)
+        return DatasetDict(out)
+    if not (path / "state.json").is_file():
         raise FileNotFoundError(
             f"{path} is not a saved dataset: expected state.json (a Dataset) or dataset_dict.json "
             "(a DatasetDict), as written by save_to_disk"
         )
-    state = json.loads(state_file.read_text())
-    info = json.loads((path / "dataset_info.json").read_text())
-    files = [path / f["filename"] for f in state["_data_files"]]
+    return _load_dataset(path, keep_in_memory, verify)
+
+
+def _split_folder(path: Path, name: str) -> Path:
+    """The folder of split ``name``: one plain folder name directly inside ``path``."""
+    if name in ("", ".", "..") or "/" in name or "\\" in name or name != name.strip("\x00"):
+        raise UnsafePathError(
+            f"{path / 'dataset_dict.json'}: split {name!r} is not a plain folder name inside {path}"
+        )
+    return resolve_inside(path, name, f"split {name!r} of {path / 'dataset_dict.json'}")
+
+
+def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
+    state = _read_json(path / "state.json", "the saved dataset's state")
+    entries = state.get("_data_files")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path / 'state.json'}: '_data_files' must be a non-empty list")
+    files = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "filename" not in entry:
+            raise ValueError(
+                f"{path / 'state.json'}: a '_data_files' entry needs a 'filename', got {entry!r}"
+            )
+        files.append(resolve_inside(path, entry["filename"], f"data file of {path / 'state.json'}"))
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise FileNotFoundError(f"saved dataset {path} is missing its data files {missing}")
+    _check_files(path, state, [f.name for f in files], verify)
+    info = _read_json(path / "dataset_info.json", "the saved dataset's features")
     tables = [_read_arrow(f, keep_in_memory) for f in files]
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    features = Features.from_dict(info["features"]) if info.get("features") else None
-    if features is not None and set(features) == set(table.column_names):
-        features = Features({c: features[c] for c in table.column_names})  # the table's order
-    ds = Dataset(table, features)
+    try:
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    except pa.ArrowInvalid as err:
+        raise ValueError(f"saved dataset {path}: its data files do not agree: {err}") from err
+    source = str(path / "dataset_info.json")
+    try:
+        features = Features.from_dict(info["features"]) if info.get("features") else None
+        if features is not None and set(features) == set(table.column_names):
+            features = Features({c: features[c] for c in table.column_names})  # the table's order
+        ds = Dataset(table, features)
+    except (ValueError, TypeError, KeyError) as err:
+        if isinstance(err, FeatureMismatchError):
+            raise
+        raise FeatureMismatchError(
+            source, "*", None, f"features do not fit the data: {err}"
+        ) from err
+    check_table(ds.data, ds.features, source)
     if not keep_in_memory:
         ds._internal.set_cache(path)
     fmt_type = state.get("_format_type")
     if fmt_type is not None or state.get("_format_columns") is not None:
         kwargs = {k: v for k, v in (state.get("_format_kwargs") or {}).items() if v is not None}
-        ds.set_format(
-            fmt_type,
-            state.get("_format_columns"),
-            state.get("_output_all_columns", False),
-            **kwargs,
-        )
+        try:
+            ds.set_format(
+                fmt_type,
+                state.get("_format_columns"),
+                state.get("_output_all_columns", False),
+                **kwargs,
+            )
+        except (ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{path / 'state.json'}: bad format settings: {err}") from err
     return ds
+
+
+def _check_files(path: Path, state: dict, names: list[str], verify: bool) -> None:
+    """Sizes recorded at save time always; SHA-256 of every file too when ``verify``."""
+    recorded = state.get(CHECKSUMS)
+    if recorded is None:
+        if verify:
+            raise ChecksumError(
+                f"saved dataset {path} has no checksums (saved by `datasets` or an older jaxfeed): "
+                "cannot verify it; save it again with jaxfeed to record them"
+            )
+        return
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path / 'state.json'}: {CHECKSUMS!r} must be an object")
+    if verify and state.get(STATE_SHA) != state_digest(state):
+        raise ChecksumError(
+            f"{path / 'state.json'} differs from what was saved (checksum mismatch)"
+        )
+    for name in [*names, "dataset_info.json"] if verify else names:
+        expected = recorded.get(name)
+        if not isinstance(expected, dict):
+            if verify:
+                raise ChecksumError(f"saved dataset {path}: no checksum recorded for {name}")
+            continue
+        file = path / name
+        size = file.stat().st_size if file.is_file() else None
+        if size != expected.get("bytes"):
+            raise ChecksumError(
+                f"{file} has {size} bytes but {expected.get('bytes')} were saved: "
+                "the file is truncated or was changed"
+            )
+        if verify and file_sha256(file) != expected.get("sha256"):
+            raise ChecksumError(f"{file} differs from what was saved (SHA-256 mismatch)")
 
 
 register_disk_loader(load_from_disk)

@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from jaxfeed.features import Features
+from jaxfeed.features.features import METADATA_KEY
+from jaxfeed.io.validate import check_arrow_data, check_table
+
 FORMATS = {
     ".parquet": "parquet",
     ".csv": "csv",
@@ -35,8 +39,55 @@ def file_format(path: str | Path) -> str | None:
 
 
 def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
-    """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read."""
-    path = Path(path)
+    """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read,
+    and :class:`~jaxfeed.io.validate.FeatureMismatchError` when features stored in its metadata
+    contradict its data."""
+    table = _read_table(Path(path), fmt)
+    names = table.column_names
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"{path}: column {dup!r} appears {names.count(dup)} times")
+    check_stored_features(table, str(path))
+    return table
+
+
+def check_batch(batch: pa.RecordBatch, path: str, fmt: str | None) -> pa.RecordBatch:
+    """The checks :func:`read_table` makes, for one record batch of ``path`` read batch by batch
+    (the out-of-core cache and streaming): unique column names, valid buffers and UTF-8, text CSV
+    columns, features in the metadata that fit the data. Returns ``batch``."""
+    try:
+        names = batch.schema.names
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: a column name is not valid UTF-8 ({err.reason})") from None
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"{path}: column {dup!r} appears {names.count(dup)} times")
+    table = pa.Table.from_batches([batch])
+    check_arrow_data(table, path)
+    if fmt == "csv":
+        for field in batch.schema:
+            if pa.types.is_binary(field.type):  # Arrow's reader falls back on bytes
+                raise ValueError(f"{path}: column {field.name!r} is not valid UTF-8 text")
+    check_stored_features(table, path)
+    return batch
+
+
+def check_stored_features(table: pa.Table, source: str) -> None:
+    """Check the features stored in ``table``'s schema metadata (as `datasets` writes them in
+    Parquet and Arrow files) against its data; ``source`` names the file in errors."""
+    meta = table.schema.metadata or {}
+    if METADATA_KEY not in meta:
+        return
+    try:
+        features = Features.from_arrow_schema(table.schema)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(
+            f"{source}: the features stored in its metadata are invalid: {err}"
+        ) from None
+    check_table(table, features, source)
+
+
+def _read_table(path: Path, fmt: str | None) -> pa.Table:
     fmt = fmt or file_format(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such data file: {path}")
@@ -49,17 +100,24 @@ def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
             import pyarrow.csv as pcsv
 
             delimiter = "\t" if ".tsv" in path.name.lower() else ","
-            return pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+            table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+            check_arrow_data(table, str(path))
+            for name, field in zip(table.column_names, table.schema, strict=True):
+                if pa.types.is_binary(field.type):  # Arrow's reader falls back on bytes
+                    raise ValueError(f"column {name!r} is not valid UTF-8 text")
+            return table
         if fmt == "json":
             return _read_json(path)
         if fmt == "arrow":
             source = pa.memory_map(str(path))
             try:
-                return pa.ipc.open_file(source).read_all()
+                table = pa.ipc.open_file(source).read_all()
             except pa.ArrowInvalid:
                 source.seek(0)
-                return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as err:
+                table = pa.ipc.open_stream(source).read_all()
+            check_arrow_data(table, str(path))
+            return table
+    except (pa.ArrowException, OSError, ValueError, RecursionError) as err:
         if isinstance(err, FileNotFoundError):
             raise
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
@@ -82,7 +140,9 @@ def _read_json(path: Path) -> pa.Table:
                 return pa.table(data)  # {"col": [...], ...}
     import pyarrow.json as pjson
 
-    return pjson.read_json(path)
+    table = pjson.read_json(path)
+    check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings
+    return table
 
 
 def _single_object(path: Path) -> bool:

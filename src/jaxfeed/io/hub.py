@@ -2,12 +2,21 @@
 
 Only data files (Parquet, JSON, CSV, Arrow) and the README (its ``configs:`` YAML) are fetched.
 Offline (no network, or ``HF_HUB_OFFLINE=1``) the cached snapshot is used; when there is none, the
-error says so.
+error says so. A snapshot is untrusted input: its README ``configs`` may only name files inside it.
 """
 
 from __future__ import annotations
 
+import glob
+import os
+import re
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jaxfeed.extras import require
+from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
 
 PATTERNS = [
     "*.parquet",
@@ -43,7 +52,7 @@ def download(
     token: str | bool | None = None,
 ) -> Path:
     """The local folder holding ``repo_id``'s data files (downloaded, or from the cache offline)."""
-    import huggingface_hub
+    huggingface_hub = require("huggingface_hub", "hub", "loading a Hub dataset")
     from huggingface_hub import constants, errors
 
     kwargs = dict(
@@ -74,3 +83,119 @@ def download(
             f"dataset {repo_id!r} is not in the local cache ({where}) and {why}; connect to the network "
             "once to download it, or pass a local folder or file"
         ) from err
+
+
+# ------------------------------------------------------------------------------ README configs
+def readme_configs(folder: Path) -> list[dict]:
+    """The ``configs:`` of a dataset card's YAML header, as ``[{config_name, default, data_files}]``.
+
+    Raises ``ValueError`` naming ``README.md`` and the config for a header that does not have the
+    documented shape (a list of mappings whose ``data_files`` are paths, lists of paths, or
+    ``{split, path}`` entries).
+    """
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return []
+    try:
+        text = check_inside(folder, readme, "dataset card").read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{readme} is not valid UTF-8 (byte {err.start})") from None
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
+    if not m:
+        return []
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as err:
+        problem = " ".join(str(err).split())
+        raise ValueError(f"{readme}: cannot parse its YAML header: {problem}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{readme}: the YAML header must be a mapping, got {type(meta).__name__}")
+    configs = meta.get("configs") or []
+    if not isinstance(configs, list):
+        raise ValueError(f"{readme}: 'configs' must be a list of configs, got {configs!r:.60}")
+    out = []
+    for i, config in enumerate(configs):
+        where = f"{readme}: configs[{i}]"
+        if not isinstance(config, dict):
+            raise ValueError(f"{where} must be a mapping with data_files, got {config!r:.60}")
+        files = config.get("data_files")
+        if files is None:
+            continue
+        name = config.get("config_name", "default")
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: config_name must be a string, got {name!r:.60}")
+        out.append(
+            {
+                "config_name": name,
+                "default": bool(config.get("default", False)),
+                "data_files": _config_files(files, f"{where} ({name!r}) data_files"),
+            }
+        )
+    return out
+
+
+def _config_files(files: Any, where: str) -> dict[str, list[str]]:
+    def patterns(value: Any, what: str) -> list[str]:
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{what} must be a path or a list of paths, got {value!r:.60}")
+        return value
+
+    if isinstance(files, str):
+        return {"train": [files]}
+    if isinstance(files, dict):
+        return {str(k): patterns(v, f"{where}[{k!r}]") for k, v in files.items()}
+    if isinstance(files, list) and files and all(isinstance(e, dict) for e in files):
+        out: dict[str, list[str]] = {}
+        for j, entry in enumerate(files):
+            if "path" not in entry:
+                raise ValueError(f"{where}[{j}] has no 'path' (entries are {{split, path}})")
+            split = str(entry.get("split", "train"))
+            out.setdefault(split, []).extend(patterns(entry["path"], f"{where}[{j}].path"))
+        return out
+    return {"train": patterns(files, where)}
+
+
+def choose_config(configs: list[dict], name: str | None) -> dict:
+    """The config called ``name``, else the default one (or the first)."""
+    if name is None:
+        defaults = [c for c in configs if c["default"]] or [
+            c for c in configs if c["config_name"] == "default"
+        ]
+        return defaults[0] if defaults else configs[0]
+    for config in configs:
+        if config["config_name"] == name:
+            return config
+    raise ValueError(
+        f"unknown config {name!r}; this dataset has {[c['config_name'] for c in configs]}"
+    )
+
+
+def expand_inside(data_files: dict[str, list[str]], root: Path) -> dict[str, list[str]]:
+    """Expand the patterns of a dataset's own config (its README) into files inside ``root``.
+
+    A pattern is a path relative to ``root``; one that names an existing file is taken literally
+    (so ``a[1].csv`` is that file, not a glob). Absolute patterns, ``..`` and matches that are
+    symlinks leading outside are refused with :class:`UnsafePathError`.
+    """
+    out: dict[str, list[str]] = {}
+    for split, patterns in data_files.items():
+        files: list[str] = []
+        for pattern in patterns:
+            what = f"data_files pattern {pattern!r} (split {split!r}) of {root / 'README.md'}"
+            if os.path.isabs(pattern) or ".." in Path(pattern).parts or "\x00" in pattern:
+                raise UnsafePathError(
+                    f"{what} must be relative to the dataset folder {root}, without '..'"
+                )
+            literal = resolve_inside(root, pattern, what)
+            if literal.is_file():
+                matches = [str(literal)]
+            else:
+                found = glob.glob(pattern, root_dir=root, recursive=True)  # root taken literally
+                matches = sorted(str(root / m) for m in found)
+                if not matches:
+                    hint = " ([ and ] are glob characters)" if "[" in pattern else ""
+                    raise FileNotFoundError(f"{what}: nothing matches{hint}")
+            files += [str(check_inside(root, m, "data file")) for m in matches if Path(m).is_file()]
+        out[split] = files
+    return out

@@ -11,14 +11,16 @@ from typing import Any
 
 import pyarrow as pa
 
+import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features
+from jaxfeed.files import check_inside
 from jaxfeed.io.batches import file_batches
 from jaxfeed.io.builtin import BUILTIN, load_builtin
 from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
 from jaxfeed.remote import expand, filesystem, is_remote
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
@@ -75,7 +77,9 @@ def load_dataset(
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
             splits = {
-                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
+                k: iterable.IterableDataset.from_files(
+                    v, fmt, features, storage_options=storage_options
+                )
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
@@ -91,7 +95,9 @@ def load_dataset(
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
         return _pick_split(
-            {k: IterableDataset.from_dataset(v) for k, v in splits.items()}, split, streaming=True
+            {k: iterable.IterableDataset.from_dataset(v) for k, v in splits.items()},
+            split,
+            streaming=True,
         )
     return _pick_split(splits, split)
 
@@ -137,7 +143,7 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
     if split is None:
         if streaming:
-            return IterableDatasetDict(splits)
+            return iterable.IterableDatasetDict(splits)
         return DatasetDict(splits)
     parts = []
     for spec in split.split("+"):
@@ -242,59 +248,13 @@ def _local_folder(
     base = folder / data_dir if data_dir else folder
     if data_files is not None:
         return _expand(data_files, base), None
-    configs = _readme_configs(folder)
+    configs = readme_configs(folder)
     if configs:
-        chosen = _choose_config(configs, name)
-        return _expand(chosen["data_files"], folder), None
+        chosen = choose_config(configs, name)
+        return expand_inside(chosen["data_files"], folder), None
     if name and (folder / name).is_dir():
         base = folder / name
     return _layout(base, folder), None
-
-
-def _readme_configs(folder: Path) -> list[dict]:
-    readme = folder / "README.md"
-    if not readme.is_file():
-        return []
-    text = readme.read_text(errors="replace")
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
-    if not m:
-        return []
-    import yaml
-
-    try:
-        meta = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{readme}: cannot parse its YAML header: {err}") from err
-    configs = meta.get("configs") or []
-    out = []
-    for config in configs:
-        files = config.get("data_files")
-        if files is None:
-            continue
-        if isinstance(files, list) and files and isinstance(files[0], dict):
-            files = {entry["split"]: entry["path"] for entry in files}
-        out.append(
-            {
-                "config_name": config.get("config_name", "default"),
-                "default": config.get("default", False),
-                "data_files": files,
-            }
-        )
-    return out
-
-
-def _choose_config(configs: list[dict], name: str | None) -> dict:
-    if name is None:
-        defaults = [c for c in configs if c["default"]] or [
-            c for c in configs if c["config_name"] == "default"
-        ]
-        return defaults[0] if defaults else configs[0]
-    for config in configs:
-        if config["config_name"] == name:
-            return config
-    raise ValueError(
-        f"unknown config {name!r}; this dataset has {[c['config_name'] for c in configs]}"
-    )
 
 
 def _remote(
@@ -360,7 +320,8 @@ def _expand(
                 files += matches
                 continue
             full = Path(pattern) if Path(pattern).is_absolute() else base / pattern
-            matches = sorted(glob.glob(str(full), recursive=True))
+            literal = full.is_file()  # a real file named like a glob, e.g. a[1].csv
+            matches = [str(full)] if literal else sorted(glob.glob(str(full), recursive=True))
             if not matches:
                 raise FileNotFoundError(
                     f"data_files for split {split!r}: nothing matches {str(full)!r}"
@@ -384,6 +345,7 @@ def _layout(base: Path, root: Path | None) -> dict[str, list[str]]:
         p for p in base.rglob("*")
         if p.is_file() and file_format(p) and not any(part.startswith(".") for part in p.relative_to(base).parts)
     )  # fmt: skip
+    files = [check_inside(root or base, p, "data file") for p in files]
     if not files:
         raise FileNotFoundError(f"no Parquet, CSV, JSON or Arrow files under {base}")
     return _assign_splits([(str(f.relative_to(base)), str(f)) for f in files])

@@ -226,7 +226,7 @@ def _learning_rate(opt_state: Any) -> float | None:
     """The ``learning_rate`` an ``optax.inject_hyperparams`` state holds, if any."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
         where = jax.tree_util.keystr(path)
-        if "hyperparams" in where and where.rstrip("']").endswith("learning_rate"):
+        if "['hyperparams']" in where and "['learning_rate']" in where:
             return float(np.asarray(jax.device_get(leaf)).reshape(-1)[0])
     return None
 
@@ -353,7 +353,7 @@ class NNXCore:
         return restored["meta"]
 
     def learning_rate(self) -> float | None:
-        return _learning_rate(self.state[1]) if isinstance(self.state, tuple) else None
+        return None if self.state is None else _learning_rate(self.state)
 
     def variables(self) -> Any:
         raise AttributeError("variables is for Linen trainers; an NNX model holds its own state")

@@ -5,7 +5,7 @@ global optimizer step) and ``close()``; see :class:`Logger`. ``Trainer(loggers=.
 objects or the name ``"tensorboard"``. The trainer sends three kinds of rows, with these tags:
 
 * every ``log_every`` steps: ``train/loss``, ``train/accuracy`` (and any other metric),
-  ``train/learning_rate`` (when the optimizer exposes it, see :func:`learning_rate`) and
+  ``train/learning_rate`` (when the optimizer is wrapped in ``optax.inject_hyperparams``) and
   ``perf/rows_per_second``, averaged since the previous row;
 * after each evaluation: ``eval/loss``, ``eval/accuracy``;
 * after each epoch: ``epoch/train_loss``, ``epoch/train_accuracy``, ``epoch/rows_per_second``,
@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import jax
 import numpy as np
 
 from jaxfeed.files import atomic_write
@@ -84,6 +83,27 @@ class TensorBoardLogger:
         self.writer.close()
 
 
+def check_loggers(specs: Sequence[str | Logger], out_dir: Path | None) -> None:
+    """Raise now, not after an epoch, for an unknown name, an object that is not a logger, a
+    TensorBoard logger without ``out_dir`` or without tensorboardX."""
+    for spec in specs:
+        if spec == "tensorboard":
+            if out_dir is None:
+                raise ValueError("loggers=('tensorboard',) writes under out_dir: pass out_dir=")
+            try:
+                import tensorboardX  # noqa: F401 - lazy: an optional extra
+            except ImportError as err:
+                raise ImportError(
+                    "loggers=('tensorboard',) needs tensorboardX: pip install 'jaxfeed[tensorboard]'"
+                ) from err
+        elif isinstance(spec, str):
+            raise ValueError(f"unknown logger {spec!r}; known: ['tensorboard'] (or pass an object)")
+        elif not isinstance(spec, Logger):
+            raise TypeError(
+                f"a logger needs log_metrics(metrics, step) and close(); got {type(spec).__name__}"
+            )
+
+
 def make_loggers(
     specs: Sequence[str | Logger], out_dir: Path | None, *, resume_step: int | None = None
 ) -> list[Logger]:
@@ -129,22 +149,6 @@ def scalars(row: Mapping[str, Any], kind: str) -> dict[str, float]:
             tag = f"perf/{key}"
         out[tag] = float(value)
     return out
-
-
-def learning_rate(state: Any) -> jax.Array | None:
-    """The learning rate an optimizer state exposes: a ``learning_rate`` hyperparameter of
-    ``optax.inject_hyperparams`` (wrap a schedule in it to have it logged), else None.
-
-    >>> import optax, jax.numpy as jnp
-    >>> tx = optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(1.0, 0.0, 10))
-    >>> float(learning_rate(tx.init({"w": jnp.zeros(2)})))
-    1.0
-    """
-    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        names = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
-        if "hyperparams" in names and names[-1] == "learning_rate":
-            return leaf
-    return None
 
 
 class MetricsFile:

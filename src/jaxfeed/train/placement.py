@@ -34,8 +34,10 @@ class BatchPlacement:
     ([0, 1, 2, 0], 3)
     """
 
-    def __init__(self, required: Iterable[str], hints: dict[str, str] | None = None) -> None:
-        self.required = list(dict.fromkeys(required))
+    def __init__(self, required: Iterable[str], hints: dict[str, str] | None = None,
+                 targets: str | None = None) -> None:  # fmt: skip
+        self.required = list(dict.fromkeys(required))  # for every role
+        self.targets = targets  # also required to train and evaluate
         self.hints = hints or {}
         self.placement: Placement | None = None  # of the state: set by the first batch
         self._sizes: dict[str, int] = {}
@@ -47,7 +49,7 @@ class BatchPlacement:
         """Place the state again on the next batch (after a restore)."""
         self.placement = None
 
-    def arrays(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+    def arrays(self, batch: dict[str, Any], role: str = "predict") -> dict[str, jax.Array]:
         """The batch's ``jax.Array`` columns (others dropped), on meshes with Auto axes."""
         out = {}
         for key, value in batch.items():
@@ -57,9 +59,11 @@ class BatchPlacement:
             if isinstance(sharding, jax.sharding.NamedSharding) and _explicit(sharding.mesh):
                 value = jax.device_put(value, self._auto_sharding(sharding))
             out[key] = value
-        missing = [c for c in self.required if c not in out]
-        if missing:
-            wanted = ", ".join(f"{c!r} ({self.hints.get(c, 'a column')})" for c in self.required)
+        required = list(self.required)
+        if role != "predict" and self.targets is not None and self.targets not in required:
+            required.append(self.targets)
+        if any(c not in out for c in required):
+            wanted = ", ".join(f"{c!r} ({self.hints.get(c, 'a column')})" for c in required)
             raise KeyError(f"the batch needs the columns {wanted}; it has {sorted(out)}")
         return out
 
@@ -90,7 +94,7 @@ class BatchPlacement:
 
         ``role`` ("train", "eval", "predict") keeps one batch size per use: the first batch's.
         """
-        arrays = self.arrays(batch)
+        arrays = self.arrays(batch, role)
         for key, value in arrays.items():
             self._shardings.setdefault(key, value.sharding)
         n = int(arrays[self.required[0]].shape[0])

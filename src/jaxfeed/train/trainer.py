@@ -7,7 +7,9 @@ saves what the steps compute.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 import warnings
@@ -20,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.files import check_writable
-from jaxfeed.train.callbacks import Callback
+from jaxfeed.files import atomic_write, check_writable
+from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.cores import (
     PRECISIONS,
     Core,
@@ -33,14 +35,21 @@ from jaxfeed.train.cores import (
     empty_sums,
 )
 from jaxfeed.train.history import History, plot_history
+from jaxfeed.train.loggers import Logger, RunLog, check_loggers, make_loggers
 from jaxfeed.train.losses import resolve_loss, resolve_metrics
 from jaxfeed.train.placement import BatchPlacement
+from jaxfeed.train.preemption import Preempted, SignalWatch
+from jaxfeed.train.schedule import EpochProgress, Schedule
 
 REPORT_SECONDS = 0.5  # how often the progress bar reads metrics from the device
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite; nothing of that state was written."""
+    """The training loss became NaN or infinite; nothing of that state was written.
+
+    The message names the global step and epoch where it first happened, whatever ``log_every``
+    is: each step records it on the device, and the host reads it when it next reads metrics.
+    """
 
 
 def scale_images(batch: dict[str, jax.Array], key: str = "image") -> dict[str, jax.Array]:
@@ -108,6 +117,8 @@ class Trainer:
         deterministic: bool = False,
         precision: str = "float32",
         out_dir: str | os.PathLike | None = None,
+        loggers: Sequence[str | Logger] = (),
+        handle_signals: bool = True,
     ) -> None:
         tx = as_transformation(optimizer)
         if precision not in PRECISIONS:
@@ -137,16 +148,22 @@ class Trainer:
         )
         self.model = model
         hints = {c: "inputs=" for c in spec.inputs.columns}
-        required = list(spec.inputs.columns)
         if targets is not None:
-            required.append(targets)
             hints[targets] = "targets="
-        self.placement = BatchPlacement(required, hints)
+        self.placement = BatchPlacement(spec.inputs.columns, hints, targets)
         self.history = History()
         self.step = 0  # global training step
         self.epoch = 0  # completed epochs
         self.stop_training = False
         self._warned_unlabelled = False
+        self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
+        self.loggers = tuple(loggers)
+        check_loggers(self.loggers, self.out_dir)
+        self.handle_signals = handle_signals
+        self.resume_hint: str | None = (
+            None  # how to resume, printed on preemption (the CLI sets it)
+        )
+        self._progress: EpochProgress | None = None  # the epoch in progress
 
     @classmethod
     def from_linen(
@@ -180,12 +197,26 @@ class Trainer:
         if self.placement.placement is None:
             if not self.core.ready:
                 self.core.initialize(arrays)
+            spec = self.core.spec
+            self.input_spec = jax.eval_shape(lambda b: spec.inputs.call(spec.preprocess(b)), arrays)
             self.placement.state_placement(arrays)
             self.core.state = self.placement.replicate(self.core.state)
         return arrays, n
 
-    def _sums(self) -> dict[str, jax.Array]:
-        return self.placement.replicate(empty_sums(self.metrics))
+    def _sums(self, saved: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
+        sums = empty_sums(self.metrics)
+        if saved:  # an epoch resumed mid-way continues its totals
+            sums = {k: jnp.asarray(saved[k], v.dtype) for k, v in sums.items()}
+        return self.placement.replicate(sums)
+
+    def snapshot(self) -> Any:
+        """A copy of the training state (model and optimizer), kept on its devices."""
+        return jax.tree.map(jnp.copy, self.core.state)
+
+    def load_snapshot(self, snapshot: Any) -> None:
+        """Put a :meth:`snapshot` back (into the model objects too)."""
+        self.core.state = jax.tree.map(jnp.copy, snapshot)
+        self.core.write_back()
 
     def _ensure_ready(self, loader: Iterable) -> None:
         """Initialise a lazily built model from the loader's first batch (before a restore)."""
@@ -199,26 +230,47 @@ class Trainer:
         self,
         train_loader: Iterable,
         eval_loader: Iterable | None = None,
-        epochs: int = 1,
+        epochs: int | None = None,
         *,
+        max_steps: int | None = None,
+        eval_every: int | None = None,
+        checkpoint_every: int | None = None,
+        log_every: int | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
         resume: bool = False,
         checkpoint_options: dict[str, Any] | None = None,
     ) -> History:
-        """Train until ``epochs`` epochs are done **in total**, evaluating after each.
+        """Train until ``epochs`` epochs and/or ``max_steps`` optimizer steps are done **in total**,
+        evaluating after each epoch.
 
-        ``epochs`` counts every epoch this trainer has trained, over all ``fit`` calls and a
-        resumed checkpoint: ``fit(epochs=2)`` then ``fit(epochs=5)`` trains 5 epochs. A call that
-        would train nothing raises ``ValueError`` (with ``resume=True`` it only warns: the run is
-        already complete). With ``checkpoint_dir`` a checkpoint is saved after every epoch (see
-        :class:`jaxfeed.checkpoint.CheckpointManager`; ``checkpoint_options`` are its arguments);
-        with ``resume=True`` training continues from the latest one there (same epoch, next batch,
-        RNG and optimizer state), or starts fresh when there is none. Returns the
-        :class:`History`; with ``out_dir`` also writes ``metrics.jsonl``, ``history.csv`` and
-        ``curves.png``.
+        ``epochs`` and ``max_steps`` count everything this trainer has trained, over all ``fit``
+        calls and a resumed checkpoint: ``fit(epochs=2)`` then ``fit(epochs=5)`` trains 5 epochs.
+        Without ``max_steps``, ``epochs`` defaults to 1; with it, to no limit (training stops at
+        whichever limit comes first). A call that would train nothing raises ``ValueError`` (with
+        ``resume=True`` it only warns: the run is already complete).
+
+        Step schedule (counted in optimizer steps, ``trainer.step``): every ``log_every`` steps a
+        row of the training loss and metrics averaged since the previous row, the learning rate
+        (``optax.inject_hyperparams``), rows/s and wall time goes to ``metrics.jsonl`` and the
+        loggers; every ``eval_every`` steps an eval row; every ``checkpoint_every`` steps a
+        checkpoint, saved in the background.
+
+        With ``checkpoint_dir`` a checkpoint is also saved after every epoch and where training
+        ends mid-epoch (see :class:`jaxfeed.checkpoint.CheckpointManager`;
+        ``checkpoint_options`` are its arguments); with ``resume=True`` training continues from
+        the latest one there (same step, next batch, RNG and optimizer state, the epoch's
+        metrics so far), on any number of processes and devices, or starts fresh when there is
+        none. SIGTERM or SIGINT during fit finish the step, save a checkpoint (with a
+        ``checkpoint_dir``), print how to resume and raise
+        :class:`~jaxfeed.train.preemption.Preempted`, a ``SystemExit`` (the process exits 143 or
+        130); ``handle_signals=False`` leaves signals alone. Returns the :class:`History`; with
+        ``out_dir`` also writes ``metrics.jsonl``, ``history.csv`` and ``curves.png``.
         """
-        if not isinstance(epochs, int) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+        schedule = Schedule.make(epochs, max_steps, eval_every, checkpoint_every, log_every)
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ValueError("checkpoint_every= needs checkpoint_dir=")
+        if eval_every is not None and eval_loader is None:
+            raise ValueError("eval_every= needs an eval_loader")
         if self.out_dir is not None and self.primary:
             check_writable(self.out_dir, "output folder")
         manager = None
@@ -230,10 +282,13 @@ class Trainer:
                 self.restore_checkpoint(manager, "latest", train_loader)
         elif resume:
             raise ValueError("resume=True needs checkpoint_dir=")
-        if self.epoch >= epochs:
+        if schedule.finished(self.step, self.epoch):
             message = (
                 f"fit(epochs={epochs}) trains nothing: this trainer has already trained {self.epoch} "
                 f"epochs, and epochs counts in total; pass epochs={self.epoch + 1} or more to continue"
+                if schedule.epochs is not None and self.epoch >= schedule.epochs
+                else f"fit(max_steps={max_steps}) trains nothing: this trainer has already trained "
+                f"{self.step} steps, and max_steps counts in total"
             )
             if manager is not None:
                 manager.close()
@@ -242,9 +297,21 @@ class Trainer:
             warnings.warn(message, stacklevel=2)
             return self.history
         self.stop_training = False
+        if manager is not None:
+            manager.begin_writing()  # refuses a directory another live run writes
+        run_log = RunLog(
+            self.out_dir if self.primary else None,
+            make_loggers(self.loggers, self.out_dir, resume_step=self.step or None)
+            if self.primary
+            else [],
+        )
+        run_log.start(self.step)
+        watch = SignalWatch() if self.handle_signals else None
         try:
-            self._fit_epochs(train_loader, eval_loader, epochs, manager)
+            with watch or contextlib.nullcontext():
+                self._fit_epochs(train_loader, eval_loader, schedule, manager, run_log, watch)
         finally:
+            run_log.close()
             if manager is not None:
                 manager.close()
         self.core.write_back()
@@ -255,62 +322,111 @@ class Trainer:
         return self.history
 
     def _fit_epochs(
-        self, train_loader: Iterable, eval_loader: Iterable | None, epochs: int, manager: Any
+        self,
+        train_loader: Iterable,
+        eval_loader: Iterable | None,
+        schedule: Schedule,
+        manager: Any,
+        run_log: RunLog,
+        watch: SignalWatch | None,
     ) -> None:
         for cb in self.callbacks:
             cb.on_fit_start(self)
-        while self.epoch < epochs and not self.stop_training:
-            logs = self._train_epoch(train_loader, self.epoch + 1, epochs)
+        epochs = schedule.epochs
+        while not schedule.finished(self.step, self.epoch) and not self.stop_training:
+            logs = self._train_epoch(
+                train_loader, eval_loader, self.epoch + 1, schedule, manager, run_log, watch
+            )
+            if logs is None:  # stopped mid-epoch: max_steps, or a callback's stop_training
+                break
             if eval_loader is not None:
                 result = self.evaluate(eval_loader)
                 logs.update({f"eval_{k}": v for k, v in result.items()})
             self.epoch += 1
+            self._progress = None
             self.history.append(logs)
             self._report_epoch(logs, epochs)
             for cb in self.callbacks:
                 cb.on_epoch_end(self, logs)
+            run_log.write({**logs, "step": self.step}, "epoch")
             if self.out_dir is not None and self.primary:
-                self.history.save(self.out_dir)
-            if manager is not None and self.epoch % manager.save_every_epochs == 0:
+                atomic_write(self.out_dir / "history.csv", self.history.to_csv())
+            if manager is not None and (
+                self.epoch % manager.save_every_epochs == 0
+                or schedule.due("checkpoint_every", self.step)
+            ):
                 self.save_checkpoint(manager, train_loader, logs)
+            if watch is not None and watch.should_stop(self.step, boundary=True):
+                self._preempt(watch, manager, train_loader)
+        if manager is not None and self.step and manager.latest_step != self.step:
+            self._check_progress()
+            self.save_checkpoint(manager, train_loader)  # ended mid-epoch: resumable from here
 
-    def _train_epoch(self, loader: Iterable, epoch: int, epochs: int) -> dict[str, Any]:
-        start = time.perf_counter()
-        sums = None
-        bar = self._progress(loader, epoch, epochs)
-        last_report, rows = start, 0
-        first_step = self.step
-        waited = 0.0
-        iterator = iter(loader)
-        while True:
-            before = time.perf_counter()
-            batch = next(iterator, None)
-            waited += time.perf_counter() - before
-            if batch is None:
-                break
-            arrays, n = self._batch(batch, "train")
-            if sums is None:
-                sums = self._sums()
-            self.core.state, sums = self.core.train_step(
-                self.core.state, sums, arrays, np.int32(n), np.int32(self.step)
-            )
-            self.step += 1
-            rows += n
+    def _train_epoch(
+        self,
+        loader: Iterable,
+        eval_loader: Iterable | None,
+        epoch: int,
+        schedule: Schedule,
+        manager: Any,
+        run_log: RunLog,
+        watch: SignalWatch | None,
+    ) -> dict[str, Any] | None:
+        """One epoch (or the rest of a resumed one); None when training stops mid-epoch."""
+        progress = self._progress
+        if progress is None or progress.epoch != epoch:
+            progress = self._progress = EpochProgress(epoch, first_step=self.step)
+        else:  # resumed or continued mid-epoch: the clock and the window restart here
+            progress.started = progress.window_time = time.perf_counter()
+            if progress.loader_state is not None:  # a later fit continues the same epoch
+                loader.load_state_dict(progress.loader_state)
+        progress.loader_state = None
+        start = progress.started
+        bar = self._progress_bar(loader, epoch, schedule.epochs)
+        last_report = start
+        per_batch = [cb for cb in self.callbacks if overrides(cb, "on_train_batch_end")]
+        hooks = schedule.per_step or bool(per_batch) or watch is not None
+        progress.iterator = iterator = iter(loader)
+        try:
+            while True:
+                before = time.perf_counter()
+                batch = next(iterator, None)
+                progress.waited += time.perf_counter() - before
+                if batch is None:
+                    break
+                arrays, n = self._batch(batch, "train")
+                if progress.sums is None:
+                    progress.sums = self._sums(progress.saved_sums)
+                    progress.window_sums = progress.saved_sums
+                self.core.state, progress.sums = self.core.train_step(
+                    self.core.state, progress.sums, arrays, np.int32(n), np.int32(self.step)
+                )
+                self.step += 1
+                progress.rows += n
+                if bar is not None:
+                    bar.update(1)
+                    now = time.perf_counter()
+                    if now - last_report > REPORT_SECONDS:
+                        last_report = now
+                        host = self._check(progress.sums, epoch, progress.first_step)
+                        bar.set_postfix(self._postfix(host, progress.rows, progress.seconds()))
+                if hooks and self._after_step(
+                    progress, loader, eval_loader, schedule, manager, run_log, watch, per_batch
+                ):
+                    if hasattr(loader, "state_dict"):
+                        progress.loader_state = loader.state_dict()
+                    return None
+        finally:
             if bar is not None:
-                bar.update(1)
-                now = time.perf_counter()
-                if now - last_report > REPORT_SECONDS:
-                    last_report = now
-                    bar.set_postfix(
-                        self._postfix(self._check(sums, epoch, first_step), rows, now - start)
-                    )
+                bar.close()
+            progress.iterator = None
+        sums, rows, waited = progress.sums, progress.rows, progress.waited
         if sums is None:
             raise ValueError("the train loader yielded no batches")
-        host = self._check(sums, epoch, first_step)
-        seconds = time.perf_counter() - start
+        host = self._check(sums, epoch, progress.first_step)
+        seconds = progress.seconds()
         if bar is not None:
             bar.set_postfix(self._postfix(host, rows, seconds))
-            bar.close()
         logs: dict[str, Any] = {"epoch": epoch}
         logs.update({f"train_{k}": v for k, v in host.items()})
         learning_rate = self.core.learning_rate()
@@ -328,6 +444,13 @@ class Trainer:
     ) -> dict[str, float]:
         """Host values of the sums: mean loss and metrics; raises on impossible labels and on a
         non-finite training loss."""
+        return self._means(self._host_sums(sums, epoch, first_step))
+
+    def _host_sums(
+        self, sums: dict[str, jax.Array], epoch: int | None, first_step: int = 0
+    ) -> dict[str, Any]:
+        """The sums on the host, checked: raises on impossible labels and on a non-finite
+        training loss."""
         host = jax.device_get(sums)
         where = "in the eval data" if epoch is None else f"at epoch {epoch}"
         if int(host["bad_label_step"]) >= 0:
@@ -353,18 +476,109 @@ class Trainer:
                 "they are left out of the loss and the metrics",
                 stacklevel=3,
             )
+        return host
+
+    def _means(self, host: Mapping[str, Any]) -> dict[str, float]:
         count = max(float(host["count"]), 1.0)
         out = {"loss": float(host["loss"]) / count}
         out.update({name: float(host[f"m_{name}"]) / count for name in self.metrics})
         return out
+
+    def _check_progress(self) -> None:
+        """Refuse to save a state whose epoch so far saw a non-finite loss."""
+        p = self._progress
+        if p is not None and p.sums is not None:
+            self._host_sums(p.sums, p.epoch, p.first_step)
+
+    # ------------------------------------------------------------------ between steps
+    def _after_step(
+        self,
+        progress: EpochProgress,
+        loader: Iterable,
+        eval_loader: Iterable | None,
+        schedule: Schedule,
+        manager: Any,
+        run_log: RunLog,
+        watch: SignalWatch | None,
+        per_batch: list[Callback],
+    ) -> bool:
+        """Logs, evaluations, checkpoints and signals after a step; True to stop mid-epoch.
+        Evaluations, checkpoints and signals falling on an epoch's last step wait for its end."""
+        step = self.step
+        last = progress.batches_left() == 0
+        logs: dict[str, Any] = {"step": step, "epoch": progress.epoch}
+        if schedule.due("log_every", step):
+            row = self._step_row(progress)
+            run_log.write(row, "train")
+            logs.update(row)
+        for cb in per_batch:
+            cb.on_train_batch_end(self, step, logs)
+        if last:
+            return False
+        if eval_loader is not None and schedule.due("eval_every", step):
+            result = self.evaluate(eval_loader)
+            row = {"step": step, "epoch": progress.epoch}
+            row.update({f"eval_{k}": v for k, v in result.items()})
+            row["wall_time"] = round(time.time(), 3)
+            run_log.write(row, "eval")
+        if manager is not None and schedule.due("checkpoint_every", step):
+            self._check_progress()
+            self.save_checkpoint(manager, loader)
+        if watch is not None and watch.should_stop(step):
+            self._preempt(watch, manager, loader)
+        return self.stop_training or (schedule.max_steps is not None and step >= schedule.max_steps)
+
+    def _step_row(self, progress: EpochProgress) -> dict[str, Any]:
+        """Training loss and metrics averaged since the previous row (or the epoch start)."""
+        host = self._host_sums(progress.sums, progress.epoch, progress.first_step)
+        now = time.perf_counter()
+        before = progress.window_sums or {}
+        window = {k: host[k] - before.get(k, 0) for k in ("loss", "count")}
+        window.update({k: v - before.get(k, 0) for k, v in host.items() if k.startswith("m_")})
+        seconds = max(now - progress.window_time, 1e-9)
+        progress.window_sums, progress.window_time = host, now
+        row: dict[str, Any] = {"step": self.step, "epoch": progress.epoch}
+        row.update({f"train_{k}": v for k, v in self._means(window).items()})
+        learning_rate = self.core.learning_rate()
+        if learning_rate is not None:
+            row["learning_rate"] = learning_rate
+        row["rows_per_second"] = round(float(window["count"]) / seconds, 1)
+        row["wall_time"] = round(time.time(), 3)
+        return row
+
+    def _preempt(self, watch: SignalWatch, manager: Any, loader: Iterable) -> None:
+        """Save (when checkpointing), say how to resume, and raise :class:`Preempted`."""
+        where = f"{signal.Signals(watch.signum).name}: stopped after step {self.step} ({self.epoch} epochs done)"
+        if manager is not None:
+            self._check_progress()
+            if manager.latest_step != self.step:
+                self.save_checkpoint(manager, loader)
+            manager.wait()
+            hint = self.resume_hint or "fit(..., checkpoint_dir=..., resume=True)"
+            message = f"{where}; checkpoint saved in {manager.directory}; resume with: {hint}"
+        else:
+            message = f"{where}; nothing saved (fit had no checkpoint_dir)"
+        if self.primary:
+            print(message, file=sys.stderr, flush=True)
+        raise Preempted(
+            message,
+            signum=watch.signum,
+            step=self.step,
+            epoch=self.epoch,
+            checkpoint=None if manager is None else manager.directory,
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(
         self, manager: Any, loader: Any = None, metrics: dict[str, Any] | None = None
     ) -> None:
         """Save the model, optimizer, step, epoch, history and ``loader``'s position as step ``self.step``."""
+        progress = self._progress
         meta = {
             "epoch": self.epoch,
+            "progress": None
+            if progress is None or progress.sums is None
+            else progress.to_meta(jax.device_get(progress.sums)),
             "loader": loader.state_dict() if hasattr(loader, "state_dict") else None,
             "history": list(self.history),
             "config": {
@@ -381,20 +595,18 @@ class Trainer:
     def restore_checkpoint(
         self, manager: Any, step: int | str | None = "latest", loader: Any = None
     ) -> dict[str, Any]:
-        """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata."""
-        from jaxfeed.checkpoint import CheckpointError  # orbax is heavy: only when asked
+        """Load a checkpoint into this trainer (and ``loader``'s position); returns its metadata.
 
-        saved = manager.meta(manager.resolve(step)).get("config", {}).get("processes", 1)
-        if saved != jax.process_count():
-            raise CheckpointError(
-                f"{manager.directory} was written by a job of {saved} processes; resume it with {saved} "
-                f"processes (this job has {jax.process_count()})"
-            )
+        The checkpoint may come from any number of processes and devices: the state is restored
+        here and placed on this run's mesh by the next batch; the loader's position is global.
+        """
         if loader is not None:
             self._ensure_ready(loader)
         meta = self.core.restore(manager, step)
         self.step, self.epoch = int(meta["step"]), int(meta["epoch"])
         self.history = History(meta.get("history", []))
+        progress = meta.get("progress")
+        self._progress = EpochProgress.from_meta(progress) if progress else None
         self.placement.reset()
         if loader is not None and meta.get("loader") and hasattr(loader, "load_state_dict"):
             loader.load_state_dict(meta["loader"])
@@ -431,7 +643,7 @@ class Trainer:
     def _interactive(self) -> bool:
         return self.verbose > 0 and sys.stdout.isatty()
 
-    def _progress(self, loader: Iterable, epoch: int, epochs: int) -> Any:
+    def _progress_bar(self, loader: Iterable, epoch: int, epochs: int | None) -> Any:
         if not self._interactive():
             return None
         from tqdm.auto import tqdm  # only for terminals
@@ -439,7 +651,7 @@ class Trainer:
         total = len(loader) if hasattr(loader, "__len__") else None
         return tqdm(
             total=total,
-            desc=f"epoch {epoch}/{epochs}",
+            desc=f"epoch {epoch}/{epochs or '-'}",
             unit="batch",
             dynamic_ncols=True,
             leave=True,
@@ -450,10 +662,10 @@ class Trainer:
         shown["rows_s"] = f"{rows / max(seconds, 1e-9):,.0f}"
         return shown
 
-    def _report_epoch(self, logs: dict[str, Any], epochs: int) -> None:
+    def _report_epoch(self, logs: dict[str, Any], epochs: int | None) -> None:
         if self.verbose <= 0:
             return
-        parts = [f"epoch {logs['epoch']}/{epochs}"]
+        parts = [f"epoch {logs['epoch']}/{epochs}" if epochs else f"epoch {logs['epoch']}"]
         for key, value in logs.items():
             if key.startswith(("train_", "eval_")) or key == "learning_rate":
                 parts.append(

@@ -1,0 +1,536 @@
+"""Export any Flax model for serving: weights as safetensors, JSON metadata, and the inference
+function serialised with ``jax.export`` (StableHLO) with a symbolic batch dimension.
+
+An export is a folder of three files:
+
+* ``model.safetensors``: every weight (parameters, BatchNorm statistics, any other variable)
+  under a flat name such as ``conv1.kernel`` or ``params.Dense_0.bias``;
+* ``config.json``: format and version, the model's class (and constructor arguments for
+  jaxfeed's built-in models, so the CLI can rebuild them by name), the input signature, and the
+  dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``;
+* ``model.stablehlo``: the model in eval mode as ``f(weights, *inputs)``, serialised by
+  ``jax.export``; the batch dimension is symbolic, so one export serves any batch size.
+
+Loading runs the StableHLO with the verified weights: no pickle, and nothing named inside the
+files is ever imported or executed. :func:`load_exported` with ``like=model`` puts the weights
+into a model you built instead.
+
+>>> import tempfile
+>>> import numpy as np
+>>> from flax import nnx
+>>> from jaxfeed import export, load_exported
+>>> model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+>>> folder = export(model, tempfile.mkdtemp() + "/linear", example_input=np.zeros((1, 4), np.float32))
+>>> served = load_exported(folder)
+>>> served(np.ones((3, 4), np.float32)).shape, served(np.ones((7, 4), np.float32)).shape
+((3, 2), (7, 2))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfeed.checkpoint import CheckpointError
+from jaxfeed.train.cores import CallConvention
+
+FORMAT = "jaxfeed-export"
+VERSION = 2
+WEIGHTS, CONFIG, FUNCTION = "model.safetensors", "config.json", "model.stablehlo"
+FILES = (CONFIG, WEIGHTS, FUNCTION)
+BATCH = "batch"  # the symbolic batch dimension
+
+
+class ExportError(CheckpointError):
+    """An export cannot be written, or a folder is not a valid, intact export."""
+
+
+# ---------------------------------------------------------------------------------- registry
+MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
+
+
+def model_classes() -> dict[str, Callable[..., Any]]:
+    """jaxfeed's built-in models by name: what :func:`rebuild` (and the CLI) can construct."""
+    if not MODEL_CLASSES:
+        from jaxfeed.models import CNN, MLP, LinenCNN  # models import flax: only when asked
+
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN})
+    return MODEL_CLASSES
+
+
+def model_config(model: Any) -> dict[str, Any]:
+    """``{"class", "kwargs"}`` for a built-in model (``kwargs`` None for any other model)."""
+    from jaxfeed.models import LinenCNN
+
+    if isinstance(model, LinenCNN):
+        kwargs = {"num_classes": model.num_classes, "dropout_rate": model.dropout_rate,
+                  "momentum": model.momentum}  # fmt: skip
+        return {"class": "LinenCNN", "kwargs": kwargs}
+    name = type(model).__name__
+    config = getattr(model, "config", None)
+    if model_classes().get(name) is type(model) and callable(config):
+        return {"class": name, "kwargs": config()}
+    return {"class": name, "kwargs": None}
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _name(path: tuple) -> str:
+    return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return [_name(p) for p, _ in leaves], [x for _, x in leaves], treedef
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def _spec(value: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(value.shape), value.dtype)
+
+
+def _symbolic(specs: Any) -> Any:
+    """The same shapes with a symbolic leading (batch) dimension shared by every input."""
+    (batch,) = jax.export.symbolic_shape(BATCH)
+
+    def one(spec: Any) -> jax.ShapeDtypeStruct:
+        if not spec.shape:
+            raise ValueError("export needs inputs with a batch dimension, got a scalar")
+        return jax.ShapeDtypeStruct((batch, *spec.shape[1:]), spec.dtype)
+
+    return jax.tree.map(one, specs)
+
+
+def _input_specs(example_input: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` of shape specs from an array, a tuple (positional) or a dict (keywords)."""
+    if isinstance(example_input, Mapping):
+        return (), {str(k): _spec(jnp.asarray(v)) for k, v in example_input.items()}
+    if isinstance(example_input, tuple | list):
+        return tuple(_spec(jnp.asarray(v)) for v in example_input), {}
+    return (_spec(jnp.asarray(example_input)),), {}
+
+
+def _describe(specs: tuple[tuple, dict]) -> list[dict[str, Any]]:
+    args, kwargs = specs
+    named = [(None, s) for s in args] + list(kwargs.items())
+    return [
+        {"argument": name, "shape": [None, *map(int, s.shape[1:])], "dtype": str(s.dtype)}
+        for name, s in named
+    ]
+
+
+# ---------------------------------------------------------------------------------- export
+def export(
+    model: Any,
+    path: str | os.PathLike,
+    example_input: Any = None,
+    *,
+    variables: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` in eval mode to the folder ``path`` for :func:`load_exported`.
+
+    ``model`` is any NNX module, a Linen module with its ``variables``, or a
+    :class:`~jaxfeed.Trainer` (its model, variables and the inputs it trained on).
+    ``example_input`` is one batch of the model's input as ``__call__`` takes it (an array, a
+    tuple of arrays for positional arguments, or a dict for keyword arguments); only shapes and
+    dtypes count, and the batch dimension becomes symbolic. Built-in models and trainers know
+    their input and need none. ``config`` overrides the ``{"class", "kwargs"}`` record;
+    ``extra`` (JSON) is stored next to it, e.g. class names.
+
+    The folder is written beside ``path`` and renamed into place: an earlier export at ``path``
+    is replaced whole, and a path holding anything else is refused (``FileExistsError``).
+    """
+    from flax import linen, nnx  # flax loads with the first export (start-up time)
+
+    specs = None
+    if hasattr(model, "core") and hasattr(model, "placement"):  # a Trainer
+        trainer = model
+        model = trainer.model
+        if trainer.core.api == "linen" and variables is None:
+            variables = trainer.variables
+        specs = getattr(trainer, "input_spec", None)
+    if example_input is not None:
+        specs = _input_specs(example_input)
+    convention = CallConvention.inspect(type(model).__call__)
+    if isinstance(model, linen.Module):
+        if variables is None:
+            raise ValueError(
+                f"export of a {type(model).__name__} (not an NNX module) needs variables= (its params "
+                "and other collections), or pass the Trainer"
+            )
+        weights = {k: v for k, v in variables.items() if v}
+
+        def forward(weights: Any, *args: Any, **kwargs: Any) -> Any:
+            return model.apply(weights, *args, **kwargs, **convention.kwargs(False))
+
+        api = "linen"
+    elif isinstance(model, nnx.Module):
+        if variables is not None:
+            raise ValueError("variables= is for Linen modules; an NNX module holds its own")
+        served = nnx.clone(model)
+        served.eval()
+        graphdef, state, rest = nnx.split(served, nnx.Not(nnx.RngState), ...)
+        weights = nnx.to_pure_dict(state)
+
+        def forward(weights: Any, *args: Any, **kwargs: Any) -> Any:
+            m = nnx.merge(graphdef, nnx.State(weights), rest, copy=True)
+            return m(*args, **kwargs, **convention.kwargs(False))
+
+        api = "nnx"
+    else:
+        raise TypeError(
+            f"export takes an NNX module, a Linen module with variables=, or a Trainer; got "
+            f"{type(model).__name__}"
+        )
+    record = dict(config) if config is not None else model_config(model)
+    if specs is None:
+        kwargs = record.get("kwargs") or {}
+        if "input_shape" not in kwargs:
+            raise ValueError(
+                f"export of a {type(model).__name__} needs example_input= (one batch of its input, "
+                "e.g. x[:1]): the exported function is traced on its shape and dtype"
+            )
+        specs = ((jax.ShapeDtypeStruct((1, *kwargs["input_shape"]), jnp.float32),), {})
+    names, arrays, treedef = _flatten(weights)
+    host = [np.ascontiguousarray(np.asarray(jax.device_get(a))) for a in arrays]
+    tensors = dict(zip(names, host, strict=True))
+    if len(tensors) != len(names):
+        raise ValueError(f"two weights of {type(model).__name__} flatten to the same name")
+
+    def serve(flat: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        tree = jax.tree_util.tree_unflatten(treedef, [flat[n] for n in names])
+        return forward(tree, *args, **kwargs)
+
+    args, kwargs = _symbolic(specs)
+    try:
+        exported = jax.export.export(jax.jit(serve))(
+            {n: _spec(a) for n, a in tensors.items()}, *args, **kwargs
+        )
+    except Exception as err:
+        raise ValueError(
+            f"cannot export {type(model).__name__} with a symbolic batch dimension: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        ) from err
+    function = bytes(exported.serialize())
+    from safetensors.numpy import save  # safetensors loads with the first export
+
+    blob = save(tensors, metadata={"format": FORMAT})
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": {**record, "api": api},
+        "inputs": _describe(specs),
+        "tensors": {
+            n: {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": _digest(a)}
+            for n, a in tensors.items()
+        },
+        "function": {"file": FUNCTION, "sha256": hashlib.sha256(function).hexdigest()},
+        **dict(extra or {}),
+    }
+    text = json.dumps(meta, indent=2)
+    return _write_folder(Path(path), {WEIGHTS: blob, FUNCTION: function, CONFIG: text.encode()})
+
+
+def _is_export(path: Path) -> bool:
+    """An earlier export (of this or the first version): only export files, a config that says so."""
+    names = {p.name for p in path.iterdir()}
+    if not names:
+        return True
+    if not names <= set(FILES) or CONFIG not in names:
+        return False
+    try:
+        config = json.loads((path / CONFIG).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and (
+        config.get("format") == FORMAT or isinstance(config.get("model"), dict)
+    )
+
+
+def _write_folder(path: Path, files: Mapping[str, bytes]) -> Path:
+    """Write ``files`` into a new folder beside ``path`` and rename it into place (permissions
+    follow the umask). An earlier export at ``path`` is replaced; anything else is refused."""
+    if path.exists() and not (path.is_dir() and _is_export(path)):
+        raise FileExistsError(
+            f"{path} exists and is not a jaxfeed export: refusing to overwrite it "
+            "(export into a new or empty folder)"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    os.mkdir(tmp)  # honours the umask, unlike tempfile.mkdtemp (0700)
+    try:
+        for name, data in files.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+# ---------------------------------------------------------------------------------- loading
+class ExportedModel:
+    """A loaded export: call it on a batch of any size (eval mode, no Python model class).
+
+    ``config`` is the export's ``config.json`` (with the caller's ``extra``, e.g. ``labels``);
+    ``weights`` the verified arrays by name.
+    """
+
+    def __init__(self, path: Path, config: dict[str, Any], weights: dict[str, jax.Array],
+                 exported: Any) -> None:  # fmt: skip
+        self.path, self.config, self.weights, self._exported = path, config, weights, exported
+        self.inputs = config.get("inputs", [])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        positional = [i for i in self.inputs if i["argument"] is None]
+        keywords = {i["argument"]: i for i in self.inputs if i["argument"] is not None}
+        if len(args) != len(positional) or set(kwargs) != set(keywords):
+            raise TypeError(
+                f"the exported model takes {len(positional)} positional input(s) and the keyword "
+                f"input(s) {sorted(keywords)}; got {len(args)} and {sorted(kwargs)}"
+            )
+        args = tuple(
+            self._check(i, a, w) for i, (a, w) in enumerate(zip(args, positional, strict=True))
+        )
+        kwargs = {k: self._check(k, v, keywords[k]) for k, v in kwargs.items()}
+        return self._exported.call(self.weights, *args, **kwargs)
+
+    def _check(self, name: Any, value: Any, want: dict[str, Any]) -> jax.Array:
+        value = jnp.asarray(value)
+        dtype = jnp.dtype(want["dtype"])
+        if value.dtype != dtype:
+            if jnp.issubdtype(value.dtype, jnp.floating) != jnp.issubdtype(dtype, jnp.floating):
+                raise TypeError(
+                    f"input {name} of {self.path} is {want['dtype']}, got {value.dtype} (apply "
+                    "the preprocessing the model was trained with)"
+                )
+            value = value.astype(dtype)
+        if value.ndim != len(want["shape"]) or list(value.shape[1:]) != want["shape"][1:]:
+            raise ValueError(
+                f"input {name} of {self.path} must have shape "
+                f"(batch, {', '.join(map(str, want['shape'][1:]))}), got {tuple(value.shape)}"
+            )
+        return value
+
+    def __repr__(self) -> str:
+        return f"ExportedModel({str(self.path)!r}, {self.config['model'].get('class')})"
+
+
+def _fail(path: Path, message: str) -> ExportError:
+    return ExportError(f"{path}: {message}")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / CONFIG
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise _fail(file, f"cannot read the export config: {str(err).splitlines()[0]}") from None
+    problems = []
+    if not isinstance(config, dict):
+        problems.append("not a JSON object")
+    else:
+        model = config.get("model")
+        if not isinstance(model, dict) or not isinstance(model.get("class"), str):
+            problems.append("'model' must be an object with a 'class' name")
+        tensors = config.get("tensors")
+        if config.get("version", 1) >= 2:
+            if config.get("format") != FORMAT:
+                problems.append(f"'format' must be {FORMAT!r}")
+            if not isinstance(tensors, dict) or not all(
+                isinstance(t, dict) and isinstance(t.get("dtype"), str)
+                and isinstance(t.get("shape"), list) and isinstance(t.get("sha256"), str)
+                for t in tensors.values()
+            ):  # fmt: skip
+                problems.append("'tensors' must map names to {dtype, shape, sha256}")
+            if not isinstance(config.get("inputs"), list) or not all(
+                isinstance(i, dict) and isinstance(i.get("shape"), list) for i in config["inputs"]
+            ):
+                problems.append("'inputs' must be a list of {argument, shape, dtype}")
+            function = config.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("sha256"), str):
+                problems.append("'function' must hold the sha256 of model.stablehlo")
+    if problems:
+        raise _fail(file, f"malformed export config: {problems[0]}")
+    return config
+
+
+def _read_tensors(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError  # safetensors loads with the first export
+    from safetensors.numpy import load
+
+    file = path / WEIGHTS
+    try:
+        tensors = load(file.read_bytes())
+    except (OSError, SafetensorError, ValueError) as err:
+        raise _fail(file, f"not a readable safetensors file: {str(err).splitlines()[0]}") from None
+    recorded = config.get("tensors")
+    if recorded is None:  # a version-1 export: no checksums were recorded
+        return tensors
+    if set(tensors) != set(recorded):
+        extra = sorted(set(tensors) ^ set(recorded))[0]
+        raise _fail(file, f"weight {extra!r} is in one of model.safetensors and config.json only")
+    for name, array in tensors.items():
+        want = recorded[name]
+        if str(array.dtype) != want["dtype"] or list(array.shape) != want["shape"]:
+            raise _fail(
+                file, f"weight {name!r} is {array.dtype}{list(array.shape)}, the export recorded "
+                f"{want['dtype']}{want['shape']}",
+            )  # fmt: skip
+        if _digest(array) != want["sha256"]:
+            raise _fail(
+                file, f"weight {name!r} does not match its recorded checksum: the file is corrupted"
+            )
+    return tensors
+
+
+def load_exported(path: str | os.PathLike, like: Any = None) -> Any:
+    """Load an export written by :func:`export`.
+
+    Without ``like``: an :class:`ExportedModel`, a callable that runs the exported StableHLO on a
+    batch of any size (no Python model class needed). With ``like=model`` (an NNX module, or a
+    Linen variables dict): ``model`` with the exported weights (its mode unchanged; for a dict, a
+    new dict). Every weight's dtype, shape and checksum are verified first; a corrupted or
+    malformed export raises :class:`ExportError` naming the file.
+
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from flax import nnx
+    >>> from jaxfeed.models import MLP
+    >>> trained = MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0))
+    >>> folder = export(trained, tempfile.mkdtemp() + "/mlp")
+    >>> fresh = load_exported(folder, like=MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(1)))
+    >>> x = np.ones((2, 4), np.float32)
+    >>> bool(np.allclose(fresh(x), trained(x))), load_exported(folder)(x).shape
+    (True, (2, 3))
+    """
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise ExportError(f"{path} is not an exported model: expected {CONFIG} and {WEIGHTS}")
+    config = _read_config(path)
+    tensors = _read_tensors(path, config)
+    if like is not None:
+        return _into(path, tensors, like)
+    if config.get("version", 1) < 2 or not (path / FUNCTION).is_file():
+        raise _fail(
+            path, f"this export has no {FUNCTION} (written by an older jaxfeed): load it with "
+            "like=model, or export it again",
+        )  # fmt: skip
+    function = (path / FUNCTION).read_bytes()
+    if hashlib.sha256(function).hexdigest() != config["function"]["sha256"]:
+        raise _fail(path / FUNCTION, "does not match its recorded checksum: the file is corrupted")
+    try:
+        exported = jax.export.deserialize(bytearray(function))
+    except Exception as err:
+        raise _fail(path / FUNCTION, f"cannot deserialise the function: {err}") from None
+    weights_avals = jax.tree_util.tree_unflatten(exported.in_tree, exported.in_avals)[0][0]
+    for name, aval in weights_avals.items():
+        if name not in tensors or tensors[name].dtype != aval.dtype:
+            got = tensors[name].dtype if name in tensors else "missing"
+            raise _fail(path / WEIGHTS, f"weight {name!r} is {got}; the model takes {aval.dtype}")
+    weights = {n: jnp.asarray(a) for n, a in tensors.items()}
+    return ExportedModel(path, config, weights, exported)
+
+
+def _into(path: Path, tensors: dict[str, np.ndarray], like: Any) -> Any:
+    from flax import nnx
+
+    if isinstance(like, nnx.Module):
+        state = nnx.state(like, nnx.Not(nnx.RngState))
+        pure = nnx.to_pure_dict(state)
+    elif isinstance(like, Mapping):
+        state, pure = None, {k: v for k, v in like.items() if v}
+    else:
+        raise TypeError(
+            f"like= takes an NNX module or a Linen variables dict, got {type(like).__name__}"
+        )
+    names, leaves, treedef = _flatten(pure)
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise _fail(path / WEIGHTS, f"has no weight {missing[0]!r}, which the model needs")
+    unused = sorted(set(tensors) - set(names))
+    if unused:
+        raise _fail(path / WEIGHTS, f"has weight {unused[0]!r}, which the model does not")
+    for name, leaf in zip(names, leaves, strict=True):
+        array = tensors[name]
+        if tuple(array.shape) != tuple(leaf.shape) or array.dtype != leaf.dtype:
+            raise _fail(
+                path / WEIGHTS, f"weight {name!r} is {array.dtype}{list(array.shape)}; the model "
+                f"has {leaf.dtype}{list(leaf.shape)}",
+            )  # fmt: skip
+    filled = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tensors[n]) for n in names])
+    if state is None:
+        return filled
+    nnx.replace_by_pure_dict(state, filled)
+    nnx.update(like, state)
+    return like
+
+
+def rebuild(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
+    """A built-in model reconstructed by its registry name from an export, in eval mode, and the
+    export's config (what ``jaxfeed predict`` uses); any other model: :func:`load_exported`."""
+    from flax import nnx
+
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise ExportError(f"{path} is not an exported model: expected {CONFIG} and {WEIGHTS}")
+    config = _read_config(path)
+    spec = config["model"]
+    classes = model_classes()
+    if spec.get("class") not in classes or not isinstance(spec.get("kwargs"), dict):
+        raise _fail(
+            path / CONFIG, f"model class {spec.get('class')!r} is not a built-in one "
+            f"({sorted(classes)}); serve it with load_exported(path)",
+        )  # fmt: skip
+    tensors = _read_tensors(path, config)
+    cls = classes[spec["class"]]
+    try:
+        if spec.get("api") == "linen":
+            module = cls(**spec["kwargs"])
+            variables: dict[str, Any] = {}
+            for name, value in tensors.items():
+                node = variables
+                *parents, leaf = name.split(".")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = jnp.asarray(value)
+            return _LinenInference(module, variables), config
+        model = cls(**spec["kwargs"], rngs=nnx.Rngs(0))
+    except TypeError as err:
+        raise _fail(path / CONFIG, f"bad arguments for {spec['class']}: {err}") from None
+    _into(path, tensors, model)
+    model.eval()
+    return model, config
+
+
+class _LinenInference:
+    """A Linen module and its variables, called like an NNX model in eval mode."""
+
+    def __init__(self, module: Any, variables: dict[str, Any]) -> None:
+        self.module, self.variables = module, variables
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.module.apply(self.variables, x, train=False)
