@@ -4,10 +4,13 @@ A generated folder of 256x256 JPEGs (photo-like, quality 90); every loader runs 
 function (:mod:`jaxfeed.transforms`: random-resized-crop to 224, horizontal flip, ImageNet
 normalisation to float32) in ``--workers`` worker processes, batch 64, and hands the batch over as a
 ``jax.Array`` on the CPU device. Peers decode with Pillow, as their users do; jaxfeed with its
-default decoder. Each case is timed over ``--batches`` batches after a warm-up (worker start-up
-is excluded for everyone), ``--repeats`` times; the table shows medians and each one's ratio to
-jaxfeed. The last rows give the rate of decode + augment in one process on one core, and what
-``--workers`` cores could do at that rate.
+default decoder. The cases take turns, ``--repeats`` times; each is timed over ``--batches``
+batches after draining what it had buffered (worker start-up is excluded for everyone). The table
+shows medians of rows/s and of rows per CPU-second (the CPU time of the benchmark process and all
+its workers over the timed batches: on a shared, oversubscribed machine this is the figure that
+does not depend on how much of the machine the others leave), each with its ratio to jaxfeed. The
+last rows give decode + augment in one process, the per-core rate; rows per CPU-second of a loader
+over that of one process is its parallel efficiency.
 
 Run: ``python benchmarks/augment.py [--quick] [--workers N]`` (peers need ``pip install -e '.[bench]'``).
 Writes ``benchmarks/results/augment.json``.
@@ -120,14 +123,30 @@ def to_jax(batches: Iterable) -> Iterator:
         yield jax.block_until_ready(image)
 
 
-def run_once(stream: Iterator, drain: int, batches: int) -> float:
-    """rows/s of ``batches`` batches, after draining ``drain`` (what the loader had buffered while
-    the other cases ran, so every case is timed at its steady state)."""
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and its live child processes."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_once(stream: Iterator, drain: int, batches: int) -> tuple[float, float]:
+    """rows/s and rows per CPU-second (this process and all workers) of ``batches`` batches, after
+    draining ``drain`` (what the loader had buffered while the other cases ran, so every case is
+    timed at its steady state)."""
     for _ in itertools.islice(stream, drain):
         pass
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), tree_cpu()
     rows = sum(x.shape[0] for x in itertools.islice(stream, batches))
-    return rows / (time.perf_counter() - start)
+    return rows / (time.perf_counter() - start), rows / max(tree_cpu() - cpu, 1e-9)
 
 
 def forever(make: Callable[[], Iterable]) -> Iterator:
@@ -135,16 +154,13 @@ def forever(make: Callable[[], Iterable]) -> Iterator:
         yield from make()
 
 
-def per_core_rate(decode: Callable[[int], np.ndarray], n: int, repeats: int) -> float:
+def per_core_rate(decode: Callable[[int], np.ndarray], n: int) -> tuple[float, float]:
+    """rows/s and rows per CPU-second of decode + augment in this process."""
     rng = np.random.default_rng(0)
-    rates = []
-    for r in range(repeats + 1):
-        start = time.perf_counter()
-        for i in range(n):
-            AUGMENT({"image": decode(i)}, rng)
-        if r:
-            rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
+    start, cpu = time.perf_counter(), time.process_time()
+    for i in range(n):
+        AUGMENT({"image": decode(i)}, rng)
+    return n / (time.perf_counter() - start), n / (time.process_time() - cpu)
 
 
 def main() -> None:
@@ -264,34 +280,56 @@ def main() -> None:
     for stream in streams.values():  # start every loader's workers before timing anything
         next(stream)
     rates: dict[str, list[float]] = {name: [] for name in [*streams, *fresh, *singles]}
+    per_cpu: dict[str, list[float]] = {name: [] for name in rates}
     for r in range(args.repeats):  # the cases take turns, so load changes hit all of them
         for name, stream in streams.items():
-            rates[name].append(run_once(stream, drain, args.batches))
+            rate, cpu_rate = run_once(stream, drain, args.batches)
+            rates[name].append(rate)
+            per_cpu[name].append(cpu_rate)
         for name, make in fresh.items():
             stream = make()
-            rates[name].append(run_once(stream, drain, args.batches))
+            rate, cpu_rate = run_once(stream, drain, args.batches)
+            rates[name].append(rate)
+            per_cpu[name].append(cpu_rate)
             del stream
         for name, decode in singles.items():
-            rates[name].append(per_core_rate(decode, n, 1))
+            rate, cpu_rate = per_core_rate(decode, n)
+            rates[name].append(rate)
+            per_cpu[name].append(cpu_rate)
         print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
     for close in closers:
         close()
     medians = {name: statistics.median(v) for name, v in rates.items()}
+    cpu_medians = {name: statistics.median(v) for name, v in per_cpu.items()}
     core = medians["one process: jaxfeed decode + augment (per core)"]
-    medians[f"{workers} cores x per-core rate (jaxfeed decode)"] = workers * core
-    ours = next((v for k, v in medians.items() if k.startswith("jaxfeed")), None)
-    peers = {k: medians[k] for k in [*streams, *fresh] if not k.startswith("jaxfeed")}
+    core_cpu = cpu_medians["one process: jaxfeed decode + augment (per core)"]
+    ours_name = next((k for k in medians if k.startswith("jaxfeed")), None)
     print(
-        f"\n{'case (medians of ' + str(args.repeats) + ')':<62}{'rows/s':>10}{'jaxfeed / this':>16}"
+        f"\n{'case (medians of ' + str(args.repeats) + ')':<60}{'rows/s':>8}{'jaxfeed/this':>13}"
+        f"{'rows/CPU-s':>12}{'jaxfeed/this':>13}"
     )
-    for name, rate in medians.items():
-        ratio = f"{ours / rate:>15.2f}x" if ours else ""
-        print(f"{name:<62}{rate:>10,.0f}{ratio}")
-    if ours and peers:
-        print(f"\njaxfeed / best peer: {ours / max(peers.values()):.2f}x (target >= 1.2)")
-    if ours:
+    for name in medians:
+        row = f"{name:<60}{medians[name]:>8,.0f}"
+        if ours_name:
+            row += f"{medians[ours_name] / medians[name]:>12.2f}x"
+        row += f"{cpu_medians[name]:>12,.0f}"
+        if ours_name:
+            row += f"{cpu_medians[ours_name] / cpu_medians[name]:>12.2f}x"
+        print(row)
+    peers = [k for k in [*streams, *fresh] if k != ours_name]
+    if ours_name and peers:
+        best = max(peers, key=medians.get)
+        best_cpu = max(peers, key=cpu_medians.get)
         print(
-            f"jaxfeed / ({workers} x per-core rate): {ours / (workers * core):.2f} (target >= 0.8)"
+            f"\njaxfeed / best peer: {medians[ours_name] / medians[best]:.2f}x in rows/s, "
+            f"{cpu_medians[ours_name] / cpu_medians[best_cpu]:.2f}x in rows per CPU-second "
+            "(target >= 1.2)"
+        )
+    if ours_name:
+        print(
+            f"jaxfeed / ({workers} x per-core rate): {medians[ours_name] / (workers * core):.2f} in "
+            f"rows/s; parallel efficiency (rows per CPU-second, all processes, against one "
+            f"process): {cpu_medians[ours_name] / core_cpu:.2f} (target >= 0.8)"
         )
     path = save_json(
         "augment",

@@ -8,6 +8,7 @@ must be equal.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -91,7 +92,7 @@ def _feature_dict(f: Any) -> Any:
     if isinstance(f, dict):
         return {k: _feature_dict(v) for k, v in f.items()}
     out = dict(f.to_dict()) if hasattr(f, "to_dict") else _hf_feature_dict(f)
-    return out
+    return json.loads(json.dumps(out))
 
 
 def _hf_feature_dict(f: Any) -> Any:
@@ -100,8 +101,10 @@ def _hf_feature_dict(f: Any) -> Any:
 
 def _features_dict(feats: Any) -> dict:
     if type(feats).__module__.startswith("datasets"):
-        return datasets.Features(feats).to_dict()
-    return jaxfeed.Features(feats).to_dict()
+        out = datasets.Features(feats).to_dict()
+    else:
+        out = jaxfeed.Features(feats).to_dict()
+    return json.loads(json.dumps(out))  # tuples (datasets' shapes) as lists
 
 
 def run_both(snippet) -> tuple[Any, Any]:

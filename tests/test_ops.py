@@ -80,8 +80,8 @@ def test_map_row_and_batched(ds):
     out = ds.with_format("numpy").map(
         lambda b: {"image": b["image"].astype(np.float32) / 255.0}, batched=True, batch_size=6
     )
-    # Fractions do not fit the input's Array2D uint8 (`datasets` would truncate them to 0 and
-    # 1): the column gets the variable-length lists `datasets` infers for arrays.
+    # Fractions do not fit the input's Array2D uint8: as in `datasets`, the column gets the
+    # variable-length lists inferred for arrays.
     assert out.features["image"] == List(List(Value("float32")))
     np.testing.assert_allclose(
         out[:]["image"], ds.with_format("numpy")[:]["image"] / 255.0, rtol=1e-6

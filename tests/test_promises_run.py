@@ -81,7 +81,7 @@ def test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint(tmp_path, capsys
     assert status == 130
     assert f"jaxfeed train --out {out} --resume" in err
     config = json.loads((out / "config.json").read_text())
-    assert config["epochs"] == 2
+    assert config["options"]["epochs"] == 2
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1]
     assert (out / "history.csv").read_text().count("\n") == 2

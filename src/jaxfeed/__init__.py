@@ -6,35 +6,112 @@
 (2, 2)
 """
 
-from jaxfeed.column import Column
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.export import export, load_exported
-from jaxfeed.features import (
-    Array2D,
-    Array3D,
-    Array4D,
-    Array5D,
-    Audio,
-    ClassLabel,
-    DecodeError,
-    FeatureError,
-    Features,
-    Image,
-    Json,
-    LargeList,
-    List,
-    Sequence,
-    Translation,
-    TranslationVariableLanguages,
-    Value,
-)
-from jaxfeed.io import load_dataset, load_from_disk
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
-from jaxfeed.loader import DataLoader
-from jaxfeed.ops import concatenate_datasets, interleave_datasets
-from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# The public names are imported on first use (PEP 562): ``import jaxfeed`` alone must not start
+# JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
+_EXPORTS = {
+    "Column": "jaxfeed.column",
+    "Dataset": "jaxfeed.dataset",
+    "DatasetDict": "jaxfeed.dataset",
+    "load_exported": "jaxfeed.export",
+    "Array2D": "jaxfeed.features",
+    "Array3D": "jaxfeed.features",
+    "Array4D": "jaxfeed.features",
+    "Array5D": "jaxfeed.features",
+    "Audio": "jaxfeed.features",
+    "ClassLabel": "jaxfeed.features",
+    "DecodeError": "jaxfeed.features",
+    "FeatureError": "jaxfeed.features",
+    "Features": "jaxfeed.features",
+    "Image": "jaxfeed.features",
+    "Json": "jaxfeed.features",
+    "LargeList": "jaxfeed.features",
+    "List": "jaxfeed.features",
+    "Sequence": "jaxfeed.features",
+    "Translation": "jaxfeed.features",
+    "TranslationVariableLanguages": "jaxfeed.features",
+    "Value": "jaxfeed.features",
+    "load_dataset": "jaxfeed.io",
+    "load_from_disk": "jaxfeed.io",
+    "IterableDataset": "jaxfeed.iterable",
+    "IterableDatasetDict": "jaxfeed.iterable",
+    "split_dataset_by_node": "jaxfeed.iterable",
+    "DataLoader": "jaxfeed.loader",
+    "concatenate_datasets": "jaxfeed.ops",
+    "interleave_datasets": "jaxfeed.ops",
+    "EarlyStopping": "jaxfeed.train",
+    "History": "jaxfeed.train",
+    "Trainer": "jaxfeed.train",
+    "plot_history": "jaxfeed.train",
+}
+
+if TYPE_CHECKING:
+    from jaxfeed.column import Column
+    from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.export import export, load_exported
+    from jaxfeed.features import (
+        Array2D,
+        Array3D,
+        Array4D,
+        Array5D,
+        Audio,
+        ClassLabel,
+        DecodeError,
+        FeatureError,
+        Features,
+        Image,
+        Json,
+        LargeList,
+        List,
+        Sequence,
+        Translation,
+        TranslationVariableLanguages,
+        Value,
+    )
+    from jaxfeed.io import load_dataset, load_from_disk
+    from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
+    from jaxfeed.loader import DataLoader
+    from jaxfeed.ops import concatenate_datasets, interleave_datasets
+    from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxfeed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, "export"])
+
+
+class _Package(types.ModuleType):
+    """``jaxfeed.export`` is the function, as ``from jaxfeed.export import export`` made it when the
+    package imported everything eagerly; importing the submodule ``jaxfeed.export`` (which sets
+    this attribute to the module) must not replace it."""
+
+    @property
+    def export(self) -> Any:
+        return importlib.import_module("jaxfeed.export").export
+
+    @export.setter
+    def export(self, value: Any) -> None:
+        pass  # the import system binding the submodule: the function keeps the name
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "Array2D",

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from jaxfeed import ops, tabular
 from jaxfeed.column import Column
+from jaxfeed.extras import require
 from jaxfeed.features import Features
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
@@ -384,6 +385,7 @@ class Dataset:
 
     def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
         """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
+        require("pandas", "pandas", "to_pandas")
         if not batched:
             return self._internal.arrow().to_pandas()
         return (t.to_pandas() for t in arrow_batches(self, batch_size))
@@ -623,7 +625,7 @@ class Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"]
+        >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
         return ops.select(self, indices)
@@ -658,7 +660,7 @@ class Dataset:
         ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
 
         >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"]
+        >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
@@ -757,7 +759,7 @@ class Dataset:
 
         >>> from jaxfeed import ClassLabel, Dataset
         >>> ds = Dataset.from_dict({"y": ["cat", "dog"]})
-        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"]
+        >>> ds.cast_column("y", ClassLabel(names=["cat", "dog"]))["y"][:]
         [0, 1]
         """
         return ops.cast_column(self, column, feature)
@@ -782,7 +784,7 @@ class Dataset:
         >>> from jaxfeed import Dataset
         >>> def rows():
         ...     yield from ({"x": i} for i in range(3))
-        >>> Dataset.from_generator(rows)["x"]
+        >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
         return ops.from_generator(generator, features, gen_kwargs)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed.extras import require
 from jaxfeed.features.array import ARRAY_TYPES
 from jaxfeed.features.struct import requires_decoding
 from jaxfeed.reader import Rows, TableReader
@@ -71,6 +72,7 @@ class PandasFormatter(Formatter):
     arrays of their full shape, as `datasets`' pandas format gives them."""
 
     def batch(self, reader, rows, columns):
+        require("pandas", "pandas", 'the "pandas" format')
         df = reader.arrow(rows, columns).to_pandas()
         for c in columns:
             feature = reader.features[c]

@@ -550,8 +550,10 @@ class DataLoader:
         columns = self.source.gather(rows) if isinstance(self.source, _ArrowSource) else None
         return Job(epoch, step, np.asarray(rows), positions, columns)
 
-    def _place(self, batch: dict[str, Any], job: Job, wait: bool) -> Batch:
-        """Dtype rules, then one transfer to the device(s)."""
+    def _place(self, batch: dict[str, Any], job: Job, shared: bool) -> tuple[Batch, list]:
+        """Dtype rules, then one transfer to the device(s); with ``shared`` (the arrays live in a
+        worker's shared-memory slot), also the device arrays that alias the slot (on a CPU device
+        they are the slot's memory, no copy): the slot is reused once they are garbage."""
         rows = job.rows
 
         def row_of(position: int) -> int:
@@ -563,12 +565,49 @@ class DataLoader:
             else to_host(v, k, row_of, None, keep_ints=True)
             for k, v in batch.items()
         }
-        placed = put_tree(host, self.placement, batched=True, copy=wait)
-        if wait:  # the host buffers are about to be reused
-            import jax
+        import jax
 
-            jax.block_until_ready([v for v in placed.values() if isinstance(v, jax.Array)])
-        return placed
+        alias = shared and isinstance(self.placement, jax.Device)
+        placed = put_tree(host, self.placement, batched=True, copy=shared and not alias)
+        keep: list = []
+        if shared:
+            arrays = [v for v in placed.values() if isinstance(v, jax.Array)]
+            jax.block_until_ready(arrays)  # the host buffers may be reused after this
+            if alias:
+                keep = [
+                    placed[k]
+                    for k, v in host.items()
+                    if type(v) is np.ndarray
+                    and isinstance(placed.get(k), jax.Array)
+                    and _aliases(placed[k], v)
+                ]
+        return placed, keep
+
+
+def _aliases(array: Any, host: np.ndarray) -> bool:
+    try:
+        return array.unsafe_buffer_pointer() == host.ctypes.data
+    except Exception:  # not a single-buffer array, or the backend cannot tell: assume it may
+        return True
+
+
+def _release_when_gone(arrays: list, release: Callable[[], None]) -> None:
+    """Call ``release`` now, or once every array in ``arrays`` has been garbage collected."""
+    if not arrays:
+        release()
+        return
+    left = [len(arrays)]
+    lock = threading.Lock()
+
+    def one_gone() -> None:
+        with lock:
+            left[0] -= 1
+            done = left[0] == 0
+        if done:
+            release()
+
+    for array in arrays:
+        weakref.finalize(array, one_gone)
 
 
 def available_cores() -> int:
@@ -610,11 +649,14 @@ class _Stream:
         ticket, job = self.pending.popleft()
         batch, release = backend.collect(ticket, job, loader.timeout, cancel)
         try:
-            return loader._place(batch, job, wait=release is not None)
-        finally:
-            del batch
+            placed, keep = loader._place(batch, job, shared=release is not None)
+        except BaseException:
             if release is not None:
                 release()
+            raise
+        if release is not None:
+            _release_when_gone(keep, release)
+        return placed
 
     def describe(self, step: int) -> str:
         start = step * self.loader.batch_size

@@ -262,7 +262,9 @@ def _as_columns(result: Any, batched: bool) -> dict[str, Any] | pa.Table | None:
     for name, values in result.items():
         if hasattr(values, "to_numpy") and not isinstance(values, pa.Array | pa.ChunkedArray):
             values = values.to_numpy()  # pandas Series
-        elif hasattr(values, "__array__") and not isinstance(values, np.ndarray | list):
+        elif hasattr(values, "__array__") and not isinstance(
+            values, np.ndarray | list | np.generic
+        ):
             values = np.asarray(values)  # jax arrays and other array-likes
         if batched and not isinstance(values, _BATCH_TYPES):
             raise TypeError(
@@ -291,9 +293,7 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             )
         for k in keys:
             value = row[k]
-            if isinstance(value, np.generic):
-                value = value.item()  # numpy scalars (np.float32, np.str_) as Python values
-            elif hasattr(value, "__array__") and not isinstance(value, np.ndarray):
+            if hasattr(value, "__array__") and not isinstance(value, np.ndarray | np.generic):
                 value = np.asarray(value)
             columns[k].append(value)
     return columns
@@ -348,7 +348,7 @@ def map(
         )
         if out is not None:
             return out
-        return remove_columns_(ds, remove) if remove else ds
+        return ds  # only side effects: unchanged, remove_columns unused (as below, and there)
     function = function if function is not None else (lambda *args: None)
     directory = None if keep_in_memory else ds._internal.cache_dir
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
@@ -375,9 +375,11 @@ def map(
             if out_features is None:
                 out_features = _output_features(ds, table, new, given, try_original_type)
             sink.write(_encode_output(table, out_features))
-        if not updated:
+        if (
+            not updated
+        ):  # only side effects: the dataset as it was (remove_columns unused, as there)
             sink.abort()
-            return remove_columns_(ds, remove) if remove else ds
+            return ds
         table = sink.finish(out_features.arrow_schema)
     except BaseException:
         sink.abort()
@@ -417,8 +419,14 @@ def _merge(
             f"that changes the number of rows must remove the other columns {stale} (remove_columns=)"
         )
     inputs = ds._internal.arrow(slice(start, stop), stale) if stale else None
-    merged: dict[str, Any] = {c: inputs.column(c) if c in stale else None for c in kept}
-    merged.update(returned)
+    # `datasets`' writer keeps the input columns' order, then appends the new columns.
+    merged: dict[str, Any] = {}
+    for c in ds.column_names:
+        if c in returned:
+            merged[c] = returned[c]
+        elif c in stale:
+            merged[c] = inputs.column(c)
+    merged.update({k: v for k, v in returned.items() if k not in merged})
     return merged
 
 
@@ -732,7 +740,7 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
 
     >>> from jaxfeed import Dataset, concatenate_datasets
     >>> a, b = Dataset.from_dict({"x": [1, 2]}), Dataset.from_dict({"x": [3]})
-    >>> concatenate_datasets([a, b])["x"]
+    >>> concatenate_datasets([a, b])["x"][:]
     [1, 2, 3]
     """
     dsets = list(dsets)
@@ -825,10 +833,11 @@ def sort(
             f"null_placement '{null_placement}' is an invalid parameter value. Must be either "
             "'last', 'at_end', 'first' or 'at_start'."
         )
-    keys = [(n, "descending" if r else "ascending") for n, r in zip(names, reverse, strict=True)]
-    order = pc.sort_indices(
-        ds._internal.arrow(columns=names), sort_keys=keys, null_placement=placement
-    )
+    keys = [
+        (n, "descending" if r else "ascending", placement)
+        for n, r in zip(names, reverse, strict=True)
+    ]
+    order = pc.sort_indices(ds._internal.arrow(columns=names), sort_keys=keys)
     return select(ds, order.to_numpy(zero_copy_only=False))
 
 

@@ -96,6 +96,8 @@ class TableReader:
                 return None
             views.append(v)
         views = [v for v in views if len(v)] or views[:1]
+        if len({(v.shape[1:], v.dtype) for v in views}) > 1:
+            return None  # e.g. ragged lists uniform within each chunk but not across chunks
         return ChunkedView(views)
 
     def arrow_column(self, column: str, rows: Rows) -> pa.Array:

@@ -31,7 +31,6 @@ from jaxfeed.formatting import to_host
 from jaxfeed.iterable import (
     IterableDataset,
     Stream,
-    _Pending,
     decode_state,
     encode_state,
     split_dataset_by_node,
@@ -175,36 +174,62 @@ class StreamingDataLoader:
         self._iterator = _Iterator(self, self._snapshot, self._epoch, self._position)
         return self._iterator
 
-    def _batches(self, resume: dict | None, epoch: int) -> Iterator[tuple[pa.Table, dict]]:
-        """``(table of one batch, stream position after it)`` for one epoch; the position of
-        the epoch's final batch says ``last`` (one batch is held back to know it)."""
+    def _batches(self, resume: dict | None, epoch: int) -> Iterator[tuple[dict, dict]]:
+        """``(numpy columns of one batch, stream position after it)`` for one epoch; the
+        position of the epoch's final batch says ``last`` (one batch is held back to know it).
+
+        Each table of the stream (a few MB) is decoded once: fixed-shape columns are zero-copy
+        views, and batches are slices of them; only a batch spanning two tables is copied.
+        """
         ds = self.dataset
         ds.set_epoch(epoch)
         stream = Stream(ds, resume["stream"] if resume else None)
-        pending = _Pending(resume["pending"] if resume else None)
         size = self.rows_per_batch
-        held: tuple[pa.Table, dict] | None = None
-        for table in itertools.chain([pa.table({})], stream):  # first the rows left pending
-            pending.push(table)
-            while pending.count >= size:
-                batch = pending.pop(size)
-                position = {"stream": stream.snapshot(), "pending": pending.snapshot()}
+        features: dict[str, Features] = {}
+        carry: dict[str, Any] | None = None  # rows short of a batch, decoded
+        count = 0
+        held: tuple[dict, dict] | None = None
+        left = resume["pending"] if resume else []
+        for table in itertools.chain(left, stream):  # first the rows left pending
+            n = table.num_rows
+            if not n:
+                continue
+            cols = _decode(table, features)
+            pos = 0
+            if carry is not None:
+                need = size - count
+                if n < need:
+                    carry, count = _join(carry, _cut(cols, 0, n)), count + n
+                    continue
+                batch, pos, carry, count = _join(carry, _cut(cols, 0, need)), need, None, 0
                 if held is not None:
                     yield held
-                held = (batch, {**position, "last": False})
-        if pending.count and not self.drop_last:
+                held = (batch, self._position_after(stream, table, pos))
+            while n - pos >= size:
+                batch = _cut(cols, pos, pos + size)
+                pos += size
+                if held is not None:
+                    yield held
+                held = (batch, self._position_after(stream, table, pos))
+            if pos < n:
+                carry, count = _cut(cols, pos, n), n - pos
+        if carry is not None and not self.drop_last:
             if held is not None:
                 yield held
-            held = (pending.pop(), {"stream": stream.snapshot(), "pending": []})
+            held = (carry, {"stream": stream.snapshot(), "pending": []})
         if held is not None:
             yield held[0], {**held[1], "last": True}
 
-    def _to_device(
-        self, table: pa.Table, features: Features, epoch: int, step: int
-    ) -> dict[str, Any]:
-        ds = Dataset(table, features)
-        reader = ds._internal.reader
-        batch = {c: reader.numpy(c, slice(0, table.num_rows)) for c in table.column_names}
+    @staticmethod
+    def _position_after(stream: Stream, table: pa.Table, pos: int) -> dict:
+        rest = table.slice(pos)
+        return {
+            "stream": stream.snapshot(),
+            "pending": [rest] if rest.num_rows else [],
+            "last": False,
+        }
+
+    def _to_device(self, batch: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
         if self.transform is not None:
             if self._transform_rng:
                 rng = np.random.default_rng([self.seed, epoch, step])
@@ -243,6 +268,31 @@ class StreamingDataLoader:
             self._close()
         except Exception:
             pass
+
+
+def _decode(table: pa.Table, features: dict[str, Features]) -> dict[str, Any]:
+    """Every column of ``table`` as numpy (zero-copy views where the feature allows)."""
+    key = table.schema.metadata.get(b"huggingface", b"") if table.schema.metadata else b""
+    key += table.schema.to_string(show_schema_metadata=False).encode()
+    if key not in features:
+        features[key] = Features.from_arrow_schema(table.schema)
+    reader = Dataset(table, features[key])._internal.reader
+    return {c: reader.numpy(c, slice(0, table.num_rows)) for c in table.column_names}
+
+
+def _cut(cols: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
+    return {k: v[start:stop] for k, v in cols.items()}
+
+
+def _join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape[1:] == y.shape[1:]:
+            out[k] = np.concatenate([x, y])
+        else:
+            out[k] = list(x) + list(y)
+    return out
 
 
 def _local_block(placement: Placement, rows: int) -> int | None:
@@ -285,16 +335,9 @@ class _Iterator:
 
     def _produce(self) -> Iterator[tuple[dict, dict]]:
         step = self.step
-        for table, position in self.loader._batches(self.resume, self.epoch):
-            features = self._features(table.schema)
-            yield self.loader._to_device(table, features, self.epoch, step), position
+        for batch, position in self.loader._batches(self.resume, self.epoch):
+            yield self.loader._to_device(batch, self.epoch, step), position
             step += 1
-
-    def _features(self, schema: pa.Schema) -> Features:
-        key = schema.to_string(show_schema_metadata=True).encode()
-        if key not in self.features:
-            self.features[key] = Features.from_arrow_schema(schema)
-        return self.features[key]
 
     def _run(self) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
+from jaxfeed.extras import require
 from jaxfeed.features import Features
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def _json_columns(ds: Dataset) -> list[str]:
 
 
 def _to_pandas(table: pa.Table, json_columns: Sequence[str] = ()) -> Any:
+    require("pandas", "pandas", "writing CSV or JSON")
     df = table.to_pandas(integer_object_nulls=True)
     for name in json_columns:
         df[name] = [None if v is None else json.loads(v) for v in table.column(name).to_pylist()]
@@ -164,7 +166,7 @@ def read_csv(
     path_or_paths: str | os.PathLike | Sequence[str | os.PathLike], **read_csv_kwargs: Any
 ) -> pa.Table:
     """CSV through ``pandas.read_csv``, as `datasets` reads it (same type inference)."""
-    import pandas as pd  # lazy: pandas costs ~0.3 s to import
+    pd = require("pandas", "pandas", "Dataset.from_csv")  # lazy: pandas costs ~0.3 s to import
 
     tables = []
     for path in _paths(path_or_paths):

@@ -15,9 +15,10 @@ numpy columns with the same code in every mode, so results do not depend on wher
 :class:`ProcessBackend` runs jobs in ``num_workers`` spawned processes (never forked: the parent
 may run JAX). The recipe (features and the user's functions) is sent once, by value with
 cloudpickle, so functions defined in a script's ``__main__`` or a notebook work. Each worker owns
-a few shared-memory slots that it reuses (growing them when a batch needs more room): a finished
-batch is written into a slot, only its layout travels through the pipe, the consumer reads it in
-place and gives the slot back after the batch is on the device. Workers ignore SIGINT (the parent
+shared-memory slots that it reuses (growing them when a batch needs more room): a finished batch is
+written into a slot, only its layout travels through the pipe, the consumer reads it in place and
+gives the slot back after the transfer, or, on a CPU device where the ``jax.Array`` aliases the
+slot, once that array is garbage (another slot is made meanwhile). Workers ignore SIGINT (the parent
 handles Ctrl-C), exit within a fraction of a second when their parent dies (a watchdog thread),
 and unlink their segments on every exit path; the parent unlinks what a killed worker left.
 """
@@ -412,13 +413,15 @@ def leftover_segments(prefix: str) -> list[str]:
 class _Worker:
     def __init__(self, process: Any, conn: Any, progress: Any) -> None:
         self.process, self.conn, self.progress = process, conn, progress
-        self.free = deque([0, 1])  # slot indexes not holding an unread batch
+        self.free = deque([0, 1])  # slot indexes not holding a batch in use
+        self.slots = 2  # slots so far (more are made while the consumer holds batches)
         self.outstanding: deque = deque()  # job ids sent, in order
         self.maps: dict[str, mmap.mmap] = {}
 
 
 class ProcessBackend:
-    """``num_workers`` spawned processes, batches returned in shared memory (2 slots each)."""
+    """``num_workers`` spawned processes, batches returned in shared memory slots (2 per worker,
+    more while the consumer holds on to batches that alias a slot)."""
 
     def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
         if in_spawn_bootstrap():
@@ -491,9 +494,11 @@ class ProcessBackend:
         self.next_id += 1
         w = job_id % len(self.workers)
         worker = self.workers[w]
-        while not worker.free:  # a stale batch from an abandoned epoch still holds the slot
-            self._receive(w, None, None)  # drops the stale batch, freeing its slot
-        slot = worker.free.popleft()
+        if worker.free:
+            slot = worker.free.popleft()
+        else:  # every slot holds a batch the consumer still uses (or a stale one): one more
+            slot = worker.slots
+            worker.slots += 1
         worker.conn.send(("job", job_id, slot, job))
         worker.outstanding.append((job_id, slot))
         self.owner[job_id] = w
@@ -550,13 +555,17 @@ class ProcessBackend:
         if segment is None:
             slot_prefix = name.rsplit("_", 1)[0]
             for old in [k for k in worker.maps if k.rsplit("_", 1)[0] == slot_prefix]:
-                with contextlib.suppress(BufferError):
-                    worker.maps.pop(old).close()
+                del worker.maps[old]  # unmapped once no device array aliases it any more
             segment = worker.maps[name] = _attach(name, size)
         batch = dict(others)
         for key, offset, shape, dtype in layout:
             batch[key] = np.ndarray(shape, np.dtype(dtype), buffer=segment, offset=offset)
-        return batch, lambda: worker.free.append(slot)
+
+        def release(segment: mmap.mmap = segment) -> None:
+            # holding `segment` here keeps the mapping alive as long as arrays that alias it
+            worker.free.append(slot)
+
+        return batch, release
 
     def discard(self) -> None:
         """Forget the outstanding batches (an epoch was left early); their slots come back as the
@@ -593,10 +602,7 @@ def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
     for worker in workers:
         with contextlib.suppress(Exception):
             worker.conn.close()
-        for segment in worker.maps.values():
-            with contextlib.suppress(BufferError, ValueError):
-                segment.close()
-        worker.maps.clear()
+        worker.maps.clear()  # mappings go with their last user (device arrays may alias them)
     for name in leftover_segments(prefix):  # what killed workers could not unlink
         _unlink(name)
 

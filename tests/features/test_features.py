@@ -215,3 +215,26 @@ def test_fractions_never_truncate_into_int_lists(feature):
     data = [[1, 2], [3, 4.5]] if not isinstance(feature.feature, Sequence) else [[[1]], [[2.5]]]
     with pytest.raises(FeatureError, match="column 's', row 1"):
         Dataset.from_dict({"s": data}, features=Features({"s": feature}))
+
+
+def test_ragged_list_columns_of_one_length_read_as_zero_copy_views():
+    import pyarrow as pa
+
+    ds = Dataset.from_dict(
+        {"ids": [[1, 2, 3], [4, 5, 6]], "ragged": [[1], [2, 3]]},
+        features=Features({"ids": List(Value("int32")), "ragged": List(Value("int32"))}),
+    )
+    reader = ds._internal.reader
+    assert reader.view("ids") is not None and reader.view("ragged") is None
+    out = ds.with_format("numpy")[[1, 0]]
+    assert out["ids"].tolist() == [[4, 5, 6], [1, 2, 3]] and out["ids"].dtype == np.int32
+    assert [r.tolist() for r in out["ragged"]] == [[2, 3], [1]]
+    # Chunks of different lengths: no shared view, values still right.
+    other = pa.table({"ids": pa.array([[7, 8]], pa.list_(pa.int32())), "ragged": [[9]]})
+    mixed = Dataset(pa.concat_tables([ds.data, other.cast(ds.data.schema)]), ds.features)
+    assert mixed._internal.reader.view("ids") is None
+    assert [r.tolist() for r in mixed.with_format("numpy")[:]["ids"]] == [
+        [1, 2, 3],
+        [4, 5, 6],
+        [7, 8],
+    ]

@@ -154,8 +154,21 @@ class SignalAt(Callback):
             os.kill(os.getpid(), self.signum)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_saves_and_resume_is_bitwise_identical(digits, tmp_path, capsys, signum):
+def test_sigint_without_checkpoint_dir_stops_with_130(digits, capsys):
+    trainer = Trainer(mlp(), optax.adam(1e-3), preprocess=scale_images, verbose=0,
+                      callbacks=[SignalAt(3, signal.SIGINT)])  # fmt: skip
+    with pytest.raises(Preempted) as info:
+        trainer.fit(DataLoader(digits["train"], 100), epochs=2)
+    assert info.value.code == 130 and trainer.step == 3
+    assert capsys.readouterr().err.strip() == (
+        "SIGINT: stopped after step 3 (0 epochs done); nothing saved (fit had no checkpoint_dir)"
+    )
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_saves_and_resume_is_bitwise_identical(digits, tmp_path, capsys):
+    signum = signal.SIGTERM
+
     def make(callbacks=()):
         model = mlp()
         trainer = Trainer(model, optax.adamw(1e-2), preprocess=scale_images, verbose=0,
@@ -257,3 +270,21 @@ def test_jaxfeed_train_stops_on_sigterm_with_a_resume_line(tmp_path):
     assert f"resume with: jaxfeed train --out {out} --resume" in lines[0]
     with CheckpointManager(out / "checkpoints") as ckpt:
         assert ckpt.latest_step == int(lines[0].split("step ")[1].split()[0])
+
+
+def test_bad_loggers_and_schedules_are_refused_up_front(tmp_path):
+    model = mlp()
+    with pytest.raises(ValueError, match="unknown logger 'wandb'"):
+        Trainer(model, optax.adam(1e-3), loggers=("wandb",), out_dir=tmp_path)
+    with pytest.raises(ValueError, match="writes under out_dir: pass out_dir="):
+        Trainer(model, optax.adam(1e-3), loggers=("tensorboard",))
+    with pytest.raises(TypeError, match=r"log_metrics\(metrics, step\) and close\(\); got dict"):
+        Trainer(model, optax.adam(1e-3), loggers=({},))
+    trainer = Trainer(model, optax.adam(1e-3), verbose=0)
+    for kwargs, message in [({"max_steps": 0}, "max_steps must be a positive int"),
+                            ({"log_every": 2.5}, "log_every must be a positive int"),
+                            ({"epochs": -1}, "epochs must be an int >= 0"),
+                            ({"checkpoint_every": 5}, "checkpoint_every= needs checkpoint_dir="),
+                            ({"eval_every": 5}, "eval_every= needs an eval_loader")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            trainer.fit([], **kwargs)

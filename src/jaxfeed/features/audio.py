@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.extras import require
 from jaxfeed.features.media import MediaFeature, read_source
 
 
@@ -78,7 +79,7 @@ class Audio(MediaFeature):
         raise TypeError(f"cannot store a {type(value).__name__} as audio")
 
     def decode_one(self, data: bytes | None, path: str | None) -> dict[str, Any]:
-        import soundfile
+        soundfile = require("soundfile", "audio", "decoding audio")
 
         source = read_source(data, path)
         samples, rate = soundfile.read(
@@ -87,7 +88,7 @@ class Audio(MediaFeature):
             always_2d=True,
         )
         if self.sampling_rate and rate != self.sampling_rate:
-            import soxr
+            soxr = require("soxr", "audio", "resampling audio")
 
             samples = soxr.resample(samples, rate, self.sampling_rate).astype(
                 np.float32, copy=False
@@ -112,7 +113,7 @@ class Audio(MediaFeature):
 
 
 def _to_wav(array: Any, sampling_rate: Any) -> bytes:
-    import soundfile
+    soundfile = require("soundfile", "audio", "encoding audio")
 
     if not isinstance(sampling_rate, int | np.integer) or sampling_rate <= 0:
         raise ValueError(

@@ -198,7 +198,7 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
             and first.dtype.kind in "biuf"
         ):
             feature = _feature_for_block(next(iter(shapes)), next(iter(dtypes)))
-            return feature, encode_column(feature, arrays, column)
+            return feature, encode_column(feature, np.stack(arrays), column)
         values = [a.tolist() if a is not None else None for a in arrays]
     for hook in _INFER_HOOKS:
         feature = hook(first)

@@ -177,8 +177,32 @@ class Sequence(Feature):
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:
         fixed = self.fixed_shape
         if fixed is None:
-            return None
+            return self._uniform_view(array)
         return fixed_view(array, Value(fixed[1]).pa_type, fixed[0])
+
+    def _uniform_view(self, array: pa.Array) -> np.ndarray | None:
+        """A zero-copy view of ragged lists that happen to share one length at every level (e.g.
+        padded token ids stored as ``List``, the layout `datasets` writes), else None."""
+        shape: list[int] = []
+        feature: Any = self
+        values = unwrap_storage(array)
+        while isinstance(feature, Sequence):
+            if values.null_count or not len(values):
+                return None
+            if feature.length != -1:
+                dim = feature.length
+            else:
+                offsets = values.offsets.to_numpy(zero_copy_only=False)
+                lengths = np.diff(offsets)
+                if not (lengths == lengths[0]).all():
+                    return None
+                dim = int(lengths[0])
+            shape.append(dim)
+            values = list_child(values)
+            feature = feature.feature
+        if not (isinstance(feature, Value) and feature.is_numeric and feature.dtype != "bool"):
+            return None
+        return fixed_view(array, Value(feature.dtype).pa_type, tuple(shape))
 
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:
         view = self.numpy_view(array)

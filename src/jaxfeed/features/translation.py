@@ -112,7 +112,7 @@ class TranslationVariableLanguages(Feature):
             else:
                 pairs.extend((lang, t) for t in text)
         languages, translations = zip(*sorted(pairs), strict=True) if pairs else ((), ())
-        return {"language": list(languages), "translation": list(translations)}
+        return {"language": languages, "translation": translations}
 
     def decode_example(self, value: Any) -> Any:
         return value

@@ -1,4 +1,4 @@
-"""Built-in datasets: ``digits`` (ships with scikit-learn), and ``mnist``, ``fashion_mnist`` and
+"""Built-in datasets: ``digits`` (bundled with jaxfeed), and ``mnist``, ``fashion_mnist`` and
 ``cifar10`` read from their original binary files in ``data_dir`` (never the pickled versions)."""
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def load_builtin(name: str, config: str | None = None, data_dir: str | Path | No
 
 
 def digits(image: bool = False) -> Any:
-    """The 1,797 8x8 handwritten digits scikit-learn ships (UCI), rescaled from 0..16 to 0..255.
+    """The 1,797 8x8 handwritten digits of UCI (bundled, 39 KB; the copy scikit-learn ships),
+    rescaled from 0..16 to 0..255.
 
     A fixed stratified split (seed 0) gives 1,437 train and 360 test rows. ``image=True`` stores
     the images as PNG ``Image`` values instead of ``Array2D((8, 8), "uint8")``.
@@ -52,13 +53,10 @@ def digits(image: bool = False) -> Any:
     >>> load_dataset("digits").num_rows
     {'train': 1437, 'test': 360}
     """
-    from sklearn.datasets import load_digits
-
     from jaxfeed.dataset import Dataset, DatasetDict
 
-    raw = load_digits()
-    pixels = np.rint(raw.images * (255 / 16)).astype(np.uint8)
-    labels = raw.target.astype(np.int64)
+    raw, labels = _bundled_digits()
+    pixels = np.rint(raw * (255 / 16)).astype(np.uint8)
     features = Features(
         {
             "image": Image() if image else Array2D((8, 8), "uint8"),
@@ -70,6 +68,23 @@ def digits(image: bool = False) -> Any:
     )
     split = full.train_test_split(test_size=DIGITS_TEST_SIZE, seed=0, stratify_by_column="label")
     return DatasetDict({k: v.flatten_indices() for k, v in split.items()})
+
+
+DIGITS_FILE = Path(__file__).parent / "data" / "digits.u8.xz"  # licence: data/DIGITS-LICENSE.txt
+
+
+def _bundled_digits() -> tuple[np.ndarray, np.ndarray]:
+    """``(images (1797, 8, 8) in 0..16, labels)`` from the bundled file."""
+    import lzma
+
+    try:
+        table = np.frombuffer(lzma.decompress(DIGITS_FILE.read_bytes()), dtype=np.uint8)
+    except (OSError, lzma.LZMAError) as err:
+        raise OSError(f"the bundled digits data {DIGITS_FILE} cannot be read: {err}") from err
+    if table.size != 65 * 1797:
+        raise OSError(f"the bundled digits data {DIGITS_FILE} is damaged ({table.size} bytes)")
+    table = table.reshape(65, 1797)
+    return table[:64].T.reshape(1797, 8, 8).astype(np.float64), table[64].astype(np.int64)
 
 
 IDX_FILES = {

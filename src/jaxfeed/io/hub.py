@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from jaxfeed.extras import require
 from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
 
 PATTERNS = [
@@ -51,7 +52,7 @@ def download(
     token: str | bool | None = None,
 ) -> Path:
     """The local folder holding ``repo_id``'s data files (downloaded, or from the cache offline)."""
-    import huggingface_hub
+    huggingface_hub = require("huggingface_hub", "hub", "loading a Hub dataset")
     from huggingface_hub import constants, errors
 
     kwargs = dict(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
@@ -20,7 +21,6 @@ from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.remote import expand, filesystem, is_remote
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
@@ -77,7 +77,9 @@ def load_dataset(
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
             splits = {
-                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
+                k: iterable.IterableDataset.from_files(
+                    v, fmt, features, storage_options=storage_options
+                )
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
@@ -93,7 +95,9 @@ def load_dataset(
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
         return _pick_split(
-            {k: IterableDataset.from_dataset(v) for k, v in splits.items()}, split, streaming=True
+            {k: iterable.IterableDataset.from_dataset(v) for k, v in splits.items()},
+            split,
+            streaming=True,
         )
     return _pick_split(splits, split)
 
@@ -139,7 +143,7 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
     if split is None:
         if streaming:
-            return IterableDatasetDict(splits)
+            return iterable.IterableDatasetDict(splits)
         return DatasetDict(splits)
     parts = []
     for spec in split.split("+"):

@@ -111,7 +111,8 @@ def plot_history(
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a regression run has no accuracy to plot
+            ax.legend()
         if epochs:
             ax.set_xlim(min(epochs) - 0.2, max(epochs) + 0.2)
     if title:

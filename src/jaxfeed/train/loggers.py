@@ -83,6 +83,27 @@ class TensorBoardLogger:
         self.writer.close()
 
 
+def check_loggers(specs: Sequence[str | Logger], out_dir: Path | None) -> None:
+    """Raise now, not after an epoch, for an unknown name, an object that is not a logger, a
+    TensorBoard logger without ``out_dir`` or without tensorboardX."""
+    for spec in specs:
+        if spec == "tensorboard":
+            if out_dir is None:
+                raise ValueError("loggers=('tensorboard',) writes under out_dir: pass out_dir=")
+            try:
+                import tensorboardX  # noqa: F401 - lazy: an optional extra
+            except ImportError as err:
+                raise ImportError(
+                    "loggers=('tensorboard',) needs tensorboardX: pip install 'jaxfeed[tensorboard]'"
+                ) from err
+        elif isinstance(spec, str):
+            raise ValueError(f"unknown logger {spec!r}; known: ['tensorboard'] (or pass an object)")
+        elif not isinstance(spec, Logger):
+            raise TypeError(
+                f"a logger needs log_metrics(metrics, step) and close(); got {type(spec).__name__}"
+            )
+
+
 def make_loggers(
     specs: Sequence[str | Logger], out_dir: Path | None, *, resume_step: int | None = None
 ) -> list[Logger]:

@@ -100,6 +100,7 @@ class EpochProgress:
     window_sums: dict[str, Any] | None = None
     window_time: float = field(default_factory=time.perf_counter)
     iterator: Any = None
+    loader_state: dict[str, Any] | None = None  # where the loader stood when fit stopped mid-epoch
 
     def seconds(self) -> float:
         return self.elapsed + time.perf_counter() - self.started

@@ -35,7 +35,7 @@ from jaxfeed.train.cores import (
     empty_sums,
 )
 from jaxfeed.train.history import History, plot_history
-from jaxfeed.train.loggers import Logger, RunLog, make_loggers
+from jaxfeed.train.loggers import Logger, RunLog, check_loggers, make_loggers
 from jaxfeed.train.losses import resolve_loss, resolve_metrics
 from jaxfeed.train.placement import BatchPlacement
 from jaxfeed.train.preemption import Preempted, SignalWatch
@@ -158,9 +158,7 @@ class Trainer:
         self._warned_unlabelled = False
         self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
         self.loggers = tuple(loggers)
-        make_loggers([x for x in self.loggers if not isinstance(x, str)], None)  # check early
-        if "tensorboard" in self.loggers and self.out_dir is None:
-            raise ValueError("loggers=('tensorboard',) writes under out_dir: pass out_dir=")
+        check_loggers(self.loggers, self.out_dir)
         self.handle_signals = handle_signals
         self.resume_hint: str | None = (
             None  # how to resume, printed on preemption (the CLI sets it)
@@ -269,6 +267,10 @@ class Trainer:
         ``out_dir`` also writes ``metrics.jsonl``, ``history.csv`` and ``curves.png``.
         """
         schedule = Schedule.make(epochs, max_steps, eval_every, checkpoint_every, log_every)
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ValueError("checkpoint_every= needs checkpoint_dir=")
+        if eval_every is not None and eval_loader is None:
+            raise ValueError("eval_every= needs an eval_loader")
         if self.out_dir is not None and self.primary:
             check_writable(self.out_dir, "output folder")
         manager = None
@@ -376,6 +378,9 @@ class Trainer:
             progress = self._progress = EpochProgress(epoch, first_step=self.step)
         else:  # resumed or continued mid-epoch: the clock and the window restart here
             progress.started = progress.window_time = time.perf_counter()
+            if progress.loader_state is not None:  # a later fit continues the same epoch
+                loader.load_state_dict(progress.loader_state)
+        progress.loader_state = None
         start = progress.started
         bar = self._progress_bar(loader, epoch, schedule.epochs)
         last_report = start
@@ -408,6 +413,8 @@ class Trainer:
                 if hooks and self._after_step(
                     progress, loader, eval_loader, schedule, manager, run_log, watch, per_batch
                 ):
+                    if hasattr(loader, "state_dict"):
+                        progress.loader_state = loader.state_dict()
                     return None
         finally:
             if bar is not None:

@@ -1,0 +1,94 @@
+"""``jaxfeed bench``: run benchmarks in fresh processes and say which peers are missing.
+
+A benchmark is a module of :mod:`jaxfeed.bench` (installed with the package) or, for those not
+moved yet, a script of a source checkout's ``benchmarks/`` folder.
+
+>>> sorted(BENCHES)
+['checkpoint', 'formatting', 'loader', 'media', 'train']
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from jaxfeed.recipes.config import ConfigError
+
+EXTRA = "pip install 'jaxfeed[bench]'  (from a checkout: pip install -e '.[bench]')"
+
+
+@dataclass(frozen=True)
+class Bench:
+    module: str  # jaxfeed.bench.<module>, or benchmarks/<module>.py in a checkout
+    quick: tuple[str, ...]
+    peers: tuple[str, ...]  # importable names of the peers it compares with
+
+
+BENCHES = {
+    "formatting": Bench("formatting", ("--rows", "12000", "--repeats", "1"), ("datasets",)),
+    "media": Bench("media", ("--rows", "2000", "--repeats", "1"), ("datasets",)),
+    "loader": Bench("loader", ("--quick",), ("datasets", "torch", "grain")),
+    "train": Bench("train_step", ("--quick",), ("torch",)),
+    "checkpoint": Bench("checkpoint", ("--repeats", "2"), ()),
+}
+
+
+def _checkout() -> Path | None:
+    """The ``benchmarks/`` folder of a source checkout this jaxfeed runs from, if any."""
+    import jaxfeed
+
+    folder = Path(jaxfeed.__file__).resolve().parents[2] / "benchmarks"
+    return folder if folder.is_dir() else None
+
+
+def command(name: str, quick: bool) -> list[str] | None:
+    """The command line that runs benchmark ``name``, or None when this install lacks it."""
+    bench = BENCHES[name]
+    args = list(bench.quick if quick else ())
+    if importlib.util.find_spec(f"jaxfeed.bench.{bench.module}") is not None:
+        return [sys.executable, "-m", f"jaxfeed.bench.{bench.module}", *args]
+    folder = _checkout()
+    if folder is not None and (folder / f"{bench.module}.py").is_file():
+        return [sys.executable, str(folder / f"{bench.module}.py"), *args]
+    return None
+
+
+def missing_peers(names: list[str]) -> list[str]:
+    wanted = sorted({p for n in names for p in BENCHES[n].peers})
+    return [p for p in wanted if importlib.util.find_spec(p) is None]
+
+
+def run_benchmarks(which: str, quick: bool = False) -> int:
+    """Run ``which`` (a name or ``all``); returns the exit status (1 when one failed)."""
+    if which != "all" and which not in BENCHES:
+        raise ConfigError(f"unknown benchmark {which!r}; known: {', '.join(BENCHES)} or all")
+    names = list(BENCHES) if which == "all" else [which]
+    missing = missing_peers(names)
+    if missing:
+        print(
+            f"note: the peers {', '.join(missing)} are not installed: their rows are skipped; "
+            f"add them with: {EXTRA}",
+            flush=True,
+        )
+    status = 0
+    folder = _checkout()
+    for name in names:
+        cmd = command(name, quick)
+        if cmd is None:
+            print(
+                f"\n=== {name}: not in this installation (it runs from a source checkout's "
+                f"benchmarks/{BENCHES[name].module}.py)",
+                flush=True,
+            )
+            status = status or (0 if which == "all" else 1)
+            continue
+        print(
+            f"\n=== {name}: {' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd))}",
+            flush=True,
+        )
+        cwd = folder.parent if folder is not None and cmd[1] != "-m" else None
+        status |= subprocess.call(cmd, cwd=cwd)
+    return 1 if status else 0

@@ -1,0 +1,217 @@
+"""The ``jaxfeed`` command: train, eval, predict, info, bench, launch.
+
+Each command is thin: parse the flags, build the run configuration, call a recipe
+(:mod:`jaxfeed.recipes`). Parsing and ``--help`` import neither JAX nor pyarrow; the recipes are
+imported when a command runs. Usage errors (a wrong path, column, flag or config value) print one
+line on stderr and exit with 2; other failures exit with 1; Ctrl-C exits with 130. ``--debug``
+shows the Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from jaxfeed import __version__
+from jaxfeed.cli import commands
+from jaxfeed.cli.options import add_run_options
+from jaxfeed.recipes.config import ConfigError
+
+EXAMPLES = {
+    "train": """examples:
+  jaxfeed train                                    # the built-in digits, to try it
+  jaxfeed train --data ./my_images --val-split 0.2 --image-size 64 --epochs 5
+  jaxfeed train --data houses.csv --label-column price          # regression, inferred
+  jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
+  jaxfeed train --config run.yaml --epochs 20                   # flags override the file
+  jaxfeed train --out runs/mine --resume --epochs 20            # the run's own config.json""",
+    "eval": """examples:
+  jaxfeed eval runs/mine
+  jaxfeed eval runs/mine --json --checkpoint last
+  jaxfeed eval runs/mine --split train""",
+    "predict": """examples:
+  jaxfeed predict runs/mine photo.jpg other.png
+  ls *.png | jaxfeed predict runs/mine - --json
+  jaxfeed predict runs/houses new_houses.csv --checkpoint last""",
+    "info": """examples:
+  jaxfeed info digits
+  jaxfeed info ./data --split train
+  jaxfeed info ./saved --verify""",
+    "bench": """examples:
+  jaxfeed bench formatting --quick
+  jaxfeed bench all""",
+    "launch": """examples:
+  jaxfeed launch --num-processes 2 --devices-per-process 4 -- jaxfeed train --batch-size 64""",
+}
+
+
+class UsageError(ConfigError):
+    """A wrong name, path, column or flag value: exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (and exit status 2), pointing at --help."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _step(text: str) -> str:
+    if text in ("best", "last", "latest") or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"expected best, last or a step number, got {text!r}")
+
+
+def _count(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _count(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _count(text, 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="jaxfeed",
+        description="Datasets in Apache Arrow as jax.Array, a fast loader, and Flax training.",
+        epilog="run 'jaxfeed COMMAND --help' for a command's flags and examples",
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"jaxfeed {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show Python tracebacks on errors",
+    )
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, parents=[debug], help=help, epilog=EXAMPLES[name], formatter_class=formatter
+        )
+
+    p = command("train", "train a model on your data and write a run folder")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="start from the options in a JSON or YAML file (a run's config.json works); flags override it",
+    )
+    add_run_options(p)
+    p.set_defaults(run=commands.train)
+
+    p = command("eval", "evaluate a run: loss, accuracy, per-class metrics, confusion matrix")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
+    )
+    p.add_argument("--split", help="split or split expression (default: the run's eval split)")
+    p.add_argument("--data", help="other data with the run's columns (default: the run's)")
+    p.add_argument("--data-dir", help="folder of the dataset's files (default: the run's)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=commands.evaluate)
+
+    p = command("predict", "predict image files (or rows of data files) with a run's checkpoint")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="files, or - alone to read paths from stdin"
+    )
+    p.add_argument(
+        "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
+    )
+    p.add_argument(
+        "--top-k", type=_positive, default=3, help="classes to show per input (default: 3)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=commands.predict)
+
+    p = command("info", "splits, rows, features, size and example rows of a dataset")
+    p.add_argument("dataset", metavar="DATASET")
+    p.add_argument("--data-dir")
+    p.add_argument("--split", help="show only this split")
+    p.add_argument(
+        "--rows", type=_non_negative, default=3, help="example rows per split (default: 3)"
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="check a save_to_disk folder's recorded checksums"
+    )
+    p.set_defaults(run=commands.info)
+
+    p = command("bench", "run the benchmarks and print their tables")
+    p.add_argument(
+        "which",
+        nargs="?",
+        default="all",
+        help="formatting, media, loader, train, checkpoint or all",
+    )
+    p.add_argument("--quick", action="store_true", help="smaller data, fewer repeats")
+    p.set_defaults(run=commands.bench)
+
+    p = command("launch", "start N local processes of a command as one multi-process JAX job")
+    p.add_argument("--num-processes", type=_positive, required=True, help="processes to start")
+    p.add_argument(
+        "--port",
+        type=_non_negative,
+        default=0,
+        help="coordinator port on 127.0.0.1 (default: a free one)",
+    )
+    p.add_argument(
+        "--devices-per-process",
+        type=_positive,
+        help="fake CPU devices per process (to try it on one machine)",
+    )
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the command, e.g. jaxfeed train ...",
+    )
+    p.set_defaults(run=commands.launch)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``jaxfeed`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args)
+    except ConfigError as err:
+        if args.debug:
+            raise
+        print(f"jaxfeed {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if args.debug:
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(
+            f"jaxfeed {args.command}: error: {type(err).__name__}: {message} (--debug shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+__all__ = ["UsageError", "build_parser", "main"]

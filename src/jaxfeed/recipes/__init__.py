@@ -1,0 +1,19 @@
+"""Task logic of the ``jaxfeed`` command, importable without it.
+
+* :mod:`~jaxfeed.recipes.config`: :class:`RunConfig`, the typed options of a run; config files;
+  reading a run folder's ``config.json`` (this and the first format).
+* :mod:`~jaxfeed.recipes.data`: what ``--data`` is, splits (``--val-split``, split expressions),
+  columns, task inference, class labels.
+* :mod:`~jaxfeed.recipes.preprocess`: :class:`Preprocessing`, the one preprocessing of train,
+  eval and predict, saved in the run.
+* :mod:`~jaxfeed.recipes.models`: model choice (``cnn``, ``mlp``, ``FILE.py:ClassName``),
+  optimizer and schedule, the trainer.
+* :mod:`~jaxfeed.recipes.train`, :mod:`~jaxfeed.recipes.evaluate`, :mod:`~jaxfeed.recipes.report`:
+  the recipes and their reports; :mod:`~jaxfeed.recipes.interrupt`: reliable Ctrl-C.
+
+Only :mod:`~jaxfeed.recipes.config` is imported here: it needs neither JAX nor pyarrow.
+"""
+
+from jaxfeed.recipes.config import ConfigError, RunConfig, read_run
+
+__all__ = ["ConfigError", "RunConfig", "read_run"]

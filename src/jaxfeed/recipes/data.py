@@ -1,0 +1,348 @@
+"""Data for a run: what ``--data PATH`` is, its splits, its columns and its task.
+
+:func:`detect` names the kind of source (image or audio folder, a data file, a ``save_to_disk``
+folder, a Hub-layout folder, a built-in name, a cached Hub id) and loads it; :func:`choose_splits`
+picks the train and eval splits (split expressions such as ``train[:80%]`` work, and a stratified
+validation split is carved when the data has none); :func:`choose_columns` and :func:`infer_task`
+decide what is learned from what; :func:`encode_labels` turns string or integer class values into
+class ids with names.
+
+>>> source = detect("digits")
+>>> source.kind, sorted(source.data)
+('built-in dataset', ['test', 'train'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.features import Audio, ClassLabel, Features, Image, Value
+from jaxfeed.features.array import ARRAY_TYPES
+from jaxfeed.io import load_dataset
+from jaxfeed.io.builtin import BUILTIN
+from jaxfeed.io.files import file_format
+from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.io.load import _pick_split  # the split-expression grammar of load_dataset
+from jaxfeed.recipes.config import ConfigError
+
+EVAL_SPLITS = ("test", "validation")
+DEFAULT_VAL_SPLIT = 0.1
+LABEL_NAMES = ("label", "labels", "target", "class", "y")
+MAX_CLASSES_OF_INTS = 20  # integer labels with at most this many values are classes
+
+
+@dataclass
+class Source:
+    """A loaded ``--data``: ``kind`` says what it was detected as."""
+
+    path: str
+    kind: str
+    data: DatasetDict
+
+
+def detect(path: str, data_dir: str | None = None) -> Source:
+    """Find out what ``path`` is and load it as a ``DatasetDict``."""
+    local = Path(path).expanduser()
+    if path in BUILTIN:
+        kind, loader = "built-in dataset", path
+    elif local.is_file():
+        fmt = file_format(local)
+        if fmt is None:
+            raise ConfigError(
+                f"--data {path}: not a data file jaxfeed reads (.csv, .tsv, .parquet, .json, .jsonl, "
+                ".arrow); for images give their folder"
+            )
+        kind, loader = f"{_FORMAT_NAMES[fmt]} file", str(local)
+    elif local.is_dir():
+        kind, loader = _folder_kind(local)
+    else:
+        kind, loader = "cached Hub dataset", path
+    try:
+        if loader in ("imagefolder", "audiofolder"):
+            data = load_dataset(loader, data_dir=str(local))
+        else:
+            data = load_dataset(loader, data_dir=data_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"--data {path}: {str(err).splitlines()[0]}") from err
+    except ImportError as err:  # an optional part (the Hub client, an audio decoder)
+        raise ConfigError(f"--data {path}: {err}") from err
+    if not isinstance(data, DatasetDict):
+        data = DatasetDict({"train": data})
+    return Source(path, kind, data)
+
+
+_FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "json": "JSON Lines", "arrow": "Arrow"}
+
+
+def _folder_kind(folder: Path) -> tuple[str, str]:
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        return "save_to_disk folder", str(folder)
+    images = audio = data_files = 0
+    for p in folder.rglob("*"):
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(folder).parts):
+            continue
+        suffix = p.suffix.lower()
+        if suffix in IMAGE_EXTENSIONS:
+            images += 1
+        elif suffix in AUDIO_EXTENSIONS:
+            audio += 1
+        elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):
+            data_files += 1
+    if data_files:
+        return "Hub-layout folder of data files", str(folder)
+    if images:
+        return "image folder", "imagefolder"
+    if audio:
+        return "audio folder", "audiofolder"
+    raise ConfigError(
+        f"--data {folder}: found no images ({', '.join(sorted(IMAGE_EXTENSIONS))}), audio, or "
+        "Parquet/CSV/JSON/Arrow files in it"
+    )
+
+
+def describe(source: Source) -> str:
+    """One line: what was detected and its splits.
+
+    >>> describe(detect("digits"))
+    'digits: built-in dataset; splits train (1,437 rows), test (360 rows)'
+    """
+    splits = ", ".join(f"{k} ({v.num_rows:,} rows)" for k, v in source.data.items())
+    return f"{source.path}: {source.kind}; splits {splits}"
+
+
+# ---------------------------------------------------------------------------------- splits
+def select_split(data: DatasetDict, expression: str, flag: str) -> Dataset:
+    """A split or split expression (``train``, ``train[:80%]``, ``train+validation``)."""
+    try:
+        return _pick_split(data, expression)
+    except ValueError as err:
+        raise ConfigError(f"{flag} {expression!r}: {err}") from err
+
+
+@dataclass
+class Splits:
+    train: Dataset
+    eval: Dataset
+    eval_name: str
+    note: str | None = None
+
+
+def choose_splits(
+    data: DatasetDict,
+    split_train: str,
+    split_eval: str | None,
+    val_split: float | None,
+    stratify: str | None,
+    seed: int,
+) -> Splits:
+    """The train and eval splits; a ``val_split`` fraction of train becomes the eval split when
+    asked for, or when the data has no test/validation split (stratified by ``stratify``)."""
+    train = select_split(data, split_train, "--split-train")
+    if split_eval is not None and val_split is not None:
+        raise ConfigError("give --split-eval or --val-split, not both")
+    if split_eval is not None:
+        return Splits(train, select_split(data, split_eval, "--split-eval"), split_eval)
+    existing = next((s for s in EVAL_SPLITS if s in data and s != split_train), None)
+    if existing is not None and val_split is None:
+        return Splits(train, data[existing], existing)
+    fraction = DEFAULT_VAL_SPLIT if val_split is None else val_split
+    n_val = int(np.ceil(fraction * train.num_rows))
+    if train.num_rows < 2 or n_val >= train.num_rows:
+        raise ConfigError(
+            f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
+            "a validation split from"
+        )
+    if stratify is not None:
+        counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))
+        stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
+    parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
+    how = "stratified by class" if stratify else "at random"
+    note = (
+        f"no eval split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
+        f"seed {seed}) is the validation split"
+        + ("" if val_split is not None else " (--val-split to choose)")
+    )
+    return Splits(parts["train"], parts["test"], "validation", note)
+
+
+# ---------------------------------------------------------------------------------- columns
+@dataclass
+class Columns:
+    inputs: list[str]
+    label: str
+    kind: str  # "image", "array", "audio" or "table"
+
+
+def _numeric(feature: Any) -> bool:
+    return isinstance(feature, Value) and (
+        feature.dtype.startswith(("int", "uint", "float")) or feature.dtype == "bool"
+    )
+
+
+def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> Columns:
+    """The input columns and the label column, given or found."""
+    features = ds.features
+    for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
+        if name is not None and name not in features:
+            raise ConfigError(f"{flag} {name!r} is not a column; the columns are {list(features)}")
+    if label is None:
+        label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
+        label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
+        if label is None:
+            raise ConfigError(
+                f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among {list(features)}; "
+                "give --label-column"
+            )
+    if inputs is None:
+        media = next(
+            (
+                c
+                for c, f in features.items()
+                if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
+            ),
+            None,
+        )
+        if media is not None:
+            inputs = [media]
+        else:
+            inputs = [c for c, f in features.items() if c != label and _numeric(f)]
+            if not inputs:
+                raise ConfigError(
+                    f"no image, array or numeric column to learn {label!r} from among {list(features)}; "
+                    "give --input-columns"
+                )
+    if label in inputs:
+        raise ConfigError(f"--label-column {label!r} is also an input column")
+    kinds = {c: _kind(features[c]) for c in inputs}
+    if len(inputs) > 1 or kinds[inputs[0]] == "table":
+        bad = [c for c, k in kinds.items() if k != "table"]
+        if bad:
+            raise ConfigError(
+                f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
+                "be numeric (int, float or bool)"
+            )
+        return Columns(list(inputs), label, "table")
+    return Columns(list(inputs), label, kinds[inputs[0]])
+
+
+def _kind(feature: Any) -> str:
+    if isinstance(feature, Image):
+        return "image"
+    if isinstance(feature, Audio):
+        return "audio"
+    if type(feature).__name__ in ARRAY_TYPES:
+        return "array"
+    if _numeric(feature):
+        return "table"
+    return f"unsupported {feature!r}"
+
+
+def infer_task(ds: Dataset, label: str, task: str | None) -> str:
+    """``classification`` for class labels, strings and integers with few values; ``regression``
+    for floats (and integers with many values); a given ``task`` is checked against the column."""
+    feature = ds.features[label]
+    if isinstance(feature, ClassLabel) or (
+        isinstance(feature, Value) and feature.dtype in ("string", "large_string", "bool")
+    ):
+        kind = "classes"
+    elif isinstance(feature, Value) and feature.dtype.startswith(("int", "uint")):
+        values = np.unique(_label_values(ds, label))
+        kind = "classes" if len(values) <= MAX_CLASSES_OF_INTS else "numbers"
+    elif isinstance(feature, Value) and feature.dtype.startswith("float"):
+        kind = "floats"
+    else:
+        raise ConfigError(
+            f"--label-column {label!r} is {feature!r}; a label must be a class label, a string, an "
+            "integer or a number"
+        )
+    if task is None:
+        return "classification" if kind == "classes" else "regression"
+    if task == "regression" and (
+        isinstance(feature, ClassLabel) or feature.dtype in ("string", "large_string")
+    ):
+        raise ConfigError(
+            f"--task regression: the label column {label!r} holds classes ({feature!r}), not numbers"
+        )
+    if task == "classification" and kind == "floats":
+        values = _label_values(ds, label)
+        if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+            raise ConfigError(
+                f"--task classification: the label column {label!r} holds non-integer floats "
+                "(e.g. 2.7); give --task regression, or class values"
+            )
+    return task
+
+
+def _label_values(ds: Dataset, label: str) -> np.ndarray:
+    column = ds.select_columns([label]).data.column(label)
+    if column.null_count:
+        row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+        raise ConfigError(
+            f"the label column {label!r} is empty at row {row}; fill or drop such rows"
+        )
+    return np.asarray(column.to_numpy(zero_copy_only=False))
+
+
+def encode_labels(
+    data: dict[str, Dataset], label: str, names: list[str] | None = None
+) -> tuple[dict[str, Dataset], list[str]]:
+    """Class ids and names for every split: ``ClassLabel`` columns as they are; strings and
+    integers become ids of their sorted distinct values (over every split), or of ``names``.
+
+    >>> ds = Dataset.from_dict({"y": ["cat", "dog", "cat"]})
+    >>> out, names = encode_labels({"train": ds}, "y")
+    >>> names, out["train"][:3]["y"]
+    (['cat', 'dog'], [0, 1, 0])
+    """
+    first = next(iter(data.values()))
+    feature = first.features[label]
+    for split, ds in data.items():
+        if ds.features[label] != feature:
+            raise ConfigError(
+                f"the label column {label!r} is {ds.features[label]!r} in split {split!r} but "
+                f"{feature!r} in split {next(iter(data))!r}"
+            )
+    if isinstance(feature, ClassLabel):
+        if names is not None and list(feature.names) != list(names):
+            raise ConfigError(
+                f"the label column {label!r} has classes {feature.names[:10]}, the run was trained on "
+                f"{names[:10]}"
+            )
+        return data, list(feature.names)
+    if names is None:
+        values = np.concatenate([_label_values(ds, label) for ds in data.values()])
+        if values.dtype.kind in "iub":
+            names = [str(v) for v in np.unique(values)]
+        elif values.dtype.kind == "f":
+            names = [str(int(v)) for v in np.unique(values)]
+        else:
+            names = sorted({str(v) for v in values})
+    out = {}
+    for split, ds in data.items():
+        raw = _label_values(ds, label)
+        text = [str(int(v)) if raw.dtype.kind == "f" else str(v) for v in raw.tolist()]
+        known = set(names)
+        unknown = next((i for i, t in enumerate(text) if t not in known), None)
+        if unknown is not None:
+            raise ConfigError(
+                f"split {split!r}, row {unknown}: label {text[unknown]!r} of column {label!r} is not "
+                f"one of the classes ({names[:10]}{'...' if len(names) > 10 else ''})"
+            )
+        index = {n: i for i, n in enumerate(names)}
+        ids = pa.array([index[t] for t in text], pa.int64())
+        out[split] = _replace_column(ds, label, ids, ClassLabel(names=names))
+    return out, names
+
+
+def _replace_column(ds: Dataset, column: str, values: pa.Array, feature: Any) -> Dataset:
+    flat = ds.flatten_indices()
+    table = flat.data
+    table = table.set_column(table.schema.get_field_index(column), column, values)
+    features = {**flat.features, column: feature}
+    return Dataset.from_arrow(table.replace_schema_metadata(None), Features(features))

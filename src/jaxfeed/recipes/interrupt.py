@@ -1,0 +1,69 @@
+"""Ctrl-C that always stops training, and never in the middle of JAX's own clean-up.
+
+Python raises ``KeyboardInterrupt`` wherever the main thread happens to be. JAX registers a
+garbage-collection callback (``jax._src.lib._xla_gc_callback``) that runs at any allocation; an
+exception raised inside a GC callback or a ``__del__`` is printed as "Exception ignored" and
+dropped, so a Ctrl-C that lands there is lost (the run goes on to exit 0), and one raised inside
+the teardown of a compilation's objects can leave XLA's C++ state half-destroyed (a segfault at
+exit). :func:`safe_interrupts` installs a SIGINT handler that raises only from ordinary code: when
+the signal arrives inside such a callback it re-delivers it 20 ms later, after the callback returned.
+
+>>> with safe_interrupts():
+...     pass
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+RETRY_SECONDS = 0.02
+UNSAFE_FUNCTIONS = {"_xla_gc_callback", "__del__", "_remove_dead_weakref", "_callback"}
+UNSAFE_FILES = ("weakref.py", "weakref_lru_cache.py")
+
+
+def in_cleanup(frame: FrameType | None, depth: int = 8) -> bool:
+    """Whether ``frame`` (or one of its ``depth`` callers) is a GC callback, a finaliser or a
+    weak-reference callback: places where an exception is dropped or breaks a C++ teardown."""
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name in UNSAFE_FUNCTIONS or code.co_filename.endswith(UNSAFE_FILES):
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+@contextlib.contextmanager
+def safe_interrupts() -> Iterator[None]:
+    """Within the block, SIGINT raises ``KeyboardInterrupt`` at the next safe point (main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+    state = {"pending": False, "active": True}
+
+    def redeliver() -> None:
+        if state["pending"] and state["active"]:
+            os.kill(pid, signal.SIGINT)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if in_cleanup(frame):
+            if not state["pending"]:  # one re-delivery at a time
+                state["pending"] = True
+                timer = threading.Timer(RETRY_SECONDS, redeliver)
+                timer.daemon = True
+                timer.start()
+            return
+        state["pending"] = False
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        state["active"] = False  # a re-delivery still pending must not outlive the block
+        signal.signal(signal.SIGINT, previous)

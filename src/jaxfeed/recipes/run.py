@@ -1,0 +1,157 @@
+"""What train, eval and predict share: a run's data and splits, its folder, its trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jaxfeed.recipes import data as datamod
+from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
+from jaxfeed.recipes.preprocess import Preprocessing
+
+BEST_METRIC = "eval_loss"  # the best epoch has the lowest eval loss; ties: the earliest epoch
+
+
+@dataclass
+class RunData:
+    """The splits of a run, encoded and ready for its preprocessing."""
+
+    source: datamod.Source
+    splits: datamod.Splits
+    columns: datamod.Columns
+    task: str
+    labels: list[str]
+
+
+def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:
+    """Detect and load ``config.data``; pick columns and task; encode class labels; split."""
+    source = datamod.detect(config.data, config.data_dir)
+    train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
+    columns = datamod.choose_columns(train_raw, config.input_columns, config.label_column)
+    task = datamod.infer_task(train_raw, columns.label, config.task)
+    data: dict[str, Any] = dict(source.data)
+    if task == "classification":
+        data, labels = datamod.encode_labels(data, columns.label, labels)
+    else:
+        labels = []
+    from jaxfeed.dataset import DatasetDict
+
+    splits = datamod.choose_splits(
+        DatasetDict(data),
+        config.split_train,
+        config.split_eval,
+        config.val_split,
+        columns.label if task == "classification" else None,
+        config.seed,
+    )
+    return RunData(source, splits, columns, task, list(labels))
+
+
+def outputs_of(task: str, labels: list[str]) -> int:
+    return len(labels) if task == "classification" else 1
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder holding a ``config.json`` that jaxfeed train wrote (this or the first version)."""
+    try:
+        read_run(folder)
+    except ConfigError:
+        return False
+    return True
+
+
+def check_out_folder(out: Path, resume: bool) -> None:
+    """Refuse, before anything is written, a folder that is neither empty nor a jaxfeed run; a run
+    with checkpoints without ``--resume``; ``--resume`` of a folder that is not a run."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the run")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if resume:
+        if not (out / "config.json").is_file():
+            raise ConfigError(
+                f"--resume: {out} has no config.json of an earlier run; give the run's --out"
+            )
+        read_run(out)  # a clear error for a damaged or foreign config.json
+        return
+    if not entries:
+        return
+    if not is_run_folder(out):
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ConfigError(
+            f"--out {out} holds files that are not a jaxfeed run ({shown}); jaxfeed writes only into an "
+            "empty folder or a run of its own: pick another --out"
+        )
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+        raise ConfigError(
+            f"{out} already holds a run; add --resume to continue it, or pick another --out"
+        )
+
+
+def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) -> Any:
+    """The run's checkpoint manager, ranking steps as the run did."""
+    from jaxfeed.checkpoint import CheckpointManager
+
+    metric = record.resolved.get("best_metric", BEST_METRIC)
+    folder = run / "checkpoints"
+    if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
+        raise ConfigError(f"{run} has no checkpoints yet (checkpoints/ is empty); train it first")
+    return CheckpointManager(
+        folder, best_metric=metric, best_mode="min" if "loss" in metric else "max", async_save=False
+    )
+
+
+def checkpoint_step(manager: Any, which: str) -> int:
+    """``best``, ``last`` (or ``latest``) or a step number -> a step of ``manager``."""
+    from jaxfeed.checkpoint import CheckpointError
+
+    name = "latest" if which in ("last", "latest") else which
+    try:
+        return manager.resolve(name if name in ("best", "latest") else int(name))
+    except CheckpointError as err:
+        raise ConfigError(f"--checkpoint {which}: {err}") from err
+
+
+def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str, Any]:
+    """Load checkpoint ``which`` of the run into ``trainer``; returns its metadata."""
+    from jaxfeed.checkpoint import CheckpointError
+
+    manager = open_checkpoints(run, record)
+    try:
+        step = checkpoint_step(manager, which)
+        return trainer.restore_checkpoint(manager, step)
+    except CheckpointError as err:
+        raise ConfigError(f"{run}: {err}") from err
+    finally:
+        manager.close()
+
+
+def preprocessing_of(record: RunRecord, where: str) -> Preprocessing:
+    return Preprocessing.from_dict(record.resolved["preprocess"], where)
+
+
+def build_run_trainer(
+    record: RunRecord, run: Path, *, verbose: int = 0
+) -> tuple[Any, Preprocessing]:
+    """The trainer of a saved run (for eval and predict), before its weights are restored."""
+    from jaxfeed.recipes.models import build_trainer
+
+    prep = preprocessing_of(record, str(run / "config.json"))
+    outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
+    return build_trainer(record.options, prep, outputs, 1, None, verbose=verbose), prep
+
+
+def write_json(path: Path, payload: Any) -> None:
+    from jaxfeed.files import atomic_write
+
+    atomic_write(path, json.dumps(payload, indent=2))
+
+
+def umask_mode(mode: int = 0o666) -> int:
+    """``mode`` as the process umask would create it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask

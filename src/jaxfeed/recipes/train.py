@@ -1,0 +1,353 @@
+"""The training recipe: a :class:`RunConfig` in, a run folder out.
+
+>>> import tempfile
+>>> config = RunConfig(epochs=1, out=tempfile.mkdtemp() + "/run")
+>>> result = train(config, say=lambda *a, **k: None, verbose=0)
+>>> result.best["epoch"], sorted(p.name for p in result.out.iterdir())[:3]
+(1, ['checkpoints', 'config.json', 'curves.png'])
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jaxfeed.recipes.config import (
+    ConfigError,
+    RunConfig,
+    RunRecord,
+    read_config_file,
+    read_run,
+)
+from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.recipes.run import (
+    BEST_METRIC,
+    check_out_folder,
+    load_run_data,
+    outputs_of,
+    preprocessing_of,
+)
+
+
+def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
+    """The run's options: defaults, then ``config_file``, then ``flags`` (the options given on the
+    command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
+    file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
+    import dataclasses
+
+    config = RunConfig()
+    if flags.get("resume"):
+        if config_file is not None:
+            raise ConfigError("--resume reads the run's own config.json; drop --config")
+        if not flags.get("out"):
+            raise ConfigError("--resume needs --out RUN (the run folder to continue)")
+        out = Path(flags["out"])
+        check_out_folder(out, resume=True)
+        saved = read_run(out).options
+        wanted = saved.replace(flags, "command line")
+        fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+        for name in wanted.differences(saved):
+            if not fields[name].metadata["resumable"]:
+                flag = "--" + name.replace("_", "-")
+                allowed = ", ".join(
+                    "--" + f.name.replace("_", "-")
+                    for f in fields.values()
+                    if f.metadata["resumable"]
+                )
+                raise ConfigError(
+                    f"--resume: {flag} {getattr(wanted, name)!r} contradicts the run's saved {name} "
+                    f"{getattr(saved, name)!r} ({out / 'config.json'}); a resumed run keeps its "
+                    f"configuration (only {allowed} may change)"
+                )
+        return wanted
+    if config_file is not None:
+        config = config.replace(read_config_file(config_file), f"--config {config_file}")
+    return config.replace(flags, "command line")
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    history: Any
+    best: dict[str, Any] | None
+    seconds: float
+
+
+def _default_out(config: RunConfig) -> Path:
+    name = Path(config.data).name or "data"
+    model = config.model or "auto"
+    if ":" in model:
+        model = model.rpartition(":")[2]
+    return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int = 1) -> TrainResult:
+    """Train the run described by ``config`` (``config.resume``: continue it). ``say`` prints the
+    recipe's lines, ``verbose`` the trainer's (0: silent, 1: a line per epoch and a progress bar)."""
+    import jax
+
+    from jaxfeed import distributed
+
+    try:
+        distributed.initialize(config.coordinator, config.num_processes, config.process_id)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    primary = jax.process_index() == 0
+    if not primary:
+        say = _silent
+    out = Path(config.out) if config.out else _default_out(config)
+    if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
+        raise ConfigError(
+            "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
+        )
+    check_out_folder(out, config.resume)
+    record = read_run(out) if config.resume else None
+    labels = (
+        record.resolved["labels"]
+        if record and record.resolved["task"] == "classification"
+        else None
+    )
+    run_data = load_run_data(config, labels)
+    splits, columns = run_data.splits, run_data.columns
+    say(f"data {run_data.source.path}: detected {run_data.source.kind}")
+    if splits.note:
+        say(splits.note)
+    if record is not None:
+        prep = preprocessing_of(record, str(out / "config.json"))
+        notes = ["preprocessing: as saved in the run"]
+    else:
+        prep, notes = plan(
+            splits.train,
+            columns.inputs,
+            columns.label,
+            columns.kind,
+            run_data.task,
+            config.image_hw(),
+        )
+    for note in notes:
+        say(note)
+    target = (
+        f"label {columns.label!r} ({len(run_data.labels)} classes)"
+        if run_data.task == "classification"
+        else f"target {columns.label!r} (regression)"
+    )
+    say(
+        f"{splits.train.num_rows:,} train / {splits.eval.num_rows:,} {splits.eval_name} rows; "
+        f"inputs {prep.input_shape}, {target}"
+    )
+    model = config.model or ("mlp" if prep.kind == "table" else "cnn")
+    config = _resolved_options(config, model, columns, run_data.task, prep)
+    resolved = {
+        "task": run_data.task,
+        "labels": run_data.labels,
+        "preprocess": prep.to_dict(),
+        "best_metric": BEST_METRIC,
+        "data_kind": run_data.source.kind,
+        "eval_split": splits.eval_name,
+        "processes": jax.process_count(),
+        "devices": jax.device_count(),
+    }
+    if record is not None:
+        resolved["best_metric"] = record.resolved.get("best_metric", BEST_METRIC)
+    train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
+    loaders = _loaders(train_ds, eval_ds, prep, config, say)
+    from jaxfeed.recipes.models import build_trainer
+
+    trainer = build_trainer(
+        config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out, verbose
+    )
+    if primary:
+        from jaxfeed.files import atomic_write
+
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
+    where = (
+        f"{jax.device_count()} devices in {jax.process_count()} processes"
+        if jax.device_count() > 1
+        else str(jax.devices()[0])
+    )
+    say(
+        f"model {model} ({config.api}), {config.epochs} epochs, batch {config.batch_size}, "
+        f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
+    )
+    metric = resolved["best_metric"]
+    trainer.resume_hint = f"jaxfeed train --out {out} --resume"
+    if config.tensorboard:
+        say(f"TensorBoard: tensorboard --logdir {out / 'tensorboard'}")
+    start = time.perf_counter()
+    try:
+        history = trainer.fit(
+            loaders[0],
+            loaders[1],
+            epochs=config.epochs,
+            max_steps=config.max_steps,
+            eval_every=config.eval_every,
+            checkpoint_every=config.checkpoint_every,
+            checkpoint_dir=out / "checkpoints",
+            resume=config.resume,
+            checkpoint_options={
+                "best_metric": metric,
+                "best_mode": "min" if "loss" in metric else "max",
+            },
+        )
+    except KeyboardInterrupt:
+        done = trainer.epoch
+        print(
+            f"\ninterrupted during epoch {done + 1}: checkpoints up to epoch {done} are in "
+            f"{out / 'checkpoints'}; resume with: jaxfeed train --out {out} --resume",
+            file=sys.stderr,
+        )
+        raise
+    seconds = time.perf_counter() - start
+    best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
+    if best is not None:
+        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
+    return TrainResult(out, history, best, seconds)
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    pass
+
+
+def _resolved_options(
+    config: RunConfig, model: str, columns: Any, task: str, prep: Preprocessing
+) -> RunConfig:
+    """The options as the run resolved them (columns, task, model, image size), so that the saved
+    ``config.json`` reproduces the run and a resume can compare flags with what was used."""
+    import dataclasses
+
+    size = f"{prep.image_size[0]}x{prep.image_size[1]}" if prep.image_size else config.image_size
+    return dataclasses.replace(
+        config,
+        model=model,
+        input_columns=list(columns.inputs),
+        label_column=columns.label,
+        task=task,
+        image_size=size if prep.kind == "image" else config.image_size,
+    )
+
+
+def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable) -> tuple:
+    """Loaders for one device, or split over every device of every process (data parallel)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from jaxfeed import DataLoader
+    from jaxfeed.distributed import data_mesh
+
+    kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
+    drop_eval = False
+    if jax.device_count() > 1:
+        count = jax.device_count()
+        if config.batch_size % count:
+            raise ConfigError(
+                f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
+            )
+        kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
+        drop_eval = (test.num_rows % config.batch_size) % count != 0
+        if drop_eval:
+            say(
+                f"note: the last {test.num_rows % config.batch_size} eval rows do not split over {count} devices and are skipped"
+            )
+    if train.num_rows < config.batch_size and jax.device_count() > 1:
+        raise ConfigError(
+            f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
+        )
+    train_loader = DataLoader(
+        train,
+        config.batch_size,
+        shuffle=True,
+        seed=config.seed,
+        drop_last=jax.device_count() > 1,
+        **kwargs,
+    )
+    return train_loader, DataLoader(test, config.batch_size, drop_last=drop_eval, **kwargs)
+
+
+def _export_best(
+    trainer: Any,
+    out: Path,
+    config: RunConfig,
+    run_data: Any,
+    prep: Preprocessing,
+    resolved: dict,
+    primary: bool,
+    say: Callable[..., None],
+) -> dict[str, Any] | None:
+    """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
+    (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
+    restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    from jaxfeed.checkpoint import CheckpointError
+    from jaxfeed.export import export
+    from jaxfeed.recipes.run import open_checkpoints
+
+    manager = open_checkpoints(out, RunRecord(config, resolved))
+    try:
+        step = manager.best_step
+        if step is None:
+            return None
+        best = {**manager.metrics(step), "step": step, "epoch": manager.meta(step)["epoch"]}
+        trainer.restore_checkpoint(manager, step)
+    except CheckpointError as err:
+        raise ConfigError(f"{out}: {err}") from err
+    finally:
+        manager.close()
+    if not primary:
+        return best
+    extra = {
+        "labels": run_data.labels,
+        "task": run_data.task,
+        "preprocess": prep.to_dict(),
+        "checkpoint_step": step,
+    }
+    try:
+        export(trainer, out / "model", extra=extra)
+    except Exception as err:
+        if ":" not in (config.model or ""):
+            raise
+        # a model of your own that jax.export cannot trace: eval and predict use the checkpoints
+        say(
+            f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
+        )
+        return best
+    follow_umask(out / "model")
+    return best
+
+
+def follow_umask(folder: Path) -> None:
+    """Give ``folder`` and its files the modes the process umask gives new files (writers built
+    on ``tempfile`` create them 0700 / 0600)."""
+    from jaxfeed.recipes.run import umask_mode
+
+    folder.chmod(umask_mode(0o777))
+    for path in folder.rglob("*"):
+        path.chmod(umask_mode(0o777 if path.is_dir() else 0o666))
+
+
+def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
+             out: Path, eval_name: str) -> None:  # fmt: skip
+    epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
+    rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
+        sum(h["seconds"] for h in epochs), 1e-9
+    )
+    if task == "classification":
+        head, value = f"{eval_name} accuracy", f"{best.get('eval_accuracy', float('nan')):.4f}"
+    else:
+        rmse = (best["eval_loss"] ** 0.5) * prep.target_std
+        head, value = f"{eval_name} RMSE", f"{rmse:.4g}"
+    say(f"\n{'best epoch':<12}{'step':<8}{'eval loss':<12}{head:<22}{'time':<10}{'rows/s':<10}")
+    say(
+        f"{best['epoch']:<12}{best['step']:<8}{best['eval_loss']:<12.4f}{value:<22}"
+        f"{seconds:<10.1f}{rows:<10,.0f}"
+    )
+    say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
+    say(
+        f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
+    )
+    say(f"evaluate:   jaxfeed eval {out} --json\npredict:    jaxfeed predict {out} FILE...")
