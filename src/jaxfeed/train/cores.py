@@ -178,8 +178,10 @@ def add_sums(sums, objective, metrics, outputs, batch, per_example, n, step):
     new["count"] = sums["count"] + jnp.sum(weight).astype(jnp.float32)
     new["unlabelled"] = sums["unlabelled"] + jnp.sum(real & ~weight).astype(jnp.int32)
     for name, fn in metrics.items():
-        values = jnp.asarray(fn(outputs, batch), jnp.float32).reshape(per_example.shape[0], -1)
-        new[f"m_{name}"] = sums[f"m_{name}"] + jnp.sum(jnp.where(weight[:, None], values, 0.0))
+        values = jnp.asarray(fn(outputs, batch), jnp.float32)
+        values = jnp.broadcast_to(values, (per_example.shape[0],)) if values.ndim == 0 else values
+        values = values.reshape(per_example.shape[0], -1).mean(axis=1)  # one value per example
+        new[f"m_{name}"] = sums[f"m_{name}"] + jnp.sum(jnp.where(weight, values, 0.0))
     bad = ~jnp.isfinite(loss)
     new["first_bad"] = jnp.where((sums["first_bad"] < 0) & bad, step, sums["first_bad"])
     if objective.label_check is not None:
