@@ -147,3 +147,9 @@ def test_corrupt_parquet_page_names_the_file(tmp_path):
     (tmp_path / "train.parquet").write_bytes(bytes(raw))
     with pytest.raises((OSError, ValueError), match=r"cannot read parquet file .*train\.parquet"):
         load_dataset(str(tmp_path))
+
+
+@pytest.mark.parametrize("data_files", [[{"split": "train"}], {"train": [3]}])
+def test_data_files_entries_that_are_not_paths_are_one_clear_error(data_files):
+    with pytest.raises(ValueError, match=r"data_files for split 'train': entries are paths"):
+        load_dataset("csv", data_files=data_files)

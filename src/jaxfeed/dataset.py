@@ -35,7 +35,9 @@ def register_disk_loader(loader: Callable[..., Any]) -> None:
 
 def _load_from_disk(path: str | os.PathLike, **kwargs: Any) -> Any:
     if not _DISK_LOADER:
-        raise RuntimeError("jaxfeed.io is not imported; import jaxfeed first")
+        import jaxfeed  # the package loads jaxfeed.io lazily; asking for it registers the loader
+
+        return jaxfeed.load_from_disk(path, **kwargs)
     return _DISK_LOADER[0](path, **kwargs)
 
 

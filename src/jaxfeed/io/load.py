@@ -308,6 +308,10 @@ def _expand(
         patterns = [patterns] if isinstance(patterns, str | os.PathLike) else list(patterns)
         files: list[str] = []
         for pattern in patterns:
+            if not isinstance(pattern, str | os.PathLike):
+                raise ValueError(
+                    f"data_files for split {split!r}: entries are paths or globs, got {pattern!r}"
+                )
             if is_remote(str(pattern)) or isinstance(base, str):
                 url = str(pattern)
                 if not is_remote(url):
