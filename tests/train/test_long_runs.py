@@ -288,3 +288,12 @@ def test_bad_loggers_and_schedules_are_refused_up_front(tmp_path):
                             ({"eval_every": 5}, "eval_every= needs an eval_loader")]:  # fmt: skip
         with pytest.raises(ValueError, match=message):
             trainer.fit([], **kwargs)
+
+
+def test_a_second_ctrl_c_interrupts_at_once():
+    from jaxfeed.train.preemption import SignalWatch
+
+    with pytest.raises(KeyboardInterrupt), SignalWatch() as watch:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert watch.should_stop(1)  # the first one only asks to stop
+        os.kill(os.getpid(), signal.SIGINT)

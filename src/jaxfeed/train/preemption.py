@@ -68,7 +68,12 @@ class SignalWatch:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
+            # a second Ctrl-C: stop now, without saving, the way the caller's handler does it
+            previous = self._previous.get(signal.SIGINT)
+            if callable(previous):
+                previous(signum, frame)
+                return
+            raise KeyboardInterrupt
         if self.signum is None:
             self.signum = signum
 
