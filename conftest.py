@@ -14,3 +14,6 @@ if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cach
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+# The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.
+collect_ignore = ["src/jaxfeed/bench/torch_cnn.py"]

@@ -1,10 +1,10 @@
 """``jaxfeed bench``: run benchmarks in fresh processes and say which peers are missing.
 
-A benchmark is a module of :mod:`jaxfeed.bench` (installed with the package) or, for those not
-moved yet, a script of a source checkout's ``benchmarks/`` folder.
+A benchmark is a module of :mod:`jaxfeed.bench`, installed with the package (the scripts of a
+source checkout's ``benchmarks/`` folder call the same modules).
 
 >>> sorted(BENCHES)
-['checkpoint', 'formatting', 'loader', 'media', 'train']
+['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'train']
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ BENCHES = {
     "loader": Bench("loader", ("--quick",), ("datasets", "torch", "grain")),
     "train": Bench("train_step", ("--quick",), ("torch",)),
     "checkpoint": Bench("checkpoint", ("--repeats", "2"), ()),
+    "scale": Bench(
+        "scale", ("--gb", "0.05", "--stream-rows", "20000", "--repeats", "1"), ("datasets",)
+    ),
+    "augment": Bench("augment", ("--quick",), ("datasets", "torch", "grain")),
+    "decode": Bench("decode", (), ()),
 }
 
 

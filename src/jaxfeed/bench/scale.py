@@ -1,0 +1,202 @@
+"""Data at scale: jaxfeed against Hugging Face `datasets` on the same Parquet files, in one run.
+
+1. **Loading a large Parquet file** (default 1 GB: rows of an int64 id and 1 KB of random bytes):
+   extra peak memory (VmHWM minus the RSS after imports) and wall time of ``load_dataset``, first
+   (conversion into the Arrow cache) and cached (second load), each in a fresh process.
+2. **Streaming Parquet -> jax.Array batches** of two shapes: ``vectors`` (64 float32 and an int
+   label per row) and ``images`` (MNIST-shaped ``Array2D((28, 28), "uint8")`` and a label, the
+   features stored in the file's metadata, as `datasets` writes them):
+   `datasets`' ``load_dataset(..., streaming=True).with_format("jax").iter(batch_size)`` against
+   ``jaxfeed.DataLoader(load_dataset(..., streaming=True), batch_size)``, rows/s (median).
+
+Files and caches are written under a temporary folder in /tmp and deleted afterwards.
+
+A streaming pass stops after ``--stream-rows`` rows or ``--seconds``, whichever comes first.
+
+Run: ``python benchmarks/scale.py [--gb 1.0] [--stream-rows 200000] [--repeats 3] [--seconds 15]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jaxfeed.bench._common import machine, save_json
+
+ROW_BYTES = 1000
+BATCH = 256
+FEATURES = 64
+
+LOAD = textwrap.dedent(
+    """
+    import json, sys, time
+    def rss(key):
+        for line in open("/proc/self/status"):
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+    lib, path, cache = sys.argv[1:4]
+    if lib == "hf":
+        import datasets
+        datasets.disable_progress_bars()
+        load = lambda: datasets.load_dataset("parquet", data_files=path, split="train", cache_dir=cache)
+    else:
+        import jaxfeed
+        load = lambda: jaxfeed.load_dataset("parquet", data_files=path, split="train", cache_dir=cache)
+    base = rss("VmRSS:")
+    start = time.perf_counter()
+    ds = load()
+    seconds = time.perf_counter() - start
+    assert ds.num_rows > 0
+    print(json.dumps({"peak_mb": rss("VmHWM:") - base, "seconds": seconds, "rows": ds.num_rows}))
+    """
+)
+
+STREAM = textwrap.dedent(
+    """
+    import json, sys, time
+    import jax
+    lib, path, batch, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if lib == "hf":
+        import datasets
+        datasets.disable_progress_bars()
+        ids = datasets.load_dataset("parquet", data_files=path, split="train", streaming=True)
+        batches = lambda: ids.with_format("jax").iter(batch_size=batch)
+    else:
+        from jaxfeed import DataLoader, load_dataset
+        ids = load_dataset("parquet", data_files=path, split="train", streaming=True)
+        batches = lambda: DataLoader(ids, batch)
+    seconds = float(sys.argv[6])
+    def run(limit):
+        n = 0
+        start = time.perf_counter()
+        for b in batches():
+            jax.block_until_ready(b["x"])
+            n += b["label"].shape[0]
+            if n >= rows or time.perf_counter() - start > limit:
+                break
+        return n / (time.perf_counter() - start)
+    run(seconds / 3)  # warm-up: file system caches, first transfers
+    print(json.dumps({"rows_per_s": [run(seconds) for _ in range(int(sys.argv[5]))]}))
+    """
+)
+
+
+def write_blob_file(path: Path, gigabytes: float) -> int:
+    rows = int(gigabytes * (1 << 30) / (ROW_BYTES + 8))
+    schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
+    rng = np.random.default_rng(0)
+    with pq.ParquetWriter(path, schema, compression="none") as writer:
+        for lo in range(0, rows, 20_000):
+            n = min(20_000, rows - lo)
+            offsets = np.arange(0, (n + 1) * ROW_BYTES, ROW_BYTES, dtype=np.int32)
+            blob = pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [None, pa.py_buffer(offsets), pa.py_buffer(rng.bytes(n * ROW_BYTES))],
+            )
+            writer.write_table(pa.table({"id": np.arange(lo, lo + n), "blob": blob}, schema))
+    return rows
+
+
+def write_feature_file(path: Path, rows: int) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+    values = pa.array(x.reshape(-1))
+    table = pa.table(
+        {
+            "x": pa.FixedSizeListArray.from_arrays(values, FEATURES),
+            "label": rng.integers(0, 10, rows),
+        }
+    )
+    pq.write_table(table, path, row_group_size=50_000)
+
+
+def write_image_file(path: Path, rows: int) -> None:
+    from jaxfeed import Array2D, ClassLabel, Dataset, Features
+
+    rng = np.random.default_rng(2)
+    features = Features(
+        {"x": Array2D((28, 28), "uint8"), "label": ClassLabel(names=[str(i) for i in range(10)])}
+    )
+    images = rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8)
+    ds = Dataset.from_dict({"x": images, "label": rng.integers(0, 10, rows)}, features=features)
+    pq.write_table(ds.data, path, row_group_size=50_000)
+
+
+def run_json(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[:2]} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=1.0, help="size of the Parquet file to load")
+    parser.add_argument("--stream-rows", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--seconds", type=float, default=15.0, help="cap on one streaming pass (slow peers)"
+    )
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jaxfeed-scale-", dir="/tmp"))
+    try:
+        big = work / "big.parquet"
+        rows = write_blob_file(big, args.gb)
+        size_mb = big.stat().st_size / (1 << 20)
+        load: dict[str, dict] = {}
+        for lib in ("hf", "jaxfeed"):
+            cache = work / f"cache-{lib}"
+            first = run_json(["-c", LOAD, lib, str(big), str(cache)])
+            second = run_json(["-c", LOAD, lib, str(big), str(cache)])
+            load[lib] = {"first": first, "cached": second}
+        stream: dict[str, dict[str, float]] = {}
+        for case, write in (("vectors", write_feature_file), ("images", write_image_file)):
+            path = work / f"{case}.parquet"
+            write(path, args.stream_rows)
+            stream[case] = {}
+            for lib in ("hf", "jaxfeed"):
+                command = [STREAM, lib, str(path), str(BATCH), str(args.stream_rows)]
+                rates = run_json(["-c", *command, str(args.repeats), str(args.seconds)])
+                stream[case][lib] = statistics.median(rates["rows_per_s"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\nData at scale  ({machine()})")
+    print(f"Loading a {size_mb:,.0f} MB Parquet file ({rows:,} rows), each load in a fresh process")
+    print(f"{'':<26}{'peak MB':>10}{'seconds':>10}{'   HF / jaxfeed (peak)':>24}")
+    for when in ("first", "cached"):
+        for lib in ("hf", "jaxfeed"):
+            r = load[lib][when]
+            ratio = load["hf"][when]["peak_mb"] / max(load["jaxfeed"][when]["peak_mb"], 1e-9)
+            shown = f"{ratio:>22.1f}x" if lib == "jaxfeed" else ""
+            name = "datasets" if lib == "hf" else "jaxfeed"
+            print(f"{name + ', ' + when:<26}{r['peak_mb']:>10.0f}{r['seconds']:>10.2f}{shown}")
+    print(
+        f"\nStreaming Parquet -> jax.Array batches of {BATCH} (passes of up to "
+        f"{args.stream_rows:,} rows or {args.seconds:g} s; median of {args.repeats})"
+    )
+    print(f"{'case':<10}{'implementation':<28}{'rows/s':>12}{'jaxfeed / this':>16}")
+    for case, rates in stream.items():
+        for lib, name in (("hf", "datasets IterableDataset"), ("jaxfeed", "jaxfeed DataLoader")):
+            ratio = rates["jaxfeed"] / rates[lib]
+            print(f"{case:<10}{name:<28}{rates[lib]:>12,.0f}{ratio:>15.1f}x")
+    save_json(
+        "scale",
+        {"file_mb": size_mb, "rows": rows, "load": load, "stream_rows_per_s": stream},
+    )
+
+
+if __name__ == "__main__":
+    main()
