@@ -30,16 +30,16 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/jaxfeed train
 
 test: $(VENV)/.installed-dev
-	$(PY) -m ruff check src tests benchmarks conftest.py
-	$(PY) -m ruff format --check src tests benchmarks conftest.py
+	$(PY) -m ruff check src tests benchmarks tools conftest.py
+	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	$(PY) -m pytest -q -n 2 --durations=20
 
 lint: $(VENV)/.installed-dev
-	$(PY) -m ruff check src tests benchmarks conftest.py
+	$(PY) -m ruff check src tests benchmarks tools conftest.py
 
 format: $(VENV)/.installed-dev
-	$(PY) -m ruff format src tests benchmarks conftest.py
-	$(PY) -m ruff check --fix src tests benchmarks conftest.py
+	$(PY) -m ruff format src tests benchmarks tools conftest.py
+	$(PY) -m ruff check --fix src tests benchmarks tools conftest.py
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/formatting.py
