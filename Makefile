@@ -32,7 +32,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
-	$(PY) -m pytest -q -n 2 --durations=20
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
