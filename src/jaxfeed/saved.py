@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,18 +172,9 @@ def save_dataset(
     max_shard_size: Any = None,
     storage_options: dict | None = None,
 ) -> None:
-    if remote.is_remote(path):
-        write = lambda folder: _write_dataset(ds, folder, num_shards, max_shard_size)  # noqa: E731
-        _save_remote(write, str(path), storage_options)
-        return
-    path = Path(path)
-    tmp = _tmp_folder(path)
-    try:
-        _write_dataset(ds, tmp, num_shards, max_shard_size)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _replace(tmp, path)
+    _save(
+        lambda folder: _write_dataset(ds, folder, num_shards, max_shard_size), path, storage_options
+    )
 
 
 def save_dataset_dict(
@@ -192,14 +184,23 @@ def save_dataset_dict(
     max_shard_size: Any = None,
     storage_options: dict | None = None,
 ) -> None:
+    _save(
+        lambda folder: _write_dict(dsd, folder, num_shards, max_shard_size), path, storage_options
+    )
+
+
+def _save(
+    write: Callable[[Path], None], path: str | os.PathLike, storage_options: dict | None
+) -> None:
+    """Write a folder with ``write``: atomically (a temporary sibling, then a rename) on a local
+    disk, object by object (data first, JSON last) in object storage."""
     if remote.is_remote(path):
-        write = lambda folder: _write_dict(dsd, folder, num_shards, max_shard_size)  # noqa: E731
         _save_remote(write, str(path), storage_options)
         return
     path = Path(path)
     tmp = _tmp_folder(path)
     try:
-        _write_dict(dsd, tmp, num_shards, max_shard_size)
+        write(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
