@@ -6,21 +6,30 @@ Layout (split folders optional; without them everything is ``train``)::
     data_dir/test/dog/7.png      -> split "test", label "dog"
     data_dir/train/metadata.csv  -> extra columns, joined on its "file_name" column
 
-Files are stored by path and decoded when read, as `datasets` does.
+Files are stored by path and decoded when read, as `datasets` does. Each split is written batch
+by batch into the memory-mapped Arrow cache, keyed by the files' paths, sizes and modification
+times (see :func:`load_folder`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
+from jaxfeed.dataset import Dataset
 from jaxfeed.features import Audio, ClassLabel, Features, Image
 from jaxfeed.files import check_inside, resolve_inside
+from jaxfeed.io.cache import cached_dataset
 
 IMAGE_EXTENSIONS = {
     ".png",
@@ -45,17 +54,43 @@ SPLIT_NAMES = {
 }
 
 
+FOLDER_VERSION = 1  # bump when what a folder's cache holds changes
+BATCH_ROWS = 8192  # rows encoded and written at a time
+
+
+@dataclass
+class _Scan:
+    """What one walk over a split's media files found."""
+
+    digest: str = ""
+    count: int = 0
+    direct: bool = False  # a media file sits in the split folder itself (no label folder)
+    parents: set[str] = field(default_factory=set)
+    base_names: Counter = field(default_factory=Counter)
+
+
 def load_folder(
-    kind: str, data_dir: str | Path, features: Features | None = None
-) -> dict[str, Any]:
+    kind: str,
+    data_dir: str | Path,
+    features: Features | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    keep_in_memory: bool = False,
+) -> dict[str, Dataset]:
     """Build the splits of a media folder as ``{split: Dataset}``.
+
+    Each split is written once, ``BATCH_ROWS`` rows at a time, into a memory-mapped Arrow file
+    under the cache folder (as :func:`jaxfeed.io.cache.load_cached` does for data files), keyed by
+    every media file's path, size and modification time, the metadata file's, the labels and
+    ``features``: peak memory does not grow with the number of files, a second load maps the
+    cache after one walk over the folder, and a file added, changed or removed builds a new one.
+    ``keep_in_memory=True`` builds the splits in RAM instead. Media are stored by path (decoded
+    when read), as `datasets` does.
 
     Only files inside ``data_dir`` are read: a metadata ``file_name`` or a symlink leading outside
     is refused, as is a metadata column that would replace the discovered media paths or the
     labels given by the sub-folders.
     """
-    from jaxfeed.dataset import Dataset
-
     root = Path(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{kind}: data_dir {str(root)!r} is not a folder")
@@ -68,49 +103,202 @@ def load_folder(
     }
     if not split_dirs:
         split_dirs = {"train": root}
-    files = {split: _media_files(folder, extensions, root) for split, folder in split_dirs.items()}
-    if not any(files.values()):
+    metadata_files = {split: _metadata_file(folder) for split, folder in split_dirs.items()}
+    scans = {
+        split: _scan(folder, extensions, root, metadata_files[split] is not None)
+        for split, folder in split_dirs.items()
+    }
+    if not any(scan.count for scan in scans.values()):
         raise FileNotFoundError(f"{kind}: no {'/'.join(sorted(extensions))} files under {root}")
-    labelled = all(f.parent != split_dirs[s] for s, fs in files.items() for f in fs)
-    names = sorted({f.parent.name for fs in files.values() for f in fs}) if labelled else []
+    labelled = not any(scan.direct for scan in scans.values())
+    names = sorted(set().union(*(scan.parents for scan in scans.values()))) if labelled else []
     out = {}
-    for split, paths in files.items():
-        data: dict[str, Any] = {column: [str(p) for p in paths]}
-        metadata = _metadata(split_dirs[split])
+    for split, folder in split_dirs.items():
+        build = _SplitBuilder(
+            kind, column, root, folder, extensions, labelled, names, features, scans[split]
+        )
+        if keep_in_memory:
+            table = pa.Table.from_batches(list(build.batches()), build.features.arrow_schema)
+            out[split] = Dataset(table, build.features)
+            continue
+        meta = metadata_files[split]
+        payload = {
+            "kind": kind,
+            "folder_version": FOLDER_VERSION,
+            "data_dir": [str(root), os.path.abspath(root)],  # rows hold paths as given
+            "split": [split, str(folder)],
+            "labels": names if labelled else None,
+            "features": None if features is None else Features(features).to_dict(),
+            "files": [scans[split].count, scans[split].digest],
+            "metadata": None if meta is None else _identity(meta),
+        }
+        out[split] = cached_dataset(
+            payload, build.batches, build.features, cache_dir, sources=str(folder)
+        )
+    return out
+
+
+def _identity(path: Path) -> list:
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
+class _Media(NamedTuple):
+    """One media file found by :func:`_walk`."""
+
+    path: str  # as pathlib would spell ``folder / ...``: the value stored in the dataset
+    rel: str  # relative to the split folder
+    parent: str | None  # the name of the folder holding it; None for the split folder itself
+    size: int
+    mtime_ns: int
+
+    def key(self) -> bytes:
+        return f"{self.rel}\0{self.size}\0{self.mtime_ns}\n".encode()
+
+
+def _suffix(name: str) -> str:
+    i = name.rfind(".")
+    return name[i:].lower() if 0 < i < len(name) - 1 else ""  # as ``Path(name).suffix``
+
+
+def _walk(folder: Path, extensions: set[str], root: Path) -> Iterator[_Media]:
+    """The media files under ``folder`` in the order of ``sorted(folder.rglob("*"))`` (each
+    folder's entries sorted by name, depth first), listing one folder at a time. Linked folders
+    are not entered (as ``rglob``); a linked file, or every file when ``folder`` is reached
+    through a link, must resolve inside ``root``."""
+    top = str(folder)
+    check_all = folder != root and (
+        folder.is_symlink()
+        or os.path.realpath(folder) != os.path.join(os.path.realpath(root), folder.name)
+    )
+
+    def walk(base: str, rel: str, parent: str | None) -> Iterator[_Media]:
+        with os.scandir(base) as it:
+            entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it)
+        for name, is_dir, is_link in entries:
+            path = name if base == "." else os.path.join(base, name)
+            if is_dir:
+                yield from walk(path, f"{rel}{name}/", name)
+                continue
+            if _suffix(name) not in extensions:
+                continue
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # a dangling link (rglob skips it too)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if check_all or is_link:
+                check_inside(root, path, "media file")
+            yield _Media(path, rel + name, parent, st.st_size, st.st_mtime_ns)
+
+    yield from walk(top, "", None)
+
+
+def _scan(folder: Path, extensions: set[str], root: Path, base_names: bool) -> _Scan:
+    """One walk: the fingerprint of the files (relative path, size, modification time), their
+    number, the label folders, and the base names (to match metadata rows) when ``base_names``."""
+    scan, digest = _Scan(), hashlib.sha256()
+    for media in _walk(folder, extensions, root):
+        digest.update(media.key())
+        scan.count += 1
+        if media.parent is None:
+            scan.direct = True
+        else:
+            scan.parents.add(media.parent)
+        if base_names:
+            scan.base_names[os.path.basename(media.rel)] += 1
+    scan.digest = digest.hexdigest()
+    return scan
+
+
+class _SplitBuilder:
+    """One split's features and its record batches, built ``BATCH_ROWS`` files at a time."""
+
+    def __init__(
+        self,
+        kind: str,
+        column: str,
+        root: Path,
+        folder: Path,
+        extensions: set[str],
+        labelled: bool,
+        names: list[str],
+        features: Features | None,
+        scan: _Scan,
+    ) -> None:
+        self.column, self.root, self.folder, self.extensions = column, root, folder, extensions
+        self.labelled, self.names, self.scan = labelled, names, scan
+        self.label_ids = {name: i for i, name in enumerate(names)}
+        metadata = _metadata(folder)
+        self.join = None
         if metadata is not None:
             reserved = {column: f"the discovered {column} paths"}
             if labelled:
                 reserved["label"] = "the labels given by the sub-folder names"
-            data.update(_join_metadata(metadata, paths, split_dirs[split], reserved))
-        if labelled:
-            data["label"] = [names.index(p.parent.name) for p in paths]
-        feats = features
-        if feats is None:
+            self.join = _MetadataJoin(metadata, folder, reserved, scan.base_names)
+        meta_columns = [] if self.join is None else self.join.columns
+        order = [column, *meta_columns, *(["label"] if labelled else [])]
+        if features is None:
             media = Image() if kind == "imagefolder" else Audio()
-            skip = {column, "label"} if labelled else {column}
-            inferred = Dataset.from_dict({k: v for k, v in data.items() if k not in skip}).features
-            feats = Features(
+            inferred = {} if self.join is None else self.join.features()
+            features = Features(
                 {
                     column: media,
                     **({"label": ClassLabel(names=names)} if labelled else {}),
                     **inferred,
                 }
             )
-            feats = Features({k: feats[k] for k in data})
-        out[split] = Dataset.from_dict(data, features=feats)
-    return out
+            features = Features({k: features[k] for k in order})
+        else:
+            features = Features(features)
+            missing = [k for k in order if k not in features]
+            if missing:
+                raise ValueError(
+                    f"columns {missing} are not in the given features {list(features)}"
+                )
+            absent = [k for k in features if k not in order]
+            if absent:
+                raise ValueError(f"features {absent} have no column in the data {order}")
+            features = Features({k: features[k] for k in order})
+        self.features = features
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The split's rows, ``BATCH_ROWS`` at a time; the folder must not change meanwhile."""
+        digest, count, chunk = hashlib.sha256(), 0, []
+        for media in _walk(self.folder, self.extensions, self.root):
+            digest.update(media.key())
+            count += 1
+            chunk.append(media)
+            if len(chunk) == BATCH_ROWS:
+                yield from self._encode(chunk)
+                chunk = []
+        if chunk or not count:
+            yield from self._encode(chunk)
+        if digest.hexdigest() != self.scan.digest or count != self.scan.count:
+            raise RuntimeError(
+                f"files under {self.folder} changed while it was being loaded; load it again"
+            )
+
+    def _encode(self, files: list[_Media]) -> Iterator[pa.RecordBatch]:
+        data: dict[str, Any] = {self.column: [m.path for m in files]}
+        if self.join is not None:
+            data.update(self.join.rows(files))
+        if self.labelled:
+            data["label"] = [self.label_ids[m.parent] for m in files]
+        table = Dataset.from_dict(data, features=self.features).data
+        yield from table.to_batches() or self.features.arrow_schema.empty_table().to_batches()
 
 
-def _media_files(folder: Path, extensions: set[str], root: Path) -> list[Path]:
-    found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in extensions)
-    return [check_inside(root, p, "media file") for p in found]
+def _metadata_file(folder: Path) -> Path | None:
+    csv_file, jsonl_file = folder / "metadata.csv", folder / "metadata.jsonl"
+    return csv_file if csv_file.is_file() else jsonl_file if jsonl_file.is_file() else None
 
 
 def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
     """The split's ``metadata.csv`` or ``metadata.jsonl`` as an Arrow table, one type per column
     (read by Arrow's columnar CSV / JSON readers, as a table, not cell by cell)."""
-    csv_file, jsonl_file = folder / "metadata.csv", folder / "metadata.jsonl"
-    file = csv_file if csv_file.is_file() else jsonl_file if jsonl_file.is_file() else None
+    file = _metadata_file(folder)
     if file is None:
         return None
     raw = check_inside(folder, file, "metadata file").read_bytes()
@@ -124,7 +312,7 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
         ) from None
     strings = pa.schema([("file_name", pa.string())])
     try:
-        if file is csv_file:
+        if file.name == "metadata.csv":
             table = pcsv.read_csv(
                 pa.BufferReader(raw), convert_options=pcsv.ConvertOptions(column_types=strings)
             )
@@ -141,44 +329,65 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
     return file, table
 
 
-def _join_metadata(
-    metadata: tuple[Path, pa.Table], paths: list[Path], folder: Path, reserved: dict[str, str]
-) -> dict[str, pa.Array]:
-    """The metadata columns, one value per media file in ``paths`` (matched on ``file_name``)."""
-    file, table = metadata
-    if "file_name" not in table.column_names:
-        raise ValueError(
-            f"{file}: the metadata needs a 'file_name' column; it has {table.column_names}"
-        )
-    for name, role in reserved.items():
-        if name in table.column_names:
+class _MetadataJoin:
+    """A split's metadata table, matched to media files on its ``file_name`` column (the path
+    relative to the split folder, or a base name that is unique among both the rows and the
+    files)."""
+
+    def __init__(
+        self,
+        metadata: tuple[Path, pa.Table],
+        folder: Path,
+        reserved: dict[str, str],
+        base_names: Counter,
+    ) -> None:
+        file, table = metadata
+        if "file_name" not in table.column_names:
             raise ValueError(
-                f"{file}: column {name!r} would replace {role}; rename it (e.g. 'meta_{name}')"
+                f"{file}: the metadata needs a 'file_name' column; it has {table.column_names}"
             )
-    file_names = table.column("file_name").to_pylist()
-    rows: dict[Path, int] = {}
-    for i, name in enumerate(file_names):
-        if not name:
-            raise ValueError(f"{file}: row {i} has an empty 'file_name'")
-        target = resolve_inside(folder, name, f"{file.name} row {i}: file_name")
-        if target in rows:
-            raise ValueError(
-                f"{file}: rows {rows[target]} and {i} both describe file_name {name!r}"
-            )
-        rows[target] = i
-    by_base: dict[str, list[int]] = {}
-    for target, i in rows.items():
-        by_base.setdefault(target.name, []).append(i)
-    order = []
-    for path in paths:
-        i = rows.get(Path(os.path.abspath(path)))
-        if i is None:
-            candidates = by_base.get(path.name, [])
-            same_name = [p for p in paths if p.name == path.name]
-            if len(candidates) == 1 and len(same_name) == 1:
-                i = candidates[0]
-        if i is None:
-            raise ValueError(f"{file}: {path.relative_to(folder)} has no row in the metadata")
-        order.append(i)
-    picked = table.drop_columns(["file_name"]).take(pa.array(order, type=pa.int64()))
-    return {name: picked.column(name).combine_chunks() for name in picked.column_names}
+        for name, role in reserved.items():
+            if name in table.column_names:
+                raise ValueError(
+                    f"{file}: column {name!r} would replace {role}; rename it (e.g. 'meta_{name}')"
+                )
+        rows: dict[str, int] = {}
+        for i, name in enumerate(table.column("file_name").to_pylist()):
+            if not name:
+                raise ValueError(f"{file}: row {i} has an empty 'file_name'")
+            target = str(resolve_inside(folder, name, f"{file.name} row {i}: file_name"))
+            if target in rows:
+                raise ValueError(
+                    f"{file}: rows {rows[target]} and {i} both describe file_name {name!r}"
+                )
+            rows[target] = i
+        by_base: dict[str, list[int]] = {}
+        for target, i in rows.items():
+            by_base.setdefault(os.path.basename(target), []).append(i)
+        self.file, self.folder, self.targets, self.by_base = file, folder, rows, by_base
+        self.base_names = base_names
+        self.table = table.drop_columns(["file_name"])
+        self.columns = self.table.column_names
+
+    def features(self) -> Features:
+        """The metadata columns' features, as ``Dataset.from_dict`` infers them."""
+        empty = self.table.slice(0, 0)
+        return Dataset.from_dict(
+            {n: empty.column(n).combine_chunks() for n in self.columns}
+        ).features
+
+    def rows(self, files: list[_Media]) -> dict[str, pa.Array]:
+        """The metadata columns, one value per media file in ``files``."""
+        order = []
+        for media in files:
+            i = self.targets.get(os.path.abspath(media.path))
+            if i is None:
+                base = os.path.basename(media.rel)
+                candidates = self.by_base.get(base, [])
+                if len(candidates) == 1 and self.base_names[base] == 1:
+                    i = candidates[0]
+            if i is None:
+                raise ValueError(f"{self.file}: {media.rel} has no row in the metadata")
+            order.append(i)
+        picked = self.table.take(pa.array(order, type=pa.int64()))
+        return {name: picked.column(name).combine_chunks() for name in self.columns}

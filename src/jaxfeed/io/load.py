@@ -63,12 +63,16 @@ def load_dataset(
     ((8, 8), 10)
     """
     if path in BUILTIN:
-        splits: Any = load_builtin(path, name, data_dir)
+        splits: Any = load_builtin(
+            path, name, data_dir, cache_dir=cache_dir, keep_in_memory=keep_in_memory
+        )
     elif path in ("imagefolder", "audiofolder"):
         folder = data_dir or (data_files if isinstance(data_files, str) else None)
         if folder is None:
             raise ValueError(f"load_dataset({path!r}) needs data_dir= (the folder of files)")
-        splits = load_folder(path, folder, features)
+        splits = load_folder(
+            path, folder, features, cache_dir=cache_dir, keep_in_memory=keep_in_memory
+        )
     else:
         files, fmt = _resolve_files(
             path, name, data_files, data_dir, cache_dir, revision, token, storage_options
