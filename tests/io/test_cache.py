@@ -143,9 +143,9 @@ def test_a_crash_mid_conversion_leaves_no_cache(tmp_path, monkeypatch):
 
 
 def test_csv_and_json_convert_batch_by_batch_with_late_type_changes(tmp_path, monkeypatch):
-    import jaxfeed.io.batches as batches
+    import jaxfeed.io.cache as cache_module
 
-    monkeypatch.setattr(batches, "BATCH_BYTES", 64)  # many tiny blocks
+    monkeypatch.setattr(cache_module, "CONVERT_BATCH_BYTES", 64)  # many tiny blocks
     lines = [f"{i},name{i}" for i in range(200)] + ["1.5,late float"]
     (tmp_path / "t.csv").write_text("a,b\n" + "\n".join(lines) + "\n")
     ds = load_dataset("csv", data_files=str(tmp_path / "t.csv"), split="train")
