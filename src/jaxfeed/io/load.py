@@ -50,10 +50,12 @@ def load_dataset(
     ``"train"``, ``"train+test"``, ``"train[:10%]"`` or ``"test[100:200]"``. With
     ``streaming=True`` an :class:`IterableDataset` reads the files batch by batch.
 
-    Parquet, CSV, JSON and remote files are converted once, batch by batch, into a memory-mapped
-    Arrow file under ``cache_dir`` (default ``$JAXFEED_CACHE`` or ``~/.cache/jaxfeed``), so peak
-    memory does not grow with the data; later loads of unchanged files reuse it. Local Arrow files
-    are memory-mapped in place. ``keep_in_memory=True`` reads the files into RAM instead. Paths
+    Parquet, CSV, JSON and remote files, ``imagefolder`` / ``audiofolder`` splits and the
+    ``mnist`` / ``fashion_mnist`` / ``cifar10`` files are converted once, batch by batch, into a
+    memory-mapped Arrow file under ``cache_dir`` (default ``$JAXFEED_CACHE`` or
+    ``~/.cache/jaxfeed``), so peak memory does not grow with the data; later loads of unchanged
+    files reuse it (a file added, changed or removed makes a new one). Local Arrow files are
+    memory-mapped in place. ``keep_in_memory=True`` builds the dataset in RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
     fsspec (see :mod:`jaxfeed.io.remote`).
 
