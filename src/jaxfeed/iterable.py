@@ -43,6 +43,7 @@ READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory data
 STATE_VERSION = 1
 READ_AHEAD_UNITS = 2  # Parquet units (row groups, files) decoding in threads ahead of the stream
 READ_AHEAD_BYTES = 64 << 20  # ...holding at most this many uncompressed bytes
+FIRST_BYTES = 1 << 19  # tables of the first unit a stream reads (later ones: io.batches' size)
 
 
 # ---------------------------------------------------------------------------------- sources
@@ -85,8 +86,9 @@ class Source:
         rng = np.random.default_rng(_seed(self.shuffle_seed, epoch, 1))
         return [self.units[i] for i in rng.permutation(len(self.units))]
 
-    def read(self, unit: Unit, skip: int) -> Iterator[pa.Table]:
-        """The unit's rows after its first ``skip`` rows, as tables of a few MB."""
+    def read(self, unit: Unit, skip: int, batch_bytes: int | None = None) -> Iterator[pa.Table]:
+        """The unit's rows after its first ``skip`` rows, as tables of a few MB (about
+        ``batch_bytes`` for files)."""
         if unit.generator:
             yield from self._generated(skip)
             return
@@ -102,10 +104,14 @@ class Source:
         if skip and parquet:
             row_groups, skip = self._skip_row_groups(unit, skip)
         batches = (
-            self._parquet_batches(unit.path, row_groups)
+            self._parquet_batches(unit.path, row_groups, batch_bytes)
             if parquet
             else file_batches(
-                unit.path, self.fmt, columns=self.columns, storage_options=self.storage_options
+                unit.path,
+                self.fmt,
+                columns=self.columns,
+                storage_options=self.storage_options,
+                batch_bytes=batch_bytes,
             )
         )
         for batch in batches:
@@ -154,7 +160,10 @@ class Source:
                             ahead[j] = pool.submit(lambda u=units[j]: list(self.read(u, 0)))
                             held += size(j)
                         j += 1
-                    yield iter(ahead.pop(i).result()) if i in ahead else self.read(unit, skip)
+                    if i in ahead:
+                        yield iter(ahead.pop(i).result())
+                    else:  # the first unit comes in small tables: the first rows come sooner
+                        yield self.read(unit, skip, FIRST_BYTES if i == 0 else None)
                     skip = 0
             finally:  # abandoned: do not decode what is still queued
                 for future in ahead.values():
@@ -169,12 +178,15 @@ class Source:
         total = sum(meta.row_group(g).total_byte_size for g in groups)
         return total if 0 < total <= READ_AHEAD_BYTES else 0
 
-    def _parquet_batches(self, path: str, row_groups: list[int]) -> Iterator[pa.RecordBatch]:
+    def _parquet_batches(
+        self, path: str, row_groups: list[int] | None, batch_bytes: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
         return file_batches(
             path,
             self.fmt,
             columns=self.columns,
             row_groups=row_groups,
+            batch_bytes=batch_bytes,
             storage_options=self.storage_options,
             metadata=self.footer(path),
         )
