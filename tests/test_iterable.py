@@ -198,9 +198,9 @@ def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monk
     readers: list[str] = []
     read = iterable.Source.read
 
-    def spy(self, unit, skip):
+    def spy(self, unit, skip, *args):
         readers.append(threading.current_thread().name)
-        return read(self, unit, skip)
+        return read(self, unit, skip, *args)
 
     monkeypatch.setattr(iterable.Source, "read", spy)
     ids = load_dataset("parquet", data_files=files, split="train", streaming=True)
