@@ -2,24 +2,43 @@
 protocol fsspec knows) in ``data_files``, ``load_dataset``, ``load_from_disk`` and ``save_to_disk``.
 
 ``storage_options`` (as `datasets` names it) go to the fsspec file system: credentials, endpoint,
-anonymous access. The clients are extras: ``pip install jaxfeed[s3]`` (s3fs), ``jaxfeed[gcs]``
-(gcsfs), ``jaxfeed[http]`` (aiohttp); ``hf://`` uses ``huggingface_hub``, a core dependency.
+anonymous access, an ``ssl`` context for a private CA. The clients are extras: ``pip install
+jaxfeed[s3]`` (s3fs), ``jaxfeed[gcs]`` (gcsfs), ``jaxfeed[http]`` (aiohttp, for ``https://``) and
+``jaxfeed[hub]`` (huggingface_hub, for ``hf://``); a missing one raises
+:class:`~jaxfeed.extras.MissingExtraError` naming its extra. ``http(s)://`` is read-only.
+
+A server that cannot be reached, or whose TLS certificate cannot be verified, raises
+:class:`ConnectionError` (fsspec's HTTP client reports both as a missing file).
 
 >>> is_remote("s3://bucket/data/train.parquet"), is_remote("/data/train.parquet")
 (True, False)
+>>> protocol("HTTPS://example.org/train.csv"), protocol("file:///data/train.csv")
+('https', None)
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any
+import ssl
+from typing import Any, NoReturn
 
 import fsspec
 
+from jaxfeed.extras import MissingExtraError
+
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
-_PACKAGES = {"s3": "s3fs", "gcs": "gcsfs", "http": "aiohttp"}
+EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "http": "http",
+    "https": "http",
+    "hf": "hub",
+}
+_PACKAGES = {"s3": "s3fs", "gcs": "gcsfs", "http": "aiohttp", "hub": "huggingface_hub"}
+READ_ONLY = ("http", "https")  # fsspec can POST files, but web servers are not object stores
 
 
 def protocol(path: str | os.PathLike) -> str | None:
@@ -44,15 +63,79 @@ def filesystem(
     except ImportError as err:
         scheme = protocol(url) or "file"
         extra = EXTRAS.get(scheme)
-        hint = (
-            f"pip install 'jaxfeed[{extra}]' (it installs {_PACKAGES[extra]})"
-            if extra
-            else "install the fsspec implementation for this protocol"
-        )
-        raise ImportError(f"reading {scheme}:// paths needs an extra package: {hint}") from err
+        if extra is None:
+            raise ImportError(
+                f"reading {scheme}:// paths needs an fsspec implementation of this protocol: {err}"
+            ) from err
+        raise MissingExtraError(
+            f"reading {scheme}:// paths needs {_PACKAGES[extra]}, an optional part of jaxfeed: "
+            f"pip install 'jaxfeed[{extra}]'"
+        ) from err
     except ValueError as err:
         raise ValueError(f"unsupported storage URL {url!r}: {err}") from err
     return fs, path
+
+
+def writable_filesystem(
+    url: str, storage_options: dict | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """:func:`filesystem` for writing: ``http(s)://`` is refused (read-only) before any work.
+
+    >>> writable_filesystem("https://example.org/saved/ds")
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot write to 'https://example.org/saved/ds': https:// URLs are read-only in jaxfeed; save to a local folder or to object storage (s3://, gs://, ...) instead
+    """
+    scheme = protocol(url)
+    if scheme in READ_ONLY:
+        raise ValueError(
+            f"cannot write to {url!r}: {scheme}:// URLs are read-only in jaxfeed; save to a local "
+            "folder or to object storage (s3://, gs://, ...) instead"
+        )
+    return filesystem(url, storage_options)
+
+
+def info(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, Any] | None:
+    """``fs.info(path)``, or None when nothing is at ``path``; an unreachable server or a failed
+    TLS verification raises :class:`ConnectionError` instead of passing for a missing file."""
+    try:
+        return fs.info(path)
+    except FileNotFoundError as err:
+        _raise_if_unreachable(url, err)
+        return None
+
+
+def _raise_if_unreachable(url: str, err: BaseException) -> None:
+    """Re-raise what the client reported as a missing file when the real cause is the connection,
+    the TLS verification or an HTTP error other than 404."""
+    cause, depth = err.__cause__, 0
+    while cause is not None and depth < 8:  # the explicit chain of causes, bounded
+        if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+            _unreachable(
+                url,
+                cause,
+                "the server's TLS certificate could not be verified; for a private CA pass "
+                "storage_options={'ssl': ssl.create_default_context(cafile='ca.pem')}",
+            )
+        status = getattr(cause, "status", None)
+        if status is None:  # httpx-style errors (huggingface_hub) keep it on the response
+            status = getattr(getattr(cause, "response", None), "status_code", None)
+        if isinstance(status, int):
+            if status in (404, 410):
+                return
+            if status in (401, 403):
+                raise PermissionError(
+                    f"cannot read {url}: the server answered HTTP {status} (check the "
+                    f"credentials in storage_options): {cause}"
+                ) from cause
+            _unreachable(url, cause, f"the server answered HTTP {status}")
+        if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError):
+            _unreachable(url, cause, "the server could not be reached")
+        cause, depth = cause.__cause__, depth + 1
+
+
+def _unreachable(url: str, cause: BaseException, why: str) -> NoReturn:
+    raise ConnectionError(f"cannot read {url}: {why} ({type(cause).__name__}: {cause})") from cause
 
 
 def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -63,15 +146,19 @@ def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
 def expand(pattern: str, storage_options: dict | None = None) -> list[str]:
     """The files matching a remote glob pattern (or the file itself), as full URLs, sorted."""
     fs, path = filesystem(pattern, storage_options)
-    if any(ch in path for ch in "*?["):
+    # A "?" in an http(s) URL starts its query string (a signed URL's), not a glob.
+    wildcards = "*[" if protocol(pattern) in ("http", "https") else "*?["
+    if any(ch in path for ch in wildcards):
         matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
-    elif fs.isdir(path):
+        return [unstrip(fs, p) for p in matches]
+    # info first: on http(s), isdir() downloads the file to look for links in it
+    found = info(fs, path, pattern)
+    if found is None:
+        return []
+    if found.get("type") == "directory":
         matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
-    elif fs.exists(path):
-        matches = [path]
-    else:
-        matches = []
-    return [unstrip(fs, p) for p in matches]
+        return [unstrip(fs, p) for p in matches]
+    return [unstrip(fs, path)]
 
 
 def _hidden(relative: str) -> bool:
@@ -81,14 +168,25 @@ def _hidden(relative: str) -> bool:
 def identity(url: str, storage_options: dict | None = None) -> dict[str, Any]:
     """What identifies a remote file's version: its URL, size and ETag or modification time."""
     fs, path = filesystem(url, storage_options)
-    try:
-        info = fs.info(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such data file: {url}") from None
-    return {"path": url, "size": info.get("size"), "version": identity_of(info)}
+    found = info(fs, path, url)
+    if found is None:
+        raise FileNotFoundError(f"no such data file: {url}")
+    return {"path": url, "size": found.get("size"), "version": identity_of(found)}
 
 
 def identity_of(info: dict[str, Any]) -> str | None:
-    """The version marker in an fsspec ``info`` dict: ETag, hash or modification time."""
-    keys = ("ETag", "etag", "md5Hash", "crc32c", "LastModified", "mtime", "updated", "last_commit")
+    """The version marker in an fsspec ``info`` dict: ETag, content hash (a Hub file's git
+    ``blob_id``) or modification time (an HTTP server's ``Last-Modified``)."""
+    keys = (
+        "ETag",
+        "etag",
+        "md5Hash",
+        "crc32c",
+        "blob_id",
+        "LastModified",
+        "Last-Modified",
+        "mtime",
+        "updated",
+        "last_commit",
+    )
     return next((str(info[k]) for k in keys if info.get(k) is not None), None)

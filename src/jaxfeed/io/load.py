@@ -22,6 +22,7 @@ from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
 from jaxfeed.remote import expand, filesystem, is_remote
+from jaxfeed.remote import info as remote_info
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
@@ -264,12 +265,13 @@ def _remote(
     from jaxfeed.io.disk import load_from_disk
 
     fs, inner = filesystem(url, storage_options)
-    if fs.isfile(inner):
+    found = remote_info(fs, inner, url)  # one request; raises if the server is unreachable
+    if found is None:
+        raise FileNotFoundError(f"cannot find dataset {url!r}: no such remote file or folder")
+    if found.get("type") != "directory":
         if data_files is not None:
             raise ValueError("give either a file as path or data_files=, not both")
         return {"train": [url]}, file_format(url)
-    if not fs.isdir(inner):
-        raise FileNotFoundError(f"cannot find dataset {url!r}: no such remote file or folder")
     if fs.isfile(f"{inner}/state.json") or fs.isfile(f"{inner}/dataset_dict.json"):
         return load_from_disk(url, storage_options=storage_options), None
     base = url.rstrip("/") + ("/" + data_dir.strip("/") if data_dir else "")
