@@ -158,14 +158,16 @@ class FakeHub:
     - ``POST /api/datasets/{repo}/paths-info/{rev}`` (form ``paths=``): entries of given paths
     - ``GET|HEAD /datasets/{repo}/resolve/{rev}/{path}``: file bytes, with ``Range``
 
-    Errors carry the ``X-Error-Code`` header the client maps to its exceptions.
+    Errors carry the ``X-Error-Code`` header the client maps to its exceptions. A repo named in
+    ``tokens`` is private: it answers 401 unless the request carries ``Bearer <its token>``.
     """
 
     REVISION = "main"
     SHA = "0123456789abcdef0123456789abcdef01234567"
 
-    def __init__(self, repos: dict[str, dict[str, bytes]]):
+    def __init__(self, repos: dict[str, dict[str, bytes]], tokens: dict[str, str] | None = None):
         self.repos = {name: Files(files) for name, files in repos.items()}
+        self.tokens = dict(tokens or {})  # private repos: the token each needs
         self.log = Files({})  # every request, whichever the repo
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
@@ -183,6 +185,11 @@ class FakeHub:
 
             def _repo(self, repo: str, revision: str | None) -> Files | None:
                 files = hub.repos.get(repo)
+                token = hub.tokens.get(repo)
+                if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+                    # as the Hub: a private repo is "not found" (401) to those without access
+                    self._error(401, "RepoNotFound", f"Repository {repo} not found")
+                    return None
                 if files is None:
                     self._error(404, "RepoNotFound", f"Repository {repo} not found")
                 elif revision not in (None, hub.REVISION, hub.SHA):

@@ -59,7 +59,8 @@ def hub(tmp_path_factory):
             for k, v in saved_folder(saved, tmp_path_factory.mktemp("saved")).items()
         },
     }
-    fake = FakeHub({REPO: files})
+    private = {"data/train.csv": b"x\n41\n42\n"}
+    fake = FakeHub({REPO: files, "user/private": private}, tokens={"user/private": "hf_secret"})
     mp = pytest.MonkeyPatch()
     mp.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     with serve(fake) as url:
@@ -188,3 +189,20 @@ def test_missing_repos_and_files(hub):
         load_dataset("csv", data_files="hf://datasets/user/repo/no.csv", storage_options=options)
     with pytest.raises(FileNotFoundError, match="no such remote file or folder"):
         load_dataset("hf://datasets/user/repo/nothing", storage_options=options)
+
+
+def test_a_private_repo_needs_the_token(hub):
+    options, _ = hub
+    url = "hf://datasets/user/private/data/train.csv"
+    anonymous = {"endpoint": options["endpoint"], "token": False}
+    with pytest.raises(PermissionError, match=r"HTTP 401 \(check the credentials"):
+        load_dataset("csv", data_files=url, storage_options=anonymous)
+    # load_dataset(token=) reaches hf:// URLs (and only them), as in `datasets`
+    ds = load_dataset(
+        "csv", data_files=url, split="train", storage_options=anonymous, token="hf_secret"
+    )
+    assert list(ds["x"]) == [41, 42]
+    # per-protocol storage_options, as `datasets` accepts them
+    nested = {"hf": {"endpoint": options["endpoint"], "token": "hf_secret"}, "s3": {"anon": True}}
+    ds = load_dataset("csv", data_files=url, split="train", storage_options=nested)
+    assert list(ds["x"]) == [41, 42]

@@ -59,7 +59,7 @@ def filesystem(
 ) -> tuple[fsspec.AbstractFileSystem, str]:
     """``(file system, path within it)`` for ``url``; a missing client names the extra to install."""
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **options_for(url, storage_options))
     except ImportError as err:
         scheme = protocol(url) or "file"
         extra = EXTRAS.get(scheme)
@@ -74,6 +74,43 @@ def filesystem(
     except ValueError as err:
         raise ValueError(f"unsupported storage URL {url!r}: {err}") from err
     return fs, path
+
+
+_SAME = {"gcs": "gs", "gs": "gcs", "http": "https", "https": "http", "s3a": "s3", "s3": "s3a"}
+
+
+def options_for(url: str, storage_options: dict | None) -> dict[str, Any]:
+    """The options for ``url``'s file system. As in `datasets`, ``storage_options`` may be flat
+    (for every URL) or hold one dict per protocol (``{"s3": {...}, "hf": {"token": ...}}``):
+    flat keys apply to all, the URL's own protocol's dict is merged over them.
+
+    >>> opts = {"hf": {"token": "t"}, "s3": {"anon": True}, "timeout": 5}
+    >>> options_for("hf://datasets/u/r/x.csv", opts), options_for("gs://b/x.csv", opts)
+    ({'timeout': 5, 'token': 't'}, {'timeout': 5})
+    """
+    options = dict(storage_options or {})
+    known = set(fsspec.available_protocols())
+    nested = {k for k, v in options.items() if k in known and isinstance(v, dict)}
+    if not nested:
+        return options
+    scheme = protocol(url) or "file"
+    own = options.get(scheme) if scheme in nested else options.get(_SAME.get(scheme, ""))
+    flat = {k: v for k, v in options.items() if k not in nested}
+    return {**flat, **(own if isinstance(own, dict) else {})}
+
+
+def with_hub_token(storage_options: dict | None, token: str | bool | None) -> dict | None:
+    """``storage_options`` with ``load_dataset(token=)`` added for ``hf://`` URLs only (a flat
+    ``token`` means something else to s3fs and gcsfs); an explicit ``hf`` token wins.
+
+    >>> with_hub_token({"anon": True}, "hf_x")
+    {'anon': True, 'hf': {'token': 'hf_x'}}
+    """
+    if token is None:
+        return storage_options
+    options = dict(storage_options or {})
+    options["hf"] = {"token": token, **(options.get("hf") or {})}
+    return options
 
 
 def writable_filesystem(

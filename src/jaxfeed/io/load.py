@@ -21,7 +21,7 @@ from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
-from jaxfeed.remote import expand, filesystem, is_remote
+from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
@@ -71,6 +71,7 @@ def load_dataset(
             raise ValueError(f"load_dataset({path!r}) needs data_dir= (the folder of files)")
         splits = load_folder(path, folder, features)
     else:
+        storage_options = with_hub_token(storage_options, token)  # hf:// URLs get token=
         files, fmt = _resolve_files(
             path, name, data_files, data_dir, cache_dir, revision, token, storage_options
         )
