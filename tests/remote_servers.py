@@ -39,6 +39,7 @@ class Files:
         self.ranges: list[tuple[str, str | None]] = []  # (path, Range header) per GET
         self.requests: list[tuple[str, str]] = []  # (method, path with query) of every request
         self.lock = threading.Lock()
+        self.listings = False
 
     def put(self, path: str, data: bytes, mtime: float | None = None) -> None:
         with self.lock:
@@ -110,8 +111,9 @@ class StaticFiles:
     """A read-only static file server (like a CDN or ``python -m http.server`` with ranges):
     GET and HEAD with ``Range``, ``ETag`` and ``Last-Modified``; other methods get 405."""
 
-    def __init__(self, files: dict[str, bytes]):
+    def __init__(self, files: dict[str, bytes], listings: bool = False):
         self.store = Files(files)
+        self.store.listings = listings  # answer folder URLs (ending in "/") with an HTML index
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         store = self.store
@@ -122,6 +124,9 @@ class StaticFiles:
                 self._record()
                 path = unquote(urlsplit(self.path).path).lstrip("/")
                 data = store.files.get(path)
+                if data is None and store.listings and (path == "" or path.endswith("/")):
+                    self._send_index(path)
+                    return
                 if data is None:
                     self._send(404, b"not found")
                     return
@@ -136,6 +141,21 @@ class StaticFiles:
                 )
 
             do_HEAD = do_GET
+
+            def _send_index(self, folder: str) -> None:
+                """An HTML index of a folder, as ``python -m http.server`` writes one."""
+                names = set()
+                for p in store.files:
+                    if p.startswith(folder):
+                        head, sep, _ = p[len(folder) :].partition("/")
+                        names.add(head + sep)  # a file, or a subfolder with its "/"
+                names = sorted(names)
+                if not names:
+                    self._send(404, b"not found")
+                    return
+                links = "".join(f'<li><a href="{n}">{n}</a></li>' for n in names)
+                body = f"<html><body><ul>{links}</ul></body></html>".encode()
+                self._send(200, body, {"Content-Type": "text/html; charset=utf-8"})
 
             def _refuse(self):
                 self.store = store

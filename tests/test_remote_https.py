@@ -48,7 +48,11 @@ def https(tmp_path_factory):
             "data/small.jsonl": b'{"x": 1, "label": "a"}\n{"x": 2, "label": "b"}\n',
             "data/array.json": b'[{"x": 5}, {"x": 6}]',
             "data/test.parquet": parquet_bytes(pa.table({"x": [7, 8, 9]})),
-        }
+            "parts/train-0.parquet": parquet_bytes(pa.table({"x": [0, 1]})),
+            "parts/train-1.parquet": parquet_bytes(pa.table({"x": [2]})),
+            "parts/test-0.parquet": parquet_bytes(pa.table({"x": [3]})),
+        },
+        listings=True,  # folder URLs get an HTML index, as from `python -m http.server`
     )
     with serve(app, server_tls) as url:
         options = {"ssl": ssl.create_default_context(cafile=str(ca_file))}
@@ -87,6 +91,13 @@ def test_csv_json_and_parquet_over_https(https, tmp_path):
         "csv", data_files=f"{url}/data/small.csv?sig=abc", split="train", storage_options=options
     )
     assert list(signed["x"]) == [1, 2, 3]
+    # a glob needs a server that lists folders (an HTML index): fsspec reads its links
+    globbed = load_dataset(
+        "parquet",
+        data_files={"train": f"{url}/parts/train-*.parquet", "test": f"{url}/parts/test-*"},
+        storage_options=options,
+    )
+    assert list(globbed["train"]["x"]) == [0, 1, 2] and list(globbed["test"]["x"]) == [3]
     kept = load_dataset(
         "parquet",
         data_files=f"{url}/data/test.parquet",
@@ -164,5 +175,6 @@ def test_errors_over_https(https, tmp_path):
     with pytest.raises(ValueError, match=r"cannot write to 'https://.*https:// URLs are read-only"):
         ds.save_to_disk(f"{url}/saved/ds", storage_options=options)
     assert store.requests == []
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="https:// has no file listing; copy the folder"):
         load_from_disk(f"{url}/saved/ds", storage_options=options)
+    assert store.requests == []

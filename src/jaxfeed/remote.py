@@ -132,6 +132,27 @@ def writable_filesystem(
     return filesystem(url, storage_options)
 
 
+def listing_filesystem(
+    url: str, storage_options: dict | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """:func:`filesystem` for reading a whole folder (``load_from_disk``): ``http(s)://`` has no
+    reliable listing, so it is refused with what to do instead.
+
+    >>> listing_filesystem("https://example.org/saved/ds")
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot load the saved folder 'https://example.org/saved/ds': https:// has no file listing; copy the folder to object storage (s3://, gs://, hf://) or a local disk, or load its data files with load_dataset
+    """
+    scheme = protocol(url)
+    if scheme in READ_ONLY:
+        raise ValueError(
+            f"cannot load the saved folder {url!r}: {scheme}:// has no file listing; copy the "
+            "folder to object storage (s3://, gs://, hf://) or a local disk, or load its data "
+            "files with load_dataset"
+        )
+    return filesystem(url, storage_options)
+
+
 def info(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, Any] | None:
     """``fs.info(path)``, or None when nothing is at ``path``; an unreachable server or a failed
     TLS verification raises :class:`ConnectionError` instead of passing for a missing file."""
