@@ -97,6 +97,20 @@ def test_data_files_on_gcs(gcs, tmp_path):
         load_dataset("parquet", data_files="gs://bucket/none-*.parquet", storage_options=options)
 
 
+def test_the_emulator_from_the_environment(gcs, monkeypatch):
+    """gcsfs's other way to an emulator: ``STORAGE_EMULATOR_HOST``, no endpoint in the options."""
+    options, fs = gcs
+    fs.pipe("bucket/env/train.csv", b"x\n1\n2\n")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", options["endpoint_url"])
+    ds = load_dataset(
+        "csv",
+        data_files="gs://bucket/env/train.csv",
+        split="train",
+        storage_options={"token": "anon"},
+    )
+    assert list(ds["x"]) == [1, 2]
+
+
 def test_save_to_disk_and_load_from_disk_on_gcs(gcs, tmp_path, monkeypatch):
     options, fs = gcs
     monkeypatch.setenv("JAXFEED_CACHE", str(tmp_path / "cache"))
