@@ -155,7 +155,13 @@ def listing_filesystem(
 
 def info(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, Any] | None:
     """``fs.info(path)``, or None when nothing is at ``path``; an unreachable server or a failed
-    TLS verification raises :class:`ConnectionError` instead of passing for a missing file."""
+    TLS verification raises :class:`ConnectionError` instead of passing for a missing file.
+
+    >>> fs, path = filesystem("memory://jaxfeed-doc/a.csv")
+    >>> fs.pipe(path, b"x,y")
+    >>> info(fs, path, "memory://jaxfeed-doc/a.csv")["size"], info(fs, "/nothing", "memory://nothing")
+    (3, None)
+    """
     try:
         return fs.info(path)
     except FileNotFoundError as err:

@@ -56,7 +56,7 @@ def load_dataset(
     memory does not grow with the data; later loads of unchanged files reuse it. Local Arrow files
     are memory-mapped in place. ``keep_in_memory=True`` reads the files into RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
-    fsspec (see :mod:`jaxfeed.io.remote`).
+    fsspec (see :mod:`jaxfeed.remote`).
 
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
