@@ -40,6 +40,7 @@ class Files:
         self.requests: list[tuple[str, str]] = []  # (method, path with query) of every request
         self.lock = threading.Lock()
         self.listings = False
+        self.etags = True  # False: Last-Modified only, as ``python -m http.server``
 
     def put(self, path: str, data: bytes, mtime: float | None = None) -> None:
         with self.lock:
@@ -131,14 +132,10 @@ class StaticFiles:
                     self._send(404, b"not found")
                     return
                 mtime = store.mtimes.get(path, 1_700_000_000.0)
-                self._send_file(
-                    path,
-                    data,
-                    {
-                        "ETag": f'"{Files.oid(data)}"',
-                        "Last-Modified": formatdate(mtime, usegmt=True),
-                    },
-                )
+                headers = {"Last-Modified": formatdate(mtime, usegmt=True)}
+                if store.etags:
+                    headers["ETag"] = f'"{Files.oid(data)}"'
+                self._send_file(path, data, headers)
 
             do_HEAD = do_GET
 
