@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import ssl
 import threading
 from collections import defaultdict
@@ -299,6 +300,13 @@ def _tree(files: Files, folder: str, recursive: bool) -> list[dict] | None:
         if recursive or len(parts) == 1:
             entries[path] = _file_entry(path, files.files[path])
     return list(entries.values())
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import Dataset, DatasetDict, load_dataset, load_from_disk
-from remote_servers import FakeHub, serve
+from remote_servers import FakeHub, closed_port, serve
 
 hub_constants = pytest.importorskip("huggingface_hub.constants")
 
@@ -206,3 +206,10 @@ def test_a_private_repo_needs_the_token(hub):
     nested = {"hf": {"endpoint": options["endpoint"], "token": "hf_secret"}, "s3": {"anon": True}}
     ds = load_dataset("csv", data_files=url, split="train", storage_options=nested)
     assert list(ds["x"]) == [41, 42]
+
+
+def test_an_unreachable_hub_is_a_connection_error():
+    options = {"endpoint": f"http://127.0.0.1:{closed_port()}", "token": False}
+    for pattern in ("hf://datasets/user/repo/a.csv", "hf://datasets/user/repo/*.csv"):
+        with pytest.raises(ConnectionError, match=r"cannot read hf://.*could not be reached"):
+            load_dataset("csv", data_files=pattern, storage_options=options)

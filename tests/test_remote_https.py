@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import Dataset, load_dataset, load_from_disk
-from remote_servers import StaticFiles, serve
+from remote_servers import StaticFiles, closed_port, serve
 
 pytest.importorskip("aiohttp")
 trustme = pytest.importorskip("trustme")
@@ -171,6 +171,9 @@ def test_errors_over_https(https, tmp_path):
         load_dataset("csv", data_files=f"{url}/data/small.csv", split="train")
     with pytest.raises(ConnectionError, match="TLS certificate"):
         load_dataset(f"{url}/data/small.csv", split="train")
+    down = f"https://127.0.0.1:{closed_port()}/data/small.csv"
+    with pytest.raises(ConnectionError, match=r"cannot read https://.*could not be reached"):
+        load_dataset("csv", data_files=down, storage_options=options)
     with pytest.raises(
         FileNotFoundError, match=r"nothing matches 'https://127\.0\.0\.1:\d+/none\.csv'"
     ):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import fsspec
@@ -163,16 +165,45 @@ def info(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, Any] |
     (3, None)
     """
     try:
-        return fs.info(path)
-    except FileNotFoundError as err:
-        _raise_if_unreachable(url, err)
+        with explained(url):
+            return fs.info(path)
+    except FileNotFoundError:
         return None
 
 
-def _raise_if_unreachable(url: str, err: BaseException) -> None:
-    """Re-raise what the client reported as a missing file when the real cause is the connection,
-    the TLS verification or an HTTP error other than 404."""
-    cause, depth = err.__cause__, 0
+_PLAIN = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+@contextmanager
+def explained(url: str) -> Iterator[None]:
+    """Turn a client's error into one that says what went wrong with ``url``: a "missing file"
+    whose cause is the connection, a TLS failure or an HTTP error other than 404, and a client's
+    own connection error (httpx's, aiohttp's), become :class:`ConnectionError` (401 and 403:
+    :class:`PermissionError`) naming the URL."""
+    try:
+        yield
+    except FileNotFoundError as err:
+        _raise_if_unreachable(url, err.__cause__)
+        raise
+    except _PLAIN:
+        raise
+    except OSError as err:
+        _raise_if_unreachable(url, err)
+        raise
+    except Exception as err:
+        if _NETWORK & {c.__name__ for c in type(err).__mro__}:
+            _unreachable(url, err, "the server could not be reached")
+        raise
+
+
+# Transport errors of clients whose errors are not OSErrors (httpx for huggingface_hub, botocore).
+_NETWORK = {"TransportError", "ConnectionError", "ConnectTimeoutError", "ReadTimeoutError"}
+
+
+def _raise_if_unreachable(url: str, cause: BaseException | None) -> None:
+    """Raise a clear error if ``cause`` or one of its causes is about the connection, the TLS
+    verification or an HTTP status other than 404."""
+    depth = 0
     while cause is not None and depth < 8:  # the explicit chain of causes, bounded
         if isinstance(cause, ssl.SSLError | ssl.CertificateError):
             _unreachable(
@@ -193,7 +224,7 @@ def _raise_if_unreachable(url: str, err: BaseException) -> None:
                     f"credentials in storage_options): {cause}"
                 ) from cause
             _unreachable(url, cause, f"the server answered HTTP {status}")
-        if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError):
+        if isinstance(cause, OSError) and not isinstance(cause, _PLAIN):
             _unreachable(url, cause, "the server could not be reached")
         cause, depth = cause.__cause__, depth + 1
 
@@ -213,14 +244,16 @@ def expand(pattern: str, storage_options: dict | None = None) -> list[str]:
     # A "?" in an http(s) URL starts its query string (a signed URL's), not a glob.
     wildcards = "*[" if protocol(pattern) in ("http", "https") else "*?["
     if any(ch in path for ch in wildcards):
-        matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
+        with explained(pattern):
+            matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
         return [unstrip(fs, p) for p in matches]
     # info first: on http(s), isdir() downloads the file to look for links in it
     found = info(fs, path, pattern)
     if found is None:
         return []
     if found.get("type") == "directory":
-        matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
+        with explained(pattern):
+            matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
         return [unstrip(fs, p) for p in matches]
     return [unstrip(fs, path)]
 
