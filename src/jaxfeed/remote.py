@@ -165,7 +165,7 @@ def info(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, Any] |
     (3, None)
     """
     try:
-        with explained(url):
+        with _explained(url):
             return fs.info(path)
     except FileNotFoundError:
         return None
@@ -175,7 +175,7 @@ _PLAIN = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryEr
 
 
 @contextmanager
-def explained(url: str) -> Iterator[None]:
+def _explained(url: str) -> Iterator[None]:
     """Turn a client's error into one that says what went wrong with ``url``: a "missing file"
     whose cause is the connection, a TLS failure or an HTTP error other than 404, and a client's
     own connection error (httpx's, aiohttp's), become :class:`ConnectionError` (401 and 403:
@@ -205,7 +205,7 @@ def _raise_if_unreachable(url: str, cause: BaseException | None) -> None:
     verification or an HTTP status other than 404."""
     depth = 0
     while cause is not None and depth < 8:  # the explicit chain of causes, bounded
-        if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+        if isinstance(cause, ssl.SSLError):
             _unreachable(
                 url,
                 cause,
@@ -244,7 +244,7 @@ def expand(pattern: str, storage_options: dict | None = None) -> list[str]:
     # A "?" in an http(s) URL starts its query string (a signed URL's), not a glob.
     wildcards = "*[" if protocol(pattern) in ("http", "https") else "*?["
     if any(ch in path for ch in wildcards):
-        with explained(pattern):
+        with _explained(pattern):
             matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
         return [unstrip(fs, p) for p in matches]
     # info first: on http(s), isdir() downloads the file to look for links in it
@@ -252,7 +252,7 @@ def expand(pattern: str, storage_options: dict | None = None) -> list[str]:
     if found is None:
         return []
     if found.get("type") == "directory":
-        with explained(pattern):
+        with _explained(pattern):
             matches = sorted(p for p in fs.find(path) if not _hidden(p[len(path) :]))
         return [unstrip(fs, p) for p in matches]
     return [unstrip(fs, path)]
