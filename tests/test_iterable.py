@@ -188,3 +188,48 @@ def test_stream_errors_name_the_problem(files, tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"nope")
     with pytest.raises(ValueError, match=r"bad.parquet"):
         list(IterableDataset.from_files([str(tmp_path / "bad.parquet")], split_row_groups=False))
+
+
+def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monkeypatch):
+    import threading
+
+    from jaxfeed import iterable
+
+    readers: list[str] = []
+    read = iterable.Source.read
+
+    def spy(self, unit, skip, *args):
+        readers.append(threading.current_thread().name)
+        return read(self, unit, skip, *args)
+
+    monkeypatch.setattr(iterable.Source, "read", spy)
+    ids = load_dataset("parquet", data_files=files, split="train", streaming=True)
+    assert rows(ids) == list(range(120))  # 12 row-group units, in order
+    assert len(readers) == 12 and sum(n.startswith("jaxfeed-read") for n in readers) == 11
+    readers.clear()
+    it = iter(ids)
+    assert [next(it)["x"] for _ in range(15)] == list(range(15))
+    del it  # abandoned mid-stream: the read-ahead threads end
+    for _ in range(100):
+        if not any(t.name.startswith("jaxfeed-read") for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.01)
+    assert not any(t.name.startswith("jaxfeed-read") for t in threading.enumerate())
+    readers.clear()
+    monkeypatch.setattr(iterable, "READ_AHEAD_BYTES", 1)  # every unit is "too large"
+    assert rows(ids) == list(range(120))
+    assert readers == [threading.current_thread().name] * 12
+
+
+def test_a_broken_unit_read_ahead_fails_in_its_turn(files, tmp_path):
+    bad = tmp_path / "zz-bad.parquet"
+    pq.write_table(pa.table({"x": np.arange(5), "y": np.zeros(5), "s": ["a"] * 5}), bad)
+    data = bytearray(bad.read_bytes())
+    data[8:40] = b"\xff" * 32  # corrupt the first column chunk, keep the footer
+    bad.write_bytes(bytes(data))
+    ids = load_dataset("parquet", data_files=[*files, str(bad)], split="train", streaming=True)
+    seen = []
+    with pytest.raises((OSError, ValueError), match=r"zz-bad\.parquet"):
+        for row in ids:
+            seen.append(row["x"])
+    assert seen == list(range(120))  # every row before the broken file, in order

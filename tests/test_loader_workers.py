@@ -172,6 +172,52 @@ def test_process_workers_match_inline_resume_and_clean_up():
     assert not leftover_segments(prefix) and not multiprocessing.active_children()
 
 
+def uneven(row):
+    i = int(row["id"])
+    return {
+        "id": row["id"],
+        "vec": np.arange(3 if i % 5 != 2 else 2, dtype=np.float32) + i,  # one ragged row per batch
+        "mixed": np.int32(i) if i % 5 != 3 else np.float64(i + 0.5),  # a row of another dtype
+        "name": f"row{i}",
+        "flat": row["image"].reshape(-1)[:4].astype(np.int16),  # same shape everywhere
+    }
+
+
+def plus_one(batch):
+    batch["flat"] += 1  # edits the built buffer in place: the copy into the slot must see it
+    return batch
+
+
+def plain(value):
+    return [plain(x) for x in value] if isinstance(value, list) else np.asarray(value).tolist()
+
+
+@pytest.mark.parametrize("transform", [None, plus_one])
+def test_rows_that_stop_matching_become_lists_in_every_mode(transform):
+    def run(num_workers):
+        loader = DataLoader(
+            image_ds()[0], 5, row_transform=uneven, transform=transform, num_workers=num_workers
+        )
+        with loader:
+            return [{k: plain(v) for k, v in b.items()} for b in loader]
+
+    inline, workers = run(0), run(2)
+    assert len(inline) == 5
+    first = inline[0]
+    assert first["vec"] == [[0, 1, 2], [1, 2, 3], [2, 3], [3, 4, 5], [4, 5, 6]]
+    assert [float(x) for x in first["mixed"]] == [0, 1, 2, 3.5, 4]
+    assert first["name"] == [f"row{i}" for i in range(5)]
+    pixels = image_ds()[1]
+    bump = 1 if transform else 0
+    for b, got in enumerate(workers):
+        want = inline[b]
+        assert got["vec"] == want["vec"] and got["name"] == want["name"]
+        assert [float(x) for x in got["mixed"]] == [float(x) for x in want["mixed"]]
+        expected = pixels[5 * b : 5 * b + 5].reshape(-1, 8 * 8 * 3)[:, :4].astype(np.int16) + bump
+        assert got["flat"] == want["flat"] == expected.tolist()
+        assert got["id"] == list(range(5 * b, min(5 * b + 5, 22)))
+
+
 @pytest.mark.slow
 def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up():
     ds, _ = image_ds(corrupt=13)

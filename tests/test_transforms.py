@@ -71,3 +71,28 @@ def test_compose_as_row_transform_in_the_loader():
     again = list(DataLoader(ds, batch_size=4, shuffle=True, seed=1, row_transform=augment))
     for a, b in zip(batches, again, strict=True):
         np.testing.assert_array_equal(np.asarray(a["image"]), np.asarray(b["image"]))
+
+
+@pytest.mark.parametrize("view", ["whole", "flipped", "cropped", "strided", "gray", "float"])
+def test_normalize_gives_the_formula_bit_for_bit_on_any_view(view):
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    x = {
+        "whole": image,
+        "flipped": image[:, ::-1],
+        "cropped": image[3:20, 5:33],
+        "strided": image[::2, ::3],
+        "gray": image[:, :, 0],
+        "float": image.astype(np.float32)[:, ::-1],
+    }[view]
+    t = T.normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)
+    scale = np.float32(1 / 255 if x.dtype == np.uint8 else 1.0)
+    std, mean = np.float32(T.IMAGENET_STD), np.float32(T.IMAGENET_MEAN)
+    if x.ndim == 2:  # one channel: scalar statistics
+        t = T.normalize(0.5, 0.25)
+        std, mean = np.float32(0.25), np.float32(0.5)
+    want = np.multiply(x, scale / std, dtype=np.float32)
+    want += -mean / std
+    got = t(x)
+    assert got.dtype == np.float32 and got.shape == x.shape and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)

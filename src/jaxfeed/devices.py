@@ -129,6 +129,8 @@ def _shard_indices(sharding: Sharding, shape: tuple[int, ...]) -> tuple[list, li
 
 
 _INDEX_CACHE: dict = {}
+_AVALS: dict = {}
+_SINGLE: dict = {}
 
 
 def device_put(
@@ -164,9 +166,19 @@ def _put_one(x: np.ndarray, placement: Placement, fast: Any, copy: bool = False)
         )
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
-    aval = shaped_array(x.shape, x.dtype)
+    # Avals and single-device shardings are immutable: made once per shape / device (each costs
+    # as much as the transfer of a small batch).
+    key = (x.shape, x.dtype)
+    aval = _AVALS.get(key)
+    if aval is None:
+        if len(_AVALS) > 1024:
+            _AVALS.clear()
+        aval = _AVALS[key] = shaped_array(x.shape, x.dtype)
     if isinstance(placement, jax.Device):
-        return put(aval, SingleDeviceSharding(placement), [x], [placement], True, copy)
+        sharding = _SINGLE.get(placement)
+        if sharding is None:
+            sharding = _SINGLE[placement] = SingleDeviceSharding(placement)
+        return put(aval, sharding, [x], [placement], True, copy)
     devices, indices = _shard_indices(placement, x.shape)
     return put(aval, placement, [x[i] for i in indices], devices, True, copy)
 
@@ -198,6 +210,14 @@ def put_tree(
     stay as they are. In multi-process JAX, a sharding spanning other processes' devices takes this
     process's rows and assembles global arrays with ``jax.make_array_from_process_local_data``.
     """
+    if isinstance(placement, jax.Device) and all(type(v) is np.ndarray for v in tree.values()):
+        fast = _load_fast_put()  # the common case, a dict of arrays for one device: no tree walk
+        if fast:
+            try:
+                return {k: _put_one(v, placement, fast, copy) for k, v in tree.items()}
+            except Exception:
+                global _fast_put
+                _fast_put = False
     leaves: list[np.ndarray] = []
     where: list[Any] = []
     flat = replicated(placement)

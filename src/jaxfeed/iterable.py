@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,9 @@ from jaxfeed.io.files import file_format
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
 STATE_VERSION = 1
+READ_AHEAD_UNITS = 2  # Parquet units (row groups, files) decoding in threads ahead of the stream
+READ_AHEAD_BYTES = 64 << 20  # ...holding at most this many uncompressed bytes
+FIRST_BYTES = 1 << 19  # tables of the first unit a stream reads (later ones: io.batches' size)
 
 
 # ---------------------------------------------------------------------------------- sources
@@ -82,8 +86,9 @@ class Source:
         rng = np.random.default_rng(_seed(self.shuffle_seed, epoch, 1))
         return [self.units[i] for i in rng.permutation(len(self.units))]
 
-    def read(self, unit: Unit, skip: int) -> Iterator[pa.Table]:
-        """The unit's rows after its first ``skip`` rows, as tables of a few MB."""
+    def read(self, unit: Unit, skip: int, batch_bytes: int | None = None) -> Iterator[pa.Table]:
+        """The unit's rows after its first ``skip`` rows, as tables of a few MB (about
+        ``batch_bytes`` for files)."""
         if unit.generator:
             yield from self._generated(skip)
             return
@@ -98,14 +103,18 @@ class Source:
         parquet = (self.fmt or file_format(unit.path)) == "parquet"
         if skip and parquet:
             row_groups, skip = self._skip_row_groups(unit, skip)
-        for batch in file_batches(
-            unit.path,
-            self.fmt,
-            columns=self.columns,
-            row_groups=row_groups,
-            storage_options=self.storage_options,
-            metadata=self.footer(unit.path) if parquet else None,
-        ):
+        batches = (
+            self._parquet_batches(unit.path, row_groups, batch_bytes)
+            if parquet
+            else file_batches(
+                unit.path,
+                self.fmt,
+                columns=self.columns,
+                storage_options=self.storage_options,
+                batch_bytes=batch_bytes,
+            )
+        )
+        for batch in batches:
             if skip >= batch.num_rows:
                 skip -= batch.num_rows
                 continue
@@ -128,6 +137,59 @@ class Source:
                 rows = []
         if rows:
             yield Dataset.from_list(rows, features=features).data
+
+    def read_ahead(self, units: list[Unit], skip: int) -> Iterator[Iterator[pa.Table]]:
+        """:meth:`read` for each of ``units`` in turn (``skip`` applies to the first), while the
+        next few Parquet units decode in threads (Parquet decoding releases the GIL, so a stream
+        reads with more than one core). At most ``READ_AHEAD_UNITS`` units and
+        ``READ_AHEAD_BYTES`` (uncompressed) are decoded ahead; larger units are read lazily."""
+        sizes: dict[int, int] = {}
+
+        def size(k: int) -> int:  # footers are read only for the units about to be read
+            if k not in sizes:
+                sizes[k] = self._ahead_bytes(units[k])
+            return sizes[k]
+
+        with ThreadPoolExecutor(READ_AHEAD_UNITS, thread_name_prefix="jaxfeed-read") as pool:
+            ahead: dict[int, Any] = {}
+            try:
+                for i, unit in enumerate(units):
+                    j, held = i + 1, sum(size(k) for k in ahead)
+                    while j < len(units) and j <= i + READ_AHEAD_UNITS:
+                        if j not in ahead and size(j) and held + size(j) <= READ_AHEAD_BYTES:
+                            ahead[j] = pool.submit(lambda u=units[j]: list(self.read(u, 0)))
+                            held += size(j)
+                        j += 1
+                    if i in ahead:
+                        yield iter(ahead.pop(i).result())
+                    else:  # the first unit comes in small tables: the first rows come sooner
+                        yield self.read(unit, skip, FIRST_BYTES if i == 0 else None)
+                    skip = 0
+            finally:  # abandoned: do not decode what is still queued
+                for future in ahead.values():
+                    future.cancel()
+
+    def _ahead_bytes(self, unit: Unit) -> int:
+        """Uncompressed bytes of a Parquet unit (0: not decoded ahead)."""
+        if unit.path is None or (self.fmt or file_format(unit.path)) != "parquet":
+            return 0
+        meta = self.footer(unit.path)
+        groups = range(meta.num_row_groups) if unit.row_groups is None else unit.row_groups
+        total = sum(meta.row_group(g).total_byte_size for g in groups)
+        return total if 0 < total <= READ_AHEAD_BYTES else 0
+
+    def _parquet_batches(
+        self, path: str, row_groups: list[int] | None, batch_bytes: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        return file_batches(
+            path,
+            self.fmt,
+            columns=self.columns,
+            row_groups=row_groups,
+            batch_bytes=batch_bytes,
+            storage_options=self.storage_options,
+            metadata=self.footer(path),
+        )
 
     def _skip_row_groups(self, unit: Unit, skip: int) -> tuple[list[int], int]:
         meta = self.footer(unit.path)
@@ -169,8 +231,8 @@ class _SourceStage:
 
     def run(self) -> Iterator[pa.Table]:
         stride = self.source.stride
-        while self.unit < len(self.units):
-            for table in self.source.read(self.units[self.unit], self.offset):
+        for tables in self.source.read_ahead(self.units[self.unit :], self.offset):
+            for table in tables:
                 start = self.row
                 self.offset += table.num_rows
                 self.row += table.num_rows

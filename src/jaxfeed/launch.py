@@ -3,15 +3,22 @@
 Each process gets ``JAXFEED_COORDINATOR``, ``JAXFEED_NUM_PROCESSES`` and ``JAXFEED_PROCESS_ID``
 (read by :func:`jaxfeed.distributed.initialize`); their output is prefixed with their index; when
 one fails the others are stopped.
+
+Preemption: a SIGTERM sent to the launcher (what schedulers send) is passed on to every process,
+so each saves its preemption checkpoint, and the launcher exits with their status (143). Ctrl-C
+in a terminal already reaches every process of the foreground group: the launcher then waits for
+them to save and exit (a second Ctrl-C stops them).
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 
 
@@ -23,7 +30,16 @@ def launch(
     devices_per_process: int | None = None,
 ) -> int:
     """Run ``cmd`` as processes 0..N-1 of one job on 127.0.0.1; prefix their output; stop all if
-    one fails. Returns 0 when every process exited with 0, else 1."""
+    one fails; pass SIGTERM on. Returns 0 when every process exited with 0, 143 (130) when they
+    stopped for a SIGTERM (Ctrl-C) after saving, else 1.
+
+    >>> import sys
+    >>> launch([sys.executable, "-c", "print('hi')"], 2)  # doctest: +ELLIPSIS
+    launched 2 processes (pids ...), coordinator 127.0.0.1:...
+    [...] hi
+    [...] hi
+    0
+    """
     cmd = list(cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -60,6 +76,40 @@ def launch(
         f"launched {num_processes} processes (pids {pids}), coordinator 127.0.0.1:{port}",
         flush=True,
     )
+    signals: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals.append(signum)
+        if signum == signal.SIGINT and signals.count(signal.SIGINT) == 1:
+            return  # the terminal sent it to the whole group: the processes have it already
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, on_signal) for s in handled}
+    try:
+        failed = _follow(procs)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    codes = {p.returncode for p in procs}
+    if failed or not codes <= {0, *_STOPPED}:
+        return 1
+    if codes & {143, -signal.SIGTERM}:
+        return 143
+    return 130 if codes & {130, -signal.SIGINT} else 0
+
+
+# exit statuses of a process stopped by SIGTERM or Ctrl-C, after saving (130, 143) or not
+_STOPPED = (130, 143, -signal.SIGINT, -signal.SIGTERM)
+
+
+def _follow(procs: list[subprocess.Popen]) -> bool:
+    """Print the processes' output prefixed with their index until they all end; stop the others
+    when one fails. Returns whether one failed (other than by a preemption exit)."""
     selector = selectors.DefaultSelector()
     for i, proc in enumerate(procs):
         selector.register(proc.stdout, selectors.EVENT_READ, i)
@@ -75,7 +125,7 @@ def launch(
             print(f"[{key.data}] {line}", end="", flush=True)
         for i, proc in enumerate(procs):
             code = proc.poll()
-            if code not in (None, 0) and not failed:
+            if code not in (None, 0, *_STOPPED) and not failed:
                 failed = True
                 print(f"jaxfeed launch: process {i} (pid {proc.pid}) exited with status {code}; stopping the others",
                       file=sys.stderr, flush=True)  # fmt: skip
@@ -88,4 +138,4 @@ def launch(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return 1 if failed or any(p.returncode for p in procs) else 0
+    return failed

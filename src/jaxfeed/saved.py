@@ -226,7 +226,7 @@ def _save_remote(write: Any, url: str, storage_options: dict | None) -> None:
     """Write the folder locally, then upload it: data files first, the JSON that points at them
     last. Each object is replaced atomically, so a crash mid-upload leaves the previous save's
     ``state.json`` in place (object stores have no atomic folder rename)."""
-    fs, inner = remote.filesystem(url, storage_options)
+    fs, inner = remote.writable_filesystem(url, storage_options)
     inner = inner.rstrip("/")
     with tempfile.TemporaryDirectory(prefix="jaxfeed-save-") as tmp:
         local = Path(tmp)

@@ -1,11 +1,12 @@
 """`StreamingDataLoader`: ``jax.Array`` batches from an :class:`~jaxfeed.IterableDataset`.
 
-``DataLoader(iterable_dataset, batch_size, ...)`` builds one of these. A background thread reads
-the stream (Arrow tables of a few MB), cuts exact batches, converts them to numpy without per-row
-Python work, applies the optional ``transform`` and moves each batch to its device or sharding in
-one call, ``prefetch`` batches ahead. In multi-process JAX with a sharding that spans processes,
-each process reads only its own files / row groups (:func:`jaxfeed.split_dataset_by_node`) and
-loads only its block of every global batch.
+``DataLoader(iterable_dataset, batch_size, ...)`` builds one of these. A read-ahead thread reads
+the stream (Arrow tables of a few MB) and converts each table to numpy without per-row Python work
+(media columns decode there too); the consuming thread cuts exact batches from those columns,
+applies the optional ``transform`` and moves each batch to its device or sharding in one call,
+``prefetch`` batches ahead. In multi-process JAX with a sharding that spans processes, each
+process reads only its own files / row groups (:func:`jaxfeed.split_dataset_by_node`) and loads
+only its block of every global batch.
 
 ``state_dict()`` records the stream's position after the last batch *handed out* (prefetched
 batches are not counted): the source's file and row, each step's counters, and the rows held in
@@ -15,6 +16,7 @@ exactly the batches an uninterrupted run would have produced.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -42,6 +44,7 @@ _CANONICAL = {
     np.dtype(t) for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")
 }
 _END = object()
+_READ_AHEAD = 2  # decoded tables (a few MB each) read ahead of the batches
 
 
 class StreamingDataLoader:
@@ -92,7 +95,7 @@ class StreamingDataLoader:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         if num_workers:
             raise ValueError(
-                "num_workers is not supported for streams: media columns decode in the prefetch "
+                "num_workers is not supported for streams: media columns decode in the read-ahead "
                 "thread; use dataset.map(..., batched=True) for heavy per-row work"
             )
         if device is not None and sharding is not None:
@@ -174,27 +177,42 @@ class StreamingDataLoader:
         self._iterator = _Iterator(self, self._snapshot, self._epoch, self._position)
         return self._iterator
 
-    def _batches(self, resume: dict | None, epoch: int) -> Iterator[tuple[dict, dict]]:
-        """``(numpy columns of one batch, stream position after it)`` for one epoch; the
-        position of the epoch's final batch says ``last`` (one batch is held back to know it).
+    def _tables(self, resume: dict | None, epoch: int) -> Iterator[tuple]:
+        """``(table, its decoded numpy columns, stream position after it)`` for one epoch, the
+        rows left pending by ``resume`` first, then ``(None, None, final position)``.
 
-        Each table of the stream (a few MB) is decoded once: fixed-shape columns are zero-copy
-        views, and batches are slices of them; only a batch spanning two tables is copied.
+        This is the reading half (Parquet decoding, ``map``, shuffle buffers, media decoding):
+        it runs in the read-ahead thread, one hand-over per table of a few MB.
         """
         ds = self.dataset
         ds.set_epoch(epoch)
         stream = Stream(ds, resume["stream"] if resume else None)
+        features: dict[bytes, Features] = {}
+        for table in itertools.chain(resume["pending"] if resume else [], stream):
+            if table.num_rows:
+                cols = _decode(table, features)
+                if self.transform is None:  # the jax dtypes now, once per table, not per batch
+                    cols = _host(cols)
+                yield table, cols, stream.snapshot()
+        yield None, None, stream.snapshot()
+
+    def _batches(self, tables: Iterator[tuple]) -> Iterator[tuple[dict, dict]]:
+        """``(numpy columns of one batch, stream position after it)`` cut from ``tables``
+        (:meth:`_tables`); the position of the epoch's final batch says ``last`` (one batch is
+        held back to know it).
+
+        Fixed-shape columns are zero-copy views of the table, and batches are slices of them;
+        only a batch spanning two tables is copied.
+        """
         size = self.rows_per_batch
-        features: dict[str, Features] = {}
         carry: dict[str, Any] | None = None  # rows short of a batch, decoded
         count = 0
         held: tuple[dict, dict] | None = None
-        left = resume["pending"] if resume else []
-        for table in itertools.chain(left, stream):  # first the rows left pending
+        snap = None
+        for table, cols, snap in tables:
+            if table is None:
+                break
             n = table.num_rows
-            if not n:
-                continue
-            cols = _decode(table, features)
             pos = 0
             if carry is not None:
                 need = size - count
@@ -204,30 +222,21 @@ class StreamingDataLoader:
                 batch, pos, carry, count = _join(carry, _cut(cols, 0, need)), need, None, 0
                 if held is not None:
                     yield held
-                held = (batch, self._position_after(stream, table, pos))
+                held = (batch, _position_after(snap, table, pos))
             while n - pos >= size:
                 batch = _cut(cols, pos, pos + size)
                 pos += size
                 if held is not None:
                     yield held
-                held = (batch, self._position_after(stream, table, pos))
+                held = (batch, _position_after(snap, table, pos))
             if pos < n:
                 carry, count = _cut(cols, pos, n), n - pos
         if carry is not None and not self.drop_last:
             if held is not None:
                 yield held
-            held = (carry, {"stream": stream.snapshot(), "pending": []})
+            held = (carry, {"stream": snap, "pending": []})
         if held is not None:
             yield held[0], {**held[1], "last": True}
-
-    @staticmethod
-    def _position_after(stream: Stream, table: pa.Table, pos: int) -> dict:
-        rest = table.slice(pos)
-        return {
-            "stream": stream.snapshot(),
-            "pending": [rest] if rest.num_rows else [],
-            "last": False,
-        }
 
     def _to_device(self, batch: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
         if self.transform is not None:
@@ -240,13 +249,8 @@ class StreamingDataLoader:
                 raise TypeError(
                     f"transform must return a dict of columns, got {type(batch).__name__}"
                 )
-        host = {
-            k: v
-            if type(v) is np.ndarray and v.dtype in _CANONICAL
-            else to_host(v, k, int, None, keep_ints=True)
-            for k, v in batch.items()
-        }
-        return put_tree(host, self.placement, batched=True)
+            batch = _host(batch)
+        return put_tree(batch, self.placement, batched=True)
 
     def _close(self) -> None:
         if self._iterator is not None:
@@ -254,7 +258,7 @@ class StreamingDataLoader:
             self._iterator = None
 
     def close(self) -> None:
-        """Stop the prefetch thread."""
+        """Stop the read-ahead thread."""
         self._close()
 
     def __enter__(self) -> StreamingDataLoader:
@@ -268,6 +272,21 @@ class StreamingDataLoader:
             self._close()
         except Exception:
             pass
+
+
+def _host(cols: dict[str, Any]) -> dict[str, Any]:
+    """Columns in the dtypes the jax format gives (e.g. int64 -> int32 without x64)."""
+    return {
+        k: v
+        if type(v) is np.ndarray and v.dtype in _CANONICAL
+        else to_host(v, k, int, None, keep_ints=True)
+        for k, v in cols.items()
+    }
+
+
+def _position_after(snap: dict, table: pa.Table, pos: int) -> dict:
+    rest = table.slice(pos)
+    return {"stream": snap, "pending": [rest] if rest.num_rows else [], "last": False}
 
 
 def _decode(table: pa.Table, features: dict[str, Features]) -> dict[str, Any]:
@@ -311,40 +330,40 @@ def _local_block(placement: Placement, rows: int) -> int | None:
 
 
 class _Iterator:
-    """One epoch: batches built ``prefetch`` ahead in a thread, each with its stream position."""
+    """One epoch. A read-ahead thread reads and decodes the stream's tables (a few MB each, at
+    most ``_READ_AHEAD`` ahead); this thread cuts batches and keeps ``prefetch`` of them on the
+    device ahead of the consumer (``device_put`` is asynchronous on accelerators).
+
+    Handing over whole tables rather than batches matters: a thread hand-over costs a GIL
+    switch, which per 256-row batch cost more than the batch itself.
+    """
 
     def __init__(
         self, loader: StreamingDataLoader, resume: dict | None, epoch: int, step: int
     ) -> None:
         self.loader = loader
-        self.resume = resume
         self.epoch = epoch
         self.step = step
-        self.features: dict[bytes, Features] = {}
         self.stop = threading.Event()
         self.done = False
         self.queue: queue.Queue | None = None
         self.thread: threading.Thread | None = None
-        self.inline: Iterator | None = None
+        tables = loader._tables(resume, epoch)
         if loader.prefetch > 0:
-            self.queue = queue.Queue(maxsize=loader.prefetch)
-            self.thread = threading.Thread(target=self._run, name="jaxfeed-stream", daemon=True)
+            self.queue = queue.Queue(maxsize=_READ_AHEAD)
+            self.thread = threading.Thread(
+                target=self._run, args=(tables,), name="jaxfeed-stream", daemon=True
+            )
             self.thread.start()
-        else:
-            self.inline = self._produce()
+            tables = self._received()
+        self.batches = loader._batches(tables)
+        self.ready: collections.deque = collections.deque()  # (device batch, position)
 
-    def _produce(self) -> Iterator[tuple[dict, dict]]:
-        step = self.step
-        for batch, position in self.loader._batches(self.resume, self.epoch):
-            yield self.loader._to_device(batch, self.epoch, step), position
-            step += 1
-
-    def _run(self) -> None:
+    def _run(self, tables: Iterator[tuple]) -> None:
         try:
-            for item in self._produce():
+            for item in tables:
                 if not self._put(item):
                     return
-            self._put(_END)
         except BaseException as err:
             self._put(err)
 
@@ -357,32 +376,53 @@ class _Iterator:
                 continue
         return False
 
+    def _received(self) -> Iterator[tuple]:
+        while True:
+            item = self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item[0] is None:
+                return
+
+    def _fill(self) -> None:
+        """Put batches on the device until ``prefetch`` wait beyond the one handed out next."""
+        while len(self.ready) <= self.loader.prefetch:
+            item = next(self.batches, _END)
+            if item is _END:
+                return
+            batch, position = item
+            step = self.step + len(self.ready)
+            self.ready.append((self.loader._to_device(batch, self.epoch, step), position))
+
     def __iter__(self) -> _Iterator:
         return self
 
     def __next__(self) -> dict[str, Any]:
         if self.done:
             raise StopIteration
-        item = next(self.inline, _END) if self.inline is not None else self.queue.get()
-        if item is _END:
+        try:
+            self._fill()
+        except BaseException:
             self.done = True
             self.close()
-            loader = self.loader
+            raise
+        loader = self.loader
+        if not self.ready:
+            self.done = True
+            self.close()
             if loader._snapshot is None or not loader._snapshot["last"]:  # an empty epoch
                 loader._snapshot = {"stream": None, "pending": [], "last": True}
             raise StopIteration
-        if isinstance(item, BaseException):
-            self.done = True
-            self.close()
-            raise item
-        batch, position = item
-        loader = self.loader
+        batch, position = self.ready.popleft()
+        self.step += 1
         loader._position += 1
         loader._snapshot = position
         return batch
 
     def close(self) -> None:
         self.stop.set()
+        self.ready.clear()
         if self.thread is not None and self.thread is not threading.current_thread():
             while self.queue is not None and not self.queue.empty():
                 try:

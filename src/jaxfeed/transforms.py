@@ -309,6 +309,7 @@ class _Normalize(Transform):
         if np.any(self.std == 0):
             raise ValueError(f"normalize: std must not be zero, got {std}")
         self.scale, self.dtype, self.column = scale, np.dtype(dtype), column
+        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # factors tiled over a row
 
     def apply(self, image, rng):
         scale = self.scale
@@ -321,9 +322,33 @@ class _Normalize(Transform):
                 f"normalize: {factor.shape[0]} mean/std values for an image of "
                 f"{image.shape[2]} channels"
             )
+        if image.ndim == 3 and factor.size > 1:
+            # Broadcasting over a 3-long channel axis runs numpy's inner loop 3 elements at a
+            # time (7x slower): work on (H, W*C) rows against factors tiled W times instead.
+            h, w, c = image.shape
+            key = (w, c, float(scale))
+            row = self._rows.get(key)
+            if row is None:
+                row = self._rows[key] = (np.tile(factor, w), np.tile(offset, w))
+            out = np.multiply(_contiguous(image).reshape(h, w * c), row[0], dtype=self.dtype)
+            out += row[1]
+            return out.reshape(h, w, c)
         out = np.multiply(image, factor, dtype=self.dtype)
         out += offset
         return out
+
+
+def _contiguous(image: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of an (H, W, C) view (e.g. flipped), one channel at a time: 6x faster
+    than ``np.ascontiguousarray`` for 3 channels, for the same reason as above."""
+    if image.flags.c_contiguous:
+        return image
+    if image.shape[2] > 4:
+        return np.ascontiguousarray(image)
+    out = np.empty(image.shape, image.dtype)
+    for c in range(image.shape[2]):
+        out[:, :, c] = image[:, :, c]
+    return out
 
 
 def normalize(

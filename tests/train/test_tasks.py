@@ -268,3 +268,13 @@ def test_unlabelled_rows_are_left_out_and_bad_labels_refused():
         trainer.fit(DataLoader(wrong, 8), epochs=1)
     with pytest.raises(ValueError, match=r"label 57 in the eval data is outside"):
         trainer.evaluate(DataLoader(wrong, 8))
+
+
+def test_predict_takes_numpy_batches_and_names_a_column_that_is_not_an_array():
+    trainer = Trainer(Linear(4, 2, rngs=nnx.Rngs(0)), optax.adam(1e-3), inputs="x", targets=None)
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    from_numpy = trainer.predict({"x": x})
+    assert isinstance(from_numpy, jax.Array) and from_numpy.shape == (5, 2)
+    np.testing.assert_allclose(from_numpy, trainer.predict({"x": jnp.asarray(x)}), rtol=1e-6)
+    with pytest.raises(KeyError, match="'x' is a list, not an array"):
+        trainer.predict({"x": [f"row {i}" for i in range(5)]})

@@ -411,7 +411,7 @@ def fetch_folder(
     The copy is keyed by the URL and every file's size and ETag (or modification time), so an
     unchanged folder is downloaded once and a re-saved one again.
     """
-    fs, inner = remote.filesystem(url, storage_options)
+    fs, inner = remote.listing_filesystem(url, storage_options)
     inner = inner.rstrip("/")
     found = sorted(fs.find(inner, detail=True).items())
     if not found:

@@ -21,7 +21,8 @@ from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
-from jaxfeed.remote import expand, filesystem, is_remote
+from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
+from jaxfeed.remote import info as remote_info
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
@@ -57,7 +58,7 @@ def load_dataset(
     files reuse it (a file added, changed or removed makes a new one). Local Arrow files are
     memory-mapped in place. ``keep_in_memory=True`` builds the dataset in RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
-    fsspec (see :mod:`jaxfeed.io.remote`).
+    fsspec (see :mod:`jaxfeed.remote`).
 
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
@@ -76,6 +77,7 @@ def load_dataset(
             path, folder, features, cache_dir=cache_dir, keep_in_memory=keep_in_memory
         )
     else:
+        storage_options = with_hub_token(storage_options, token)  # hf:// URLs get token=
         files, fmt = _resolve_files(
             path, name, data_files, data_dir, cache_dir, revision, token, storage_options
         )
@@ -270,12 +272,13 @@ def _remote(
     from jaxfeed.io.disk import load_from_disk
 
     fs, inner = filesystem(url, storage_options)
-    if fs.isfile(inner):
+    found = remote_info(fs, inner, url)  # one request; raises if the server is unreachable
+    if found is None:
+        raise FileNotFoundError(f"cannot find dataset {url!r}: no such remote file or folder")
+    if found.get("type") != "directory":
         if data_files is not None:
             raise ValueError("give either a file as path or data_files=, not both")
         return {"train": [url]}, file_format(url)
-    if not fs.isdir(inner):
-        raise FileNotFoundError(f"cannot find dataset {url!r}: no such remote file or folder")
     if fs.isfile(f"{inner}/state.json") or fs.isfile(f"{inner}/dataset_dict.json"):
         return load_from_disk(url, storage_options=storage_options), None
     base = url.rstrip("/") + ("/" + data_dir.strip("/") if data_dir else "")

@@ -50,10 +50,15 @@ class BatchPlacement:
         self.placement = None
 
     def arrays(self, batch: dict[str, Any], role: str = "predict") -> dict[str, jax.Array]:
-        """The batch's ``jax.Array`` columns (others dropped), on meshes with Auto axes."""
+        """The batch's array columns as ``jax.Array`` (numpy arrays a user built are moved to the
+        default device; strings and other values are dropped), on meshes with Auto axes."""
         out = {}
+        other = {}
         for key, value in batch.items():
+            if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
+                value = jnp.asarray(value)
             if not isinstance(value, jax.Array):
+                other[key] = type(value).__name__
                 continue
             sharding = value.sharding
             if isinstance(sharding, jax.sharding.NamedSharding) and _explicit(sharding.mesh):
@@ -64,7 +69,12 @@ class BatchPlacement:
             required.append(self.targets)
         if any(c not in out for c in required):
             wanted = ", ".join(f"{c!r} ({self.hints.get(c, 'a column')})" for c in required)
-            raise KeyError(f"the batch needs the columns {wanted}; it has {sorted(out)}")
+            not_arrays = "".join(
+                f"; {c!r} is a {other[c]}, not an array" for c in required if c in other
+            )
+            raise KeyError(
+                f"the batch needs the columns {wanted}; it has the arrays {sorted(out)}{not_arrays}"
+            )
         return out
 
     def _auto_sharding(self, sharding: jax.sharding.NamedSharding) -> Any:
