@@ -159,14 +159,15 @@ def _convert(
 def cached_dataset(
     payload: dict[str, Any],
     batches: Callable[[], Iterable[pa.RecordBatch]],
-    features: Features,
+    features: Features | Callable[[], Features],
     cache_dir: str | os.PathLike | None = None,
     sources: Any = None,
 ) -> Dataset:
     """A dataset written once into the cache from the record batches ``batches()`` yields (all
     with ``features``' schema), then memory-mapped. ``payload`` (JSON-able) says what the data are
     made from, files' sizes and modification times included: the same payload maps the existing
-    cache without calling ``batches``; ``sources`` is recorded in ``info.json``. Built-in and
+    cache without calling ``batches`` (nor ``features``, when it is a function computing them);
+    ``sources`` is recorded in ``info.json``. Built-in and
     folder datasets are cached through here.
 
     >>> import tempfile, pyarrow as pa
@@ -182,8 +183,9 @@ def cached_dataset(
     if not (folder / "info.json").is_file():
 
         def fill(tmp: Path) -> dict[str, Any]:
-            rows = write_batches(tmp / DATA_FILE, batches(), features)
-            return {"features": features.to_dict(), "num_rows": rows, "sources": sources}
+            schema = features() if callable(features) else features
+            rows = write_batches(tmp / DATA_FILE, batches(), schema)
+            return {"features": schema.to_dict(), "num_rows": rows, "sources": sources}
 
         _publish(folder, fill)
     return _open(folder)

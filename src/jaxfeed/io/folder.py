@@ -13,6 +13,7 @@ times (see :func:`load_folder`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -114,12 +115,25 @@ def load_folder(
     names = sorted(set().union(*(scan.parents for scan in scans.values()))) if labelled else []
     out = {}
     for split, folder in split_dirs.items():
-        build = _SplitBuilder(
-            kind, column, root, folder, extensions, labelled, names, features, scans[split]
+        # built on a cache miss only: the metadata file is read and joined then
+        build = functools.cache(
+            functools.partial(
+                _SplitBuilder,
+                kind,
+                column,
+                root,
+                folder,
+                extensions,
+                labelled,
+                names,
+                features,
+                scans[split],
+            )
         )
         if keep_in_memory:
-            table = pa.Table.from_batches(list(build.batches()), build.features.arrow_schema)
-            out[split] = Dataset(table, build.features)
+            built = build()
+            table = pa.Table.from_batches(list(built.batches()), built.features.arrow_schema)
+            out[split] = Dataset(table, built.features)
             continue
         meta = metadata_files[split]
         payload = {
@@ -133,7 +147,11 @@ def load_folder(
             "metadata": None if meta is None else _identity(meta),
         }
         out[split] = cached_dataset(
-            payload, build.batches, build.features, cache_dir, sources=str(folder)
+            payload,
+            lambda build=build: build().batches(),
+            lambda build=build: build().features,
+            cache_dir,
+            sources=str(folder),
         )
     return out
 
