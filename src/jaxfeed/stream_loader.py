@@ -125,7 +125,7 @@ class StreamingDataLoader:
         self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of this epoch handed out
-        self._snapshot: dict | None = None  # stream position after the last batch handed out
+        self._snapshot: dict | _After | None = None  # position after the last batch handed out
         self._iterator: _Iterator | None = None
 
     # ------------------------------------------------------------------ state
@@ -148,7 +148,7 @@ class StreamingDataLoader:
             "batch_size": self.batch_size,
             "seed": self.seed,
             "drop_last": self.drop_last,
-            "stream": None if self._snapshot is None else encode_state(self._snapshot),
+            "stream": None if self._snapshot is None else encode_state(_as_dict(self._snapshot)),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -174,7 +174,7 @@ class StreamingDataLoader:
         self._close()
         if self._snapshot is not None and self._snapshot["last"]:  # the epoch was read to its end
             self._epoch, self._position, self._snapshot = self._epoch + 1, 0, None
-        self._iterator = _Iterator(self, self._snapshot, self._epoch, self._position)
+        self._iterator = _Iterator(self, _as_dict(self._snapshot), self._epoch, self._position)
         return self._iterator
 
     def _tables(self, resume: dict | None, epoch: int) -> Iterator[tuple]:
@@ -222,21 +222,22 @@ class StreamingDataLoader:
                 batch, pos, carry, count = _join(carry, _cut(cols, 0, need)), need, None, 0
                 if held is not None:
                     yield held
-                held = (batch, _position_after(snap, table, pos))
+                held = (batch, _After(snap, table, pos))
             while n - pos >= size:
                 batch = _cut(cols, pos, pos + size)
                 pos += size
                 if held is not None:
                     yield held
-                held = (batch, _position_after(snap, table, pos))
+                held = (batch, _After(snap, table, pos))
             if pos < n:
                 carry, count = _cut(cols, pos, n), n - pos
         if carry is not None and not self.drop_last:
             if held is not None:
                 yield held
-            held = (carry, {"stream": snap, "pending": []})
+            held = (carry, _After(snap, None, 0))
         if held is not None:
-            yield held[0], {**held[1], "last": True}
+            held[1].last = True
+            yield held
 
     def _to_device(self, batch: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
         if self.transform is not None:
@@ -284,9 +285,27 @@ def _host(cols: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _position_after(snap: dict, table: pa.Table, pos: int) -> dict:
-    rest = table.slice(pos)
-    return {"stream": snap, "pending": [rest] if rest.num_rows else [], "last": False}
+class _After:
+    """The stream position after a batch: the stream's state after ``table``, and the rows of
+    ``table`` from ``pos`` on still pending. Made into a state dict only when one is asked for
+    (slicing the table for every batch cost more than handing the batch over)."""
+
+    __slots__ = ("last", "pos", "snap", "table")
+
+    def __init__(self, snap: dict, table: pa.Table | None, pos: int) -> None:
+        self.snap, self.table, self.pos, self.last = snap, table, pos, False
+
+    def __getitem__(self, key: str) -> Any:
+        return self.last if key == "last" else self.as_dict()[key]
+
+    def as_dict(self) -> dict:
+        rest = None if self.table is None else self.table.slice(self.pos)
+        pending = [rest] if rest is not None and rest.num_rows else []
+        return {"stream": self.snap, "pending": pending, "last": self.last}
+
+
+def _as_dict(position: dict | _After | None) -> dict | None:
+    return position.as_dict() if isinstance(position, _After) else position
 
 
 def _decode(table: pa.Table, features: dict[str, Features]) -> dict[str, Any]:
