@@ -9,8 +9,8 @@ batches after draining what it had buffered (worker start-up is excluded for eve
 shows medians of rows/s and of rows per CPU-second (the CPU time of the benchmark process and all
 its workers over the timed batches: on a shared, oversubscribed machine this is the figure that
 does not depend on how much of the machine the others leave), each with its ratio to jaxfeed. The
-last rows give decode + augment in one process, the per-core rate; rows per CPU-second of a loader
-over that of one process is its parallel efficiency.
+last rows do the loaders' job in one process (read, decode and augment the folder's files): the
+per-core rate; rows per CPU-second of a loader over that of one process is its parallel efficiency.
 
 Run: ``python benchmarks/augment.py [--quick] [--workers N]`` (peers need ``pip install -e '.[bench]'``).
 Writes ``benchmarks/results/augment.json``.
@@ -33,6 +33,7 @@ import PIL.Image
 from jaxfeed import DataLoader, Dataset, Features, Image, Value
 from jaxfeed import transforms as T
 from jaxfeed.bench._common import RESULTS, machine, save_json
+from jaxfeed.workers import JOBS_PER_WORKER
 
 BATCH = 64
 SIZE = 256
@@ -150,11 +151,12 @@ def forever(make: Callable[[], Iterable]) -> Iterator:
         yield from make()
 
 
-def per_core_rate(decode: Callable[[int], np.ndarray], n: int) -> tuple[float, float]:
-    """rows/s and rows per CPU-second of decode + augment in this process."""
+def per_core_rate(decode: Callable[[int], np.ndarray], first: int, n: int) -> tuple[float, float]:
+    """rows/s and rows per CPU-second of decode + augment of rows ``first..first+n`` in this
+    process."""
     rng = np.random.default_rng(0)
     start, cpu = time.perf_counter(), time.process_time()
-    for i in range(n):
+    for i in range(first, first + n):
         AUGMENT({"image": decode(i)}, rng)
     return n / (time.perf_counter() - start), n / (time.process_time() - cpu)
 
@@ -163,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=25)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer rows, batches and repeats")
     parser.add_argument(
@@ -174,9 +176,12 @@ def main() -> None:
         args.rows, args.batches, args.repeats = 640, 4, 2
     only = set(filter(None, args.only.split(",")))
     workers = args.workers
-    drain = 2 * workers + 4  # more than any loader here buffers
+    drain = JOBS_PER_WORKER * workers + 4  # more than any loader here buffers (jaxfeed: jobs
+    # queued per worker + prefetch 2 + the batch in hand; PyTorch: prefetch_factor 2 per worker)
     folder = make_folder(args.rows)
     paths, labels = listing(folder)
+    for p in paths:  # into the page cache: no case, the one-process rate included, waits on disk
+        Path(p).read_bytes()
     print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
     streams: dict[str, Iterator] = {}
     fresh: dict[str, Callable[[], Iterator]] = {}
@@ -263,14 +268,16 @@ def main() -> None:
             print("  datasets or torch not installed: skipped")
 
     image = Image()
-    n = BATCH * 2
-    stored = [(Path(p).read_bytes(), None) for p in paths[:n]]
+    n = BATCH * 4
+    # the same job as the loaders, in one process: read each file and decode it, over the whole
+    # folder (not a few cache-hot images), a different stretch each repeat
+    start = itertools.count(0, n)
     singles = {
         "one process: jaxfeed decode + augment (per core)": lambda i: image.decode_array(
-            stored[i], i
+            (None, paths[i % len(paths)]), i
         ),
         "one process: Pillow decode + augment (per core)": lambda i: image.decode_array(
-            stored[i], i, decoder="pillow"
+            (None, paths[i % len(paths)]), i, decoder="pillow"
         ),
     }
     for stream in streams.values():  # start every loader's workers before timing anything
@@ -288,8 +295,9 @@ def main() -> None:
             rates[name].append(rate)
             per_cpu[name].append(cpu_rate)
             del stream
+        first = next(start)
         for name, decode in singles.items():
-            rate, cpu_rate = per_core_rate(decode, n)
+            rate, cpu_rate = per_core_rate(decode, first, n)
             rates[name].append(rate)
             per_cpu[name].append(cpu_rate)
         print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
