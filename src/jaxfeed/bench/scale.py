@@ -15,7 +15,9 @@
 
 Files and caches are written under a temporary folder in /tmp and deleted afterwards.
 
-A streaming pass stops after ``--stream-rows`` rows or ``--seconds``, whichever comes first.
+A streaming pass stops after ``--stream-rows`` rows or ``--seconds``, whichever comes first;
+each library first streams ``--seconds / 3`` of warm-up passes (a fresh process's first passes
+fault in the allocator's memory and ran at a fraction of the later ones' speed).
 
 Run: ``python benchmarks/scale.py [--gb 1.0] [--load-repeats 3] [--stream-rows 200000] [--repeats 3]
 [--seconds 15]``.
@@ -94,7 +96,9 @@ STREAM = textwrap.dedent(
             if n >= rows or time.perf_counter() - start > limit:
                 break
         return n / (time.perf_counter() - start)
-    run(seconds / 3)  # warm-up: file system caches, first transfers
+    warm = time.perf_counter() + seconds / 3
+    while time.perf_counter() < warm:  # warm-up passes: file system caches, the allocator's
+        run(seconds / 3)  # memory (a fresh process faults its first passes' pages in), transfers
     print(json.dumps({"rows_per_s": [run(seconds) for _ in range(int(sys.argv[5]))]}))
     """
 )
@@ -166,7 +170,7 @@ def main() -> None:
         "--load-repeats", type=int, default=3, help="first and cached loads per library (median)"
     )
     parser.add_argument("--stream-rows", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
         "--seconds", type=float, default=15.0, help="cap on one streaming pass (slow peers)"
     )
