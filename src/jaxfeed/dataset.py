@@ -98,16 +98,7 @@ class Dataset:
             shown = ", ".join(f"{k!r}: {v}" for k, v in lengths.items())
             raise ValueError(f"all columns must have the same number of rows; got {shown}")
         if features is not None:
-            features = features if isinstance(features, Features) else Features(features)
-            missing = [k for k in mapping if k not in features]
-            if missing:
-                raise ValueError(
-                    f"columns {missing} are not in the given features {list(features)}"
-                )
-            absent = [k for k in features if k not in mapping]
-            if absent:
-                raise ValueError(f"features {absent} have no column in the data {list(mapping)}")
-            features = Features({k: features[k] for k in mapping})
+            features = Features(features).matching(mapping)
             arrays = [encode_column(features[k], v, k) for k, v in mapping.items()]
         else:
             inferred = {k: infer_column(v, k) for k, v in mapping.items()}

@@ -25,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -151,6 +152,22 @@ def forever(make: Callable[[], Iterable]) -> Iterator:
         yield from make()
 
 
+def torch_stream(dataset: Any, workers: int) -> Iterator:
+    """Endless ``jax.Array`` batches of a PyTorch ``DataLoader`` over ``dataset``, as its users
+    configure it for this job (persistent workers, the default fork start method)."""
+    import torch.utils.data  # the bench extra
+
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=BATCH,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    return to_jax({"image": b["image"].numpy()} for b in forever(lambda: loader))
+
+
 def per_core_rate(decode: Callable[[int], np.ndarray], first: int, n: int) -> tuple[float, float]:
     """rows/s and rows per CPU-second of decode + augment of rows ``first..first+n`` in this
     process."""
@@ -203,20 +220,9 @@ def main() -> None:
     if not only or "torch" in only:
         try:
             import torch
-            import torch.utils.data
 
-            torch_loader = torch.utils.data.DataLoader(
-                TorchFiles(paths, labels),
-                batch_size=BATCH,
-                shuffle=True,
-                drop_last=True,
-                num_workers=workers,
-                persistent_workers=workers > 0,
-            )
             name = f"PyTorch {torch.__version__.split('+')[0]} DataLoader, {workers} workers"
-            streams[name] = to_jax(
-                {"image": b["image"].numpy()} for b in forever(lambda: torch_loader)
-            )
+            streams[name] = torch_stream(TorchFiles(paths, labels), workers)
         except ImportError:
             print("  torch not installed: skipped")
 
@@ -252,18 +258,8 @@ def main() -> None:
                 "image", datasets.Image()
             )
             hf.set_transform(hf_transform)
-            hf_loader = torch.utils.data.DataLoader(
-                hf,
-                batch_size=BATCH,
-                shuffle=True,
-                drop_last=True,
-                num_workers=workers,
-                persistent_workers=workers > 0,
-            )
             name = f"HF datasets {datasets.__version__} set_transform + PyTorch, {workers} workers"
-            streams[name] = to_jax(
-                {"image": b["image"].numpy()} for b in forever(lambda: hf_loader)
-            )
+            streams[name] = torch_stream(hf, workers)
         except ImportError:
             print("  datasets or torch not installed: skipped")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,23 @@ class Features(dict):
 
     def copy(self) -> Features:
         return Features(dict(self))
+
+    def matching(self, columns: Iterable[str]) -> Features:
+        """These features in the order of ``columns``; ``ValueError`` unless they name exactly
+        those columns.
+
+        >>> from jaxfeed import Features, Value
+        >>> list(Features({"b": Value("int8"), "a": Value("bool")}).matching(["a", "b"]))
+        ['a', 'b']
+        """
+        columns = list(columns)
+        missing = [k for k in columns if k not in self]
+        if missing:
+            raise ValueError(f"columns {missing} are not in the given features {list(self)}")
+        absent = [k for k in self if k not in columns]
+        if absent:
+            raise ValueError(f"features {absent} have no column in the data {columns}")
+        return Features({k: self[k] for k in columns})
 
     def encode_batch(self, batch: Mapping[str, Any]) -> pa.Table:
         """Encode a dict of columns into a table with this schema."""

@@ -269,16 +269,7 @@ class _SplitBuilder:
             )
             features = Features({k: features[k] for k in order})
         else:
-            features = Features(features)
-            missing = [k for k in order if k not in features]
-            if missing:
-                raise ValueError(
-                    f"columns {missing} are not in the given features {list(features)}"
-                )
-            absent = [k for k in features if k not in order]
-            if absent:
-                raise ValueError(f"features {absent} have no column in the data {order}")
-            features = Features({k: features[k] for k in order})
+            features = Features(features).matching(order)
         self.features = features
 
     def batches(self) -> Iterator[pa.RecordBatch]:
