@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxfeed import DataLoader, Trainer, load_dataset
 from jaxfeed.checkpoint import CheckpointError, CheckpointManager, export, load_exported
 from jaxfeed.models import CNN, MLP, LinenCNN
-from jaxfeed.train import scale_images
+from jaxfeed.train import EarlyStopping, History, scale_images
 
 
 def small():
@@ -26,19 +26,24 @@ def small():
 
 
 def test_keeps_last_and_best(tmp_path):
-    with CheckpointManager(tmp_path, keep_last=2, keep_best=1, async_save=False) as ckpt:
+    with CheckpointManager(
+        tmp_path, keep_last=2, keep_best=1, best_metric="eval_accuracy", async_save=False
+    ) as ckpt:
         for step, acc in zip(range(1, 7), [0.2, 0.9, 0.5, 0.4, 0.3, 0.1], strict=True):
             ckpt.save(step, {"w": jnp.full(2, step)}, metrics={"eval_accuracy": acc})
         assert ckpt.all_steps == [2, 5, 6]  # best (2) and the last two, even though they are worse
         assert ckpt.best_step == 2 and ckpt.latest_step == 6
         assert ckpt.metrics(5) == {"eval_accuracy": 0.3}
         assert ckpt.restore("best", state={"w": jnp.zeros(2)})["state"]["w"].tolist() == [2, 2]
-    with CheckpointManager(
-        tmp_path / "min", best_metric="eval_loss", best_mode="min", keep_last=1, async_save=False
-    ) as ckpt:
-        for step, loss in zip(range(1, 4), [0.5, 0.2, 0.9], strict=True):
-            ckpt.save(step, {"w": jnp.zeros(1)}, metrics={"eval_loss": loss})
-        assert ckpt.all_steps == [2, 3] and ckpt.best_step == 2
+    # the default: eval_loss, lowest first, the earliest on ties (the rule of History.best)
+    with CheckpointManager(tmp_path / "min", keep_last=1, keep_best=2, async_save=False) as ckpt:
+        for step, loss in zip(range(1, 5), [0.5, 0.2, 0.9, 0.2], strict=True):
+            ckpt.save(step, {"w": jnp.zeros(1)}, metrics={"eval_loss": loss, "eval_f1": step / 10})
+        assert ckpt.all_steps == [2, 4] and ckpt.best_step == 2
+    history = History({"epoch": s, "eval_loss": v} for s, v in enumerate([0.5, 0.2, 0.9, 0.2], 1))
+    assert history.best()["epoch"] == 2 and EarlyStopping().mode == "min"
+    with CheckpointManager(tmp_path / "min", best_metric="eval_f1") as ckpt:
+        assert ckpt.best_mode == "max" and ckpt.best_step == 4
 
 
 def test_restore_into_fresh_objects_and_typed_keys(tmp_path):

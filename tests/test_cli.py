@@ -82,7 +82,7 @@ def image_run(image_folder, tmp_path_factory):
 def test_image_folder_by_path_with_val_split_and_image_size(image_folder, image_run):
     out, stdout, _ = image_run
     assert f"data {image_folder}: detected image folder" in stdout
-    assert "no eval split: 0.2 of train (9 rows, stratified by class, seed 0)" in stdout
+    assert "validation split: 0.2 of train (9 rows, stratified by class, seed 0)" in stdout
     assert "images: resized to 12x12 (--image-size), mode RGB (from L, RGB)" in stdout
     assert "36 train / 9 validation rows; inputs [12, 12, 3], label 'label' (3 classes)" in stdout
     saved = json.loads((out / "config.json").read_text())

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfeed.files import check_writable
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
@@ -228,6 +229,10 @@ class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
     ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
 
+    The best step follows the rule of :mod:`jaxfeed.train.monitor`, as ``History.best`` and
+    ``EarlyStopping`` do: ``best_metric`` defaults to ``eval_loss``, ``best_mode`` to its direction
+    (min for losses and errors, max otherwise), and ties go to the earliest step.
+
     >>> import tempfile, jax.numpy as jnp
     >>> from jaxfeed.checkpoint import CheckpointManager
     >>> with CheckpointManager(tempfile.mkdtemp(), async_save=False) as ckpt:
@@ -243,16 +248,15 @@ class CheckpointManager:
         *,
         keep_last: int = 2,
         keep_best: int = 1,
-        best_metric: str = "eval_accuracy",
-        best_mode: str = "max",
+        best_metric: str = DEFAULT_MONITOR,
+        best_mode: str | None = None,
         save_every_epochs: int = 1,
         async_save: bool = True,
     ) -> None:
         import orbax.checkpoint as ocp
         from orbax.checkpoint import checkpoint_managers as policies
 
-        if best_mode not in ("max", "min"):
-            raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
+        best_mode = monitor_mode(best_metric, best_mode)
         if keep_last < 1:
             raise ValueError(
                 f"keep_last must be >= 1 (the latest checkpoint is always kept), got {keep_last}"
@@ -445,12 +449,8 @@ class CheckpointManager:
 
     @property
     def best_step(self) -> int | None:
-        scored = [(s, self.metrics(s).get(self.best_metric)) for s in self.all_steps]
-        scored = [(s, v) for s, v in scored if v is not None and not np.isnan(v)]
-        if not scored:
-            return None
-        pick = max if self.best_mode == "max" else min
-        return pick(scored, key=lambda sv: sv[1])[0]
+        scored = ((s, self.metrics(s).get(self.best_metric)) for s in self.all_steps)
+        return pick_best(scored, self.best_mode)
 
     def metrics(self, step: int) -> dict[str, float]:
         """The metrics saved with ``step``."""

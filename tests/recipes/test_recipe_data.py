@@ -114,8 +114,19 @@ def test_val_split_is_stratified_and_split_expressions_work():
     assert (part.train.num_rows, part.eval.num_rows) == (50, 50)
     with pytest.raises(ConfigError, match="--split-eval 'test'"):
         datamod.choose_splits(DatasetDict({"train": ds}), "train", "test", None, None, 0)
+    # a test split is held out: validation is carved from train, stratified, and test kept apart
     with_test = DatasetDict({"train": ds, "test": ds.select(range(10))})
-    assert datamod.choose_splits(with_test, "train", None, None, None, 0).eval_name == "test"
+    held = datamod.choose_splits(with_test, "train", None, None, "label", 0)
+    assert (held.eval_name, held.eval.num_rows, held.train.num_rows) == ("validation", 10, 90)
+    assert held.test_name == "test" and held.test.num_rows == 10 and "test is held out" in held.note
+    assert (np.asarray(held.eval.with_format("numpy")["label"]) == 1).sum() == 2
+    with_val = DatasetDict({**with_test, "validation": ds.select(range(5))})
+    both = datamod.choose_splits(with_val, "train", None, None, "label", 0)
+    assert (both.eval_name, both.eval.num_rows, both.test_name) == ("validation", 5, "test")
+    none = datamod.choose_splits(with_test, "train", None, 0.0, "label", 0)
+    assert none.eval is None and none.train.num_rows == 100 and none.test.num_rows == 10
+    assert datamod.choose_splits(with_test, "train+test", None, None, None, 0).test is None
+    assert datamod.choose_splits(with_test, "train", "test", None, None, 0).test is None
 
 
 def test_columns_and_tasks_of_a_table(tmp_path):

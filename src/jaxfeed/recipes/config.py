@@ -92,10 +92,10 @@ class RunConfig:
     )
     val_split: float | None = option(
         None,
-        "carve this fraction of the train split (stratified by class) as the eval split when "
-        "the data has none (default: 0.1 then)",
+        "carve this fraction of the train split (stratified by class) as the validation split "
+        "the model is selected on, when the data has no validation split (default: 0.1 then); "
+        "0: no validation split, no selection, the last epoch is kept",
         minimum=0.0,
-        exclusive=True,
         metavar="FRACTION",
         group="data",
     )
@@ -157,9 +157,18 @@ class RunConfig:
         "float32",
         "compute dtype of forward and backward passes; parameters stay float32 (default: float32)",
     )
+    monitor: str = option(
+        "eval_loss",
+        "the validation metric that chooses the best checkpoint (and --patience watches): "
+        "eval_loss, eval_accuracy, eval_f1, eval_auc, eval_r2, ... (default: eval_loss)",
+        metavar="METRIC",
+    )
+    monitor_mode: Literal["min", "max"] | None = option(
+        None, "min or max (default: min for losses and errors, max otherwise)"
+    )
     patience: int | None = option(
         None,
-        "stop after P epochs without a lower eval loss (default: off)",
+        "stop after P epochs without a better --monitor (default: off)",
         minimum=0,
         metavar="P",
         resumable=True,
@@ -175,6 +184,14 @@ class RunConfig:
     eval_every: int | None = option(
         None,
         "also evaluate every N steps (default: after each epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    log_every: int | None = option(
+        None,
+        "also write a train row (loss, metrics, learning rate) every N steps to metrics.jsonl "
+        "and TensorBoard (default: per epoch only)",
         minimum=1,
         metavar="N",
         resumable=True,
@@ -409,7 +426,10 @@ class RunRecord:
         return json.dumps(payload, indent=2)
 
 
-RESOLVED_KEYS = ("task", "labels", "preprocess", "best_metric", "data_kind", "processes", "devices")
+RESOLVED_KEYS = (
+    "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
+    "test_split", "processes", "devices",
+)  # fmt: skip
 
 
 def read_run(run: str | os.PathLike) -> RunRecord:

@@ -127,10 +127,24 @@ def select_split(data: DatasetDict, expression: str, flag: str) -> Dataset:
 
 @dataclass
 class Splits:
+    """The splits of a run: ``train``; ``eval``, the validation split model selection reads (None
+    with ``--val-split 0``: no selection, the last epoch is kept); ``test``, read once at the end
+    on the chosen checkpoint (None when the data has no test split)."""
+
     train: Dataset
-    eval: Dataset
-    eval_name: str
+    eval: Dataset | None
+    eval_name: str | None
     note: str | None = None
+    test: Dataset | None = None
+    test_name: str | None = None
+
+
+TEST_SPLIT = "test"
+
+
+def _named_in(name: str, expression: str) -> bool:
+    """Whether split ``name`` is part of a split expression (``train+test[:10%]``)."""
+    return any(part.split("[")[0].strip() == name for part in expression.split("+"))
 
 
 def choose_splits(
@@ -141,16 +155,41 @@ def choose_splits(
     stratify: str | None,
     seed: int,
 ) -> Splits:
-    """The train and eval splits; a ``val_split`` fraction of train becomes the eval split when
-    asked for, or when the data has no test/validation split (stratified by ``stratify``)."""
+    """The train, validation and test splits. Model selection never sees the test split:
+
+    * ``split_eval`` given: it is the validation split;
+    * ``val_split == 0``: no validation split (no selection);
+    * otherwise the data's ``validation`` split, or (when it has none, or ``val_split`` is given)
+      a ``val_split`` fraction of train (default 0.1), stratified by ``stratify``, seeded.
+
+    The data's ``test`` split, unless train or validation use it, is the test split.
+
+    >>> data = DatasetDict({"train": Dataset.from_dict({"y": [0, 1] * 10}),
+    ...                     "test": Dataset.from_dict({"y": [0, 1]})})
+    >>> s = choose_splits(data, "train", None, None, None, 0)
+    >>> s.train.num_rows, s.eval_name, s.eval.num_rows, s.test_name, s.test.num_rows
+    (18, 'validation', 2, 'test', 2)
+    """
     train = select_split(data, split_train, "--split-train")
     if split_eval is not None and val_split is not None:
         raise ConfigError("give --split-eval or --val-split, not both")
+    test_name = TEST_SPLIT if TEST_SPLIT in data and not _named_in(TEST_SPLIT, split_train) else None
     if split_eval is not None:
-        return Splits(train, select_split(data, split_eval, "--split-eval"), split_eval)
-    existing = next((s for s in EVAL_SPLITS if s in data and s != split_train), None)
-    if existing is not None and val_split is None:
-        return Splits(train, data[existing], existing)
+        if test_name is not None and _named_in(test_name, split_eval):
+            test_name = None  # the user chose to select on it: it is no longer held out
+        return Splits(
+            train,
+            select_split(data, split_eval, "--split-eval"),
+            split_eval,
+            test=data[test_name] if test_name else None,
+            test_name=test_name,
+        )
+    test = data[test_name] if test_name else None
+    if val_split == 0:
+        note = "--val-split 0: no validation split; no model selection, the last epoch is kept"
+        return Splits(train, None, None, note, test, test_name)
+    if "validation" in data and val_split is None and not _named_in("validation", split_train):
+        return Splits(train, data["validation"], "validation", None, test, test_name)
     fraction = DEFAULT_VAL_SPLIT if val_split is None else val_split
     n_val = int(np.ceil(fraction * train.num_rows))
     if train.num_rows < 2 or n_val >= train.num_rows:
@@ -163,12 +202,12 @@ def choose_splits(
         stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
     parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     how = "stratified by class" if stratify else "at random"
+    why = "the model is selected on it" + (f", {test_name} is held out" if test_name else "")
     note = (
-        f"no eval split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
-        f"seed {seed}) is the validation split"
-        + ("" if val_split is not None else " (--val-split to choose)")
+        f"validation split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
+        f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
-    return Splits(parts["train"], parts["test"], "validation", note)
+    return Splits(parts["train"], parts["test"], "validation", note, test, test_name)
 
 
 # ---------------------------------------------------------------------------------- columns

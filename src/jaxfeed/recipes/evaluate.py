@@ -24,7 +24,8 @@ def evaluate(
     data_dir: str | None = None,
     plot: bool = True,
 ) -> dict[str, Any]:
-    """Evaluate checkpoint ``checkpoint`` of a run on its eval split (or ``split`` of ``data``)."""
+    """Evaluate checkpoint ``checkpoint`` of a run on its held-out test split, or its validation
+    split when it has none (or ``split`` of ``data``)."""
     from jaxfeed import DataLoader
 
     run = Path(run_dir)
@@ -37,10 +38,15 @@ def evaluate(
     task, labels = record.resolved["task"], record.resolved["labels"]
     run_data = load_run_data(config, labels if task == "classification" else None)
     if split is None:
-        ds, split_name = (
-            run_data.splits.eval,
-            record.resolved.get("eval_split", run_data.splits.eval_name),
-        )
+        splits = run_data.splits
+        if splits.test is not None:
+            ds, split_name = splits.test, splits.test_name
+        elif splits.eval is not None:
+            ds, split_name = splits.eval, splits.eval_name
+        else:
+            raise ConfigError(
+                f"{run} has no test or validation split (trained with --val-split 0); give --split"
+            )
     else:
         from jaxfeed.dataset import DatasetDict
 

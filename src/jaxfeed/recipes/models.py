@@ -150,6 +150,29 @@ def build_optimizer(config: RunConfig, total_steps: int) -> Any:
     return tx
 
 
+def label_unit_errors(std: float) -> dict[str, Any]:
+    """``mse`` and ``mae`` per example in the label column's units, for a model trained on the
+    standardised target (``std``: the target's deviation); the loss stays standardised.
+
+    >>> m = label_unit_errors(10.0)
+    >>> batch = {TARGETS: jnp.array([0.0, 1.0])}
+    >>> m["mse"](jnp.array([[0.5], [1.0]]), batch).tolist(), m["mae"](jnp.array([0.5, 1.0]), batch).tolist()
+    ([25.0, 0.0], [5.0, 0.0])
+    """
+
+    def error(outputs: Any, batch: Any) -> Any:
+        y = batch[TARGETS].astype(jnp.float32)
+        return (outputs.astype(jnp.float32).reshape(y.shape) - y) * std
+
+    def mse(outputs: Any, batch: Any) -> Any:
+        return jnp.square(error(outputs, batch))
+
+    def mae(outputs: Any, batch: Any) -> Any:
+        return jnp.abs(error(outputs, batch))
+
+    return {"mse": mse, "mae": mae}
+
+
 def build_trainer(
     config: RunConfig,
     prep: Preprocessing,
@@ -175,7 +198,11 @@ def build_trainer(
         return {**batch, INPUTS: x}
 
     regression = prep.task == "regression"
-    callbacks = [] if config.patience is None else [EarlyStopping("eval_loss", config.patience)]
+    callbacks = (
+        []
+        if config.patience is None
+        else [EarlyStopping(config.monitor, config.patience, mode=config.monitor_mode or "auto")]
+    )
     common: dict[str, Any] = {
         "preprocess": preprocess,
         "seed": config.seed,
@@ -185,7 +212,7 @@ def build_trainer(
         "inputs": INPUTS,
         "targets": TARGETS,
         "loss": "mse" if regression else "cross_entropy",
-        "metrics": ("mae",) if regression else ("accuracy",),
+        "metrics": label_unit_errors(prep.target_std) if regression else ("accuracy",),
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),

@@ -12,7 +12,7 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.preprocess import Preprocessing
 
-BEST_METRIC = "eval_loss"  # the best epoch has the lowest eval loss; ties: the earliest epoch
+BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
 
 
 @dataclass
@@ -95,13 +95,19 @@ def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) ->
     """The run's checkpoint manager, ranking steps as the run did."""
     from jaxfeed.checkpoint import CheckpointManager
 
-    metric = record.resolved.get("best_metric", BEST_METRIC)
+    metric = record.resolved.get("best_metric", BEST_METRIC) or BEST_METRIC
     folder = run / "checkpoints"
     if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
         raise ConfigError(f"{run} has no checkpoints yet (checkpoints/ is empty); train it first")
     return CheckpointManager(
-        folder, best_metric=metric, best_mode="min" if "loss" in metric else "max", async_save=False
+        folder, best_metric=metric, best_mode=record.resolved.get("best_mode"), async_save=False
     )
+
+
+def selects(record: RunRecord) -> bool:
+    """Whether the run chose its best checkpoint on a validation split (``--val-split 0``: no,
+    its "best" is its last)."""
+    return "best_metric" not in record.resolved or record.resolved["best_metric"] is not None
 
 
 def checkpoint_step(manager: Any, which: str) -> int:
@@ -121,7 +127,7 @@ def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str,
 
     manager = open_checkpoints(run, record)
     try:
-        step = checkpoint_step(manager, which)
+        step = checkpoint_step(manager, "last" if which == "best" and not selects(record) else which)
         return trainer.restore_checkpoint(manager, step)
     except CheckpointError as err:
         raise ConfigError(f"{run}: {err}") from err

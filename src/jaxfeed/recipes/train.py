@@ -26,6 +26,7 @@ from jaxfeed.recipes.config import (
     read_run,
 )
 from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.train.monitor import monitor_mode
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     check_out_folder,
@@ -73,10 +74,15 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
 
 @dataclass
 class TrainResult:
+    """A finished run: its folder, history, the chosen checkpoint's validation figures (``best``:
+    ``step``, ``epoch``, ``eval_*``) and the test split's figures on that checkpoint (``test``:
+    ``test_*``; None without a test split)."""
+
     out: Path
     history: Any
     best: dict[str, Any] | None
     seconds: float
+    test: dict[str, Any] | None = None
 
 
 def _default_out(config: RunConfig) -> Path:
@@ -137,25 +143,36 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         if run_data.task == "classification"
         else f"target {columns.label!r} (regression)"
     )
-    say(
-        f"{splits.train.num_rows:,} train / {splits.eval.num_rows:,} {splits.eval_name} rows; "
-        f"inputs {prep.input_shape}, {target}"
-    )
+    sizes = [f"{splits.train.num_rows:,} train"]
+    if splits.eval is not None:
+        sizes.append(f"{splits.eval.num_rows:,} {splits.eval_name}")
+    if splits.test is not None:
+        sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
+    say(f"{' / '.join(sizes)} rows; inputs {prep.input_shape}, {target}")
     model = config.model or ("mlp" if prep.kind == "table" else "cnn")
     config = _resolved_options(config, model, columns, run_data.task, prep)
+    selection = splits.eval is not None
+    if config.patience is not None and not selection:
+        raise ConfigError("--patience needs a validation split to watch; drop --val-split 0")
     resolved = {
         "task": run_data.task,
         "labels": run_data.labels,
         "preprocess": prep.to_dict(),
-        "best_metric": BEST_METRIC,
+        "best_metric": config.monitor if selection else None,
+        "best_mode": monitor_mode(config.monitor, config.monitor_mode) if selection else None,
         "data_kind": run_data.source.kind,
         "eval_split": splits.eval_name,
+        "test_split": splits.test_name,
         "processes": jax.process_count(),
         "devices": jax.device_count(),
     }
-    if record is not None:
-        resolved["best_metric"] = record.resolved.get("best_metric", BEST_METRIC)
-    train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
+    if record is not None and "best_metric" in record.resolved and selection:
+        resolved["best_metric"] = record.resolved["best_metric"]
+        resolved["best_mode"] = record.resolved.get("best_mode") or monitor_mode(
+            resolved["best_metric"]
+        )
+    train_ds = prep.prepare(splits.train)
+    eval_ds = prep.prepare(splits.eval) if selection else None
     loaders = _loaders(train_ds, eval_ds, prep, config, say)
     from jaxfeed.recipes.models import build_trainer
 
@@ -176,7 +193,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         f"model {model} ({config.api}), {config.epochs} epochs, batch {config.batch_size}, "
         f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
     )
-    metric = resolved["best_metric"]
+    metric, mode = resolved["best_metric"], resolved["best_mode"]
     trainer.resume_hint = f"jaxfeed train --out {out} --resume"
     if config.tensorboard:
         say(f"TensorBoard: tensorboard --logdir {out / 'tensorboard'}")
@@ -191,10 +208,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             checkpoint_every=config.checkpoint_every,
             checkpoint_dir=out / "checkpoints",
             resume=config.resume,
-            checkpoint_options={
-                "best_metric": metric,
-                "best_mode": "min" if "loss" in metric else "max",
-            },
+            checkpoint_options={"best_metric": metric or BEST_METRIC, "best_mode": mode},
         )
     except KeyboardInterrupt:
         done = trainer.epoch
@@ -206,9 +220,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         raise
     seconds = time.perf_counter() - start
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
+    test = None
+    if best is not None and splits.test is not None:
+        test = _test_once(trainer, prep.prepare(splits.test), prep, config, best, out, primary)
     if best is not None:
-        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
-    return TrainResult(out, history, best, seconds)
+        _summary(say, history, best, test, seconds, run_data.task, out, splits, resolved)
+    return TrainResult(out, history, best, seconds, test)
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:
@@ -233,7 +250,9 @@ def _resolved_options(
     )
 
 
-def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable) -> tuple:
+def _loaders(
+    train: Any, test: Any | None, prep: Preprocessing, config: RunConfig, say: Callable
+) -> tuple:
     """Loaders for one device, or split over every device of every process (data parallel)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
@@ -250,7 +269,7 @@ def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say:
                 f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
             )
         kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
-        drop_eval = (test.num_rows % config.batch_size) % count != 0
+        drop_eval = test is not None and (test.num_rows % config.batch_size) % count != 0
         if drop_eval:
             say(
                 f"note: the last {test.num_rows % config.batch_size} eval rows do not split over {count} devices and are skipped"
@@ -267,6 +286,8 @@ def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say:
         drop_last=jax.device_count() > 1,
         **kwargs,
     )
+    if test is None:
+        return train_loader, None
     return train_loader, DataLoader(test, config.batch_size, drop_last=drop_eval, **kwargs)
 
 
@@ -289,7 +310,7 @@ def _export_best(
 
     manager = open_checkpoints(out, RunRecord(config, resolved))
     try:
-        step = manager.best_step
+        step = manager.best_step if resolved["best_metric"] else manager.latest_step
         if step is None:
             return None
         best = {**manager.metrics(step), "step": step, "epoch": manager.meta(step)["epoch"]}
@@ -330,23 +351,81 @@ def follow_umask(folder: Path) -> None:
         path.chmod(umask_mode(0o777 if path.is_dir() else 0o666))
 
 
-def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
-             out: Path, eval_name: str) -> None:  # fmt: skip
+def _test_once(
+    trainer: Any,
+    test_ds: Any,
+    prep: Preprocessing,
+    config: RunConfig,
+    best: dict[str, Any],
+    out: Path,
+    primary: bool,
+) -> dict[str, Any]:
+    """The test split, read once, on the chosen checkpoint (restored into ``trainer``); the row
+    also goes to ``metrics.jsonl`` (``"kind": "test"``)."""
+    import json
+
+    from jaxfeed import DataLoader
+
+    loader = DataLoader(test_ds, config.batch_size, transform=prep)
+    result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
+    row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
+    if primary:
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return result
+
+
+def _summary(
+    say: Callable,
+    history: Any,
+    best: dict,
+    test: dict | None,
+    seconds: float,
+    task: str,
+    out: Path,
+    splits: Any,
+    resolved: dict,
+) -> None:
+    """The chosen checkpoint, and each figure with the split it comes from."""
     epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
     )
-    if task == "classification":
-        head, value = f"{eval_name} accuracy", f"{best.get('eval_accuracy', float('nan')):.4f}"
+    figure = "accuracy" if task == "classification" else "rmse"
+    shown = "accuracy" if task == "classification" else "RMSE"
+    for row in (best, test or {}):  # label units (mse per example in the label's units)
+        for split in ("eval", "test"):
+            if f"{split}_mse" in row and f"{split}_rmse" not in row:
+                row[f"{split}_rmse"] = row[f"{split}_mse"] ** 0.5
+    columns = [("best epoch" if resolved["best_metric"] else "last epoch", f"{best['epoch']}")]
+    columns.append(("step", f"{best['step']}"))
+    if splits.eval is not None:
+        loss = "loss" if task == "classification" else "loss (standardised)"
+        columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
+        if f"eval_{figure}" in best:
+            columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))
     else:
-        rmse = (best["eval_loss"] ** 0.5) * prep.target_std
-        head, value = f"{eval_name} RMSE", f"{rmse:.4g}"
-    say(f"\n{'best epoch':<12}{'step':<8}{'eval loss':<12}{head:<22}{'time':<10}{'rows/s':<10}")
-    say(
-        f"{best['epoch']:<12}{best['step']:<8}{best['eval_loss']:<12.4f}{value:<22}"
-        f"{seconds:<10.1f}{rows:<10,.0f}"
-    )
-    say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
+        columns.append(("train loss", f"{best.get('train_loss', float('nan')):.4f}"))
+    if test is not None:
+        if f"test_{figure}" in test:
+            columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
+        else:
+            columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
+    columns += [("time", f"{seconds:.1f}"), ("rows/s", f"{rows:,.0f}")]
+    widths = [max(len(h), len(v)) + 2 for h, v in columns]
+    say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
+    say("".join(f"{v:<{w}}" for (_, v), w in zip(columns, widths, strict=True)).rstrip())
+    if resolved["best_metric"]:
+        metric, mode = resolved["best_metric"], resolved["best_mode"]
+        what = (
+            f"(best: the checkpoint of {'lowest' if mode == 'min' else 'highest'} {metric} on the "
+            f"{splits.eval_name} split, the earliest on ties"
+        )
+    else:
+        what = "(no validation split: the last checkpoint is kept"
+    if test is not None:
+        what += f"; {splits.test_name} was read once, on it"
+    say(what + "; eval and predict use it)")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )

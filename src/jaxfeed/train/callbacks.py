@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode
+
 if TYPE_CHECKING:
     from jaxfeed.train.trainer import Trainer
 
@@ -39,7 +41,8 @@ def overrides(callback: Callback, hook: str) -> bool:
 class EarlyStopping(Callback):
     """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs.
 
-    ``mode`` is "min", "max" or "auto" (min for losses, max otherwise). With
+    ``mode`` is "min", "max" or "auto" (the rule of :mod:`jaxfeed.train.monitor`: min for losses
+    and errors, max otherwise). With
     ``restore_best_weights=True`` the model holds the best epoch's weights when fit returns,
     whether it stopped early or ran to the end (a copy of the state is kept on the device).
 
@@ -55,21 +58,19 @@ class EarlyStopping(Callback):
 
     def __init__(
         self,
-        monitor: str = "eval_loss",
+        monitor: str = DEFAULT_MONITOR,
         patience: int = 3,
         min_delta: float = 0.0,
         mode: str = "auto",
         *,
         restore_best_weights: bool = False,
     ) -> None:
-        if mode not in ("min", "max", "auto"):
-            raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}")
         if patience < 0:
             raise ValueError(f"patience must be >= 0, got {patience}")
         self.monitor = monitor
         self.patience = patience
         self.min_delta = abs(min_delta)
-        self.mode = ("min" if "loss" in monitor else "max") if mode == "auto" else mode
+        self.mode = monitor_mode(monitor, mode)
         self.restore_best_weights = restore_best_weights
         self.best: float | None = None
         self.best_epoch: int | None = None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxfeed.files import atomic_write
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 COLUMNS = [
     "epoch",
@@ -29,20 +30,19 @@ class History(list):
     ``eval_accuracy``, ``seconds``, ``rows_per_second`` and ``data_wait`` (the share of the
     epoch spent waiting for the loader); eval keys only with an eval loader.
 
-    >>> h = History([{"epoch": 1, "eval_accuracy": 0.5}, {"epoch": 2, "eval_accuracy": 0.7}])
-    >>> h.best("eval_accuracy")["epoch"]
-    2
+    >>> h = History([{"epoch": 1, "eval_loss": 0.9, "eval_accuracy": 0.5},
+    ...              {"epoch": 2, "eval_loss": 0.7, "eval_accuracy": 0.5}])
+    >>> h.best()["epoch"], h.best("eval_accuracy")["epoch"]
+    (2, 1)
     """
 
-    def best(self, metric: str = "eval_accuracy", mode: str | None = None) -> dict[str, Any] | None:
-        """The epoch with the best ``metric`` (max for accuracy, min for loss, unless ``mode``)."""
-        rows = [
-            r for r in self if isinstance(r.get(metric), int | float) and not math.isnan(r[metric])
-        ]
-        if not rows:
-            return None
-        mode = mode or ("min" if "loss" in metric else "max")
-        return (min if mode == "min" else max)(rows, key=lambda r: r[metric])
+    def best(self, metric: str = DEFAULT_MONITOR, mode: str | None = None) -> dict[str, Any] | None:
+        """The epoch with the best ``metric``, by the rule of :mod:`jaxfeed.train.monitor`
+        (default ``eval_loss``; min for losses and errors, max otherwise, unless ``mode``; the
+        earliest on ties); None when no epoch has it."""
+        mode = monitor_mode(metric, mode)
+        index = pick_best(((i, r.get(metric)) for i, r in enumerate(self)), mode)
+        return None if index is None else self[index]
 
     def column(self, key: str) -> list[Any]:
         return [r.get(key) for r in self]
