@@ -65,7 +65,8 @@ def table_folder(tmp_path_factory):
     for name, rows, offset in (("train", 200, 0.0), ("test", 37, 1000.0)):
         a, b = rng.uniform(0, 1, rows), rng.normal(0, 1, rows)
         label = np.where(b > 0, "yes", "no")
-        lines = ["a,b,label"] + [f"{x + offset:.4f},{y:.4f},{c}" for x, y, c in zip(a, b, label)]
+        values = zip(a, b, label, strict=True)
+        lines = ["a,b,label"] + [f"{x + offset:.4f},{y:.4f},{c}" for x, y, c in values]
         (root / f"{name}.csv").write_text("\n".join(lines) + "\n")
     return root
 
@@ -119,10 +120,9 @@ def test_val_split_0_trains_on_all_of_train_without_selection(table_folder, tmp_
     assert "last epoch" in stdout and "no validation split: the last checkpoint is kept" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["best_metric"] is None and saved["eval_split"] is None
-    report = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "jaxfeed.cli", "eval", str(out), "--json"],
-            capture_output=True, text=True, timeout=600,
-        ).stdout  # fmt: skip
-    )
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxfeed.cli", "eval", str(out), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
     assert report["checkpoint"]["epoch"] == 2 and report["split"] == "test"

@@ -173,7 +173,9 @@ def choose_splits(
     train = select_split(data, split_train, "--split-train")
     if split_eval is not None and val_split is not None:
         raise ConfigError("give --split-eval or --val-split, not both")
-    test_name = TEST_SPLIT if TEST_SPLIT in data and not _named_in(TEST_SPLIT, split_train) else None
+    test_name = (
+        TEST_SPLIT if TEST_SPLIT in data and not _named_in(TEST_SPLIT, split_train) else None
+    )
     if split_eval is not None:
         if test_name is not None and _named_in(test_name, split_eval):
             test_name = None  # the user chose to select on it: it is no longer held out

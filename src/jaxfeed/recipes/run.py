@@ -12,7 +12,9 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.preprocess import Preprocessing
 
-BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
+BEST_METRIC = (
+    "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
+)
 
 
 @dataclass
@@ -127,7 +129,9 @@ def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str,
 
     manager = open_checkpoints(run, record)
     try:
-        step = checkpoint_step(manager, "last" if which == "best" and not selects(record) else which)
+        step = checkpoint_step(
+            manager, "last" if which == "best" and not selects(record) else which
+        )
         return trainer.restore_checkpoint(manager, step)
     except CheckpointError as err:
         raise ConfigError(f"{run}: {err}") from err

@@ -26,7 +26,6 @@ from jaxfeed.recipes.config import (
     read_run,
 )
 from jaxfeed.recipes.preprocess import Preprocessing, plan
-from jaxfeed.train.monitor import monitor_mode
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     check_out_folder,
@@ -34,6 +33,7 @@ from jaxfeed.recipes.run import (
     outputs_of,
     preprocessing_of,
 )
+from jaxfeed.train.monitor import monitor_mode
 
 
 def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
@@ -171,9 +171,11 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         resolved["best_mode"] = record.resolved.get("best_mode") or monitor_mode(
             resolved["best_metric"]
         )
-    train_ds = prep.prepare(splits.train)
-    eval_ds = prep.prepare(splits.eval) if selection else None
-    loaders = _loaders(train_ds, eval_ds, prep, config, say)
+    held = {
+        splits.eval_name or "validation": prep.prepare(splits.eval) if selection else None,
+        splits.test_name or "test": None if splits.test is None else prep.prepare(splits.test),
+    }
+    loaders = _loaders(prep.prepare(splits.train), held, prep, config, say)
     from jaxfeed.recipes.models import build_trainer
 
     trainer = build_trainer(
@@ -221,8 +223,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     seconds = time.perf_counter() - start
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     test = None
-    if best is not None and splits.test is not None:
-        test = _test_once(trainer, prep.prepare(splits.test), prep, config, best, out, primary)
+    if best is not None and loaders[2] is not None:
+        test = _test_once(trainer, loaders[2], best, out, primary)
     if best is not None:
         _summary(say, history, best, test, seconds, run_data.task, out, splits, resolved)
     return TrainResult(out, history, best, seconds, test)
@@ -251,9 +253,10 @@ def _resolved_options(
 
 
 def _loaders(
-    train: Any, test: Any | None, prep: Preprocessing, config: RunConfig, say: Callable
+    train: Any, held: dict[str, Any], prep: Preprocessing, config: RunConfig, say: Callable
 ) -> tuple:
-    """Loaders for one device, or split over every device of every process (data parallel)."""
+    """Loaders for one device, or split over every device of every process (data parallel): the
+    train loader, then one per ``held`` split (``{name: dataset or None}``; None stays None)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -261,34 +264,33 @@ def _loaders(
     from jaxfeed.distributed import data_mesh
 
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
-    drop_eval = False
-    if jax.device_count() > 1:
-        count = jax.device_count()
+    count = jax.device_count()
+    if count > 1:
         if config.batch_size % count:
             raise ConfigError(
                 f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
             )
         kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
-        drop_eval = test is not None and (test.num_rows % config.batch_size) % count != 0
-        if drop_eval:
-            say(
-                f"note: the last {test.num_rows % config.batch_size} eval rows do not split over {count} devices and are skipped"
-            )
-    if train.num_rows < config.batch_size and jax.device_count() > 1:
+    if train.num_rows < config.batch_size and count > 1:
         raise ConfigError(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
     train_loader = DataLoader(
-        train,
-        config.batch_size,
-        shuffle=True,
-        seed=config.seed,
-        drop_last=jax.device_count() > 1,
-        **kwargs,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs
     )
-    if test is None:
-        return train_loader, None
-    return train_loader, DataLoader(test, config.batch_size, drop_last=drop_eval, **kwargs)
+
+    def held_loader(name: str, ds: Any) -> Any:
+        if ds is None:
+            return None
+        drop = count > 1 and (ds.num_rows % config.batch_size) % count != 0
+        if drop:
+            say(
+                f"note: the last {ds.num_rows % config.batch_size} {name} rows do not split over "
+                f"{count} devices and are skipped"
+            )
+        return DataLoader(ds, config.batch_size, drop_last=drop, **kwargs)
+
+    return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))
 
 
 def _export_best(
@@ -352,21 +354,12 @@ def follow_umask(folder: Path) -> None:
 
 
 def _test_once(
-    trainer: Any,
-    test_ds: Any,
-    prep: Preprocessing,
-    config: RunConfig,
-    best: dict[str, Any],
-    out: Path,
-    primary: bool,
+    trainer: Any, loader: Any, best: dict[str, Any], out: Path, primary: bool
 ) -> dict[str, Any]:
     """The test split, read once, on the chosen checkpoint (restored into ``trainer``); the row
     also goes to ``metrics.jsonl`` (``"kind": "test"``)."""
     import json
 
-    from jaxfeed import DataLoader
-
-    loader = DataLoader(test_ds, config.batch_size, transform=prep)
     result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
     row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
     if primary:
