@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from jaxfeed import __version__
 from jaxfeed.cli import commands
-from jaxfeed.cli.options import add_run_options
 from jaxfeed.recipes.config import ConfigError
 
 EXAMPLES = {
@@ -25,7 +24,11 @@ EXAMPLES = {
   jaxfeed train --data ./my_images --val-split 0.2 --image-size 64 --epochs 5
   jaxfeed train --data houses.csv --label-column price          # regression, inferred
   jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
+  jaxfeed train --model my_model.py:Net --model.init_args.width 64       # constructor arguments
+  jaxfeed train --optimizer lion --optimizer.init_args.b1 0.95 --grad-clip 1.0
+  jaxfeed train --metrics f1,auc --monitor eval_f1 --class-weights balanced
   jaxfeed train --config run.yaml --epochs 20                   # flags override the file
+  jaxfeed train --config run.yaml --print-config                # the resolved options, as YAML
   jaxfeed train --out runs/mine --resume --epochs 20            # the run's own config.json""",
     "eval": """examples:
   jaxfeed eval runs/mine
@@ -106,14 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
             name, parents=[debug], help=help, epilog=EXAMPLES[name], formatter_class=formatter
         )
 
-    p = command("train", "train a model on your data and write a run folder")
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="start from the options in a JSON or YAML file (a run's config.json works); flags override it",
+    # train's flags are RunConfig's jsonargparse parser (jaxfeed.cli.options): main passes them on
+    p = sub.add_parser(
+        "train",
+        help="train a model on your data and write a run folder",
+        add_help=False,
+        prefix_chars="\0",
     )
-    add_run_options(p)
-    p.set_defaults(run=commands.train)
+    p.set_defaults(run=commands.train, debug=False)
 
     p = command("eval", "evaluate a run: loss, accuracy, per-class metrics, confusion matrix")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -189,10 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxfeed`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, rest = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if rest and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.train_argv = rest
+    if args.command == "train":
+        args.debug = args.debug or "--debug" in rest
     try:
         return args.run(args)
     except ConfigError as err:

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from jaxfeed.cli.options import given
+from jaxfeed.cli.options import parse_train, print_config, train_parser
 from jaxfeed.recipes.config import ConfigError
 
 
@@ -19,11 +19,20 @@ def _say(*args: object, **kwargs: object) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
+    flags = parse_train(args.train_argv)
+    if flags.help:
+        from jaxfeed.cli import EXAMPLES
+
+        print(train_parser(EXAMPLES["train"]).format_help())
+        return 0
     from jaxfeed.recipes.interrupt import safe_interrupts
     from jaxfeed.recipes.train import configure
     from jaxfeed.recipes.train import train as run_training
 
-    config = configure(given(args), args.config)
+    config = configure(flags.options, flags.config)
+    if flags.print_config:
+        print(print_config(config), end="")
+        return 0
     with safe_interrupts():
         try:
             run_training(config, say=_say)

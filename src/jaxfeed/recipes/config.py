@@ -1,22 +1,31 @@
-"""The typed run configuration of ``jaxfeed train`` (one dataclass), and reading it back.
+"""The typed run configuration of ``jaxfeed train`` (one dataclass), parsed by jsonargparse.
 
-Every option of a training run is a field of :class:`RunConfig`; the command-line flags are derived
-from these fields (``jaxfeed.cli.options``), ``--config FILE`` reads the same keys from JSON or YAML,
-and the run folder keeps them in ``config.json`` next to what the run resolved from the data (task,
-labels, preprocessing). This module imports neither JAX nor pyarrow.
+Every option of a training run is a field of :class:`RunConfig`. :func:`run_parser` derives a
+`jsonargparse <https://jsonargparse.readthedocs.io>`_ parser from the fields (their types, help and
+defaults), and the same parser checks the command line (``jaxfeed.cli.options``), ``--config``
+files (JSON or YAML) and a run's ``config.json``; :func:`check` adds the bounds the types cannot
+say. A field added to the dataclass is a flag, a config key and a ``config.json`` entry at once.
+The run folder keeps the options in ``config.json`` next to what the run resolved from the data
+(task, labels, preprocessing). This module imports neither JAX nor pyarrow.
 
->>> config = RunConfig.from_dict({"epochs": 3, "lr": "0.01"}, "example")
+>>> config = RunConfig.from_dict({"epochs": 3, "lr": 0.01}, "example")
 >>> config.epochs, config.lr, config.optimizer
 (3, 0.01, 'adamw')
 >>> RunConfig.from_dict({"epochs": 0}, "example")
 Traceback (most recent call last):
 ...
 jaxfeed.recipes.config.ConfigError: example: epochs must be an integer >= 1, got 0
+>>> RunConfig.from_dict({"epoch": 3}, "example")
+Traceback (most recent call last):
+...
+jaxfeed.recipes.config.ConfigError: example: unknown option 'epoch' (did you mean 'epochs'?)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
 import os
 import re
@@ -25,9 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
 TASKS = ("classification", "regression")
+COMPONENTS = ("model", "optimizer")  # fields that take {class_path, init_args}
+MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
+MAX_CONFIG_ALIASES = 100
 
 
 class ConfigError(ValueError):
@@ -40,6 +54,7 @@ def option(
     *,
     minimum: float | None = None,
     exclusive: bool = False,
+    below: float | None = None,
     metavar: str | None = None,
     saved: bool = True,
     resumable: bool = False,
@@ -47,14 +62,16 @@ def option(
 ) -> Any:
     """A :class:`RunConfig` field with what the command line and the checks need.
 
-    ``minimum`` (with ``exclusive``: strictly above) bounds numbers; ``saved=False`` keeps the field
-    out of ``config.json`` (where this process runs, not what it trains); ``resumable=True`` fields may
-    differ from the saved ones on ``--resume`` (how long to train, how often to report).
+    ``minimum`` (with ``exclusive``: strictly above) and ``below`` (strictly) bound numbers;
+    ``saved=False`` keeps the field out of ``config.json`` (where this process runs, not what it
+    trains); ``resumable=True`` fields may differ from the saved ones on ``--resume`` (how long to
+    train, how often to report).
     """
     meta = {
         "help": help,
         "minimum": minimum,
         "exclusive": exclusive,
+        "below": below,
         "metavar": metavar,
         "saved": saved,
         "resumable": resumable,
@@ -82,7 +99,7 @@ class RunConfig:
         None, "folder of the files of mnist, fashion_mnist or cifar10", group="data"
     )
     split_train: str = option(
-        "train", "split to train on; slices work: train[:80%%] (default: train)", group="data"
+        "train", "split to train on; slices work: train[:80%] (default: train)", group="data"
     )
     split_eval: str | None = option(
         None,
@@ -96,6 +113,7 @@ class RunConfig:
         "the model is selected on, when the data has no validation split (default: 0.1 then); "
         "0: no validation split, no selection, the last epoch is kept",
         minimum=0.0,
+        below=1.0,
         metavar="FRACTION",
         group="data",
     )
@@ -125,11 +143,12 @@ class RunConfig:
         group="data",
     )
     # model
-    model: str | None = option(
+    model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, or FILE.py:ClassName (your own flax.nnx.Module) (default: cnn for images, mlp "
-        "for tables)",
-        metavar="cnn|mlp|FILE.py:ClassName",
+        "cnn, mlp, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
+        "{class_path: ..., init_args: {...}} with constructor arguments (also --model.init_args.NAME "
+        "VALUE) (default: cnn for images, mlp for tables)",
+        metavar="NAME|SPEC",
         group="model",
     )
     api: Literal["nnx", "linen"] = option(
@@ -138,13 +157,43 @@ class RunConfig:
     # optimisation
     epochs: int = option(10, "epochs in total (default: 10)", minimum=1, resumable=True)
     batch_size: int = option(64, "rows per batch (default: 64)", minimum=1)
-    optimizer: Literal["adamw", "adam", "sgd"] = option("adamw", "optimizer (default: adamw)")
+    optimizer: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "adamw",
+        "any optax optimizer by name (adamw, adam, sgd, lion, adafactor, ...), or {class_path: "
+        "NAME, init_args: {...}} with its arguments (also --optimizer.init_args.NAME VALUE); it "
+        "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
+        metavar="NAME|SPEC",
+    )
     lr: float = option(1e-3, "peak learning rate (default: 1e-3)", minimum=0.0, exclusive=True)
     weight_decay: float = option(
         1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
     )
     schedule: Literal["constant", "cosine", "linear"] = option(
         "constant", "learning-rate schedule after the warmup (default: constant)"
+    )
+    loss: Literal["cross_entropy", "mse", "mae", "huber"] | None = option(
+        None, "training loss (default: cross_entropy for classes, mse for regression)"
+    )
+    metrics: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "metrics besides the loss, comma-separated: accuracy, topK_accuracy, f1, precision, "
+        "recall, auc (classification), mse, mae, rmse, r2 (regression); f1, precision, recall, "
+        "auc, rmse and r2 over the whole split (default: accuracy for classes; mse, mae, rmse, r2 "
+        "for regression)",
+        metavar="A,B,C",
+    )
+    grad_clip: float | None = option(
+        None,
+        "clip gradients to this global norm (optax.clip_by_global_norm) (default: off)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="NORM",
+    )
+    class_weights: str | list[float] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "weigh the loss per class: balanced (rows / (classes x class rows) of the train split), "
+        "or one weight per class, comma-separated (default: equal)",
+        metavar="balanced|W1,W2,...",
     )
     warmup_steps: int = option(0, "optimizer steps of linear warmup from 0 (default: 0)", minimum=0)
     grad_accum: int = option(
@@ -249,18 +298,28 @@ class RunConfig:
         return cls().replace(values, where)
 
     def replace(self, values: dict[str, Any], where: str) -> RunConfig:
-        """A copy with ``values`` (JSON/YAML values or flag strings) checked and applied."""
+        """A copy with ``values`` (JSON/YAML values, or flags as parsed) checked and applied."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: expected a mapping of option names to values")
+        values = {str(k).replace("-", "_"): v for k, v in values.items()}
         known = {f.name: f for f in dataclasses.fields(self)}
-        hints = _hints()
-        changes = {}
-        for key, value in values.items():
-            name = key.replace("-", "_")
-            if name not in known:
-                close = [k for k in known if k.startswith(name[:4])]
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"{where}: unknown option {key!r}{hint}")
-            changes[name] = coerce(known[name], hints[name], value, where)
-        return dataclasses.replace(self, **changes)
+        for key in values:
+            if key not in known:
+                raise ConfigError(
+                    f"{where}: unknown option {_short(key)}{did_you_mean(key, known)}"
+                )
+        values = as_typed(values)
+        parser = run_parser()
+        try:
+            namespace = parser.parse_object(values, defaults=False)
+        except Exception as err:  # jsonargparse's errors: one line, no whole value
+            raise ConfigError(f"{where}: {parse_error(err)}") from None
+        changes = {k: namespace[k] for k in values}
+        return check(dataclasses.replace(self, **changes), where, set(changes))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field (JSON values)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def saved(self) -> dict[str, Any]:
         """The fields kept in ``config.json`` (JSON values)."""
@@ -284,9 +343,222 @@ class RunConfig:
         """
         return None if self.image_size is None else parse_image_size(self.image_size)
 
+    def component(self, name: str) -> tuple[str | None, dict[str, Any]]:
+        """``model`` or ``optimizer`` as ``(class_path, init_args)``.
+
+        >>> RunConfig(model={"class_path": "net.py:Net", "init_args": {"width": 8}}).component("model")
+        ('net.py:Net', {'width': 8})
+        >>> RunConfig().component("optimizer")
+        ('adamw', {})
+        """
+        value = getattr(self, name)
+        if isinstance(value, dict):
+            return value["class_path"], dict(value.get("init_args") or {})
+        return value, {}
+
+
+def as_typed(values: dict[str, Any]) -> dict[str, Any]:
+    """Spellings the types do not take, as they mean: ``"a,b"`` for a list of names, ``64`` for
+    a string field (``image_size: 64`` in YAML).
+
+    >>> as_typed({"input_columns": "a, b", "image_size": 64, "epochs": 3})
+    {'input_columns': ['a', 'b'], 'image_size': '64', 'epochs': 3}
+    """
+    hints, out = _hints(), dict(values)
+    for key, value in values.items():
+        base = _base(hints.get(key))
+        if base is str and isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = str(value)
+        elif typing.get_origin(base) is list and isinstance(value, str):
+            out[key] = [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
 
 def _hints() -> dict[str, Any]:
     return typing.get_type_hints(RunConfig)
+
+
+def _base(hint: Any) -> Any:
+    """``X`` of ``X | None``; the hint itself otherwise."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if type(None) in typing.get_args(hint) and len(args) == 1 else hint
+
+
+def flag(name: str) -> str:
+    """A field's command-line flag: ``split_train`` -> ``--split-train``."""
+    return "--" + name.replace("_", "-")
+
+
+@functools.cache
+def run_parser() -> Any:
+    """The jsonargparse parser of :class:`RunConfig` (config files and ``config.json``)."""
+    return new_run_parser()
+
+
+GROUPS = {
+    "data": "data",
+    "model": "model",
+    "run": "optimisation and run",
+    "process": "run folder and processes",
+}
+
+
+def new_run_parser(**kwargs: Any) -> Any:
+    """A jsonargparse parser of :class:`RunConfig`: one ``--field_name`` per field, typed by its
+    hint, with its help and default (booleans also take ``--no_field_name``), in help groups.
+    ``kwargs`` go to ``ArgumentParser``. The command line spells the flags with dashes
+    (``jaxfeed.cli.options`` maps them)."""
+    # jsonargparse's import takes ~0.25 s: only a command or a config read builds the parser
+    from jsonargparse import ActionYesNo, ArgumentParser
+
+    parser = ArgumentParser(
+        **{"prog": "jaxfeed train", "exit_on_error": False, "allow_abbrev": False, **kwargs}
+    )
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    hints = _hints()
+    for f in dataclasses.fields(RunConfig):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"]}
+        group = groups[f.metadata.get("group", "run")]
+        if _base(hints[f.name]) is bool:
+            group.add_argument(f"--{f.name}", action=ActionYesNo(no_prefix="no_"), **kwargs)
+        else:
+            if f.metadata.get("metavar"):
+                kwargs["metavar"] = f.metadata["metavar"]
+            group.add_argument(f"--{f.name}", type=hints[f.name], **kwargs)
+    return parser
+
+
+def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
+    """`` (did you mean 'x'?)`` for the nearest known name, or nothing.
+
+    >>> did_you_mean("lerning_rate", ["lr", "learning_rate"])
+    " (did you mean 'learning_rate'?)"
+    """
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error never shows a whole value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'"
+
+
+def parse_error(err: BaseException) -> str:
+    """A jsonargparse error as one line naming the option (its long messages list every union
+    member and repeat the whole value)."""
+    text = str(err).strip()
+    key = re.search(r'[Kk]ey "([\w.]+)"', text)
+    if key:
+        name = key.group(1).split(".")[0]
+        hint = _hints().get(name)
+        got = re.search(r"(?:Given|Got) value: (.*)", text)
+        value = got.group(1).strip() if got else None
+        return f"{name} must be {describe(hint)}" + (
+            f", got {_short(value)}" if value is not None else ""
+        )
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first[:200]
+
+
+def describe(hint: Any) -> str:
+    """What a field's type accepts, in words."""
+    base = _base(hint)
+    if typing.get_origin(base) is Literal:
+        return "one of " + ", ".join(typing.get_args(base))
+    simple = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if base in simple:
+        return simple[base]
+    if typing.get_origin(base) is list:
+        return "a list"
+    return (
+        "a name or a {class_path, init_args} mapping"
+        if dict in map(typing.get_origin, typing.get_args(base))
+        else "a valid value"
+    )
+
+
+def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = None) -> RunConfig:
+    """Bounds and forms the types do not say, for fields ``names`` (default: all); normalises
+    comma-separated lists and ``{class_path, init_args}`` specs."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for name in fields if names is None else names:
+        f, value = fields[name], getattr(config, name)
+        low, below = f.metadata.get("minimum"), f.metadata.get("below")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            kind = "an integer" if isinstance(value, int) else "a number"
+            if low is not None and (value <= low if f.metadata["exclusive"] else value < low):
+                sign = ">" if f.metadata["exclusive"] else ">="
+                raise ConfigError(f"{where}: {name} must be {kind} {sign} {low:g}, got {value!r}")
+            if below is not None and value >= below:
+                raise ConfigError(f"{where}: {name} must be {kind} < {below:g}, got {value!r}")
+            if value != value:
+                raise ConfigError(f"{where}: {name} must be a number, got nan")
+        if name in ("input_columns", "metrics") and isinstance(value, str):
+            value = changes[name] = [v.strip() for v in value.split(",") if v.strip()]
+            if not value:
+                raise ConfigError(f"{where}: {name} must name at least one column or metric")
+        if name == "class_weights" and value is not None:
+            changes[name] = _class_weights(value, where)
+        if name == "image_size" and value is not None:
+            try:
+                parse_image_size(value)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: image_size: {err}") from None
+        if name in COMPONENTS and value is not None:
+            changes[name] = _component(name, value, where)
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+MODEL_FORMS = "cnn, mlp, FILE.py:ClassName or package.module.ClassName"
+
+
+def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
+    """A name, or ``{class_path, init_args}`` (a name alone when there are no arguments)."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"class_path", "init_args"}
+        if unknown or not isinstance(value.get("class_path"), str):
+            raise ConfigError(
+                f"{where}: {name} must be a name or {{class_path: NAME, init_args: {{...}}}}, got "
+                f"keys {sorted(map(str, value))[:5]}"
+            )
+        args = value.get("init_args") or {}
+        if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+            raise ConfigError(f"{where}: {name}.init_args must map argument names to values")
+        path = _component(name, value["class_path"], where)
+        return {"class_path": path, "init_args": dict(args)} if args else path
+    path = str(value).strip()
+    if name == "model" and not (
+        path in ("cnn", "mlp")
+        or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
+        or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
+    ):
+        raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
+    if name == "optimizer" and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path):
+        raise ConfigError(
+            f"{where}: optimizer must be the name of an optax optimizer, got {_short(path)}"
+        )
+    return path
+
+
+def _class_weights(value: Any, where: str) -> str | list[float]:
+    if isinstance(value, str):
+        if value.strip() == "balanced":
+            return "balanced"
+        value = value.split(",")
+    try:
+        weights = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}: class_weights must be balanced or numbers, one per class, got {_short(value)}"
+        ) from None
+    if not weights or any(not (w >= 0) for w in weights):
+        raise ConfigError(f"{where}: class_weights must be numbers >= 0, got {_short(value)}")
+    return weights
 
 
 def parse_image_size(text: str) -> tuple[int, int]:
@@ -294,106 +566,82 @@ def parse_image_size(text: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(text))
     if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(2)) < 1):
         raise ConfigError(
-            f"expected N or HxW with positive integers (e.g. 32 or 24x32), got {text!r}"
+            f"expected N or HxW with positive integers (e.g. 32 or 24x32), got {_short(text)}"
         )
     height = int(m.group(1))
     return height, int(m.group(2)) if m.group(2) else height
 
 
-def _describe(tp: Any) -> str:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    base = args[0] if type(None) in typing.get_args(tp) and len(args) == 1 else tp
-    if typing.get_origin(base) is Literal:
-        return "one of " + ", ".join(typing.get_args(base))
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
-        base, "a list of column names"
-    )
-
-
-def coerce(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
-    """``value`` (a JSON value or a flag's text) as field ``f``'s type, checked against its bounds."""
-    name = f.name
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    optional = type(None) in typing.get_args(tp)
-    base = args[0] if (optional and len(args) == 1) else tp
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ConfigError(f"{where}: {name} cannot be empty; expected {_describe(tp)}")
-    origin = typing.get_origin(base)
-    try:
-        if origin is Literal:
-            if value not in typing.get_args(base):
-                raise ValueError
-            out: Any = value
-        elif base is bool:
-            if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
-                value = value.lower() in ("true", "yes", "1")
-            if not isinstance(value, bool):
-                raise ValueError
-            out = value
-        elif base is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            out = int(value)
-        elif base is float:
-            if isinstance(value, bool):
-                raise ValueError
-            out = float(value)
-        elif origin is list:
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise ValueError
-            out = [i.strip() for i in items if i.strip()]
-            if not out:
-                raise ValueError
-        else:
-            if not isinstance(value, str | int | float) or isinstance(value, bool):
-                raise ValueError
-            out = str(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {name} must be {_describe(tp)}, got {value!r}") from None
-    low = f.metadata.get("minimum")
-    if low is not None and isinstance(out, int | float):
-        bad = out <= low if f.metadata.get("exclusive") else out < low
-        if bad or out != out:
-            sign = ">" if f.metadata.get("exclusive") else ">="
-            kind = "an integer" if base is int else "a number"
-            raise ConfigError(f"{where}: {name} must be {kind} {sign} {low:g}, got {value!r}")
-    if name == "val_split" and out >= 1:
-        raise ConfigError(f"{where}: val_split must be a fraction between 0 and 1, got {value!r}")
-    if name == "image_size":
-        parse_image_size(out)
-    if (
-        name == "model"
-        and out not in ("cnn", "mlp")
-        and not re.fullmatch(r".+\.py:[A-Za-z_]\w*", out)
-    ):
-        raise ConfigError(f"{where}: model must be cnn, mlp or FILE.py:ClassName, got {value!r}")
-    return out
-
-
 # ---------------------------------------------------------------------------------- files
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses more than :data:`MAX_CONFIG_ALIASES` aliases (an alias
+    "bomb" of a few hundred bytes expands to billions of values)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases = getattr(self, "aliases", 0) + 1
+            if self.aliases > MAX_CONFIG_ALIASES:
+                raise ConfigError(f"more than {MAX_CONFIG_ALIASES} YAML aliases (*name)")
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """YAML ``text``, safely: no Python objects, at most :data:`MAX_CONFIG_ALIASES` aliases and
+    :data:`MAX_CONFIG_NODES` values once expanded; errors name ``where`` and never the value.
+
+    >>> load_yaml("a: &x [1, 2]\\nb: *x", "run.yaml")
+    {'a': [1, 2], 'b': [1, 2]}
+    >>> bomb = "a: &a [x, x]\\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}]\\n"
+    ...                                    for p, c in zip("abcdefghij", "bcdefghijk"))
+    >>> load_yaml(bomb, "bomb.yaml")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: bomb.yaml: refused: it expands to more than 100,000 values (YAML aliases)
+    """
+    try:
+        values = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: no Python objects
+    except ConfigError as err:
+        raise ConfigError(f"{where}: refused: {err}") from None
+    except yaml.YAMLError as err:
+        first = str(err).strip().splitlines()[0][:200]
+        raise ConfigError(f"{where}: not valid YAML: {first}") from None
+    _check_size(values, where)
+    return values
+
+
+def _check_size(values: Any, where: str) -> None:
+    """Refuse a value that expands to more than :data:`MAX_CONFIG_NODES` values (each alias counts
+    every time it is used), without expanding it."""
+    count, stack = 0, [values]
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_NODES:
+            raise ConfigError(
+                f"{where}: refused: it expands to more than {MAX_CONFIG_NODES:,} values (YAML aliases)"
+            )
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """The options in a JSON or YAML file (a run's ``config.json`` works too: its options)."""
+    """The options in a JSON or YAML file (a run's ``config.json`` works too: its options); YAML
+    is read by :func:`load_yaml` (no alias bombs)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
         raise ConfigError(f"--config {path}: cannot read it: {err.strerror or err}") from err
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml  # only for YAML files: yaml's import is not free
-
-        try:
-            values = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            first = str(err).strip().splitlines()[0]
-            raise ConfigError(f"--config {path}: not valid YAML: {first}") from err
+        values = load_yaml(text, f"--config {path}")
     else:
         try:
             values = json.loads(text)
         except ValueError as err:
             raise ConfigError(f"--config {path}: not valid JSON: {err}") from err
+    _check_size(values, f"--config {path}")
     if not isinstance(values, dict):
         raise ConfigError(
             f"--config {path}: expected a mapping of option names to values, got {type(values).__name__}"
@@ -428,7 +676,7 @@ class RunRecord:
 
 RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
-    "test_split", "processes", "devices",
+    "test_split", "class_weights", "lr_logged", "processes", "devices",
 )  # fmt: skip
 
 

@@ -12,8 +12,11 @@ only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_class
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,20 +25,33 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train.losses import resolve_loss
+from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
 
 
 def model_name(config: RunConfig, kind: str) -> str:
     """The ``--model`` of a run: given, else ``cnn`` for images and ``mlp`` for tables."""
     if config.model is not None:
-        return config.model
+        return config.component("model")[0]
     return "mlp" if kind == "table" else "cnn"
 
 
 def load_user_class(spec: str, base: Path | None = None) -> type:
-    """``FILE.py:ClassName`` -> the class (the file is run as a module: it is your code)."""
+    """``FILE.py:ClassName`` or ``package.module.ClassName`` -> the class (the file or module is
+    run: it is your code)."""
+    if ":" not in spec:
+        module_name, _, name = spec.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ConfigError(f"--model {spec}: cannot import {module_name}: {err}") from err
+        cls = getattr(module, name, None)
+        if not isinstance(cls, type):
+            raise ConfigError(f"--model {spec}: {module_name} has no class {name!r}")
+        return cls
     path_text, _, name = spec.rpartition(":")
     path = Path(path_text).expanduser()
     if not path.is_absolute() and base is not None and not path.exists():
@@ -74,12 +90,13 @@ def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int)
 
     shape = tuple(prep.input_shape)
     name = model_name(config, prep.kind)
+    init_args = config.component("model")[1] if config.model is not None else {}
     if config.api == "linen":
         if name != "cnn":
             raise ConfigError("--api linen supports --model cnn only")
         from jaxfeed.models import LinenCNN
 
-        return LinenCNN(outputs)
+        return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
     if name == "cnn":
         if prep.kind == "table" or len(shape) not in (2, 3):
@@ -93,11 +110,11 @@ def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int)
             )
         from jaxfeed.models import CNN
 
-        return CNN(outputs, input_shape=image, rngs=rngs)
+        return _construct(CNN, name, init_args, outputs, input_shape=image, rngs=rngs)
     if name == "mlp":
         from jaxfeed.models import MLP
 
-        return MLP(outputs, input_shape=shape, rngs=rngs)
+        return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
     cls = load_user_class(name)
     params = inspect.signature(
         cls.__init__
@@ -110,20 +127,77 @@ def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int)
         kwargs["input_shape"] = shape
     if "rngs" in params:
         kwargs["rngs"] = rngs
+    clash = sorted(set(kwargs) & set(init_args))
+    if clash:
+        raise ConfigError(
+            f"--model.init_args.{clash[0]}: jaxfeed passes {clash[0]} itself (from the data)"
+        )
+    unknown = [k for k in init_args if k not in params] if not _takes_kwargs(params) else []
+    if unknown:
+        raise ConfigError(
+            f"--model.init_args.{unknown[0]}: {cls.__name__}() takes no argument {unknown[0]!r}"
+            f"{did_you_mean(unknown[0], params)}"
+        )
     try:
-        model = cls(**kwargs)
+        model = cls(**kwargs, **init_args)
     except Exception as err:
         raise ConfigError(
-            f"--model {name}: {cls.__name__}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}"
+            f"--model {name}: {cls.__name__}({', '.join([*kwargs, *init_args])}) failed: "
+            f"{type(err).__name__}: {err}"
         ) from err
     if not isinstance(model, nnx.Module):
         raise ConfigError(f"--model {name}: {cls.__name__} is not a flax.nnx.Module")
     return model
 
 
-def build_optimizer(config: RunConfig, total_steps: int) -> Any:
-    """``--optimizer``, ``--lr``, ``--weight-decay``, ``--schedule``, ``--warmup-steps`` and
-    ``--grad-accum`` as one optax transformation (``total_steps`` optimizer updates in all)."""
+def _takes_kwargs(params: Any) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _construct(cls: type, name: str, init_args: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """A built-in model with ``--model.init_args``, their names checked against its signature."""
+    params = inspect.signature(cls.__init__).parameters
+    for key in init_args:
+        if key not in params or key in kwargs or key in ("self", "num_classes"):
+            raise ConfigError(
+                f"--model.init_args.{key}: {name} takes no argument {key!r} (it takes "
+                f"{[p for p in params if p not in ('self', 'num_classes', *kwargs)]})"
+            )
+    return cls(*args, **kwargs, **init_args)
+
+
+LEGACY_OPTIMIZERS = ("adamw", "adam", "sgd")  # built as the first jaxfeed built them
+
+
+def optimizer_factory(name: str) -> Any:
+    """An optax optimizer function by name (``lion``, ``optax.adafactor``, ``contrib.muon``):
+    only attributes of optax, nothing else is imported.
+
+    >>> optimizer_factory("lion").__name__
+    'lion'
+    >>> optimizer_factory("adamx")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: --optimizer 'adamx' is not an optax optimizer (did you mean 'adamax'?)
+    """
+    obj: Any = optax
+    for part in name.removeprefix("optax.").split("."):
+        obj = getattr(obj, part, None) if not part.startswith("_") else None
+    params = inspect.signature(obj).parameters if callable(obj) else {}
+    if not callable(obj) or "learning_rate" not in params:
+        known = [k for k, v in vars(optax).items() if callable(v) and k[0].islower()]
+        raise ConfigError(
+            f"--optimizer {name!r} is not an optax optimizer{did_you_mean(name, known)}"
+        )
+    return obj
+
+
+def build_optimizer(config: RunConfig, total_steps: int, *, log_lr: bool = True) -> Any:
+    """``--optimizer`` (any optax optimizer, with its ``init_args``), ``--lr``, ``--weight-decay``,
+    ``--schedule``, ``--warmup-steps``, ``--grad-clip`` and ``--grad-accum`` as one optax
+    transformation (``total_steps`` optimizer updates in all). ``log_lr``: the learning rate is an
+    ``optax.inject_hyperparams`` hyperparameter, so the trainer logs it (runs of earlier
+    versions, whose optimizer state has none, are rebuilt with ``log_lr=False``)."""
     warmup = min(config.warmup_steps, max(total_steps - 1, 0))
     decay_steps = max(total_steps - warmup, 1)
     if config.schedule == "constant":
@@ -137,14 +211,42 @@ def build_optimizer(config: RunConfig, total_steps: int) -> Any:
         if warmup
         else after
     )
-    if config.optimizer == "adamw":
-        tx = optax.adamw(lr, weight_decay=config.weight_decay)
-    elif config.optimizer == "adam":
-        tx = optax.adam(lr)
-    else:
-        tx = optax.chain(
-            optax.add_decayed_weights(config.weight_decay), optax.sgd(lr, momentum=0.9)
+    name, args = config.component("optimizer")
+
+    def make(factory: Any, **kwargs: Any) -> Any:
+        if not log_lr:
+            return factory(learning_rate=lr, **kwargs)
+        static = tuple(  # flags, names, None: not hyperparameters in the state
+            k for k, v in kwargs.items() if isinstance(v, bool) or not isinstance(v, int | float)
         )
+        return optax.inject_hyperparams(factory, static_args=static)(learning_rate=lr, **kwargs)
+
+    if name in LEGACY_OPTIMIZERS and not args:
+        if name == "adamw":
+            tx = make(optax.adamw, weight_decay=config.weight_decay)
+        elif name == "adam":
+            tx = make(optax.adam)
+        else:
+            tx = optax.chain(
+                optax.add_decayed_weights(config.weight_decay), make(optax.sgd, momentum=0.9)
+            )
+    else:
+        factory = optimizer_factory(name)
+        params = inspect.signature(factory).parameters
+        unknown = [k for k in args if k not in params or k == "learning_rate"]
+        if unknown:
+            raise ConfigError(
+                f"--optimizer.init_args.{unknown[0]}: optax.{factory.__name__} takes no argument "
+                f"{unknown[0]!r} (learning_rate comes from --lr){did_you_mean(unknown[0], params)}"
+            )
+        if "weight_decay" in params and "weight_decay" not in args:
+            args["weight_decay"] = config.weight_decay
+        try:
+            tx = make(factory, **args)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--optimizer {name}: {type(err).__name__}: {err}") from err
+    if config.grad_clip is not None:
+        tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
     if config.grad_accum > 1:
         tx = optax.MultiSteps(tx, every_k_schedule=config.grad_accum)
     return tx
@@ -173,6 +275,89 @@ def label_unit_errors(std: float) -> dict[str, Any]:
     return {"mse": mse, "mae": mae}
 
 
+CLASSIFICATION_METRICS = ("accuracy", "f1", "precision", "recall", "auc")
+REGRESSION_METRICS = ("mse", "mae", "rmse", "r2")
+
+
+def run_metrics(config: RunConfig, regression: bool, std: float | None) -> dict[str, Any]:
+    """``--metrics`` for the Trainer; regression errors in the label column's units (``std``: the
+    target's deviation; the model learns the standardised target).
+
+    >>> sorted(run_metrics(RunConfig(), True, 2.0)), run_metrics(RunConfig(metrics=["f1"]), False, None)
+    (['mae', 'mse', 'r2', 'rmse'], {'f1': 'f1'})
+    """
+    if not regression:
+        names = config.metrics or ["accuracy"]
+        for name in names:
+            if name not in CLASSIFICATION_METRICS and not re.fullmatch(r"top\d+_accuracy", name):
+                raise ConfigError(
+                    f"--metrics {name}: not a classification metric; known: "
+                    f"{', '.join(CLASSIFICATION_METRICS)}, topK_accuracy"
+                    + did_you_mean(name, CLASSIFICATION_METRICS)
+                )
+        return {name: name for name in names}
+    scale = float(std or 1.0)
+    errors = label_unit_errors(scale)
+    out: dict[str, Any] = {}
+    for name in config.metrics or REGRESSION_METRICS:
+        if name in errors:
+            out[name] = errors[name]
+        elif name == "rmse":
+            out[name] = SplitMetric(lambda o, t: rmse(o, t) * scale, classification=False)
+        elif name == "r2":
+            out[name] = SPLIT_METRICS["r2"]
+        else:
+            raise ConfigError(
+                f"--metrics {name}: not a regression metric; known: {', '.join(REGRESSION_METRICS)}"
+                + did_you_mean(name, REGRESSION_METRICS)
+            )
+    return out
+
+
+def run_loss(config: RunConfig, regression: bool, class_weights: list[float] | None) -> Any:
+    """``--loss`` (checked against the task), weighted per class by ``class_weights``."""
+    name = config.loss or ("mse" if regression else "cross_entropy")
+    if regression != (name != "cross_entropy"):
+        task = "regression" if regression else "classification"
+        raise ConfigError(
+            f"--loss {name} does not fit a {task} task; use "
+            + ("mse, mae or huber" if regression else "cross_entropy")
+        )
+    if class_weights is None:
+        return name
+    if regression:
+        raise ConfigError("--class-weights is for classification; this task is regression")
+    weights = jnp.asarray(class_weights, jnp.float32)
+    base = resolve_loss("cross_entropy", TARGETS)
+
+    def weighted(outputs: Any, batch: Any) -> Any:
+        y = jnp.clip(batch[TARGETS].astype(jnp.int32), 0, len(class_weights) - 1)
+        return base.per_example(outputs, batch) * weights[y]
+
+    return dataclasses.replace(base, per_example=weighted)
+
+
+def resolve_class_weights(spec: Any, labels: np.ndarray, classes: int) -> list[float] | None:
+    """``--class-weights``: ``balanced`` (rows / (classes x rows of the class), over ``labels``
+    of the train split) or one weight per class, checked.
+
+    >>> resolve_class_weights("balanced", np.array([0, 0, 0, 1]), 2)
+    [0.6667, 2.0]
+    """
+    if spec is None:
+        return None
+    if spec == "balanced":
+        counts = np.bincount(labels[labels >= 0].astype(np.int64), minlength=classes)
+        total = counts.sum()
+        return [round(float(total / (classes * c)), 4) if c else 0.0 for c in counts]
+    if len(spec) != classes:
+        raise ConfigError(
+            f"--class-weights gives {len(spec)} weights for {classes} classes; give one per class "
+            "(in the order of the class names) or balanced"
+        )
+    return [float(w) for w in spec]
+
+
 def build_trainer(
     config: RunConfig,
     prep: Preprocessing,
@@ -180,13 +365,18 @@ def build_trainer(
     steps_per_epoch: int,
     out_dir: Path | None = None,
     verbose: int = 1,
+    *,
+    class_weights: list[float] | None = None,
+    log_lr: bool = True,
 ) -> Trainer:
-    """The trainer of a run: model, optimizer, loss and callbacks, all from the config."""
+    """The trainer of a run: model, optimizer, loss, metrics and callbacks, all from the config
+    (``class_weights``: the run's resolved ``--class-weights``; ``log_lr``: see
+    :func:`build_optimizer`)."""
     total = config.epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
     total = max(1, total // config.grad_accum)
-    tx = build_optimizer(config, total)
+    tx = build_optimizer(config, total, log_lr=log_lr)
     scale = prep.scale and prep.kind in ("image", "array")
 
     def preprocess(batch):  # on the device, inside the compiled step
@@ -211,8 +401,8 @@ def build_trainer(
         "deterministic": config.deterministic,
         "inputs": INPUTS,
         "targets": TARGETS,
-        "loss": "mse" if regression else "cross_entropy",
-        "metrics": label_unit_errors(prep.target_std) if regression else ("accuracy",),
+        "loss": run_loss(config, regression, class_weights),
+        "metrics": run_metrics(config, regression, prep.target_std),
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),

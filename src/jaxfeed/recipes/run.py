@@ -151,7 +151,17 @@ def build_run_trainer(
 
     prep = preprocessing_of(record, str(run / "config.json"))
     outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
-    return build_trainer(record.options, prep, outputs, 1, None, verbose=verbose), prep
+    trainer = build_trainer(
+        record.options,
+        prep,
+        outputs,
+        1,
+        None,
+        verbose=verbose,
+        class_weights=record.resolved.get("class_weights"),
+        log_lr=bool(record.resolved.get("lr_logged", False)),  # as the run's optimizer state
+    )
+    return trainer, prep
 
 
 def write_json(path: Path, payload: Any) -> None:

@@ -18,10 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
     RunRecord,
+    did_you_mean,
     read_config_file,
     read_run,
 )
@@ -69,7 +72,18 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         return wanted
     if config_file is not None:
         config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    return config.replace(flags, "command line")
+    config = config.replace(flags, "command line")
+    _check_optimizer(config)
+    return config
+
+
+def _check_optimizer(config: RunConfig) -> None:
+    """An unknown optax optimizer is refused before any data is read."""
+    from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
+
+    name, args = config.component("optimizer")
+    if name not in LEGACY_OPTIMIZERS or args:
+        optimizer_factory(name)
 
 
 @dataclass
@@ -176,11 +190,40 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         splits.test_name or "test": None if splits.test is None else prep.prepare(splits.test),
     }
     loaders = _loaders(prep.prepare(splits.train), held, prep, config, say)
-    from jaxfeed.recipes.models import build_trainer
+    from jaxfeed.recipes.models import build_trainer, resolve_class_weights
 
+    if record is not None:
+        resolved["class_weights"] = record.resolved.get("class_weights")
+        resolved["lr_logged"] = bool(record.resolved.get("lr_logged", False))
+    else:
+        resolved["class_weights"] = (
+            resolve_class_weights(
+                config.class_weights,
+                np.asarray(splits.train.with_format("numpy")[columns.label]),
+                len(run_data.labels),
+            )
+            if run_data.task == "classification"
+            else config.class_weights
+        )
+        resolved["lr_logged"] = True  # the learning rate is in the optimizer state, logged
+    if resolved["class_weights"] is not None:
+        say(f"class weights: {resolved['class_weights']}")
     trainer = build_trainer(
-        config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out, verbose
+        config,
+        prep,
+        outputs_of(run_data.task, run_data.labels),
+        len(loaders[0]),
+        out,
+        verbose,
+        class_weights=resolved["class_weights"],
+        log_lr=resolved["lr_logged"],
     )
+    monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
+    if selection and resolved["best_metric"] not in monitors:
+        raise ConfigError(
+            f"--monitor {resolved['best_metric']}: not among this run's validation metrics "
+            f"{sorted(monitors)}{did_you_mean(resolved['best_metric'], monitors)}; --metrics adds some"
+        )
     if primary:
         from jaxfeed.files import atomic_write
 
@@ -206,6 +249,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             loaders[1],
             epochs=config.epochs,
             max_steps=config.max_steps,
+            log_every=config.log_every,
             eval_every=config.eval_every,
             checkpoint_every=config.checkpoint_every,
             checkpoint_dir=out / "checkpoints",

@@ -7,7 +7,8 @@ an epoch. Built-in names resolve to such functions bound to the ``targets`` colu
 * losses: ``"cross_entropy"`` (integer class ids, ``-1`` = no label), ``"binary_cross_entropy"``
   (logits against 0/1 targets), ``"mse"``, ``"mae"``, ``"huber"``;
 * metrics: ``"accuracy"``, ``"topK_accuracy"`` (any K, e.g. ``"top5_accuracy"``), ``"mse"``,
-  ``"mae"``.
+  ``"mae"``; and, over a whole split rather than per example (:mod:`jaxfeed.train.metrics`),
+  ``"f1"``, ``"precision"``, ``"recall"``, ``"auc"``, ``"r2"``, ``"rmse"``.
 
 >>> import jax.numpy as jnp
 >>> objective = resolve_loss("mse", "y")
@@ -27,6 +28,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric
 
 Batch = dict[str, jax.Array]
 PerExample = Callable[[Any, Batch], jax.Array]
@@ -222,6 +225,8 @@ def resolve_metrics(
     )
     out: dict[str, PerExample] = {}
     for name, metric in items:
+        if isinstance(metric, SplitMetric) or (isinstance(metric, str) and metric in SPLIT_METRICS):
+            continue  # resolve_split_metrics
         if callable(metric):
             name = name or getattr(metric, "__name__", f"metric{len(out)}")
             fn = metric
@@ -236,6 +241,31 @@ def resolve_metrics(
     return out
 
 
+def resolve_split_metrics(
+    metrics: str | Sequence[Any] | Mapping[str, Any] | None,
+) -> dict[str, SplitMetric]:
+    """The whole-split metrics among ``metrics``: names of :data:`SPLIT_METRICS` and
+    :class:`SplitMetric` values of a ``{name: metric}`` dict.
+
+    >>> sorted(resolve_split_metrics(["accuracy", "f1", "auc"]))
+    ['auc', 'f1']
+    """
+    if metrics is None or isinstance(metrics, str) or callable(metrics):
+        metrics = () if metrics is None else (metrics,)
+    items = list(metrics.items()) if isinstance(metrics, Mapping) else [(None, m) for m in metrics]
+    out: dict[str, SplitMetric] = {}
+    for name, metric in items:
+        if isinstance(metric, str) and metric in SPLIT_METRICS:
+            out[name or metric] = SPLIT_METRICS[metric]
+        elif isinstance(metric, SplitMetric):
+            if name is None:
+                raise ValueError(
+                    "a SplitMetric needs a name: pass metrics={name: SplitMetric(...)}"
+                )
+            out[name] = metric
+    return out
+
+
 def _named_metric(name: str, objective: Objective, targets: str | None) -> PerExample:
     if name == "accuracy":
         return _accuracy(objective, targets)
@@ -246,5 +276,6 @@ def _named_metric(name: str, objective: Objective, targets: str | None) -> PerEx
         return _error(name, targets)
     raise ValueError(
         f"unknown metric {name!r}; known: 'accuracy', 'topK_accuracy' (e.g. 'top5_accuracy'), "
-        "'mse', 'mae', or a function (outputs, batch) -> per-example values"
+        f"'mse', 'mae', {', '.join(map(repr, SPLIT_METRICS))} (whole split), or a function "
+        "(outputs, batch) -> per-example values"
     )

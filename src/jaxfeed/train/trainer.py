@@ -36,7 +36,7 @@ from jaxfeed.train.cores import (
 )
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.loggers import Logger, RunLog, check_loggers, make_loggers
-from jaxfeed.train.losses import resolve_loss, resolve_metrics
+from jaxfeed.train.losses import resolve_loss, resolve_metrics, resolve_split_metrics
 from jaxfeed.train.placement import BatchPlacement
 from jaxfeed.train.preemption import Preempted, SignalWatch
 from jaxfeed.train.schedule import EpochProgress, Schedule
@@ -75,8 +75,10 @@ class Trainer:
     ``model.eval()`` decide). ``loss`` is a built-in name (``"cross_entropy"``,
     ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``) or ``loss(outputs, batch)``
     returning per-example values; ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``,
-    ``"mse"``, ``"mae"``), functions ``(outputs, batch) -> per-example values`` or a
-    ``{name: function}`` dict; by default accuracy for classification losses and nothing else
+    ``"mse"``, ``"mae"``), names of metrics over a whole eval split (``"f1"``, ``"precision"``,
+    ``"recall"``, ``"auc"``, ``"r2"``, ``"rmse"``: :mod:`jaxfeed.train.metrics`, eval only),
+    functions ``(outputs, batch) -> per-example values`` or a ``{name: function or SplitMetric}``
+    dict; by default accuracy for classification losses and nothing else
     for regression. ``optimizer`` is any optax transformation (``optax.MultiSteps`` too);
     transformations taking extra arguments get ``value=`` the loss (``reduce_on_plateau``), and
     an ``inject_hyperparams`` learning rate is logged as ``learning_rate``.
@@ -136,6 +138,9 @@ class Trainer:
         )
         self.inputs, self.targets = inputs, targets
         self.metrics = tuple(spec.metrics)
+        self.split_metrics = resolve_split_metrics(metrics)  # over a whole eval split, on the host
+        if self.split_metrics and targets is None:
+            raise ValueError(f"metrics {sorted(self.split_metrics)} need targets=")
         self.precision = precision
         self.seed = int(seed)
         self.callbacks = list(callbacks)
@@ -614,16 +619,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluate and predict
     def evaluate(self, loader: Iterable) -> dict[str, float]:
-        """Mean loss and metrics over every labelled example of ``loader`` (the model in eval mode)."""
+        """Mean loss and metrics over every labelled example of ``loader`` (the model in eval
+        mode); whole-split metrics (``f1``, ``auc``, ``r2``, ...) from the outputs of every
+        labelled row."""
         sums = None
+        outputs, targets = [], []
         for batch in loader:
             arrays, n = self._batch(batch, "eval")
             if sums is None:
                 sums = self._sums()
             sums = self.core.eval_step(self.core.state, sums, arrays, np.int32(n))
+            if self.split_metrics:
+                predicted = self.core.predict_step(self.core.state, arrays)
+                outputs.append(np.asarray(jax.device_get(predicted))[:n])
+                targets.append(np.asarray(jax.device_get(arrays[self.targets]))[:n])
         if sums is None:
             raise ValueError("the eval loader yielded no batches")
-        return self._check(sums, None)
+        result = self._check(sums, None)
+        if self.split_metrics:
+            result.update(self._split_metrics(np.concatenate(outputs), np.concatenate(targets)))
+        return result
+
+    def _split_metrics(self, outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+        out = {}
+        for name, metric in self.split_metrics.items():
+            rows = targets >= 0 if metric.classification and targets.dtype.kind in "iu" else None
+            out[name] = (
+                metric(outputs, targets) if rows is None else metric(outputs[rows], targets[rows])
+            )
+        return out
 
     def predict(self, data: dict[str, Any] | Iterable) -> Any:
         """The model's outputs (eval mode) for one batch dict, or for every batch of a loader
