@@ -36,14 +36,14 @@ def test_keeps_last_and_best(tmp_path):
         assert ckpt.metrics(5) == {"eval_accuracy": 0.3}
         assert ckpt.restore("best", state={"w": jnp.zeros(2)})["state"]["w"].tolist() == [2, 2]
     # the default: eval_loss, lowest first, the earliest on ties (the rule of History.best)
-    with CheckpointManager(tmp_path / "min", keep_last=1, keep_best=2, async_save=False) as ckpt:
-        for step, loss in zip(range(1, 5), [0.5, 0.2, 0.9, 0.2], strict=True):
+    with CheckpointManager(tmp_path / "min", keep_last=1, async_save=False) as ckpt:
+        for step, loss in zip(range(1, 6), [0.5, 0.2, 0.9, 0.2, 0.7], strict=True):
             ckpt.save(step, {"w": jnp.zeros(1)}, metrics={"eval_loss": loss, "eval_f1": step / 10})
-        assert ckpt.all_steps == [2, 4] and ckpt.best_step == 2
+        assert ckpt.all_steps == [2, 5] and ckpt.best_step == 2  # step 4 ties with 2: not kept
     history = History({"epoch": s, "eval_loss": v} for s, v in enumerate([0.5, 0.2, 0.9, 0.2], 1))
     assert history.best()["epoch"] == 2 and EarlyStopping().mode == "min"
     with CheckpointManager(tmp_path / "min", best_metric="eval_f1") as ckpt:
-        assert ckpt.best_mode == "max" and ckpt.best_step == 4
+        assert ckpt.best_mode == "max" and ckpt.best_step == 5
 
 
 def test_restore_into_fresh_objects_and_typed_keys(tmp_path):

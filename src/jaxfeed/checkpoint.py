@@ -225,6 +225,9 @@ def _partial_saves(directory: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------- manager
+_STEP = "_jaxfeed_step"  # the step, beside the metrics Orbax ranks (ties: the earliest is kept)
+
+
 class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
     ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
@@ -275,7 +278,11 @@ class CheckpointManager:
             sign = 1.0 if best_mode == "max" else -1.0
             preserve.append(
                 policies.BestN(
-                    get_metric_fn=lambda m: sign * float(m.get(best_metric, float("nan"))),
+                    # kept: the highest keys; on ties the earliest step (the rule of best_step)
+                    get_metric_fn=lambda m: (
+                        sign * float(m.get(best_metric, float("nan"))),
+                        -float(m.get(_STEP, 0)),
+                    ),
                     reverse=False,
                     n=keep_best,
                     keep_checkpoints_without_metrics=False,
@@ -412,7 +419,7 @@ class CheckpointManager:
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(_keys_to_data(state)), meta=ocp.args.JsonSave(payload)
             ),
-            metrics=metrics or None,
+            metrics={**metrics, _STEP: int(step)} if metrics else None,
             force=True,
         )
 

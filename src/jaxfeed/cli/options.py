@@ -127,7 +127,7 @@ def parse_train(argv: list[str]) -> TrainFlags:
         if "." in name and head in COMPONENTS:  # --model.init_args.width 64
             if value is None:
                 if i >= len(argv):
-                    raise ConfigError(f"--{name.replace('_', '-', 1)} needs a value")
+                    raise ConfigError(f"--{name} needs a value")
                 value, i = argv[i], i + 1
             _component_part(parts.setdefault(head, {}), name, value)
             continue
@@ -166,21 +166,22 @@ def parse_train(argv: list[str]) -> TrainFlags:
         raise ConfigError(_flag_error(err)) from None
     order = [f.name for f in dataclasses.fields(RunConfig)]
     options = {k: namespace[k] for k in order if k in namespace}
-    for head, part in parts.items():
+    for head, part in parts.items():  # merged into the config file's (or the run's) by replace
         base = options.get(head)
-        spec = dict(base) if isinstance(base, dict) else {"class_path": base}
+        spec = (
+            dict(base) if isinstance(base, dict) else {} if base is None else {"class_path": base}
+        )
         spec["init_args"] = {**(spec.get("init_args") or {}), **part.get("init_args", {})}
         if "class_path" in part:
             spec["class_path"] = part["class_path"]
-        if spec.get("class_path") is None:
-            default = getattr(RunConfig(), head)
-            if default is None:
-                raise ConfigError(f"--{head}.init_args needs --{head} NAME (the class to build)")
-            spec["class_path"] = default
         options[head] = spec
+    partial = {
+        k for k in COMPONENTS if isinstance(options.get(k), dict) and "class_path" not in options[k]
+    }
     checked = RunConfig(**options)
     for name in options:
-        checked = check(checked, f"argument {flag(name)}", [name])
+        if name not in partial:
+            checked = check(checked, f"argument {flag(name)}", [name])
     flags.options = {k: getattr(checked, k) for k in options}
     return flags
 

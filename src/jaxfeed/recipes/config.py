@@ -309,6 +309,19 @@ class RunConfig:
                     f"{where}: unknown option {_short(key)}{did_you_mean(key, known)}"
                 )
         values = as_typed(values)
+        for name in COMPONENTS:  # {init_args} alone: arguments for the class already chosen
+            part = values.get(name)
+            if isinstance(part, dict) and "class_path" not in part:
+                path, args = self.component(name)
+                if path is None:
+                    raise ConfigError(
+                        f"{where}: {name}.init_args needs a {name} (the class to build): give "
+                        f"--{name} NAME or {name}: {{class_path: NAME, init_args: ...}}"
+                    )
+                values[name] = {
+                    "class_path": path,
+                    "init_args": {**args, **(part.get("init_args") or {})},
+                }
         parser = run_parser()
         try:
             namespace = parser.parse_object(values, defaults=False)
