@@ -175,6 +175,17 @@ def test_csv_regression(tmp_path):
     report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
     assert report["task"] == "regression" and {"mse", "mae", "r2"} <= set(report)
     assert report["r2"] > 0.5 and "accuracy" not in report
+    # label units everywhere: the epoch lines, metrics.jsonl, the summary and eval agree
+    epochs = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    best = next(r for r in epochs if r["epoch"] == report["checkpoint"]["epoch"])
+    assert best["eval_mae"] == pytest.approx(report["mae"], rel=1e-3)
+    assert best["eval_rmse"] == pytest.approx(report["rmse"], rel=1e-3)
+    assert best["eval_r2"] == pytest.approx(report["r2"], abs=1e-3)
+    assert best["eval_mae"] > 5  # prices of 100-500: label units, not standardised ones
+    assert f"eval_mae {best['eval_mae']:.4f}" in result.stdout
+    header, values = result.stdout.split("best epoch")[1].splitlines()[:2]
+    assert "validation loss (standardised)" in header and "validation RMSE" in header
+    assert f"{report['rmse']:.4g}" in values.split()
 
 
 def test_help_imports_no_jax_and_takes_under_half_of_import_jax():
