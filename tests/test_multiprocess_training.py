@@ -68,7 +68,11 @@ def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(tmp_path):
         model = CNN(10, (8, 8, 1), rngs=nnx.Rngs(0))
         ckpt.restore(
             model=model,
-            optimizer=nnx.Optimizer(model, optax.adamw(1e-3, weight_decay=1e-4), wrt=nnx.Param),
+            optimizer=nnx.Optimizer(  # the command's adamw, its learning rate logged
+                model,
+                optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3, weight_decay=1e-4),
+                wrt=nnx.Param,
+            ),
         )
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
                     "jaxfeed", "train", "--epochs", str(done + 1), "--out", str(out), "--resume")  # fmt: skip

@@ -92,8 +92,9 @@ def test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint(tmp_path, capsys
     monkeypatch.setattr(DataLoader, "__iter__", original)
     status, _, err = run_cli([*args, "--resume"], capsys)
     assert status == 0, err
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows if "kind" not in r] == [1, 2]  # epoch rows
+    assert [r["kind"] for r in rows if "kind" in r] == ["test"]  # then the test split, once
 
 
 # ------------------------------------------------------------------------------ no pickle

@@ -25,8 +25,9 @@ def _r(value: float) -> float:
 def classification_report(
     truth: np.ndarray, predicted: np.ndarray, labels: list[str]
 ) -> dict[str, Any]:
-    """Accuracy, per-class precision/recall/F1/support, macro averages and the confusion matrix
-    (rows: true class, columns: predicted). A class never predicted has precision 0."""
+    """Accuracy, per-class precision/recall/F1/support, macro averages (over the classes that
+    occur in the truth or the predictions, as ``eval_f1`` during training) and the confusion
+    matrix (rows: true class, columns: predicted). A class never predicted has precision 0."""
     k = len(labels)
     matrix = np.zeros((k, k), dtype=np.int64)
     np.add.at(matrix, (truth.astype(np.int64), predicted.astype(np.int64)), 1)
@@ -37,7 +38,7 @@ def classification_report(
     recall = np.divide(tp, support, out=np.zeros(k), where=support > 0)
     denom = precision + recall
     f1 = np.divide(2 * precision * recall, denom, out=np.zeros(k), where=denom > 0)
-    present = support > 0
+    present = (support > 0) | (predicted_count > 0)  # as jaxfeed.train.metrics and scikit-learn
     per_class = {
         name: {"precision": _r(p), "recall": _r(r), "f1": _r(f), "support": int(s)}
         for name, p, r, f, s in zip(labels, precision, recall, f1, support, strict=True)

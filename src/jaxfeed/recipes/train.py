@@ -323,16 +323,21 @@ def _loaders(
         train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs
     )
 
+    # one eval batch size for every held-out split (the trainer pads to its first eval batch)
+    rows = [ds.num_rows for ds in held.values() if ds is not None]
+    size = min([config.batch_size, *rows])
+    size = max(count, size - size % count)
+
     def held_loader(name: str, ds: Any) -> Any:
         if ds is None:
             return None
-        drop = count > 1 and (ds.num_rows % config.batch_size) % count != 0
+        drop = count > 1 and (ds.num_rows % size) % count != 0
         if drop:
             say(
-                f"note: the last {ds.num_rows % config.batch_size} {name} rows do not split over "
+                f"note: the last {ds.num_rows % size} {name} rows do not split over "
                 f"{count} devices and are skipped"
             )
-        return DataLoader(ds, config.batch_size, drop_last=drop, **kwargs)
+        return DataLoader(ds, size, drop_last=drop, **kwargs)
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))
 
@@ -406,9 +411,13 @@ def _test_once(
 
     result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
     row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
-    if primary:
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+    if primary:  # one test row: a resumed run's final evaluation replaces the earlier one
+        from jaxfeed.files import atomic_write
+
+        path = out / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        kept = [line for line in lines if '"kind": "test"' not in line]
+        atomic_write(path, "".join(f"{line}\n" for line in [*kept, json.dumps(row)]))
     return result
 
 
