@@ -103,8 +103,9 @@ class RunConfig:
     )
     split_eval: str | None = option(
         None,
-        "split to evaluate on (default: test or validation when the data has one, else "
-        "--val-split of the train split)",
+        "the validation split the best checkpoint is chosen on; split expressions work "
+        "(default: the data's validation split, else --val-split of train); the data's test "
+        "split is held out and read once, at the end",
         group="data",
     )
     val_split: float | None = option(
