@@ -25,11 +25,14 @@ from jaxfeed.recipes.config import (
     read_config_file,
     read_run,
 )
-from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
+    absolute_paths,
     check_out_folder,
+    copy_model_code,
     load_run_data,
+    model_copy,
     outputs_of,
     preprocessing_of,
 )
@@ -50,7 +53,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         out = Path(flags["out"])
         check_out_folder(out, resume=True)
         saved = read_run(out).options
-        wanted = saved.replace(flags, "command line")
+        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
         fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         for name in wanted.differences(saved):
             if not fields[name].metadata["resumable"]:
@@ -68,7 +72,12 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         return wanted
     if config_file is not None:
         config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    return config.replace(flags, "command line")
+    config = config.replace(flags, "command line")
+    return config.replace(absolute_paths(_paths_of(config)), "command line")
+
+
+def _paths_of(config: RunConfig) -> dict[str, Any]:
+    return {"data": config.data, "data_dir": config.data_dir, "model": config.model}
 
 
 @dataclass
@@ -102,6 +111,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
+    config = config.replace(absolute_paths(_paths_of(config)), "the run's options")
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
@@ -122,6 +132,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
     else:
+        table = TableOptions(
+            given=columns.given,
+            categorical=config.categorical_columns,
+            impute=config.missing == "impute",
+            excluded=columns.excluded,
+        )
         prep, notes = plan(
             splits.train,
             columns.inputs,
@@ -129,6 +145,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             columns.kind,
             run_data.task,
             config.image_hw(),
+            table,
+            config.image_mode,
         )
     for note in notes:
         say(note)
@@ -155,17 +173,23 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     }
     if record is not None:
         resolved["best_metric"] = record.resolved.get("best_metric", BEST_METRIC)
+        if "model_code" in record.resolved:
+            resolved["model_code"] = record.resolved["model_code"]
     train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
     loaders = _loaders(train_ds, eval_ds, prep, config, say)
-    from jaxfeed.recipes.models import build_trainer
+    from jaxfeed.recipes.models import CodePolicy, build_trainer
 
-    trainer = build_trainer(
-        config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out, verbose
+    policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
     )
+    outputs = outputs_of(run_data.task, run_data.labels)
+    trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy)
     if primary:
         from jaxfeed.files import atomic_write
 
         out.mkdir(parents=True, exist_ok=True)
+        if record is None and (code := copy_model_code(config, out)) is not None:
+            resolved["model_code"] = code
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} processes"
@@ -226,7 +250,7 @@ def _resolved_options(
     return dataclasses.replace(
         config,
         model=model,
-        input_columns=list(columns.inputs),
+        input_columns=list(prep.input_columns),
         label_column=columns.label,
         task=task,
         image_size=size if prep.kind == "image" else config.image_size,
@@ -305,9 +329,10 @@ def _export_best(
         "task": run_data.task,
         "preprocess": prep.to_dict(),
         "checkpoint_step": step,
+        "checkpoint_epoch": best["epoch"],
     }
     try:
-        export(trainer, out / "model", extra=extra)
+        export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
         if ":" not in (config.model or ""):
             raise
