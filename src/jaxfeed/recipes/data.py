@@ -122,7 +122,10 @@ def detect(path: str, data_dir: str | None = None) -> Source:
         else:
             data = load_dataset(loader, data_dir=data_dir)
     except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(f"--data {path}: {str(err).splitlines()[0]}") from err
+        first = str(err).splitlines()[0]
+        if kind == "cached Hub dataset":  # not a local path either: say that first
+            raise ConfigError(f"--data {no_such_path(path)}; as a Hub dataset id: {first}") from err
+        raise ConfigError(f"--data {path}: {first}") from err
     except ImportError as err:  # an optional part (the Hub client, an audio decoder)
         if kind == "cached Hub dataset":
             raise ConfigError(f"--data {no_such_path(path)}; as a Hub dataset id: {err}") from err
