@@ -18,7 +18,7 @@ from jaxfeed.recipes.config import RunConfig
 from jaxfeed.recipes.evaluate import evaluate, predict
 from jaxfeed.recipes.train import train
 
-MODEL_FILE = '''
+MODEL_FILE = """
 import os
 
 from flax import nnx
@@ -37,7 +37,7 @@ class Tiny(nnx.Module):
 
     def __call__(self, x):
         return self.linear(x.reshape((x.shape[0], -1)))
-'''
+"""
 
 
 def jaxfeed(*args, cwd, env=None):
@@ -112,7 +112,9 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     # another checkpoint needs the model's code: refused without --trust-code, saying so
     last = jaxfeed("eval", str(run), "--checkpoint", "last", cwd=elsewhere, env=env)
     assert last.returncode == 2 and "--trust-code" in last.stderr
-    resumed = jaxfeed("train", "--out", str(run), "--resume", "--epochs", "3", cwd=elsewhere, env=env)
+    resumed = jaxfeed(
+        "train", "--out", str(run), "--resume", "--epochs", "3", cwd=elsewhere, env=env
+    )
     assert resumed.returncode == 2 and "--trust-code" in resumed.stderr, resumed.stderr
     assert "code/net.py" in resumed.stderr and not mark.exists()
     resumed = jaxfeed(
@@ -157,10 +159,14 @@ def _table(path, n=90, seed=0):
 def test_a_table_of_categories_trains_serves_raw_rows_and_keeps_its_vocabulary(tmp_path, capsys):
     data = _table(tmp_path / "t.csv")
     config = RunConfig(
-        data=str(data), label_column="colour", epochs=3, lr=0.05, batch_size=8,
+        data=str(data),
+        label_column="colour",
+        epochs=3,
+        lr=0.05,
+        batch_size=8,
         out=str(tmp_path / "run"),
     )
-    with pytest.raises(Exception, match="'area' is empty or not finite at row .*--missing impute"):
+    with pytest.raises(Exception, match=r"'area' is empty or not finite at row .*--missing impute"):
         train(config, say=print, verbose=0)
     config.missing = "impute"
     result = train(config, say=print, verbose=0)
@@ -172,7 +178,9 @@ def test_a_table_of_categories_trains_serves_raw_rows_and_keeps_its_vocabulary(t
     assert saved["preprocess"]["categories"] == {"city": ["lima", "oslo", "rome"],
                                                  "rooms": ["1", "2", "3", "4"]}  # fmt: skip
     new = tmp_path / "new.csv"
-    new.write_text("id,city,rooms,area,colour\n0,rome,2,150,red\n1,paris,7,,blue\n2,oslo,1,30,blue\n")
+    new.write_text(
+        "id,city,rooms,area,colour\n0,rome,2,150,red\n1,paris,7,,blue\n2,oslo,1,30,blue\n"
+    )
     predicted, _ = predict(str(result.out), [str(new)], top_k=2)
     served = load_exported(result.out / "model")
     rows = {"city": ["rome", "paris", "oslo"], "rooms": [2, 7, 1], "area": [150.0, None, 30.0]}
@@ -204,10 +212,9 @@ def test_clear_errors(args, message, tmp_path, capsys, monkeypatch):
     _images(tmp_path / "imgs")
     _images(tmp_path / "one", classes=("cat",))
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.json").write_text(
-        json.dumps({"format": "jaxfeed-run", "version": 2, "options": {}, "task": "classification",
-                    "labels": ["a", "b"], "preprocess": {}})  # fmt: skip
-    )
+    record = {"format": "jaxfeed-run", "version": 2, "options": {}, "task": "classification",
+              "labels": ["a", "b"], "preprocess": {}}  # fmt: skip
+    (tmp_path / "run" / "config.json").write_text(json.dumps(record))
     assert main([*args, "--out", str(tmp_path / "out")] if args[0] == "train" else args) == 2
     err = capsys.readouterr().err
     assert message in err, err
