@@ -139,7 +139,7 @@ class Preprocessing:
         values = batch[self.input_columns[0]]
         if self.kind == "image":
             return self.fit_images(values)
-        return np.asarray(values)
+        return stack_column(values, self.input_columns[0])
 
     def targets(self, y: np.ndarray) -> np.ndarray:
         if self.task == "regression":
@@ -163,6 +163,28 @@ class Preprocessing:
             return self.serving(["?"]).fit_images(images)
         except SpecError as err:
             raise ConfigError(str(err)) from None
+
+
+def stack_column(values: Any, column: str) -> np.ndarray:
+    """A batch column as one array; rows of different shapes are refused naming the column and
+    two of the shapes.
+
+    >>> stack_column([np.zeros((2, 3)), np.zeros((2, 4))], "x")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: column 'x' cannot be stacked into one batch: row 0 has shape (2, 3), row 1 has shape (2, 4); give every row one shape (pad, crop or resize them)
+    """
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return values
+    rows = [np.asarray(v) for v in values]
+    odd = next((i for i, r in enumerate(rows) if r.shape != rows[0].shape), None)
+    if odd is not None:
+        raise ConfigError(
+            f"column {column!r} cannot be stacked into one batch: row 0 has shape "
+            f"{rows[0].shape}, row {odd} has shape {rows[odd].shape}; give every row one shape "
+            "(pad, crop or resize them)"
+        )
+    return np.stack(rows) if rows else np.asarray(values)
 
 
 # ---------------------------------------------------------------------------------- planning
