@@ -289,24 +289,36 @@ def _input_batches(
         for path in _expand(inputs, tables=True):
             yield from _table_batches(path, spec, size)
         return
-    if spec.kind != "image":
-        raise ConfigError("this run was trained on arrays: predict reads image files and tables")
+    reader = spec
+    if spec.kind == "array":  # arrays of an image's shape (the digits): image files fit them
+        shape = list(spec.input_shape)
+        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[-1] not in (1, 3)):
+            raise ConfigError(
+                f"this run was trained on arrays of shape {shape}: predict reads image files "
+                "and tables"
+            )
+        mode = "RGB" if len(shape) == 3 and shape[-1] == 3 else "L"
+        reader = dataclasses.replace(
+            spec, kind="image", image_mode=mode, image_size=(shape[0], shape[1])
+        )
     paths = _expand(inputs, tables=False)
     counts = {"converted": 0, "resized": 0}
     for start in range(0, len(paths), size):
         chunk = paths[start : start + size]
         try:
-            arrays, chunk_counts = spec.read_images(chunk)
+            arrays, chunk_counts = reader.read_images(chunk)
+            if reader is not spec:
+                arrays = reader.fit_images(arrays)
         except SpecError as err:
             raise ConfigError(str(err)) from None
         for key, n in chunk_counts.items():
             counts[key] += n
         yield chunk, arrays
-    h, w = spec.hw
+    h, w = reader.hw
     if counts["resized"]:
         notes.append(f"resized {counts['resized']} of {len(paths)} images to {h}x{w}")
     if counts["converted"]:
-        notes.append(f"converted {counts['converted']} to mode {spec.image_mode}")
+        notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
 
 
 def _expand(inputs: list[str], *, tables: bool) -> list[str]:
