@@ -128,6 +128,13 @@ def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, t
     assert [p["input"] for p in predictions] == [str(big), str(grey)]
     assert all(p["checkpoint"]["epoch"] == best_epoch for p in predictions)
     assert abs(sum(t["probability"] for t in predictions[0]["top"]) - 1) < 1e-3
+    # the export takes the raw images (any size or mode: its declared preprocessing fits them)
+    served = load_exported(out / "model")
+    raw = [np.asarray(PIL.Image.open(big)), np.asarray(PIL.Image.open(grey))]
+    printed = [{t["label"]: t["probability"] for t in p["top"]} for p in predictions]
+    expected = [[row[name] for name in served.spec.labels] for row in printed]
+    np.testing.assert_allclose(served(raw), expected, atol=1e-6)
+    assert served.predict(raw)[0] == [p["label"] for p in predictions]
 
 
 def test_resume_with_only_out_and_epochs(image_run, capsys):
