@@ -59,13 +59,17 @@ def _images(root, classes=("cat", "dog"), n=8):
     return root
 
 
-def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code(tmp_path):
+def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # restored after the test
     work = tmp_path / "work"
     work.mkdir()
     _images(work / "imgs")
     (work / "net.py").write_text(MODEL_FILE)
     result = jaxfeed(
         "train", "--data", "imgs", "--model", "net.py:Tiny", "--epochs", "2", "--lr", "0.05",
+        "--batch-size", "8",
         "--out", "run", cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -110,13 +114,12 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     np.testing.assert_allclose(scores, [p["score"] for p in predicted], atol=1e-6)
 
     # another checkpoint needs the model's code: refused without --trust-code, saying so
-    last = jaxfeed("eval", str(run), "--checkpoint", "last", cwd=elsewhere, env=env)
-    assert last.returncode == 2 and "--trust-code" in last.stderr
-    resumed = jaxfeed(
-        "train", "--out", str(run), "--resume", "--epochs", "3", cwd=elsewhere, env=env
-    )
-    assert resumed.returncode == 2 and "--trust-code" in resumed.stderr, resumed.stderr
-    assert "code/net.py" in resumed.stderr and not mark.exists()
+    os.chdir(elsewhere)  # in this process (no JAX start per case); the fixture restores it
+    assert main(["eval", str(run), "--checkpoint", "last"]) == 2
+    assert "--trust-code" in capsys.readouterr().err
+    assert main(["train", "--out", str(run), "--resume", "--epochs", "3"]) == 2
+    refused = capsys.readouterr().err
+    assert "--trust-code" in refused and "code/net.py" in refused and not mark.exists()
     resumed = jaxfeed(
         "train", "--out", str(run), "--resume", "--epochs", "3", "--trust-code",
         cwd=elsewhere, env=env,
@@ -127,8 +130,7 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     # one row per input to CSV and JSON Lines; a closed pipe ends quietly
     for name in ("preds.csv", "preds.jsonl"):
         out = elsewhere / name
-        written = jaxfeed("predict", str(run), str(folder), "--output", str(out), cwd=elsewhere)
-        assert written.returncode == 0, written.stderr
+        assert main(["predict", str(run), str(folder), "--output", str(out)]) == 0
         if name.endswith(".csv"):
             rows = list(csv.DictReader(out.open()))
         else:

@@ -47,11 +47,10 @@ class CodePolicy:
     trust: bool = False
 
 
-def load_user_class(spec: str, policy: CodePolicy | None = None) -> type:
-    """``FILE.py:ClassName`` -> the class (the file is run as a module: it is your code)."""
+def model_file(spec: str, policy: CodePolicy | None = None) -> Path:
+    """The file ``FILE.py:ClassName`` imports under ``policy``; a clear error when it may not."""
     policy = policy or CodePolicy()
-    path_text, _, name = spec.rpartition(":")
-    path = Path(path_text).expanduser()
+    path = Path(spec.rpartition(":")[0]).expanduser()
     if policy.named_by_run and not policy.trust:
         raise ConfigError(
             f"the run's model is Python code ({spec}); jaxfeed imports a model file named by a run "
@@ -69,6 +68,15 @@ def load_user_class(spec: str, policy: CodePolicy | None = None) -> type:
                 "imported only with --trust-code (it is code: trust the run folder first)"
             )
         path = policy.copy
+    if not path.is_file():
+        raise ConfigError(f"--model {spec}: no such file {path}")
+    return path
+
+
+def load_user_class(spec: str, policy: CodePolicy | None = None) -> type:
+    """``FILE.py:ClassName`` -> the class (the file is run as a module: it is your code)."""
+    path = model_file(spec, policy)
+    name = spec.rpartition(":")[2]
     module_name = f"jaxfeed_user_model_{abs(hash(str(path.resolve())))}"
     module = sys.modules.get(module_name)
     if module is None:

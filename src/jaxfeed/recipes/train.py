@@ -25,6 +25,7 @@ from jaxfeed.recipes.config import (
     read_config_file,
     read_run,
 )
+from jaxfeed.recipes.models import CodePolicy, model_file
 from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
@@ -118,6 +119,11 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
     check_out_folder(out, config.resume)
     record = read_run(out) if config.resume else None
+    policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
+    )
+    if ":" in (config.model or ""):
+        model_file(config.model, policy)  # a missing file or copy is refused before any work
     labels = (
         record.resolved["labels"]
         if record and record.resolved["task"] == "classification"
@@ -177,11 +183,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             resolved["model_code"] = record.resolved["model_code"]
     train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
     loaders = _loaders(train_ds, eval_ds, prep, config, say)
-    from jaxfeed.recipes.models import CodePolicy, build_trainer
+    from jaxfeed.recipes.models import build_trainer
 
-    policy = CodePolicy(
-        copy=None if record is None else model_copy(record, out), trust=config.trust_code
-    )
     outputs = outputs_of(run_data.task, run_data.labels)
     trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy)
     if primary:
