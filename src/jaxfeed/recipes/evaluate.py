@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.export import ExportError, load_exported
+from jaxfeed.export import FUNCTION, ExportError, load_exported
 from jaxfeed.io.files import file_format
 from jaxfeed.io.folder import IMAGE_EXTENSIONS
 from jaxfeed.recipes import data as datamod
@@ -55,7 +55,7 @@ def serve(
     labels = list(record.resolved["labels"])
     prep = preprocessing_of(record, str(run / "config.json"))
     folder = run / MODEL_DIR
-    if checkpoint == "best" and (folder / "config.json").is_file():
+    if checkpoint == "best" and _servable(folder):
         try:
             served = load_exported(folder)
         except ExportError as err:
@@ -91,6 +91,12 @@ def serve(
     which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
              "source": "checkpoints/"}  # fmt: skip
     return Served(spec, trained, which)
+
+
+def _servable(folder: Path) -> bool:
+    """``model/`` holds an export with its function (an export of the first jaxfeed has only
+    weights: its run is served from checkpoints/, as then)."""
+    return (folder / "config.json").is_file() and (folder / FUNCTION).is_file()
 
 
 # ---------------------------------------------------------------------------------- eval
