@@ -30,9 +30,11 @@ EXAMPLES = {
     "eval": """examples:
   jaxfeed eval runs/mine
   jaxfeed eval runs/mine --json --checkpoint last
-  jaxfeed eval runs/mine --split train""",
+  jaxfeed eval runs/mine --split train
+  jaxfeed eval runs/mine --data ./other_images               # all of it, when it has no splits""",
     "predict": """examples:
   jaxfeed predict runs/mine photo.jpg other.png
+  jaxfeed predict runs/mine ./photos --output preds.csv      # a folder, recursively
   ls *.png | jaxfeed predict runs/mine - --json
   jaxfeed predict runs/houses new_houses.csv --checkpoint last""",
     "info": """examples:
