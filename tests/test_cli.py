@@ -257,7 +257,8 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(tmp_path):
     [
         (
             ["train", "--data", "nope"],
-            "--data nope: 'nope' is not a built-in dataset (digits, mnist",
+            "--data no such file or folder: nope; as a Hub dataset id: 'nope' is not a built-in "
+            "dataset (digits, mnist",
         ),
         (
             ["train", "--epochs", "-1"],

@@ -14,6 +14,7 @@ class ids with names.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,10 +118,12 @@ def detect(path: str, data_dir: str | None = None) -> Source:
     else:
         kind, loader = "cached Hub dataset", path
     try:
-        if loader in ("imagefolder", "audiofolder"):
-            data = load_dataset(loader, data_dir=str(local))
-        else:
-            data = load_dataset(loader, data_dir=data_dir)
+        with warnings.catch_warnings():  # the run's preprocessing says which mode it decodes in
+            warnings.filterwarnings("ignore", message=r"imagefolder .* mix modes")
+            if loader in ("imagefolder", "audiofolder"):
+                data = load_dataset(loader, data_dir=str(local))
+            else:
+                data = load_dataset(loader, data_dir=data_dir)
     except (FileNotFoundError, ValueError) as err:
         first = str(err).splitlines()[0]
         if kind == "cached Hub dataset":  # not a local path either: say that first
