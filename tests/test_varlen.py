@@ -1,5 +1,8 @@
 """Variable-length data into a jitted step: padding, bucketing by length, packing (issue 23)."""
 
+import json
+import textwrap
+
 import jax
 import numpy as np
 import pytest
@@ -316,3 +319,76 @@ def test_compile_counts_over_an_epoch():
     for b in DataLoader(ds, batch_size=8, shuffle=True, packing=Packing(length=64)):
         packed_step(b["input_ids"], b["segment_ids"])
     assert traces == [(8, 64)]
+
+
+# ---------------------------------------------------------------------------------- processes
+MULTI = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    jax.config.update("jax_num_cpu_devices", 4)
+    process_id, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+    from jaxfeed import DataLoader, Packing, Padding
+    sys.path.insert(0, sys.argv[4])
+    from test_varlen import ragged_dataset, LOADERS
+
+    sharding = NamedSharding(jax.make_mesh((8,), ("data",)), PartitionSpec("data"))
+    ds, _ = ragged_dataset(n=90, seed=6, low=1, high=40, extra=False)
+    result = {}
+    for name, options in LOADERS.items():
+        loader = DataLoader(ds, batch_size=16, shuffle=True, seed=3, sharding=sharding, **options)
+        batches = []
+        for batch in loader:
+            assert not batch["input_ids"].is_fully_addressable
+            batches.append({k: sorted((s.index[0].start, np.asarray(s.data).tolist())
+                                      for s in v.addressable_shards) for k, v in batch.items()})
+        result[name] = batches
+    json.dump(result, open(out, "w"))
+    """
+)
+LOADERS = {
+    "padding": dict(padding=Padding(multiple_of=8), drop_last=True),
+    "bucketing": dict(bucket_by_length=True, padding=Padding(lengths=(16, 32, 40)), drop_last=True),
+    "packing": dict(packing=Packing(length=40)),
+}
+
+
+@pytest.mark.slow
+def test_two_processes_split_the_global_order(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(MULTI)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    here = os.path.dirname(__file__)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), port, str(tmp_path / f"out{i}.json"), here],
+            env=env,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        assert p.wait(timeout=240) == 0
+    parts = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(2)]
+    ds, _ = ragged_dataset(n=90, seed=6, low=1, high=40, extra=False)
+    for name, options in LOADERS.items():
+        expected = list(DataLoader(ds, batch_size=16, shuffle=True, seed=3, **options))
+        assert len(parts[0][name]) == len(parts[1][name]) == len(expected)
+        for k, want in enumerate(expected):
+            for column, value in want.items():
+                shards = [item for part in parts for item in part[name][k][column]]
+                starts = [start for start, _ in shards]
+                assert sorted(starts) == list(range(0, 16, 2))  # 8 devices, no overlap
+                got = [row for _, block in sorted(shards) for row in block]
+                assert got == np.asarray(value).tolist(), (name, k, column)

@@ -381,7 +381,7 @@ class DataLoader:
         self.source = _make_source(dataset, columns)
         self._collate = self._collate_step()
         self._plans: dict[int, PackPlan] = {}
-        self._lengths: np.ndarray | None = None
+        self._lengths: dict[str, np.ndarray] = {}
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -516,9 +516,22 @@ class DataLoader:
         )
 
     def _row_lengths(self) -> np.ndarray:
-        if self._lengths is None:
-            self._lengths = self.source.lengths(self._length_column())
-        return self._lengths
+        return self._column_lengths(self._length_column())
+
+    def _column_lengths(self, column: str) -> np.ndarray:
+        """Every row's stored length in ``column`` (read once, then kept)."""
+        if column not in self._lengths:
+            self._lengths[column] = self.source.lengths(column)
+        return self._lengths[column]
+
+    def _padded(self) -> tuple[str, ...]:
+        """The columns padding pads whatever the batch (those a process's share alone may not
+        show as variable-length)."""
+        if self.padding.columns is not None:
+            return self.padding.columns
+        if self.source.variable or not isinstance(self.source, _ItemSource):
+            return self.source.variable
+        return (self._item_column(),)
 
     def _plan(self, epoch: int) -> PackPlan:
         """The packing of ``epoch`` (the same in every process and after a resume)."""
@@ -718,10 +731,13 @@ class DataLoader:
         rows = order.rows(start, stop)
         positions = np.arange(start, stop, dtype=np.int64)
         local = self._local_rows(stop - start)
+        longest = None
         if local is not None:
+            if self.padding is not None:  # every process pads its share to the same length
+                longest = {c: int(self._column_lengths(c)[rows].max()) for c in self._padded()}
             rows, positions = rows[local], positions[local]
         columns = self.source.gather(rows) if isinstance(self.source, _ArrowSource) else None
-        return Job(epoch, step, np.asarray(rows), positions, columns)
+        return Job(epoch, step, np.asarray(rows), positions, columns, longest)
 
     def _place(self, batch: dict[str, Any], job: Job, shared: bool) -> tuple[Batch, list]:
         """Dtype rules, then one transfer to the device(s); with ``shared`` (the arrays live in a

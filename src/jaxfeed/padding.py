@@ -256,11 +256,14 @@ def pad_batch(
     padding: Padding,
     rows: Any = None,
     declared: Sequence[str] = (),
+    longest: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """``batch`` with its variable-length columns padded as ``padding`` says.
 
     ``rows`` (the dataset rows of the batch) names rows in errors; ``declared`` lists columns the
-    dataset stores as ragged (padded even when a batch's rows happen to share one length).
+    dataset stores as ragged (padded even when a batch's rows happen to share one length);
+    ``longest`` gives columns' longest row in the whole global batch when this is one process's
+    share of it (so that every process pads to the same length).
 
     >>> import numpy as np
     >>> out = pad_batch({"x": [np.ones((2, 3)), np.ones((1, 3))]}, Padding(multiple_of=4))
@@ -284,10 +287,11 @@ def pad_batch(
     mask_lengths: np.ndarray | None = None
     mask_width = 0
     for members, lengths in length_groups(ragged, rows):
-        longest = int(lengths.max()) if len(lengths) else 0
-        width = padding.target(longest)
+        local = int(lengths.max()) if len(lengths) else 0
+        widest = max([local, *((longest or {}).get(c, 0) for c in members)])
+        width = padding.target(widest)
         limit = padding.max_length
-        if limit is not None and longest > limit and not padding.truncate:
+        if limit is not None and local > limit and not padding.truncate:
             i = int(np.argmax(lengths > limit))
             raise ValueError(
                 f"row {_row(rows, i)}: column {members[0]!r} has {int(lengths[i])} values, more "
@@ -313,4 +317,4 @@ class PadStep:
     declared: tuple[str, ...] = ()
 
     def __call__(self, batch: dict[str, Any], job: Any) -> dict[str, Any]:
-        return pad_batch(batch, self.padding, job.rows, self.declared)
+        return pad_batch(batch, self.padding, job.rows, self.declared, job.layout)

@@ -109,7 +109,7 @@ class Job:
     rows: np.ndarray
     positions: np.ndarray
     columns: dict[str, Any] | None  # gathered by the parent for Arrow datasets
-    layout: Any = None  # how the rows are packed (jaxfeed.packing.PackLayout), or None
+    layout: Any = None  # what collate needs beyond the rows: a packing layout, padding widths
 
 
 class _Stack:
