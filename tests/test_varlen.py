@@ -392,3 +392,50 @@ def test_two_processes_split_the_global_order(tmp_path):
                 assert sorted(starts) == list(range(0, 16, 2))  # 8 devices, no overlap
                 got = [row for _, block in sorted(shards) for row in block]
                 assert got == np.asarray(value).tolist(), (name, k, column)
+
+
+# ---------------------------------------------------------------------------------- streams
+@pytest.mark.parametrize("kind", ["padding", "bucketing", "packing"])
+def test_stream_options_and_exact_resume(kind):
+    from jaxfeed import IterableDataset
+
+    ds, lengths = ragged_dataset(n=300, seed=8, low=1, high=24)
+    options = {
+        "padding": dict(padding=Padding(lengths=(8, 16, 24))),
+        "bucketing": dict(bucket_by_length=True),  # to the longest row
+        "packing": dict(packing=Packing(length=24)),
+    }[kind]
+
+    def make():
+        stream = IterableDataset.from_dataset(ds, rows_per_unit=37)
+        return DataLoader(stream, batch_size=4, shuffle=True, seed=1, shuffle_buffer=64, **options)
+
+    def arrays(batch):
+        return {k: np.asarray(v).tolist() for k, v in batch.items()}
+
+    reference = [arrays(b) for b in make()]
+    tokens = []
+    for b in reference:
+        if kind == "packing":
+            seg, ids = np.array(b["segment_ids"]), np.array(b["input_ids"])
+            assert ids.shape == (4, 24)
+            tokens += [
+                ids[r][seg[r] == s].tolist() for r in range(4) for s in range(1, seg[r].max() + 1)
+            ]
+        else:
+            tokens += rows_of(b)
+    assert sorted(tokens) == sorted(
+        list(range(1000 * i + 1, 1000 * i + 1 + int(k))) for i, k in enumerate(lengths)
+    )
+    if kind == "bucketing":  # batches of one length group: little padding
+        pad = sum(int((~np.array(b["attention_mask"])).sum()) for b in reference)
+        assert pad < 0.05 * sum(len(t) for t in tokens)
+    for stop in (3, 30 if kind == "packing" else 60):
+        part = make()
+        it = iter(part)
+        head = [arrays(next(it)) for _ in range(stop)]
+        state = part.state_dict()
+        part.close()
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert head + [arrays(b) for b in resumed] == reference, stop

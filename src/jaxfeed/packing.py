@@ -13,6 +13,9 @@ the batch builder; ``segment_ids`` is 0 on padding and 1, 2, ... for the rows of
 ``positions`` counts from 0 in each segment (the Grain and MaxText convention). A last batch short
 of ``batch_size`` packed rows is completed with empty ones (``segment_ids`` all 0), so every batch
 has one shape.
+
+On a stream (``DataLoader(iterable_dataset, packing=...)``) :func:`pack_table` packs a bounded
+buffer: the tables read until ``50 x batch_size`` rows are held, packed in read order.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from jaxfeed.padding import Padding, check_fits, length_groups, variable_columns
-from jaxfeed.ragged import Ragged
+from jaxfeed.ragged import Ragged, arrow_ragged
 
 SEGMENT_IDS = "segment_ids"
 POSITIONS = "positions"
@@ -312,3 +316,39 @@ class PackStep:
 
     def __call__(self, batch: dict[str, Any], job: Any) -> dict[str, Any]:
         return pack_batch(batch, self.packing, job.layout, job.rows, self.declared)
+
+
+def pack_table(table: pa.Table, packing: Packing, num_bins: int) -> pa.Table:
+    """A stream's buffered rows packed: one row per packed row, the packed columns as fixed-size
+    lists of ``length`` values, with ``segment_ids`` and ``positions`` (first-fit in read order).
+
+    >>> t = pa.table({"input_ids": [[1, 2, 3], [4, 5], [6]]})
+    >>> pack_table(t, Packing(length=4), num_bins=2).to_pydict()["segment_ids"]
+    [[1, 1, 1, 2], [1, 1, 0, 0]]
+    """
+    names = list(packing.columns) if packing.columns is not None else table.column_names
+    ragged = {}
+    for column in table.column_names:
+        value = arrow_ragged(table.column(column)) if column in names else None
+        if value is None:
+            raise ValueError(
+                f"packing puts several rows into one, so every column must be a variable-length "
+                f"list of numbers packed with the others; {column!r} cannot be packed: leave it "
+                "out (IterableDataset.select_columns or DataLoader(columns=[...]))"
+            )
+        ragged[column] = value
+    first = "input_ids" if "input_ids" in ragged else names[0]
+    lengths = ragged[first].lengths
+    plan = first_fit(lengths, np.arange(len(lengths)), packing, num_bins)
+    rows, _, layout = batch_layout(plan, 0, plan.num_packed)
+    layout.source = rows[layout.source]  # index the table's rows directly
+    packed = pack_batch(ragged, packing, layout)
+    return pa.table({c: _fixed_lists(v) for c, v in packed.items()})
+
+
+def _fixed_lists(values: np.ndarray) -> pa.Array:
+    """An ``(n, d1, d2, ...)`` array as nested fixed-size Arrow lists (zero-copy numpy views)."""
+    array = pa.array(np.ascontiguousarray(values).reshape(-1))
+    for size in reversed(values.shape[1:]):
+        array = pa.FixedSizeListArray.from_arrays(array, size)
+    return array
