@@ -163,6 +163,43 @@ class Padding:
         return 0
 
 
+def choose_lengths(row_lengths: Any, count: int = 4, multiple_of: int = 64) -> tuple[int, ...]:
+    """``count`` allowed lengths (multiples of ``multiple_of``, the last holding the longest row)
+    that waste the fewest pad positions when each row is padded to the smallest that holds it:
+    exact, by dynamic programming over the candidate lengths. With ``bucket_by_length=True``
+    (batches of similar rows) this is close to the padding a whole epoch gets.
+
+    >>> choose_lengths([10, 12, 60, 64, 200], count=2, multiple_of=16)
+    (64, 208)
+    """
+    lengths = np.sort(np.asarray(row_lengths, dtype=np.int64).reshape(-1))
+    if not _positive_int(count) or not _positive_int(multiple_of):
+        raise ValueError("choose_lengths: count and multiple_of must be positive ints")
+    if not len(lengths):
+        raise ValueError("choose_lengths: no row lengths given")
+    top = max(1, math.ceil(int(lengths[-1]) / multiple_of))
+    candidates = np.arange(1, top + 1, dtype=np.int64) * multiple_of
+    # rows and summed lengths at or below each candidate
+    upto = np.searchsorted(lengths, candidates, side="right")
+    sums = np.concatenate([[0], np.cumsum(lengths)])[upto]
+    m, k = len(candidates), min(count, len(candidates))
+    inf = np.iinfo(np.int64).max // 4
+    best = np.full((k + 1, m), inf, dtype=np.int64)
+    back = np.zeros((k + 1, m), dtype=np.int64)
+    best[1] = candidates * upto - sums  # one length: every row up to it padded to it
+    for level in range(2, k + 1):
+        for j in range(level - 1, m):
+            i = np.arange(level - 2, j)
+            cost = best[level - 1, i] + candidates[j] * (upto[j] - upto[i]) - (sums[j] - sums[i])
+            pick = int(np.argmin(cost))
+            best[level, j], back[level, j] = cost[pick], i[pick]
+    chosen, j = [], m - 1
+    for level in range(k, 0, -1):
+        chosen.append(int(candidates[j]))
+        j = int(back[level, j])
+    return tuple(sorted(set(chosen)))
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and value > 0
 
