@@ -45,8 +45,8 @@ from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
-from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, first_fit
-from jaxfeed.padding import Padding, PadStep
+from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
+from jaxfeed.padding import Padding, PadStep, variable_columns
 from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
 from jaxfeed.stream_loader import StreamingDataLoader
 from jaxfeed.workers import (
@@ -474,6 +474,10 @@ class DataLoader:
         step = self.padding or self.packing
         if step is None:
             return None
+        if isinstance(self.source, _ItemSource) and len(self.source):
+            # generic items declare nothing: columns whose first rows differ in length are ragged
+            sample = self.source.gather(np.arange(min(64, len(self.source)), dtype=np.int64))
+            self.source.variable = tuple(variable_columns(sample))
         variable = self.source.variable
         if step.columns is not None and isinstance(self.source, _ArrowSource):
             unknown = [c for c in step.columns if c not in self.source.columns]
@@ -540,7 +544,7 @@ class DataLoader:
             n = len(self.source)
             order = EpochOrder(n, self.seed, epoch, self.shuffle).rows(0, n)
             bins = self.packing.num_bins or 2 * self.batch_size
-            plan = first_fit(self._row_lengths()[order], order, self.packing, bins)
+            plan = best_fit(self._row_lengths()[order], order, self.packing, bins)
             self._plans = {k: v for k, v in self._plans.items() if k >= epoch - 1}
             self._plans[epoch] = plan
         return plan

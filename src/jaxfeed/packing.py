@@ -1,8 +1,9 @@
 """`Packing`: several variable-length rows per fixed-length row, with ``segment_ids`` and ``positions``.
 
 ``DataLoader(..., packing=Packing(length=512))`` plans each epoch once, in every process alike, from
-the rows' stored lengths in the epoch's order (seeded by ``(seed, epoch)``): rows go first-fit into
-``num_bins`` open bins of ``length`` slots; when a row fits none, the fullest bin is closed (it
+the rows' stored lengths in the epoch's order (seeded by ``(seed, epoch)``): each row goes into
+the fullest of ``num_bins`` open bins of ``length`` slots that still holds it (best fit, which
+Grain measured to pad about a quarter less than first fit); when a row fits none, the fullest bin is closed (it
 becomes the next packed row) and a new one opened. A row longer than ``length`` is an error naming
 it, or (``long_rows="split"``) is cut into pieces of ``length`` (each its own segment, positions
 from 0). The plan depends only on the lengths, ``seed`` and epoch, so a run resumed mid-epoch gets
@@ -42,7 +43,7 @@ class Packing:
         length: the packed row length.
         long_rows: ``"error"`` (default) for a row longer than ``length``, or ``"split"`` to cut
             it into pieces of ``length`` (each packed as its own segment).
-        num_bins: open bins of the first-fit (default: 2 x the batch size); more bins, less
+        num_bins: open bins of the best fit (default: 2 x the batch size); more bins, less
             padding, a slower plan (numpy, once per epoch).
         pad_values: ``{column: value}``; default 0, -100 for ``labels``, the tokenizer's pad id
             for ``input_ids`` with ``tokenizer=``.
@@ -115,10 +116,10 @@ class PackPlan:
         return slice(int(lo), int(hi))
 
 
-def first_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: int) -> PackPlan:
+def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: int) -> PackPlan:
     """Plan the packing of ``rows`` (dataset rows in epoch order) of ``lengths``.
 
-    >>> p = first_fit(np.array([3, 2, 4, 1]), np.arange(4), Packing(length=5), num_bins=2)
+    >>> p = best_fit(np.array([3, 2, 4, 1]), np.arange(4), Packing(length=5), num_bins=2)
     >>> p.packed.tolist(), p.row.tolist(), p.segment.tolist()
     ([0, 0, 1, 1], [0, 1, 2, 3], [1, 2, 1, 2])
     """
@@ -171,9 +172,9 @@ def first_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins:
             size -= start
         if size == 0:
             continue
-        fits = np.flatnonzero(room >= size)
-        if fits.size:
-            j = int(fits[0])
+        fits = room >= size
+        if fits.any():
+            j = int(np.argmin(np.where(fits, room, length + 1)))  # best fit: the fullest that fits
         else:
             j = int(np.argmin(room))
             close(j)
@@ -320,7 +321,7 @@ class PackStep:
 
 def pack_table(table: pa.Table, packing: Packing, num_bins: int) -> pa.Table:
     """A stream's buffered rows packed: one row per packed row, the packed columns as fixed-size
-    lists of ``length`` values, with ``segment_ids`` and ``positions`` (first-fit in read order).
+    lists of ``length`` values, with ``segment_ids`` and ``positions`` (best fit in read order).
 
     >>> t = pa.table({"input_ids": [[1, 2, 3], [4, 5], [6]]})
     >>> pack_table(t, Packing(length=4), num_bins=2).to_pydict()["segment_ids"]
@@ -339,7 +340,7 @@ def pack_table(table: pa.Table, packing: Packing, num_bins: int) -> pa.Table:
         ragged[column] = value
     first = "input_ids" if "input_ids" in ragged else names[0]
     lengths = ragged[first].lengths
-    plan = first_fit(lengths, np.arange(len(lengths)), packing, num_bins)
+    plan = best_fit(lengths, np.arange(len(lengths)), packing, num_bins)
     rows, _, layout = batch_layout(plan, 0, plan.num_packed)
     layout.source = rows[layout.source]  # index the table's rows directly
     packed = pack_batch(ragged, packing, layout)
