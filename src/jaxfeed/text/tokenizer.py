@@ -27,7 +27,8 @@ def load_tokenizer(path_or_url: str | os.PathLike, storage_options: dict | None 
 
     >>> import tempfile, os
     >>> from jaxfeed import Dataset
-    >>> tok = train_tokenizer(Dataset.from_dict({"text": ["a b c", "b c d"] * 10}), "text", vocab_size=30)
+    >>> ds = Dataset.from_dict({"text": ["a b c", "b c d"] * 10})
+    >>> tok = train_tokenizer(ds, "text", vocab_size=30, kind="wordpiece")
     >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
     >>> tok.save(path)
     >>> load_tokenizer(path).encode("b c").ids == tok.encode("b c").ids
