@@ -458,3 +458,16 @@ def test_stream_options_and_exact_resume(kind):
         resumed = make()
         resumed.load_state_dict(state)
         assert head + [arrays(b) for b in resumed] == reference, stop
+
+
+def test_hf_dataset_ragged_columns_and_padding_columns():
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4]], "pixel": [[0.5], [0.25, 0.75]]})
+    batch = next(iter(DataLoader(hf, batch_size=2, padding=Padding(multiple_of=2))))
+    assert np.asarray(batch["input_ids"]).tolist() == [[1, 2, 3, 0], [4, 0, 0, 0]]
+    assert np.asarray(batch["pixel"]).tolist() == [[0.5, 0.0], [0.25, 0.75]]  # its own length
+    assert np.asarray(batch["attention_mask"]).sum(axis=1).tolist() == [3, 1]  # input_ids' mask
+    only = next(iter(DataLoader(hf, batch_size=2, padding=Padding(columns=["pixel"]))))
+    assert isinstance(only["input_ids"], list) and only["pixel"].shape == (2, 2)
+    with pytest.raises(ValueError, match=r"names \['nope'\]"):
+        DataLoader(hf, batch_size=2, padding=Padding(columns=["nope"]))

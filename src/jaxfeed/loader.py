@@ -280,7 +280,8 @@ class DataLoader:
             at full size and resizing) whose sides are still at least this big.
         padding: a :class:`jaxfeed.Padding`: variable-length columns (ragged lists of numbers)
             are padded to one of few lengths, with an ``attention_mask`` (see "Variable-length
-            data" in the README).
+            data" in the README); in the workers, after ``row_transform`` and before
+            ``transform``.
         bucket_by_length: batches of rows of similar length (shuffled mega-batches sorted by
             length, as `transformers`' ``group_by_length``); every row once per epoch; pads with
             ``padding`` (default ``Padding()``, to the longest row).
