@@ -45,7 +45,7 @@ from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
-from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
+from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit, loader_options
 from jaxfeed.padding import Padding, PadStep, variable_columns
 from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
 from jaxfeed.stream_loader import StreamingDataLoader
@@ -365,19 +365,7 @@ class DataLoader:
         for name, fn in (("row_transform", row_transform), ("transform", transform)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
-        if padding is not None and not isinstance(padding, Padding):
-            raise TypeError(f"padding must be a jaxfeed.Padding, got {type(padding).__name__}")
-        if packing is not None and not isinstance(packing, Packing):
-            raise TypeError(f"packing must be a jaxfeed.Packing, got {type(packing).__name__}")
-        if not isinstance(bucket_by_length, bool):
-            raise ValueError(f"bucket_by_length must be True or False, got {bucket_by_length!r}")
-        if packing is not None and (padding is not None or bucket_by_length):
-            raise ValueError(
-                "packing= makes rows of one fixed length: it does not go with padding= or "
-                "bucket_by_length=True"
-            )
-        if bucket_by_length and padding is None:
-            padding = Padding()
+        padding = loader_options(padding, bucket_by_length, packing)
         self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
         self.source = _make_source(dataset, columns)
         self._collate = self._collate_step()

@@ -38,7 +38,7 @@ from jaxfeed.iterable import (
     encode_state,
     split_dataset_by_node,
 )
-from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, pack_table
+from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, loader_options, pack_table
 from jaxfeed.padding import Padding, pad_batch
 from jaxfeed.ragged import is_ragged_type
 from jaxfeed.workers import takes_rng
@@ -145,19 +145,7 @@ class StreamingDataLoader:
     def _variable_options(
         self, padding: Padding | None, bucket_by_length: bool, packing: Packing | None
     ) -> None:
-        if padding is not None and not isinstance(padding, Padding):
-            raise TypeError(f"padding must be a jaxfeed.Padding, got {type(padding).__name__}")
-        if packing is not None and not isinstance(packing, Packing):
-            raise TypeError(f"packing must be a jaxfeed.Packing, got {type(packing).__name__}")
-        if not isinstance(bucket_by_length, bool):
-            raise ValueError(f"bucket_by_length must be True or False, got {bucket_by_length!r}")
-        if packing is not None and (padding is not None or bucket_by_length):
-            raise ValueError(
-                "packing= makes rows of one fixed length: it does not go with padding= or "
-                "bucket_by_length=True"
-            )
-        if bucket_by_length and padding is None:
-            padding = Padding()
+        padding = loader_options(padding, bucket_by_length, packing)
         if (
             self.local is not None
             and padding is not None
