@@ -128,6 +128,11 @@ def test_padding_bad_input():
         ValueError, match=r"row 1: column 'attention_mask' has 2 values but 'input_ids' has 3"
     ):
         list(DataLoader(ds, batch_size=2, padding=Padding()))
+    from tokenizers import Tokenizer, models
+
+    no_pad = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    with pytest.raises(ValueError, match="the tokenizer has no pad token"):
+        Padding(tokenizer=no_pad)
     with pytest.raises(TypeError, match=r"jaxfeed\.Padding"):
         DataLoader(ds, batch_size=2, padding={"lengths": [4]})
 
@@ -148,6 +153,9 @@ def test_generic_items_are_padded_even_when_a_batch_shares_one_length():
         for b in DataLoader(Items(), batch_size=2, padding=Padding(lengths=(4, 8)))
     ]
     assert shapes == [(2, 4), (2, 8)]
+    packed = DataLoader(Items(), batch_size=2, columns=["input_ids"], packing=Packing(length=6))
+    rows = [r for b in packed for r in np.asarray(b["input_ids"]).tolist()]
+    assert rows == [[1, 2, 3, 1, 2, 3], [1, 1, 2, 3, 4, 5]]
 
 
 def test_map_batched_ragged_output_feeds_padding():
