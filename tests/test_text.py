@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from jaxfeed import DataLoader, Dataset, IterableDataset, Padding
+from jaxfeed import DataLoader, Dataset, DatasetDict, IterableDataset, Padding
 from jaxfeed.text import load_tokenizer, special_tokens, tokenize, train_tokenizer
 
 WORDS = [
@@ -91,6 +91,8 @@ def test_tokenize_adds_ids_and_mask_and_feeds_padding(corpus):
     assert all(
         m == [1] * len(i) for m, i in zip(rows["attention_mask"], rows["input_ids"], strict=True)
     )
+    splits = tokenize(DatasetDict({"a": corpus.select(range(10)), "b": corpus}), tok)
+    assert splits["b"]["input_ids"] == out["input_ids"] and splits["a"].num_rows == 10
     short = tokenize(corpus, tok, "text", max_length=5, remove_columns=True)
     assert short.column_names == ["y", "input_ids", "attention_mask"]
     assert max(len(r) for r in short["input_ids"]) == 5

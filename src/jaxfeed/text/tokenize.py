@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset
+from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features, List, Value
-from jaxfeed.iterable import IterableDataset
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.text.tokenizer import _tokenizers, check_texts
 
 
@@ -62,7 +62,7 @@ class _Encode:
 
 
 def tokenize(
-    dataset: Dataset | IterableDataset,
+    dataset: Dataset | IterableDataset | DatasetDict | IterableDatasetDict,
     tokenizer: Any,
     column: str = "text",
     max_length: int | None = None,
@@ -71,8 +71,8 @@ def tokenize(
     batch_size: int = 1000,
     add_special_tokens: bool = True,
     remove_columns: bool = False,
-) -> Dataset | IterableDataset:
-    """``dataset`` with ``input_ids`` (int32) and ``attention_mask`` (int8) lists added, one row of
+) -> Dataset | IterableDataset | DatasetDict | IterableDatasetDict:
+    """``dataset`` (or every split of a ``DatasetDict``) with ``input_ids`` (int32) and ``attention_mask`` (int8) lists added, one row of
     ids per text of ``column``.
 
     Batches of ``batch_size`` texts are encoded by ``tokenizer.encode_batch`` (its own threads);
@@ -94,6 +94,22 @@ def tokenize(
     'the cat sat'
     """
     _tokenizers()
+    if isinstance(dataset, DatasetDict | IterableDatasetDict):
+        return type(dataset)(
+            {
+                split: tokenize(
+                    part,
+                    tokenizer,
+                    column,
+                    max_length,
+                    num_proc=num_proc,
+                    batch_size=batch_size,
+                    add_special_tokens=add_special_tokens,
+                    remove_columns=remove_columns,
+                )
+                for split, part in dataset.items()
+            }
+        )
     if not hasattr(tokenizer, "encode_batch") or not hasattr(tokenizer, "to_str"):
         raise TypeError(
             f"tokenize needs a tokenizers.Tokenizer (jaxfeed.text.load_tokenizer or "
