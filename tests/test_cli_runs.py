@@ -90,16 +90,18 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     mark = tmp_path / "imported.txt"
     env = {"JAXFEED_TEST_MARK": str(mark)}
 
+    report = jaxfeed("eval", str(run), "--json", cwd=elsewhere, env=env)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["checkpoint"]["source"] == "model/"
+    shutil.move(work / "imgs", work / "away")  # predict needs neither the data nor the model file
     folder = tmp_path / "inputs"
     shown = jaxfeed("predict", str(run), str(folder), "--json", cwd=elsewhere, env=env)
     assert shown.returncode == 0, shown.stderr
+    shutil.move(work / "away", work / "imgs")
     predicted = json.loads(shown.stdout)
     files = sorted(str(p) for p in folder.rglob("*.png"))
     assert len(files) == 17 and files[-1] == str(folder / "top.png")
     assert [p["input"] for p in predicted] == files  # recursive, sorted
-    report = jaxfeed("eval", str(run), "--json", cwd=elsewhere, env=env)
-    assert report.returncode == 0, report.stderr
-    assert json.loads(report.stdout)["checkpoint"]["source"] == "model/"
     assert not mark.exists()  # no code of the run folder ran
 
     # the export takes raw images (numpy, the training size) and gives what predict printed
