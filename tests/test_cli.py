@@ -167,7 +167,7 @@ def test_config_from_a_saved_run_with_a_user_model(image_run, tmp_path):
     assert [p.name for p in (again / "checkpoints").iterdir() if p.name.isdigit()]
 
 
-def test_csv_regression(tmp_path):
+def test_csv_regression(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = ["rooms,area,city,price"]
     for _ in range(200):
@@ -192,10 +192,11 @@ def test_csv_regression(tmp_path):
     # the vocabulary survives eval and predict: an unseen city goes to the unknown slot
     new = tmp_path / "new.csv"
     new.write_text("rooms,area,city,price\n3,80.0,a,290\n2,120.0,zz,330\n9,50.0,b,240\n")
-    other = json.loads(jaxfeed("eval", str(out), "--data", str(new), "--json").stdout)
-    assert other["split"] == "all" and other["rows"] == 3
+    status, shown, _ = run_main(capsys, "eval", str(out), "--data", str(new), "--json")
+    other = json.loads(shown)  # in this process: serving model/ starts no model code
+    assert status == 0 and other["split"] == "all" and other["rows"] == 3
     assert other["note"] == f"{new} has no splits: evaluating all 3 rows"
-    predicted = json.loads(jaxfeed("predict", str(out), str(new), "--json").stdout)
+    predicted = json.loads(run_main(capsys, "predict", str(out), str(new), "--json")[1])
     assert [p["input"] for p in predicted] == [f"{new}:{i}" for i in range(3)]
     served = load_exported(out / "model")
     values = served({"rooms": [3, 2, 9], "area": [80.0, 120.0, 50.0], "city": ["a", "zz", "b"]})

@@ -90,9 +90,10 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     mark = tmp_path / "imported.txt"
     env = {"JAXFEED_TEST_MARK": str(mark)}
 
-    report = jaxfeed("eval", str(run), "--json", cwd=elsewhere, env=env)
-    assert report.returncode == 0, report.stderr
-    assert json.loads(report.stdout)["checkpoint"]["source"] == "model/"
+    os.chdir(elsewhere)  # eval in this process (no JAX start); the fixture restores the folder
+    monkeypatch.setenv("JAXFEED_TEST_MARK", str(mark))
+    assert main(["eval", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"]["source"] == "model/"
     shutil.move(work / "imgs", work / "away")  # predict needs neither the data nor the model file
     folder = tmp_path / "inputs"
     shown = jaxfeed("predict", str(run), str(folder), "--json", cwd=elsewhere, env=env)
@@ -116,7 +117,6 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     np.testing.assert_allclose(scores, [p["score"] for p in predicted], atol=1e-6)
 
     # another checkpoint needs the model's code: refused without --trust-code, saying so
-    os.chdir(elsewhere)  # in this process (no JAX start per case); the fixture restores it
     assert main(["eval", str(run), "--checkpoint", "last"]) == 2
     assert "--trust-code" in capsys.readouterr().err
     assert main(["train", "--out", str(run), "--resume", "--epochs", "3"]) == 2
