@@ -7,7 +7,9 @@ An export is a folder of three files:
   under a flat name such as ``conv1.kernel`` or ``params.Dense_0.bias``;
 * ``config.json``: format and version, the model's class (and constructor arguments for
   jaxfeed's built-in models, so the CLI can rebuild them by name), the input signature, and the
-  dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``;
+  dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``
+  and, when given, the declared preprocessing from raw inputs (:mod:`jaxfeed.serving`: data,
+  never code);
 * ``model.stablehlo``: the model in eval mode as ``f(weights, *inputs)``, serialised by
   ``jax.export``; the batch dimension is symbolic, so one export serves any batch size.
 
