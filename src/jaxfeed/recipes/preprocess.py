@@ -160,7 +160,7 @@ class Preprocessing:
         """A batch of decoded images (an array or a list of arrays) at the run's size, as the
         declared serving spec fits them."""
         try:
-            return self.serving(["?"]).fit_images(images)
+            return self.serving([]).fit_images(images)
         except SpecError as err:
             raise ConfigError(str(err)) from None
 
