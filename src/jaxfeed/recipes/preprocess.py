@@ -1,10 +1,12 @@
 """One preprocessing for ``train``, ``eval`` and ``predict``, saved in the run's ``config.json``.
 
 :class:`Preprocessing` is planned once from the training data (:func:`plan`), then applied by the
-same code everywhere: as the loader's ``transform`` on batches (images resized to one shape,
-table columns stacked and standardised) and on the files given to ``predict``. Every image is
-decoded in the run's colour mode (``L`` or ``RGB``) and resized with Pillow's bilinear filter to
-the run's ``image_size``; integer pixels are scaled to [0, 1] on the device.
+same code everywhere: as the loader's ``transform`` on batches (images resized to one shape;
+table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serving.encode_table`),
+and, declared as a :class:`~jaxfeed.serving.ServingSpec` in the run's export, by ``eval``,
+``predict`` and ``load_exported``. Every image is decoded in the run's colour mode (``L`` or
+``RGB``) and resized with Pillow's bilinear filter to the run's ``image_size``; integer pixels are
+scaled to [0, 1] on the device in training (by the spec, on the host, when served).
 
 >>> import numpy as np
 >>> p = Preprocessing(kind="image", input_columns=["image"], label_column="label",
