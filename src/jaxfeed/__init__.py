@@ -40,6 +40,16 @@ _EXPORTS = {
     "TranslationVariableLanguages": "jaxfeed.features",
     "Value": "jaxfeed.features",
     "load_dataset": "jaxfeed.io",
+    "get_dataset_config_names": "jaxfeed.io",
+    "get_dataset_split_names": "jaxfeed.io",
+    "disable_caching": "jaxfeed.settings",
+    "enable_caching": "jaxfeed.settings",
+    "is_caching_enabled": "jaxfeed.settings",
+    "disable_progress_bars": "jaxfeed.settings",
+    "enable_progress_bars": "jaxfeed.settings",
+    "is_progress_bar_enabled": "jaxfeed.settings",
+    "NamedSplit": "jaxfeed.splits",
+    "Split": "jaxfeed.splits",
     "load_from_disk": "jaxfeed.io",
     "IterableDataset": "jaxfeed.iterable",
     "IterableDatasetDict": "jaxfeed.iterable",
@@ -76,14 +86,34 @@ if TYPE_CHECKING:
         TranslationVariableLanguages,
         Value,
     )
-    from jaxfeed.io import load_dataset, load_from_disk
+    from jaxfeed import logging
+    from jaxfeed.io import (
+        get_dataset_config_names,
+        get_dataset_split_names,
+        load_dataset,
+        load_from_disk,
+    )
     from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets
+    from jaxfeed.settings import (
+        disable_caching,
+        disable_progress_bars,
+        enable_caching,
+        enable_progress_bars,
+        is_caching_enabled,
+        is_progress_bar_enabled,
+    )
+    from jaxfeed.splits import NamedSplit, Split
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 
+_SUBMODULES = {"logging"}  # modules that are public names themselves (``jaxfeed.logging``)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"jaxfeed.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'jaxfeed' has no attribute {name!r}")
@@ -93,7 +123,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, "export"])
+    return sorted([*globals(), *_EXPORTS, *_SUBMODULES, "export"])
 
 
 class _Package(types.ModuleType):
@@ -135,18 +165,29 @@ __all__ = [
     "Json",
     "LargeList",
     "List",
+    "NamedSplit",
     "Sequence",
+    "Split",
     "Trainer",
     "Translation",
     "TranslationVariableLanguages",
     "Value",
     "__version__",
     "concatenate_datasets",
+    "disable_caching",
+    "disable_progress_bars",
+    "enable_caching",
+    "enable_progress_bars",
     "export",
+    "get_dataset_config_names",
+    "get_dataset_split_names",
     "interleave_datasets",
+    "is_caching_enabled",
+    "is_progress_bar_enabled",
     "load_dataset",
     "load_exported",
     "load_from_disk",
+    "logging",
     "plot_history",
     "split_dataset_by_node",
 ]

@@ -228,6 +228,7 @@ class Dataset:
         ``jax.sharding.Sharding`` that splits the batch dimension; ``dtype`` overrides the dtype of
         every numeric value.
         """
+        format_kwargs = {**(format_kwargs.pop("format_kwargs", None) or {}), **format_kwargs}
         name = canonical_format(type)
         if isinstance(columns, str):
             columns = [columns]
@@ -642,6 +643,7 @@ class Dataset:
         self,
         function: Any,
         with_indices: bool = False,
+        with_rank: bool = False,
         input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
@@ -651,19 +653,29 @@ class Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
         ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
+        ``with_rank=True`` passes the process rank after the indices (None without ``num_proc``).
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
-            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs, num_proc
+            self,
+            function,
+            with_indices,
+            input_columns,
+            batched,
+            batch_size,
+            fn_kwargs,
+            num_proc,
+            with_rank=with_rank,
         )
 
     def map(
         self,
         function: Any = None,
         with_indices: bool = False,
+        with_rank: bool = False,
         input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
@@ -700,7 +712,9 @@ class Dataset:
         file it is written to. ``load_from_cache_file``, ``writer_batch_size``, ``desc`` and
         ``new_fingerprint`` are accepted for compatibility: jaxfeed has no fingerprint cache,
         so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
-        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`).
+        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`);
+        ``with_rank=True`` passes each process's rank after the indices (None without
+        ``num_proc``).
         """
         return ops.map(
             self,
@@ -717,6 +731,7 @@ class Dataset:
             fn_kwargs=fn_kwargs,
             try_original_type=try_original_type,
             num_proc=num_proc,
+            with_rank=with_rank,
         )
 
     def train_test_split(

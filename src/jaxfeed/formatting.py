@@ -20,7 +20,7 @@ from jaxfeed.features.struct import requires_decoding
 from jaxfeed.reader import Rows, TableReader
 
 FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas", "custom")
-_ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pd": "pandas"}
+_ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pyarrow": "arrow", "pd": "pandas"}
 
 
 def canonical_format(type: str | None) -> str:

@@ -139,25 +139,39 @@ def _call(
     with_indices: bool,
     input_columns: list[str],
     fn_kwargs: dict,
+    rank: tuple[int | None] | None = None,
+    strip: Sequence[str] = (),
 ) -> tuple[Any, list[Any]]:
     """Run ``function`` on rows ``start:stop``: one call per batch, or one per row.
 
-    Returns the batch it was given (in the dataset's format) and the results.
+    ``rank`` (``with_rank=True``) is passed after the indices, as `datasets` passes it. A
+    result that is the very dict the function was given (``lambda r: r``) loses the ``strip``
+    columns (``remove_columns``), as there. Returns the batch given and the results.
     """
     batch = ds._internal.read(slice(start, stop), single=False)
     if batched:
         args = [batch[c] for c in input_columns] if input_columns else [batch]
         if with_indices:
             args.append(list(range(start, stop)))
-        return batch, _run(function, [(args, fn_kwargs)])
-    calls = []
-    for i in range(stop - start):
-        row = _row_of(batch, i)
-        args = [row[c] for c in input_columns] if input_columns else [row]
-        if with_indices:
-            args.append(start + i)
-        calls.append((args, fn_kwargs))
-    return batch, _run(function, calls)
+        if rank is not None:
+            args.append(rank[0])
+        calls = [(args, fn_kwargs)]
+    else:
+        calls = []
+        for i in range(stop - start):
+            row = _row_of(batch, i)
+            args = [row[c] for c in input_columns] if input_columns else [row]
+            if with_indices:
+                args.append(start + i)
+            if rank is not None:
+                args.append(rank[0])
+            calls.append((args, fn_kwargs))
+    results = _run(function, calls)
+    if strip and not input_columns:
+        for i, ((given, *_), _kw) in enumerate(calls):
+            if results[i] is given and isinstance(given, dict):
+                results[i] = {k: v for k, v in given.items() if k not in strip}
+    return batch, results
 
 
 def filter(
@@ -169,6 +183,8 @@ def filter(
     batch_size: int | None = 1000,
     fn_kwargs: dict | None = None,
     num_proc: int | None = None,
+    with_rank: bool = False,
+    rank: int | None = None,
 ) -> Dataset:
     columns = _column_list(ds, input_columns, "filter")
     if check_num_proc(num_proc) > 1 and ds.num_rows:
@@ -178,6 +194,7 @@ def filter(
             dict(
                 function=function,
                 with_indices=with_indices,
+                with_rank=with_rank,
                 input_columns=input_columns,
                 batched=batched,
                 batch_size=batch_size,
@@ -185,9 +202,10 @@ def filter(
             ),
         )
     keep: list[np.ndarray] = []
+    ranked = (rank,) if with_rank else None
     for start, stop in _batches(ds, batch_size):
         _, results = _call(
-            ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}
+            ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}, ranked
         )
         mask = np.asarray(results[0] if batched else results)
         if mask.shape != (stop - start,) or mask.dtype.kind not in "bi":
@@ -275,10 +293,28 @@ def _as_columns(result: Any, batched: bool) -> dict[str, Any] | pa.Table | None:
     return out
 
 
+class MapOutputError(KeyError, ValueError):
+    """Rows of one ``map`` returned different columns (a ``KeyError``, as in `datasets`)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Table | None:
+    """Per-row results as columns. As in `datasets`, the first row's keys decide the columns: a
+    later row missing one is a ``KeyError``; a later row with more keys (which `datasets` drops
+    silently) is refused too."""
     if all(r is None for r in results):
         return None
-    if any(isinstance(r, pa.Table) or hasattr(r, "iloc") for r in results):
+    tables = [isinstance(r, pa.Table) or hasattr(r, "iloc") for r in results]
+    if any(tables):
+        for i, result in enumerate(results):
+            if tables[i] and len(result) != 1:
+                raise ValueError(
+                    f"map: row {start + i}: without batched=True the function must return a "
+                    f"single-row table, got {len(result)} rows (Only single-row pyarrow tables "
+                    "are allowed, as in datasets)"
+                )
         return pa.concat_tables([_as_columns(r, False) for r in results])
     columns: dict[str, list] = {}
     keys: list[str] | None = None
@@ -288,8 +324,10 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             keys = list(row)
             columns = {k: [] for k in keys}
         elif set(row) != set(keys):
-            raise ValueError(
-                f"map: row {start + i} returned keys {sorted(row)}, but earlier rows returned {sorted(keys)}"
+            missing = sorted(set(keys) - set(row))
+            raise MapOutputError(
+                f"map: row {start + i} returned keys {sorted(row)}, but row {start} returned "
+                f"{sorted(keys)}" + (f" (missing {missing})" if missing else "")
             )
         for k in keys:
             value = row[k]
@@ -314,6 +352,8 @@ def map(
     fn_kwargs: dict | None = None,
     try_original_type: bool | None = True,
     num_proc: int | None = None,
+    with_rank: bool = False,
+    rank: int | None = None,
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -334,6 +374,7 @@ def map(
             dict(
                 function=function,
                 with_indices=with_indices,
+                with_rank=with_rank,
                 input_columns=input_columns,
                 batched=batched,
                 batch_size=batch_size,
@@ -355,14 +396,17 @@ def map(
     out_features: Features | None = None
     given = Features(features) if features is not None else None
     tabular = ds.format["type"] in ("arrow", "pandas")
+    strip = remove if ds.format["type"] is None else ()
+    ranked = (rank,) if with_rank else None
     updated = False
     try:
         for start, stop in _batches(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):
             _, results = _call(
-                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}
-            )
+                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {},
+                ranked, strip,
+            )  # fmt: skip
             new = _as_columns(results[0], True) if batched else _rows_to_columns(results, start)
             if new is None:
                 if updated:
@@ -384,12 +428,21 @@ def map(
     except BaseException:
         sink.abort()
         raise
-    return ds._internal.derive(
+    out = ds._internal.derive(
         table,
         features=out_features,
         indices=None,
         source_files=None if sink.path is None else {sink.path.name},
     )
+    formatted = ds._internal.format_state()["_format_columns"]
+    if formatted is not None:  # as `datasets`: new columns join the formatted ones
+        fmt = ds.format
+        kept = [c for c in formatted if c in out.column_names]
+        added = [c for c in out.column_names if c not in ds.column_names]
+        out.set_format(
+            fmt["type"], kept + added, fmt["output_all_columns"], **fmt["format_kwargs"]
+        )
+    return out
 
 
 def _merge(

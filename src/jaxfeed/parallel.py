@@ -84,6 +84,13 @@ def _shifted(function: Callable, offset: int, batched: bool) -> Callable:
     return shifted
 
 
+def _ranked(function: Callable, rank: int) -> Callable:
+    def ranked(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, rank, **kwargs)
+
+    return ranked
+
+
 # ---------------------------------------------------------------------------------- the worker
 def _work(payload: bytes) -> tuple:
     """Run one shard (in the worker). Returns ``("ok", result)`` or ``("error", ...)``."""
@@ -109,6 +116,9 @@ def _work(payload: bytes) -> tuple:
         return result
 
     call = tracked if kind == "map" else function
+    rank = kwargs.pop("rank")
+    if kwargs.pop("with_rank", False):  # this shard's rank goes last, as `datasets` passes it
+        call = _ranked(call, rank)
     if kwargs.get("with_indices") and offset:
         call = _shifted(call, offset, bool(kwargs.get("batched")))
     if kind == "filter":
@@ -218,7 +228,7 @@ def _payloads(
             features,
             fmt,
             start,
-            dict(kwargs),
+            dict(kwargs, rank=i),
             out_files[i] if out_files else None,
         )
         out.append(cloudpickle.dumps(item))

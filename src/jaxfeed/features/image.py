@@ -151,7 +151,10 @@ class Image(MediaFeature):
         return True  # the jax format keeps images uint8, as `datasets` does
 
     def to_dict(self) -> dict:
-        return {"_type": "Image", "mode": self.mode, "decode": self.decode}
+        """`datasets`' layout: the arguments that differ from their defaults, and ``_type``."""
+        out = {k: getattr(self, k) for k in ("mode", "decode", "id")}
+        defaults = {"mode": None, "decode": True, "id": None}
+        return {**{k: v for k, v in out.items() if v != defaults[k]}, "_type": "Image"}
 
 
 _EXIF_FORMATS = {"JPEG", "MPO", "TIFF", "WEBP", "HEIF", "AVIF"}

@@ -1,6 +1,6 @@
 """Getting data in: files, folders, the Hub, built-in datasets, and datasets saved to disk."""
 
 from jaxfeed.io.disk import load_from_disk
-from jaxfeed.io.load import load_dataset
+from jaxfeed.io.load import get_dataset_config_names, get_dataset_split_names, load_dataset
 
-__all__ = ["load_dataset", "load_from_disk"]
+__all__ = ["get_dataset_config_names", "get_dataset_split_names", "load_dataset", "load_from_disk"]

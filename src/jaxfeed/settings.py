@@ -1,0 +1,80 @@
+"""Process-wide switches, as `datasets` has them: progress bars and caching.
+
+Progress bars (tqdm, on stderr) are shown by ``map``, ``filter``, ``load_dataset``'s conversion
+into the cache, ``save_to_disk`` and ``to_parquet`` / ``to_csv`` / ``to_json`` when the work covers
+at least :data:`PROGRESS_MIN_ROWS` rows; :func:`disable_progress_bars` hides them all.
+
+jaxfeed has no fingerprint cache of ``map`` results (``map`` always runs its function), so
+:func:`disable_caching` only records the choice, which :func:`is_caching_enabled` reports.
+
+>>> import jaxfeed
+>>> jaxfeed.disable_progress_bars()
+>>> jaxfeed.is_progress_bar_enabled()
+False
+>>> jaxfeed.enable_progress_bars()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tqdm.auto import tqdm
+
+PROGRESS_MIN_ROWS = 10_000  # smaller jobs finish before a bar would tell anything
+_state = {
+    "progress": os.environ.get("JAXFEED_DISABLE_PROGRESS_BARS", "").lower()
+    not in ("1", "true", "yes"),
+    "caching": True,
+}
+
+
+def disable_progress_bars() -> None:
+    """Hide jaxfeed's progress bars (``datasets.disable_progress_bars``)."""
+    _state["progress"] = False
+
+
+def enable_progress_bars() -> None:
+    """Show jaxfeed's progress bars on long jobs (the default)."""
+    _state["progress"] = True
+
+
+def is_progress_bar_enabled() -> bool:
+    """Whether progress bars are shown."""
+    return bool(_state["progress"])
+
+
+def disable_caching() -> None:
+    """Accepted as in `datasets`; jaxfeed keeps no cache of ``map`` results to disable."""
+    _state["caching"] = False
+
+
+def enable_caching() -> None:
+    """Undo :func:`disable_caching`."""
+    _state["caching"] = True
+
+
+def is_caching_enabled() -> bool:
+    """Whether caching is on (``disable_caching`` turns it off)."""
+    return bool(_state["caching"])
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+@contextmanager
+def progress(total: int | None, desc: str, unit: str = " examples") -> Iterator[Any]:
+    """A tqdm bar of ``total`` rows, or a silent stand-in when bars are off or the job is small.
+
+    >>> with progress(3, "Map") as bar:
+    ...     bar.update(3)
+    """
+    if not _state["progress"] or total is None or total < PROGRESS_MIN_ROWS:
+        yield _NoBar()
+        return
+    with tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True) as bar:
+        yield bar
