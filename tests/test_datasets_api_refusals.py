@@ -20,7 +20,13 @@ def store(lib, values, feature):
 
 CASES = [
     # (id, values, feature, what datasets stores, jaxfeed's error)
-    ("str-into-int", [1, "0"], lambda lib: lib.Value("int64"), [1, 0], r"column 'x', row 1"),
+    (
+        "str-into-bool",
+        ["True", "False"],
+        lambda lib: lib.Value("bool"),
+        [True, True],
+        r"column 'x', row 0: expected a bool value",
+    ),
     ("fraction-into-int", [1, 2.5], lambda lib: lib.Value("int64"), [1, 2], r"column 'x', row 1"),
     (
         "float16-overflow",

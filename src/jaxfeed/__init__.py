@@ -19,8 +19,10 @@ __version__ = "0.1.0"
 # JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
 _EXPORTS = {
     "Column": "jaxfeed.column",
-    "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset",
+    # through jaxfeed.io: importing io registers its loaders (files into the cache, folders
+    # written by save_to_disk) with Dataset, which sits below io
+    "Dataset": "jaxfeed.io",
+    "DatasetDict": "jaxfeed.io",
     "load_exported": "jaxfeed.export",
     "Array2D": "jaxfeed.features",
     "Array3D": "jaxfeed.features",

@@ -22,6 +22,7 @@ from jaxfeed.features.struct import encode_column
 from jaxfeed.formatting import Formatter, canonical_format, make_formatter
 from jaxfeed.reader import Rows, TableReader, normalize_rows
 from jaxfeed.saved import save_dataset, save_dataset_dict
+from jaxfeed.splits import NamedSplit
 from jaxfeed.tabular import arrow_batches
 
 # `load_from_disk` lives in jaxfeed.io (above this module); io registers it here on import.
@@ -39,6 +40,25 @@ def _load_from_disk(path: str | os.PathLike, **kwargs: Any) -> Any:
 
         return jaxfeed.load_from_disk(path, **kwargs)
     return _DISK_LOADER[0](path, **kwargs)
+
+
+# Converting files into the memory-mapped cache is io's job (above this module): io registers it.
+_FILE_LOADER: list[Callable[[list[str], str, str | None], Any]] = []
+
+
+def register_file_loader(loader: Callable[[list[str], str, str | None], Any]) -> None:
+    """Called by :mod:`jaxfeed.io.load`: ``loader(files, format, cache_dir)`` -> a Dataset."""
+    _FILE_LOADER[:] = [loader]
+
+
+def _with_file_features(ds: Dataset, features: Features | None) -> Dataset:
+    if features is None:
+        return ds
+    features = Features(features)
+    missing = [c for c in ds.column_names if c not in features]
+    if missing:
+        raise ValueError(f"columns {missing} of the file are not in the given features")
+    return ds.cast(Features({c: features[c] for c in ds.column_names}))
 
 
 def _json_columns(ds: Dataset) -> list[str]:
@@ -72,6 +92,7 @@ class Dataset:
         self._indices: np.ndarray | None = None  # row i reads table row _indices[i]
         self._cache_dir: str | None = None  # set for datasets loaded from disk
         self._source_files: set[str] = set()  # files in _cache_dir that this table maps
+        self._split: str | None = None
         self._format: dict[str, Any] = {
             "type": None,
             "format_kwargs": {},
@@ -82,7 +103,13 @@ class Dataset:
 
     # ----------------------------------------------------------------------------- construction
     @classmethod
-    def from_dict(cls, mapping: Mapping[str, Any], features: Features | None = None) -> Dataset:
+    def from_dict(
+        cls,
+        mapping: Mapping[str, Any],
+        features: Features | None = None,
+        info: Any = None,
+        split: str | None = None,
+    ) -> Dataset:
         """Build a dataset from a dict of columns (lists or numpy arrays of equal length).
 
         >>> from jaxfeed import Dataset
@@ -107,17 +134,26 @@ class Dataset:
         table = (
             pa.Table.from_arrays(arrays, schema=features.arrow_schema) if arrays else pa.table({})
         )
-        return cls(table, features)
+        return cls(table, features)._named(split, None)
 
     @classmethod
     def from_list(
-        cls, rows: Sequence[Mapping[str, Any]], features: Features | None = None
+        cls,
+        rows: Sequence[Mapping[str, Any]],
+        features: Features | None = None,
+        info: Any = None,
+        split: str | None = None,
     ) -> Dataset:
-        """Build a dataset from a list of row dicts."""
-        names: dict[str, None] = {}
-        for row in rows:
-            names.update(dict.fromkeys(row))
-        return cls.from_dict({k: [row.get(k) for row in rows] for k in names}, features=features)
+        """Build a dataset from a list of row dicts; the first row names the columns (as in
+        `datasets`: a later row's other keys are not columns, its missing ones are None).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_list([{"a": 1}, {"a": 2, "b": 3}]).column_names
+        ['a']
+        """
+        names = list(rows[0]) if len(rows) else []
+        columns = {k: [row.get(k) for row in rows] for k in names}
+        return cls.from_dict(columns, features=features, split=split)
 
     @classmethod
     def from_arrow(
@@ -130,22 +166,20 @@ class Dataset:
 
     @classmethod
     def from_pandas(
-        cls, df: Any, features: Features | None = None, preserve_index: bool = False
+        cls,
+        df: Any,
+        features: Features | None = None,
+        info: Any = None,
+        split: str | None = None,
+        preserve_index: bool | None = None,
     ) -> Dataset:
-        """Build a dataset from a pandas DataFrame."""
+        """Build a dataset from a pandas DataFrame (string columns keep pandas' Arrow type:
+        ``large_string`` for pandas 3 ``str`` columns, as in `datasets`)."""
         if features is not None:
-            return cls.from_dict({c: df[c].tolist() for c in df.columns}, features=features)
-        table = pa.Table.from_pandas(df, preserve_index=preserve_index).replace_schema_metadata(
-            None
-        )
-        # pandas >= 3 stores str columns as large_string; keep the `datasets` type, string.
-        schema = pa.schema(
-            [
-                f.with_type(pa.string()) if pa.types.is_large_string(f.type) else f
-                for f in table.schema
-            ]
-        )
-        return cls(table.cast(schema))
+            data = {c: df[c].tolist() for c in df.columns}
+            return cls.from_dict(data, features=features, split=split)
+        table = pa.Table.from_pandas(df, preserve_index=preserve_index)
+        return cls(table.replace_schema_metadata(None))._named(split, None)
 
     @classmethod
     def from_hf(cls, hf_dataset: Any) -> Dataset:
@@ -380,9 +414,17 @@ class Dataset:
     def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
         """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
         require("pandas", "pandas", "to_pandas")
+        json_columns = _json_columns(self)
+
+        def frame(table: pa.Table) -> Any:
+            df = table.to_pandas()
+            for name in json_columns:  # decoded, as `datasets` gives them
+                df[name] = [None if v is None else json.loads(v) for v in df[name]]
+            return df
+
         if not batched:
-            return self._internal.arrow().to_pandas()
-        return (t.to_pandas() for t in arrow_batches(self, batch_size))
+            return frame(self._internal.arrow())
+        return (frame(t) for t in arrow_batches(self, batch_size))
 
     def to_csv(
         self,
@@ -425,35 +467,73 @@ class Dataset:
     def from_parquet(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
         columns: Sequence[str] | None = None,
+        num_proc: int | None = None,
         **kwargs: Any,
     ) -> Dataset:
-        """Read Parquet file(s) (features from the schema metadata unless given)."""
-        return cls._from_table(tabular.read_parquet(path_or_paths, columns=columns), features)
+        """Read Parquet file(s) (features from the schema metadata unless given).
+
+        As ``load_dataset``, the files are converted once into the memory-mapped Arrow cache
+        under ``cache_dir`` (``keep_in_memory=True``: read into RAM); ``split`` names the split.
+        """
+        if keep_in_memory or not _FILE_LOADER:
+            table = tabular.read_parquet(path_or_paths, columns=columns)
+            return cls._from_table(table, features)._named(split)
+        out = _FILE_LOADER[0](tabular.paths(path_or_paths), "parquet", cache_dir)
+        if columns is not None:
+            out = out.select_columns(list(columns))
+        return _with_file_features(out, features)._named(split)
 
     @classmethod
     def from_csv(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
+        num_proc: int | None = None,
         **read_csv_kwargs: Any,
     ) -> Dataset:
         """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`)."""
-        for name in ("cache_dir", "keep_in_memory", "num_proc"):
-            read_csv_kwargs.pop(name, None)
-        return cls._from_table(tabular.read_csv(path_or_paths, **read_csv_kwargs), features)
+        table = tabular.read_csv(path_or_paths, **read_csv_kwargs)
+        return cls._from_table(table, features)._named(split)
 
     @classmethod
     def from_json(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
         field: str | None = None,
+        num_proc: int | None = None,
         **kwargs: Any,
     ) -> Dataset:
-        """Read JSON Lines or JSON file(s) (a list of rows, a dict of columns, or ``field`` of it)."""
-        return cls._from_table(tabular.read_json(path_or_paths, field=field), features)
+        """Read JSON Lines or JSON file(s) (a list of rows, a dict of columns, or ``field`` of it).
+
+        The files are converted once into the memory-mapped Arrow cache under
+        ``cache_dir``, as ``load_dataset`` does (``keep_in_memory=True``: read into RAM).
+        """
+        if keep_in_memory or field is not None or not _FILE_LOADER:
+            table = tabular.read_json(path_or_paths, field=field)
+            return cls._from_table(table, features)._named(split)
+        out = _FILE_LOADER[0](tabular.paths(path_or_paths), "json", cache_dir)
+        return _with_file_features(out, features)._named(split)
+
+    @property
+    def split(self) -> str | None:
+        """The split this dataset was read as (``from_*(split=)``, ``load_dataset``), or None."""
+        return self._split
+
+    def _named(self, split: str | None, default: str | None = "train") -> Dataset:
+        self._split = None if split is None and default is None else NamedSplit(split or default)
+        return self
 
     @classmethod
     def _from_table(cls, table: pa.Table, features: Features | None) -> Dataset:
@@ -894,6 +974,7 @@ class DatasetInternal:
         out._indices = indices
         out._cache_dir = ds._cache_dir
         out._source_files = set(ds._source_files if source_files is None else source_files)
+        out._split = ds._split
         fmt = ds._format
         columns = fmt["columns"]
         if columns is not None:
@@ -955,6 +1036,14 @@ def _conform(table: pa.Table, features: Features) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def _check_split_value(name: str, split: Any) -> None:
+    if not isinstance(split, Dataset):
+        raise TypeError(
+            f"Values in `DatasetDict` should be of type `Dataset` but got type '{type(split)}' "
+            f"(split {name!r})"
+        )
+
+
 class DatasetDict(dict):
     """A dict of named splits (``"train"``, ``"test"``, ...), each a :class:`Dataset`.
 
@@ -967,8 +1056,11 @@ class DatasetDict(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name, split in self.items():
-            if not isinstance(split, Dataset):
-                raise TypeError(f"split {name!r} must be a Dataset, got {type(split).__name__}")
+            _check_split_value(name, split)
+
+    def __setitem__(self, key: str, value: Dataset) -> None:
+        _check_split_value(key, value)
+        super().__setitem__(key, value)
 
     @classmethod
     def from_dict(

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jaxfeed.dataset import Dataset
@@ -514,6 +515,56 @@ class _BatchStage:
         return {"pending": self.pending.snapshot()}
 
 
+@dataclass(frozen=True)
+class _BatchBy(_Step):
+    """``batch(by_column=)``: each run of successive rows equal in ``columns`` becomes one row."""
+
+    columns: tuple[str, ...]
+
+    def stage(self, epoch: int, state: dict | None) -> _BatchByStage:
+        return _BatchByStage(self, state)
+
+
+class _BatchByStage:
+    def __init__(self, step: _BatchBy, state: dict | None) -> None:
+        self.columns = step.columns
+        self.pending = _Pending(state["pending"] if state else None)  # the open run
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in upstream:
+            missing = [c for c in self.columns if c not in table.column_names]
+            if missing:
+                raise ValueError(
+                    f"batch(by_column=): columns {missing} are not in the stream's columns "
+                    f"{table.column_names}"
+                )
+            self.pending.push(table)
+            merged = self.pending.pop()
+            cuts = _run_starts(merged, self.columns)
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+                yield _as_one_row(merged.slice(lo, hi - lo))
+            self.pending = _Pending([merged.slice(cuts[-1])])
+        if self.pending.count:
+            yield _as_one_row(self.pending.pop())
+
+    def snapshot(self) -> dict:
+        return {"pending": self.pending.snapshot()}
+
+
+def _run_starts(table: pa.Table, columns: Sequence[str]) -> list[int]:
+    """Row numbers where a run of equal ``columns`` values starts (0 first)."""
+    n = table.num_rows
+    if n < 2:
+        return [0]
+    change = np.zeros(n - 1, dtype=bool)
+    for name in columns:
+        values = table.column(name)
+        differs = pc.not_equal(values.slice(1), values.slice(0, n - 1))
+        # a null compares as no change: it joins the run before it, as in `datasets`
+        change |= pc.fill_null(differs, False).to_numpy(zero_copy_only=False)
+    return [0, *(np.nonzero(change)[0] + 1).tolist()]
+
+
 def _as_one_row(table: pa.Table) -> pa.Table:
     """``n`` rows as one row whose columns are lists of the ``n`` values."""
     features = Features.from_arrow_schema(table.schema)
@@ -645,12 +696,23 @@ class IterableDataset:
         return cls(source, features=known)
 
     @classmethod
-    def from_dataset(cls, ds: Dataset, rows_per_unit: int = READ_ROWS) -> IterableDataset:
-        """Stream an in-memory (or memory-mapped) dataset, in its current row order."""
-        units = [
-            Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
-            for lo in range(0, ds.num_rows, rows_per_unit)
-        ]
+    def from_dataset(
+        cls, ds: Dataset, rows_per_unit: int = READ_ROWS, num_shards: int | None = None
+    ) -> IterableDataset:
+        """Stream an in-memory (or memory-mapped) dataset, in its current row order.
+
+        ``num_shards=n`` makes n units of contiguous rows (sizes differing by at most one, as
+        `datasets`' ``to_iterable_dataset(num_shards=n)``), so ``shard`` gives n parts.
+        """
+        if num_shards is not None and num_shards > 1:
+            per, extra = divmod(ds.num_rows, num_shards)
+            bounds = np.cumsum([0] + [per + (i < extra) for i in range(num_shards)])
+            units = [Unit(rows=(int(lo), int(hi))) for lo, hi in zip(bounds, bounds[1:])]
+        else:
+            units = [
+                Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
+                for lo in range(0, ds.num_rows, rows_per_unit)
+            ]
         return cls(Source(units, dataset=ds), features=ds.features)
 
     @classmethod
@@ -836,20 +898,34 @@ class IterableDataset:
             features = Features({column_mapping.get(k, k): v for k, v in self._features.items()})
         return self._then(_Columns("rename", tuple(column_mapping.items())), features)
 
-    def batch(self, batch_size: int, drop_last_batch: bool = False) -> IterableDataset:
-        """Rows grouped: each row of the result holds lists of ``batch_size`` values.
+    def batch(
+        self,
+        batch_size: int | None = None,
+        by_column: str | Sequence[str] | None = None,
+        drop_last_batch: bool = False,
+    ) -> IterableDataset:
+        """Rows grouped: each row of the result holds lists of ``batch_size`` values, or (with
+        ``by_column``) of a run of successive rows with the same value(s) in those columns.
 
         >>> from jaxfeed import Dataset
         >>> from jaxfeed.iterable import IterableDataset
-        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3]}))
+        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3], "k": [0, 0, 1]}))
         >>> list(ids.batch(2))
-        [{'x': [1, 2]}, {'x': [3]}]
+        [{'x': [1, 2], 'k': [0, 0]}, {'x': [3], 'k': [1]}]
+        >>> [r["x"] for r in ids.batch(by_column="k")]
+        [[1, 2], [3]]
         """
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if batch_size is None and by_column is None:
+            raise ValueError("IterableDataset.batch() misses `batch_size` or `by_column` argument.")
         features = None
         if self._features is not None:
             features = Features({k: List(v) for k, v in self._features.items()})
+        if by_column is not None:
+            columns = [by_column] if isinstance(by_column, str) else list(by_column)
+            self._check_columns(columns, "batch(by_column=)")
+            return self._then(_BatchBy(tuple(columns)), features)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         return self._then(_Batch(batch_size, drop_last_batch), features)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
@@ -873,7 +949,7 @@ class IterableDataset:
             mine = units[index::num_shards]
         source = copy.copy(self._source)
         source.units = list(mine)
-        return self._replace(source=source)
+        return self._replace(source=source, steps=_split_limits(self._steps, index, num_shards))
 
     def _check_columns(self, names: list[str], what: str) -> None:
         if self._features is None:
@@ -948,6 +1024,15 @@ def _rebatch(tables: Iterator[pa.Table], batch_size: int, drop_last: bool) -> It
         yield pending.pop()
 
 
+def _split_limits(steps: Sequence[_Step], index: int, world: int) -> tuple[_Step, ...]:
+    """``skip(n)`` / ``take(n)`` made before a split: each part skips / takes its share of n
+    (n // world, one more for the first n % world parts), as `datasets` splits them."""
+    return tuple(
+        _Limit(s.n // world + (index < s.n % world), s.skip) if isinstance(s, _Limit) else s
+        for s in steps
+    )
+
+
 def _check_split(index: int, world: int) -> None:
     if not isinstance(world, int) or world < 1:
         raise ValueError(f"the number of shards / world_size must be a positive int, got {world!r}")
@@ -984,7 +1069,7 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
             source.stride = (world * world_size, inner + world * rank)
         else:
             source.stride = (world_size, rank)
-    return dataset._replace(source=source)
+    return dataset._replace(source=source, steps=_split_limits(dataset._steps, rank, world_size))
 
 
 class IterableDatasetDict(dict):

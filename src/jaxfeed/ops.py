@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from jaxfeed.features import FeatureError, Features, LargeList, List, Value
 from jaxfeed.features.array import _ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
+from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import Sequence as SequenceFeature
 from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
 from jaxfeed.features.value import check_float_overflow
@@ -58,6 +59,16 @@ def select(ds: Dataset, indices: Iterable[int] | np.ndarray) -> Dataset:
         return ds._internal.derive(ds.data.slice(rows.start, rows.stop - rows.start))
     if not isinstance(indices, np.ndarray | list | tuple | range):
         indices = list(indices)
+    if len(indices) and ds._internal.indices is None:
+        wanted = np.asarray(indices)
+        if (
+            wanted.ndim == 1
+            and wanted.dtype.kind in "iu"
+            and 0 <= wanted[0]
+            and wanted[-1] < ds.num_rows
+            and (len(wanted) == 1 or bool(np.all(np.diff(wanted) == 1)))
+        ):  # contiguous: a slice of the table, no index mapping (as `datasets`)
+            return ds._internal.derive(ds.data.slice(int(wanted[0]), len(wanted)))
     rows, _ = normalize_rows(
         np.asarray(indices, dtype=np.int64) if len(indices) else [], ds.num_rows
     )
@@ -699,6 +710,15 @@ def _stratified(
 # ---------------------------------------------------------------------------------- columns
 def rename_columns(ds: Dataset, mapping: Mapping[str, str]) -> Dataset:
     _column_list(ds, list(mapping), "rename_columns")
+    for old, new in mapping.items():
+        if not new:
+            raise ValueError(f"New column name is empty (renaming column {old!r}).")
+        if new in ds.column_names and mapping.get(new, new) == new and new != old:
+            raise ValueError(
+                f"New column name {new} already in the dataset. Please choose a column name "
+                f"which is not already in the dataset. Current columns in the dataset: "
+                f"{ds.column_names}"
+            )
     names = [mapping.get(c, c) for c in ds.column_names]
     if len(set(names)) != len(names):
         raise ValueError(f"rename_columns: the new names {names} are not unique")
@@ -896,7 +916,9 @@ def sort(
 
 def add_column(ds: Dataset, name: str, column: Any, feature: FeatureLike | None = None) -> Dataset:
     if name in ds.column_names:
-        raise ValueError(f"add_column: the dataset already has a column {name!r}")
+        raise ValueError(
+            f"The table can't have duplicated columns but columns {[name]} are duplicated."
+        )
     if len(column) != ds.num_rows:
         raise ValueError(
             f"add_column: column {name!r} has {len(column)} values for {ds.num_rows} rows"
@@ -918,12 +940,27 @@ def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
 
     if not isinstance(item, Mapping):
         raise TypeError(f"add_item needs a dict of column values, got {type(item).__name__}")
-    unknown = [k for k in item if k not in ds.column_names]
-    if unknown:
-        raise ValueError(f"add_item: columns {unknown} are not in the dataset {ds.column_names}")
-    row = DatasetClass.from_dict({k: [item.get(k)] for k in ds.column_names}, features=ds.features)
-    table = pa.concat_tables([ds._internal.arrow().cast(ds.features.arrow_schema), row.data])
-    return ds._internal.derive(table, indices=None)
+    # As `datasets`: new keys become columns (earlier rows None), and a column of nulls takes the
+    # item's type.
+    base = ds._internal.arrow().cast(ds.features.arrow_schema)
+    features = dict(ds.features)
+    for name in ds.column_names:
+        value = item.get(name)
+        if base.column(name).type == pa.null() and value is not None:
+            features[name] = infer_column([value], name)[0]
+    for name, value in item.items():
+        if name not in features:
+            features[name] = infer_column([value], name)[0]
+    out = Features(features)
+    columns = [
+        base.column(c).cast(pa_type_of(out[c])) if c in base.column_names
+        else pa.nulls(base.num_rows, pa_type_of(out[c]))
+        for c in out
+    ]  # fmt: skip
+    base = pa.Table.from_arrays(columns, schema=out.arrow_schema)
+    row = DatasetClass.from_dict({k: [item.get(k)] for k in out}, features=out)
+    table = pa.concat_tables([base, row.data])
+    return ds._internal.derive(table, features=out, indices=None)
 
 
 def flatten(ds: Dataset, max_depth: int = 16) -> Dataset:
@@ -952,6 +989,8 @@ def flatten(ds: Dataset, max_depth: int = 16) -> Dataset:
 def _struct_fields(feature: FeatureLike) -> dict[str, FeatureLike] | None:
     if isinstance(feature, Mapping):
         return dict(feature)
+    if isinstance(feature, MediaFeature) and not feature.decode:  # stored dicts, as `datasets`
+        return {"bytes": Value("binary"), "path": Value("string")}
     flat = getattr(feature, "flatten", None)
     if callable(flat) and not isinstance(feature, Features):
         return flat()
@@ -995,7 +1034,13 @@ def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> 
 def to_iterable_dataset(ds: Dataset, num_shards: int | None = 1) -> Any:
     from jaxfeed.iterable import IterableDataset  # iterable builds on ops: a real cycle
 
-    out = IterableDataset.from_dataset(ds)
+    shards = 1 if num_shards is None else int(num_shards)
+    if shards < 1 or shards > max(ds.num_rows, 1):
+        raise ValueError(
+            f"to_iterable_dataset: num_shards must be in [1, {max(ds.num_rows, 1)}] (the number "
+            f"of rows), got {num_shards!r}"
+        )
+    out = IterableDataset.from_dataset(ds, num_shards=shards)
     fmt = ds.format
     if fmt["type"] not in (None, "custom"):
         out = out.with_format(fmt["type"])

@@ -137,7 +137,8 @@ def to_parquet(
     return _write(path_or_buf, iter([data]))
 
 
-def _paths(path_or_paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+def paths(path_or_paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The given file(s) as paths; ``FileNotFoundError`` names a missing one."""
     if isinstance(path_or_paths, str | os.PathLike):
         path_or_paths = [path_or_paths]
     paths = [Path(p) for p in path_or_paths]
@@ -154,7 +155,7 @@ def read_parquet(
     import pyarrow.parquet as pq  # lazy: only Parquet users pay for importing it
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         try:
             tables.append(pq.read_table(path, columns=columns, memory_map=True))
         except (pa.ArrowInvalid, OSError) as err:
@@ -169,7 +170,7 @@ def read_csv(
     pd = require("pandas", "pandas", "Dataset.from_csv")  # lazy: pandas costs ~0.3 s to import
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         try:
             df = pd.read_csv(path, **read_csv_kwargs)
         except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -194,7 +195,7 @@ def read_json(
     import pyarrow.json as pjson
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         table = None
         if field is None:
             try:

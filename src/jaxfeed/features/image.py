@@ -215,6 +215,21 @@ def _array_to_pil(array: np.ndarray) -> Any:
     import PIL.Image
 
     lossless_2d = (np.dtype(bool), np.dtype(np.int32), np.dtype(np.uint16), np.dtype(np.float32))
+    narrower = None  # as `datasets`: int64 (H, W) pixels go to int32, integer (H, W, C) to uint8
+    if array.dtype.kind in "iu" and array.ndim == 3 and array.dtype != np.uint8:
+        narrower = np.dtype(np.uint8)
+    elif array.dtype in (np.dtype(np.int64), np.dtype(np.uint32)) and array.ndim == 2:
+        narrower = np.dtype(np.int32)
+    if narrower is not None and array.size:
+        info = np.iinfo(narrower)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise TypeError(
+                f"{array.dtype} pixels in [{low}, {high}] do not fit {narrower} (the image dtype "
+                f"they are stored as); `datasets` would wrap them around"
+            )
+    if narrower is not None:
+        array = array.astype(narrower)
     if array.dtype != np.uint8 and not (array.dtype in lossless_2d and array.ndim == 2):
         raise TypeError(
             "image arrays must be uint8 (H, W) or (H, W, C), or bool, uint16, int32 or float32 "

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_file_loader
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
 from jaxfeed.io.batches import file_batches
@@ -134,6 +134,14 @@ def _load_files(
     if needs_conversion(files, fmt) or features is not None:
         return load_cached(files, fmt, cache_dir, features, storage_options)
     return Dataset(read_tables(files, fmt))
+
+
+def _load_local_files(files: list, fmt: str, cache_dir: str | None) -> Dataset:
+    """``Dataset.from_json`` / ``from_parquet``: files converted into the memory-mapped cache."""
+    return _load_files([str(f) for f in files], fmt, None, cache_dir, False, None)
+
+
+register_file_loader(_load_local_files)
 
 
 def _apply_features(ds: Dataset, features: Features | None) -> Dataset:
