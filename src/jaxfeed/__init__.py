@@ -66,6 +66,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from jaxfeed import logging
     from jaxfeed.column import Column
     from jaxfeed.dataset import Dataset, DatasetDict
     from jaxfeed.export import export, load_exported
@@ -88,7 +89,6 @@ if TYPE_CHECKING:
         TranslationVariableLanguages,
         Value,
     )
-    from jaxfeed import logging
     from jaxfeed.io import (
         get_dataset_config_names,
         get_dataset_split_names,

@@ -17,6 +17,7 @@ from jaxfeed import ops, tabular
 from jaxfeed.column import Column
 from jaxfeed.extras import require
 from jaxfeed.features import Features
+from jaxfeed.features.base import array_likes_as_numpy
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.struct import encode_column
 from jaxfeed.formatting import Formatter, canonical_format, make_formatter
@@ -120,6 +121,7 @@ class Dataset:
             raise TypeError(
                 f"from_dict needs a mapping of column name to values, got {type(mapping).__name__}"
             )
+        mapping = {name: array_likes_as_numpy(values) for name, values in mapping.items()}
         lengths = {name: _length(values, name) for name, values in mapping.items()}
         if len(set(lengths.values())) > 1:
             shown = ", ".join(f"{k!r}: {v}" for k, v in lengths.items())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -541,7 +542,7 @@ class _BatchByStage:
             self.pending.push(table)
             merged = self.pending.pop()
             cuts = _run_starts(merged, self.columns)
-            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            for lo, hi in itertools.pairwise(cuts):
                 yield _as_one_row(merged.slice(lo, hi - lo))
             self.pending = _Pending([merged.slice(cuts[-1])])
         if self.pending.count:
@@ -707,7 +708,7 @@ class IterableDataset:
         if num_shards is not None and num_shards > 1:
             per, extra = divmod(ds.num_rows, num_shards)
             bounds = np.cumsum([0] + [per + (i < extra) for i in range(num_shards)])
-            units = [Unit(rows=(int(lo), int(hi))) for lo, hi in zip(bounds, bounds[1:])]
+            units = [Unit(rows=(int(lo), int(hi))) for lo, hi in itertools.pairwise(bounds)]
         else:
             units = [
                 Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
@@ -875,7 +876,8 @@ class IterableDataset:
         features = (
             None if self._features is None else Features({c: self._features[c] for c in names})
         )
-        if not self._steps:  # read only these columns (Parquet reads only their chunks)
+        generated = any(u.generator for u in self._source.units)
+        if not self._steps and not generated:  # read only these columns (Parquet: their chunks)
             source = copy.copy(self._source)
             source.columns = names
             return self._replace(source=source, features=features)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import itertools
 import math
@@ -31,6 +32,7 @@ from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, p
 from jaxfeed.features.value import check_float_overflow
 from jaxfeed.parallel import check_num_proc, parallel_filter, parallel_map
 from jaxfeed.reader import normalize_rows
+from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -64,7 +66,7 @@ def select(ds: Dataset, indices: Iterable[int] | np.ndarray) -> Dataset:
         if (
             wanted.ndim == 1
             and wanted.dtype.kind in "iu"
-            and 0 <= wanted[0]
+            and wanted[0] >= 0
             and wanted[-1] < ds.num_rows
             and (len(wanted) == 1 or bool(np.all(np.diff(wanted) == 1)))
         ):  # contiguous: a slice of the table, no index mapping (as `datasets`)
@@ -214,20 +216,27 @@ def filter(
         )
     keep: list[np.ndarray] = []
     ranked = (rank,) if with_rank else None
-    for start, stop in _batches(ds, batch_size):
-        _, results = _call(
-            ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}, ranked
-        )
-        mask = np.asarray(results[0] if batched else results)
-        if mask.shape != (stop - start,) or mask.dtype.kind not in "bi":
-            raise ValueError(
-                f"filter: the function must return one bool per row; rows {start}:{stop} gave "
-                f"{mask.dtype} values of shape {mask.shape}"
+    with progress(ds.num_rows, "Filter") as bar:
+        for start, stop in _batches(ds, batch_size):
+            _, results = _call(
+                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}, ranked
             )
-        keep.append(np.nonzero(mask)[0] + start)
+            bar.update(stop - start)
+            keep.append(_kept(results, batched, start, stop))
     positions = np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
     inner = ds._internal
     return inner.derive(ds.data, indices=inner.table_rows(positions.astype(np.int64)))
+
+
+def _kept(results: list[Any], batched: bool, start: int, stop: int) -> np.ndarray:
+    """The dataset rows of ``start:stop`` the filter function kept."""
+    mask = np.asarray(results[0] if batched else results)
+    if mask.shape != (stop - start,) or mask.dtype.kind not in "bi":
+        raise ValueError(
+            f"filter: the function must return one bool per row; rows {start}:{stop} gave "
+            f"{mask.dtype} values of shape {mask.shape}"
+        )
+    return np.nonzero(mask)[0] + start
 
 
 # ---------------------------------------------------------------------------------- map
@@ -408,9 +417,11 @@ def map(
     given = Features(features) if features is not None else None
     tabular = ds.format["type"] in ("arrow", "pandas")
     strip = remove if ds.format["type"] is None else ()
+    stack = contextlib.ExitStack()
     ranked = (rank,) if with_rank else None
     updated = False
     try:
+        bar = stack.enter_context(progress(ds.num_rows, "Map"))
         for start, stop in _batches(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):
@@ -418,6 +429,7 @@ def map(
                 ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {},
                 ranked, strip,
             )  # fmt: skip
+            bar.update(stop - start)
             new = _as_columns(results[0], True) if batched else _rows_to_columns(results, start)
             if new is None:
                 if updated:
@@ -439,6 +451,8 @@ def map(
     except BaseException:
         sink.abort()
         raise
+    finally:
+        stack.close()
     out = ds._internal.derive(
         table,
         features=out_features,
@@ -450,9 +464,7 @@ def map(
         fmt = ds.format
         kept = [c for c in formatted if c in out.column_names]
         added = [c for c in out.column_names if c not in ds.column_names]
-        out.set_format(
-            fmt["type"], kept + added, fmt["output_all_columns"], **fmt["format_kwargs"]
-        )
+        out.set_format(fmt["type"], kept + added, fmt["output_all_columns"], **fmt["format_kwargs"])
     return out
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from jaxfeed import remote
 from jaxfeed.files import file_sha256
+from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset, DatasetDict
@@ -91,21 +92,23 @@ def _write_dataset(
     schema = ds.features.arrow_schema
     shards = _shard_count(table, num_shards, max_shard_size)
     names = []
-    for i in range(shards):
-        # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
-        div, mod = divmod(table.num_rows, shards)
-        start = div * i + min(i, mod)
-        part = table.slice(start, div + (1 if i < mod else 0))
-        name = f"data-{i:05d}-of-{shards:05d}.arrow"
-        names.append(name)
-        with open(folder / name, "wb") as f:
-            with pa.ipc.new_stream(f, schema) as writer:
-                writer.write_table(
-                    part.cast(schema) if part.schema != schema else part,
-                    max_chunksize=rows_per_chunk,
-                )
-            f.flush()
-            os.fsync(f.fileno())
+    with progress(table.num_rows, f"Saving the dataset ({shards} shards)") as bar:
+        for i in range(shards):
+            # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
+            div, mod = divmod(table.num_rows, shards)
+            start = div * i + min(i, mod)
+            part = table.slice(start, div + (1 if i < mod else 0))
+            name = f"data-{i:05d}-of-{shards:05d}.arrow"
+            names.append(name)
+            with open(folder / name, "wb") as f:
+                with pa.ipc.new_stream(f, schema) as writer:
+                    writer.write_table(
+                        part.cast(schema) if part.schema != schema else part,
+                        max_chunksize=rows_per_chunk,
+                    )
+                f.flush()
+                os.fsync(f.fileno())
+            bar.update(part.num_rows)
     _write_json(
         folder / "dataset_info.json",
         {"features": ds.features.to_dict(), "num_rows": table.num_rows},

@@ -66,15 +66,42 @@ class _NoBar:
         pass
 
 
+class _CountingBar:
+    """A bar for work of unknown size: it appears once ``PROGRESS_MIN_ROWS`` rows are done."""
+
+    def __init__(self, desc: str, unit: str) -> None:
+        self.desc, self.unit, self.done = desc, unit, 0
+        self.bar: Any = None
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.done >= PROGRESS_MIN_ROWS:
+            self.bar = tqdm(initial=self.done, desc=self.desc, unit=self.unit, dynamic_ncols=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 @contextmanager
 def progress(total: int | None, desc: str, unit: str = " examples") -> Iterator[Any]:
-    """A tqdm bar of ``total`` rows, or a silent stand-in when bars are off or the job is small.
+    """A tqdm bar of ``total`` rows (None: unknown, shown once the work passes
+    ``PROGRESS_MIN_ROWS``), or a silent stand-in when bars are off or the job is small.
 
     >>> with progress(3, "Map") as bar:
     ...     bar.update(3)
     """
-    if not _state["progress"] or total is None or total < PROGRESS_MIN_ROWS:
+    if not _state["progress"] or (total is not None and total < PROGRESS_MIN_ROWS):
         yield _NoBar()
+        return
+    if total is None:
+        counting = _CountingBar(desc, unit)
+        try:
+            yield counting
+        finally:
+            counting.close()
         return
     with tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True) as bar:
         yield bar

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from jaxfeed.extras import require
 from jaxfeed.features import Features
+from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
     from jaxfeed.dataset import Dataset
@@ -79,11 +80,16 @@ def to_csv(
     json_columns = _json_columns(ds)
 
     def chunks() -> Iterator[bytes]:
-        for i, table in enumerate(arrow_batches(ds, batch_size)):
-            text = _to_pandas(table, json_columns).to_csv(
-                path_or_buf=None, header=header if i == 0 else False, index=index, **to_csv_kwargs
-            )
-            yield text.encode(encoding)
+        with progress(ds.num_rows, "Creating CSV from Arrow format") as bar:
+            for i, table in enumerate(arrow_batches(ds, batch_size)):
+                text = _to_pandas(table, json_columns).to_csv(
+                    path_or_buf=None,
+                    header=header if i == 0 else False,
+                    index=index,
+                    **to_csv_kwargs,
+                )
+                bar.update(table.num_rows)
+                yield text.encode(encoding)
 
     return _write(path_or_buf, chunks())
 
@@ -109,13 +115,15 @@ def to_json(
 
     def chunks() -> Iterator[bytes]:
         tables = list(arrow_batches(ds, size)) or [ds._internal.arrow().slice(0, 0)]
-        for table in tables:
-            text = _to_pandas(table, json_columns).to_json(
-                path_or_buf=None, orient=orient, lines=lines, **to_json_kwargs
-            )
-            if not text.endswith("\n"):
-                text += "\n"
-            yield text.encode(encoding)
+        with progress(ds.num_rows, "Creating json from Arrow format") as bar:
+            for table in tables:
+                text = _to_pandas(table, json_columns).to_json(
+                    path_or_buf=None, orient=orient, lines=lines, **to_json_kwargs
+                )
+                if not text.endswith("\n"):
+                    text += "\n"
+                bar.update(table.num_rows)
+                yield text.encode(encoding)
 
     return _write(path_or_buf, chunks())
 
@@ -130,9 +138,13 @@ def to_parquet(
 
     schema = ds.features.arrow_schema
     sink = io.BytesIO()
-    with pq.ParquetWriter(sink, schema=schema, **parquet_writer_kwargs) as writer:
+    with (
+        pq.ParquetWriter(sink, schema=schema, **parquet_writer_kwargs) as writer,
+        progress(ds.num_rows, "Creating parquet from Arrow format") as bar,
+    ):
         for table in arrow_batches(ds, batch_size):
             writer.write_table(table.cast(schema))
+            bar.update(table.num_rows)
     data = sink.getvalue()
     return _write(path_or_buf, iter([data]))
 

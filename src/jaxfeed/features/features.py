@@ -96,15 +96,37 @@ class Features(dict):
             raise ValueError(f"features {absent} have no column in the data {columns}")
         return Features({k: self[k] for k in columns})
 
-    def encode_batch(self, batch: Mapping[str, Any]) -> pa.Table:
-        """Encode a dict of columns into a table with this schema."""
-        return pa.Table.from_arrays(
-            [encode_column(self[name], batch[name], name) for name in self],
-            schema=self.arrow_schema,
-        )
+    def encode_example(self, example: Mapping[str, Any]) -> dict[str, Any]:
+        """One row as `datasets` encodes it: each value by its feature's ``encode_example``
+        (class names to ids, numbers to the column's Python type, media to ``{"bytes", "path"}``).
+
+        >>> from jaxfeed import ClassLabel, Features, Value
+        >>> Features({"y": ClassLabel(names=["a", "b"]), "x": Value("int32")}).encode_example({"y": "b", "x": 3})
+        {'y': 1, 'x': 3}
+        """
+        return {k: _encode_value(self[k], v) for k, v in example.items()}
+
+    def encode_batch(self, batch: Mapping[str, Any]) -> dict[str, list]:
+        """A dict of columns encoded value by value, as :meth:`encode_example` (a dict, as
+        `datasets` returns; ``Dataset.from_dict`` builds the Arrow table).
+
+        >>> from jaxfeed import ClassLabel, Features
+        >>> Features({"y": ClassLabel(names=["a", "b"])}).encode_batch({"y": ["b", 0]})
+        {'y': [1, 0]}
+        """
+        return {k: [_encode_value(self[k], v) for v in values] for k, values in batch.items()}
 
     def __repr__(self) -> str:
         return f"Features({dict.__repr__(self)})"
+
+
+def _encode_value(feature: FeatureLike, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(feature, Mapping):
+        return {k: _encode_value(feature[k], v) for k, v in value.items()}
+    encode = getattr(feature, "encode_example", None)
+    return value if encode is None else encode(value)
 
 
 def _check_feature(feature: Any, name: str) -> FeatureLike:

@@ -20,7 +20,13 @@ from jaxfeed.io.builtin import BUILTIN, load_builtin
 from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, SPLIT_NAMES, load_folder
-from jaxfeed.io.hub import choose_config, download, expand_inside, looks_like_repo_id, readme_configs
+from jaxfeed.io.hub import (
+    choose_config,
+    download,
+    expand_inside,
+    looks_like_repo_id,
+    readme_configs,
+)
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
@@ -465,10 +471,9 @@ def get_dataset_config_names(
         folder = None
     elif local.is_dir():
         folder = local
-    elif not local.is_file() and not is_remote(path):
-        if looks_like_repo_id(path):
-            folder = download(
-                path, kwargs.get("revision"), kwargs.get("cache_dir"), kwargs.get("token")
-            )
+    elif not local.is_file() and not is_remote(path) and looks_like_repo_id(path):
+        folder = download(
+            path, kwargs.get("revision"), kwargs.get("cache_dir"), kwargs.get("token")
+        )
     configs = readme_configs(folder) if folder is not None and data_files is None else []
     return [c["config_name"] for c in configs] or ["default"]
