@@ -87,18 +87,35 @@ def test_ints_past_int32_in_the_jax_format():
         ds[:]
 
 
-def test_int64_image_pixels():
-    pixels = np.array([[2**40, 1]], dtype=np.int64)
+@pytest.mark.parametrize(
+    ("pixels", "wrapped"),
+    [
+        (np.array([[2**40, 1]], dtype=np.int64), [[0, 1]]),  # (H, W): int32
+        (np.array([[[256, 1, 2]]], dtype=np.int64), [[[0, 1, 2]]]),  # (H, W, C): uint8
+    ],
+    ids=["gray-int32", "colour-uint8"],
+)
+def test_int64_image_pixels_that_would_wrap(pixels, wrapped):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = datasets.Dataset.from_dict(
             {"i": [pixels]}, features=datasets.Features({"i": datasets.Image()})
         )
-        assert hf.with_format("numpy")[0]["i"].tolist() == [[0, 1]]  # downcast to int32, wrapped
-    with pytest.raises(jaxfeed.FeatureError, match=r"column 'i', row 0"):
+        assert hf.with_format("numpy")[0]["i"].tolist() == wrapped  # downcast, wrapped around
+    with pytest.raises(jaxfeed.FeatureError, match=r"column 'i', row 0: .*do not fit"):
         jaxfeed.Dataset.from_dict(
             {"i": [pixels]}, features=jaxfeed.Features({"i": jaxfeed.Image()})
         )
+
+
+def test_map_rows_with_keys_the_first_row_did_not_return():
+    def first_empty(row):
+        return {} if row["x"] == 1 else {"y": row["x"]}
+
+    hf = datasets.Dataset.from_dict({"x": [1, 2, 3]}).map(first_empty)
+    assert hf.column_names == ["x"]  # the "y" values of rows 1 and 2 are dropped
+    with pytest.raises(KeyError, match=r"map: row 1 returned keys \['y'\], but row 0 returned"):
+        jaxfeed.Dataset.from_dict({"x": [1, 2, 3]}).map(first_empty)
 
 
 def test_missing_values_in_the_jax_format():

@@ -901,6 +901,14 @@ class Dataset:
             storage_options=storage_options,
         )
 
+    @property
+    def cache_files(self) -> list[dict[str, str]]:
+        """The Arrow files this dataset memory-maps, as ``[{"filename": path}]`` (empty when it
+        lives in memory), as `datasets` lists them."""
+        if self._cache_dir is None:
+            return []
+        return [{"filename": str(Path(self._cache_dir) / f)} for f in sorted(self._source_files)]
+
     def cleanup_cache_files(self) -> int:
         """Delete ``map`` output files in this dataset's folder, except the one it reads; return how many."""
         if self._cache_dir is None:

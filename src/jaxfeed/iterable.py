@@ -1026,6 +1026,36 @@ def _rebatch(tables: Iterator[pa.Table], batch_size: int, drop_last: bool) -> It
         yield pending.pop()
 
 
+@dataclass(frozen=True)
+class _Stride(_Step):
+    """Keep every ``world``-th row from ``rank`` on: a node's share of a stream with fewer units
+    than nodes, taken after ``skip`` / ``take`` as `datasets` takes it."""
+
+    world: int
+    rank: int
+
+    def stage(self, epoch: int, state: dict | None) -> _StrideStage:
+        return _StrideStage(self, state)
+
+
+class _StrideStage:
+    def __init__(self, step: _Stride, state: dict | None) -> None:
+        self.step = step
+        self.seen = state["seen"] if state else 0
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        world, rank = self.step.world, self.step.rank
+        for table in upstream:
+            first = (rank - self.seen) % world
+            self.seen += table.num_rows
+            rows = np.arange(first, table.num_rows, world)
+            if len(rows):
+                yield table.take(pa.array(rows))
+
+    def snapshot(self) -> dict:
+        return {"seen": self.seen}
+
+
 def _split_limits(steps: Sequence[_Step], index: int, world: int) -> tuple[_Step, ...]:
     """``skip(n)`` / ``take(n)`` made before a split: each part skips / takes its share of n
     (n // world, one more for the first n % world parts), as `datasets` splits them."""
@@ -1047,7 +1077,9 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
 
     For an :class:`IterableDataset`, files or Parquet row groups are dealt out round-robin, so
     each process opens only its own; with fewer of them than processes, every process reads all
-    and keeps every ``world_size``-th row. A :class:`Dataset` gives a contiguous block of rows.
+    and keeps every ``world_size``-th row. ``skip(n)`` / ``take(n)`` made before count as in
+    `datasets`: split over the processes with the units, of the whole stream's rows otherwise.
+    A :class:`Dataset` gives a contiguous block of rows.
 
     >>> from jaxfeed import Dataset, split_dataset_by_node
     >>> list(split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"])
@@ -1065,13 +1097,19 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
     source = copy.copy(dataset._source)
     if len(source.units) >= world_size:
         source.units = source.units[rank::world_size]
+    elif any(isinstance(s, _Limit) for s in dataset._steps):
+        # skip/take count the whole stream's rows: keep every n-th row after them, as there
+        return dataset._replace(steps=(*dataset._steps, _Stride(world_size, rank)))
     else:
         if source.stride is not None:
             world, inner = source.stride
             source.stride = (world * world_size, inner + world * rank)
         else:
             source.stride = (world_size, rank)
-    return dataset._replace(source=source, steps=_split_limits(dataset._steps, rank, world_size))
+    steps = dataset._steps
+    if len(dataset._source.units) >= world_size:
+        steps = _split_limits(steps, rank, world_size)
+    return dataset._replace(source=source, steps=steps)
 
 
 class IterableDatasetDict(dict):

@@ -331,9 +331,9 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
         for i, result in enumerate(results):
             if tables[i] and len(result) != 1:
                 raise ValueError(
-                    f"map: row {start + i}: without batched=True the function must return a "
-                    f"single-row table, got {len(result)} rows (Only single-row pyarrow tables "
-                    "are allowed, as in datasets)"
+                    "Only single-row pyarrow tables are allowed but got table with "
+                    f"{len(result)} rows (map, row {start + i}: without batched=True the function "
+                    "returns one row per row)"
                 )
         return pa.concat_tables([_as_columns(r, False) for r in results])
     columns: dict[str, list] = {}

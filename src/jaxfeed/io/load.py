@@ -322,7 +322,8 @@ def _assign_splits(files: list[tuple[str, str]]) -> dict[str, list[str]]:
         m = SPLIT_IN_NAME.search(rel.lower())
         key = _ALIASES.get(m.group(1), m.group(1)) if m else "train"
         splits.setdefault(key, []).append(full)
-    return splits
+    order = {name: i for i, name in enumerate(("train", "validation", "test"))}  # as `datasets`
+    return dict(sorted(splits.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 def _expand(
