@@ -406,7 +406,7 @@ def test_to_iterable_dataset_num_shards_and_node_splits():
                     for r in split(ds.to_iterable_dataset().skip(1).take(5), rank=i, world_size=3)
                 ]
                 for i in range(3)
-            ],  # fmt: skip
+            ],
         )
 
     same(snippet)
@@ -460,7 +460,7 @@ def test_flatten_undecoded_image_and_to_pandas_json():
         js = lib.Dataset.from_dict(
             {"j": [{"a": 1}, [1, 2], None]}, features=lib.Features({"j": lib.Json()})
         )
-        return image.flatten(), js.to_pandas(), list(js.to_pandas(batched=True, batch_size=2))[0]
+        return image.flatten(), js.to_pandas(), next(iter(js.to_pandas(batched=True, batch_size=2)))
 
     same(snippet)
 
