@@ -319,6 +319,28 @@ def test_missing_array_values_are_nan_in_numpy():
     same(snippet)
 
 
+def test_pandas_format_of_array_columns():
+    def snippet(lib):
+        feats = lib.Features({"x": lib.Array2D((1, 2), "int32"), "n": lib.Value("int64")})
+        ds = lib.Dataset.from_dict({"x": [[[1, 2]], [[3, 4]], [[5, 6]]], "n": [1, 2, 3]}, features=feats)  # fmt: skip
+        frame = ds.with_format("pandas")[:]
+        column = ds.with_format("pandas")["x"]
+        return (
+            frame["x"].to_numpy(),
+            frame["x"][1],
+            str(frame["x"].dtype),
+            column.to_numpy(),
+            ds.with_format("pandas")[1:3]["x"].to_numpy(),
+        )
+
+    same(snippet)
+    # rows picked by iloc (`datasets` 5.2 fails there on int arrays: "cannot convert float NaN")
+    feats = jaxfeed.Features({"x": jaxfeed.Array2D((1, 2), "int32")})
+    ds = jaxfeed.Dataset.from_dict({"x": [[[1, 2]], [[3, 4]], [[5, 6]]]}, features=feats)
+    picked = ds.with_format("pandas")[:].iloc[[2, 0]]["x"].to_numpy()
+    assert picked.shape == (2, 1, 2) and picked.tolist() == [[[5, 6]], [[1, 2]]]
+
+
 def test_image_folder_with_metadata_is_detected(tmp_path):
     from PIL import Image as PILImage
 
