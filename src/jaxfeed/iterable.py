@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jaxfeed.dataset import Dataset
+from jaxfeed import ops
+from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
 from jaxfeed.features.sequence import List
 from jaxfeed.formatting import make_formatter
@@ -67,7 +68,7 @@ class Source:
     units: list[Unit]
     fmt: str | None = None
     storage_options: dict | None = None
-    dataset: Dataset | None = None
+    dataset: DatasetCore | None = None
     generator: tuple[Callable, dict, Features | None] | None = None  # from_generator
     features: Features | None = None  # cast every table to these (load_dataset(features=))
     columns: list[str] | None = None  # read only these (pushed down to Parquet)
@@ -133,12 +134,12 @@ class Source:
                 continue
             rows.append(row)
             if len(rows) >= READ_ROWS:
-                chunk = Dataset.from_list(rows, features=features)
+                chunk = DatasetCore.from_list(rows, features=features)
                 features = chunk.features
                 yield chunk.data
                 rows = []
         if rows:
-            yield Dataset.from_list(rows, features=features).data
+            yield DatasetCore.from_list(rows, features=features).data
 
     def read_ahead(self, units: list[Unit], skip: int) -> Iterator[Iterator[pa.Table]]:
         """:meth:`read` for each of ``units`` in turn (``skip`` applies to the first), while the
@@ -214,7 +215,7 @@ class Source:
             raise ValueError(
                 f"features {list(features)} do not match the columns {table.column_names} of {path}"
             )
-        return Dataset.from_arrow(table).cast(features).data
+        return ops.cast(DatasetCore.from_arrow(table), features).data
 
 
 def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
@@ -308,8 +309,8 @@ class _StatelessStage:
         return {}
 
 
-def _dataset(table: pa.Table, fmt: tuple) -> Dataset:
-    ds = Dataset(table)
+def _dataset(table: pa.Table, fmt: tuple) -> DatasetCore:
+    ds = DatasetCore(table)
     type_, columns, all_columns, kwargs = fmt
     if type_ is not None or columns is not None:
         ds.set_format(type_, columns, all_columns, **kwargs)
@@ -322,12 +323,12 @@ class _Columns(_Step):
     args: tuple
 
     def apply(self, table: pa.Table) -> pa.Table:
-        ds = Dataset(table)
+        ds = DatasetCore(table)
         if self.op == "select":
-            return ds.select_columns(list(self.args)).data
+            return ops.select_columns(ds, list(self.args)).data
         if self.op == "remove":
-            return ds.remove_columns(list(self.args)).data
-        return ds.rename_columns(dict(self.args)).data
+            return ops.remove_columns(ds, list(self.args)).data
+        return ops.rename_columns(ds, dict(self.args)).data
 
 
 @dataclass(frozen=True)
@@ -362,9 +363,9 @@ class _Apply(_Step):
             fn_kwargs=self.fn_kwargs,
         )
         if self.kind == "filter":
-            return ds.filter(function, **common).flatten_indices().data
-        return ds.map(
-            function, remove_columns=self.remove_columns, features=self.features, **common
+            return ops.flatten_indices(ops.filter(ds, function, **common)).data
+        return ops.map(
+            ds, function, remove_columns=self.remove_columns, features=self.features, **common
         ).data
 
 
@@ -698,7 +699,7 @@ class IterableDataset:
 
     @classmethod
     def from_dataset(
-        cls, ds: Dataset, rows_per_unit: int = READ_ROWS, num_shards: int | None = None
+        cls, ds: DatasetCore, rows_per_unit: int = READ_ROWS, num_shards: int | None = None
     ) -> IterableDataset:
         """Stream an in-memory (or memory-mapped) dataset, in its current row order.
 
@@ -1086,10 +1087,10 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
     [3, 4]
     """
     _check_split(rank, world_size)
-    if isinstance(dataset, Dataset):
+    if isinstance(dataset, DatasetCore):
         per, extra = divmod(dataset.num_rows, world_size)
         lo = rank * per + min(rank, extra)
-        return dataset.select(range(lo, lo + per + (rank < extra)))
+        return ops.select(dataset, range(lo, lo + per + (rank < extra)))
     if not isinstance(dataset, IterableDataset):
         raise TypeError(
             f"split_dataset_by_node needs a Dataset or IterableDataset, got {type(dataset).__name__}"

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.features import FeatureError, Features, LargeList, List, Value
+from jaxfeed.features import ClassLabel, FeatureError, Features, LargeList, List, Value
 from jaxfeed.features.array import _ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.media import MediaFeature
@@ -35,7 +35,7 @@ from jaxfeed.reader import normalize_rows
 from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.core import DatasetCore as Dataset  # any dataset: results keep its class
 
 
 def _column_list(ds: Dataset, columns: str | Sequence[str] | None, what: str) -> list[str]:
@@ -205,6 +205,7 @@ def filter(
             ds,
             num_proc,
             dict(
+                run=filter,
                 function=function,
                 with_indices=with_indices,
                 with_rank=with_rank,
@@ -392,6 +393,7 @@ def map(
             ds,
             num_proc,
             dict(
+                run=map,
                 function=function,
                 with_indices=with_indices,
                 with_rank=with_rank,
@@ -589,14 +591,12 @@ def train_test_split(
     seed: int | None = None,
     stratify_by_column: str | None = None,
     generator: np.random.Generator | None = None,
-) -> DatasetDict:
-    """Split as `datasets` splits: same sizes, same checks, same rows for the same seed."""
-    from jaxfeed.dataset import DatasetDict
-    from jaxfeed.features import ClassLabel
-
+) -> dict[str, Dataset]:
+    """Split as `datasets` splits: same sizes, same checks, same rows for the same seed;
+    ``{"train", "test"}`` (``Dataset.train_test_split`` makes it a ``DatasetDict``)."""
     n = ds.num_rows
     if n == 0:
-        return DatasetDict({"train": ds, "test": ds})
+        return {"train": ds, "test": ds}
     n_test, n_train = _split_sizes(n, test_size, train_size)
     if generator is None and shuffle:
         generator = np.random.default_rng(_seed(seed))
@@ -617,12 +617,10 @@ def train_test_split(
     else:
         order = generator.permutation(n)
         test_idx, train_idx = order[:n_test], order[n_test : n_test + n_train]
-    return DatasetDict(
-        {
-            "train": select(ds, np.asarray(train_idx, dtype=np.int64)),
-            "test": select(ds, np.asarray(test_idx, dtype=np.int64)),
-        }
-    )
+    return {
+        "train": select(ds, np.asarray(train_idx, dtype=np.int64)),
+        "test": select(ds, np.asarray(test_idx, dtype=np.int64)),
+    }
 
 
 def _split_sizes(
@@ -794,8 +792,6 @@ def _cast_column(
     if old == new:
         return column
     want = pa_type_of(new)
-    from jaxfeed.features import ClassLabel
-
     if not isinstance(new, ClassLabel):  # ClassLabel must check its range: go through encode
         try:
             out = column.cast(want, safe=True)
@@ -948,8 +944,6 @@ def add_column(ds: Dataset, name: str, column: Any, feature: FeatureLike | None 
 
 
 def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
-    from jaxfeed.dataset import Dataset as DatasetClass
-
     if not isinstance(item, Mapping):
         raise TypeError(f"add_item needs a dict of column values, got {type(item).__name__}")
     # As `datasets`: new keys become columns (earlier rows None), and a column of nulls takes the
@@ -970,7 +964,7 @@ def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
         for c in out
     ]  # fmt: skip
     base = pa.Table.from_arrays(columns, schema=out.arrow_schema)
-    row = DatasetClass.from_dict({k: [item.get(k)] for k in out}, features=out)
+    row = type(ds).from_dict({k: [item.get(k)] for k in out}, features=out)
     table = pa.concat_tables([base, row.data])
     return ds._internal.derive(table, features=out, indices=None)
 
@@ -1010,8 +1004,6 @@ def _struct_fields(feature: FeatureLike) -> dict[str, FeatureLike] | None:
 
 
 def class_encode_column(ds: Dataset, column: str, include_nulls: bool = False) -> Dataset:
-    from jaxfeed.features import ClassLabel
-
     _column_list(ds, column, "class_encode_column")
     feature = ds.features[column]
     if not isinstance(feature, Value):
@@ -1041,22 +1033,6 @@ def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> 
         stop = start + div + (1 if index < mod else 0)
         return select(ds, np.arange(start, stop))
     return select(ds, np.arange(index, n, num_shards))
-
-
-def to_iterable_dataset(ds: Dataset, num_shards: int | None = 1) -> Any:
-    from jaxfeed.iterable import IterableDataset  # iterable builds on ops: a real cycle
-
-    shards = 1 if num_shards is None else int(num_shards)
-    if shards < 1 or shards > max(ds.num_rows, 1):
-        raise ValueError(
-            f"to_iterable_dataset: num_shards must be in [1, {max(ds.num_rows, 1)}] (the number "
-            f"of rows), got {num_shards!r}"
-        )
-    out = IterableDataset.from_dataset(ds, num_shards=shards)
-    fmt = ds.format
-    if fmt["type"] not in (None, "custom"):
-        out = out.with_format(fmt["type"])
-    return out
 
 
 def interleave_datasets(
@@ -1168,20 +1144,20 @@ def _draw_with_replacement(
 
 
 def from_generator(
+    cls: type[Dataset],
     generator: Callable[..., Iterable[Mapping[str, Any]]],
     features: Features | None = None,
     gen_kwargs: dict | None = None,
     chunk_rows: int = 1000,
 ) -> Dataset:
-    from jaxfeed.dataset import Dataset
-
+    """A ``cls`` dataset of the rows ``generator`` yields, read ``chunk_rows`` at a time."""
     tables: list[pa.Table] = []
     rows: list[Mapping[str, Any]] = []
     names: list[str] | None = None
 
     def flush() -> None:
         nonlocal features
-        chunk = Dataset.from_dict({k: [r.get(k) for r in rows] for k in names}, features=features)
+        chunk = cls.from_dict({k: [r.get(k) for r in rows] for k in names}, features=features)
         features = chunk.features
         tables.append(chunk.data)
         rows.clear()
@@ -1207,5 +1183,5 @@ def from_generator(
             raise ValueError(
                 "from_generator: the generator yielded no rows and no features were given"
             )
-        return Dataset(Features(features).arrow_schema.empty_table(), features)
-    return Dataset(pa.concat_tables(tables), features)
+        return cls(Features(features).arrow_schema.empty_table(), features)
+    return cls(pa.concat_tables(tables), features)

@@ -33,7 +33,11 @@ from jaxfeed.files import file_sha256
 from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict
+    from collections.abc import Mapping
+
+    from jaxfeed.core import DatasetCore as Dataset  # any dataset
+
+    DatasetDict = Mapping[str, Dataset]
 
 CHUNK_BYTES = 256 << 20  # record batches of about this size: few chunks, fast gathers
 

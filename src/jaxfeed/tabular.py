@@ -14,31 +14,15 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from jaxfeed.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
+from jaxfeed.core import DatasetCore as Dataset  # any dataset
 from jaxfeed.extras import require
 from jaxfeed.features import Features
 from jaxfeed.settings import progress
-
-if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset
-
-DEFAULT_BATCH_SIZE = 1000  # `datasets`' config.DEFAULT_MAX_BATCH_SIZE
-
-
-def arrow_batches(ds: Dataset, batch_size: int | None) -> Iterator[pa.Table]:
-    """The dataset's rows (index mapping applied) as Arrow tables of ``batch_size`` rows."""
-    size = batch_size or DEFAULT_BATCH_SIZE
-    for start in range(0, ds.num_rows, size):
-        yield ds._internal.arrow(slice(start, min(start + size, ds.num_rows))).combine_chunks()
-
-
-def _json_columns(ds: Dataset) -> list[str]:
-    from jaxfeed.features import Json
-
-    return [name for name, f in ds.features.items() if isinstance(f, Json)]
 
 
 def _to_pandas(table: pa.Table, json_columns: Sequence[str] = ()) -> Any:
@@ -77,12 +61,12 @@ def to_csv(
 ) -> int:
     header = to_csv_kwargs.pop("header", True)
     index = to_csv_kwargs.pop("index", False)
-    json_columns = _json_columns(ds)
+    json_names = json_columns(ds)
 
     def chunks() -> Iterator[bytes]:
         with progress(ds.num_rows, "Creating CSV from Arrow format") as bar:
             for i, table in enumerate(arrow_batches(ds, batch_size)):
-                text = _to_pandas(table, json_columns).to_csv(
+                text = _to_pandas(table, json_names).to_csv(
                     path_or_buf=None,
                     header=header if i == 0 else False,
                     index=index,
@@ -111,13 +95,13 @@ def to_json(
             "to_json: lines=False needs the whole dataset in one batch; pass "
             f"batch_size >= {ds.num_rows} or keep lines=True"
         )
-    json_columns = _json_columns(ds)
+    json_names = json_columns(ds)
 
     def chunks() -> Iterator[bytes]:
         tables = list(arrow_batches(ds, size)) or [ds._internal.arrow().slice(0, 0)]
         with progress(ds.num_rows, "Creating json from Arrow format") as bar:
             for table in tables:
-                text = _to_pandas(table, json_columns).to_json(
+                text = _to_pandas(table, json_names).to_json(
                     path_or_buf=None, orient=orient, lines=lines, **to_json_kwargs
                 )
                 if not text.endswith("\n"):

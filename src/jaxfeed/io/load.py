@@ -11,7 +11,6 @@ from typing import Any
 
 import pyarrow as pa
 
-import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
 from jaxfeed.dataset import Dataset, DatasetDict, register_file_loader
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
@@ -27,6 +26,7 @@ from jaxfeed.io.hub import (
     looks_like_repo_id,
     readme_configs,
 )
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
@@ -94,9 +94,7 @@ def load_dataset(
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
             splits = {
-                k: iterable.IterableDataset.from_files(
-                    v, fmt, features, storage_options=storage_options
-                )
+                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
@@ -112,7 +110,7 @@ def load_dataset(
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
         return _pick_split(
-            {k: iterable.IterableDataset.from_dataset(v) for k, v in splits.items()},
+            {k: IterableDataset.from_dataset(v) for k, v in splits.items()},
             split,
             streaming=True,
         )
@@ -168,7 +166,7 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
     if split is None:
         if streaming:
-            return iterable.IterableDatasetDict(splits)
+            return IterableDatasetDict(splits)
         return DatasetDict(splits)
     parts = []
     for spec in split.split("+"):
