@@ -434,6 +434,17 @@ def test_to_iterable_dataset_num_shards_and_node_splits():
     same(snippet)
 
 
+def test_iterable_map_keeps_numpy_arrays():
+    def snippet(lib):
+        it = lib.Dataset.from_dict({"x": [1, 2, 3]}).to_iterable_dataset()
+        arrays = it.map(lambda r: {"y": np.array([r["x"], 1], dtype=np.int32)})
+        seen = arrays.map(lambda r: {"t": type(r["y"]).__name__, "d": str(r["y"].dtype)})
+        batched = arrays.map(lambda b: {"n": [len(v) for v in b["y"]]}, batched=True, batch_size=2)
+        return list(arrays), list(seen), list(batched), list(arrays.iter(batch_size=2))
+
+    same(snippet)
+
+
 def test_iterable_select_columns_and_plain_state_dict():
     def gen():
         yield from ({"a": i, "b": -i} for i in range(5))

@@ -346,6 +346,9 @@ class _Apply(_Step):
     fn_kwargs: dict | None = None
     drop_last_batch: bool = False
     fmt: tuple = (None, None, False, {})
+    # python format: columns this map returned as numpy arrays, and those of the steps before it
+    arrays: set = field(default_factory=set, compare=False)
+    upstream: tuple = field(default=(), compare=False)
 
     def stage(self, epoch: int, state: dict | None) -> _ApplyStage:
         return _ApplyStage(self, state)
@@ -353,6 +356,8 @@ class _Apply(_Step):
     def call(self, table: pa.Table, index: int) -> pa.Table:
         ds = _dataset(table, self.fmt)
         function = self.function
+        if self.fmt[0] is None and not self.input_columns:
+            function = _with_arrays(function, self, table.schema)
         if self.with_indices and index:
             function = _offset_indices(function, index, self.batched)
         common = dict(
@@ -367,6 +372,65 @@ class _Apply(_Step):
         return ops.map(
             ds, function, remove_columns=self.remove_columns, features=self.features, **common
         ).data
+
+
+def array_columns(steps: Sequence[_Step]) -> set[str]:
+    """Columns that python-format ``map`` functions of ``steps`` returned as numpy arrays."""
+    return set().union(*(s.arrays for s in steps if isinstance(s, _Apply)))
+
+
+def as_arrays(values: list, pa_type: pa.DataType) -> list:
+    """Stored lists back as the numpy arrays a ``map`` function returned (their stored dtype)."""
+    inner = pa_type
+    while (
+        pa.types.is_list(inner)
+        or pa.types.is_large_list(inner)
+        or pa.types.is_fixed_size_list(inner)
+    ):
+        inner = inner.value_type
+    dtype = (
+        inner.to_pandas_dtype()
+        if pa.types.is_integer(inner) or pa.types.is_floating(inner) or pa.types.is_boolean(inner)
+        else object
+    )
+    return [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+
+
+def _with_arrays(function: Callable, step: _Apply, schema: pa.Schema) -> Callable:
+    """``function`` seeing (and, for ``map``, recording) the columns held as numpy arrays, as
+    `datasets` passes them through a python-format stream."""
+    seen = set().union(*step.upstream) if step.upstream else set()
+    given = [c for c in seen if c in schema.names]
+
+    def restore(data: dict) -> dict:
+        if not given:
+            return data
+        data = dict(data)
+        for c in given:
+            if step.batched:
+                data[c] = as_arrays(list(data[c]), schema.field(c).type)
+            else:
+                data[c] = as_arrays([data[c]], schema.field(c).type)[0]
+        return data
+
+    def record(result: Any) -> Any:
+        if step.kind == "map" and isinstance(result, dict):
+            for name, value in result.items():
+                if step.batched:
+                    if (isinstance(value, np.ndarray) and value.ndim > 1) or (
+                        isinstance(value, list | tuple)
+                        and value
+                        and all(isinstance(v, np.ndarray) and v.ndim for v in value)
+                    ):
+                        step.arrays.add(name)
+                elif isinstance(value, np.ndarray) and value.ndim:
+                    step.arrays.add(name)
+        return result
+
+    def call(first: dict, *args: Any, **kwargs: Any) -> Any:
+        return record(function(restore(first), *args, **kwargs))
+
+    return call
 
 
 def _offset_indices(function: Callable, offset: int, batched: bool) -> Callable:
@@ -749,6 +813,10 @@ class IterableDataset:
         out._epoch = self._epoch
         return out
 
+    def _array_sets(self) -> tuple[set, ...]:
+        """The sets where earlier ``map`` steps record the columns they returned as arrays."""
+        return tuple(s.arrays for s in self._steps if isinstance(s, _Apply))
+
     def _then(self, step: _Step, features: Features | None = None) -> IterableDataset:
         return self._replace(steps=(*self._steps, step), features=features)
 
@@ -820,6 +888,7 @@ class IterableDataset:
             fn_kwargs,
             drop_last_batch,
             self._fmt,
+            upstream=self._array_sets(),
         )
         return self._then(step, None if features is None else Features(features))
 
@@ -842,6 +911,7 @@ class IterableDataset:
             input_columns,
             fn_kwargs=fn_kwargs,
             fmt=self._fmt,
+            upstream=self._array_sets(),
         )
         return self._then(step, self._features)
 
@@ -979,9 +1049,14 @@ class IterableDataset:
         for table in self._tables():
             self._rows = (table, 0)
             ds = _dataset(table, self._fmt)
+            arrays = [c for c in array_columns(self._steps) if c in table.column_names]
             for start in range(0, table.num_rows, 1000):
                 stop = min(start + 1000, table.num_rows)
                 batch = ds[start:stop]
+                if single and arrays and self._fmt[0] is None:
+                    batch = dict(batch)
+                    for c in arrays:
+                        batch[c] = as_arrays(batch[c], table.schema.field(c).type)
                 for i in range(stop - start):
                     self._rows = (table, start + i + 1)
                     if single:
@@ -997,7 +1072,13 @@ class IterableDataset:
         if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         for table in _rebatch(self._tables(), batch_size, drop_last_batch):
-            yield _dataset(table, self._fmt)[:]
+            batch = _dataset(table, self._fmt)[:]
+            arrays = [c for c in array_columns(self._steps) if c in table.column_names]
+            if arrays and self._fmt[0] is None:
+                batch = dict(batch)
+                for c in arrays:
+                    batch[c] = as_arrays(batch[c], table.schema.field(c).type)
+            yield batch
 
     def state_dict(self) -> dict[str, Any]:
         """The position reached by the current ``for row in ds`` pass (JSON values); give it to
