@@ -186,6 +186,28 @@ def test_from_readers_take_split(tmp_path):
     same(snippet)
 
 
+def test_split_names_of_dataset_dict_readers_and_load_dataset(tmp_path):
+    (tmp_path / "a.csv").write_text("x\n1\n2\n")
+    files = {"train": str(tmp_path / "a.csv"), "test": str(tmp_path / "a.csv")}
+
+    def snippet(lib):
+        cache = str(tmp_path / lib.__name__)
+        read = lib.DatasetDict.from_csv(files, cache_dir=cache)
+        loaded = lib.load_dataset("csv", data_files=files, cache_dir=cache)
+        picked = [
+            lib.load_dataset("csv", data_files=files, split=s, cache_dir=cache)
+            for s in ("train[:1]", "train+test")
+        ]
+        return (
+            read,
+            {k: str(v.split) for k, v in read.items()},
+            {k: str(v.split) for k, v in loaded.items()},
+            [(p, str(p.split)) for p in picked],
+        )
+
+    same(snippet)
+
+
 def test_from_json_and_parquet_map_the_cache(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n{"x": 2}\n')
     pd.DataFrame({"x": [1, 2]}).to_parquet(tmp_path / "a.parquet")

@@ -566,6 +566,10 @@ class DatasetInternal:
         self._ds._cache_dir = None if cache_dir is None else str(cache_dir)
         self._ds._source_files = set(source_files)
 
+    def set_split(self, split: str | None) -> None:
+        """Name the split this dataset was read as (``load_dataset`` does, as `datasets`)."""
+        self._ds._split = None if split is None else NamedSplit(split)
+
     def format_state(self) -> dict[str, Any]:
         """The output format as JSON-ready values, in the keys of ``state.json``."""
         fmt = self._ds._format

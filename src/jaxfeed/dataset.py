@@ -675,20 +675,24 @@ class DatasetDict(dict):
     def from_csv(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
-        return cls({k: Dataset.from_csv(p, features, **kwargs) for k, p in path_or_paths.items()})
+        return cls(
+            {k: Dataset.from_csv(p, k, features, **kwargs) for k, p in path_or_paths.items()}
+        )
 
     @classmethod
     def from_json(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
-        return cls({k: Dataset.from_json(p, features, **kwargs) for k, p in path_or_paths.items()})
+        return cls(
+            {k: Dataset.from_json(p, k, features, **kwargs) for k, p in path_or_paths.items()}
+        )
 
     @classmethod
     def from_parquet(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
         return cls(
-            {k: Dataset.from_parquet(p, features, **kwargs) for k, p in path_or_paths.items()}
+            {k: Dataset.from_parquet(p, k, features, **kwargs) for k, p in path_or_paths.items()}
         )
 
     def flatten_indices(self) -> DatasetDict:

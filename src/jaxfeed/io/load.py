@@ -27,6 +27,7 @@ from jaxfeed.io.hub import (
     readme_configs,
 )
 from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.ops import concatenate_datasets
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
@@ -164,6 +165,8 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 
 
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
+    if not streaming:  # each split knows its name (``ds.split``), as in `datasets`
+        splits = {k: _named(v, k) for k, v in splits.items()}
     if split is None:
         if streaming:
             return IterableDatasetDict(splits)
@@ -190,12 +193,15 @@ def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = 
             ds = ds.select(range(*_bounds(m, ds.num_rows)))
         parts.append(ds)
     if len(parts) == 1:
-        return parts[0]
+        return parts[0] if streaming else _named(parts[0], split)
     if streaming:
         raise ValueError("split sums ('train+test') are not supported with streaming=True")
-    from jaxfeed.ops import concatenate_datasets
+    return _named(concatenate_datasets(parts), split)
 
-    return concatenate_datasets(parts)
+
+def _named(ds: Dataset, split: str) -> Dataset:
+    ds._internal.set_split(split)
+    return ds
 
 
 def _bounds(m: re.Match, n: int) -> tuple[int, int]:
