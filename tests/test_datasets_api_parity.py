@@ -397,6 +397,8 @@ def test_column_name_errors_follow_datasets():
     same_message(lambda lib: ds(lib).rename_column("x", ""))
     same_message(lambda lib: ds(lib).rename_column("x", "y"))
     same_message(lambda lib: ds(lib).add_column("y", [3]))
+    same_message(lambda lib: ds(lib).rename_columns({"x": "z", "y": "z"}))
+    same_message(lambda lib: lib.concatenate_datasets([ds(lib), ds(lib)], axis=1))
 
     def none_split(lib):
         dd = lib.DatasetDict({"train": ds(lib)})

@@ -731,7 +731,10 @@ def rename_columns(ds: Dataset, mapping: Mapping[str, str]) -> Dataset:
             )
     names = [mapping.get(c, c) for c in ds.column_names]
     if len(set(names)) != len(names):
-        raise ValueError(f"rename_columns: the new names {names} are not unique")
+        raise ValueError(
+            f"New column names must all be different, but this column mapping has "
+            f"{len(names) - len(set(names))} duplicates (new names {names})"
+        )
     features = Features({mapping.get(k, k): v for k, v in ds.features.items()})
     table = ds.data.rename_columns(names).replace_schema_metadata(features.arrow_schema.metadata)
     return ds._internal.derive(table, features=features, indices=ds._internal.indices)
@@ -861,7 +864,11 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     if axis == 1:
         names = [c for d in dsets for c in d.column_names]
         if len(set(names)) != len(names):
-            raise ValueError(f"concatenate_datasets(axis=1): duplicate column names in {names}")
+            twice = sorted({c for c in names if names.count(c) > 1})
+            raise ValueError(
+                f"The table can't have duplicated columns but columns {twice} are duplicated. "
+                f"(concatenate_datasets(axis=1) of columns {names})"
+            )
         if len({d.num_rows for d in dsets}) > 1:
             raise ValueError(
                 f"concatenate_datasets(axis=1): row counts differ: {[d.num_rows for d in dsets]}"
