@@ -422,6 +422,36 @@ def test_encode_batch_gives_a_dict():
     same(snippet)
 
 
+def test_features_decode_example_and_batch():
+    import io
+
+    from PIL import Image as PILImage
+
+    buffer = io.BytesIO()
+    PILImage.new("L", (2, 2), color=7).save(buffer, format="PNG")
+    stored = {"bytes": buffer.getvalue(), "path": None}
+
+    def snippet(lib):
+        feats = lib.Features(
+            {
+                "i": lib.Image(),
+                "raw": lib.Image(decode=False),
+                "j": lib.Json(),
+                "c": lib.ClassLabel(names=["a", "b"]),
+                "l": lib.List(lib.Image()),
+            }
+        )
+        row = {"i": stored, "raw": stored, "j": '{"a": [1]}', "c": 1, "l": [stored]}
+        return (
+            feats.decode_example(row),
+            feats.decode_batch({k: [v, None] for k, v in row.items()}),
+            feats.decode_column([stored], "i"),
+            feats.encode_column(["b", 0], "c"),
+        )
+
+    same(snippet)
+
+
 def test_undecoded_image_decode_example_raises():
     same_message(lambda lib: lib.Image(decode=False).decode_example({"bytes": b"", "path": None}))
 

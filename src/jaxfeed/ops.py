@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jaxfeed.core import DatasetCore
 from jaxfeed.features import ClassLabel, FeatureError, Features, LargeList, List, Value
 from jaxfeed.features.array import _ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
@@ -35,7 +36,7 @@ from jaxfeed.reader import normalize_rows
 from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
-    from jaxfeed.core import DatasetCore as Dataset  # any dataset: results keep its class
+    Dataset = DatasetCore  # any dataset: results keep its class
 
 
 def _column_list(ds: Dataset, columns: str | Sequence[str] | None, what: str) -> list[str]:
@@ -819,6 +820,16 @@ def _cast_column(
     return pa.chunked_array(parts, type=want)
 
 
+def _check_map_style(dsets: Sequence[Any], what: str) -> None:
+    """Refuse streams: jaxfeed joins and interleaves datasets with rows, not IterableDatasets."""
+    for i, d in enumerate(dsets):
+        if not isinstance(d, DatasetCore):
+            raise TypeError(
+                f"{what}: item {i} is a {type(d).__name__}; jaxfeed joins Datasets (an "
+                "IterableDataset is not supported here)"
+            )
+
+
 def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     """Join datasets row-wise (``axis=0``, same features) or column-wise (``axis=1``, same length).
 
@@ -828,6 +839,7 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     [1, 2, 3]
     """
     dsets = list(dsets)
+    _check_map_style(dsets, "concatenate_datasets")
     if not dsets:
         raise ValueError("concatenate_datasets needs at least one dataset")
     first = dsets[0]
@@ -1058,6 +1070,7 @@ def interleave_datasets(
     """
     if not dsets:
         raise ValueError("Unable to interleave an empty list of datasets.")
+    _check_map_style(dsets, "interleave_datasets")
     strategies = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
     if stopping_strategy not in strategies:
         raise ValueError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,13 @@ from jaxfeed.features.base import Feature, FeatureError
 from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.json import Json
 from jaxfeed.features.sequence import LargeList, List, Sequence
-from jaxfeed.features.struct import FeatureLike, encode_column, feature_to_dict, pa_type_of
+from jaxfeed.features.struct import (
+    FeatureLike,
+    encode_column,
+    feature_to_dict,
+    pa_type_of,
+    requires_decoding,
+)
 from jaxfeed.features.translation import Translation, TranslationVariableLanguages
 from jaxfeed.features.value import Value, dtype_name
 
@@ -106,6 +112,27 @@ class Features(dict):
         """
         return {k: _encode_value(self[k], v) for k, v in example.items()}
 
+    def encode_column(self, column: Sequence[Any], column_name: str) -> list:
+        """One column's values encoded by its feature (see :meth:`encode_example`)."""
+        return [_encode_value(self[column_name], v) for v in column]
+
+    def decode_example(self, example: Mapping[str, Any]) -> dict[str, Any]:
+        """One stored row decoded by its features' ``decode_example`` (images to PIL, ...).
+
+        >>> from jaxfeed import ClassLabel, Features
+        >>> Features({"y": ClassLabel(names=["a", "b"])}).decode_example({"y": 1})
+        {'y': 1}
+        """
+        return {k: _decode_value(self[k], v) for k, v in example.items()}
+
+    def decode_column(self, column: Sequence[Any], column_name: str) -> list:
+        """One stored column decoded value by value (see :meth:`decode_example`)."""
+        return [_decode_value(self[column_name], v) for v in column]
+
+    def decode_batch(self, batch: Mapping[str, Any]) -> dict[str, list]:
+        """A dict of stored columns decoded value by value (see :meth:`decode_example`)."""
+        return {k: [_decode_value(self[k], v) for v in values] for k, values in batch.items()}
+
     def encode_batch(self, batch: Mapping[str, Any]) -> dict[str, list]:
         """A dict of columns encoded value by value, as :meth:`encode_example` (a dict, as
         `datasets` returns; ``Dataset.from_dict`` builds the Arrow table).
@@ -127,6 +154,20 @@ def _encode_value(feature: FeatureLike, value: Any) -> Any:
         return {k: _encode_value(feature[k], v) for k, v in value.items()}
     encode = getattr(feature, "encode_example", None)
     return value if encode is None else encode(value)
+
+
+def _decode_value(feature: FeatureLike, value: Any) -> Any:
+    """As `datasets`: only features that need decoding (media with ``decode=True``, ...) change
+    the stored value."""
+    if value is None:
+        return None
+    if isinstance(feature, Mapping):
+        return {k: _decode_value(feature[k], v) for k, v in value.items()}
+    decode = getattr(feature, "decode_example", None)
+    stored_as_text = isinstance(feature, Json) and feature.decode  # JSON text: parsed, as there
+    if decode is None or not (requires_decoding(feature) or stored_as_text):
+        return value
+    return decode(value)
 
 
 def _check_feature(feature: Any, name: str) -> FeatureLike:
