@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -112,7 +112,7 @@ class Features(dict):
         """
         return {k: _encode_value(self[k], v) for k, v in example.items()}
 
-    def encode_column(self, column: Sequence[Any], column_name: str) -> list:
+    def encode_column(self, column: Iterable[Any], column_name: str) -> list:
         """One column's values encoded by its feature (see :meth:`encode_example`)."""
         return [_encode_value(self[column_name], v) for v in column]
 
@@ -125,7 +125,7 @@ class Features(dict):
         """
         return {k: _decode_value(self[k], v) for k, v in example.items()}
 
-    def decode_column(self, column: Sequence[Any], column_name: str) -> list:
+    def decode_column(self, column: Iterable[Any], column_name: str) -> list:
         """One stored column decoded value by value (see :meth:`decode_example`)."""
         return [_decode_value(self[column_name], v) for v in column]
 
