@@ -617,8 +617,8 @@ def test_progress_bars_on_large_jobs(tmp_path, capfd):
         ds = lib.Dataset.from_dict({"x": list(range(n))})
         ds.to_csv(str(where / "a.csv"))
         return [
-            lambda: ds.map(lambda b: {"y": b["x"]}, batched=True),
-            lambda: ds.filter(lambda b: [True] * len(b["x"]), batched=True),
+            lambda: ds.map(lambda b: {"y": b["x"]}, batched=True, desc="Doubling"),
+            lambda: ds.filter(lambda b: [True] * len(b["x"]), batched=True, desc="Keeping"),
             lambda: ds.save_to_disk(str(where / "saved")),
             lambda: ds.to_parquet(str(where / "a.parquet")),
             lambda: ds.to_csv(str(where / "b.csv")),
@@ -638,7 +638,10 @@ def test_progress_bars_on_large_jobs(tmp_path, capfd):
             shown[lib.__name__] = []
             for job in work:
                 job()
-                shown[lib.__name__].append("/s]" in capfd.readouterr().err)  # a tqdm line
+                err = capfd.readouterr().err
+                shown[lib.__name__].append("/s]" in err)  # a tqdm line
+                titles = shown.setdefault(f"{lib.__name__} titles", [])
+                titles += [t for t in ("Doubling", "Keeping") if t in err]
             lib.disable_progress_bars()
             for job in work[:2]:
                 job()
@@ -646,6 +649,7 @@ def test_progress_bars_on_large_jobs(tmp_path, capfd):
         finally:
             lib.disable_progress_bars()
     assert shown["jaxfeed"] == shown["datasets"] == [True] * 6
+    assert shown["jaxfeed titles"] == shown["datasets titles"] == ["Doubling", "Keeping"]
     # small jobs stay quiet in jaxfeed (a bar appears past PROGRESS_MIN_ROWS rows)
     jaxfeed.enable_progress_bars()
     try:

@@ -308,13 +308,24 @@ class Dataset(DatasetCore):
         input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
+        keep_in_memory: bool = False,
+        load_from_cache_file: bool | None = None,
+        cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
         fn_kwargs: dict | None = None,
         num_proc: int | None = None,
+        suffix_template: str = "_{rank:05d}_of_{num_proc:05d}",
+        new_fingerprint: str | None = None,
+        desc: str | None = None,
     ) -> Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
         ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
         ``with_rank=True`` passes the process rank after the indices (None without ``num_proc``).
+        ``desc`` titles the progress bar. The result is an index mapping over this dataset's
+        table (nothing is written), so `datasets`' ``keep_in_memory``, ``load_from_cache_file``,
+        ``cache_file_name``, ``writer_batch_size``, ``suffix_template`` and ``new_fingerprint``
+        are accepted and change nothing.
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
@@ -330,6 +341,7 @@ class Dataset(DatasetCore):
             fn_kwargs,
             num_proc,
             with_rank=with_rank,
+            desc=desc,
         )
 
     def map(
@@ -370,8 +382,8 @@ class Dataset(DatasetCore):
         ``List``); ``async def`` functions run concurrently; on arrow/pandas-formatted datasets
         the function gets and may return a ``pyarrow.Table`` / ``pandas.DataFrame``.
         ``keep_in_memory=True`` keeps the output in memory; ``cache_file_name`` names the Arrow
-        file it is written to. ``load_from_cache_file``, ``writer_batch_size``, ``desc`` and
-        ``new_fingerprint`` are accepted for compatibility: jaxfeed has no fingerprint cache,
+        file it is written to; ``desc`` titles the progress bar. ``load_from_cache_file``,
+        ``writer_batch_size`` and ``new_fingerprint`` are accepted: jaxfeed has no fingerprint cache,
         so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
         shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`);
         ``with_rank=True`` passes each process's rank after the indices (None without
@@ -393,6 +405,7 @@ class Dataset(DatasetCore):
             try_original_type=try_original_type,
             num_proc=num_proc,
             with_rank=with_rank,
+            desc=desc,
         )
 
     def train_test_split(

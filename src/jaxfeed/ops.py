@@ -199,6 +199,7 @@ def filter(
     num_proc: int | None = None,
     with_rank: bool = False,
     rank: int | None = None,
+    desc: str | None = None,
 ) -> Dataset:
     columns = _column_list(ds, input_columns, "filter")
     if check_num_proc(num_proc) > 1 and ds.num_rows:
@@ -218,7 +219,7 @@ def filter(
         )
     keep: list[np.ndarray] = []
     ranked = (rank,) if with_rank else None
-    with progress(ds.num_rows, "Filter") as bar:
+    with progress(ds.num_rows, desc or "Filter") as bar:
         for start, stop in _batches(ds, batch_size):
             _, results = _call(
                 ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}, ranked
@@ -376,6 +377,7 @@ def map(
     num_proc: int | None = None,
     with_rank: bool = False,
     rank: int | None = None,
+    desc: str | None = None,
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -424,7 +426,7 @@ def map(
     ranked = (rank,) if with_rank else None
     updated = False
     try:
-        bar = stack.enter_context(progress(ds.num_rows, "Map"))
+        bar = stack.enter_context(progress(ds.num_rows, desc or "Map"))
         for start, stop in _batches(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):

@@ -24,21 +24,24 @@ from typing import Any
 from tqdm.auto import tqdm
 
 PROGRESS_MIN_ROWS = 10_000  # smaller jobs finish before a bar would tell anything
+PROGRESS_ENV = "JAXFEED_DISABLE_PROGRESS_BARS"  # "1": no bars (read at import, set by the calls)
 _state = {
-    "progress": os.environ.get("JAXFEED_DISABLE_PROGRESS_BARS", "").lower()
-    not in ("1", "true", "yes"),
+    "progress": os.environ.get(PROGRESS_ENV, "").lower() not in ("1", "true", "yes"),
     "caching": True,
 }
 
 
 def disable_progress_bars() -> None:
-    """Hide jaxfeed's progress bars (``datasets.disable_progress_bars``)."""
+    """Hide jaxfeed's progress bars (``datasets.disable_progress_bars``); worker processes
+    started later (``num_proc``) inherit the choice through ``JAXFEED_DISABLE_PROGRESS_BARS``."""
     _state["progress"] = False
+    os.environ[PROGRESS_ENV] = "1"
 
 
 def enable_progress_bars() -> None:
     """Show jaxfeed's progress bars on long jobs (the default)."""
     _state["progress"] = True
+    os.environ[PROGRESS_ENV] = "0"
 
 
 def is_progress_bar_enabled() -> bool:
