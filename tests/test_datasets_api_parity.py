@@ -309,6 +309,19 @@ def test_map_rows_returning_empty_dicts():
     )
 
 
+def test_map_stores_mixed_types_as_json():
+    def mixed(row):
+        return {"y": {1: 1, 2: "a", 3: [1, {"k": None}]}[row["x"]]}
+
+    def snippet(lib):
+        ds = lib.Dataset.from_dict({"x": [1, 2, 3]})
+        out = ds.map(mixed)
+        return out, out.to_dict(), out.to_list()
+
+    same(snippet)
+    same_error(lambda lib: lib.Dataset.from_dict({"x": [1, 2]}).map(mixed, on_mixed_types=None))
+
+
 def test_array_likes_are_values():
     def snippet(lib):
         return (

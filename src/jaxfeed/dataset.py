@@ -365,6 +365,7 @@ class Dataset(DatasetCore):
         desc: str | None = None,
         try_original_type: bool | None = True,
         num_proc: int | None = None,
+        on_mixed_types: str | None = "use_json",
     ) -> Dataset:
         """Apply ``function`` to every row (or batch) and add or replace the columns it returns.
 
@@ -387,7 +388,8 @@ class Dataset(DatasetCore):
         so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
         shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`);
         ``with_rank=True`` passes each process's rank after the indices (None without
-        ``num_proc``).
+        ``num_proc``). A new column of values of several types is stored as ``Json`` (as
+        `datasets`' default ``on_mixed_types="use_json"``; ``None`` refuses it).
         """
         return ops.map(
             self,
@@ -406,6 +408,7 @@ class Dataset(DatasetCore):
             num_proc=num_proc,
             with_rank=with_rank,
             desc=desc,
+            on_mixed_types=on_mixed_types,
         )
 
     def train_test_split(

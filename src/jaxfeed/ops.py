@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jaxfeed.core import DatasetCore
-from jaxfeed.features import ClassLabel, FeatureError, Features, LargeList, List, Value
+from jaxfeed.features import ClassLabel, FeatureError, Features, Json, LargeList, List, Value
 from jaxfeed.features.array import _ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.media import MediaFeature
@@ -378,6 +378,7 @@ def map(
     with_rank: bool = False,
     rank: int | None = None,
     desc: str | None = None,
+    on_mixed_types: str | None = "use_json",
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -410,6 +411,7 @@ def map(
                 features=features,
                 fn_kwargs=fn_kwargs,
                 try_original_type=try_original_type,
+                on_mixed_types=on_mixed_types,
             ),
         )
         if out is not None:
@@ -445,7 +447,9 @@ def map(
             updated = True
             table = _merge(ds, start, stop, new, remove, tabular)
             if out_features is None:
-                out_features = _output_features(ds, table, new, given, try_original_type)
+                out_features = _output_features(
+                    ds, table, new, given, try_original_type, on_mixed_types
+                )
             sink.write(_encode_output(table, out_features))
         if (
             not updated
@@ -517,6 +521,7 @@ def _output_features(
     new: dict[str, Any] | pa.Table,
     given: Features | None,
     try_original_type: bool | None,
+    on_mixed_types: str | None = "use_json",
 ) -> Features:
     """The output features, decided on the first batch, as `datasets`' writer decides them."""
     returned = set(new.column_names if isinstance(new, pa.Table) else new)
@@ -531,12 +536,16 @@ def _output_features(
             if name in ds.features and pa_type_of(ds.features[name]) == values.type:
                 out[name] = ds.features[name]
         else:
-            out[name] = _infer_returned(ds, name, values, try_original_type)
+            out[name] = _infer_returned(ds, name, values, try_original_type, on_mixed_types)
     return Features(out)
 
 
 def _infer_returned(
-    ds: Dataset, name: str, values: Any, try_original_type: bool | None
+    ds: Dataset,
+    name: str,
+    values: Any,
+    try_original_type: bool | None,
+    on_mixed_types: str | None = "use_json",
 ) -> FeatureLike:
     original = ds.features.get(name)
     if original is not None and try_original_type:
@@ -545,7 +554,18 @@ def _infer_returned(
             return original
         except (FeatureError, TypeError, ValueError, OverflowError, pa.ArrowException):
             pass
-    feature = as_ragged(infer_column(values, name)[0])
+    try:
+        feature = as_ragged(infer_column(values, name)[0])
+    except FeatureError:
+        if on_mixed_types != "use_json":
+            raise
+        try:  # values of several types: one JSON value per row, as `datasets` stores them
+            Json().encode(values, name)
+        except (FeatureError, TypeError, ValueError):
+            raise FeatureError(
+                name, None, "values of one type, or JSON values", values[:3]
+            ) from None
+        return Json()
     if original is not None and pa_type_of(feature) == pa_type_of(original):
         return original  # same storage: keep the original feature (a ClassLabel stays one)
     return feature
