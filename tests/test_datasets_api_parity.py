@@ -476,7 +476,61 @@ def test_from_pandas_string_types():
     same(snippet)
 
 
+def test_dataset_batch_take_skip_repeat():
+    def snippet(lib):
+        feats = lib.Features({"x": lib.Value("int32"), "k": lib.Value("int64")})
+        ds = lib.Dataset.from_dict({"x": [1, 2, 3, 4, 5], "k": [0, 0, 1, None, 2]}, features=feats)
+        return (
+            ds.batch(2),
+            ds.batch(2, drop_last_batch=True),
+            ds.batch(by_column="k"),
+            ds.select([4, 0, 1]).batch(2),
+            ds.take(2),
+            ds.skip(3),
+            ds.repeat(2),
+            ds.repeat(0),
+            ds.take(2)._indices is None,
+        )
+
+    same(snippet)
+    same_message(lambda lib: lib.Dataset.from_dict({"x": [1]}).repeat(None))
+
+
+def test_features_flatten_and_progress_aliases():
+    def snippet(lib):
+        feats = lib.Features(
+            {"a": {"b": lib.Value("int8"), "c": {"d": lib.Value("bool")}}, "e": lib.Image()}
+        )
+        lib.enable_progress_bar()
+        on = lib.are_progress_bars_disabled()
+        lib.disable_progress_bar()
+        return feats.flatten(), feats.flatten(max_depth=1), on, lib.are_progress_bars_disabled()
+
+    same(snippet)
+
+
 # ------------------------------------------------------------------------------ streams
+def test_iterable_cast_and_dict_columns():
+    def snippet(lib):
+        it = lib.Dataset.from_dict({"x": [1, 2], "s": ["a", "b"]}).to_iterable_dataset()
+        dd = lib.IterableDatasetDict({"a": it})
+        cast = it.cast(
+            lib.Features({"x": lib.Value("int8"), "s": lib.ClassLabel(names=["a", "b"])})
+        )
+        return (
+            it.num_columns,
+            list(it.cast_column("x", lib.Value("float32"))),
+            cast.features,
+            list(cast),
+            dd.column_names,
+            dd.num_columns,
+            {k: list(v) for k, v in dd.rename_columns({"s": "t"}).items()},
+            {k: list(v) for k, v in dd.cast_column("x", lib.Value("float64")).items()},
+        )
+
+    same(snippet)
+
+
 def test_to_iterable_dataset_num_shards_and_node_splits():
     def snippet(lib):
         ds = lib.Dataset.from_dict({"x": list(range(10))})

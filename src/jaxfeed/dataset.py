@@ -251,6 +251,51 @@ class Dataset(DatasetCore):
         """
         return ops.shard(self, num_shards, index, contiguous)
 
+    def batch(
+        self,
+        batch_size: int | None = None,
+        by_column: str | Sequence[str] | None = None,
+        drop_last_batch: bool = False,
+        num_proc: int | None = None,
+        new_fingerprint: str | None = None,
+    ) -> Dataset:
+        """Rows grouped: each row holds lists of ``batch_size`` values (or of a run of rows with
+        the same ``by_column`` values), as `datasets`' ``Dataset.batch``.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3]}).batch(2)[:]
+        {'x': [[1, 2], [3]]}
+        """
+        return ops.batch(self, batch_size, by_column, drop_last_batch)
+
+    def take(self, n: int) -> Dataset:
+        """The first ``n`` rows (a slice).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3]}).take(2)["x"][:]
+        [1, 2]
+        """
+        return ops.select(self, range(min(int(n), self.num_rows)))
+
+    def skip(self, n: int) -> Dataset:
+        """All rows after the first ``n`` (a slice)."""
+        return ops.select(self, range(min(int(n), self.num_rows), self.num_rows))
+
+    def repeat(self, num_times: int) -> Dataset:
+        """The rows ``num_times`` times over, in order.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2]}).repeat(2)["x"][:]
+        [1, 2, 1, 2]
+        """
+        if num_times is None:
+            raise ValueError("Map style datasets do not support indefinite repetition.")
+        if not isinstance(num_times, int) or num_times < 0:
+            raise ValueError(f"num_times must be an int >= 0, got {num_times!r}")
+        if num_times == 0:
+            return self.select([])
+        return ops.concatenate_datasets([self] * num_times)
+
     def to_iterable_dataset(self, num_shards: int | None = 1) -> Any:
         """A streaming view of this dataset (rows in order, in this dataset's format)."""
         shards = 1 if num_shards is None else int(num_shards)
@@ -686,6 +731,10 @@ class DatasetDict(dict):
 
     def cleanup_cache_files(self) -> dict[str, int]:
         return {k: v.cleanup_cache_files() for k, v in self.items()}
+
+    @property
+    def cache_files(self) -> dict[str, list[dict[str, str]]]:
+        return {k: v.cache_files for k, v in self.items()}
 
     @classmethod
     def from_csv(

@@ -332,6 +332,19 @@ class _Columns(_Step):
 
 
 @dataclass(frozen=True)
+class _Cast(_Step):
+    """``cast`` / ``cast_column``: the columns converted to ``features`` (values checked)."""
+
+    features: Features
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        ds = DatasetCore(table)
+        for name, feature in self.features.items():
+            ds = ops.cast_column(ds, name, feature)
+        return ds.data
+
+
+@dataclass(frozen=True)
 class _Apply(_Step):
     """``map`` or ``filter``: per row on any chunk, or on groups of exactly ``batch_size`` rows."""
 
@@ -971,6 +984,27 @@ class IterableDataset:
             features = Features({column_mapping.get(k, k): v for k, v in self._features.items()})
         return self._then(_Columns("rename", tuple(column_mapping.items())), features)
 
+    def cast(self, features: Features) -> IterableDataset:
+        """Every column converted to ``features`` (names must match), as rows are read."""
+        features = Features(features)
+        if self._features is not None and set(features) != set(self._features):
+            raise ValueError(
+                f"cast: the features {list(features)} must name the columns {list(self._features)}"
+            )
+        return self._then(_Cast(features), features)
+
+    def cast_column(self, column: str, feature: Any) -> IterableDataset:
+        """One column converted to ``feature``, as rows are read."""
+        self._check_columns([column], "cast_column")
+        features = None
+        if self._features is not None:
+            features = Features({**self._features, column: feature})
+        return self._then(_Cast(Features({column: feature})), features)
+
+    @property
+    def num_columns(self) -> int | None:
+        return None if self._features is None else len(self._features)
+
     def batch(
         self,
         batch_size: int | None = None,
@@ -1222,3 +1256,20 @@ class IterableDatasetDict(dict):
 
     def rename_column(self, original: str, new: str) -> IterableDatasetDict:
         return self._each("rename_column", original, new)
+
+    def rename_columns(self, column_mapping: dict[str, str]) -> IterableDatasetDict:
+        return self._each("rename_columns", column_mapping)
+
+    def cast(self, features: Features) -> IterableDatasetDict:
+        return self._each("cast", features)
+
+    def cast_column(self, column: str, feature: Any) -> IterableDatasetDict:
+        return self._each("cast_column", column, feature)
+
+    @property
+    def column_names(self) -> dict[str, list[str] | None]:
+        return {k: v.column_names for k, v in self.items()}
+
+    @property
+    def num_columns(self) -> dict[str, int | None]:
+        return {k: v.num_columns for k, v in self.items()}

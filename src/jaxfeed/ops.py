@@ -1064,6 +1064,45 @@ def class_encode_column(ds: Dataset, column: str, include_nulls: bool = False) -
     return ds._internal.derive(table, features=features, indices=None)
 
 
+def batch(
+    ds: Dataset,
+    batch_size: int | None = None,
+    by_column: str | Sequence[str] | None = None,
+    drop_last_batch: bool = False,
+) -> Dataset:
+    """Rows grouped: each row holds lists of ``batch_size`` values of every column (or of a run of
+    rows equal in ``by_column``), features ``List(feature)``; built with Arrow offsets, no copy
+    of the values."""
+    if batch_size is None and by_column is None:
+        raise ValueError("Dataset.batch() misses `batch_size` or `by_column` argument.")
+    table = ds._internal.arrow()
+    n = table.num_rows
+    if by_column is not None:
+        names = _column_list(ds, by_column, "batch(by_column=)")
+        keys = table.select(names)
+        change = np.zeros(max(n - 1, 0), dtype=bool)
+        for name in names:
+            values = keys.column(name)
+            differs = pc.not_equal(values.slice(1), values.slice(0, max(n - 1, 0)))
+            change |= pc.fill_null(differs, False).to_numpy(zero_copy_only=False)
+        offsets = np.concatenate([[0], np.nonzero(change)[0] + 1, [n]]) if n else np.zeros(1)
+    else:
+        if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        stop = n - n % batch_size if drop_last_batch else n
+        offsets = np.append(np.arange(0, stop, batch_size), stop) if stop else np.zeros(1)
+    features = Features({k: List(v) for k, v in ds.features.items()})
+    offsets = pa.array(offsets.astype(np.int32))
+    columns = [
+        pa.ListArray.from_arrays(offsets, table.column(c).combine_chunks()).cast(
+            features.arrow_schema.field(c).type
+        )
+        for c in ds.column_names
+    ]
+    out = pa.Table.from_arrays(columns, schema=features.arrow_schema)
+    return ds._internal.derive(out, features=features, indices=None)
+
+
 def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> Dataset:
     if not 0 <= index < num_shards:
         raise ValueError("index should be in [0, num_shards-1]")

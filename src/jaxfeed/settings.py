@@ -49,6 +49,15 @@ def is_progress_bar_enabled() -> bool:
     return bool(_state["progress"])
 
 
+def are_progress_bars_disabled() -> bool:
+    """Whether progress bars are hidden (``datasets.are_progress_bars_disabled``)."""
+    return not _state["progress"]
+
+
+disable_progress_bar = disable_progress_bars  # the singular names `datasets` also exports
+enable_progress_bar = enable_progress_bars
+
+
 def disable_caching() -> None:
     """Accepted as in `datasets`; jaxfeed keeps no cache of ``map`` results to disable."""
     _state["caching"] = False

@@ -102,6 +102,26 @@ class Features(dict):
             raise ValueError(f"features {absent} have no column in the data {columns}")
         return Features({k: self[k] for k in columns})
 
+    def flatten(self, max_depth: int = 16) -> Features:
+        """Nested dict features as dotted columns (``{"a": {"b": f}}`` -> ``{"a.b": f}``), the
+        columns ``Dataset.flatten`` makes; a flattened column goes to the end, as `datasets`
+        orders them.
+
+        >>> from jaxfeed import Features, Value
+        >>> list(Features({"a": {"b": Value("int8")}, "c": Value("bool")}).flatten())
+        ['c', 'a.b']
+        """
+        out = Features(self)
+        for _ in range(1, max_depth):  # as there: max_depth=1 leaves them nested
+            nested = [k for k, f in out.items() if isinstance(f, Mapping)]
+            if not nested:
+                break
+            flat = {k: f for k, f in out.items() if k not in nested}
+            for k in nested:
+                flat.update({f"{k}.{sub}": f for sub, f in out[k].items()})
+            out = Features(flat)
+        return out
+
     def encode_example(self, example: Mapping[str, Any]) -> dict[str, Any]:
         """One row as `datasets` encodes it: each value by its feature's ``encode_example``
         (class names to ids, numbers to the column's Python type, media to ``{"bytes", "path"}``).
