@@ -240,16 +240,47 @@ def test_map_and_filter_with_rank():
     same(snippet)
 
 
+_RANKS_ON_DATASETS = """
+import json
+import datasets
+
+datasets.disable_progress_bars()
+
+
+def rank_and_index(batch, indices, rank):
+    return {"r": [rank] * len(indices), "i": indices}
+
+
+ds = datasets.Dataset.from_dict({"x": [1, 2, 3, 4]})
+out = ds.map(rank_and_index, with_indices=True, with_rank=True, batched=True, batch_size=1, num_proc=2)
+print(json.dumps([out.features.to_dict(), out.to_dict()]))
+"""
+
+
 def test_map_with_rank_over_processes():
-    """One spawn of 2 workers (filter's ranks go through the same worker code, parallel._work)."""
+    """`datasets` runs in a fresh interpreter (it forks its workers: never from a process running
+    JAX); jaxfeed spawns its 2 workers once. Batches of one row: both cut the same 2 shards."""
+    import subprocess
+    import sys
 
-    def snippet(lib):
-        ds = lib.Dataset.from_dict({"x": [1, 2, 3, 4]})
-        # batches of one row: both libraries cut the 4 rows into the same 2 shards
-        one = dict(batched=True, batch_size=1, num_proc=2)
-        return ds.map(_rank_and_index, with_indices=True, with_rank=True, **one)
-
-    same(snippet)
+    hf = subprocess.Popen(  # runs while jaxfeed's workers start
+        [sys.executable, "-c", _RANKS_ON_DATASETS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ds = jaxfeed.Dataset.from_dict({"x": [1, 2, 3, 4]})
+    out = ds.map(
+        _rank_and_index, with_indices=True, with_rank=True, batched=True, batch_size=1, num_proc=2
+    )
+    stdout, stderr = hf.communicate(timeout=120)
+    assert hf.returncode == 0, stderr
+    hf_features, hf_rows = json.loads(stdout.strip().splitlines()[-1])
+    assert hf_rows == {"x": [1, 2, 3, 4], "r": [0, 0, 1, 1], "i": [0, 1, 2, 3]}
+    assert out.to_dict() == hf_rows
+    assert datasets.Features.from_dict(hf_features).to_dict() == json.loads(
+        json.dumps(datasets.Features.from_dict(out.features.to_dict()).to_dict())
+    )
 
 
 def _rank_and_index(batch, indices, rank):
