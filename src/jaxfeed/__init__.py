@@ -62,6 +62,8 @@ _EXPORTS = {
     "DataLoader": "jaxfeed.loader",
     "concatenate_datasets": "jaxfeed.ops",
     "interleave_datasets": "jaxfeed.ops",
+    "Packing": "jaxfeed.packing",
+    "Padding": "jaxfeed.padding",
     "EarlyStopping": "jaxfeed.train",
     "History": "jaxfeed.train",
     "Trainer": "jaxfeed.train",
@@ -101,6 +103,8 @@ if TYPE_CHECKING:
     from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets
+    from jaxfeed.packing import Packing
+    from jaxfeed.padding import Padding
     from jaxfeed.settings import (
         are_progress_bars_disabled,
         disable_caching,
@@ -174,6 +178,8 @@ __all__ = [
     "LargeList",
     "List",
     "NamedSplit",
+    "Packing",
+    "Padding",
     "Sequence",
     "Split",
     "Trainer",
