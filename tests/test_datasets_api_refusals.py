@@ -118,10 +118,19 @@ def test_map_rows_with_keys_the_first_row_did_not_return():
         jaxfeed.Dataset.from_dict({"x": [1, 2, 3]}).map(first_empty)
 
 
-def test_missing_values_in_the_jax_format():
-    feats = lambda lib: lib.Features({"y": lib.ClassLabel(names=["a", "b"])})  # noqa: E731
-    hf = datasets.Dataset.from_dict({"y": [0, None]}, features=feats(datasets))
-    assert np.isnan(np.asarray(hf.with_format("numpy")[:]["y"], dtype=float)[1])
-    ds = jaxfeed.Dataset.from_dict({"y": [0, None]}, features=feats(jaxfeed)).with_format("jax")
+@pytest.mark.parametrize(
+    ("feature", "values"),
+    [
+        (lambda lib: lib.ClassLabel(names=["a", "b"]), [0, None]),
+        (lambda lib: lib.Array2D((1, 2), "float32"), [[[1.0, 2.0]], None]),
+    ],
+    ids=["class-label", "array2d"],
+)
+def test_missing_values_in_the_jax_format(feature, values):
+    feats = lambda lib: lib.Features({"y": feature(lib)})  # noqa: E731
+    hf = datasets.Dataset.from_dict({"y": values}, features=feats(datasets))
+    assert np.isnan(np.asarray(hf.with_format("numpy")[:]["y"], dtype=float)[1]).all()
+    jf = jaxfeed.Dataset.from_dict({"y": values}, features=feats(jaxfeed))
+    assert np.isnan(np.asarray(jf.with_format("numpy")[:]["y"], dtype=float)[1]).all()
     with pytest.raises(ValueError, match=r"column 'y', row 1: the value is missing"):
-        ds[:]
+        jf.with_format("jax")[:]
