@@ -208,6 +208,24 @@ def test_split_names_of_dataset_dict_readers_and_load_dataset(tmp_path):
     same(snippet)
 
 
+def test_split_and_cache_files_after_save_to_disk(tmp_path):
+    def snippet(lib):
+        folder = tmp_path / lib.__name__
+        lib.Dataset.from_dict({"x": [1, 2]}, split="test").save_to_disk(str(folder / "a"))
+        lib.Dataset.from_dict({"x": [1, 2]}).save_to_disk(str(folder / "b"), num_shards=2)
+        a, b = (lib.load_from_disk(str(folder / n)) for n in ("a", "b"))
+        files = [f["filename"] for f in b.cache_files]
+        return (
+            str(a.split),
+            b.split,
+            [f.rsplit("/", 1)[-1] for f in files],
+            all(f.startswith(str(folder)) for f in files),
+            lib.load_from_disk(str(folder / "a"), keep_in_memory=True).cache_files,
+        )
+
+    same(snippet)
+
+
 def test_from_json_and_parquet_map_the_cache(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n{"x": 2}\n')
     pd.DataFrame({"x": [1, 2]}).to_parquet(tmp_path / "a.parquet")

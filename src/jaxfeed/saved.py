@@ -120,7 +120,7 @@ def _write_dataset(
     state = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid4().hex[:16],
-        "_split": None,
+        "_split": None if ds.split is None else str(ds.split),
         CHECKSUMS: {
             f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
             for f in (*names, "dataset_info.json")
