@@ -432,10 +432,8 @@ def map(
         for start, stop in _batches(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):
-            _, results = _call(
-                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {},
-                ranked, strip,
-            )  # fmt: skip
+            args = (batched, with_indices, columns, fn_kwargs or {}, ranked, strip)
+            _, results = _call(ds, function, start, stop, *args)
             bar.update(stop - start)
             new = _as_columns(results[0], True) if batched else _rows_to_columns(results, start)
             if new is None:
@@ -1000,10 +998,11 @@ def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
             features[name] = infer_column([value], name)[0]
     out = Features(features)
     columns = [
-        base.column(c).cast(pa_type_of(out[c])) if c in base.column_names
+        base.column(c).cast(pa_type_of(out[c]))
+        if c in base.column_names
         else pa.nulls(base.num_rows, pa_type_of(out[c]))
         for c in out
-    ]  # fmt: skip
+    ]
     base = pa.Table.from_arrays(columns, schema=out.arrow_schema)
     row = type(ds).from_dict({k: [item.get(k)] for k in out}, features=out)
     table = pa.concat_tables([base, row.data])
