@@ -131,6 +131,19 @@ class RunConfig:
         metavar="NAME",
         group="data",
     )
+    categorical_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "table columns to one-hot encode as categories (default: text and bool columns, and "
+        "integer columns of at most 10 values)",
+        metavar="A,B,C",
+        group="data",
+    )
+    missing: Literal["refuse", "impute"] = option(
+        "refuse",
+        "missing table cells: refuse them naming the column, or impute them (numbers: the "
+        "train mean; categories: the unknown slot) (default: refuse)",
+        group="data",
+    )
     task: Literal["classification", "regression"] | None = option(
         None,
         "default: inferred from the label column (strings, class labels or few integers: "
@@ -141,6 +154,12 @@ class RunConfig:
         None,
         "resize images to N or HxW (default: the most common size of the first 64 images)",
         metavar="N|HxW",
+        group="data",
+    )
+    image_mode: Literal["L", "RGB", "same"] | None = option(
+        None,
+        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
+        "widest mode of the images, said when they are mixed)",
         group="data",
     )
     # model
@@ -268,6 +287,13 @@ class RunConfig:
     resume: bool = option(
         False,
         "continue the run in --out from its latest checkpoint with its saved config.json",
+        saved=False,
+        group="process",
+    )
+    trust_code: bool = option(
+        False,
+        "--resume: import the run's own copy of a model file (code/) when the file the run "
+        "names is gone; only for run folders you trust",
         saved=False,
         group="process",
     )
@@ -690,7 +716,7 @@ class RunRecord:
 
 RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
-    "test_split", "class_weights", "lr_logged", "processes", "devices",
+    "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
 )  # fmt: skip
 
 

@@ -28,11 +28,15 @@ from jaxfeed.recipes.config import (
     read_config_file,
     read_run,
 )
-from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.recipes.models import CodePolicy, model_file
+from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
+    absolute_paths,
     check_out_folder,
+    copy_model_code,
     load_run_data,
+    model_copy,
     outputs_of,
     preprocessing_of,
 )
@@ -54,7 +58,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         out = Path(flags["out"])
         check_out_folder(out, resume=True)
         saved = read_run(out).options
-        wanted = saved.replace(flags, "command line")
+        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
         fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         for name in wanted.differences(saved):
             if not fields[name].metadata["resumable"]:
@@ -74,7 +79,11 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         config = config.replace(read_config_file(config_file), f"--config {config_file}")
     config = config.replace(flags, "command line")
     _check_optimizer(config)
-    return config
+    return config.replace(absolute_paths(_paths_of(config)), "command line")
+
+
+def _paths_of(config: RunConfig) -> dict[str, Any]:
+    return {"data": config.data, "data_dir": config.data_dir, "model": config.model}
 
 
 def _check_optimizer(config: RunConfig) -> None:
@@ -101,7 +110,7 @@ class TrainResult:
 
 def _default_out(config: RunConfig) -> Path:
     name = Path(config.data).name or "data"
-    model = config.model or "auto"
+    model = config.component("model")[0] or "auto"
     if ":" in model:
         model = model.rpartition(":")[2]
     return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -122,12 +131,19 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
+    config = config.replace(absolute_paths(_paths_of(config)), "the run's options")
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_out_folder(out, config.resume)
     record = read_run(out) if config.resume else None
+    policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
+    )
+    model_spec = config.component("model")[0] or ""
+    if ":" in model_spec:
+        model_file(model_spec, policy)  # a missing file or copy is refused before any work
     labels = (
         record.resolved["labels"]
         if record and record.resolved["task"] == "classification"
@@ -142,6 +158,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
     else:
+        table = TableOptions(
+            given=columns.given,
+            categorical=config.categorical_columns,
+            impute=config.missing == "impute",
+            excluded=columns.excluded,
+        )
         prep, notes = plan(
             splits.train,
             columns.inputs,
@@ -149,6 +171,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             columns.kind,
             run_data.task,
             config.image_hw(),
+            table,
+            config.image_mode,
         )
     for note in notes:
         say(note)
@@ -185,6 +209,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         resolved["best_mode"] = record.resolved.get("best_mode") or monitor_mode(
             resolved["best_metric"]
         )
+    if record is not None and "model_code" in record.resolved:
+        resolved["model_code"] = record.resolved["model_code"]
     held = {
         splits.eval_name or "validation": prep.prepare(splits.eval) if selection else None,
         splits.test_name or "test": None if splits.test is None else prep.prepare(splits.test),
@@ -215,6 +241,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         len(loaders[0]),
         out,
         verbose,
+        policy,
         class_weights=resolved["class_weights"],
         log_lr=resolved["lr_logged"],
     )
@@ -228,15 +255,20 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         from jaxfeed.files import atomic_write
 
         out.mkdir(parents=True, exist_ok=True)
+        if record is None and (code := copy_model_code(config, out)) is not None:
+            resolved["model_code"] = code
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} processes"
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
+    model_path, model_args = config.component("model")
+    optimizer_name, optimizer_args = config.component("optimizer")
     say(
-        f"model {model} ({config.api}), {config.epochs} epochs, batch {config.batch_size}, "
-        f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
+        f"model {model_path}{_args(model_args)} ({config.api}), {config.epochs} epochs, batch "
+        f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
+        f"({config.schedule}), on {where}; run folder {out}"
     )
     metric, mode = resolved["best_metric"], resolved["best_mode"]
     trainer.resume_hint = f"jaxfeed train --out {out} --resume"
@@ -274,6 +306,11 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     return TrainResult(out, history, best, seconds, test)
 
 
+def _args(values: dict[str, Any]) -> str:
+    """``(width=64, b1=0.9)`` of init_args, or nothing."""
+    return "(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")" if values else ""
+
+
 def _silent(*args: Any, **kwargs: Any) -> None:
     pass
 
@@ -289,7 +326,7 @@ def _resolved_options(
     return dataclasses.replace(
         config,
         model=model,
-        input_columns=list(columns.inputs),
+        input_columns=list(prep.input_columns),
         label_column=columns.label,
         task=task,
         image_size=size if prep.kind == "image" else config.image_size,
@@ -377,11 +414,12 @@ def _export_best(
         "task": run_data.task,
         "preprocess": prep.to_dict(),
         "checkpoint_step": step,
+        "checkpoint_epoch": best["epoch"],
     }
     try:
-        export(trainer, out / "model", extra=extra)
+        export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
-        if ":" not in (config.model or ""):
+        if ":" not in (config.component("model")[0] or ""):
             raise
         # a model of your own that jax.export cannot trace: eval and predict use the checkpoints
         say(
