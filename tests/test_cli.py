@@ -195,7 +195,7 @@ def test_csv_regression(tmp_path, capsys):
     assert best["eval_mae"] == pytest.approx(report["mae"], rel=1e-3)
     assert best["eval_rmse"] == pytest.approx(report["rmse"], rel=1e-3)
     assert best["eval_r2"] == pytest.approx(report["r2"], abs=1e-3)
-    assert best["eval_mae"] > 5  # prices of 100-500: label units, not standardised ones
+    assert best["eval_mae"] > 1  # prices of 100-500 (deviation ~100): label units, not standardised
     assert f"eval_mae {best['eval_mae']:.4f}" in result.stdout
     header, values = result.stdout.split("best epoch")[1].splitlines()[:2]
     assert "validation loss (standardised)" in header and "validation RMSE" in header
