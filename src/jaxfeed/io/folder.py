@@ -152,6 +152,7 @@ def load_folder(
             lambda build=build: build().features,
             cache_dir,
             sources=str(folder),
+            lineage={k: payload[k] for k in ("kind", "data_dir", "split", "features")},
         )
     return out
 

@@ -41,6 +41,7 @@ def load_dataset(
     token: str | bool | None = None,
     keep_in_memory: bool = False,
     storage_options: dict | None = None,
+    verification_mode: str | None = None,
 ) -> Any:
     """Load a dataset: a ``DatasetDict`` of splits, or one ``Dataset`` when ``split`` is given.
 
@@ -58,7 +59,9 @@ def load_dataset(
     files reuse it (a file added, changed or removed makes a new one). Local Arrow files are
     memory-mapped in place. ``keep_in_memory=True`` builds the dataset in RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
-    fsspec (see :mod:`jaxfeed.remote`).
+    fsspec (see :mod:`jaxfeed.remote`). The cache is keyed by each file's size and modification
+    time; ``verification_mode="all_checks"`` keys it by the SHA-256 of the files' bytes (read once
+    per load), for files rewritten with the same size and their modification time restored.
 
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
@@ -93,7 +96,9 @@ def load_dataset(
             return _pick_split(splits, split, streaming=True)
         else:
             splits = {
-                k: _load_files(v, fmt, features, cache_dir, keep_in_memory, storage_options)
+                k: _load_files(
+                    v, fmt, features, cache_dir, keep_in_memory, storage_options, verification_mode
+                )
                 for k, v in files.items()
             }
             if features is not None:
@@ -117,6 +122,7 @@ def _load_files(
     cache_dir: str | None,
     keep_in_memory: bool,
     storage_options: dict | None,
+    verification_mode: str | None = None,
 ) -> Dataset:
     """One split: in RAM (``keep_in_memory``), memory-mapped in place (local Arrow files), or
     converted batch by batch into the memory-mapped cache."""
@@ -129,7 +135,7 @@ def _load_files(
             table = read_tables(files, fmt)
         return _apply_features(Dataset(table), features)
     if needs_conversion(files, fmt) or features is not None:
-        return load_cached(files, fmt, cache_dir, features, storage_options)
+        return load_cached(files, fmt, cache_dir, features, storage_options, verification_mode)
     return Dataset(read_tables(files, fmt))
 
 
