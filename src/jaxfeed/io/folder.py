@@ -31,6 +31,7 @@ from jaxfeed.dataset import Dataset
 from jaxfeed.features import Audio, ClassLabel, Features, Image
 from jaxfeed.files import check_inside, resolve_inside
 from jaxfeed.io.cache import cached_dataset
+from jaxfeed.io.validate import check_json_depth
 
 IMAGE_EXTENSIONS = {
     ".png",
@@ -327,6 +328,7 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
                 pa.BufferReader(raw), convert_options=pcsv.ConvertOptions(column_types=strings)
             )
         else:
+            check_json_depth(raw, f"cannot read the metadata file {file}")
             table = pjson.read_json(
                 pa.BufferReader(raw),
                 parse_options=pjson.ParseOptions(

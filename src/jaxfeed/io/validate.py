@@ -9,6 +9,7 @@ the file, the column and the first bad row.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -195,3 +196,90 @@ def check_arrow_data(table: pa.Table, source: str) -> None:
                 chunk.validate(full=True)
             except pa.ArrowException as err:
                 raise ValueError(f"{source}: column {name!r} holds corrupt data: {err}") from None
+
+
+MAX_JSON_DEPTH = 100  # nesting levels of one JSON value read from a dataset's own files
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: untrusted values are never formatted whole
+    into a message (a 472-byte YAML alias bomb expands to gigabytes).
+
+    >>> short("x" * 1000, 12)
+    "'xxxxxxxxxxx... (1000 characters)"
+    """
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{repr(value[:limit])[:limit]}... ({len(value)} characters)"
+    if isinstance(value, list | tuple | dict | set) and len(value) > 8:
+        return f"<a {type(value).__name__} of {len(value)} items>"
+    try:
+        text = reprlib_repr(value)
+    except RecursionError:
+        return f"<a deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def reprlib_repr(value: Any) -> str:
+    """A bounded ``repr``: at most a few items per container and levels of nesting."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxdict, r.maxlist, r.maxstring, r.maxother = 3, 4, 4, 60, 60
+    return r.repr(value)
+
+
+def check_json_depth(raw: bytes, source: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON (or JSON Lines) text nesting deeper than ``max_depth`` levels, before a parser
+    recurses into it (deep nesting crashes Arrow's JSON reader and exhausts Python's stack).
+
+    One vectorised pass: brackets inside strings (quotes not escaped by an odd run of
+    backslashes) are not counted, and each line is counted on its own (as JSON Lines are read).
+
+    >>> check_json_depth(b'{"a": [[1], "[[[["]}', "f.json", max_depth=3)
+    >>> check_json_depth(b'{"a": 1}\\n' + b"[" * 5 + b"]" * 5, "f.jsonl", max_depth=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: f.jsonl: line 2 nests 5 levels deep; at most 3 are read
+    """
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    special = np.zeros(256, dtype=bool)
+    special[[ord(c) for c in '"[]{}\n']] = True
+    where = np.flatnonzero(special[arr])  # the few bytes that matter, in order
+    chars = arr[where]
+    opening = (chars == ord("[")) | (chars == ord("{"))
+    if int(np.count_nonzero(opening)) <= max_depth:
+        return
+    # a quote is escaped when an odd run of backslashes precedes it
+    slashes = np.flatnonzero(arr == ord("\\"))
+    real = np.ones(len(chars), dtype=bool)
+    if slashes.size:
+        run_start = slashes.copy()
+        breaks = np.flatnonzero(np.diff(slashes) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        run_start = np.repeat(slashes[starts], np.diff(np.concatenate([starts, [slashes.size]])))
+        quote_at = np.flatnonzero(chars == ord('"'))
+        q = where[quote_at]
+        k = np.searchsorted(slashes, q) - 1
+        ok = k >= 0
+        ends_before = np.zeros(q.size, dtype=bool)
+        ends_before[ok] = slashes[k[ok]] == q[ok] - 1
+        run = np.zeros(q.size, dtype=np.int64)
+        run[ends_before] = q[ends_before] - run_start[k[ends_before]]
+        real[quote_at[run % 2 == 1]] = False
+    newline = chars == ord("\n")
+    mark = ((chars == ord('"')) & real).astype(np.int64)
+    count = np.cumsum(mark)
+    at_line_start = np.maximum.accumulate(np.where(newline, count, 0))  # count is nondecreasing
+    inside = (count - at_line_start) % 2 == 1
+    step = np.where(opening & ~inside, 1, 0) - np.where(
+        ((chars == ord("]")) | (chars == ord("}"))) & ~inside, 1, 0
+    )
+    depth = np.cumsum(step)
+    line_of = np.cumsum(newline) - newline  # a newline belongs to the line it ends
+    line_starts = np.concatenate([[0], depth[newline]])
+    relative = depth - line_starts[line_of]
+    worst = int(np.argmax(relative))
+    if relative[worst] > max_depth:
+        line = int(np.count_nonzero(arr[: where[worst]] == ord("\n"))) + 1
+        raise ValueError(
+            f"{source}: line {line} nests {int(relative[worst])} levels deep; "
+            f"at most {max_depth} are read"
+        )

@@ -1,0 +1,80 @@
+"""Issue 25: untrusted dataset files that crashed or misled the readers (deep nesting, hostile
+field values, a data file listed twice) get one clear error naming the file and field."""
+
+import json
+
+import numpy as np
+import PIL.Image
+import pytest
+
+from jaxfeed import Dataset, load_dataset, load_from_disk
+
+
+def _image(path, value=0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    PIL.Image.fromarray(np.full((4, 4), value, np.uint8)).save(path)
+
+
+def test_metadata_jsonl_nested_too_deep_is_refused_not_a_crash(tmp_path):
+    _image(tmp_path / "a.png")
+    deep = "[" * 10_000 + "]" * 10_000  # about 20 KB: segfaulted inside pyarrow before
+    (tmp_path / "metadata.jsonl").write_text(
+        '{"file_name": "a.png", "tags": "[[[[ not nesting ]"}\n'
+        + f'{{"file_name": "b.png", "x": {deep}}}\n'
+    )
+    with pytest.raises(ValueError, match=r"metadata.jsonl: line 2 nests 10001 levels deep"):
+        load_dataset("imagefolder", data_dir=str(tmp_path))
+    # brackets inside strings, escaped quotes included, are not nesting
+    (tmp_path / "metadata.jsonl").write_text(
+        json.dumps({"file_name": "a.png", "caption": '\\"' + "[" * 500}) + "\n"
+    )
+    ds = load_dataset("imagefolder", data_dir=str(tmp_path), split="train")
+    assert ds["caption"] == ['\\"' + "[" * 500]
+
+
+def _saved(tmp_path):
+    path = tmp_path / "ds"
+    Dataset.from_dict({"x": [1, 2, 3]}).save_to_disk(path)
+    return path
+
+
+def _edit(file, change):
+    data = json.loads(file.read_text())
+    change(data)
+    file.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("file", "field", "value"),
+    [
+        ("state.json", "_format_kwargs", [1, 2]),
+        ("state.json", "_format_columns", {"a": 1}),
+        ("state.json", "_format_columns", [1, 2]),
+        ("state.json", "_format_type", 7),
+        ("state.json", "_output_all_columns", "yes"),
+        ("dataset_info.json", "features", 5),
+        ("dataset_info.json", "features", "x" * 100_000),
+    ],
+)
+def test_hostile_field_values_name_the_file_and_field(tmp_path, file, field, value):
+    path = _saved(tmp_path)
+    _edit(path / file, lambda d: d.__setitem__(field, value))
+    with pytest.raises(ValueError, match=rf"{file}: field '{field}' must (be|list)") as err:
+        load_from_disk(path)
+    assert len(str(err.value)) < 400  # the value is never formatted whole into the message
+
+
+@pytest.mark.parametrize("file", ["state.json", "dataset_info.json"])
+def test_deeply_nested_json_is_refused_naming_the_file(tmp_path, file):
+    path = _saved(tmp_path)
+    text = (path / file).read_text()
+    (path / file).write_text(text[:-1].rstrip() + ', "deep": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(ValueError, match=rf"{file} .*nests 50000 levels deep"):
+        load_from_disk(path)
+
+
+def test_a_data_file_listed_three_times_is_refused_without_verify(tmp_path):
+    path = _saved(tmp_path)
+    _edit(path / "state.json", lambda d: d.__setitem__("_data_files", d["_data_files"] * 3))
+    with pytest.raises(ValueError, match=r"state.json: field '_data_files' lists .* more than once"):
+        load_from_disk(path)
