@@ -76,5 +76,25 @@ def test_deeply_nested_json_is_refused_naming_the_file(tmp_path, file):
 def test_a_data_file_listed_three_times_is_refused_without_verify(tmp_path):
     path = _saved(tmp_path)
     _edit(path / "state.json", lambda d: d.__setitem__("_data_files", d["_data_files"] * 3))
-    with pytest.raises(ValueError, match=r"state.json: field '_data_files' lists .* more than once"):
+    with pytest.raises(
+        ValueError, match=r"state.json: field '_data_files' lists .* more than once"
+    ):
         load_from_disk(path)
+
+
+def _bomb(levels):
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + f"\nconfigs: *a{levels}\n"
+
+
+@pytest.mark.parametrize("levels", [6, 9])
+def test_yaml_alias_bomb_in_a_readme_header_is_refused(tmp_path, levels):
+    (tmp_path / "a.csv").write_text("x\n1\n")
+    header = _bomb(levels)
+    assert len(header) < 700  # 9 levels: 9^10 values once expanded
+    (tmp_path / "README.md").write_text(f"---\n{header}---\n# card\n")
+    with pytest.raises(ValueError, match=r"README.md: its YAML header: aliases expand") as err:
+        load_dataset(str(tmp_path))
+    assert len(str(err.value)) < 400

@@ -119,7 +119,9 @@ def load_from_disk(
                     f"(state.json) in {folder}"
                 )
             if name in out:
-                raise ValueError(f"{path / 'dataset_dict.json'}: split {short(name)} is listed twice")
+                raise ValueError(
+                    f"{path / 'dataset_dict.json'}: split {short(name)} is listed twice"
+                )
             out[name] = _load_dataset(folder, keep_in_memory, verify)
         return DatasetDict(out)
     if not (path / "state.json").is_file():
@@ -199,7 +201,9 @@ def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
                 **kwargs,
             )
         except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise ValueError(f"{path / 'state.json'}: bad format settings: {str(err)[:300]}") from None
+            raise ValueError(
+                f"{path / 'state.json'}: bad format settings: {str(err)[:300]}"
+            ) from None
     return ds
 
 
