@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from jaxfeed import Dataset, DataLoader
+from jaxfeed import DataLoader, Dataset
 
 
 def _add_one(row):
