@@ -20,7 +20,9 @@ def test_a_small_dev_shm_is_a_clear_error_saying_what_to_do(monkeypatch):
     ds = Dataset.from_dict({"x": np.zeros((64, 256, 256), np.float32)})  # 16 MiB per batch of 64
     monkeypatch.setenv("JAXFEED_SHM_BYTES", str(8 << 20))  # a fake 8 MiB /dev/shm
     loader = DataLoader(ds, batch_size=64, num_workers=1, row_transform=_add_one, prefetch=0)
-    with pytest.raises(OSError, match=r"shared-memory slot of 20 MiB .* /dev/shm has 8 MiB free") as err:
+    with pytest.raises(
+        OSError, match=r"shared-memory slot of 20 MiB .* /dev/shm has 8 MiB free"
+    ) as err:
         next(iter(loader))
     message = str(err.value)
     assert "--shm-size" in message and "worker_mode='thread'" in message

@@ -138,8 +138,9 @@ class LockedError(OSError):
 
 
 class FolderLock:
-    """An exclusive OS lock (``flock``) on ``folder/name``: held until :meth:`release`, and released
-    by the kernel when the holder exits or crashes, so a stale lock never needs cleaning.
+    """An exclusive OS lock (``flock``) on ``folder/name``, or on the folder itself when ``name`` is
+    None (then nothing is written): held until :meth:`release`, and released by the kernel when
+    the holder exits or crashes, so a stale lock never needs cleaning.
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
@@ -147,33 +148,40 @@ class FolderLock:
     >>> FolderLock(folder, "run")
     Traceback (most recent call last):
     ...
-    jaxfeed.files.LockedError: the run ... is in use by another process ...
+    jaxfeed.files.LockedError: the run ... is in use by another process...
     >>> lock.release()
     >>> FolderLock(folder, "run").release()
     """
 
-    def __init__(self, folder: str | os.PathLike, what: str, name: str = ".jaxfeed.lock") -> None:
+    def __init__(self, folder: str | os.PathLike, what: str, name: str | None = None) -> None:
         import fcntl  # POSIX only: imported where a lock is taken
 
-        self.path = Path(folder) / name
-        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.path = Path(folder) if name is None else Path(folder) / name
+        if name is None:
+            self.fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            holder = ""
             try:
-                holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
+                if name is not None:
+                    holder = os.pread(self.fd, 20, 0).decode(errors="replace").strip()
             finally:
                 os.close(self.fd)
                 self.fd = None
             raise LockedError(
-                f"the {what} {Path(folder)} is in use by another process (pid {holder[:20]}); "
-                "wait for it to finish or use another folder"
+                f"the {what} {Path(folder)} is in use by another process"
+                f"{f' (pid {holder})' if holder else ''}; wait for it to finish or use another "
+                "folder"
             ) from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        if name is not None:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, str(os.getpid()).encode(), 0)
 
     def release(self) -> None:
-        """Drop the lock (the file stays; its presence means nothing without the lock)."""
+        """Drop the lock (a lock file stays; its presence means nothing without the lock)."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
