@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,10 +35,12 @@ import pyarrow.parquet as pq
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
+from jaxfeed.features.features import METADATA_KEY
 from jaxfeed.features.sequence import List
 from jaxfeed.formatting import make_formatter
 from jaxfeed.io.batches import file_batches, file_schema, parquet_file
 from jaxfeed.io.files import file_format
+from jaxfeed.io.validate import confine_media_paths, holds_media, media_root
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
 STATE_VERSION = 1
@@ -73,6 +76,7 @@ class Source:
     shuffle_seed: int | None = None  # shuffle the unit order every epoch (shuffle())
     shuffled: bool = False
     footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
+    media_root: str | None = None  # where path-only Image/Audio cells may point (from_files)
 
     def footer(self, path: str) -> pq.FileMetaData:
         if path not in self.footers:
@@ -120,7 +124,7 @@ class Source:
                 continue
             table = pa.Table.from_batches([batch.slice(skip) if skip else batch])
             skip = 0
-            yield self._cast(table, unit.path)
+            yield self._confine(self._cast(table, unit.path), unit.path)
 
     def _generated(self, skip: int) -> Iterator[pa.Table]:
         """A generator cannot seek: it is run again and its first ``skip`` rows are dropped."""
@@ -201,6 +205,15 @@ class Source:
         while groups and meta.row_group(groups[0]).num_rows <= skip:
             skip -= meta.row_group(groups.pop(0)).num_rows
         return groups, skip
+
+    def _confine(self, table: pa.Table, path: str) -> pa.Table:
+        """Path-only media cells of a file resolved inside ``media_root`` (others refused)."""
+        features = self.features
+        if features is None and METADATA_KEY in (table.schema.metadata or {}):
+            features = Features.from_arrow_schema(table.schema)
+        if features is None or not any(holds_media(f) for f in features.values()):
+            return table
+        return confine_media_paths(table, features, self.media_root, path)
 
     def _cast(self, table: pa.Table, path: str) -> pa.Table:
         if self.features is None:
@@ -618,15 +631,20 @@ class IterableDataset:
         features: Features | None = None,
         storage_options: dict | None = None,
         split_row_groups: bool = True,
+        data_dir: str | os.PathLike | None = None,
     ) -> IterableDataset:
         """Stream ``files`` (Parquet, CSV, JSON Lines, Arrow; local paths or URLs).
 
         Each Parquet row group is a unit of its own (``split_row_groups``), so ``shard`` and
         :func:`split_dataset_by_node` can give processes disjoint row groups of one file.
+        Image/Audio cells stored as a path only are read from inside ``data_dir`` (default: the
+        folder holding every local file) and refused elsewhere
+        (:func:`~jaxfeed.io.validate.confine_media_paths`).
         """
         files = [str(f) for f in files]
         features = None if features is None else Features(features)
         source = Source([], fmt, storage_options, features=features)
+        source.media_root = media_root(files, data_dir)
         for f in files:
             if split_row_groups and (fmt or file_format(f)) == "parquet":
                 n = source.footer(f).num_row_groups

@@ -1,6 +1,7 @@
 """Issue 25, data loss: fit into another run's checkpoints is refused before writing (or resumes
 when asked), and a run folder is locked while ``jaxfeed train`` writes it."""
 
+import fcntl
 import os
 
 import optax
@@ -9,7 +10,6 @@ from flax import nnx
 
 from jaxfeed import DataLoader, Trainer, load_dataset
 from jaxfeed.cli import main
-from jaxfeed.files import FolderLock
 from jaxfeed.train import scale_images
 
 
@@ -44,11 +44,12 @@ def test_fit_into_another_runs_checkpoints_is_refused_before_writing(tmp_path):
 def test_a_run_folder_in_use_is_refused_before_a_byte_is_written(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
-    lock = FolderLock(out, "run folder")  # as a `jaxfeed train --out run` started first holds it
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a `jaxfeed train --out run` started first holds it
     try:
         status = main(["train", "--out", str(out), "--epochs", "1"])
     finally:
-        lock.release()
+        os.close(fd)
     err = capsys.readouterr().err
     assert status == 2 and "is in use by another process" in err
     assert os.listdir(out) == []

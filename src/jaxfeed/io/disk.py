@@ -26,6 +26,8 @@ from jaxfeed.io.validate import (
     check_arrow_data,
     check_json_depth,
     check_table,
+    confine_media_paths,
+    holds_media,
     short,
 )
 from jaxfeed.remote import is_remote
@@ -80,6 +82,7 @@ def load_from_disk(
     keep_in_memory: bool = False,
     storage_options: dict | None = None,
     verify: bool = False,
+    data_dir: str | os.PathLike | None = None,
 ) -> Dataset | DatasetDict:
     """Load a dataset saved with ``save_to_disk`` (by jaxfeed or `datasets`), memory-mapped.
 
@@ -88,6 +91,11 @@ def load_from_disk(
     range, wrong list lengths). The sizes recorded at save time are always checked;
     ``verify=True`` also checks every file's SHA-256 and raises :class:`ChecksumError` on any
     difference (or when the folder was saved without checksums, e.g. by `datasets`).
+
+    Image and Audio cells stored as a path only (no bytes) may name files inside ``path``, or
+    inside ``data_dir`` when you give one (e.g. the image folder an older save pointed into);
+    others raise :class:`UnsafePathError`. ``save_to_disk`` embeds the files' bytes, so its
+    folders need neither.
 
     >>> import tempfile
     >>> from jaxfeed import Dataset, load_from_disk
@@ -122,14 +130,14 @@ def load_from_disk(
                 raise ValueError(
                     f"{path / 'dataset_dict.json'}: split {short(name)} is listed twice"
                 )
-            out[name] = _load_dataset(folder, keep_in_memory, verify)
+            out[name] = _load_dataset(folder, keep_in_memory, verify, data_dir)
         return DatasetDict(out)
     if not (path / "state.json").is_file():
         raise FileNotFoundError(
             f"{path} is not a saved dataset: expected state.json (a Dataset) or dataset_dict.json "
             "(a DatasetDict), as written by save_to_disk"
         )
-    return _load_dataset(path, keep_in_memory, verify)
+    return _load_dataset(path, keep_in_memory, verify, data_dir)
 
 
 def _split_folder(path: Path, name: str) -> Path:
@@ -141,7 +149,9 @@ def _split_folder(path: Path, name: str) -> Path:
     return resolve_inside(path, name, f"split {name!r} of {path / 'dataset_dict.json'}")
 
 
-def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
+def _load_dataset(
+    path: Path, keep_in_memory: bool, verify: bool, data_dir: str | os.PathLike | None = None
+) -> Dataset:
     state = _read_json(path / "state.json", "the saved dataset's state")
     state_file = path / "state.json"
     entries = state.get("_data_files")
@@ -188,6 +198,11 @@ def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
             source, "*", None, f"field 'features' does not fit the data: {str(err)[:300]}"
         ) from None
     check_table(ds.data, ds.features, source)
+    if any(holds_media(f) for f in ds.features.values()):
+        root = os.path.abspath(data_dir if data_dir is not None else path)
+        table = confine_media_paths(ds.data, ds.features, root, str(files[0]))
+        if table is not ds.data:  # relative paths made absolute: no longer the files' table
+            ds, keep_in_memory = Dataset(table, ds.features), True
     if not keep_in_memory:
         ds._internal.set_cache(path)
     fmt_type = state.get("_format_type")

@@ -21,6 +21,7 @@ from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
 from jaxfeed.io.folder import SPLIT_NAMES, load_folder
 from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
+from jaxfeed.io.validate import confine_media_paths, holds_media, media_root
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
@@ -87,17 +88,29 @@ def load_dataset(
         if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
+            root = _media_root(path, files, data_dir)
             splits = {
                 k: iterable.IterableDataset.from_files(
-                    v, fmt, features, storage_options=storage_options
+                    v, fmt, features, storage_options=storage_options, data_dir=root
                 )
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
         else:
+            root = _media_root(path, files, data_dir)
             splits = {
-                k: _load_files(
-                    v, fmt, features, cache_dir, keep_in_memory, storage_options, verification_mode
+                k: _confine(
+                    _load_files(
+                        v,
+                        fmt,
+                        features,
+                        cache_dir,
+                        keep_in_memory,
+                        storage_options,
+                        verification_mode,
+                    ),
+                    root,
+                    v,
                 )
                 for k, v in files.items()
             }
@@ -137,6 +150,33 @@ def _load_files(
     if needs_conversion(files, fmt) or features is not None:
         return load_cached(files, fmt, cache_dir, features, storage_options, verification_mode)
     return Dataset(read_tables(files, fmt))
+
+
+def _media_root(path: str, files: Mapping[str, list[str]], data_dir: str | None) -> str | None:
+    """The folder path-only Image/Audio cells of these files may name (see
+    :func:`~jaxfeed.io.validate.confine_media_paths`): ``data_dir`` given with a format, the
+    dataset's folder (a local folder, a Hub snapshot), else the folder holding every data file."""
+    every = [f for v in files.values() for f in v]
+    if path in PACKAGED:
+        return media_root(every, None if data_dir is None or is_remote(data_dir) else data_dir)
+    if not is_remote(path) and Path(path).is_dir():
+        return os.path.abspath(path)
+    root = media_root(every)
+    if root is not None:  # a Hub snapshot: the whole snapshot is the dataset's folder
+        parts = Path(root).parts
+        if "snapshots" in parts[:-1]:
+            at = len(parts) - 1 - parts[::-1].index("snapshots")
+            root = str(Path(*parts[: at + 2]))
+    return root
+
+
+def _confine(ds: Dataset, root: str | None, files: list[str]) -> Dataset:
+    """``ds`` with its path-only media cells resolved inside ``root`` (others refused)."""
+    if not any(holds_media(f) for f in ds.features.values()):
+        return ds
+    source = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+    table = confine_media_paths(ds.data, ds.features, root, source)
+    return ds if table is ds.data else Dataset(table, ds.features)
 
 
 def _apply_features(ds: Dataset, features: Features | None) -> Dataset:

@@ -9,6 +9,7 @@ the file, the column and the first bad row.
 
 from __future__ import annotations
 
+import os
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,8 @@ import pyarrow.compute as pc
 from jaxfeed.features import ClassLabel, Features, Sequence, Value
 from jaxfeed.features.array import ARRAY_TYPES
 from jaxfeed.features.base import unwrap_storage
+from jaxfeed.features.media import MediaFeature
+from jaxfeed.files import UnsafePathError
 
 Rows = Callable[[int], int]
 
@@ -283,3 +286,181 @@ def check_json_depth(raw: bytes, source: str, max_depth: int = MAX_JSON_DEPTH) -
             f"{source}: line {line} nests {int(relative[worst])} levels deep; "
             f"at most {max_depth} are read"
         )
+
+
+def confine_media_paths(
+    table: pa.Table, features: Features, root: str | os.PathLike | None, source: str
+) -> pa.Table:
+    """Image and Audio cells stored as a path only (no bytes) in a file: resolve relative paths
+    against ``root`` (the dataset's own folder, or a ``data_dir=`` the user gave) and refuse, with
+    :class:`~jaxfeed.files.UnsafePathError` naming the file, column and row, a path that leads
+    outside it (absolute, ``..``, a sibling such as ``/d/ds-evil`` of ``/d/ds``, a symlink out, a
+    URL). Returns the table with relative paths made absolute; cells holding bytes are decoded
+    from their bytes and never read from their path. With ``root`` None every path-only cell is
+    refused.
+
+    >>> import tempfile, os, pyarrow as pa
+    >>> from jaxfeed import Features, Image
+    >>> from jaxfeed.features.media import MEDIA_TYPE
+    >>> root = tempfile.mkdtemp()
+    >>> cells = pa.array([{"bytes": None, "path": "a.png"}], MEDIA_TYPE)
+    >>> out = confine_media_paths(pa.table({"i": cells}), Features({"i": Image()}), root, "t")
+    >>> out.column("i")[0]["path"].as_py() == os.path.join(root, "a.png")
+    True
+    >>> cells = pa.array([{"bytes": None, "path": "../x.png"}], MEDIA_TYPE)
+    >>> confine_media_paths(pa.table({"i": cells}), Features({"i": Image()}), root, "t")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.files.UnsafePathError: t: column 'i', row 0: image path '../x.png' points outside ...
+    """
+    columns = {}
+    for name, feature in features.items():
+        if name not in table.column_names:
+            continue
+        if isinstance(feature, MediaFeature):
+            column = table.column(name)
+            fixed = [_confine_cells(c, root, source, name, feature, s) for c, s in _chunks(column)]
+            if any(f is not c for f, c in zip(fixed, column.chunks, strict=True)):
+                columns[name] = pa.chunked_array(fixed, type=column.type)
+        elif holds_media(feature):
+            start = 0
+            for chunk in table.column(name).chunks:
+                _check_nested(feature, chunk, root, source, name, start)
+                start += len(chunk)
+    for name, column in columns.items():
+        table = table.set_column(table.column_names.index(name), name, column)
+    return table
+
+
+def _chunks(column: pa.ChunkedArray) -> list[tuple[pa.Array, int]]:
+    out, start = [], 0
+    for chunk in column.chunks:
+        out.append((chunk, start))
+        start += len(chunk)
+    return out
+
+
+def holds_media(feature: Any) -> bool:
+    """Whether ``feature`` is, or holds, an Image or Audio feature."""
+    if isinstance(feature, MediaFeature):
+        return True
+    if isinstance(feature, Mapping):
+        return any(holds_media(f) for f in feature.values())
+    if isinstance(feature, Sequence | list):
+        inner = feature.feature if isinstance(feature, Sequence) else feature[0]
+        return holds_media(inner)
+    return False
+
+
+def _check_nested(feature: Any, array: pa.Array, root: Any, source: str, column: str, row: int):
+    """Media inside lists or structs: checked, never rewritten (a relative path there is refused)."""
+    array = unwrap_storage(array)
+    if isinstance(feature, MediaFeature):
+        _confine_cells(array, root, source, column, feature, row, rewrite=False)
+    elif isinstance(feature, Mapping) and pa.types.is_struct(array.type):
+        for key, sub in feature.items():
+            if array.type.get_field_index(key) >= 0:
+                _check_nested(sub, array.field(key), root, source, f"{column}.{key}", row)
+    elif isinstance(feature, Sequence | list) and (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or pa.types.is_fixed_size_list(array.type)
+    ):
+        inner = feature.feature if isinstance(feature, Sequence) else feature[0]
+        if isinstance(inner, Mapping) and pa.types.is_struct(array.type):
+            return
+        _check_nested(inner, array.flatten(), root, source, column, row)
+
+
+def _confine_cells(
+    array: pa.Array,
+    root: Any,
+    source: str,
+    column: str,
+    feature: Any,
+    start: int,
+    rewrite: bool = True,
+) -> pa.Array:
+    storage = unwrap_storage(array)
+    if not pa.types.is_struct(storage.type) or storage.type.get_field_index("path") < 0:
+        return array
+    paths = storage.field("path")
+    if storage.type.get_field_index("bytes") >= 0:
+        only_path = pc.and_(pc.is_null(storage.field("bytes")), pc.is_valid(paths))
+    else:
+        only_path = pc.is_valid(paths)
+    only_path = pc.and_(only_path, storage.is_valid())
+    if not pc.any(only_path).as_py():
+        return array
+    what = "audio path" if type(feature).__name__ == "Audio" else "image path"
+    rows = np.flatnonzero(only_path.to_numpy(zero_copy_only=False))
+    values = paths.to_pylist()
+    real_root = None if root is None else os.path.realpath(root)
+    resolved: dict[str, str] = {}
+    for i in rows.tolist():
+        text = values[i]
+        if text in resolved:
+            values[i] = resolved[text]
+            continue
+        where = f"{source}: column {column!r}, row {start + i}: {what} {short(text, 120)}"
+        if root is None:
+            raise UnsafePathError(
+                f"{where} is read from a file with no local folder to resolve it in; pass "
+                "data_dir= (a folder you trust) to read such paths"
+            )
+        if "\x00" in text or "://" in text or text.startswith("~"):
+            raise UnsafePathError(f"{where} is not a local path inside {root}")
+        if not os.path.isabs(text) and not rewrite:
+            raise UnsafePathError(
+                f"{where} is relative inside a list or struct; only top-level columns' "
+                "relative paths are resolved"
+            )
+        lexical = os.path.normpath(os.path.join(os.path.abspath(root), text))
+        real = os.path.realpath(lexical)
+        inside_lexical = _inside(lexical, os.path.abspath(root)) or _inside(lexical, real_root)
+        if not (inside_lexical and _inside(real, real_root)):
+            raise UnsafePathError(
+                f"{where} points outside {root} (to {short(real, 120)}); only files inside the "
+                "dataset's folder, or a data_dir= you give, are read"
+            )
+        resolved[text] = values[i] = lexical
+    if not rewrite or all(
+        values[i] == p for i, p in zip(rows.tolist(), paths.take(rows).to_pylist(), strict=True)
+    ):
+        return array
+    new_paths = pa.array(values, type=paths.type)
+    fields = [
+        storage.field(k) if k != "path" else new_paths for k in (f.name for f in storage.type)
+    ]
+    rebuilt = pa.StructArray.from_arrays(
+        fields, fields=list(storage.type), mask=pc.invert(storage.is_valid())
+    )
+    return (
+        rebuilt
+        if rebuilt.type == array.type
+        else pa.ExtensionArray.from_storage(array.type, rebuilt)
+    )
+
+
+def _inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it, compared by path components (``/d/ds-evil`` is not in
+    ``/d/ds``)."""
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:
+        return False
+
+
+def media_root(files: Any, data_dir: str | os.PathLike | None = None) -> str | None:
+    """The folder whose files a dataset's path-only Image/Audio cells may name: ``data_dir`` when
+    given, else the deepest folder holding every local data file (None for remote files).
+
+    >>> media_root(["/d/ds/data/a.parquet", "/d/ds/b.parquet"])
+    '/d/ds'
+    """
+    if data_dir is not None:
+        return os.path.abspath(data_dir)
+    paths = [str(f) for f in files]
+    if not paths or any("://" in p for p in paths):
+        return None
+    return os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
