@@ -98,3 +98,49 @@ def test_yaml_alias_bomb_in_a_readme_header_is_refused(tmp_path, levels):
     with pytest.raises(ValueError, match=r"README.md: its YAML header: aliases expand") as err:
         load_dataset(str(tmp_path))
     assert len(str(err.value)) < 400
+
+
+HUGE = 10**12
+
+
+def test_a_huge_declared_class_count_costs_nothing_until_names_are_used(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jaxfeed import ClassLabel, Features
+
+    meta = {"info": {"features": {"y": {"_type": "ClassLabel", "num_classes": HUGE}}}}
+    table = pa.table({"y": [0, 5, 999_999_999_999]}).replace_schema_metadata(
+        {"huggingface": json.dumps(meta)}
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert (tmp_path / "t.parquet").stat().st_size < 2000
+    ds = load_dataset(str(tmp_path / "t.parquet"), split="train")
+    label = ds.features["y"]
+    assert label.num_classes == HUGE and not isinstance(label.names, list)
+    assert label.int2str(5) == "5" and label.str2int("999999999999") == HUGE - 1
+    assert label.names[-1] == "999999999999" and len(repr(ds.features)) < 200
+    assert label == ClassLabel(num_classes=HUGE) and label != ClassLabel(num_classes=HUGE - 1)
+    assert ClassLabel(num_classes=5000) == ClassLabel(names=[str(i) for i in range(5000)])
+    with pytest.raises(ValueError, match="invalid class name '007'"):
+        label.str2int("007")
+    # the same count from a saved dataset's dataset_info.json
+    Dataset.from_dict(
+        {"y": [0, 1]}, features=Features({"y": ClassLabel(num_classes=2)})
+    ).save_to_disk(tmp_path / "ds")
+    _edit(
+        tmp_path / "ds" / "dataset_info.json",
+        lambda d: d["features"].__setitem__("y", {"_type": "ClassLabel", "num_classes": HUGE}),
+    )
+    saved = load_from_disk(tmp_path / "ds")
+    assert saved.features["y"].num_classes == HUGE and saved.features["y"].to_dict() == {
+        "_type": "ClassLabel",
+        "num_classes": HUGE,
+    }
+    _edit(
+        tmp_path / "ds" / "dataset_info.json",
+        lambda d: d["features"].__setitem__("y", {"_type": "ClassLabel", "num_classes": "x" * 999}),
+    )
+    with pytest.raises(ValueError, match="num_classes must be an integer") as err:
+        load_from_disk(tmp_path / "ds")
+    assert len(str(err.value)) < 400
