@@ -149,6 +149,7 @@ class StreamingDataLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "stream": None if self._snapshot is None else encode_state(_as_dict(self._snapshot)),
+            "source": self.dataset.source_identity(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -165,6 +166,7 @@ class StreamingDataLoader:
                     f"the saved loader state does not match this loader: {key} is "
                     f"{state.get(key)!r} in the state but {getattr(self, key)!r} here"
                 )
+        self.dataset.check_source(state.get("source"), "StreamingDataLoader.load_state_dict")
         self._close()
         self._epoch, self._position = int(state["epoch"]), int(state["batches_consumed"])
         self._snapshot = None if state["stream"] is None else decode_state(state["stream"])
