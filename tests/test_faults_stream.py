@@ -43,7 +43,7 @@ def test_a_stream_state_is_refused_after_its_files_change_or_for_another_stream(
     with pytest.raises(ValueError, match="saved for another stream"):
         other.load_state_dict(state)
     with pytest.raises(
-        ValueError, match="StreamingDataLoader.load_state_dict: the state was saved"
+        ValueError, match=r"StreamingDataLoader\.load_state_dict: the state was saved"
     ):
         DataLoader(other, batch_size=4).load_state_dict(loader_state)
     # the files rewritten (new rows): the saved offsets would point at other rows
