@@ -264,4 +264,6 @@ def _image_choice(
     mixed_modes = (
         f" (from {', '.join(sorted(modes))})" if len(modes) > 1 or mode not in modes else ""
     )
+    if any(m.startswith("I;16") or m == "I" for m in modes):
+        mixed_modes += "; 16-bit pixels scaled to 8 bits (round(v / 257)), not clipped"
     return mode, size, f"images: {how}, mode {mode}{mixed_modes}"
