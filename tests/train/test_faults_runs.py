@@ -53,3 +53,63 @@ def test_a_run_folder_in_use_is_refused_before_a_byte_is_written(tmp_path, capsy
     err = capsys.readouterr().err
     assert status == 2 and "is in use by another process" in err
     assert os.listdir(out) == []
+
+
+def test_checkpoints_of_the_first_linen_layout_restore_or_are_refused_naming_it(tmp_path):
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    from jaxfeed.checkpoint import CheckpointError, CheckpointManager
+    from jaxfeed.models import LinenCNN
+
+    digits = load_dataset("digits")
+    train = DataLoader(digits["train"].select(range(128)), 64)
+    example = np.zeros((1, 8, 8), np.uint8)
+
+    def linen(module=None):
+        return Trainer.from_linen(
+            module or LinenCNN(10), optax.adamw(1e-3), example, preprocess=scale_images, verbose=0
+        )
+
+    trainer = linen()
+    trainer.fit(train, epochs=1, checkpoint_dir=tmp_path / "new")
+    with CheckpointManager(tmp_path / "new") as new:
+        step = new.latest_step
+        meta = new.meta(step)
+        state = new.restore(step, state=trainer.core.state)["state"]
+    # the same arrays in the first Linen layout, as jaxfeed wrote them before the restructure
+    first = {
+        "params": state["params"],
+        "batch_stats": state["collections"]["batch_stats"],
+        "opt_state": state["opt_state"],
+    }
+    own = ("format", "version", "step", "metrics", "key_paths", "shapes", "checksums")
+    with CheckpointManager(tmp_path / "old") as old:
+        old.save(
+            step,
+            first,
+            metrics=meta["metrics"],
+            meta={k: v for k, v in meta.items() if k not in own},
+        )
+    fresh = linen()
+    with CheckpointManager(tmp_path / "old") as old:
+        fresh.restore_checkpoint(old, "latest")
+    assert fresh.step == trainer.step
+    for a, b in zip(
+        jax.tree.leaves(fresh.core.state), jax.tree.leaves(trainer.core.state), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    class Plain(nn.Module):  # no batch_stats: cannot hold a layout-1 checkpoint's
+        @nn.compact
+        def __call__(self, x, train: bool = True):
+            return nn.Dense(10)(x.reshape((x.shape[0], -1)))
+
+    with (
+        CheckpointManager(tmp_path / "old") as old,
+        pytest.raises(
+            CheckpointError, match=r"Linen checkpoint layout 1 \{params, batch_stats, opt_state\}"
+        ),
+    ):
+        linen(Plain()).restore_checkpoint(old, "latest")

@@ -480,7 +480,9 @@ class LinenCore:
         return self.state
 
     def restore(self, manager: Any, step: Any) -> dict[str, Any]:
-        restored = manager.restore(step, state=self.state)
+        from jaxfeed.checkpoint import restore_linen  # orbax is heavy: only when restoring
+
+        restored = restore_linen(manager, step, self.state)  # either Linen checkpoint layout
         self.state = restored["state"]
         return restored["meta"]
 
