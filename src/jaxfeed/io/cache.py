@@ -231,7 +231,7 @@ def _read_info(folder: Path) -> dict:
     where = f"cache entry {folder}"
     try:
         info = json.loads((folder / INFO_FILE).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise CacheDamagedError(
             f"{where}: {INFO_FILE} is unreadable ({type(err).__name__})"
         ) from None
@@ -281,7 +281,7 @@ def _open(folder: Path) -> Dataset:
 def _verified_key(folder: Path) -> list[int] | None:
     try:
         return json.loads((folder / VERIFIED_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -581,7 +581,7 @@ def entries(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
         try:
             info = json.loads((folder / INFO_FILE).read_text())
             info = info if isinstance(info, dict) else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             info = {}
         out.append(
             {

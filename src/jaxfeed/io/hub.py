@@ -148,7 +148,11 @@ def load_yaml(text: str, source: str, what: str = "YAML", max_nodes: int = MAX_Y
     ...
     ValueError: README.md: its YAML: aliases expand to more than 10 values; at most 10 are read
     """
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as err:  # a character YAML does not allow
+        problem = " ".join(str(err).split())[:300]
+        raise ValueError(f"{source}: cannot parse its {what}: {problem}") from None
     try:
         node = loader.get_single_node()
         if node is None:
