@@ -144,3 +144,18 @@ def test_a_huge_declared_class_count_costs_nothing_until_names_are_used(tmp_path
     with pytest.raises(ValueError, match="num_classes must be an integer") as err:
         load_from_disk(tmp_path / "ds")
     assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("how", ["cache", "streaming", "keep_in_memory"])
+def test_a_json_lines_data_file_nested_too_deep_is_refused_not_a_crash(tmp_path, how):
+    path = tmp_path / "t.jsonl"
+    rows = [json.dumps({"b": i, "a": [[i]]}) for i in range(3000)]
+    deep = '{"b": 1, "a": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    path.write_text("\n".join([*rows, deep]) + "\n")
+    kwargs = {"cache_dir": str(tmp_path / "c")} if how == "cache" else {how: True}
+    with pytest.raises(ValueError, match=rf"t.jsonl: line {len(rows) + 1} nests 10001 levels deep"):
+        ds = load_dataset(str(path), split="train", **kwargs)
+        list(ds) if how == "streaming" else None
+    path.write_text("\n".join(rows) + "\n")  # shallow lines load as before
+    first = next(iter(load_dataset(str(path), split="train", **kwargs)))
+    assert first == {"b": 0, "a": [[0]]}

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from jaxfeed.features import Features
 from jaxfeed.features.features import METADATA_KEY
-from jaxfeed.io.validate import check_arrow_data, check_table
+from jaxfeed.io.validate import check_arrow_data, check_json_depth, check_table
 
 FORMATS = {
     ".parquet": "parquet",
@@ -140,6 +140,7 @@ def _read_json(path: Path) -> pa.Table:
                 return pa.table(data)  # {"col": [...], ...}
     import pyarrow.json as pjson
 
+    check_json_depth(path.read_bytes(), str(path))  # before Arrow's parser recurses into it
     table = pjson.read_json(path)
     check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings
     return table
