@@ -233,7 +233,8 @@ class Dataset:
             columns = [columns]
         if columns is not None:
             columns = list(columns)
-            unknown = [c for c in columns if c not in self.column_names]
+            names = set(self.column_names)  # one list, not one per column (wide tables)
+            unknown = [c for c in columns if c not in names]
             if unknown:
                 raise ValueError(
                     f"columns {unknown} are not in the dataset; its columns are {self.column_names}"

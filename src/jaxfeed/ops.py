@@ -39,7 +39,8 @@ def _column_list(ds: Dataset, columns: str | Sequence[str] | None, what: str) ->
     if columns is None:
         return []
     columns = [columns] if isinstance(columns, str) else list(columns)
-    unknown = [c for c in columns if c not in ds.column_names]
+    names = set(ds.column_names)  # one list, not one per column (wide tables)
+    unknown = [c for c in columns if c not in names]
     if unknown:
         raise ValueError(
             f"{what}: columns {unknown} are not in the dataset; its columns are {ds.column_names}"
@@ -865,7 +866,8 @@ def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
 
     if not isinstance(item, Mapping):
         raise TypeError(f"add_item needs a dict of column values, got {type(item).__name__}")
-    unknown = [k for k in item if k not in ds.column_names]
+    names = set(ds.column_names)
+    unknown = [k for k in item if k not in names]
     if unknown:
         raise ValueError(f"add_item: columns {unknown} are not in the dataset {ds.column_names}")
     row = DatasetClass.from_dict({k: [item.get(k)] for k in ds.column_names}, features=ds.features)
