@@ -157,8 +157,13 @@ def build_trainer(
     steps_per_epoch: int,
     out_dir: Path | None = None,
     verbose: int = 1,
+    *,
+    mesh: Any = None,
+    sharding: Any = "replicate",
 ) -> Trainer:
-    """The trainer of a run: model, optimizer, loss and callbacks, all from the config."""
+    """The trainer of a run: model, optimizer, loss and callbacks, all from the config; the
+    state laid out on ``mesh`` by ``sharding`` (``--mesh``, ``--sharding``: training passes
+    them; evaluation and prediction replicate)."""
     total = config.epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
@@ -189,6 +194,8 @@ def build_trainer(
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
+        "mesh": mesh,
+        "sharding": sharding,
     }
     model = build_model(config, prep, outputs, config.seed)
     if config.api == "linen":
