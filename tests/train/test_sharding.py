@@ -12,6 +12,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader, Dataset, Trainer, load_dataset
+from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import CNN, MLP
 from jaxfeed.train import Callback, scale_images
 from jaxfeed.train.sharding import ShardingError, make_mesh
@@ -103,13 +104,20 @@ def test_memory_is_reported_in_metrics_jsonl(tmp_path):
     trainer = Trainer(model, optax.sgd(0.1), inputs="x", verbose=0, sharding="fsdp",
                       out_dir=tmp_path)  # fmt: skip
     trainer.fit(DataLoader(_stack_data().select(range(64)), 32), epochs=1)
+    assert trainer.mesh.shape == {"data": 8} and trainer.sharding == "fsdp"
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    memory = [r for r in rows if r.get("kind") == "memory"]
-    assert len(memory) == 1 and memory[0]["sharding"] == "fsdp"
-    assert memory[0]["mesh"] == {"data": 8} and memory[0]["devices"] == 8
-    assert memory[0]["state_bytes_per_device"] == trainer.state_bytes_per_device()
+    assert rows[-1]["state_bytes_per_device"] == trainer.state_bytes_per_device()
     whole = sum(x.nbytes for x in jax.tree.leaves(trainer.core.state))
-    assert whole / 8 <= memory[0]["state_bytes_per_device"] < whole / 4
+    assert whole / 8 <= rows[-1]["state_bytes_per_device"] < whole / 4
+    # the export gathers the FSDP-split weights into whole tensors
+    from safetensors.numpy import load_file
+
+    from jaxfeed.export import export
+
+    tensors = load_file(str(export(trainer, tmp_path / "model") / "model.safetensors"))
+    kernel = trainer.model.layers[0].kernel.get_value()
+    assert "data" in str(kernel.sharding.spec)
+    np.testing.assert_array_equal(tensors["layers.0.kernel"], np.asarray(kernel))
 
 
 def test_bad_sharding_is_refused_before_compiling():
@@ -197,3 +205,43 @@ def test_checkpoints_restore_across_meshes_sharding_modes_and_processes(tmp_path
     two = np.load(tmp_path / "two.npz")
     for name, value in run.host_state(eight).items():
         np.testing.assert_allclose(two[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    from jaxfeed.cli import main
+
+    out = tmp_path / "run"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("mesh: data=4,model=2\nsharding: {conv: model, mlp: model, fsdp: true}\n")
+    args = ["train", "--epochs", "1", "--batch-size", "64", "--out", str(out)]
+    assert main([*args, "--mesh", "data=4,model=2", "--sharding", "fsdp"]) == 0
+    printed = capsys.readouterr().out
+    assert 'on 8 devices in 1 processes (mesh data=4,model=2, sharding "fsdp")' in printed
+    assert "of parameters and optimizer state per device (sharding \"fsdp\")" in printed
+    options = json.loads((out / "config.json").read_text())["options"]
+    assert options["mesh"] == "data=4,model=2" and options["sharding"] == "fsdp"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["state_bytes_per_device"] > 0
+
+    # logical-axis rules from a config file, with FSDP (the CNN's annotations)
+    assert main(["train", "--config", str(rules), *args[1:-1], str(tmp_path / "rules")]) == 0
+    printed = capsys.readouterr().out
+    assert '(mesh data=4,model=2, sharding {"conv": "model", "mlp": "model", "fsdp": true})' in printed
+
+    # resumed on 2 devices: the mesh given for this machine, recorded in config.json
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}  # fmt: skip
+    argv = [sys.executable, "-m", "jaxfeed.cli", "train", "--out", str(out), "--resume",
+            "--epochs", "2", "--mesh", "data=2"]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert 'on 2 devices in 1 processes (mesh data=2, sharding "fsdp")' in done.stdout
+    options = json.loads((out / "config.json").read_text())["options"]
+    assert options["mesh"] == "data=2"
+    assert "epoch 2/2" in done.stdout and "epoch 1/2" not in done.stdout
+    with CheckpointManager(out / "checkpoints") as manager:
+        assert manager.meta(manager.latest_step)["epoch"] == 2

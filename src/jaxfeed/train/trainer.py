@@ -200,7 +200,6 @@ class Trainer:
             None  # how to resume, printed on preemption (the CLI sets it)
         )
         self._progress: EpochProgress | None = None  # the epoch in progress
-        self._memory_logged = False  # the fit's "memory" row of metrics.jsonl is written
 
     @classmethod
     def from_linen(
@@ -355,7 +354,6 @@ class Trainer:
             warnings.warn(message, stacklevel=2)
             return self.history
         self.stop_training = False
-        self._memory_logged = False
         if manager is not None:
             manager.begin_writing()  # refuses a directory another live run writes
         run_log = RunLog(
@@ -407,7 +405,8 @@ class Trainer:
             self._report_epoch(logs, epochs)
             for cb in self.callbacks:
                 cb.on_epoch_end(self, logs)
-            run_log.write({**logs, "step": self.step}, "epoch")
+            memory = self.state_bytes_per_device()  # as the state is laid out
+            run_log.write({**logs, "step": self.step, "state_bytes_per_device": memory}, "epoch")
             if self.out_dir is not None and self.primary:
                 atomic_write(self.out_dir / "history.csv", self.history.to_csv())
             if manager is not None and (
@@ -457,9 +456,7 @@ class Trainer:
                 if progress.sums is None:
                     progress.sums = self._sums(progress.saved_sums)
                     progress.window_sums = progress.saved_sums
-                if not self._memory_logged:
-                    self._memory_logged = True
-                    run_log.write(self._memory_row(progress.epoch), "memory")
+
                 self.core.state, progress.sums = self.core.train_step(
                     self.core.state, progress.sums, arrays, np.int32(n), np.int32(self.step)
                 )
@@ -589,18 +586,6 @@ class Trainer:
         if watch is not None and watch.should_stop(step):
             self._preempt(watch, manager, loader)
         return self.stop_training or (schedule.max_steps is not None and step >= schedule.max_steps)
-
-    def _memory_row(self, epoch: int) -> dict[str, Any]:
-        """Where the state lives and what each device holds of it (``metrics.jsonl``)."""
-        mesh = self.placement.mesh
-        return {
-            "step": self.step,
-            "epoch": epoch,
-            "state_bytes_per_device": self.state_bytes_per_device(),
-            "sharding": self.sharding,
-            "mesh": None if mesh is None else {str(k): int(v) for k, v in mesh.shape.items()},
-            "devices": len(jax.tree.leaves(self.core.state)[0].sharding.device_set),
-        }
 
     def _step_row(self, progress: EpochProgress) -> dict[str, Any]:
         """Training loss and metrics averaged since the previous row (or the epoch start)."""
