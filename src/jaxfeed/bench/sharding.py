@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import statistics
 import time
+
+from jaxfeed.bench._common import save_json
 
 MODES = {
     "replicate": ("replicate", {"data": 8}),
@@ -94,7 +95,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     parser.add_argument("--budget-gb", type=float, default=16.0,
                         help="per-device memory for the largest-model column (default 16)")  # fmt: skip
-    parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
     import jax
 
@@ -127,9 +127,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "(bytes: parameters + Adam state per device, from the arrays' shardings; the last column "
         "is budget / bytes per parameter, before activations)"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    settings = {"params": args.params, "width": width, "blocks": blocks, "batch": args.batch,
+                "steps": args.steps, "budget_gb": args.budget_gb}  # fmt: skip
+    print(f"\nwrote {save_json('sharding', {'settings': settings, 'rows': rows})}")
     return rows
 
 
