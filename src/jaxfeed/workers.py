@@ -249,13 +249,15 @@ def build_plan(
     sink = _Rows(n, None if recipe.transform is not None else alloc)
     media = [key for key in columns if key in recipe.media]
     if fn is None:
-        for i in range(n):
+        # Without media to decode the batch is the gathered columns as they are: no per-row
+        # Python (a loop over empty rows here halved the in-memory loader's throughput).
+        for i in range(n if media else 0):
             row_id = int(rows[i])
             if progress is not None:
                 progress.value = row_id
             sink.add(i, {key: _decode(recipe, key, columns[key][i], row_id, i) for key in media})
         plan: dict[str, Any] = {}
-        decoded = sink.columns(media) if n else {key: [] for key in media}
+        decoded = sink.columns(media) if n and media else {key: [] for key in media}
         for key, value in columns.items():
             plan[key] = decoded[key] if key in recipe.media else value
     else:
