@@ -222,16 +222,26 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     assert main([*args, "--mesh", "data=4,model=2", "--sharding", "fsdp"]) == 0
     printed = capsys.readouterr().out
     assert 'on 8 devices in 1 processes (mesh data=4,model=2, sharding "fsdp")' in printed
-    assert "of parameters and optimizer state per device (sharding \"fsdp\")" in printed
+    assert 'of parameters and optimizer state per device (sharding "fsdp")' in printed
     options = json.loads((out / "config.json").read_text())["options"]
     assert options["mesh"] == "data=4,model=2" and options["sharding"] == "fsdp"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["state_bytes_per_device"] > 0
 
-    # logical-axis rules from a config file, with FSDP (the CNN's annotations)
-    assert main(["train", "--config", str(rules), *args[1:-1], str(tmp_path / "rules")]) == 0
-    printed = capsys.readouterr().out
-    assert '(mesh data=4,model=2, sharding {"conv": "model", "mlp": "model", "fsdp": true})' in printed
+    # logical-axis rules from a config file (trained with by the tests above), with FSDP
+    from jaxfeed.recipes.train import configure
+
+    config = configure({"epochs": 1}, str(rules))
+    assert config.mesh == "data=4,model=2"
+    assert config.sharding == {"conv": "model", "mlp": "model", "fsdp": True}
+    bad = [*args[:-1], str(tmp_path / "bad"), "--mesh", "data=4,model=2"]
+    assert main([*bad, "--sharding", '{"mlp": "tensor"}']) == 2
+    err = capsys.readouterr().err
+    assert (
+        "error: --sharding {\"mlp\": \"tensor\"}: sharding rule 'mlp': 'tensor' names a mesh axis"
+        in err
+    )
+    assert not (tmp_path / "bad" / "config.json").exists()
 
     # resumed on 2 devices: the mesh given for this machine, recorded in config.json
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import optax
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
@@ -198,7 +200,10 @@ def build_trainer(
         "sharding": sharding,
     }
     model = build_model(config, prep, outputs, config.seed)
-    if config.api == "linen":
-        example = np.zeros((1, *prep.input_shape), dtype=np.float32)
-        return Trainer.from_linen(model, tx, example, **common)
-    return Trainer(model, tx, **common)
+    try:
+        if config.api == "linen":
+            example = np.zeros((1, *prep.input_shape), dtype=np.float32)
+            return Trainer.from_linen(model, tx, example, **common)
+        return Trainer(model, tx, **common)
+    except ShardingError as err:
+        raise ConfigError(f"--sharding {json.dumps(sharding)}: {err}") from None
