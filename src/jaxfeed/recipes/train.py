@@ -214,9 +214,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     if best is not None:
-        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
-        say(f"state:      {_size(memory)} of parameters and optimizer state per device "
-            f"(sharding {json.dumps(config.sharding)})")  # fmt: skip
+        state = (
+            ""
+            if mesh is None
+            else f"{_size(memory)} per device (sharding {json.dumps(config.sharding)})"
+        )
+        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name, state)
     return TrainResult(out, history, best, seconds)
 
 
@@ -375,7 +378,7 @@ def follow_umask(folder: Path) -> None:
 
 
 def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
-             out: Path, eval_name: str) -> None:  # fmt: skip
+             out: Path, eval_name: str, state: str = "") -> None:  # fmt: skip
     epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
@@ -391,6 +394,8 @@ def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str,
         f"{seconds:<10.1f}{rows:<10,.0f}"
     )
     say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
+    if state:
+        say(f"model and optimizer state: {state}")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )
