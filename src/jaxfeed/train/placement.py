@@ -210,11 +210,15 @@ def place(tree: Any, shardings: Any) -> Any:
         if sharding.is_fully_addressable:
             return jax.device_put(x, sharding)
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return jax.jit(lambda a: a, out_shardings=sharding)(x)
+            return jax.jit(_same, out_shardings=sharding)(x)  # XLA moves the shards
         host = np.asarray(x)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
     return jax.tree.map(put, tree, shardings)
+
+
+def _same(x: Any) -> Any:
+    return x
 
 
 def gather(tree: Any) -> Any:

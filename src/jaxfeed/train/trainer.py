@@ -456,7 +456,6 @@ class Trainer:
                 if progress.sums is None:
                     progress.sums = self._sums(progress.saved_sums)
                     progress.window_sums = progress.saved_sums
-
                 self.core.state, progress.sums = self.core.train_step(
                     self.core.state, progress.sums, arrays, np.int32(n), np.int32(self.step)
                 )
