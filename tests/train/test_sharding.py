@@ -264,3 +264,21 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     assert "epoch 2/2" in done.stdout and "epoch 1/2" not in done.stdout
     with CheckpointManager(out / "checkpoints") as manager:
         assert manager.meta(manager.latest_step)["epoch"] == 2
+
+
+@pytest.mark.slow
+def test_linen_models_train_unmodified_under_fsdp():
+    from jaxfeed.models import LinenCNN
+
+    data = _digits().select(range(64))
+    params = {}
+    for sharding in ("replicate", "fsdp"):
+        trainer = Trainer.from_linen(LinenCNN(10), optax.adam(1e-3, eps=1e-3), np.zeros((1, 8, 8, 1)),
+                                     preprocess=scale_images, verbose=0, sharding=sharding,
+                                     mesh=make_mesh({"data": 8}))  # fmt: skip
+        trainer.fit(DataLoader(data, 32), epochs=1)
+        params[sharding] = trainer.variables["params"]
+        specs = {str(x.sharding.spec) for x in jax.tree.leaves(trainer.core.state)}
+        assert any("data" in s for s in specs) == (sharding == "fsdp"), specs
+    for a, b in zip(jax.tree.leaves(params["fsdp"]), jax.tree.leaves(params["replicate"]), strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
