@@ -9,8 +9,9 @@ arrays' shardings), the median step time, each as a ratio to replicate, and the 
 that fits ``--budget-gb`` per device under each mode, from the measured bytes per parameter
 (parameters and Adam state only: activations and XLA's temporaries come on top).
 
-Fake CPU devices share the host's cores and memory: the step times show what the collectives
-cost relative to each other on one machine, not what accelerators would do.
+Fake CPU devices share the host's cores and memory: the step times compare the work each layout
+gives the 8 devices (replicate repeats the whole optimizer update on every one) on one machine,
+not what accelerators would do.
 """
 
 from __future__ import annotations
