@@ -112,6 +112,19 @@ class RunConfig:
         metavar="NAME",
         group="data",
     )
+    categorical_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "table columns to one-hot encode as categories (default: text and bool columns, and "
+        "integer columns of at most 10 values)",
+        metavar="A,B,C",
+        group="data",
+    )
+    missing: Literal["refuse", "impute"] = option(
+        "refuse",
+        "missing table cells: refuse them naming the column, or impute them (numbers: the "
+        "train mean; categories: the unknown slot) (default: refuse)",
+        group="data",
+    )
     task: Literal["classification", "regression"] | None = option(
         None,
         "default: inferred from the label column (strings, class labels or few integers: "
@@ -122,6 +135,12 @@ class RunConfig:
         None,
         "resize images to N or HxW (default: the most common size of the first 64 images)",
         metavar="N|HxW",
+        group="data",
+    )
+    image_mode: Literal["L", "RGB", "same"] | None = option(
+        None,
+        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
+        "widest mode of the images, said when they are mixed)",
         group="data",
     )
     # model
@@ -216,6 +235,13 @@ class RunConfig:
     resume: bool = option(
         False,
         "continue the run in --out from its latest checkpoint with its saved config.json",
+        saved=False,
+        group="process",
+    )
+    trust_code: bool = option(
+        False,
+        "--resume: import the run's own copy of a model file (code/) when the file the run "
+        "names is gone; only for run folders you trust",
         saved=False,
         group="process",
     )
@@ -481,7 +507,10 @@ class RunRecord:
         return json.dumps(payload, indent=2)
 
 
-RESOLVED_KEYS = ("task", "labels", "preprocess", "best_metric", "data_kind", "processes", "devices")
+RESOLVED_KEYS = (
+    "task", "labels", "preprocess", "best_metric", "data_kind", "eval_split", "processes",
+    "devices", "model_code",
+)  # fmt: skip
 
 
 def read_run(run: str | os.PathLike) -> RunRecord:

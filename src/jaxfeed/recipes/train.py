@@ -26,11 +26,15 @@ from jaxfeed.recipes.config import (
     read_config_file,
     read_run,
 )
-from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.recipes.models import CodePolicy, model_file
+from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
+    absolute_paths,
     check_out_folder,
+    copy_model_code,
     load_run_data,
+    model_copy,
     outputs_of,
     preprocessing_of,
 )
@@ -51,7 +55,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         out = Path(flags["out"])
         check_out_folder(out, resume=True)
         saved = read_run(out).options
-        wanted = saved.replace(flags, "command line")
+        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
         fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         for name in wanted.differences(saved):
             if not fields[name].metadata["resumable"]:
@@ -69,7 +74,12 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         return wanted
     if config_file is not None:
         config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    return config.replace(flags, "command line")
+    config = config.replace(flags, "command line")
+    return config.replace(absolute_paths(_paths_of(config)), "command line")
+
+
+def _paths_of(config: RunConfig) -> dict[str, Any]:
+    return {"data": config.data, "data_dir": config.data_dir, "model": config.model}
 
 
 @dataclass
@@ -103,12 +113,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
+    config = config.replace(absolute_paths(_paths_of(config)), "the run's options")
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_out_folder(out, config.resume)
     record = read_run(out) if config.resume else None
+    policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
+    )
+    if ":" in (config.model or ""):
+        model_file(config.model, policy)  # a missing file or copy is refused before any work
     labels = (
         record.resolved["labels"]
         if record and record.resolved["task"] == "classification"
@@ -123,6 +139,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
     else:
+        table = TableOptions(
+            given=columns.given,
+            categorical=config.categorical_columns,
+            impute=config.missing == "impute",
+            excluded=columns.excluded,
+        )
         prep, notes = plan(
             splits.train,
             columns.inputs,
@@ -130,6 +152,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             columns.kind,
             run_data.task,
             config.image_hw(),
+            table,
+            config.image_mode,
         )
     for note in notes:
         say(note)
@@ -156,19 +180,22 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     }
     if record is not None:
         resolved["best_metric"] = record.resolved.get("best_metric", BEST_METRIC)
+        if "model_code" in record.resolved:
+            resolved["model_code"] = record.resolved["model_code"]
     train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
     mesh = _mesh(config)
     loaders = _loaders(train_ds, eval_ds, prep, config, say, mesh)
     from jaxfeed.recipes.models import build_trainer
 
-    trainer = build_trainer(
-        config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out, verbose,
-        mesh=mesh, sharding=config.sharding,
-    )  # fmt: skip
+    outputs = outputs_of(run_data.task, run_data.labels)
+    trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy,
+                            mesh=mesh, sharding=config.sharding)  # fmt: skip
     if primary:
         from jaxfeed.files import atomic_write
 
         out.mkdir(parents=True, exist_ok=True)
+        if record is None and (code := copy_model_code(config, out)) is not None:
+            resolved["model_code"] = code
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} processes"
@@ -265,7 +292,7 @@ def _resolved_options(
     return dataclasses.replace(
         config,
         model=model,
-        input_columns=list(columns.inputs),
+        input_columns=list(prep.input_columns),
         label_column=columns.label,
         task=task,
         image_size=size if prep.kind == "image" else config.image_size,
@@ -352,9 +379,10 @@ def _export_best(
         "task": run_data.task,
         "preprocess": prep.to_dict(),
         "checkpoint_step": step,
+        "checkpoint_epoch": best["epoch"],
     }
     try:
-        export(trainer, out / "model", extra=extra)
+        export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
         if ":" not in (config.model or ""):
             raise
