@@ -27,6 +27,11 @@ def _parquet(folder, paths):
     return folder / "data.parquet"
 
 
+def _load(folder, **kwargs):
+    """The Parquet file of a downloaded folder (its images make a bare folder an imagefolder)."""
+    return load_dataset("parquet", data_files=str(folder / "data.parquet"), split="train", **kwargs)
+
+
 @pytest.fixture
 def layout(tmp_path):
     _png(tmp_path / "secret.png", 200)  # outside the dataset
@@ -55,17 +60,17 @@ def test_paths_leading_outside_the_dataset_are_refused(layout, bad, monkeypatch)
     _parquet(layout / "ds", ["images/ok.png", bad])
     monkeypatch.chdir(layout / "ds" / "images")  # relative paths are not read from the cwd
     with pytest.raises(UnsafePathError, match=r"data.parquet: column 'img', row 1: image path"):
-        load_dataset(str(layout / "ds"), split="train")
+        _load(layout / "ds")
     with pytest.raises(UnsafePathError, match=r"column 'img', row 1"):
-        next(iter(load_dataset(str(layout / "ds"), split="train", streaming=True)))
+        next(iter(_load(layout / "ds", streaming=True)))
 
 
 def test_paths_inside_the_dataset_or_a_given_data_dir_are_read(layout, monkeypatch):
     _parquet(layout / "ds", ["images/ok.png", str(layout / "ds" / "images" / "ok.png")])
     monkeypatch.chdir(layout)
-    ds = load_dataset(str(layout / "ds"), split="train").with_format("numpy")
+    ds = _load(layout / "ds").with_format("numpy")
     assert ds[0]["img"].tolist() == [[7, 7], [7, 7]] and ds[1]["img"][0, 0] == 7
-    stream = load_dataset(str(layout / "ds"), split="train", streaming=True).with_format("numpy")
+    stream = _load(layout / "ds", streaming=True).with_format("numpy")
     assert next(iter(stream))["img"][0, 0] == 7
     # a data_dir= given on purpose is trusted: here the folder above, holding secret.png
     _parquet(layout / "ds2", [str(layout / "secret.png")])

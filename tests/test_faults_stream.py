@@ -31,6 +31,7 @@ def test_a_stream_state_is_refused_after_its_files_change_or_for_another_stream(
     rows = iter(ds)
     [next(rows) for _ in range(7)]
     state = ds.state_dict()
+    rows.close()  # no read-ahead thread outlives the test
     resumed = _stream(files)
     resumed.load_state_dict(state)  # unchanged files: the next row is row 7
     assert next(iter(resumed))["x"] == 7
@@ -38,6 +39,7 @@ def test_a_stream_state_is_refused_after_its_files_change_or_for_another_stream(
     batches = iter(loader)
     next(batches)
     loader_state = loader.state_dict()
+    loader.close()
     # another dataset's state: refused, not read at the first one's offsets
     other = _stream(_files(tmp_path / "b", 1000))
     with pytest.raises(ValueError, match="saved for another stream"):

@@ -85,6 +85,7 @@ class ClassLabel(Feature):
     names: list[str] | None = None
     names_file: str | None = field(default=None, repr=False)
     _type: ClassVar[str] = "ClassLabel"
+    dtype: ClassVar[str] = "int64"
 
     def __post_init__(self) -> None:
         names = self.names
@@ -111,6 +112,8 @@ class ClassLabel(Feature):
                 object.__setattr__(self, "_index", None)
                 return
             names = [str(i) for i in range(self.num_classes)]
+        elif not isinstance(names, Sequence):  # e.g. a numpy array, refused as `datasets` does
+            raise TypeError(f"ClassLabel: give names as a list, got {type(names).__name__}")
         if isinstance(names, ClassNames):
             object.__setattr__(self, "num_classes", names.n)
             object.__setattr__(self, "_index", None)

@@ -57,10 +57,11 @@ import pyarrow as pa
 from jaxfeed import remote
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
-from jaxfeed.files import FolderLock, atomic_write, file_sha256, is_locked
+from jaxfeed.files import FolderLock, atomic_write, is_locked
 from jaxfeed.io.batches import file_batches
-from jaxfeed.io.files import file_format, read_table
+from jaxfeed.io.files import file_format, read_table, source_identity
 from jaxfeed.io.validate import check_arrow_data, check_table
+from jaxfeed.settings import progress
 
 CACHE_ENV = "JAXFEED_CACHE"
 MAX_GB_ENV = "JAXFEED_CACHE_MAX_GB"
@@ -91,21 +92,6 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "jaxfeed"
-
-
-def source_identity(
-    path: str, storage_options: dict | None = None, content: bool = False
-) -> dict[str, Any]:
-    """Path, size and modification time (or ETag) of one source file; with ``content`` the
-    SHA-256 of a local file's bytes instead of its modification time."""
-    if remote.is_remote(path):
-        return remote.identity(path, storage_options)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such data file: {path}") from None
-    version: Any = "sha256:" + file_sha256(path) if content else st.st_mtime_ns
-    return {"path": os.path.abspath(path), "size": st.st_size, "version": version}
 
 
 def fingerprint(
@@ -448,10 +434,13 @@ class _Writer:
         self.writer = pa.ipc.new_file(self.sink, schema)
         self.rows = self.pending = 0
         self.pool = pa.default_memory_pool()
+        self.progress = progress(None, "Generating the cache")  # shown past PROGRESS_MIN_ROWS
+        self.bar = self.progress.__enter__()
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
         self.rows += batch.num_rows
+        self.bar.update(batch.num_rows)
         self.pending += batch.nbytes
         if self.pending >= RELEASE_BYTES:
             self.pending = 0
@@ -462,6 +451,7 @@ class _Writer:
             self.writer.close()
         finally:
             self.sink.close()
+            self.progress.__exit__(None, None, None)
 
     @property
     def crc(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ import optax
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
@@ -199,8 +201,13 @@ def build_trainer(
     out_dir: Path | None = None,
     verbose: int = 1,
     policy: CodePolicy | None = None,
+    *,
+    mesh: Any = None,
+    sharding: Any = "replicate",
 ) -> Trainer:
-    """The trainer of a run: model, optimizer, loss and callbacks, all from the config."""
+    """The trainer of a run: model, optimizer, loss and callbacks, all from the config; the
+    state laid out on ``mesh`` by ``sharding`` (``--mesh``, ``--sharding``: training passes
+    them; evaluation and prediction replicate)."""
     total = config.epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
@@ -231,9 +238,14 @@ def build_trainer(
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
+        "mesh": mesh,
+        "sharding": sharding,
     }
     model = build_model(config, prep, outputs, config.seed, policy)
-    if config.api == "linen":
-        example = np.zeros((1, *prep.input_shape), dtype=np.float32)
-        return Trainer.from_linen(model, tx, example, **common)
-    return Trainer(model, tx, **common)
+    try:
+        if config.api == "linen":
+            example = np.zeros((1, *prep.input_shape), dtype=np.float32)
+            return Trainer.from_linen(model, tx, example, **common)
+        return Trainer(model, tx, **common)
+    except ShardingError as err:
+        raise ConfigError(f"--sharding {json.dumps(sharding)}: {err}") from None

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -197,11 +198,13 @@ def _train(
         if "model_code" in record.resolved:
             resolved["model_code"] = record.resolved["model_code"]
     train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
-    loaders = _loaders(train_ds, eval_ds, prep, config, say)
+    mesh = _mesh(config)
+    loaders = _loaders(train_ds, eval_ds, prep, config, say, mesh)
     from jaxfeed.recipes.models import build_trainer
 
     outputs = outputs_of(run_data.task, run_data.labels)
-    trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy)
+    trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy,
+                            mesh=mesh, sharding=config.sharding)  # fmt: skip
     if primary:
         from jaxfeed.files import atomic_write
 
@@ -214,6 +217,9 @@ def _train(
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
+    if mesh is not None:
+        axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
+        where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
     say(
         f"model {model} ({config.api}), {config.epochs} epochs, batch {config.batch_size}, "
         f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
@@ -247,14 +253,47 @@ def _train(
         )
         raise
     seconds = time.perf_counter() - start
+    memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     if best is not None:
-        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
+        state = (
+            ""
+            if mesh is None
+            else f"{_size(memory)} per device (sharding {json.dumps(config.sharding)})"
+        )
+        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name, state)
     return TrainResult(out, history, best, seconds)
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:
     pass
+
+
+def _size(n: int) -> str:
+    """Bytes for people: ``_size(1536)`` is ``'1.5 KB'``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _mesh(config: RunConfig) -> Any:
+    """The run's device mesh: ``--mesh``, else one ``data`` axis over every device when there
+    are several (or a sharding other than replicate asks for one); None for one device."""
+    import jax
+
+    from jaxfeed.recipes.config import parse_mesh_text
+    from jaxfeed.train.sharding import default_mesh, make_mesh
+
+    if config.mesh is not None:
+        try:
+            return make_mesh(parse_mesh_text(config.mesh))
+        except ValueError as err:
+            raise ConfigError(f"--mesh {config.mesh}: {err}") from None
+    if jax.device_count() > 1 or config.sharding != "replicate":
+        return default_mesh()
+    return None
 
 
 def _resolved_options(
@@ -275,23 +314,27 @@ def _resolved_options(
     )
 
 
-def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable) -> tuple:
-    """Loaders for one device, or split over every device of every process (data parallel)."""
+def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable,
+             mesh: Any = None) -> tuple:  # fmt: skip
+    """Loaders for one device, or split over the data axis of the mesh (every device of every
+    process by default)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     from jaxfeed import DataLoader
-    from jaxfeed.distributed import data_mesh
+    from jaxfeed.train.sharding import data_axis
 
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
     drop_eval = False
-    if jax.device_count() > 1:
-        count = jax.device_count()
+    if mesh is not None and mesh.size > 1:
+        axis = data_axis(mesh)
+        count = mesh.shape[axis]
         if config.batch_size % count:
             raise ConfigError(
                 f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
+                + (f" of the mesh's data axis {axis!r}" if len(mesh.shape) > 1 else "")
             )
-        kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
+        kwargs["sharding"] = NamedSharding(mesh, PartitionSpec(axis))
         drop_eval = (test.num_rows % config.batch_size) % count != 0
         if drop_eval:
             say(
@@ -325,6 +368,8 @@ def _export_best(
     """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
     (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
     restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    import jax
+
     from jaxfeed.checkpoint import CheckpointError
     from jaxfeed.export import export
     from jaxfeed.recipes.run import open_checkpoints
@@ -340,6 +385,8 @@ def _export_best(
         raise ConfigError(f"{out}: {err}") from err
     finally:
         manager.close()
+    if jax.process_count() > 1:  # a state split over processes, whole on each (a collective)
+        trainer.gather()
     if not primary:
         return best
     extra = {
@@ -374,7 +421,7 @@ def follow_umask(folder: Path) -> None:
 
 
 def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
-             out: Path, eval_name: str) -> None:  # fmt: skip
+             out: Path, eval_name: str, state: str = "") -> None:  # fmt: skip
     epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
@@ -390,6 +437,8 @@ def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str,
         f"{seconds:<10.1f}{rows:<10,.0f}"
     )
     say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
+    if state:
+        say(f"model and optimizer state: {state}")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )
