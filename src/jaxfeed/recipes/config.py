@@ -280,6 +280,21 @@ class RunConfig:
     seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
     deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
     num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)
+    mesh: str | None = option(
+        None,
+        "device mesh as NAME=SIZE pairs, e.g. data=4,model=2 (one size may be -1: the devices "
+        "left); batches split over its data axis (default: one data axis over every device)",
+        metavar="data=N,model=M",
+        resumable=True,
+    )
+    sharding: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "replicate",
+        "how the model and optimizer state lie on the mesh: replicate, fsdp, or logical axis "
+        'rules as JSON or in a --config file, e.g. {"mlp": "model", "fsdp": true} (default: '
+        "replicate)",
+        metavar="replicate|fsdp|RULES",
+        resumable=True,
+    )
     # where and how this process runs: not saved in config.json
     out: str | None = option(
         None, "run folder (default: runs/DATA-MODEL-TIME)", saved=False, group="process"
@@ -551,6 +566,10 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
                 raise ConfigError(f"{where}: image_size: {err}") from None
         if name in COMPONENTS and value is not None:
             changes[name] = _component(name, value, where)
+        if name == "mesh" and value is not None:
+            parse_mesh_text(value, where)
+        if name == "sharding":
+            changes[name] = parse_sharding(value, where)
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -610,6 +629,59 @@ def parse_image_size(text: str) -> tuple[int, int]:
         )
     height = int(m.group(1))
     return height, int(m.group(2)) if m.group(2) else height
+
+
+def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
+    """``"data=4,model=2"`` as ``{"data": 4, "model": 2}`` (checked; no JAX needed).
+
+    >>> parse_mesh_text("data=-1,model=2")
+    {'data': -1, 'model': 2}
+    """
+    axes: dict[str, int] = {}
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(-1|[1-9]\d*)\s*", part)
+        if not m or m.group(1) in axes:
+            raise ConfigError(
+                f"{where}: mesh must be NAME=SIZE pairs separated by commas, each name once "
+                f"(e.g. data=4,model=2; one size may be -1), got {text!r}"
+            )
+        axes[m.group(1)] = int(m.group(2))
+    if list(axes.values()).count(-1) > 1:
+        raise ConfigError(f"{where}: at most one mesh axis may have size -1, got {text!r}")
+    return axes
+
+
+def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
+    """``replicate``, ``fsdp``, or a dict (or its JSON text) of logical axis rules: each a mesh
+    axis name, a list of them or null, and ``"fsdp": true|false``.
+
+    >>> parse_sharding('{"mlp": "model", "fsdp": true}', "flag")
+    {'mlp': 'model', 'fsdp': True}
+    """
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
+    if value in ("replicate", "fsdp"):
+        return value
+    if isinstance(value, dict):
+        for key, entry in value.items():
+            if key == "fsdp":
+                ok = isinstance(entry, bool)
+            else:
+                items = entry if isinstance(entry, list) else [entry]
+                ok = entry is None or all(isinstance(i, str) and i for i in items)
+            if not ok:
+                raise ConfigError(
+                    f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
+                    f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {entry!r}"
+                )
+        return dict(value)
+    raise ConfigError(
+        f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
+        f'(e.g. {{"mlp": "model"}}), got {value!r}'
+    )
 
 
 # ---------------------------------------------------------------------------------- files

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
+from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
@@ -416,10 +418,13 @@ def build_trainer(
     *,
     class_weights: list[float] | None = None,
     log_lr: bool = True,
+    mesh: Any = None,
+    sharding: Any = "replicate",
 ) -> Trainer:
     """The trainer of a run: model, optimizer, loss, metrics and callbacks, all from the config
     (``class_weights``: the run's resolved ``--class-weights``; ``log_lr``: see
-    :func:`build_optimizer`)."""
+    :func:`build_optimizer`); the state laid out on ``mesh`` by ``sharding`` (``--mesh``,
+    ``--sharding``: training passes them; evaluation and prediction replicate)."""
     total = config.epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
@@ -454,9 +459,14 @@ def build_trainer(
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
+        "mesh": mesh,
+        "sharding": sharding,
     }
     model = build_model(config, prep, outputs, config.seed, policy)
-    if config.api == "linen":
-        example = np.zeros((1, *prep.input_shape), dtype=np.float32)
-        return Trainer.from_linen(model, tx, example, **common)
-    return Trainer(model, tx, **common)
+    try:
+        if config.api == "linen":
+            example = np.zeros((1, *prep.input_shape), dtype=np.float32)
+            return Trainer.from_linen(model, tx, example, **common)
+        return Trainer(model, tx, **common)
+    except ShardingError as err:
+        raise ConfigError(f"--sharding {json.dumps(sharding)}: {err}") from None

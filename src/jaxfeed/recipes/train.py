@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from jaxfeed.recipes.run import (
     check_out_folder,
     copy_model_code,
     load_run_data,
+    lock_run_folder,
     model_copy,
     outputs_of,
     preprocessing_of,
@@ -137,6 +139,20 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_out_folder(out, config.resume)
+    lock = lock_run_folder(out, config.resume) if primary else None
+    try:
+        return _train(config, out, primary, say, verbose)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    config: RunConfig, out: Path, primary: bool, say: Callable[..., None], verbose: int
+) -> TrainResult:
+    """The body of :func:`train`, run while the run folder is locked."""
+    import jax
+
     record = read_run(out) if config.resume else None
     policy = CodePolicy(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code
@@ -215,7 +231,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         splits.eval_name or "validation": prep.prepare(splits.eval) if selection else None,
         splits.test_name or "test": None if splits.test is None else prep.prepare(splits.test),
     }
-    loaders = _loaders(prep.prepare(splits.train), held, prep, config, say)
+    mesh = _mesh(config)
+    loaders = _loaders(prep.prepare(splits.train), held, prep, config, say, mesh)
     from jaxfeed.recipes.models import build_trainer, resolve_class_weights
 
     if record is not None:
@@ -244,6 +261,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         policy,
         class_weights=resolved["class_weights"],
         log_lr=resolved["lr_logged"],
+        mesh=mesh,
+        sharding=config.sharding,
     )
     monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
     if selection and resolved["best_metric"] not in monitors:
@@ -263,6 +282,9 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
+    if mesh is not None:
+        axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
+        where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
     say(
@@ -297,12 +319,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
         raise
     seconds = time.perf_counter() - start
+    memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     test = None
     if best is not None and loaders[2] is not None:
         test = _test_once(trainer, loaders[2], best, out, primary)
     if best is not None:
-        _summary(say, history, best, test, seconds, run_data.task, out, splits, resolved)
+        state = (
+            ""
+            if mesh is None
+            else f"{_size(memory)} per device (sharding {json.dumps(config.sharding)})"
+        )
+        _summary(say, history, best, test, seconds, run_data.task, out, splits, resolved, state)
     return TrainResult(out, history, best, seconds, test)
 
 
@@ -313,6 +341,33 @@ def _args(values: dict[str, Any]) -> str:
 
 def _silent(*args: Any, **kwargs: Any) -> None:
     pass
+
+
+def _size(n: int) -> str:
+    """Bytes for people: ``_size(1536)`` is ``'1.5 KB'``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _mesh(config: RunConfig) -> Any:
+    """The run's device mesh: ``--mesh``, else one ``data`` axis over every device when there
+    are several (or a sharding other than replicate asks for one); None for one device."""
+    import jax
+
+    from jaxfeed.recipes.config import parse_mesh_text
+    from jaxfeed.train.sharding import default_mesh, make_mesh
+
+    if config.mesh is not None:
+        try:
+            return make_mesh(parse_mesh_text(config.mesh))
+        except ValueError as err:
+            raise ConfigError(f"--mesh {config.mesh}: {err}") from None
+    if jax.device_count() > 1 or config.sharding != "replicate":
+        return default_mesh()
+    return None
 
 
 def _resolved_options(
@@ -334,24 +389,32 @@ def _resolved_options(
 
 
 def _loaders(
-    train: Any, held: dict[str, Any], prep: Preprocessing, config: RunConfig, say: Callable
+    train: Any,
+    held: dict[str, Any],
+    prep: Preprocessing,
+    config: RunConfig,
+    say: Callable,
+    mesh: Any = None,
 ) -> tuple:
-    """Loaders for one device, or split over every device of every process (data parallel): the
-    train loader, then one per ``held`` split (``{name: dataset or None}``; None stays None)."""
-    import jax
+    """Loaders for one device, or split over the data axis of the mesh (every device of every
+    process by default): the train loader, then one per ``held`` split (``{name: dataset or
+    None}``; None stays None)."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     from jaxfeed import DataLoader
-    from jaxfeed.distributed import data_mesh
+    from jaxfeed.train.sharding import data_axis
 
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
-    count = jax.device_count()
-    if count > 1:
+    count = 1
+    if mesh is not None and mesh.size > 1:
+        axis = data_axis(mesh)
+        count = mesh.shape[axis]
         if config.batch_size % count:
             raise ConfigError(
                 f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
+                + (f" of the mesh's data axis {axis!r}" if len(mesh.shape) > 1 else "")
             )
-        kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
+        kwargs["sharding"] = NamedSharding(mesh, PartitionSpec(axis))
     if train.num_rows < config.batch_size and count > 1:
         raise ConfigError(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
@@ -392,6 +455,8 @@ def _export_best(
     """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
     (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
     restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    import jax
+
     from jaxfeed.checkpoint import CheckpointError
     from jaxfeed.export import export
     from jaxfeed.recipes.run import open_checkpoints
@@ -407,6 +472,8 @@ def _export_best(
         raise ConfigError(f"{out}: {err}") from err
     finally:
         manager.close()
+    if jax.process_count() > 1:  # a state split over processes, whole on each (a collective)
+        trainer.gather()
     if not primary:
         return best
     extra = {
@@ -445,7 +512,6 @@ def _test_once(
 ) -> dict[str, Any]:
     """The test split, read once, on the chosen checkpoint (restored into ``trainer``); the row
     also goes to ``metrics.jsonl`` (``"kind": "test"``)."""
-    import json
 
     result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
     row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
@@ -469,6 +535,7 @@ def _summary(
     out: Path,
     splits: Any,
     resolved: dict,
+    state: str = "",
 ) -> None:
     """The chosen checkpoint, and each figure with the split it comes from."""
     epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
@@ -510,6 +577,8 @@ def _summary(
     if test is not None:
         what += f"; {splits.test_name} was read once, on it"
     say(what + "; eval and predict use it)")
+    if state:
+        say(f"model and optimizer state: {state}")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )
