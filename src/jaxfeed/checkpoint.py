@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfeed.files import check_writable
-from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
@@ -251,7 +251,7 @@ class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
     ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
 
-    The best step follows the rule of :mod:`jaxfeed.train.monitor`, as ``History.best`` and
+    The best step follows the rule of :mod:`jaxfeed.monitor`, as ``History.best`` and
     ``EarlyStopping`` do: ``best_metric`` defaults to ``eval_loss``, ``best_mode`` to its direction
     (min for losses and errors, max otherwise), and ties go to the earliest step.
 

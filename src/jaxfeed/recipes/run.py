@@ -13,9 +13,7 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.preprocess import Preprocessing
 
-BEST_METRIC = (
-    "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
-)
+BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.monitor: min, the earliest on ties)
 
 
 @dataclass

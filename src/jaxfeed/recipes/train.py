@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed.monitor import monitor_mode
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -42,7 +43,6 @@ from jaxfeed.recipes.run import (
     outputs_of,
     preprocessing_of,
 )
-from jaxfeed.train.monitor import monitor_mode
 
 
 def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:

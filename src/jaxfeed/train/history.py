@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxfeed.files import atomic_write
-from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 COLUMNS = [
     "epoch",
@@ -37,7 +37,7 @@ class History(list):
     """
 
     def best(self, metric: str = DEFAULT_MONITOR, mode: str | None = None) -> dict[str, Any] | None:
-        """The epoch with the best ``metric``, by the rule of :mod:`jaxfeed.train.monitor`
+        """The epoch with the best ``metric``, by the rule of :mod:`jaxfeed.monitor`
         (default ``eval_loss``; min for losses and errors, max otherwise, unless ``mode``; the
         earliest on ties); None when no epoch has it."""
         mode = monitor_mode(metric, mode)

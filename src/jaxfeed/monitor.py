@@ -1,4 +1,5 @@
-"""Which epoch or checkpoint is best: one rule for the Trainer, its callbacks and the command.
+"""Which epoch or checkpoint is best: one rule for the Trainer, its callbacks, the checkpoint
+manager and the command (a module of its own: the checkpoint manager and the trainer import it).
 
 A *monitor* is a metric name as the history records it (``eval_loss``, ``eval_accuracy``,
 ``eval_f1``, ...). Its direction is ``min`` for losses and errors (names containing ``loss``, or
