@@ -1,9 +1,15 @@
-"""Test set-up: 8 fake CPU devices, configured once before JAX initialises its backend."""
+"""Test set-up: 8 fake CPU devices, configured once before JAX initialises its backend; Ctrl-C as in
+a terminal; subprocesses whose whole process group ends with the test."""
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cache/jaxfeed
@@ -11,9 +17,36 @@ if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cach
     os.environ["JAXFEED_CACHE"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# Tests of Ctrl-C rely on SIGINT raising KeyboardInterrupt, here and in the processes they start.
+# A suite started in the background (`nohup make test &`, CI runners) inherits SIGINT *ignored*:
+# Python then installs no handler, and exec'd children inherit the ignored disposition too (a
+# handler resets to the default across exec, SIG_IGN does not). Install Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
 # The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.
 collect_ignore = ["src/jaxfeed/bench/torch_cnn.py"]
+
+
+@pytest.fixture
+def process_group():
+    """``start(cmd, **popen_kwargs)``: a ``subprocess.Popen`` in a new process group (a terminal's
+    Ctrl-C goes to the group: ``os.killpg(proc.pid, SIGINT)``). Whatever the test's outcome, every
+    process left in those groups (workers of workers included) is killed when it ends."""
+    started: list[subprocess.Popen] = []
+
+    def start(cmd, **kwargs):
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.communicate(timeout=30)

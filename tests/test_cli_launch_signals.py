@@ -20,10 +20,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_sigterm_reaches_every_process_and_sets_the_exit_status(tmp_path):
+def test_sigterm_reaches_every_process_and_sets_the_exit_status(process_group, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    launcher = subprocess.Popen(
+    launcher = process_group(
         [sys.executable, "-m", "jaxfeed.cli", "launch", "--num-processes", "2", "--",
          sys.executable, str(script), str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

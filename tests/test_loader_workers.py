@@ -287,15 +287,15 @@ def wait_gone(pids, seconds=15):
     return [p for p in pids if alive(p)]
 
 
-def start_script(tmp_path, mode):
-    """The script read from stdin (no file: like a notebook, functions must travel by value)."""
-    proc = subprocess.Popen(
+def start_script(start, mode):
+    """The script read from stdin (no file: like a notebook, functions must travel by value), in
+    its own process group (``start`` is the ``process_group`` fixture)."""
+    proc = start(
         [sys.executable, "-", mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
     proc.stdin.write(SCRIPT)
     proc.stdin.close()
@@ -310,8 +310,8 @@ def segments_of(pid):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
-def test_workers_exit_when_the_main_process_dies(tmp_path, how):
-    proc, workers = start_script(tmp_path, "exit" if how == "exit" else "sleep")
+def test_workers_exit_when_the_main_process_dies(process_group, how):
+    proc, workers = start_script(process_group, "exit" if how == "exit" else "sleep")
     assert len(workers) >= 1 and all(alive(p) for p in workers)
     tracker = [
         int(p) for p in os.listdir("/proc") if p.isdigit() and _is_tracker_of(int(p), proc.pid)
@@ -335,8 +335,8 @@ def _is_tracker_of(pid, parent):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_hung_worker(tmp_path):
-    proc, workers = start_script(tmp_path, "hang")
+def test_ctrl_c_stops_a_hung_worker(process_group):
+    proc, workers = start_script(process_group, "hang")
     assert proc.stdout.readline().strip() == "waiting"
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole process group

@@ -42,13 +42,11 @@ def test_two_processes_train_like_one_process_with_8_devices(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(tmp_path):
+def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(process_group, tmp_path):
     out = tmp_path / "run"
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
                     "jaxfeed", "train", "--epochs", "50", "--out", str(out))  # fmt: skip
-    proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = process_group(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = None
     for line in proc.stdout:
         if pids is None and line.startswith("launched"):
