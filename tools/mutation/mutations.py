@@ -77,7 +77,7 @@ MUTATIONS = [
     Mutation(
         "cores-metric-values-unmasked",
         "src/jaxfeed/train/cores.py",
-        'sums[f"m_{name}"] + jnp.sum(jnp.where(weight[:, None], values, 0.0))',
+        'sums[f"m_{name}"] + jnp.sum(jnp.where(weight, values, 0.0))',
         'sums[f"m_{name}"] + jnp.sum(values)',
         [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
         "padding rows counted in the metrics (accuracy)",
@@ -187,7 +187,7 @@ MUTATIONS = [
     # ------------------------------------------------------------------ issue 18: "Also"
     Mutation(
         "cli-failure-exit-0",
-        "src/jaxfeed/cli.py",
+        "src/jaxfeed/cli/__init__.py",
         '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 1',
         '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 0',
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
@@ -195,7 +195,7 @@ MUTATIONS = [
     ),
     Mutation(
         "cli-debug-ignored",
-        "src/jaxfeed/cli.py",
+        "src/jaxfeed/cli/__init__.py",
         "    except Exception as err:\n        if args.debug:\n            raise",
         "    except Exception as err:\n        if False:\n            raise",
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
@@ -203,9 +203,9 @@ MUTATIONS = [
     ),
     Mutation(
         "cli-ctrl-c-no-resume-hint",
-        "src/jaxfeed/cli.py",
-        'f"resume with: jaxfeed train --out {out} --resume',
-        'f"resume with --resume',
+        "src/jaxfeed/recipes/train.py",
+        '; resume with: jaxfeed train --out {out} --resume",',
+        '; resume with --resume",',
         [f"{RUN}::test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint"],
         "Ctrl-C does not say how to resume",
     ),
@@ -260,16 +260,16 @@ MUTATIONS = [
     Mutation(
         "loader-workers-forked",
         "src/jaxfeed/workers.py",
-        'multiprocessing.get_context("spawn")',
-        'multiprocessing.get_context("fork")',
+        'context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX',
+        'context = multiprocessing.get_context("fork")',
         [f"{DATA}::test_promise_process_workers_are_spawned_not_forked"],
         "decode workers forked from the process running JAX",
     ),
     Mutation(
         "disk-first-shard-only",
         "src/jaxfeed/io/disk.py",
-        'files = [path / f["filename"] for f in state["_data_files"]]',
-        'files = [path / f["filename"] for f in state["_data_files"]][:1]',
+        "    for entry in entries:\n        if not isinstance(entry, dict) or \"filename\" not in entry:",
+        "    for entry in entries[:1]:\n        if not isinstance(entry, dict) or \"filename\" not in entry:",
         [f"{DATA}::test_promise_reads_folders_written_by_datasets"],
         "only the first shard of a folder written by datasets is read",
     ),
