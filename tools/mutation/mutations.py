@@ -12,6 +12,7 @@ from dataclasses import dataclass
 DATA = "tests/test_promises_data.py"
 TRAIN = "tests/test_promises_train.py"
 RUN = "tests/test_promises_run.py"
+GUARD = "tests/test_promises_guard.py"
 
 
 @dataclass(frozen=True)
@@ -268,8 +269,8 @@ MUTATIONS = [
     Mutation(
         "disk-first-shard-only",
         "src/jaxfeed/io/disk.py",
-        "    for entry in entries:\n        if not isinstance(entry, dict) or \"filename\" not in entry:",
-        "    for entry in entries[:1]:\n        if not isinstance(entry, dict) or \"filename\" not in entry:",
+        '    for entry in entries:\n        if not isinstance(entry, dict) or "filename" not in entry:',
+        '    for entry in entries[:1]:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         [f"{DATA}::test_promise_reads_folders_written_by_datasets"],
         "only the first shard of a folder written by datasets is read",
     ),
@@ -352,7 +353,7 @@ MUTATIONS = [
         "src/jaxfeed/train/trainer.py",
         "if manager.latest_step != self.step:\n                self.save_checkpoint(manager, loader)",
         "if False:\n                self.save_checkpoint(manager, loader)",
-        ["tests/train/test_long_runs.py::test_signal_saves_and_resume_is_bitwise_identical"],
+        ["tests/train/test_long_runs.py::test_sigterm_saves_and_resume_is_bitwise_identical"],
         "issue 12: a SIGTERM/SIGINT mid-epoch stops without saving a checkpoint",
     ),
     Mutation(
@@ -362,5 +363,78 @@ MUTATIONS = [
         '{"path": os.path.abspath(path)}',
         ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
         "issue 14: the Arrow cache is reused after its source file changed (stale data)",
+    ),
+    # ------------------------------------------------------------------ issue 26: bugs an audit found missed
+    Mutation(
+        "stream-prefetch-rng-step",
+        "src/jaxfeed/stream_loader.py",
+        "step = self.step + len(self.ready)",
+        "step = self.step",
+        [f"{GUARD}::test_stream_transform_draws_do_not_depend_on_prefetch"],
+        "issue 26: batches prefetched on a stream get the step of the one handed out (same draws)",
+    ),
+    Mutation(
+        "stream-resume-offset-last-table",
+        "src/jaxfeed/iterable.py",
+        "self.offset += table.num_rows",
+        "self.offset = table.num_rows",
+        [f"{GUARD}::test_resume_inside_the_second_unit_read_in_several_tables"],
+        "issue 26: a stream's position in a unit counts only its last table (resume repeats rows)",
+    ),
+    Mutation(
+        "stream-split-stride-phase",
+        "src/jaxfeed/iterable.py",
+        "first = (rank - start) % world",
+        "first = rank",
+        [f"{GUARD}::test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete"],
+        "issue 26: split_dataset_by_node's row stride restarts at every table (ranks overlap)",
+    ),
+    Mutation(
+        "loader-slot-released-while-aliased",
+        "src/jaxfeed/loader.py",
+        "_release_when_gone(keep, release)",
+        "_release_when_gone([], release)",
+        [f"{GUARD}::test_batches_kept_from_a_process_worker_stay_intact"],
+        "issue 26: a worker's slot is reused while a CPU jax.Array still aliases it",
+    ),
+    Mutation(
+        "parallel-shards-ignore-indices",
+        "src/jaxfeed/parallel.py",
+        "table = ds._internal.arrow(slice(start, stop))",
+        "table = ds.data.slice(start, stop - start)",
+        [f"{GUARD}::test_num_proc_after_shuffle_select_and_filter_equals_one_process"],
+        "issue 26: num_proc shards read the table, not the rows after shuffle/select/filter",
+    ),
+    Mutation(
+        "export-digest-first-kib",
+        "src/jaxfeed/export.py",
+        "hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()",
+        "hashlib.sha256(np.ascontiguousarray(array).tobytes()[:1024]).hexdigest()",
+        [f"{GUARD}::test_a_byte_flipped_inside_a_large_tensor_is_refused"],
+        "issue 26: an export's weight checksums cover each tensor's first KiB only",
+    ),
+    Mutation(
+        "files-sibling-prefix-inside",
+        "src/jaxfeed/files.py",
+        "return path == root or path.startswith(root.rstrip(os.sep) + os.sep)",
+        "return path.startswith(root.rstrip(os.sep))",
+        [f"{GUARD}::test_a_sibling_folder_sharing_the_prefix_is_outside"],
+        "issue 26: /d/ds-evil counts as inside /d/ds (state.json, metadata, symlinks)",
+    ),
+    Mutation(
+        "validate-class-id-equal-num-classes",
+        "src/jaxfeed/io/validate.py",
+        "if low.as_py() >= -1 and high.as_py() < n:",
+        "if low.as_py() >= -1 and high.as_py() <= n:",
+        [f"{GUARD}::test_a_stored_class_id_equal_to_num_classes_is_refused"],
+        "issue 26: a stored class id equal to num_classes is accepted",
+    ),
+    Mutation(
+        "recipe-metadata-csv-is-data",
+        "src/jaxfeed/recipes/data.py",
+        'elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):',
+        "elif file_format(p):",
+        [f"{GUARD}::test_the_command_trains_on_an_image_folder_with_metadata_csv"],
+        "issue 26: an image folder with metadata.csv is taken for a folder of data files",
     ),
 ]
