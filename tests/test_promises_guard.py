@@ -91,6 +91,10 @@ def test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete(
         assert len(seen) == len(set(seen)) == 851, world  # disjoint
         assert sorted(seen) == list(range(851)), world  # every row
         assert all(p == sorted(p) for p in parts)
+    # by unit: 0 and 2 to rank 0, 1 to rank 1; by row: every 4th row of the whole stream
+    assert xs(split_dataset_by_node(stream, 1, 2)) == list(range(301, 564))
+    for rank in range(4):
+        assert xs(split_dataset_by_node(stream, rank, 4)) == list(range(rank, 851, 4)), rank
 
 
 def test_stream_transform_draws_do_not_depend_on_prefetch(tmp_path):

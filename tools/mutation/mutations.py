@@ -387,7 +387,7 @@ MUTATIONS = [
         "first = (rank - start) % world",
         "first = rank",
         [f"{GUARD}::test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete"],
-        "issue 26: split_dataset_by_node's row stride restarts at every table (ranks overlap)",
+        "issue 26: split_dataset_by_node's row stride restarts at every table (rows go to other ranks)",
     ),
     Mutation(
         "loader-slot-released-while-aliased",
