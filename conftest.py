@@ -17,6 +17,20 @@ if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cach
     os.environ["JAXFEED_CACHE"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# One persistent XLA compilation cache for the session, shared by the xdist workers and by every
+# process the tests start (they inherit the environment): the same train steps, models and
+# exports compile in many tests and subprocesses, and each compiles once per run. A fresh folder
+# per session (removed at exit), so a run never reads entries another version wrote; entries are
+# keyed by the program, its options, devices and the jax/jaxlib versions anyway. A maximum size
+# turns on JAX's file lock around reads and writes (processes never read a half-written entry).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _xla_cache = tempfile.mkdtemp(prefix="jaxfeed-test-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
+    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+
 # Tests of Ctrl-C rely on SIGINT raising KeyboardInterrupt, here and in the processes they start.
 # A suite started in the background (`nohup make test &`, CI runners) inherits SIGINT *ignored*:
 # Python then installs no handler, and exec'd children inherit the ignored disposition too (a
