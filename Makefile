@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint format bench install clean
+.PHONY: demo test lint format bench bench-check install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ format: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/formatting.py
+
+# The quick benchmarks as ratios to peers measured in the same run, failing when one falls more
+# than 20% below benchmarks/baseline.json (ARGS=--update records a new baseline, on purpose).
+bench-check: $(VENV)/.installed-bench
+	$(PY) -m jaxfeed.bench.check $(ARGS)
 
 # Mutation testing (not part of make test): each bug of tools/mutation/mutations.py, applied to a
 # copy of the tree, must make its targeted tests fail. ARGS="-k loader" runs a subset.

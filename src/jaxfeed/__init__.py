@@ -47,6 +47,8 @@ _EXPORTS = {
     "DataLoader": "jaxfeed.loader",
     "concatenate_datasets": "jaxfeed.ops",
     "interleave_datasets": "jaxfeed.ops",
+    "Packing": "jaxfeed.packing",
+    "Padding": "jaxfeed.padding",
     "EarlyStopping": "jaxfeed.train",
     "History": "jaxfeed.train",
     "Trainer": "jaxfeed.train",
@@ -80,6 +82,8 @@ if TYPE_CHECKING:
     from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets
+    from jaxfeed.packing import Packing
+    from jaxfeed.padding import Padding
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 
@@ -135,6 +139,8 @@ __all__ = [
     "Json",
     "LargeList",
     "List",
+    "Packing",
+    "Padding",
     "Sequence",
     "Trainer",
     "Translation",

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.bucketing import LengthGroupedOrder
 from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
 from jaxfeed.features.media import MediaFeature
@@ -44,6 +45,9 @@ from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
+from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit, loader_options
+from jaxfeed.padding import Padding, PadStep, variable_columns
+from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
 from jaxfeed.stream_loader import StreamingDataLoader
 from jaxfeed.workers import (
     Cancelled,
@@ -80,6 +84,13 @@ class _ArrowSource:
             if isinstance(ds.features[c], MediaFeature) and ds.features[c].decode
         }
         self._labels: dict[str, Any] = {}  # ClassLabel columns pre-cast to int32 (bounded ids)
+        # ragged lists of numbers: every column that may be padded or packed
+        self.variable = tuple(
+            c
+            for c in self.columns
+            if not isinstance(ds.features[c], dict) and is_ragged_type(ds.features[c].pa_type)
+        )
+        self.ragged: tuple[str, ...] = ()  # gathered as flat values + offsets (set by the loader)
 
     def __len__(self) -> int:
         return self.ds.num_rows
@@ -126,6 +137,11 @@ class _ArrowSource:
         table_rows = self.ds._internal.table_rows(rows)
         out: dict[str, Any] = {}
         for column in self.columns:
+            if column in self.ragged:
+                ragged = arrow_ragged(reader.arrow_column(column, table_rows))
+                if ragged is not None:
+                    out[column] = ragged
+                    continue
             view = self._label_view(column) or reader.view(column)
             if view is not None:
                 out[column] = view.take(table_rows)
@@ -136,6 +152,12 @@ class _ArrowSource:
             else:
                 out[column] = reader.numpy(column, table_rows)
         return out
+
+    def lengths(self, column: str) -> np.ndarray:
+        """Every row's length in ``column`` (a ragged list column), in dataset order."""
+        reader = self.ds._internal.reader
+        table_rows = self.ds._internal.table_rows(np.arange(len(self), dtype=np.int64))
+        return arrow_lengths(reader.table.column(column))[table_rows]
 
 
 class _ItemSource:
@@ -152,6 +174,7 @@ class _ItemSource:
             )
         self.data = data
         self.columns = list(columns) if columns is not None else None
+        self.variable: tuple[str, ...] = ()  # unknown before reading: found batch by batch
 
     def __len__(self) -> int:
         return len(self.data)
@@ -193,6 +216,20 @@ class _ItemSource:
             else:
                 out[key] = _stack_if_same([np.asarray(v) for v in values])
         return out
+
+    def lengths(self, column: str) -> np.ndarray:
+        """Every row's length in ``column``, reading the whole dataset once (in blocks)."""
+        out = []
+        for lo in range(0, len(self), 1024):
+            values = self.gather(np.arange(lo, min(lo + 1024, len(self)), dtype=np.int64))
+            if column not in values:
+                raise ValueError(f"the dataset's items have no column {column!r}")
+            value = values[column]
+            if isinstance(value, np.ndarray) and value.ndim >= 2:
+                out.append(np.full(len(value), value.shape[1], dtype=np.int64))
+            else:
+                out.append(np.array([len(v) for v in value], dtype=np.int64))
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
 def _make_source(dataset: Any, columns: Sequence[str] | None) -> _ArrowSource | _ItemSource:
@@ -241,6 +278,15 @@ class DataLoader:
         decode_size: ``(height, width)``, or ``{column: (height, width)}``: decode JPEGs at the
             smallest scale (1, 1/2, 1/4 or 1/8, done by the decoder, much cheaper than decoding
             at full size and resizing) whose sides are still at least this big.
+        padding: a :class:`jaxfeed.Padding`: variable-length columns (ragged lists of numbers)
+            are padded to one of few lengths, with an ``attention_mask`` (see "Variable-length
+            data" in the README); in the workers, after ``row_transform`` and before
+            ``transform``.
+        bucket_by_length: batches of rows of similar length (shuffled mega-batches sorted by
+            length, as `transformers`' ``group_by_length``); every row once per epoch; pads with
+            ``padding`` (default ``Padding()``, to the longest row).
+        packing: a :class:`jaxfeed.Packing`: several rows per fixed-length row, with
+            ``segment_ids`` and ``positions``; ``len()`` is then the epoch's packed batches.
 
     **Iteration.** Each ``for`` over the loader reads one epoch: the next one after the previous
     iteration, whether that one ran to its end or was left early (``break``). After
@@ -292,6 +338,9 @@ class DataLoader:
         worker_mode: str = "process",
         timeout: float | None = None,
         decode_size: Any = None,
+        padding: Padding | None = None,
+        bucket_by_length: bool = False,
+        packing: Packing | None = None,
     ) -> None:
         if (
             isinstance(batch_size, bool)
@@ -316,7 +365,12 @@ class DataLoader:
         for name, fn in (("row_transform", row_transform), ("transform", transform)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+        padding = loader_options(padding, bucket_by_length, packing)
+        self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
         self.source = _make_source(dataset, columns)
+        self._collate = self._collate_step()
+        self._plans: dict[int, PackPlan] = {}
+        self._lengths: dict[str, np.ndarray] = {}
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -348,7 +402,12 @@ class DataLoader:
                     f"batch_size {self.batch_size} cannot be split over the {divisor} devices of the "
                     f"sharding; use a multiple of {divisor}"
                 )
-            if not self.drop_last and n % self.batch_size and (n % self.batch_size) % divisor:
+            if (
+                packing is None  # a last packed batch is completed with empty rows
+                and not self.drop_last
+                and n % self.batch_size
+                and (n % self.batch_size) % divisor
+            ):
                 raise ValueError(
                     f"the last batch has {n % self.batch_size} rows, which cannot be split over the "
                     f"{divisor} devices of the sharding; set drop_last=True"
@@ -392,8 +451,102 @@ class DataLoader:
 
     # ------------------------------------------------------------------ sizes and state
     def __len__(self) -> int:
-        n = len(self.source)
+        return self._num_batches(self._epoch)
+
+    def _num_batches(self, epoch: int) -> int:
+        n = len(self.source) if self.packing is None else self._plan(epoch).num_packed
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    # ------------------------------------------------------------------ variable-length rows
+    def _collate_step(self) -> Any:
+        """The padding or packing step of batch building (None without either)."""
+        step = self.padding or self.packing
+        if step is None:
+            return None
+        if isinstance(self.source, _ItemSource) and len(self.source):
+            # generic items declare nothing: columns whose first rows differ in length are ragged
+            sample = self.source.gather(np.arange(min(64, len(self.source)), dtype=np.int64))
+            self.source.variable = tuple(variable_columns(sample))
+        variable = self.source.variable
+        if step.columns is not None and isinstance(self.source, _ArrowSource):
+            unknown = [c for c in step.columns if c not in self.source.columns]
+            if unknown:
+                raise ValueError(
+                    f"{type(step).__name__}(columns=...) names {unknown}, which are not columns "
+                    f"of this loader ({self.source.columns})"
+                )
+        if isinstance(self.source, _ArrowSource):
+            wanted = step.columns if step.columns is not None else variable
+            self.source.ragged = tuple(c for c in wanted if c in variable)
+        if self.packing is not None:
+            return PackStep(self.packing, variable)
+        return PadStep(self.padding, variable)
+
+    def _length_column(self) -> str:
+        """The column whose lengths order bucketing and plan packing."""
+        step = self.padding or self.packing
+        if step is not None and step.columns is not None:
+            return step.columns[0]
+        variable = self.source.variable
+        if variable:
+            return "input_ids" if "input_ids" in variable else variable[0]
+        if isinstance(self.source, _ItemSource) and len(self.source):
+            return self._item_column()
+        raise ValueError(
+            "bucket_by_length and packing need a variable-length column (a ragged list of "
+            f"numbers); this loader's columns are {self.source.columns}"
+        )
+
+    def _item_column(self) -> str:
+        first = self.source.gather(np.zeros(1, dtype=np.int64))
+        if "input_ids" in first:
+            return "input_ids"
+        for column, value in first.items():
+            if isinstance(value, list | np.ndarray) and np.ndim(value[0]) >= 1:
+                return column
+        raise ValueError(
+            f"bucket_by_length and packing need a variable-length column; the items have {sorted(first)}"
+        )
+
+    def _row_lengths(self) -> np.ndarray:
+        return self._column_lengths(self._length_column())
+
+    def _column_lengths(self, column: str) -> np.ndarray:
+        """Every row's stored length in ``column`` (read once, then kept)."""
+        if column not in self._lengths:
+            self._lengths[column] = self.source.lengths(column)
+        return self._lengths[column]
+
+    def _padded(self) -> tuple[str, ...]:
+        """The columns padding pads whatever the batch (those a process's share alone may not
+        show as variable-length)."""
+        if self.padding.columns is not None:
+            return self.padding.columns
+        if self.source.variable or not isinstance(self.source, _ItemSource):
+            return self.source.variable
+        return (self._item_column(),)
+
+    def _plan(self, epoch: int) -> PackPlan:
+        """The packing of ``epoch`` (the same in every process and after a resume)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            n = len(self.source)
+            order = EpochOrder(n, self.seed, epoch, self.shuffle).rows(0, n)
+            bins = self.packing.num_bins or 2 * self.batch_size
+            plan = best_fit(self._row_lengths()[order], order, self.packing, bins)
+            self._plans = {k: v for k, v in self._plans.items() if k >= epoch - 1}
+            self._plans[epoch] = plan
+        return plan
+
+    def _order(self, epoch: int) -> Any:
+        """What says which rows each batch of ``epoch`` reads."""
+        if self.packing is not None:
+            return self._plan(epoch)
+        if self.bucket_by_length:
+            return LengthGroupedOrder(
+                self._row_lengths(), self.batch_size, self.seed, epoch, self.shuffle
+            )
+        return EpochOrder(len(self.source), self.seed, epoch, self.shuffle)
 
     @property
     def epoch(self) -> int:
@@ -422,7 +575,18 @@ class DataLoader:
             "drop_last": self.drop_last,
             "num_rows": len(self.source),
             "dataset": self.source.fingerprint(),
+            **self._variable_state(),
         }
+
+    def _variable_state(self) -> dict[str, Any]:
+        """Bucketing and packing change which rows each batch holds: a state records them."""
+        out: dict[str, Any] = {}
+        if self.bucket_by_length:
+            out["bucket_by_length"] = True
+        if self.packing is not None:
+            p = self.packing
+            out["packing"] = [p.length, p.long_rows, p.num_bins or 2 * self.batch_size]
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next batch is exactly the one an uninterrupted run would get."""
@@ -435,12 +599,19 @@ class DataLoader:
                     f"the saved loader state does not match this loader: {key} is {state.get(key)!r} in the "
                     f"state but {mine[key]!r} here"
                 )
+        for key in ("bucket_by_length", "packing"):
+            if state.get(key) != mine.get(key):
+                raise ValueError(
+                    f"the saved loader state does not match this loader: {key} is "
+                    f"{state.get(key)!r} in the state but {mine.get(key)!r} here"
+                )
         position = int(state["batches_consumed"])
-        if not 0 <= position <= len(self):
-            raise ValueError(f"batches_consumed={position} is outside [0, {len(self)}]")
+        total = self._num_batches(int(state["epoch"]))
+        if not 0 <= position <= total:
+            raise ValueError(f"batches_consumed={position} is outside [0, {total}]")
         self._close_iterator()
         self._epoch, self._position, self._resume = int(state["epoch"]), position, True
-        if position == len(self):
+        if position == total:
             self._epoch, self._position = self._epoch + 1, 0
 
     # ------------------------------------------------------------------ iteration
@@ -463,6 +634,7 @@ class DataLoader:
             transform=self.transform,
             seed=self.seed,
             decode_size=self.decode_size,
+            collate=self._collate,
         )
 
     def _worker_work(self) -> bool:
@@ -472,6 +644,7 @@ class DataLoader:
             or bool(self.source.media)
             or self.row_transform is not None
             or self.transform is not None
+            or self._collate is not None
         )
 
     def _get_backend(self) -> Any:
@@ -538,17 +711,26 @@ class DataLoader:
             )
         return slice(lo, hi)
 
-    def _job(self, order: EpochOrder, epoch: int, step: int) -> Job:
+    def _job(self, order: Any, epoch: int, step: int) -> Job:
         """Order and gather of batch ``step`` (what a worker needs to build it)."""
+        if isinstance(order, PackPlan):
+            local = self._local_rows(self.batch_size) or slice(0, self.batch_size)
+            first = step * self.batch_size + local.start
+            rows, positions, layout = batch_layout(order, first, local.stop - local.start)
+            columns = self.source.gather(rows) if isinstance(self.source, _ArrowSource) else None
+            return Job(epoch, step, rows, positions, columns, layout)
         start = step * self.batch_size
         stop = min(start + self.batch_size, len(self.source))
         rows = order.rows(start, stop)
         positions = np.arange(start, stop, dtype=np.int64)
         local = self._local_rows(stop - start)
+        longest = None
         if local is not None:
+            if self.padding is not None:  # every process pads its share to the same length
+                longest = {c: int(self._column_lengths(c)[rows].max()) for c in self._padded()}
             rows, positions = rows[local], positions[local]
         columns = self.source.gather(rows) if isinstance(self.source, _ArrowSource) else None
-        return Job(epoch, step, np.asarray(rows), positions, columns)
+        return Job(epoch, step, np.asarray(rows), positions, columns, longest)
 
     def _place(self, batch: dict[str, Any], job: Job, shared: bool) -> tuple[Batch, list]:
         """Dtype rules, then one transfer to the device(s); with ``shared`` (the arrays live in a
@@ -633,9 +815,9 @@ class _Stream:
 
     def __init__(self, loader: DataLoader, backend: Any, epoch: int, start: int) -> None:
         self.loader, self.backend, self.epoch = loader, backend, epoch
-        self.order = EpochOrder(len(loader.source), loader.seed, epoch, loader.shuffle)
+        self.order = loader._order(epoch)
         self.next_step = start
-        self.total = len(loader)
+        self.total = loader._num_batches(epoch)
         self.pending: deque = deque()
 
     def next(self, cancel: threading.Event | None = None) -> Batch | None:
@@ -660,8 +842,12 @@ class _Stream:
 
     def describe(self, step: int) -> str:
         start = step * self.loader.batch_size
-        stop = min(start + self.loader.batch_size, len(self.loader.source))
-        rows = self.order.rows(start, stop).tolist()
+        if isinstance(self.order, PackPlan):
+            s = self.order.pieces(start, start + self.loader.batch_size)
+            rows = list(dict.fromkeys(self.order.row[s].tolist()))
+        else:
+            stop = min(start + self.loader.batch_size, len(self.loader.source))
+            rows = self.order.rows(start, stop).tolist()
         shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
         return f"batch {step} of epoch {self.epoch} (rows {shown})"
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.bucketing import MEGA_BATCHES, bucket_table
 from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
 from jaxfeed.features import Features
@@ -37,6 +38,9 @@ from jaxfeed.iterable import (
     encode_state,
     split_dataset_by_node,
 )
+from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, loader_options, pack_table
+from jaxfeed.padding import Padding, pad_batch
+from jaxfeed.ragged import is_ragged_type
 from jaxfeed.workers import takes_rng
 
 STATE_VERSION = 1
@@ -54,6 +58,12 @@ class StreamingDataLoader:
     arguments). ``shuffle=True`` adds ``dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)``;
     every new iteration is a new epoch (``set_epoch`` reseeds the shuffle). A stream has no
     length, so there is no ``len()``.
+
+    ``padding=`` pads each batch as on a ``Dataset``. ``bucket_by_length=True`` and ``packing=``
+    work on a bounded buffer: the tables read until ``50 x batch_size`` rows are held are
+    reordered by length (:func:`jaxfeed.bucketing.bucket_table`) or packed in read order
+    (:func:`jaxfeed.packing.pack_table`); the buffer's rows not yet handed out are part of
+    ``state_dict()``, so a resumed stream gives the same batches.
 
     >>> import numpy as np
     >>> from jaxfeed import DataLoader, Dataset, IterableDataset
@@ -79,6 +89,9 @@ class StreamingDataLoader:
         num_workers: int = 0,
         worker_mode: str = "process",
         shuffle_buffer: int = 10_000,
+        padding: Padding | None = None,
+        bucket_by_length: bool = False,
+        packing: Packing | None = None,
         **unsupported: Any,
     ) -> None:
         given = sorted(k for k, v in unsupported.items() if v is not None)
@@ -122,11 +135,71 @@ class StreamingDataLoader:
             dataset = split_dataset_by_node(dataset, jax.process_index(), jax.process_count())
         self.rows_per_batch = batch_size if self.local is None else self.local
         self.dataset = dataset
+        self._variable_options(padding, bucket_by_length, packing)
         self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of this epoch handed out
         self._snapshot: dict | _After | None = None  # position after the last batch handed out
         self._iterator: _Iterator | None = None
+
+    def _variable_options(
+        self, padding: Padding | None, bucket_by_length: bool, packing: Packing | None
+    ) -> None:
+        padding = loader_options(padding, bucket_by_length, packing)
+        if (
+            self.local is not None
+            and padding is not None
+            and (padding.lengths is None or len(padding.lengths) > 1)
+        ):
+            raise ValueError(
+                "in a multi-process stream each process reads its own rows, so the processes "
+                "cannot agree on a padded length batch by batch: use Padding(lengths=(n,)) "
+                "(one length) or packing="
+            )
+        self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
+        features = self.dataset.features
+        self._declared = tuple(
+            c
+            for c, f in (features or {}).items()
+            if not isinstance(f, dict) and is_ragged_type(f.pa_type)
+        )
+
+    def _regrouped(self, tables: Iterator[pa.Table], epoch: int) -> Iterator[pa.Table]:
+        """Bucketing or packing on a bounded buffer: tables are held until ``MEGA_BATCHES`` x
+        ``batch_size`` rows, then reordered or packed as one table."""
+        limit = MEGA_BATCHES * self.batch_size
+        held: list[pa.Table] = []
+        count = 0
+        for table in itertools.chain(tables, [None]):
+            if table is not None:
+                if not table.num_rows:
+                    continue
+                held.append(table)
+                count += table.num_rows
+                if count < limit:
+                    continue
+            if not held:
+                return
+            group = pa.concat_tables(held).combine_chunks()
+            held, count = [], 0
+            if self.packing is not None:
+                bins = self.packing.num_bins or 2 * self.batch_size
+                yield pack_table(group, self.packing, bins)
+            else:
+                yield bucket_table(
+                    group, self._length_column(group), self.batch_size, self.seed, epoch
+                )
+
+    def _length_column(self, table: pa.Table) -> str:
+        if self.padding.columns is not None:
+            return self.padding.columns[0]
+        ragged = [c for c in table.column_names if is_ragged_type(table.schema.field(c).type)]
+        if not ragged:
+            raise ValueError(
+                "bucket_by_length needs a variable-length column (a list of numbers); the stream "
+                f"has {table.column_names}"
+            )
+        return "input_ids" if "input_ids" in ragged else ragged[0]
 
     # ------------------------------------------------------------------ state
     @property
@@ -148,6 +221,8 @@ class StreamingDataLoader:
             "batch_size": self.batch_size,
             "seed": self.seed,
             "drop_last": self.drop_last,
+            **({"bucket_by_length": True} if self.bucket_by_length else {}),
+            **({"packing": [self.packing.length, self.packing.long_rows]} if self.packing else {}),
             "stream": None if self._snapshot is None else encode_state(_as_dict(self._snapshot)),
         }
 
@@ -159,11 +234,12 @@ class StreamingDataLoader:
             )
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported streaming loader state version {state.get('version')}")
-        for key in ("batch_size", "seed", "drop_last"):
-            if state.get(key) != getattr(self, key):
+        mine = self.state_dict()
+        for key in ("batch_size", "seed", "drop_last", "bucket_by_length", "packing"):
+            if state.get(key) != mine.get(key):
                 raise ValueError(
                     f"the saved loader state does not match this loader: {key} is "
-                    f"{state.get(key)!r} in the state but {getattr(self, key)!r} here"
+                    f"{state.get(key)!r} in the state but {mine.get(key)!r} here"
                 )
         self._close()
         self._epoch, self._position = int(state["epoch"]), int(state["batches_consumed"])
@@ -188,7 +264,10 @@ class StreamingDataLoader:
         ds.set_epoch(epoch)
         stream = Stream(ds, resume["stream"] if resume else None)
         features: dict[bytes, Features] = {}
-        for table in itertools.chain(resume["pending"] if resume else [], stream):
+        read: Iterator[pa.Table] = iter(stream)
+        if self.bucket_by_length or self.packing is not None:
+            read = self._regrouped(read, epoch)
+        for table in itertools.chain(resume["pending"] if resume else [], read):
             if table.num_rows:
                 cols = _decode(table, features)
                 if self.transform is None:  # the jax dtypes now, once per table, not per batch
@@ -240,6 +319,10 @@ class StreamingDataLoader:
             yield held
 
     def _to_device(self, batch: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
+        if self.padding is not None:
+            batch = _host(pad_batch(batch, self.padding, declared=self._declared))
+        if self.packing is not None:
+            batch = _fill_packed(batch, self.rows_per_batch, self.packing)
         if self.transform is not None:
             if self._transform_rng:
                 rng = np.random.default_rng([self.seed, epoch, step])
@@ -283,6 +366,20 @@ def _host(cols: dict[str, Any]) -> dict[str, Any]:
         else to_host(v, k, int, None, keep_ints=True)
         for k, v in cols.items()
     }
+
+
+def _fill_packed(batch: dict[str, Any], rows: int, packing: Packing) -> dict[str, Any]:
+    """A last packed batch completed with empty packed rows (``segment_ids`` 0): one shape."""
+    n = len(batch[SEGMENT_IDS])
+    if n >= rows:
+        return batch
+    out = {}
+    for column, value in batch.items():
+        value = np.asarray(value)
+        fill = 0 if column in (SEGMENT_IDS, POSITIONS) else packing.pad_value(column)
+        pad = np.full((rows - n, *value.shape[1:]), fill, dtype=value.dtype)
+        out[column] = np.concatenate([value, pad])
+    return out
 
 
 class _After:

@@ -437,4 +437,37 @@ MUTATIONS = [
         [f"{GUARD}::test_the_command_trains_on_an_image_folder_with_metadata_csv"],
         "issue 26: an image folder with metadata.csv is taken for a folder of data files",
     ),
+    # ------------------------------------------------------------------ issue 23: variable-length data
+    Mutation(
+        "padding-labels-pad-zero",
+        "src/jaxfeed/padding.py",
+        'if column == "labels":\n            return LABEL_PAD',
+        'if column == "labels":\n            return 0',
+        ["tests/test_varlen.py::test_padding_to_buckets_labels_and_mask"],
+        "issue 23: labels padded with 0 (a real class) instead of -100",
+    ),
+    Mutation(
+        "packing-bins-not-closed-in-plan",
+        "src/jaxfeed/packing.py",
+        "    for j in range(num_bins):\n        if bins[j]:\n            close(j)",
+        "    pass",
+        ["tests/test_varlen.py::test_packing_keeps_every_token_once_with_segments_and_positions"],
+        "issue 23: the rows left in open bins at the end of an epoch are dropped",
+    ),
+    Mutation(
+        "bucketing-batches-not-shuffled",
+        "src/jaxfeed/bucketing.py",
+        "        if shuffle and full > 1:",
+        "        if False:",
+        ["tests/test_varlen.py::test_bucketing_every_row_once_shuffled_and_less_padding"],
+        "issue 23: bucketed batches come sorted by length (no shuffle)",
+    ),
+    Mutation(
+        "stream-regroup-buffer-not-resumed",
+        "src/jaxfeed/stream_loader.py",
+        'for table in itertools.chain(resume["pending"] if resume else [], read):',
+        "for table in read:",
+        ["tests/test_varlen.py::test_stream_options_and_exact_resume[bucketing]"],
+        "issue 23: a resumed stream loses the buffered rows not yet handed out",
+    ),
 ]

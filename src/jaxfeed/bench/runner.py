@@ -4,7 +4,7 @@ A benchmark is a module of :mod:`jaxfeed.bench`, installed with the package (the
 source checkout's ``benchmarks/`` folder call the same modules).
 
 >>> sorted(BENCHES)
-['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'train']
+['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'text', 'train']
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ BENCHES = {
     ),
     "augment": Bench("augment", ("--quick",), ("datasets", "torch", "grain")),
     "decode": Bench("decode", (), ()),
+    "text": Bench(
+        "text", ("--rows", "5000", "--repeats", "1"), ("datasets", "torch", "grain", "transformers")
+    ),
 }
 
 

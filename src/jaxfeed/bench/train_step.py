@@ -14,8 +14,8 @@ One CIFAR-shaped batch (128 x 32 x 32 x 3, float32) and AdamW for everyone:
 Then a whole epoch through the loader (10,000 CIFAR-shaped uint8 rows): the share of the epoch
 spent waiting for data.
 
-Run: ``python benchmarks/train_step.py [--quick]``; ``XLA_FLAGS=... python benchmarks/train_step.py``
-to try XLA CPU flags.
+Run: ``python benchmarks/train_step.py [--quick]``; ``python benchmarks/train_step.py --xla-flags``
+sweeps XLA's CPU options (:mod:`jaxfeed.bench.xla_flags`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from flax import nnx
 from flax.training import train_state
 
 from jaxfeed import Array3D, ClassLabel, DataLoader, Dataset, Features, Trainer
+from jaxfeed.bench import xla_flags
 from jaxfeed.bench._common import machine, save_json
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
@@ -301,7 +302,16 @@ def epoch_wait(rows: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--xla-flags",
+        action="store_true",
+        help="sweep XLA CPU options instead (jaxfeed.bench.xla_flags; --rounds N)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="with --xla-flags")
     args = parser.parse_args()
+    if args.xla_flags:
+        xla_flags.sweep(args.rounds, steps=5, tolerance=1e-4)
+        return
     steps, repeats = (3, 1) if args.quick else (10, 5)
     rng = np.random.default_rng(0)
     x_np = rng.random((BATCH, *SHAPE), dtype=np.float32)

@@ -1,0 +1,247 @@
+"""XLA CPU options for the training step: a sweep, each configuration in its own processes.
+
+For every configuration of ``XLA_FLAGS`` in :data:`CONFIGS` and every model (the article's CNN on
+128 x 32 x 32 x 3, an MLP on the same batch), a fresh process builds the Trainer's compiled step,
+runs ``--steps`` steps after a warm-up and reports the median ms/step, with the parameters
+reached after a fixed number of steps from the same start. The configurations take turns for
+``--rounds`` rounds (a busy period of the machine hits them all) and the table shows medians, the
+speed-up over the default configuration, and the largest difference of the parameters from the
+default's (a configuration is usable only within ``--tolerance``, 1e-4). A persistent compilation
+cache in a temporary folder keeps the rounds after the first from compiling again (its key
+includes ``XLA_FLAGS``). PyTorch eager on the CNN is measured in the same rounds.
+
+Run: ``python benchmarks/train_step.py --xla-flags [--rounds 5]``.
+
+>>> CONFIGS["default"]
+''
+>>> max_relative_difference({"w": np.ones(3)}, {"w": np.ones(3) * (1 + 1e-6)}) < 1e-5
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jaxfeed.bench._common import machine, save_json
+
+FUSION = "dot,eltwise,reduce"
+CONFIGS: dict[str, str] = {
+    "default": "",
+    "onednn": "--xla_cpu_use_onednn=true",
+    "onednn fusion": f"--xla_cpu_experimental_onednn_fusion_type={FUSION}",
+    "onednn + onednn fusion": (
+        f"--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_fusion_type={FUSION}"
+    ),
+    "xnn fusion": f"--xla_cpu_experimental_xnn_fusion_type={FUSION}",
+    "xnn graph fusion": "--xla_cpu_experimental_xnn_graph_fusion_mode=XNN_GRAPH_FUSION_MODE_GREEDY",
+    "ynn fusion": f"--xla_cpu_experimental_ynn_fusion_type={FUSION}",
+    "xnnpack": "--xla_cpu_use_xnnpack=true",
+    "fast math": "--xla_cpu_enable_fast_math=true",
+    "onednn + fast math": "--xla_cpu_use_onednn=true --xla_cpu_enable_fast_math=true",
+    "no multi-thread eigen": "--xla_cpu_multi_thread_eigen=false",
+}
+MODELS = ("cnn", "mlp")
+CHECK_STEPS = 3  # steps from the same start whose parameters are compared across configurations
+
+
+def max_relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """Largest ``|a - b| / max(|b|, 1e-3)`` over all arrays (the same names in both)."""
+    worst = 0.0
+    for key, value in b.items():
+        diff = np.abs(a[key] - value) / np.maximum(np.abs(value), 1e-3)
+        worst = max(worst, float(diff.max(initial=0.0)))
+    return worst
+
+
+def _probe(model_name: str, steps: int, out: str) -> None:
+    """In a process whose ``XLA_FLAGS`` are set: ms/step of the Trainer's step on ``model_name``
+    (printed as JSON) and the parameters after :data:`CHECK_STEPS` steps (saved to ``out``)."""
+    import jax
+    import optax
+    from flax import nnx
+
+    from jaxfeed.bench import train_step as T
+    from jaxfeed.models import CNN, MLP
+
+    rng = np.random.default_rng(0)
+    x = jax.device_put(rng.random((T.BATCH, *T.SHAPE), dtype=np.float32))
+    y = jax.device_put(rng.integers(0, 10, T.BATCH).astype(np.int32))
+    tx = optax.adamw(1e-3, weight_decay=1e-4)
+
+    def make():
+        if model_name == "cnn":
+            return CNN(10, input_shape=T.SHAPE, rngs=nnx.Rngs(0))
+        return MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
+
+    from jaxfeed import Trainer
+
+    trainer = Trainer(make(), tx, verbose=0)
+    arrays, n = trainer._batch({"image": x, "label": y}, "train")
+    core = trainer.core
+    holder = {"sums": trainer._sums(), "step": 0}
+
+    def run(count: int) -> None:
+        for _ in range(count):
+            core.state, holder["sums"] = core.train_step(
+                core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
+            )
+            holder["step"] += 1
+        jax.block_until_ready(holder["sums"])
+
+    run(CHECK_STEPS)
+    # the whole training state (parameters and optimizer moments) after the same steps
+    flat = {
+        jax.tree_util.keystr(path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(core.state)[0]
+        if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+    }
+    np.savez(out, **flat)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run(steps)
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    print(json.dumps({"ms": statistics.median(times)}))
+
+
+def _torch_probe(steps: int) -> None:
+    import torch
+
+    from jaxfeed.bench import train_step as T
+
+    rng = np.random.default_rng(0)
+    x_np = rng.random((T.BATCH, *T.SHAPE), dtype=np.float32)
+    y_np = rng.integers(0, 10, T.BATCH).astype(np.int32)
+    run = T.torch_cases(x_np, y_np)[f"PyTorch {torch.__version__.split('+')[0]} eager"]
+    run(2)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run(steps)
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    print(json.dumps({"ms": statistics.median(times)}))
+
+
+def _run(args: list[str], flags: str, cache: str) -> dict:
+    env = {
+        **os.environ,
+        "XLA_FLAGS": flags,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxfeed.bench.xla_flags", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:160]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sweep(rounds: int, steps: int, tolerance: float, only: list[str] | None = None) -> dict:
+    """Run the sweep; print and return the table."""
+    configs = {k: v for k, v in CONFIGS.items() if not only or k in only or k == "default"}
+    ms: dict[tuple[str, str], list[float]] = {}
+    errors: dict[tuple[str, str], str] = {}
+    torch_ms: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="jaxfeed-xla-sweep-") as work:
+        cache = str(Path(work) / "cache")
+        for r in range(rounds):
+            for model in MODELS:
+                for name, flags in configs.items():
+                    key = (model, name)
+                    if key in errors:
+                        continue
+                    params = str(Path(work) / f"{model}-{name.replace(' ', '_')}.npz")
+                    res = _run(["--probe", model, str(steps), params], flags, cache)
+                    if "error" in res:
+                        errors[key] = res["error"]
+                    else:
+                        ms.setdefault(key, []).append(res["ms"])
+            res = _run(["--torch-probe", str(steps)], "", cache)
+            if "ms" in res:
+                torch_ms.append(res["ms"])
+            print(f"  round {r + 1}/{rounds} done", flush=True)
+        rows = []
+        for model in MODELS:
+            base = statistics.median(ms[(model, "default")])
+            reference = dict(np.load(Path(work) / f"{model}-default.npz"))
+            for name, flags in configs.items():
+                key = (model, name)
+                if key in errors:
+                    rows.append(
+                        {"model": model, "config": name, "flags": flags, **{"error": errors[key]}}
+                    )
+                    continue
+                median = statistics.median(ms[key])
+                params = dict(np.load(Path(work) / f"{model}-{name.replace(' ', '_')}.npz"))
+                diff = max_relative_difference(params, reference)
+                rows.append(
+                    {
+                        "model": model,
+                        "config": name,
+                        "flags": flags,
+                        "ms_per_step": median,
+                        "speedup": base / median,
+                        "max_rel_diff": diff,
+                        "within_tolerance": diff <= tolerance,
+                    }
+                )
+    torch_median = statistics.median(torch_ms) if torch_ms else None
+    print(f"\nXLA CPU options, Trainer step, medians of {rounds} alternating rounds ({machine()})")
+    print(f"{'model':<6}{'configuration':<26}{'ms/step':>9}{'speed-up':>10}{'max rel diff':>14}")
+    for row in rows:
+        if "error" in row:
+            print(f"{row['model']:<6}{row['config']:<26}  failed: {row['error']}")
+            continue
+        mark = "" if row["within_tolerance"] else "  (outside tolerance)"
+        print(
+            f"{row['model']:<6}{row['config']:<26}{row['ms_per_step']:>9.1f}"
+            f"{row['speedup']:>9.2f}x{row['max_rel_diff']:>14.1e}{mark}"
+        )
+    if torch_median is not None:
+        cnn_default = next(r for r in rows if r["model"] == "cnn" and r["config"] == "default")
+        print(
+            f"cnn   PyTorch eager             {torch_median:>9.1f}   "
+            f"(Trainer default / PyTorch: {torch_median / cnn_default['ms_per_step']:.2f}x speed)"
+        )
+    payload = {"rounds": rounds, "steps": steps, "rows": rows, "torch_eager_ms": torch_median}
+    print(f"wrote {save_json('xla_flags', payload)}")
+    return payload
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--only", default="", help="comma-separated configurations")
+    parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--torch-probe", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        model, steps, out = args.probe
+        _probe(model, int(steps), out)
+    elif args.torch_probe:
+        _torch_probe(args.torch_probe)
+    else:
+        only = [c for c in args.only.split(",") if c]
+        sweep(args.rounds, args.steps, args.tolerance, only)
+
+
+if __name__ == "__main__":
+    main()
