@@ -437,6 +437,16 @@ MUTATIONS = [
         [f"{GUARD}::test_the_command_trains_on_an_image_folder_with_metadata_csv"],
         "issue 26: an image folder with metadata.csv is taken for a folder of data files",
     ),
+    Mutation(
+        "launch-no-kill-after-grace",
+        "src/jaxfeed/launch.py",
+        "                if proc.poll() is None:\n                    proc.kill()\n        for key",
+        "                if False:\n                    proc.kill()\n        for key",
+        [
+            "tests/test_cli_launch_signals.py::test_a_failed_process_stops_the_others_even_one_ignoring_sigterm"
+        ],
+        "issue 26: jaxfeed launch waits forever for a process that ignores SIGTERM after another failed",
+    ),
     # ------------------------------------------------------------------ issue 23: variable-length data
     Mutation(
         "padding-labels-pad-zero",
