@@ -46,21 +46,43 @@ jax.config.update("jax_num_cpu_devices", 8)
 collect_ignore = ["src/jaxfeed/bench/torch_cnn.py"]
 
 
-@pytest.fixture
-def process_group():
-    """``start(cmd, **popen_kwargs)``: a ``subprocess.Popen`` in a new process group (a terminal's
-    Ctrl-C goes to the group: ``os.killpg(proc.pid, SIGINT)``). Whatever the test's outcome, every
-    process left in those groups (workers of workers included) is killed when it ends."""
-    started: list[subprocess.Popen] = []
+class ProcessGroups:
+    """Subprocesses each in a new process group (a terminal's Ctrl-C goes to the group:
+    ``os.killpg(proc.pid, SIGINT)``); every process left in those groups (workers of workers, a
+    launcher's processes) is killed by :meth:`kill_all`."""
 
-    def start(cmd, **kwargs):
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def __call__(self, cmd, **kwargs) -> subprocess.Popen:
+        """``subprocess.Popen(cmd, **kwargs)`` in a new process group."""
         proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
-        started.append(proc)
+        self.started.append(proc)
         return proc
 
-    yield start
-    for proc in started:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            proc.communicate(timeout=30)
+    def run(self, cmd, *, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+        """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``; on a timeout
+        the whole group is killed (``subprocess.run`` kills only the process it started)."""
+        proc = self(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def process_group():
+    """A :class:`ProcessGroups`: start subprocesses in their own process groups; whatever the
+    test's outcome, every process left in those groups is killed when it ends."""
+    groups = ProcessGroups()
+    yield groups
+    groups.kill_all()

@@ -143,10 +143,12 @@ def _follow(procs: list[subprocess.Popen]) -> bool:
                     if other.poll() is None:
                         other.terminate()
                 stopping_since = time.monotonic()
+    selector.close()
     for proc in procs:
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
     return failed

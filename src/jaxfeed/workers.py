@@ -515,7 +515,9 @@ class Spawned:
         """Wait until the payload is written (before sending anything else on ``conn``)."""
         self._sender.join()
 
-    def failure(self, who: str, doing: str, error: type[Exception], starter: str, fallback: str):
+    def failure(
+        self, who: str, doing: str, error: type[Exception], starter: str, fallback: str
+    ) -> Exception:
         """The exception for this process having died: :class:`MainGuardError` when it stopped
         in an unguarded main script, else ``error`` naming ``who``, its pid and exit status."""
         code = self.process.exitcode
