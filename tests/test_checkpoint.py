@@ -15,7 +15,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointError, CheckpointManager, export, load_exported
+from jaxfeed.checkpoint import CheckpointError, CheckpointManager
+from jaxfeed.export import export, rebuild
 from jaxfeed.models import CNN, MLP, LinenCNN
 from jaxfeed.train import scale_images
 
@@ -226,7 +227,7 @@ def test_export_and_load_exported(tmp_path):
     trainer = Trainer(model, optax.adamw(1e-3), preprocess=scale_images, verbose=0)
     trainer.fit(DataLoader(digits["train"], 64, shuffle=True), epochs=1)
     path = export(model, tmp_path / "model", extra={"labels": [str(i) for i in range(10)]})
-    rebuilt, config = load_exported(path)
+    rebuilt, config = rebuild(path)
     assert config["labels"][3] == "3" and config["model"]["class"] == "CNN"
     batch = scale_images(next(iter(DataLoader(digits["test"], 16))))
     model.eval()
@@ -237,7 +238,7 @@ def test_export_and_load_exported(tmp_path):
         1,
     ]
     with pytest.raises(CheckpointError, match="not an exported model"):
-        load_exported(tmp_path)
+        rebuild(tmp_path)
     with pytest.raises(
         ValueError, match=r"export of a LinenCNN \(not an NNX module\) needs variables="
     ):

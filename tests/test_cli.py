@@ -13,6 +13,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
+from jaxfeed import load_exported
 from jaxfeed.cli import main
 
 
@@ -83,7 +84,10 @@ def test_image_folder_by_path_with_val_split_and_image_size(image_folder, image_
     out, stdout, _ = image_run
     assert f"data {image_folder}: detected image folder" in stdout
     assert "no eval split: 0.2 of train (9 rows, stratified by class, seed 0)" in stdout
-    assert "images: resized to 12x12 (--image-size), mode RGB (from L, RGB)" in stdout
+    assert (
+        "images: resized to 12x12 (--image-size), mixed modes L, RGB converted to RGB, the widest"
+        in stdout
+    )
     assert "36 train / 9 validation rows; inputs [12, 12, 3], label 'label' (3 classes)" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["format"] == "jaxfeed-run" and saved["options"]["image_size"] == "12x12"
@@ -124,6 +128,13 @@ def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, t
     assert [p["input"] for p in predictions] == [str(big), str(grey)]
     assert all(p["checkpoint"]["epoch"] == best_epoch for p in predictions)
     assert abs(sum(t["probability"] for t in predictions[0]["top"]) - 1) < 1e-3
+    # the export takes the raw images (any size or mode: its declared preprocessing fits them)
+    served = load_exported(out / "model")
+    raw = [np.asarray(PIL.Image.open(big)), np.asarray(PIL.Image.open(grey))]
+    printed = [{t["label"]: t["probability"] for t in p["top"]} for p in predictions]
+    expected = [[row[name] for name in served.spec.labels] for row in printed]
+    np.testing.assert_allclose(served(raw), expected, atol=1e-6)
+    assert served.predict(raw)[0] == [p["label"] for p in predictions]
 
 
 def test_resume_with_only_out_and_epochs(image_run, capsys):
@@ -149,14 +160,14 @@ def test_config_from_a_saved_run_with_a_user_model(image_run, tmp_path):
         "--epochs", "1", "--out", str(again), cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "model my_model.py:Tiny (nnx), 1 epochs" in result.stdout
+    assert f"model {tmp_path / 'my_model.py'}:Tiny (nnx), 1 epochs" in result.stdout
     first = json.loads((out / "config.json").read_text())["options"]
     second = json.loads((again / "config.json").read_text())["options"]
     assert {k for k in first if first[k] != second[k]} == {"epochs", "model"}
     assert [p.name for p in (again / "checkpoints").iterdir() if p.name.isdigit()]
 
 
-def test_csv_regression(tmp_path):
+def test_csv_regression(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = ["rooms,area,city,price"]
     for _ in range(200):
@@ -170,11 +181,28 @@ def test_csv_regression(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "detected CSV file" in result.stdout
-    assert "inputs: 2 numeric columns (rooms, area), standardised" in result.stdout
+    assert (
+        "inputs: 3 table columns: 1 numeric (area), standardised; 2 categorical (rooms: 5 values, "
+        "city: 2 values), one-hot with an unknown slot" in result.stdout
+    )
     assert "target 'price' (regression)" in result.stdout and "validation RMSE" in result.stdout
     report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
     assert report["task"] == "regression" and {"mse", "mae", "r2"} <= set(report)
     assert report["r2"] > 0.5 and "accuracy" not in report
+    # the vocabulary survives eval and predict: an unseen city goes to the unknown slot
+    new = tmp_path / "new.csv"
+    new.write_text("rooms,area,city,price\n3,80.0,a,290\n2,120.0,zz,330\n9,50.0,b,240\n")
+    status, shown, _ = run_main(capsys, "eval", str(out), "--data", str(new), "--json")
+    other = json.loads(shown)  # in this process: serving model/ starts no model code
+    assert status == 0 and other["split"] == "all" and other["rows"] == 3
+    assert other["note"] == f"{new} has no splits: evaluating all 3 rows"
+    predicted = json.loads(run_main(capsys, "predict", str(out), str(new), "--json")[1])
+    assert [p["input"] for p in predicted] == [f"{new}:{i}" for i in range(3)]
+    served = load_exported(out / "model")
+    values = served({"rooms": [3, 2, 9], "area": [80.0, 120.0, 50.0], "city": ["a", "zz", "b"]})
+    np.testing.assert_allclose(values, [p["prediction"] for p in predicted], rtol=1e-6)
+    assert served.predict({"rooms": [3], "area": [80.0], "city": ["a"]})[1] is None
+    assert served.spec.columns[2].vocabulary == ("a", "b")
 
 
 def test_help_imports_no_jax_and_takes_under_half_of_import_jax():
@@ -230,7 +258,8 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
     [
         (
             ["train", "--data", "nope"],
-            "--data nope: 'nope' is not a built-in dataset (digits, mnist",
+            "--data no such file or folder: nope; as a Hub dataset id: 'nope' is not a built-in "
+            "dataset (digits, mnist",
         ),
         (
             ["train", "--epochs", "-1"],

@@ -20,7 +20,13 @@ def store(lib, values, feature):
 
 CASES = [
     # (id, values, feature, what datasets stores, jaxfeed's error)
-    ("str-into-int", [1, "0"], lambda lib: lib.Value("int64"), [1, 0], r"column 'x', row 1"),
+    (
+        "str-into-bool",
+        ["True", "False"],
+        lambda lib: lib.Value("bool"),
+        [True, True],
+        r"column 'x', row 0: expected a bool value",
+    ),
     ("fraction-into-int", [1, 2.5], lambda lib: lib.Value("int64"), [1, 2], r"column 'x', row 1"),
     (
         "float16-overflow",
@@ -81,24 +87,50 @@ def test_ints_past_int32_in_the_jax_format():
         ds[:]
 
 
-def test_int64_image_pixels():
-    pixels = np.array([[2**40, 1]], dtype=np.int64)
+@pytest.mark.parametrize(
+    ("pixels", "wrapped"),
+    [
+        (np.array([[2**40, 1]], dtype=np.int64), [[0, 1]]),  # (H, W): int32
+        (np.array([[[256, 1, 2]]], dtype=np.int64), [[[0, 1, 2]]]),  # (H, W, C): uint8
+    ],
+    ids=["gray-int32", "colour-uint8"],
+)
+def test_int64_image_pixels_that_would_wrap(pixels, wrapped):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = datasets.Dataset.from_dict(
             {"i": [pixels]}, features=datasets.Features({"i": datasets.Image()})
         )
-        assert hf.with_format("numpy")[0]["i"].tolist() == [[0, 1]]  # downcast to int32, wrapped
-    with pytest.raises(jaxfeed.FeatureError, match=r"column 'i', row 0"):
+        assert hf.with_format("numpy")[0]["i"].tolist() == wrapped  # downcast, wrapped around
+    with pytest.raises(jaxfeed.FeatureError, match=r"column 'i', row 0: .*do not fit"):
         jaxfeed.Dataset.from_dict(
             {"i": [pixels]}, features=jaxfeed.Features({"i": jaxfeed.Image()})
         )
 
 
-def test_missing_values_in_the_jax_format():
-    feats = lambda lib: lib.Features({"y": lib.ClassLabel(names=["a", "b"])})  # noqa: E731
-    hf = datasets.Dataset.from_dict({"y": [0, None]}, features=feats(datasets))
-    assert np.isnan(np.asarray(hf.with_format("numpy")[:]["y"], dtype=float)[1])
-    ds = jaxfeed.Dataset.from_dict({"y": [0, None]}, features=feats(jaxfeed)).with_format("jax")
+def test_map_rows_with_keys_the_first_row_did_not_return():
+    def first_empty(row):
+        return {} if row["x"] == 1 else {"y": row["x"]}
+
+    hf = datasets.Dataset.from_dict({"x": [1, 2, 3]}).map(first_empty)
+    assert hf.column_names == ["x"]  # the "y" values of rows 1 and 2 are dropped
+    with pytest.raises(KeyError, match=r"map: row 1 returned keys \['y'\], but row 0 returned"):
+        jaxfeed.Dataset.from_dict({"x": [1, 2, 3]}).map(first_empty)
+
+
+@pytest.mark.parametrize(
+    ("feature", "values"),
+    [
+        (lambda lib: lib.ClassLabel(names=["a", "b"]), [0, None]),
+        (lambda lib: lib.Array2D((1, 2), "float32"), [[[1.0, 2.0]], None]),
+    ],
+    ids=["class-label", "array2d"],
+)
+def test_missing_values_in_the_jax_format(feature, values):
+    feats = lambda lib: lib.Features({"y": feature(lib)})  # noqa: E731
+    hf = datasets.Dataset.from_dict({"y": values}, features=feats(datasets))
+    assert np.isnan(np.asarray(hf.with_format("numpy")[:]["y"], dtype=float)[1]).all()
+    jf = jaxfeed.Dataset.from_dict({"y": values}, features=feats(jaxfeed))
+    assert np.isnan(np.asarray(jf.with_format("numpy")[:]["y"], dtype=float)[1]).all()
     with pytest.raises(ValueError, match=r"column 'y', row 1: the value is missing"):
-        ds[:]
+        jf.with_format("jax")[:]

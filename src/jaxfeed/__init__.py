@@ -19,8 +19,10 @@ __version__ = "0.1.0"
 # JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
 _EXPORTS = {
     "Column": "jaxfeed.column",
-    "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset",
+    # through jaxfeed.io: importing io registers its loaders (files into the cache, folders
+    # written by save_to_disk) with Dataset, which sits below io
+    "Dataset": "jaxfeed.io",
+    "DatasetDict": "jaxfeed.io",
     "load_exported": "jaxfeed.export",
     "Array2D": "jaxfeed.features",
     "Array3D": "jaxfeed.features",
@@ -40,6 +42,19 @@ _EXPORTS = {
     "TranslationVariableLanguages": "jaxfeed.features",
     "Value": "jaxfeed.features",
     "load_dataset": "jaxfeed.io",
+    "get_dataset_config_names": "jaxfeed.io",
+    "get_dataset_split_names": "jaxfeed.io",
+    "disable_caching": "jaxfeed.settings",
+    "enable_caching": "jaxfeed.settings",
+    "is_caching_enabled": "jaxfeed.settings",
+    "disable_progress_bars": "jaxfeed.settings",
+    "enable_progress_bars": "jaxfeed.settings",
+    "is_progress_bar_enabled": "jaxfeed.settings",
+    "are_progress_bars_disabled": "jaxfeed.settings",
+    "disable_progress_bar": "jaxfeed.settings",
+    "enable_progress_bar": "jaxfeed.settings",
+    "NamedSplit": "jaxfeed.splits",
+    "Split": "jaxfeed.splits",
     "load_from_disk": "jaxfeed.io",
     "IterableDataset": "jaxfeed.iterable",
     "IterableDatasetDict": "jaxfeed.iterable",
@@ -56,6 +71,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from jaxfeed import logging
     from jaxfeed.column import Column
     from jaxfeed.dataset import Dataset, DatasetDict
     from jaxfeed.export import export, load_exported
@@ -78,16 +94,38 @@ if TYPE_CHECKING:
         TranslationVariableLanguages,
         Value,
     )
-    from jaxfeed.io import load_dataset, load_from_disk
+    from jaxfeed.io import (
+        get_dataset_config_names,
+        get_dataset_split_names,
+        load_dataset,
+        load_from_disk,
+    )
     from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets
     from jaxfeed.packing import Packing
     from jaxfeed.padding import Padding
+    from jaxfeed.settings import (
+        are_progress_bars_disabled,
+        disable_caching,
+        disable_progress_bar,
+        disable_progress_bars,
+        enable_caching,
+        enable_progress_bar,
+        enable_progress_bars,
+        is_caching_enabled,
+        is_progress_bar_enabled,
+    )
+    from jaxfeed.splits import NamedSplit, Split
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 
+_SUBMODULES = {"logging"}  # modules that are public names themselves (``jaxfeed.logging``)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"jaxfeed.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'jaxfeed' has no attribute {name!r}")
@@ -97,7 +135,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, "export"])
+    return sorted([*globals(), *_EXPORTS, *_SUBMODULES, "export"])
 
 
 class _Package(types.ModuleType):
@@ -139,20 +177,34 @@ __all__ = [
     "Json",
     "LargeList",
     "List",
+    "NamedSplit",
     "Packing",
     "Padding",
     "Sequence",
+    "Split",
     "Trainer",
     "Translation",
     "TranslationVariableLanguages",
     "Value",
     "__version__",
+    "are_progress_bars_disabled",
     "concatenate_datasets",
+    "disable_caching",
+    "disable_progress_bar",
+    "disable_progress_bars",
+    "enable_caching",
+    "enable_progress_bar",
+    "enable_progress_bars",
     "export",
+    "get_dataset_config_names",
+    "get_dataset_split_names",
     "interleave_datasets",
+    "is_caching_enabled",
+    "is_progress_bar_enabled",
     "load_dataset",
     "load_exported",
     "load_from_disk",
+    "logging",
     "plot_history",
     "split_dataset_by_node",
 ]

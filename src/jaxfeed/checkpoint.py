@@ -81,11 +81,15 @@ def _keys_to_data(tree: Any) -> Any:
 
 
 def _data_to_keys(tree: Any, like: Any) -> Any:
-    """Wrap key data back into typed keys wherever ``like`` holds typed keys."""
+    """Wrap key data back into typed keys wherever ``like`` holds typed keys (arrays or
+    ``ShapeDtypeStruct`` targets)."""
 
     def convert(data: Any, ref: Any) -> Any:
-        if isinstance(ref, jax.Array) and jnp.issubdtype(ref.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(ref))
+        if isinstance(ref, jax.Array | jax.ShapeDtypeStruct) and jnp.issubdtype(
+            ref.dtype, jax.dtypes.prng_key
+        ):
+            impl = jax.random.key_impl(ref) if isinstance(ref, jax.Array) else ref.dtype._impl
+            return jax.random.wrap_key_data(data, impl=impl)
         return data
 
     return jax.tree.map(convert, tree, like)
@@ -102,6 +106,21 @@ def _abstract(tree: Any) -> Any:
         return x
 
     return jax.tree.map(spec, tree)
+
+
+def abstract_like(tree: Any, shardings: Any) -> Any:
+    """``tree``'s arrays as ``jax.ShapeDtypeStruct`` targets laid out by ``shardings`` (a tree of
+    the same structure): :meth:`CheckpointManager.restore` reads each process's shards of them,
+    whatever mesh, sharding or process count wrote the checkpoint.
+
+    >>> import jax, jax.numpy as jnp
+    >>> one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    >>> abstract_like({"w": jnp.zeros(2)}, {"w": one})["w"].shape
+    (2,)
+    """
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=s), tree, shardings
+    )
 
 
 def _flat_shapes(tree: Any) -> dict[str, tuple]:
@@ -591,24 +610,3 @@ def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = No
         state = nnx.state(obj)
         nnx.replace_by_pure_dict(state, pure[key])
         nnx.update(obj, state)
-
-
-# ---------------------------------------------------------------------------------- export
-# Export lives in jaxfeed.export; these two names stay here for existing callers (the CLI).
-def export(model: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
-    """Moved: see :func:`jaxfeed.export.export`. Callers of the first version described the input
-    only by ``extra["input_shape"]`` (float32 rows); that still works."""
-    from jaxfeed.export import export as export_model  # a cycle: jaxfeed.export imports this module
-
-    shape = (kwargs.get("extra") or {}).get("input_shape")
-    if kwargs.get("example_input") is None and shape is not None:
-        kwargs["example_input"] = np.zeros((1, *shape), np.float32)
-    return export_model(model, path, **kwargs)
-
-
-def load_exported(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
-    """A built-in model rebuilt by its registry name, and the export's config (the CLI's path);
-    :func:`jaxfeed.export.load_exported` serves any exported model."""
-    from jaxfeed.export import rebuild  # a cycle: jaxfeed.export imports this module
-
-    return rebuild(path)

@@ -1,10 +1,12 @@
-"""`Dataset` and `DatasetDict`: an Arrow table, its features, and an output format."""
+"""`Dataset` and `DatasetDict`: the public API. A :class:`Dataset` is a
+:class:`~jaxfeed.core.DatasetCore` (an Arrow table, its features and an output format) with the
+operations of :mod:`jaxfeed.ops`, the files of :mod:`jaxfeed.tabular` and :mod:`jaxfeed.saved`, and
+streaming through :mod:`jaxfeed.iterable`; this module sits above all of them.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -14,18 +16,15 @@ import numpy as np
 import pyarrow as pa
 
 from jaxfeed import ops, tabular
-from jaxfeed.column import Column
-from jaxfeed.extras import require
+from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
-from jaxfeed.features.features import infer_column
-from jaxfeed.features.struct import encode_column
-from jaxfeed.formatting import Formatter, canonical_format, make_formatter
-from jaxfeed.reader import Rows, TableReader, normalize_rows
+from jaxfeed.iterable import IterableDataset
 from jaxfeed.saved import save_dataset, save_dataset_dict
-from jaxfeed.tabular import arrow_batches
 
-# `load_from_disk` lives in jaxfeed.io (above this module); io registers it here on import.
+# Loading from files is io's job (above this module): jaxfeed.io registers its loaders here when it
+# is imported, which ``jaxfeed.Dataset`` does (see jaxfeed/__init__.py).
 _DISK_LOADER: list[Callable[..., Any]] = []
+_FILE_LOADER: list[Callable[[list[str], str, str | None], Any]] = []
 
 
 def register_disk_loader(loader: Callable[..., Any]) -> None:
@@ -33,21 +32,38 @@ def register_disk_loader(loader: Callable[..., Any]) -> None:
     _DISK_LOADER[:] = [loader]
 
 
-def _load_from_disk(path: str | os.PathLike, **kwargs: Any) -> Any:
-    if not _DISK_LOADER:
-        import jaxfeed  # the package loads jaxfeed.io lazily; asking for it registers the loader
+def register_file_loader(loader: Callable[[list[str], str, str | None], Any]) -> None:
+    """Called by :mod:`jaxfeed.io.load`: ``loader(files, format, cache_dir)`` -> a Dataset."""
+    _FILE_LOADER[:] = [loader]
 
-        return jaxfeed.load_from_disk(path, **kwargs)
+
+def _io_loaders() -> None:
+    """Make sure jaxfeed.io has registered its loaders (``from jaxfeed.dataset import Dataset``
+    alone does not import it)."""
+    if not (_DISK_LOADER and _FILE_LOADER):
+        import jaxfeed  # the package loads io (above this module) on first use: it registers
+
+        _ = jaxfeed.load_dataset, jaxfeed.load_from_disk
+        if not (_DISK_LOADER and _FILE_LOADER):
+            raise RuntimeError("jaxfeed.io did not register its loaders with jaxfeed.dataset")
+
+
+def _load_from_disk(path: str | os.PathLike, **kwargs: Any) -> Any:
+    _io_loaders()
     return _DISK_LOADER[0](path, **kwargs)
 
 
-def _json_columns(ds: Dataset) -> list[str]:
-    from jaxfeed.features import Json
+def _with_file_features(ds: Dataset, features: Features | None) -> Dataset:
+    if features is None:
+        return ds
+    features = Features(features)
+    missing = [c for c in ds.column_names if c not in features]
+    if missing:
+        raise ValueError(f"columns {missing} of the file are not in the given features")
+    return ds.cast(Features({c: features[c] for c in ds.column_names}))
 
-    return [name for name, f in ds.features.items() if isinstance(f, Json)]
 
-
-class Dataset:
+class Dataset(DatasetCore):
     """A table of rows backed by Apache Arrow, read as Python, numpy, JAX, Arrow or pandas values.
 
     >>> from jaxfeed import Dataset
@@ -57,331 +73,6 @@ class Dataset:
     >>> ds[:2]["data"].shape
     (2, 2)
     """
-
-    def __init__(self, table: pa.Table, features: Features | None = None) -> None:
-        if not isinstance(table, pa.Table):
-            raise TypeError(f"Dataset needs a pyarrow.Table, got {type(table).__name__}")
-        if features is None:
-            features = Features.from_arrow_schema(table.schema)
-        else:
-            features = features if isinstance(features, Features) else Features(features)
-            table = _conform(table, features)
-        self._table = table
-        self._features = features
-        self._reader = TableReader(table, features)
-        self._indices: np.ndarray | None = None  # row i reads table row _indices[i]
-        self._cache_dir: str | None = None  # set for datasets loaded from disk
-        self._source_files: set[str] = set()  # files in _cache_dir that this table maps
-        self._format: dict[str, Any] = {
-            "type": None,
-            "format_kwargs": {},
-            "columns": None,
-            "output_all_columns": False,
-        }
-        self._formatter: Formatter = make_formatter(None)
-
-    # ----------------------------------------------------------------------------- construction
-    @classmethod
-    def from_dict(cls, mapping: Mapping[str, Any], features: Features | None = None) -> Dataset:
-        """Build a dataset from a dict of columns (lists or numpy arrays of equal length).
-
-        >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2, 3], "y": ["a", "b", "c"]}).features
-        Features({'x': Value('int64'), 'y': Value('string')})
-        """
-        if not isinstance(mapping, Mapping):
-            raise TypeError(
-                f"from_dict needs a mapping of column name to values, got {type(mapping).__name__}"
-            )
-        lengths = {name: _length(values, name) for name, values in mapping.items()}
-        if len(set(lengths.values())) > 1:
-            shown = ", ".join(f"{k!r}: {v}" for k, v in lengths.items())
-            raise ValueError(f"all columns must have the same number of rows; got {shown}")
-        if features is not None:
-            features = Features(features).matching(mapping)
-            arrays = [encode_column(features[k], v, k) for k, v in mapping.items()]
-        else:
-            inferred = {k: infer_column(v, k) for k, v in mapping.items()}
-            features = Features({k: f for k, (f, _) in inferred.items()})
-            arrays = [a for _, a in inferred.values()]
-        table = (
-            pa.Table.from_arrays(arrays, schema=features.arrow_schema) if arrays else pa.table({})
-        )
-        return cls(table, features)
-
-    @classmethod
-    def from_list(
-        cls, rows: Sequence[Mapping[str, Any]], features: Features | None = None
-    ) -> Dataset:
-        """Build a dataset from a list of row dicts."""
-        names: dict[str, None] = {}
-        for row in rows:
-            names.update(dict.fromkeys(row))
-        return cls.from_dict({k: [row.get(k) for row in rows] for k in names}, features=features)
-
-    @classmethod
-    def from_arrow(
-        cls, table: pa.Table | pa.RecordBatch, features: Features | None = None
-    ) -> Dataset:
-        """Wrap an Arrow table (no copy). Features come from its schema metadata or its types."""
-        if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        return cls(table, features)
-
-    @classmethod
-    def from_pandas(
-        cls, df: Any, features: Features | None = None, preserve_index: bool = False
-    ) -> Dataset:
-        """Build a dataset from a pandas DataFrame."""
-        if features is not None:
-            return cls.from_dict({c: df[c].tolist() for c in df.columns}, features=features)
-        table = pa.Table.from_pandas(df, preserve_index=preserve_index).replace_schema_metadata(
-            None
-        )
-        # pandas >= 3 stores str columns as large_string; keep the `datasets` type, string.
-        schema = pa.schema(
-            [
-                f.with_type(pa.string()) if pa.types.is_large_string(f.type) else f
-                for f in table.schema
-            ]
-        )
-        return cls(table.cast(schema))
-
-    @classmethod
-    def from_hf(cls, hf_dataset: Any) -> Dataset:
-        """Wrap a Hugging Face ``datasets.Dataset``'s Arrow table without copying it.
-
-        Its features are mapped to jaxfeed's; a ``select``/``shuffle`` index mapping is applied with
-        one Arrow ``take``.
-        """
-        table = hf_dataset.data
-        table = getattr(table, "table", table)
-        indices = getattr(hf_dataset, "_indices", None)
-        if indices is not None:
-            idx = indices.column(0)
-            table = table.take(idx)
-        features = Features.from_dict(hf_dataset.features.to_dict())
-        return cls._wrap(table, features)
-
-    @classmethod
-    def _wrap(cls, table: pa.Table, features: Features) -> Dataset:
-        """Wrap ``table`` as is: its storage may differ from ``features.arrow_schema`` (e.g. HF's
-        extension types), which every reader decodes through the storage it finds."""
-        out = cls(pa.table({}))
-        out._table = table
-        out._features = features
-        out._reader = TableReader(table, features)
-        return out
-
-    # ----------------------------------------------------------------------------- properties
-    @property
-    def data(self) -> pa.Table:
-        """The underlying Arrow table."""
-        return self._table
-
-    @property
-    def features(self) -> Features:
-        return self._features
-
-    @property
-    def num_rows(self) -> int:
-        return self._table.num_rows if self._indices is None else len(self._indices)
-
-    @property
-    def num_columns(self) -> int:
-        return self._table.num_columns
-
-    @property
-    def column_names(self) -> list[str]:
-        return self._table.column_names
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.num_rows, self.num_columns)
-
-    @property
-    def format(self) -> dict[str, Any]:
-        """The current format: ``type``, ``format_kwargs``, ``columns``, ``output_all_columns``."""
-        out = copy.copy(self._format)
-        out["format_kwargs"] = dict(out["format_kwargs"])
-        if out["columns"] is None:
-            out["columns"] = self.column_names
-        return out
-
-    def __len__(self) -> int:
-        return self.num_rows
-
-    def __repr__(self) -> str:
-        return f"Dataset({{\n    features: {self.column_names},\n    num_rows: {self.num_rows}\n}})"
-
-    # ----------------------------------------------------------------------------- formats
-    def set_format(
-        self,
-        type: str | None = None,
-        columns: str | Sequence[str] | None = None,
-        output_all_columns: bool = False,
-        **format_kwargs: Any,
-    ) -> None:
-        """Set the output format in place: None/"python", "numpy", "jax", "arrow" or "pandas".
-
-        For "jax", ``device`` is a device string (``str(jax.devices()[0])``), a ``jax.Device`` or a
-        ``jax.sharding.Sharding`` that splits the batch dimension; ``dtype`` overrides the dtype of
-        every numeric value.
-        """
-        name = canonical_format(type)
-        if isinstance(columns, str):
-            columns = [columns]
-        if columns is not None:
-            columns = list(columns)
-            unknown = [c for c in columns if c not in self.column_names]
-            if unknown:
-                raise ValueError(
-                    f"columns {unknown} are not in the dataset; its columns are {self.column_names}"
-                )
-        formatter = make_formatter(name, **format_kwargs)
-        self._formatter = formatter
-        self._format = {
-            "type": None if name == "python" else name,
-            "format_kwargs": dict(format_kwargs),
-            "columns": columns,
-            "output_all_columns": bool(output_all_columns),
-        }
-
-    def with_format(
-        self,
-        type: str | None = None,
-        columns: str | Sequence[str] | None = None,
-        output_all_columns: bool = False,
-        **format_kwargs: Any,
-    ) -> Dataset:
-        """A new dataset sharing the same table, with the given format (see :meth:`set_format`).
-
-        >>> import jax
-        >>> from jaxfeed import Dataset
-        >>> ds = Dataset.from_dict({"data": [[1, 2], [3, 4]]})
-        >>> ds = ds.with_format("jax", device=str(jax.devices()[0]))
-        >>> ds[0]["data"].devices() == {jax.devices()[0]}
-        True
-        """
-        out = copy.copy(self)
-        out.set_format(type, columns, output_all_columns, **format_kwargs)
-        return out
-
-    def reset_format(self) -> None:
-        """Back to Python objects, all columns."""
-        self.set_format()
-
-    # ----------------------------------------------------------------------------- access
-    def _split_columns(self) -> tuple[list[str], list[str]]:
-        formatted = self._format["columns"] or self.column_names
-        rest = (
-            [c for c in self.column_names if c not in formatted]
-            if self._format["output_all_columns"]
-            else []
-        )
-        return list(formatted), rest
-
-    def __getitem__(self, key: Any) -> Any:
-        """Rows (an int, a slice, ints, a bool mask, a pandas Series of them) or a column.
-
-        A column name gives a lazy :class:`~jaxfeed.column.Column`, as `datasets` 4+ does, except
-        in the arrow and pandas formats (a ChunkedArray / Series).
-        """
-        if isinstance(key, str):
-            if key not in self.column_names:
-                raise KeyError(
-                    f"column {key!r} is not in the dataset; its columns are {self.column_names}"
-                )
-            if self._format["type"] in ("arrow", "pandas"):
-                return self._formatter.column(
-                    self._reader, self._table_rows(slice(0, self.num_rows)), key
-                )
-            return Column(self, key)
-        if hasattr(key, "to_numpy") and hasattr(key, "index"):  # a pandas Series
-            key = key.to_numpy()
-        rows, single = normalize_rows(key, self.num_rows)
-        return self._read(rows, single)
-
-    def _table_rows(self, rows: Any) -> Any:
-        """Map dataset rows (a slice or index array) to table rows through the index mapping."""
-        if self._indices is None:
-            return rows
-        return self._indices[rows]
-
-    def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
-        """Rows for a list of indices (the hook PyTorch's DataLoader uses)."""
-        batch = self[list(keys)]
-        return [{k: v[i] for k, v in batch.items()} for i in range(len(keys))]
-
-    def _read(self, rows: Any, single: bool) -> Any:
-        rows = self._table_rows(rows)
-        formatted, rest = self._split_columns()
-        read = self._formatter.row if single else self._formatter.batch
-        out = read(self._reader, rows, formatted)
-        if rest:
-            out = dict(out)
-            extra = {c: self._reader.python(c, rows) for c in rest}
-            out.update({c: v[0] for c, v in extra.items()} if single else extra)
-        return out
-
-    def __iter__(self) -> Iterator[Any]:
-        """Rows, read in blocks of 1,000 and split, so iteration costs no per-row table access."""
-        for start in range(0, self.num_rows, 1000):
-            stop = min(start + 1000, self.num_rows)
-            batch = self._read(slice(start, stop), single=False)
-            if self._format["type"] in ("arrow", "pandas"):
-                for i in range(stop - start):
-                    yield batch.slice(i, 1) if hasattr(batch, "slice") else batch.iloc[i : i + 1]
-                continue
-            for i in range(stop - start):
-                yield {k: v[i] for k, v in batch.items()}
-
-    def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
-        """Batches of exactly ``batch_size`` rows in order (the last may be shorter).
-
-        >>> from jaxfeed import Dataset
-        >>> ds = Dataset.from_dict({"x": list(range(5))}).with_format("numpy")
-        >>> [b["x"].tolist() for b in ds.iter(batch_size=2)]
-        [[0, 1], [2, 3], [4]]
-        """
-        if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        stop_at = self.num_rows - (self.num_rows % batch_size if drop_last_batch else 0)
-        for start in range(0, stop_at, batch_size):
-            yield self._read(slice(start, min(start + batch_size, self.num_rows)), single=False)
-
-    def to_dict(self, batch_size: int | None = None, batched: bool = False) -> Any:
-        """All columns as Python lists of their stored values (images as ``{"bytes", "path"}``
-        dicts, arrays as nested lists), as `datasets` gives them; ``batched=True`` yields dicts
-        of ``batch_size`` rows.
-
-        >>> from jaxfeed import Dataset
-        >>> Dataset.from_dict({"x": [1, 2]}).to_dict()
-        {'x': [1, 2]}
-        """
-        json_columns = _json_columns(self)
-
-        def part(table: pa.Table) -> dict[str, list]:
-            out = table.to_pydict()
-            for name in json_columns:
-                out[name] = [None if v is None else json.loads(v) for v in out[name]]
-            return out
-
-        if not batched:
-            return part(self._internal.arrow())
-        return (part(t) for t in arrow_batches(self, batch_size))
-
-    def to_list(self) -> list[dict[str, Any]]:
-        """All rows as dicts of stored values (see :meth:`to_dict`)."""
-        columns = self.to_dict()
-        return [{c: columns[c][i] for c in columns} for i in range(self.num_rows)]
-
-    def to_pandas(self, batch_size: int | None = None, batched: bool = False) -> Any:
-        """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
-        require("pandas", "pandas", "to_pandas")
-        if not batched:
-            return self._internal.arrow().to_pandas()
-        return (t.to_pandas() for t in arrow_batches(self, batch_size))
 
     def to_csv(
         self,
@@ -424,35 +115,66 @@ class Dataset:
     def from_parquet(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
         columns: Sequence[str] | None = None,
+        num_proc: int | None = None,
         **kwargs: Any,
     ) -> Dataset:
-        """Read Parquet file(s) (features from the schema metadata unless given)."""
-        return cls._from_table(tabular.read_parquet(path_or_paths, columns=columns), features)
+        """Read Parquet file(s) (features from the schema metadata unless given).
+
+        As ``load_dataset``, the files are converted once into the memory-mapped Arrow cache
+        under ``cache_dir`` (``keep_in_memory=True``: read into RAM); ``split`` names the split.
+        """
+        if keep_in_memory:
+            table = tabular.read_parquet(path_or_paths, columns=columns)
+            return cls._from_table(table, features)._named(split)
+        _io_loaders()
+        out = _FILE_LOADER[0](tabular.paths(path_or_paths), "parquet", cache_dir)
+        if columns is not None:
+            out = out.select_columns(list(columns))
+        return _with_file_features(out, features)._named(split)
 
     @classmethod
     def from_csv(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
+        num_proc: int | None = None,
         **read_csv_kwargs: Any,
     ) -> Dataset:
         """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`)."""
-        for name in ("cache_dir", "keep_in_memory", "num_proc"):
-            read_csv_kwargs.pop(name, None)
-        return cls._from_table(tabular.read_csv(path_or_paths, **read_csv_kwargs), features)
+        table = tabular.read_csv(path_or_paths, **read_csv_kwargs)
+        return cls._from_table(table, features)._named(split)
 
     @classmethod
     def from_json(
         cls,
         path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+        split: str | None = None,
         features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
         field: str | None = None,
+        num_proc: int | None = None,
         **kwargs: Any,
     ) -> Dataset:
-        """Read JSON Lines or JSON file(s) (a list of rows, a dict of columns, or ``field`` of it)."""
-        return cls._from_table(tabular.read_json(path_or_paths, field=field), features)
+        """Read JSON Lines or JSON file(s) (a list of rows, a dict of columns, or ``field`` of it).
+
+        The files are converted once into the memory-mapped Arrow cache under
+        ``cache_dir``, as ``load_dataset`` does (``keep_in_memory=True``: read into RAM).
+        """
+        if keep_in_memory or field is not None:
+            table = tabular.read_json(path_or_paths, field=field)
+            return cls._from_table(table, features)._named(split)
+        _io_loaders()
+        out = _FILE_LOADER[0](tabular.paths(path_or_paths), "json", cache_dir)
+        return _with_file_features(out, features)._named(split)
 
     @classmethod
     def _from_table(cls, table: pa.Table, features: Features | None) -> Dataset:
@@ -464,70 +186,6 @@ class Dataset:
             raise ValueError(f"columns {missing} of the file are not in the given features")
         return cls(table, Features({c: features[c] for c in table.column_names}))
 
-    # ----------------------------------------------------------------------------- context
-    def __enter__(self) -> Dataset:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    @contextlib.contextmanager
-    def formatted_as(
-        self,
-        type: str | None = None,
-        columns: str | Sequence[str] | None = None,
-        output_all_columns: bool = False,
-        **format_kwargs: Any,
-    ) -> Iterator[None]:
-        """Use a format inside a ``with`` block; the previous one comes back after it.
-
-        >>> from jaxfeed import Dataset
-        >>> ds = Dataset.from_dict({"x": [1, 2]})
-        >>> with ds.formatted_as("numpy"):
-        ...     print(ds[:]["x"])
-        [1 2]
-        >>> ds[:]["x"]
-        [1, 2]
-        """
-        old = (self._format, self._formatter)
-        self.set_format(type, columns, output_all_columns, **format_kwargs)
-        try:
-            yield
-        finally:
-            self._format, self._formatter = old
-
-    def set_transform(
-        self,
-        transform: Callable[[dict], dict] | None,
-        columns: str | Sequence[str] | None = None,
-        output_all_columns: bool = False,
-    ) -> None:
-        """Apply ``transform`` to Python batches on access (a row is a batch of one); None
-        resets the format.
-
-        >>> from jaxfeed import Dataset
-        >>> ds = Dataset.from_dict({"x": [1, 2]})
-        >>> ds.set_transform(lambda b: {"y": [v * 10 for v in b["x"]]})
-        >>> ds[0], ds[:]
-        ({'y': 10}, {'y': [10, 20]})
-        """
-        if transform is None:
-            self.set_format(None, columns, output_all_columns)
-            return
-        self.set_format("custom", columns, output_all_columns, transform=transform)
-
-    def with_transform(
-        self,
-        transform: Callable[[dict], dict] | None,
-        columns: str | Sequence[str] | None = None,
-        output_all_columns: bool = False,
-    ) -> Dataset:
-        """A new dataset with :meth:`set_transform` applied."""
-        out = copy.copy(self)
-        out.set_transform(transform, columns, output_all_columns)
-        return out
-
-    # ----------------------------------------------------------------------------- more ops
     def unique(self, column: str) -> list:
         """The distinct values of ``column``, in order of first appearance.
 
@@ -593,9 +251,64 @@ class Dataset:
         """
         return ops.shard(self, num_shards, index, contiguous)
 
+    def batch(
+        self,
+        batch_size: int | None = None,
+        by_column: str | Sequence[str] | None = None,
+        drop_last_batch: bool = False,
+        num_proc: int | None = None,
+        new_fingerprint: str | None = None,
+    ) -> Dataset:
+        """Rows grouped: each row holds lists of ``batch_size`` values (or of a run of rows with
+        the same ``by_column`` values), as `datasets`' ``Dataset.batch``.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3]}).batch(2)[:]
+        {'x': [[1, 2], [3]]}
+        """
+        return ops.batch(self, batch_size, by_column, drop_last_batch)
+
+    def take(self, n: int) -> Dataset:
+        """The first ``n`` rows (a slice).
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2, 3]}).take(2)["x"][:]
+        [1, 2]
+        """
+        return ops.select(self, range(min(int(n), self.num_rows)))
+
+    def skip(self, n: int) -> Dataset:
+        """All rows after the first ``n`` (a slice)."""
+        return ops.select(self, range(min(int(n), self.num_rows), self.num_rows))
+
+    def repeat(self, num_times: int) -> Dataset:
+        """The rows ``num_times`` times over, in order.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2]}).repeat(2)["x"][:]
+        [1, 2, 1, 2]
+        """
+        if num_times is None:
+            raise ValueError("Map style datasets do not support indefinite repetition.")
+        if not isinstance(num_times, int) or num_times < 0:
+            raise ValueError(f"num_times must be an int >= 0, got {num_times!r}")
+        if num_times == 0:
+            return self.select([])
+        return ops.concatenate_datasets([self] * num_times)
+
     def to_iterable_dataset(self, num_shards: int | None = 1) -> Any:
         """A streaming view of this dataset (rows in order, in this dataset's format)."""
-        return ops.to_iterable_dataset(self, num_shards)
+        shards = 1 if num_shards is None else int(num_shards)
+        if shards < 1 or shards > max(self.num_rows, 1):
+            raise ValueError(
+                f"to_iterable_dataset: num_shards must be in [1, {max(self.num_rows, 1)}] (the "
+                f"number of rows), got {num_shards!r}"
+            )
+        out = IterableDataset.from_dataset(self, num_shards=shards)
+        fmt = self.format
+        if fmt["type"] not in (None, "custom"):
+            out = out.with_format(fmt["type"])
+        return out
 
     @classmethod
     def load_from_disk(cls, dataset_path: str | os.PathLike, **kwargs: Any) -> Dataset:
@@ -608,12 +321,6 @@ class Dataset:
             )
         return out
 
-    @property
-    def _internal(self) -> DatasetInternal:
-        """The package-internal interface (for ops, io, iterable and the loader)."""
-        return DatasetInternal(self)
-
-    # ------------------------------------------------------------------------- operations
     def select(self, indices: Any) -> Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
@@ -642,28 +349,51 @@ class Dataset:
         self,
         function: Any,
         with_indices: bool = False,
+        with_rank: bool = False,
         input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
+        keep_in_memory: bool = False,
+        load_from_cache_file: bool | None = None,
+        cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
         fn_kwargs: dict | None = None,
         num_proc: int | None = None,
+        suffix_template: str = "_{rank:05d}_of_{num_proc:05d}",
+        new_fingerprint: str | None = None,
+        desc: str | None = None,
     ) -> Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
         ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
+        ``with_rank=True`` passes the process rank after the indices (None without ``num_proc``).
+        ``desc`` titles the progress bar. The result is an index mapping over this dataset's
+        table (nothing is written), so `datasets`' ``keep_in_memory``, ``load_from_cache_file``,
+        ``cache_file_name``, ``writer_batch_size``, ``suffix_template`` and ``new_fingerprint``
+        are accepted and change nothing.
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [1, 2, 3, 4]}).filter(lambda r: r["x"] % 2 == 0)["x"][:]
         [2, 4]
         """
         return ops.filter(
-            self, function, with_indices, input_columns, batched, batch_size, fn_kwargs, num_proc
+            self,
+            function,
+            with_indices,
+            input_columns,
+            batched,
+            batch_size,
+            fn_kwargs,
+            num_proc,
+            with_rank=with_rank,
+            desc=desc,
         )
 
     def map(
         self,
         function: Any = None,
         with_indices: bool = False,
+        with_rank: bool = False,
         input_columns: str | Sequence[str] | None = None,
         batched: bool = False,
         batch_size: int | None = 1000,
@@ -680,6 +410,7 @@ class Dataset:
         desc: str | None = None,
         try_original_type: bool | None = True,
         num_proc: int | None = None,
+        on_mixed_types: str | None = "use_json",
     ) -> Dataset:
         """Apply ``function`` to every row (or batch) and add or replace the columns it returns.
 
@@ -697,10 +428,13 @@ class Dataset:
         ``List``); ``async def`` functions run concurrently; on arrow/pandas-formatted datasets
         the function gets and may return a ``pyarrow.Table`` / ``pandas.DataFrame``.
         ``keep_in_memory=True`` keeps the output in memory; ``cache_file_name`` names the Arrow
-        file it is written to. ``load_from_cache_file``, ``writer_batch_size``, ``desc`` and
-        ``new_fingerprint`` are accepted for compatibility: jaxfeed has no fingerprint cache,
+        file it is written to; ``desc`` titles the progress bar. ``load_from_cache_file``,
+        ``writer_batch_size`` and ``new_fingerprint`` are accepted: jaxfeed has no fingerprint cache,
         so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
-        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`).
+        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`);
+        ``with_rank=True`` passes each process's rank after the indices (None without
+        ``num_proc``). A new column of values of several types is stored as ``Json`` (as
+        `datasets`' default ``on_mixed_types="use_json"``; ``None`` refuses it).
         """
         return ops.map(
             self,
@@ -717,6 +451,9 @@ class Dataset:
             fn_kwargs=fn_kwargs,
             try_original_type=try_original_type,
             num_proc=num_proc,
+            with_rank=with_rank,
+            desc=desc,
+            on_mixed_types=on_mixed_types,
         )
 
     def train_test_split(
@@ -733,7 +470,9 @@ class Dataset:
         >>> Dataset.from_dict({"x": list(range(10))}).train_test_split(test_size=0.2, seed=0).num_rows
         {'train': 8, 'test': 2}
         """
-        return ops.train_test_split(self, test_size, train_size, shuffle, seed, stratify_by_column)
+        return DatasetDict(
+            ops.train_test_split(self, test_size, train_size, shuffle, seed, stratify_by_column)
+        )
 
     def rename_column(self, original_column_name: str, new_column_name: str) -> Dataset:
         return ops.rename_columns(self, {original_column_name: new_column_name})
@@ -780,7 +519,7 @@ class Dataset:
         >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
-        return ops.from_generator(generator, features, gen_kwargs)
+        return ops.from_generator(cls, generator, features, gen_kwargs)
 
     def save_to_disk(
         self,
@@ -816,128 +555,12 @@ class Dataset:
         return removed
 
 
-class DatasetInternal:
-    """What the rest of the package may use of a :class:`Dataset` besides its public API.
-
-    ``ops``, ``io``, ``iterable`` and the loader go through this view (``ds._internal``) instead
-    of reading the dataset's private attributes, so the dataset's representation (a table, an
-    optional index mapping, a format, an optional cache folder) can change in one place.
-    """
-
-    __slots__ = ("_ds",)
-
-    def __init__(self, ds: Dataset) -> None:
-        self._ds = ds
-
-    @property
-    def reader(self) -> TableReader:
-        """Reads rows of the underlying table (table coordinates: map rows with table_rows)."""
-        return self._ds._reader
-
-    @property
-    def indices(self) -> np.ndarray | None:
-        """The index mapping (row i reads table row indices[i]), or None for table order."""
-        return self._ds._indices
-
-    @property
-    def cache_dir(self) -> str | None:
-        """The folder this dataset's Arrow files live in (where ``map`` writes), or None."""
-        return self._ds._cache_dir
-
-    @property
-    def source_files(self) -> frozenset[str]:
-        """Names of the files in ``cache_dir`` that this dataset's table maps."""
-        return frozenset(self._ds._source_files)
-
-    def table_rows(self, rows: Rows) -> Rows:
-        """Map dataset rows (a slice or index array) to table rows through the index mapping."""
-        return self._ds._table_rows(rows)
-
-    def arrow(self, rows: Rows | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-        """Dataset rows (all by default) as one table, the index mapping applied with one take."""
-        if rows is None:
-            rows = slice(0, self._ds.num_rows)
-        return self._ds._reader.arrow(self.table_rows(rows), columns)
-
-    def read(self, rows: Rows, single: bool = False) -> Any:
-        """Dataset rows in the dataset's output format (one row when ``single``)."""
-        return self._ds._read(rows, single)
-
-    def derive(
-        self,
-        table: pa.Table,
-        features: Features | None = None,
-        indices: np.ndarray | None = None,
-        source_files: set[str] | frozenset[str] | None = None,
-    ) -> Dataset:
-        """A dataset over ``table`` (as is) that keeps this one's format and cache folder.
-
-        ``source_files`` names the cache files the new table maps (default: this dataset's).
-        """
-        ds = self._ds
-        out = Dataset._wrap(table, features if features is not None else ds._features)
-        out._indices = indices
-        out._cache_dir = ds._cache_dir
-        out._source_files = set(ds._source_files if source_files is None else source_files)
-        fmt = ds._format
-        columns = fmt["columns"]
-        if columns is not None:
-            columns = [c for c in columns if c in out.column_names] or None
-        out.set_format(fmt["type"], columns, fmt["output_all_columns"], **fmt["format_kwargs"])
-        return out
-
-    def set_cache(
-        self, cache_dir: str | os.PathLike | None, source_files: Sequence[str] = ()
-    ) -> None:
-        """Record the folder whose Arrow files this (freshly built) dataset maps."""
-        self._ds._cache_dir = None if cache_dir is None else str(cache_dir)
-        self._ds._source_files = set(source_files)
-
-    def format_state(self) -> dict[str, Any]:
-        """The output format as JSON-ready values, in the keys of ``state.json``."""
-        fmt = self._ds._format
-        if fmt["type"] == "custom":  # a transform function is not saved (nor by `datasets`)
-            fmt = {**fmt, "type": None}
-        return {
-            "_format_type": fmt["type"],
-            "_format_columns": fmt["columns"],
-            "_format_kwargs": self._ds._formatter.serialize(),
-            "_output_all_columns": fmt["output_all_columns"],
-        }
-
-
-def _length(values: Any, column: str) -> int:
-    try:
-        return len(values)
-    except TypeError:
+def _check_split_value(name: str, split: Any) -> None:
+    if not isinstance(split, Dataset):
         raise TypeError(
-            f"column {column!r} must be a list or array of values, got {type(values).__name__}"
-        ) from None
-
-
-def _conform(table: pa.Table, features: Features) -> pa.Table:
-    """Check ``table`` against ``features`` and cast it to their storage types."""
-    if list(features) != table.column_names:
-        if set(features) != set(table.column_names):
-            raise ValueError(
-                f"features {list(features)} do not match the table's columns {table.column_names}"
-            )
-        table = table.select(list(features))
-    schema = features.arrow_schema
-    if table.schema.equals(schema, check_metadata=False):
-        return table.replace_schema_metadata(schema.metadata)
-    columns = []
-    for name in features:
-        column = table.column(name)
-        want = schema.field(name).type
-        if column.type == want:
-            columns.append(column)
-            continue
-        try:
-            columns.append(column.cast(want, safe=True))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            columns.append(encode_column(features[name], column.combine_chunks(), name))
-    return pa.Table.from_arrays(columns, schema=schema)
+            f"Values in `DatasetDict` should be of type `Dataset` but got type '{type(split)}' "
+            f"(split {name!r})"
+        )
 
 
 class DatasetDict(dict):
@@ -952,8 +575,11 @@ class DatasetDict(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name, split in self.items():
-            if not isinstance(split, Dataset):
-                raise TypeError(f"split {name!r} must be a Dataset, got {type(split).__name__}")
+            _check_split_value(name, split)
+
+    def __setitem__(self, key: str, value: Dataset) -> None:
+        _check_split_value(key, value)
+        super().__setitem__(key, value)
 
     @classmethod
     def from_dict(
@@ -1106,24 +732,32 @@ class DatasetDict(dict):
     def cleanup_cache_files(self) -> dict[str, int]:
         return {k: v.cleanup_cache_files() for k, v in self.items()}
 
+    @property
+    def cache_files(self) -> dict[str, list[dict[str, str]]]:
+        return {k: v.cache_files for k, v in self.items()}
+
     @classmethod
     def from_csv(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
-        return cls({k: Dataset.from_csv(p, features, **kwargs) for k, p in path_or_paths.items()})
+        return cls(
+            {k: Dataset.from_csv(p, k, features, **kwargs) for k, p in path_or_paths.items()}
+        )
 
     @classmethod
     def from_json(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
-        return cls({k: Dataset.from_json(p, features, **kwargs) for k, p in path_or_paths.items()})
+        return cls(
+            {k: Dataset.from_json(p, k, features, **kwargs) for k, p in path_or_paths.items()}
+        )
 
     @classmethod
     def from_parquet(
         cls, path_or_paths: Mapping[str, Any], features: Features | None = None, **kwargs: Any
     ) -> DatasetDict:
         return cls(
-            {k: Dataset.from_parquet(p, features, **kwargs) for k, p in path_or_paths.items()}
+            {k: Dataset.from_parquet(p, k, features, **kwargs) for k, p in path_or_paths.items()}
         )
 
     def flatten_indices(self) -> DatasetDict:

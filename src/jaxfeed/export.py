@@ -7,7 +7,9 @@ An export is a folder of three files:
   under a flat name such as ``conv1.kernel`` or ``params.Dense_0.bias``;
 * ``config.json``: format and version, the model's class (and constructor arguments for
   jaxfeed's built-in models, so the CLI can rebuild them by name), the input signature, and the
-  dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``;
+  dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``
+  and, when given, the declared preprocessing from raw inputs (:mod:`jaxfeed.serving`: data,
+  never code);
 * ``model.stablehlo``: the model in eval mode as ``f(weights, *inputs)``, serialised by
   ``jax.export``; the batch dimension is symbolic, so one export serves any batch size.
 
@@ -42,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfeed.checkpoint import CheckpointError
+from jaxfeed.serving import ServingSpec, SpecError
 from jaxfeed.train.cores import CallConvention
 
 FORMAT = "jaxfeed-export"
@@ -140,6 +143,7 @@ def export(
     variables: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    preprocessing: ServingSpec | Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``model`` in eval mode to the folder ``path`` for :func:`load_exported`.
 
@@ -149,7 +153,10 @@ def export(
     tuple of arrays for positional arguments, or a dict for keyword arguments); only shapes and
     dtypes count, and the batch dimension becomes symbolic. Built-in models and trainers know
     their input and need none. ``config`` overrides the ``{"class", "kwargs"}`` record;
-    ``extra`` (JSON) is stored next to it, e.g. class names.
+    ``extra`` (JSON) is stored next to it, e.g. class names. ``preprocessing`` (a
+    :class:`~jaxfeed.serving.ServingSpec` or its JSON) is the declared preprocessing from raw
+    inputs: with it, the loaded export takes raw images or table rows and returns predictions.
+    A Trainer's ``preprocess`` callable is code and is not exported: declare it here instead.
 
     The folder is written beside ``path`` and renamed into place: an earlier export at ``path``
     is replaced whole, and a path holding anything else is refused (``FileExistsError``).
@@ -226,6 +233,8 @@ def export(
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         ) from err
     function = bytes(exported.serialize())
+    if preprocessing is not None and not isinstance(preprocessing, ServingSpec):
+        preprocessing = ServingSpec.from_dict(preprocessing, "preprocessing=")
     from safetensors.numpy import save  # safetensors loads with the first export
 
     blob = save(tensors, metadata={"format": FORMAT})
@@ -241,6 +250,8 @@ def export(
         "function": {"file": FUNCTION, "sha256": hashlib.sha256(function).hexdigest()},
         **dict(extra or {}),
     }
+    if preprocessing is not None:
+        meta["preprocessing"] = preprocessing.to_dict()
     text = json.dumps(meta, indent=2)
     return _write_folder(Path(path), {WEIGHTS: blob, FUNCTION: function, CONFIG: text.encode()})
 
@@ -296,15 +307,44 @@ class ExportedModel:
     """A loaded export: call it on a batch of any size (eval mode, no Python model class).
 
     ``config`` is the export's ``config.json`` (with the caller's ``extra``, e.g. ``labels``);
-    ``weights`` the verified arrays by name.
+    ``weights`` the verified arrays by name. An export with a declared ``preprocessing``
+    (``spec``) is called on raw inputs (images, or table rows as a dict of columns) and returns
+    class probabilities or regression values in the label's units, as ``jaxfeed predict`` prints
+    them; :meth:`predict` gives labels and scores; :meth:`call` runs the bare model function.
     """
 
     def __init__(self, path: Path, config: dict[str, Any], weights: dict[str, jax.Array],
-                 exported: Any) -> None:  # fmt: skip
+                 exported: Any, spec: ServingSpec | None = None) -> None:  # fmt: skip
         self.path, self.config, self.weights, self._exported = path, config, weights, exported
         self.inputs = config.get("inputs", [])
+        self.spec = spec
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.spec is None:
+            return self.call(*args, **kwargs)
+        return self.spec.outputs(self.logits(*args, **kwargs))
+
+    def logits(self, raw: Any) -> np.ndarray:
+        """The model's outputs for raw inputs (the declared preprocessing applied first)."""
+        if self.spec is None:
+            raise TypeError(f"{self.path} declares no preprocessing: call it on model inputs")
+        x = self.spec.model_inputs(raw)
+        if len(x) == 0:
+            return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
+        return np.asarray(self.call(x))
+
+    def predict(self, raw: Any) -> tuple[list[Any], np.ndarray | None]:
+        """``(labels, scores)`` for raw inputs: the class names and their probabilities, or the
+        regression values (label units) and ``None``."""
+        if self.spec is None:
+            raise TypeError(
+                f"{self.path} declares no preprocessing (export it with preprocessing=): call it "
+                "on model inputs"
+            )
+        return self.spec.predictions(self(raw))
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """The exported function on model inputs (after any preprocessing)."""
         positional = [i for i in self.inputs if i["argument"] is None]
         keywords = {i["argument"]: i for i in self.inputs if i["argument"] is not None}
         if len(args) != len(positional) or set(kwargs) != set(keywords):
@@ -452,7 +492,13 @@ def load_exported(path: str | os.PathLike, like: Any = None) -> Any:
             got = tensors[name].dtype if name in tensors else "missing"
             raise _fail(path / WEIGHTS, f"weight {name!r} is {got}; the model takes {aval.dtype}")
     weights = {n: jnp.asarray(a) for n, a in tensors.items()}
-    return ExportedModel(path, config, weights, exported)
+    spec = None
+    if "preprocessing" in config:
+        try:
+            spec = ServingSpec.from_dict(config["preprocessing"], str(path / CONFIG))
+        except SpecError as err:
+            raise ExportError(str(err)) from None
+    return ExportedModel(path, config, weights, exported, spec)
 
 
 def _into(path: Path, tensors: dict[str, np.ndarray], like: Any) -> Any:

@@ -20,7 +20,7 @@ from jaxfeed.features.struct import requires_decoding
 from jaxfeed.reader import Rows, TableReader
 
 FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas", "custom")
-_ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pd": "pandas"}
+_ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pyarrow": "arrow", "pd": "pandas"}
 
 
 def canonical_format(type: str | None) -> str:
@@ -79,8 +79,10 @@ class PandasFormatter(Formatter):
             if requires_decoding(feature):
                 df[c] = _object_series(reader.python(c, rows), df.index)
             elif isinstance(feature, tuple(ARRAY_TYPES.values())):
-                values = reader.numpy(c, rows)
-                df[c] = _object_series(list(values), df.index)
+                # pandas is optional: its array column is imported with the pandas format
+                from jaxfeed.pandas_arrays import ArrayColumn
+
+                df[c] = ArrayColumn.series(reader.numpy(c, rows), df.index)
         return df
 
     row = batch

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,9 +31,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jaxfeed.dataset import Dataset
+from jaxfeed import ops
+from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
 from jaxfeed.features.sequence import List
 from jaxfeed.formatting import make_formatter
@@ -65,7 +68,7 @@ class Source:
     units: list[Unit]
     fmt: str | None = None
     storage_options: dict | None = None
-    dataset: Dataset | None = None
+    dataset: DatasetCore | None = None
     generator: tuple[Callable, dict, Features | None] | None = None  # from_generator
     features: Features | None = None  # cast every table to these (load_dataset(features=))
     columns: list[str] | None = None  # read only these (pushed down to Parquet)
@@ -131,12 +134,12 @@ class Source:
                 continue
             rows.append(row)
             if len(rows) >= READ_ROWS:
-                chunk = Dataset.from_list(rows, features=features)
+                chunk = DatasetCore.from_list(rows, features=features)
                 features = chunk.features
                 yield chunk.data
                 rows = []
         if rows:
-            yield Dataset.from_list(rows, features=features).data
+            yield DatasetCore.from_list(rows, features=features).data
 
     def read_ahead(self, units: list[Unit], skip: int) -> Iterator[Iterator[pa.Table]]:
         """:meth:`read` for each of ``units`` in turn (``skip`` applies to the first), while the
@@ -212,7 +215,7 @@ class Source:
             raise ValueError(
                 f"features {list(features)} do not match the columns {table.column_names} of {path}"
             )
-        return Dataset.from_arrow(table).cast(features).data
+        return ops.cast(DatasetCore.from_arrow(table), features).data
 
 
 def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
@@ -306,8 +309,8 @@ class _StatelessStage:
         return {}
 
 
-def _dataset(table: pa.Table, fmt: tuple) -> Dataset:
-    ds = Dataset(table)
+def _dataset(table: pa.Table, fmt: tuple) -> DatasetCore:
+    ds = DatasetCore(table)
     type_, columns, all_columns, kwargs = fmt
     if type_ is not None or columns is not None:
         ds.set_format(type_, columns, all_columns, **kwargs)
@@ -320,12 +323,25 @@ class _Columns(_Step):
     args: tuple
 
     def apply(self, table: pa.Table) -> pa.Table:
-        ds = Dataset(table)
+        ds = DatasetCore(table)
         if self.op == "select":
-            return ds.select_columns(list(self.args)).data
+            return ops.select_columns(ds, list(self.args)).data
         if self.op == "remove":
-            return ds.remove_columns(list(self.args)).data
-        return ds.rename_columns(dict(self.args)).data
+            return ops.remove_columns(ds, list(self.args)).data
+        return ops.rename_columns(ds, dict(self.args)).data
+
+
+@dataclass(frozen=True)
+class _Cast(_Step):
+    """``cast`` / ``cast_column``: the columns converted to ``features`` (values checked)."""
+
+    features: Features
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        ds = DatasetCore(table)
+        for name, feature in self.features.items():
+            ds = ops.cast_column(ds, name, feature)
+        return ds.data
 
 
 @dataclass(frozen=True)
@@ -343,6 +359,9 @@ class _Apply(_Step):
     fn_kwargs: dict | None = None
     drop_last_batch: bool = False
     fmt: tuple = (None, None, False, {})
+    # python format: columns this map returned as numpy arrays, and those of the steps before it
+    arrays: set = field(default_factory=set, compare=False)
+    upstream: tuple = field(default=(), compare=False)
 
     def stage(self, epoch: int, state: dict | None) -> _ApplyStage:
         return _ApplyStage(self, state)
@@ -350,6 +369,8 @@ class _Apply(_Step):
     def call(self, table: pa.Table, index: int) -> pa.Table:
         ds = _dataset(table, self.fmt)
         function = self.function
+        if self.fmt[0] is None and not self.input_columns:
+            function = _with_arrays(function, self, table.schema)
         if self.with_indices and index:
             function = _offset_indices(function, index, self.batched)
         common = dict(
@@ -360,10 +381,69 @@ class _Apply(_Step):
             fn_kwargs=self.fn_kwargs,
         )
         if self.kind == "filter":
-            return ds.filter(function, **common).flatten_indices().data
-        return ds.map(
-            function, remove_columns=self.remove_columns, features=self.features, **common
+            return ops.flatten_indices(ops.filter(ds, function, **common)).data
+        return ops.map(
+            ds, function, remove_columns=self.remove_columns, features=self.features, **common
         ).data
+
+
+def array_columns(steps: Sequence[_Step]) -> set[str]:
+    """Columns that python-format ``map`` functions of ``steps`` returned as numpy arrays."""
+    return set().union(*(s.arrays for s in steps if isinstance(s, _Apply)))
+
+
+def as_arrays(values: list, pa_type: pa.DataType) -> list:
+    """Stored lists back as the numpy arrays a ``map`` function returned (their stored dtype)."""
+    inner = pa_type
+    while (
+        pa.types.is_list(inner)
+        or pa.types.is_large_list(inner)
+        or pa.types.is_fixed_size_list(inner)
+    ):
+        inner = inner.value_type
+    dtype = (
+        inner.to_pandas_dtype()
+        if pa.types.is_integer(inner) or pa.types.is_floating(inner) or pa.types.is_boolean(inner)
+        else object
+    )
+    return [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+
+
+def _with_arrays(function: Callable, step: _Apply, schema: pa.Schema) -> Callable:
+    """``function`` seeing (and, for ``map``, recording) the columns held as numpy arrays, as
+    `datasets` passes them through a python-format stream."""
+    seen = set().union(*step.upstream) if step.upstream else set()
+    given = [c for c in seen if c in schema.names]
+
+    def restore(data: dict) -> dict:
+        if not given:
+            return data
+        data = dict(data)
+        for c in given:
+            if step.batched:
+                data[c] = as_arrays(list(data[c]), schema.field(c).type)
+            else:
+                data[c] = as_arrays([data[c]], schema.field(c).type)[0]
+        return data
+
+    def record(result: Any) -> Any:
+        if step.kind == "map" and isinstance(result, dict):
+            for name, value in result.items():
+                if step.batched:
+                    if (isinstance(value, np.ndarray) and value.ndim > 1) or (
+                        isinstance(value, list | tuple)
+                        and value
+                        and all(isinstance(v, np.ndarray) and v.ndim for v in value)
+                    ):
+                        step.arrays.add(name)
+                elif isinstance(value, np.ndarray) and value.ndim:
+                    step.arrays.add(name)
+        return result
+
+    def call(first: dict, *args: Any, **kwargs: Any) -> Any:
+        return record(function(restore(first), *args, **kwargs))
+
+    return call
 
 
 def _offset_indices(function: Callable, offset: int, batched: bool) -> Callable:
@@ -514,6 +594,56 @@ class _BatchStage:
         return {"pending": self.pending.snapshot()}
 
 
+@dataclass(frozen=True)
+class _BatchBy(_Step):
+    """``batch(by_column=)``: each run of successive rows equal in ``columns`` becomes one row."""
+
+    columns: tuple[str, ...]
+
+    def stage(self, epoch: int, state: dict | None) -> _BatchByStage:
+        return _BatchByStage(self, state)
+
+
+class _BatchByStage:
+    def __init__(self, step: _BatchBy, state: dict | None) -> None:
+        self.columns = step.columns
+        self.pending = _Pending(state["pending"] if state else None)  # the open run
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in upstream:
+            missing = [c for c in self.columns if c not in table.column_names]
+            if missing:
+                raise ValueError(
+                    f"batch(by_column=): columns {missing} are not in the stream's columns "
+                    f"{table.column_names}"
+                )
+            self.pending.push(table)
+            merged = self.pending.pop()
+            cuts = _run_starts(merged, self.columns)
+            for lo, hi in itertools.pairwise(cuts):
+                yield _as_one_row(merged.slice(lo, hi - lo))
+            self.pending = _Pending([merged.slice(cuts[-1])])
+        if self.pending.count:
+            yield _as_one_row(self.pending.pop())
+
+    def snapshot(self) -> dict:
+        return {"pending": self.pending.snapshot()}
+
+
+def _run_starts(table: pa.Table, columns: Sequence[str]) -> list[int]:
+    """Row numbers where a run of equal ``columns`` values starts (0 first)."""
+    n = table.num_rows
+    if n < 2:
+        return [0]
+    change = np.zeros(n - 1, dtype=bool)
+    for name in columns:
+        values = table.column(name)
+        differs = pc.not_equal(values.slice(1), values.slice(0, n - 1))
+        # a null compares as no change: it joins the run before it, as in `datasets`
+        change |= pc.fill_null(differs, False).to_numpy(zero_copy_only=False)
+    return [0, *(np.nonzero(change)[0] + 1).tolist()]
+
+
 def _as_one_row(table: pa.Table) -> pa.Table:
     """``n`` rows as one row whose columns are lists of the ``n`` values."""
     features = Features.from_arrow_schema(table.schema)
@@ -645,12 +775,23 @@ class IterableDataset:
         return cls(source, features=known)
 
     @classmethod
-    def from_dataset(cls, ds: Dataset, rows_per_unit: int = READ_ROWS) -> IterableDataset:
-        """Stream an in-memory (or memory-mapped) dataset, in its current row order."""
-        units = [
-            Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
-            for lo in range(0, ds.num_rows, rows_per_unit)
-        ]
+    def from_dataset(
+        cls, ds: DatasetCore, rows_per_unit: int = READ_ROWS, num_shards: int | None = None
+    ) -> IterableDataset:
+        """Stream an in-memory (or memory-mapped) dataset, in its current row order.
+
+        ``num_shards=n`` makes n units of contiguous rows (sizes differing by at most one, as
+        `datasets`' ``to_iterable_dataset(num_shards=n)``), so ``shard`` gives n parts.
+        """
+        if num_shards is not None and num_shards > 1:
+            per, extra = divmod(ds.num_rows, num_shards)
+            bounds = np.cumsum([0] + [per + (i < extra) for i in range(num_shards)])
+            units = [Unit(rows=(int(lo), int(hi))) for lo, hi in itertools.pairwise(bounds)]
+        else:
+            units = [
+                Unit(rows=(lo, min(lo + rows_per_unit, ds.num_rows)))
+                for lo in range(0, ds.num_rows, rows_per_unit)
+            ]
         return cls(Source(units, dataset=ds), features=ds.features)
 
     @classmethod
@@ -684,6 +825,10 @@ class IterableDataset:
         )
         out._epoch = self._epoch
         return out
+
+    def _array_sets(self) -> tuple[set, ...]:
+        """The sets where earlier ``map`` steps record the columns they returned as arrays."""
+        return tuple(s.arrays for s in self._steps if isinstance(s, _Apply))
 
     def _then(self, step: _Step, features: Features | None = None) -> IterableDataset:
         return self._replace(steps=(*self._steps, step), features=features)
@@ -756,6 +901,7 @@ class IterableDataset:
             fn_kwargs,
             drop_last_batch,
             self._fmt,
+            upstream=self._array_sets(),
         )
         return self._then(step, None if features is None else Features(features))
 
@@ -778,6 +924,7 @@ class IterableDataset:
             input_columns,
             fn_kwargs=fn_kwargs,
             fmt=self._fmt,
+            upstream=self._array_sets(),
         )
         return self._then(step, self._features)
 
@@ -813,7 +960,8 @@ class IterableDataset:
         features = (
             None if self._features is None else Features({c: self._features[c] for c in names})
         )
-        if not self._steps:  # read only these columns (Parquet reads only their chunks)
+        generated = any(u.generator for u in self._source.units)
+        if not self._steps and not generated:  # read only these columns (Parquet: their chunks)
             source = copy.copy(self._source)
             source.columns = names
             return self._replace(source=source, features=features)
@@ -836,20 +984,55 @@ class IterableDataset:
             features = Features({column_mapping.get(k, k): v for k, v in self._features.items()})
         return self._then(_Columns("rename", tuple(column_mapping.items())), features)
 
-    def batch(self, batch_size: int, drop_last_batch: bool = False) -> IterableDataset:
-        """Rows grouped: each row of the result holds lists of ``batch_size`` values.
+    def cast(self, features: Features) -> IterableDataset:
+        """Every column converted to ``features`` (names must match), as rows are read."""
+        features = Features(features)
+        if self._features is not None and set(features) != set(self._features):
+            raise ValueError(
+                f"cast: the features {list(features)} must name the columns {list(self._features)}"
+            )
+        return self._then(_Cast(features), features)
+
+    def cast_column(self, column: str, feature: Any) -> IterableDataset:
+        """One column converted to ``feature``, as rows are read."""
+        self._check_columns([column], "cast_column")
+        features = None
+        if self._features is not None:
+            features = Features({**self._features, column: feature})
+        return self._then(_Cast(Features({column: feature})), features)
+
+    @property
+    def num_columns(self) -> int | None:
+        return None if self._features is None else len(self._features)
+
+    def batch(
+        self,
+        batch_size: int | None = None,
+        by_column: str | Sequence[str] | None = None,
+        drop_last_batch: bool = False,
+    ) -> IterableDataset:
+        """Rows grouped: each row of the result holds lists of ``batch_size`` values, or (with
+        ``by_column``) of a run of successive rows with the same value(s) in those columns.
 
         >>> from jaxfeed import Dataset
         >>> from jaxfeed.iterable import IterableDataset
-        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3]}))
+        >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3], "k": [0, 0, 1]}))
         >>> list(ids.batch(2))
-        [{'x': [1, 2]}, {'x': [3]}]
+        [{'x': [1, 2], 'k': [0, 0]}, {'x': [3], 'k': [1]}]
+        >>> [r["x"] for r in ids.batch(by_column="k")]
+        [[1, 2], [3]]
         """
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if batch_size is None and by_column is None:
+            raise ValueError("IterableDataset.batch() misses `batch_size` or `by_column` argument.")
         features = None
         if self._features is not None:
             features = Features({k: List(v) for k, v in self._features.items()})
+        if by_column is not None:
+            columns = [by_column] if isinstance(by_column, str) else list(by_column)
+            self._check_columns(columns, "batch(by_column=)")
+            return self._then(_BatchBy(tuple(columns)), features)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         return self._then(_Batch(batch_size, drop_last_batch), features)
 
     def shard(self, num_shards: int, index: int, contiguous: bool = True) -> IterableDataset:
@@ -873,7 +1056,7 @@ class IterableDataset:
             mine = units[index::num_shards]
         source = copy.copy(self._source)
         source.units = list(mine)
-        return self._replace(source=source)
+        return self._replace(source=source, steps=_split_limits(self._steps, index, num_shards))
 
     def _check_columns(self, names: list[str], what: str) -> None:
         if self._features is None:
@@ -900,9 +1083,14 @@ class IterableDataset:
         for table in self._tables():
             self._rows = (table, 0)
             ds = _dataset(table, self._fmt)
+            arrays = [c for c in array_columns(self._steps) if c in table.column_names]
             for start in range(0, table.num_rows, 1000):
                 stop = min(start + 1000, table.num_rows)
                 batch = ds[start:stop]
+                if single and arrays and self._fmt[0] is None:
+                    batch = dict(batch)
+                    for c in arrays:
+                        batch[c] = as_arrays(batch[c], table.schema.field(c).type)
                 for i in range(stop - start):
                     self._rows = (table, start + i + 1)
                     if single:
@@ -918,7 +1106,13 @@ class IterableDataset:
         if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         for table in _rebatch(self._tables(), batch_size, drop_last_batch):
-            yield _dataset(table, self._fmt)[:]
+            batch = _dataset(table, self._fmt)[:]
+            arrays = [c for c in array_columns(self._steps) if c in table.column_names]
+            if arrays and self._fmt[0] is None:
+                batch = dict(batch)
+                for c in arrays:
+                    batch[c] = as_arrays(batch[c], table.schema.field(c).type)
+            yield batch
 
     def state_dict(self) -> dict[str, Any]:
         """The position reached by the current ``for row in ds`` pass (JSON values); give it to
@@ -948,6 +1142,45 @@ def _rebatch(tables: Iterator[pa.Table], batch_size: int, drop_last: bool) -> It
         yield pending.pop()
 
 
+@dataclass(frozen=True)
+class _Stride(_Step):
+    """Keep every ``world``-th row from ``rank`` on: a node's share of a stream with fewer units
+    than nodes, taken after ``skip`` / ``take`` as `datasets` takes it."""
+
+    world: int
+    rank: int
+
+    def stage(self, epoch: int, state: dict | None) -> _StrideStage:
+        return _StrideStage(self, state)
+
+
+class _StrideStage:
+    def __init__(self, step: _Stride, state: dict | None) -> None:
+        self.step = step
+        self.seen = state["seen"] if state else 0
+
+    def run(self, upstream: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        world, rank = self.step.world, self.step.rank
+        for table in upstream:
+            first = (rank - self.seen) % world
+            self.seen += table.num_rows
+            rows = np.arange(first, table.num_rows, world)
+            if len(rows):
+                yield table.take(pa.array(rows))
+
+    def snapshot(self) -> dict:
+        return {"seen": self.seen}
+
+
+def _split_limits(steps: Sequence[_Step], index: int, world: int) -> tuple[_Step, ...]:
+    """``skip(n)`` / ``take(n)`` made before a split: each part skips / takes its share of n
+    (n // world, one more for the first n % world parts), as `datasets` splits them."""
+    return tuple(
+        _Limit(s.n // world + (index < s.n % world), s.skip) if isinstance(s, _Limit) else s
+        for s in steps
+    )
+
+
 def _check_split(index: int, world: int) -> None:
     if not isinstance(world, int) or world < 1:
         raise ValueError(f"the number of shards / world_size must be a positive int, got {world!r}")
@@ -960,17 +1193,19 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
 
     For an :class:`IterableDataset`, files or Parquet row groups are dealt out round-robin, so
     each process opens only its own; with fewer of them than processes, every process reads all
-    and keeps every ``world_size``-th row. A :class:`Dataset` gives a contiguous block of rows.
+    and keeps every ``world_size``-th row. ``skip(n)`` / ``take(n)`` made before count as in
+    `datasets`: split over the processes with the units, of the whole stream's rows otherwise.
+    A :class:`Dataset` gives a contiguous block of rows.
 
     >>> from jaxfeed import Dataset, split_dataset_by_node
     >>> list(split_dataset_by_node(Dataset.from_dict({"x": list(range(5))}), rank=1, world_size=2)["x"])
     [3, 4]
     """
     _check_split(rank, world_size)
-    if isinstance(dataset, Dataset):
+    if isinstance(dataset, DatasetCore):
         per, extra = divmod(dataset.num_rows, world_size)
         lo = rank * per + min(rank, extra)
-        return dataset.select(range(lo, lo + per + (rank < extra)))
+        return ops.select(dataset, range(lo, lo + per + (rank < extra)))
     if not isinstance(dataset, IterableDataset):
         raise TypeError(
             f"split_dataset_by_node needs a Dataset or IterableDataset, got {type(dataset).__name__}"
@@ -978,13 +1213,19 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
     source = copy.copy(dataset._source)
     if len(source.units) >= world_size:
         source.units = source.units[rank::world_size]
+    elif any(isinstance(s, _Limit) for s in dataset._steps):
+        # skip/take count the whole stream's rows: keep every n-th row after them, as there
+        return dataset._replace(steps=(*dataset._steps, _Stride(world_size, rank)))
     else:
         if source.stride is not None:
             world, inner = source.stride
             source.stride = (world * world_size, inner + world * rank)
         else:
             source.stride = (world_size, rank)
-    return dataset._replace(source=source)
+    steps = dataset._steps
+    if len(dataset._source.units) >= world_size:
+        steps = _split_limits(steps, rank, world_size)
+    return dataset._replace(source=source, steps=steps)
 
 
 class IterableDatasetDict(dict):
@@ -1015,3 +1256,20 @@ class IterableDatasetDict(dict):
 
     def rename_column(self, original: str, new: str) -> IterableDatasetDict:
         return self._each("rename_column", original, new)
+
+    def rename_columns(self, column_mapping: dict[str, str]) -> IterableDatasetDict:
+        return self._each("rename_columns", column_mapping)
+
+    def cast(self, features: Features) -> IterableDatasetDict:
+        return self._each("cast", features)
+
+    def cast_column(self, column: str, feature: Any) -> IterableDatasetDict:
+        return self._each("cast_column", column, feature)
+
+    @property
+    def column_names(self) -> dict[str, list[str] | None]:
+        return {k: v.column_names for k, v in self.items()}
+
+    @property
+    def num_columns(self) -> dict[str, int | None]:
+        return {k: v.num_columns for k, v in self.items()}

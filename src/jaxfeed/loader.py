@@ -73,7 +73,8 @@ class _ArrowSource:
     def __init__(self, ds: Dataset, columns: Sequence[str] | None) -> None:
         self.ds = ds
         self.columns = list(columns) if columns is not None else ds.column_names
-        unknown = [c for c in self.columns if c not in ds.column_names]
+        names = set(ds.column_names)  # one list, not one per column (wide tables)
+        unknown = [c for c in self.columns if c not in names]
         if unknown:
             raise ValueError(
                 f"columns {unknown} are not in the dataset; its columns are {ds.column_names}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import itertools
 import math
@@ -22,24 +23,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.features import FeatureError, Features, LargeList, List, Value
+from jaxfeed.core import DatasetCore
+from jaxfeed.features import ClassLabel, FeatureError, Features, Json, LargeList, List, Value
 from jaxfeed.features.array import _ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
+from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import Sequence as SequenceFeature
 from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
 from jaxfeed.features.value import check_float_overflow
 from jaxfeed.parallel import check_num_proc, parallel_filter, parallel_map
 from jaxfeed.reader import normalize_rows
+from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict
+    Dataset = DatasetCore  # any dataset: results keep its class
 
 
 def _column_list(ds: Dataset, columns: str | Sequence[str] | None, what: str) -> list[str]:
     if columns is None:
         return []
     columns = [columns] if isinstance(columns, str) else list(columns)
-    unknown = [c for c in columns if c not in ds.column_names]
+    names = set(ds.column_names)  # one list, not one per column (wide tables)
+    unknown = [c for c in columns if c not in names]
     if unknown:
         raise ValueError(
             f"{what}: columns {unknown} are not in the dataset; its columns are {ds.column_names}"
@@ -58,6 +63,16 @@ def select(ds: Dataset, indices: Iterable[int] | np.ndarray) -> Dataset:
         return ds._internal.derive(ds.data.slice(rows.start, rows.stop - rows.start))
     if not isinstance(indices, np.ndarray | list | tuple | range):
         indices = list(indices)
+    if len(indices) and ds._internal.indices is None:
+        wanted = np.asarray(indices)
+        if (
+            wanted.ndim == 1
+            and wanted.dtype.kind in "iu"
+            and wanted[0] >= 0
+            and wanted[-1] < ds.num_rows
+            and (len(wanted) == 1 or bool(np.all(np.diff(wanted) == 1)))
+        ):  # contiguous: a slice of the table, no index mapping (as `datasets`)
+            return ds._internal.derive(ds.data.slice(int(wanted[0]), len(wanted)))
     rows, _ = normalize_rows(
         np.asarray(indices, dtype=np.int64) if len(indices) else [], ds.num_rows
     )
@@ -139,25 +154,39 @@ def _call(
     with_indices: bool,
     input_columns: list[str],
     fn_kwargs: dict,
+    rank: tuple[int | None] | None = None,
+    strip: Sequence[str] = (),
 ) -> tuple[Any, list[Any]]:
     """Run ``function`` on rows ``start:stop``: one call per batch, or one per row.
 
-    Returns the batch it was given (in the dataset's format) and the results.
+    ``rank`` (``with_rank=True``) is passed after the indices, as `datasets` passes it. A
+    result that is the very dict the function was given (``lambda r: r``) loses the ``strip``
+    columns (``remove_columns``), as there. Returns the batch given and the results.
     """
     batch = ds._internal.read(slice(start, stop), single=False)
     if batched:
         args = [batch[c] for c in input_columns] if input_columns else [batch]
         if with_indices:
             args.append(list(range(start, stop)))
-        return batch, _run(function, [(args, fn_kwargs)])
-    calls = []
-    for i in range(stop - start):
-        row = _row_of(batch, i)
-        args = [row[c] for c in input_columns] if input_columns else [row]
-        if with_indices:
-            args.append(start + i)
-        calls.append((args, fn_kwargs))
-    return batch, _run(function, calls)
+        if rank is not None:
+            args.append(rank[0])
+        calls = [(args, fn_kwargs)]
+    else:
+        calls = []
+        for i in range(stop - start):
+            row = _row_of(batch, i)
+            args = [row[c] for c in input_columns] if input_columns else [row]
+            if with_indices:
+                args.append(start + i)
+            if rank is not None:
+                args.append(rank[0])
+            calls.append((args, fn_kwargs))
+    results = _run(function, calls)
+    if strip and not input_columns:
+        for i, ((given, *_), _kw) in enumerate(calls):
+            if results[i] is given and isinstance(given, dict):
+                results[i] = {k: v for k, v in given.items() if k not in strip}
+    return batch, results
 
 
 def filter(
@@ -169,6 +198,9 @@ def filter(
     batch_size: int | None = 1000,
     fn_kwargs: dict | None = None,
     num_proc: int | None = None,
+    with_rank: bool = False,
+    rank: int | None = None,
+    desc: str | None = None,
 ) -> Dataset:
     columns = _column_list(ds, input_columns, "filter")
     if check_num_proc(num_proc) > 1 and ds.num_rows:
@@ -176,8 +208,10 @@ def filter(
             ds,
             num_proc,
             dict(
+                run=filter,
                 function=function,
                 with_indices=with_indices,
+                with_rank=with_rank,
                 input_columns=input_columns,
                 batched=batched,
                 batch_size=batch_size,
@@ -185,20 +219,28 @@ def filter(
             ),
         )
     keep: list[np.ndarray] = []
-    for start, stop in _batches(ds, batch_size):
-        _, results = _call(
-            ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}
-        )
-        mask = np.asarray(results[0] if batched else results)
-        if mask.shape != (stop - start,) or mask.dtype.kind not in "bi":
-            raise ValueError(
-                f"filter: the function must return one bool per row; rows {start}:{stop} gave "
-                f"{mask.dtype} values of shape {mask.shape}"
+    ranked = (rank,) if with_rank else None
+    with progress(ds.num_rows, desc or "Filter") as bar:
+        for start, stop in _batches(ds, batch_size):
+            _, results = _call(
+                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}, ranked
             )
-        keep.append(np.nonzero(mask)[0] + start)
+            bar.update(stop - start)
+            keep.append(_kept(results, batched, start, stop))
     positions = np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
     inner = ds._internal
     return inner.derive(ds.data, indices=inner.table_rows(positions.astype(np.int64)))
+
+
+def _kept(results: list[Any], batched: bool, start: int, stop: int) -> np.ndarray:
+    """The dataset rows of ``start:stop`` the filter function kept."""
+    mask = np.asarray(results[0] if batched else results)
+    if mask.shape != (stop - start,) or mask.dtype.kind not in "bi":
+        raise ValueError(
+            f"filter: the function must return one bool per row; rows {start}:{stop} gave "
+            f"{mask.dtype} values of shape {mask.shape}"
+        )
+    return np.nonzero(mask)[0] + start
 
 
 # ---------------------------------------------------------------------------------- map
@@ -275,10 +317,28 @@ def _as_columns(result: Any, batched: bool) -> dict[str, Any] | pa.Table | None:
     return out
 
 
+class MapOutputError(KeyError, ValueError):
+    """Rows of one ``map`` returned different columns (a ``KeyError``, as in `datasets`)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Table | None:
+    """Per-row results as columns. As in `datasets`, the first row's keys decide the columns: a
+    later row missing one is a ``KeyError``; a later row with more keys (which `datasets` drops
+    silently) is refused too."""
     if all(r is None for r in results):
         return None
-    if any(isinstance(r, pa.Table) or hasattr(r, "iloc") for r in results):
+    tables = [isinstance(r, pa.Table) or hasattr(r, "iloc") for r in results]
+    if any(tables):
+        for i, result in enumerate(results):
+            if tables[i] and len(result) != 1:
+                raise ValueError(
+                    "Only single-row pyarrow tables are allowed but got table with "
+                    f"{len(result)} rows (map, row {start + i}: without batched=True the function "
+                    "returns one row per row)"
+                )
         return pa.concat_tables([_as_columns(r, False) for r in results])
     columns: dict[str, list] = {}
     keys: list[str] | None = None
@@ -288,8 +348,10 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             keys = list(row)
             columns = {k: [] for k in keys}
         elif set(row) != set(keys):
-            raise ValueError(
-                f"map: row {start + i} returned keys {sorted(row)}, but earlier rows returned {sorted(keys)}"
+            missing = sorted(set(keys) - set(row))
+            raise MapOutputError(
+                f"map: row {start + i} returned keys {sorted(row)}, but row {start} returned "
+                f"{sorted(keys)}" + (f" (missing {missing})" if missing else "")
             )
         for k in keys:
             value = row[k]
@@ -314,6 +376,10 @@ def map(
     fn_kwargs: dict | None = None,
     try_original_type: bool | None = True,
     num_proc: int | None = None,
+    with_rank: bool = False,
+    rank: int | None = None,
+    desc: str | None = None,
+    on_mixed_types: str | None = "use_json",
 ) -> Dataset:
     """See :meth:`jaxfeed.Dataset.map`.
 
@@ -332,8 +398,10 @@ def map(
             ds,
             num_proc,
             dict(
+                run=map,
                 function=function,
                 with_indices=with_indices,
+                with_rank=with_rank,
                 input_columns=input_columns,
                 batched=batched,
                 batch_size=batch_size,
@@ -344,6 +412,7 @@ def map(
                 features=features,
                 fn_kwargs=fn_kwargs,
                 try_original_type=try_original_type,
+                on_mixed_types=on_mixed_types,
             ),
         )
         if out is not None:
@@ -355,14 +424,18 @@ def map(
     out_features: Features | None = None
     given = Features(features) if features is not None else None
     tabular = ds.format["type"] in ("arrow", "pandas")
+    strip = remove if ds.format["type"] is None else ()
+    stack = contextlib.ExitStack()
+    ranked = (rank,) if with_rank else None
     updated = False
     try:
+        bar = stack.enter_context(progress(ds.num_rows, desc or "Map"))
         for start, stop in _batches(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):
-            _, results = _call(
-                ds, function, start, stop, batched, with_indices, columns, fn_kwargs or {}
-            )
+            args = (batched, with_indices, columns, fn_kwargs or {}, ranked, strip)
+            _, results = _call(ds, function, start, stop, *args)
+            bar.update(stop - start)
             new = _as_columns(results[0], True) if batched else _rows_to_columns(results, start)
             if new is None:
                 if updated:
@@ -373,7 +446,9 @@ def map(
             updated = True
             table = _merge(ds, start, stop, new, remove, tabular)
             if out_features is None:
-                out_features = _output_features(ds, table, new, given, try_original_type)
+                out_features = _output_features(
+                    ds, table, new, given, try_original_type, on_mixed_types
+                )
             sink.write(_encode_output(table, out_features))
         if (
             not updated
@@ -384,12 +459,22 @@ def map(
     except BaseException:
         sink.abort()
         raise
-    return ds._internal.derive(
+    finally:
+        stack.close()
+    out = ds._internal.derive(
         table,
         features=out_features,
         indices=None,
         source_files=None if sink.path is None else {sink.path.name},
     )
+    formatted = ds._internal.format_state()["_format_columns"]
+    if formatted is not None:  # as `datasets`: new columns join the formatted ones
+        fmt = ds.format
+        kept = [c for c in formatted if c in out.column_names]
+        before = set(ds.column_names)
+        added = [c for c in out.column_names if c not in before]
+        out.set_format(fmt["type"], kept + added, fmt["output_all_columns"], **fmt["format_kwargs"])
+    return out
 
 
 def _merge(
@@ -436,6 +521,7 @@ def _output_features(
     new: dict[str, Any] | pa.Table,
     given: Features | None,
     try_original_type: bool | None,
+    on_mixed_types: str | None = "use_json",
 ) -> Features:
     """The output features, decided on the first batch, as `datasets`' writer decides them."""
     returned = set(new.column_names if isinstance(new, pa.Table) else new)
@@ -450,12 +536,16 @@ def _output_features(
             if name in ds.features and pa_type_of(ds.features[name]) == values.type:
                 out[name] = ds.features[name]
         else:
-            out[name] = _infer_returned(ds, name, values, try_original_type)
+            out[name] = _infer_returned(ds, name, values, try_original_type, on_mixed_types)
     return Features(out)
 
 
 def _infer_returned(
-    ds: Dataset, name: str, values: Any, try_original_type: bool | None
+    ds: Dataset,
+    name: str,
+    values: Any,
+    try_original_type: bool | None,
+    on_mixed_types: str | None = "use_json",
 ) -> FeatureLike:
     original = ds.features.get(name)
     if original is not None and try_original_type:
@@ -464,7 +554,18 @@ def _infer_returned(
             return original
         except (FeatureError, TypeError, ValueError, OverflowError, pa.ArrowException):
             pass
-    feature = as_ragged(infer_column(values, name)[0])
+    try:
+        feature = as_ragged(infer_column(values, name)[0])
+    except FeatureError:
+        if on_mixed_types != "use_json":
+            raise
+        try:  # values of several types: one JSON value per row, as `datasets` stores them
+            Json().encode(values, name)
+        except (FeatureError, TypeError, ValueError):
+            raise FeatureError(
+                name, None, "values of one type, or JSON values", values[:3]
+            ) from None
+        return Json()
     if original is not None and pa_type_of(feature) == pa_type_of(original):
         return original  # same storage: keep the original feature (a ClassLabel stays one)
     return feature
@@ -513,14 +614,12 @@ def train_test_split(
     seed: int | None = None,
     stratify_by_column: str | None = None,
     generator: np.random.Generator | None = None,
-) -> DatasetDict:
-    """Split as `datasets` splits: same sizes, same checks, same rows for the same seed."""
-    from jaxfeed.dataset import DatasetDict
-    from jaxfeed.features import ClassLabel
-
+) -> dict[str, Dataset]:
+    """Split as `datasets` splits: same sizes, same checks, same rows for the same seed;
+    ``{"train", "test"}`` (``Dataset.train_test_split`` makes it a ``DatasetDict``)."""
     n = ds.num_rows
     if n == 0:
-        return DatasetDict({"train": ds, "test": ds})
+        return {"train": ds, "test": ds}
     n_test, n_train = _split_sizes(n, test_size, train_size)
     if generator is None and shuffle:
         generator = np.random.default_rng(_seed(seed))
@@ -541,12 +640,10 @@ def train_test_split(
     else:
         order = generator.permutation(n)
         test_idx, train_idx = order[:n_test], order[n_test : n_test + n_train]
-    return DatasetDict(
-        {
-            "train": select(ds, np.asarray(train_idx, dtype=np.int64)),
-            "test": select(ds, np.asarray(test_idx, dtype=np.int64)),
-        }
-    )
+    return {
+        "train": select(ds, np.asarray(train_idx, dtype=np.int64)),
+        "test": select(ds, np.asarray(test_idx, dtype=np.int64)),
+    }
 
 
 def _split_sizes(
@@ -646,9 +743,21 @@ def _stratified(
 # ---------------------------------------------------------------------------------- columns
 def rename_columns(ds: Dataset, mapping: Mapping[str, str]) -> Dataset:
     _column_list(ds, list(mapping), "rename_columns")
+    for old, new in mapping.items():
+        if not new:
+            raise ValueError(f"New column name is empty (renaming column {old!r}).")
+        if new in ds.column_names and mapping.get(new, new) == new and new != old:
+            raise ValueError(
+                f"New column name {new} already in the dataset. Please choose a column name "
+                f"which is not already in the dataset. Current columns in the dataset: "
+                f"{ds.column_names}"
+            )
     names = [mapping.get(c, c) for c in ds.column_names]
     if len(set(names)) != len(names):
-        raise ValueError(f"rename_columns: the new names {names} are not unique")
+        raise ValueError(
+            f"New column names must all be different, but this column mapping has "
+            f"{len(names) - len(set(names))} duplicates (new names {names})"
+        )
     features = Features({mapping.get(k, k): v for k, v in ds.features.items()})
     table = ds.data.rename_columns(names).replace_schema_metadata(features.arrow_schema.metadata)
     return ds._internal.derive(table, features=features, indices=ds._internal.indices)
@@ -709,8 +818,6 @@ def _cast_column(
     if old == new:
         return column
     want = pa_type_of(new)
-    from jaxfeed.features import ClassLabel
-
     if not isinstance(new, ClassLabel):  # ClassLabel must check its range: go through encode
         try:
             out = column.cast(want, safe=True)
@@ -735,6 +842,16 @@ def _cast_column(
     return pa.chunked_array(parts, type=want)
 
 
+def _check_map_style(dsets: Sequence[Any], what: str) -> None:
+    """Refuse streams: jaxfeed joins and interleaves datasets with rows, not IterableDatasets."""
+    for i, d in enumerate(dsets):
+        if not isinstance(d, DatasetCore):
+            raise TypeError(
+                f"{what}: item {i} is a {type(d).__name__}; jaxfeed joins Datasets (an "
+                "IterableDataset is not supported here)"
+            )
+
+
 def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     """Join datasets row-wise (``axis=0``, same features) or column-wise (``axis=1``, same length).
 
@@ -744,6 +861,7 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     [1, 2, 3]
     """
     dsets = list(dsets)
+    _check_map_style(dsets, "concatenate_datasets")
     if not dsets:
         raise ValueError("concatenate_datasets needs at least one dataset")
     first = dsets[0]
@@ -780,7 +898,11 @@ def concatenate_datasets(dsets: Sequence[Dataset], axis: int = 0) -> Dataset:
     if axis == 1:
         names = [c for d in dsets for c in d.column_names]
         if len(set(names)) != len(names):
-            raise ValueError(f"concatenate_datasets(axis=1): duplicate column names in {names}")
+            twice = sorted({c for c in names if names.count(c) > 1})
+            raise ValueError(
+                f"The table can't have duplicated columns but columns {twice} are duplicated. "
+                f"(concatenate_datasets(axis=1) of columns {names})"
+            )
         if len({d.num_rows for d in dsets}) > 1:
             raise ValueError(
                 f"concatenate_datasets(axis=1): row counts differ: {[d.num_rows for d in dsets]}"
@@ -843,7 +965,9 @@ def sort(
 
 def add_column(ds: Dataset, name: str, column: Any, feature: FeatureLike | None = None) -> Dataset:
     if name in ds.column_names:
-        raise ValueError(f"add_column: the dataset already has a column {name!r}")
+        raise ValueError(
+            f"The table can't have duplicated columns but columns {[name]} are duplicated."
+        )
     if len(column) != ds.num_rows:
         raise ValueError(
             f"add_column: column {name!r} has {len(column)} values for {ds.num_rows} rows"
@@ -861,16 +985,30 @@ def add_column(ds: Dataset, name: str, column: Any, feature: FeatureLike | None 
 
 
 def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
-    from jaxfeed.dataset import Dataset as DatasetClass
-
     if not isinstance(item, Mapping):
         raise TypeError(f"add_item needs a dict of column values, got {type(item).__name__}")
-    unknown = [k for k in item if k not in ds.column_names]
-    if unknown:
-        raise ValueError(f"add_item: columns {unknown} are not in the dataset {ds.column_names}")
-    row = DatasetClass.from_dict({k: [item.get(k)] for k in ds.column_names}, features=ds.features)
-    table = pa.concat_tables([ds._internal.arrow().cast(ds.features.arrow_schema), row.data])
-    return ds._internal.derive(table, indices=None)
+    # As `datasets`: new keys become columns (earlier rows None), and a column of nulls takes the
+    # item's type.
+    base = ds._internal.arrow().cast(ds.features.arrow_schema)
+    features = dict(ds.features)
+    for name in ds.column_names:
+        value = item.get(name)
+        if base.column(name).type == pa.null() and value is not None:
+            features[name] = infer_column([value], name)[0]
+    for name, value in item.items():
+        if name not in features:
+            features[name] = infer_column([value], name)[0]
+    out = Features(features)
+    columns = [
+        base.column(c).cast(pa_type_of(out[c]))
+        if c in base.column_names
+        else pa.nulls(base.num_rows, pa_type_of(out[c]))
+        for c in out
+    ]
+    base = pa.Table.from_arrays(columns, schema=out.arrow_schema)
+    row = type(ds).from_dict({k: [item.get(k)] for k in out}, features=out)
+    table = pa.concat_tables([base, row.data])
+    return ds._internal.derive(table, features=out, indices=None)
 
 
 def flatten(ds: Dataset, max_depth: int = 16) -> Dataset:
@@ -899,6 +1037,8 @@ def flatten(ds: Dataset, max_depth: int = 16) -> Dataset:
 def _struct_fields(feature: FeatureLike) -> dict[str, FeatureLike] | None:
     if isinstance(feature, Mapping):
         return dict(feature)
+    if isinstance(feature, MediaFeature) and not feature.decode:  # stored dicts, as `datasets`
+        return {"bytes": Value("binary"), "path": Value("string")}
     flat = getattr(feature, "flatten", None)
     if callable(flat) and not isinstance(feature, Features):
         return flat()
@@ -906,8 +1046,6 @@ def _struct_fields(feature: FeatureLike) -> dict[str, FeatureLike] | None:
 
 
 def class_encode_column(ds: Dataset, column: str, include_nulls: bool = False) -> Dataset:
-    from jaxfeed.features import ClassLabel
-
     _column_list(ds, column, "class_encode_column")
     feature = ds.features[column]
     if not isinstance(feature, Value):
@@ -927,6 +1065,45 @@ def class_encode_column(ds: Dataset, column: str, include_nulls: bool = False) -
     return ds._internal.derive(table, features=features, indices=None)
 
 
+def batch(
+    ds: Dataset,
+    batch_size: int | None = None,
+    by_column: str | Sequence[str] | None = None,
+    drop_last_batch: bool = False,
+) -> Dataset:
+    """Rows grouped: each row holds lists of ``batch_size`` values of every column (or of a run of
+    rows equal in ``by_column``), features ``List(feature)``; built with Arrow offsets, no copy
+    of the values."""
+    if batch_size is None and by_column is None:
+        raise ValueError("Dataset.batch() misses `batch_size` or `by_column` argument.")
+    table = ds._internal.arrow()
+    n = table.num_rows
+    if by_column is not None:
+        names = _column_list(ds, by_column, "batch(by_column=)")
+        keys = table.select(names)
+        change = np.zeros(max(n - 1, 0), dtype=bool)
+        for name in names:
+            values = keys.column(name)
+            differs = pc.not_equal(values.slice(1), values.slice(0, max(n - 1, 0)))
+            change |= pc.fill_null(differs, False).to_numpy(zero_copy_only=False)
+        offsets = np.concatenate([[0], np.nonzero(change)[0] + 1, [n]]) if n else np.zeros(1)
+    else:
+        if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        stop = n - n % batch_size if drop_last_batch else n
+        offsets = np.append(np.arange(0, stop, batch_size), stop) if stop else np.zeros(1)
+    features = Features({k: List(v) for k, v in ds.features.items()})
+    offsets = pa.array(offsets.astype(np.int32))
+    columns = [
+        pa.ListArray.from_arrays(offsets, table.column(c).combine_chunks()).cast(
+            features.arrow_schema.field(c).type
+        )
+        for c in ds.column_names
+    ]
+    out = pa.Table.from_arrays(columns, schema=features.arrow_schema)
+    return ds._internal.derive(out, features=features, indices=None)
+
+
 def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> Dataset:
     if not 0 <= index < num_shards:
         raise ValueError("index should be in [0, num_shards-1]")
@@ -937,16 +1114,6 @@ def shard(ds: Dataset, num_shards: int, index: int, contiguous: bool = True) -> 
         stop = start + div + (1 if index < mod else 0)
         return select(ds, np.arange(start, stop))
     return select(ds, np.arange(index, n, num_shards))
-
-
-def to_iterable_dataset(ds: Dataset, num_shards: int | None = 1) -> Any:
-    from jaxfeed.iterable import IterableDataset  # iterable builds on ops: a real cycle
-
-    out = IterableDataset.from_dataset(ds)
-    fmt = ds.format
-    if fmt["type"] not in (None, "custom"):
-        out = out.with_format(fmt["type"])
-    return out
 
 
 def interleave_datasets(
@@ -965,6 +1132,7 @@ def interleave_datasets(
     """
     if not dsets:
         raise ValueError("Unable to interleave an empty list of datasets.")
+    _check_map_style(dsets, "interleave_datasets")
     strategies = ("first_exhausted", "all_exhausted", "all_exhausted_without_replacement")
     if stopping_strategy not in strategies:
         raise ValueError(
@@ -1058,20 +1226,20 @@ def _draw_with_replacement(
 
 
 def from_generator(
+    cls: type[Dataset],
     generator: Callable[..., Iterable[Mapping[str, Any]]],
     features: Features | None = None,
     gen_kwargs: dict | None = None,
     chunk_rows: int = 1000,
 ) -> Dataset:
-    from jaxfeed.dataset import Dataset
-
+    """A ``cls`` dataset of the rows ``generator`` yields, read ``chunk_rows`` at a time."""
     tables: list[pa.Table] = []
     rows: list[Mapping[str, Any]] = []
     names: list[str] | None = None
 
     def flush() -> None:
         nonlocal features
-        chunk = Dataset.from_dict({k: [r.get(k) for r in rows] for k in names}, features=features)
+        chunk = cls.from_dict({k: [r.get(k) for r in rows] for k in names}, features=features)
         features = chunk.features
         tables.append(chunk.data)
         rows.clear()
@@ -1097,5 +1265,5 @@ def from_generator(
             raise ValueError(
                 "from_generator: the generator yielded no rows and no features were given"
             )
-        return Dataset(Features(features).arrow_schema.empty_table(), features)
-    return Dataset(pa.concat_tables(tables), features)
+        return cls(Features(features).arrow_schema.empty_table(), features)
+    return cls(pa.concat_tables(tables), features)

@@ -21,16 +21,15 @@ import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.core import DatasetCore
+from jaxfeed.features import Features
 from jaxfeed.workers import Spawned
-
-if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset
 
 PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
 
@@ -83,14 +82,22 @@ def _shifted(function: Callable, offset: int, batched: bool) -> Callable:
     return shifted
 
 
+def _ranked(function: Callable, rank: int) -> Callable:
+    def ranked(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, rank, **kwargs)
+
+    return ranked
+
+
 # ---------------------------------------------------------------------------------- the worker
 def _work(payload: bytes) -> tuple:
-    """Run one shard (in the worker). Returns ``("ok", result)`` or ``("error", ...)``."""
-    from jaxfeed.dataset import Dataset
-    from jaxfeed.features import Features
+    """Run one shard (in the worker). Returns ``("ok", result)`` or ``("error", ...)``.
 
+    ``kwargs["run"]`` is the function that maps or filters one dataset (``jaxfeed.ops.map`` /
+    ``filter``, which call this module: passed in, so this module needs nothing above it)."""
     kind, table, features, fmt, offset, kwargs, out_file = cloudpickle.loads(payload)
-    shard = Dataset(table, Features.from_dict(features))
+    run = kwargs.pop("run")
+    shard = DatasetCore(table, Features.from_dict(features))
     if fmt["_format_type"] is not None or fmt["_format_columns"] is not None:
         shard.set_format(
             fmt["_format_type"],
@@ -108,14 +115,17 @@ def _work(payload: bytes) -> tuple:
         return result
 
     call = tracked if kind == "map" else function
+    rank = kwargs.pop("rank")
+    if kwargs.pop("with_rank", False):  # this shard's rank goes last, as `datasets` passes it
+        call = _ranked(call, rank)
     if kwargs.get("with_indices") and offset:
         call = _shifted(call, offset, bool(kwargs.get("batched")))
     if kind == "filter":
-        out = shard.filter(call, **kwargs)
+        out = run(shard, call, **kwargs)
         return ("ok", np.asarray(out._internal.indices, dtype=np.int64))
     if out_file is not None:
         kwargs["cache_file_name"] = out_file
-    out = shard.map(call, **kwargs)
+    out = run(shard, call, **kwargs)
     if not returned[0]:
         return ("ok", None)
     if out_file is not None and Path(out_file).is_file():
@@ -185,7 +195,7 @@ def _run_shards(payloads: list[bytes], what: str) -> list[Any]:
 
 
 def _payloads(
-    ds: Dataset, kind: str, bounds: list[tuple[int, int]], kwargs: dict, out_files: list | None
+    ds: DatasetCore, kind: str, bounds: list[tuple[int, int]], kwargs: dict, out_files: list | None
 ) -> list[bytes]:
     features = ds.features.to_dict()
     fmt = ds._internal.format_state()
@@ -198,14 +208,14 @@ def _payloads(
             features,
             fmt,
             start,
-            dict(kwargs),
+            dict(kwargs, rank=i),
             out_files[i] if out_files else None,
         )
         out.append(cloudpickle.dumps(item))
     return out
 
 
-def parallel_filter(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset:
+def parallel_filter(ds: DatasetCore, num_proc: int, kwargs: dict[str, Any]) -> DatasetCore:
     """``filter`` over ``num_proc`` processes (same result as one process)."""
     bounds = shard_bounds(ds.num_rows, num_proc, _unit(kwargs))
     kept = _run_shards(_payloads(ds, "filter", bounds, kwargs, None), "filter")
@@ -216,12 +226,9 @@ def parallel_filter(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Datas
     return inner.derive(ds.data, indices=inner.table_rows(positions.astype(np.int64)))
 
 
-def parallel_map(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset | None:
+def parallel_map(ds: DatasetCore, num_proc: int, kwargs: dict[str, Any]) -> DatasetCore | None:
     """``map`` over ``num_proc`` processes; None when the function returned nothing (the caller
     then answers as ``num_proc=1`` does)."""
-    from jaxfeed.dataset import Dataset
-    from jaxfeed.features import Features
-
     bounds = shard_bounds(ds.num_rows, num_proc, _unit(kwargs))
     out_files = _output_files(ds, kwargs, len(bounds))
     results = _run_shards(_payloads(ds, "map", bounds, kwargs, out_files), "map")
@@ -239,7 +246,7 @@ def parallel_map(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset 
             table = value
         if Features.from_dict(shard_features) != features:
             try:
-                table = Dataset(table, Features.from_dict(shard_features)).cast(features).data
+                table = DatasetCore(table, features).data  # each column converted, checked
             except (ValueError, TypeError, pa.ArrowException) as err:
                 raise ValueError(
                     f"map: shard {i} of num_proc={num_proc} produced features {shard_features} "
@@ -250,7 +257,7 @@ def parallel_map(ds: Dataset, num_proc: int, kwargs: dict[str, Any]) -> Dataset 
     return ds._internal.derive(table, features=features, indices=None, source_files=names or None)
 
 
-def _output_files(ds: Dataset, kwargs: dict[str, Any], shards: int) -> list[str] | None:
+def _output_files(ds: DatasetCore, kwargs: dict[str, Any], shards: int) -> list[str] | None:
     """Where each shard's ``map`` output goes: next to a file-backed dataset, else nowhere."""
     if kwargs.get("keep_in_memory"):
         return None

@@ -30,9 +30,14 @@ import pyarrow as pa
 
 from jaxfeed import remote
 from jaxfeed.files import file_sha256
+from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict
+    from collections.abc import Mapping
+
+    from jaxfeed.core import DatasetCore as Dataset  # any dataset
+
+    DatasetDict = Mapping[str, Dataset]
 
 CHUNK_BYTES = 256 << 20  # record batches of about this size: few chunks, fast gathers
 
@@ -91,21 +96,23 @@ def _write_dataset(
     schema = ds.features.arrow_schema
     shards = _shard_count(table, num_shards, max_shard_size)
     names = []
-    for i in range(shards):
-        # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
-        div, mod = divmod(table.num_rows, shards)
-        start = div * i + min(i, mod)
-        part = table.slice(start, div + (1 if i < mod else 0))
-        name = f"data-{i:05d}-of-{shards:05d}.arrow"
-        names.append(name)
-        with open(folder / name, "wb") as f:
-            with pa.ipc.new_stream(f, schema) as writer:
-                writer.write_table(
-                    part.cast(schema) if part.schema != schema else part,
-                    max_chunksize=rows_per_chunk,
-                )
-            f.flush()
-            os.fsync(f.fileno())
+    with progress(table.num_rows, f"Saving the dataset ({shards} shards)") as bar:
+        for i in range(shards):
+            # Contiguous shards of near-equal size, as `datasets`' shard(contiguous=True) cuts them.
+            div, mod = divmod(table.num_rows, shards)
+            start = div * i + min(i, mod)
+            part = table.slice(start, div + (1 if i < mod else 0))
+            name = f"data-{i:05d}-of-{shards:05d}.arrow"
+            names.append(name)
+            with open(folder / name, "wb") as f:
+                with pa.ipc.new_stream(f, schema) as writer:
+                    writer.write_table(
+                        part.cast(schema) if part.schema != schema else part,
+                        max_chunksize=rows_per_chunk,
+                    )
+                f.flush()
+                os.fsync(f.fileno())
+            bar.update(part.num_rows)
     _write_json(
         folder / "dataset_info.json",
         {"features": ds.features.to_dict(), "num_rows": table.num_rows},
@@ -113,7 +120,7 @@ def _write_dataset(
     state = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid4().hex[:16],
-        "_split": None,
+        "_split": None if ds.split is None else str(ds.split),
         CHECKSUMS: {
             f: {"sha256": file_sha256(folder / f), "bytes": (folder / f).stat().st_size}
             for f in (*names, "dataset_info.json")

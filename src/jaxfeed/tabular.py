@@ -14,30 +14,15 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from jaxfeed.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
+from jaxfeed.core import DatasetCore as Dataset  # any dataset
 from jaxfeed.extras import require
 from jaxfeed.features import Features
-
-if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset
-
-DEFAULT_BATCH_SIZE = 1000  # `datasets`' config.DEFAULT_MAX_BATCH_SIZE
-
-
-def arrow_batches(ds: Dataset, batch_size: int | None) -> Iterator[pa.Table]:
-    """The dataset's rows (index mapping applied) as Arrow tables of ``batch_size`` rows."""
-    size = batch_size or DEFAULT_BATCH_SIZE
-    for start in range(0, ds.num_rows, size):
-        yield ds._internal.arrow(slice(start, min(start + size, ds.num_rows))).combine_chunks()
-
-
-def _json_columns(ds: Dataset) -> list[str]:
-    from jaxfeed.features import Json
-
-    return [name for name, f in ds.features.items() if isinstance(f, Json)]
+from jaxfeed.settings import progress
 
 
 def _to_pandas(table: pa.Table, json_columns: Sequence[str] = ()) -> Any:
@@ -76,14 +61,19 @@ def to_csv(
 ) -> int:
     header = to_csv_kwargs.pop("header", True)
     index = to_csv_kwargs.pop("index", False)
-    json_columns = _json_columns(ds)
+    json_names = json_columns(ds)
 
     def chunks() -> Iterator[bytes]:
-        for i, table in enumerate(arrow_batches(ds, batch_size)):
-            text = _to_pandas(table, json_columns).to_csv(
-                path_or_buf=None, header=header if i == 0 else False, index=index, **to_csv_kwargs
-            )
-            yield text.encode(encoding)
+        with progress(ds.num_rows, "Creating CSV from Arrow format") as bar:
+            for i, table in enumerate(arrow_batches(ds, batch_size)):
+                text = _to_pandas(table, json_names).to_csv(
+                    path_or_buf=None,
+                    header=header if i == 0 else False,
+                    index=index,
+                    **to_csv_kwargs,
+                )
+                bar.update(table.num_rows)
+                yield text.encode(encoding)
 
     return _write(path_or_buf, chunks())
 
@@ -105,17 +95,19 @@ def to_json(
             "to_json: lines=False needs the whole dataset in one batch; pass "
             f"batch_size >= {ds.num_rows} or keep lines=True"
         )
-    json_columns = _json_columns(ds)
+    json_names = json_columns(ds)
 
     def chunks() -> Iterator[bytes]:
         tables = list(arrow_batches(ds, size)) or [ds._internal.arrow().slice(0, 0)]
-        for table in tables:
-            text = _to_pandas(table, json_columns).to_json(
-                path_or_buf=None, orient=orient, lines=lines, **to_json_kwargs
-            )
-            if not text.endswith("\n"):
-                text += "\n"
-            yield text.encode(encoding)
+        with progress(ds.num_rows, "Creating json from Arrow format") as bar:
+            for table in tables:
+                text = _to_pandas(table, json_names).to_json(
+                    path_or_buf=None, orient=orient, lines=lines, **to_json_kwargs
+                )
+                if not text.endswith("\n"):
+                    text += "\n"
+                bar.update(table.num_rows)
+                yield text.encode(encoding)
 
     return _write(path_or_buf, chunks())
 
@@ -130,14 +122,19 @@ def to_parquet(
 
     schema = ds.features.arrow_schema
     sink = io.BytesIO()
-    with pq.ParquetWriter(sink, schema=schema, **parquet_writer_kwargs) as writer:
+    with (
+        pq.ParquetWriter(sink, schema=schema, **parquet_writer_kwargs) as writer,
+        progress(ds.num_rows, "Creating parquet from Arrow format") as bar,
+    ):
         for table in arrow_batches(ds, batch_size):
             writer.write_table(table.cast(schema))
+            bar.update(table.num_rows)
     data = sink.getvalue()
     return _write(path_or_buf, iter([data]))
 
 
-def _paths(path_or_paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+def paths(path_or_paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The given file(s) as paths; ``FileNotFoundError`` names a missing one."""
     if isinstance(path_or_paths, str | os.PathLike):
         path_or_paths = [path_or_paths]
     paths = [Path(p) for p in path_or_paths]
@@ -154,7 +151,7 @@ def read_parquet(
     import pyarrow.parquet as pq  # lazy: only Parquet users pay for importing it
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         try:
             tables.append(pq.read_table(path, columns=columns, memory_map=True))
         except (pa.ArrowInvalid, OSError) as err:
@@ -169,7 +166,7 @@ def read_csv(
     pd = require("pandas", "pandas", "Dataset.from_csv")  # lazy: pandas costs ~0.3 s to import
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         try:
             df = pd.read_csv(path, **read_csv_kwargs)
         except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -194,7 +191,7 @@ def read_json(
     import pyarrow.json as pjson
 
     tables = []
-    for path in _paths(path_or_paths):
+    for path in paths(path_or_paths):
         table = None
         if field is None:
             try:

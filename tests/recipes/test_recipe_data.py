@@ -121,7 +121,8 @@ def test_val_split_is_stratified_and_split_expressions_work():
 def test_columns_and_tasks_of_a_table(tmp_path):
     ds = datamod.detect(str(_csv(tmp_path / "t.csv"))).data["train"]
     columns = datamod.choose_columns(ds, None, "price")
-    assert columns.inputs == ["a", "b"] and columns.kind == "table"  # strings are not inputs
+    # every scalar column is a candidate; the plan keeps categories and leaves identifiers out
+    assert columns.inputs == ["a", "b", "name", "kind"] and columns.kind == "table"
     assert datamod.infer_task(ds, "price", None) == "regression"
     assert datamod.infer_task(ds, "b", None) == "classification"  # 7 integer values
     assert datamod.infer_task(ds, "kind", None) == "classification"
@@ -129,8 +130,6 @@ def test_columns_and_tasks_of_a_table(tmp_path):
         datamod.infer_task(ds, "kind", "regression")
     with pytest.raises(ConfigError, match="non-integer floats"):
         datamod.infer_task(ds, "a", "classification")
-    with pytest.raises(ConfigError, match="'name' is Value"):
-        datamod.choose_columns(ds, ["a", "name"], "price")
     with pytest.raises(ConfigError, match="--label-column 'nope' is not a column"):
         datamod.choose_columns(ds, None, "nope")
 

@@ -4,7 +4,7 @@ A benchmark is a module of :mod:`jaxfeed.bench`, installed with the package (the
 source checkout's ``benchmarks/`` folder call the same modules).
 
 >>> sorted(BENCHES)
-['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'text', 'train']
+['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'sharding', 'text', 'train']
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ BENCHES = {
     "text": Bench(
         "text", ("--rows", "5000", "--repeats", "1"), ("datasets", "torch", "grain", "transformers")
     ),
+    "sharding": Bench("sharding", ("--params", "2e6", "--steps", "3"), ()),
 }
 
 

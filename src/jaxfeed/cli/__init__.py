@@ -30,9 +30,11 @@ EXAMPLES = {
     "eval": """examples:
   jaxfeed eval runs/mine
   jaxfeed eval runs/mine --json --checkpoint last
-  jaxfeed eval runs/mine --split train""",
+  jaxfeed eval runs/mine --split train
+  jaxfeed eval runs/mine --data ./other_images               # all of it, when it has no splits""",
     "predict": """examples:
   jaxfeed predict runs/mine photo.jpg other.png
+  jaxfeed predict runs/mine ./photos --output preds.csv      # a folder, recursively
   ls *.png | jaxfeed predict runs/mine - --json
   jaxfeed predict runs/houses new_houses.csv --checkpoint last""",
     "info": """examples:
@@ -45,6 +47,12 @@ EXAMPLES = {
     "launch": """examples:
   jaxfeed launch --num-processes 2 --devices-per-process 4 -- jaxfeed train --batch-size 64""",
 }
+
+
+TRUST_HELP = (
+    "import the run's model file (only for another --checkpoint than best, or a run without "
+    "model/): it is code, for run folders you trust"
+)
 
 
 class UsageError(ConfigError):
@@ -124,12 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="other data with the run's columns (default: the run's)")
     p.add_argument("--data-dir", help="folder of the dataset's files (default: the run's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.evaluate)
 
-    p = command("predict", "predict image files (or rows of data files) with a run's checkpoint")
+    p = command("predict", "predict images or table rows with a run's model")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="files, or - alone to read paths from stdin"
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="image files, folders (recursively, sorted) or tables; - alone reads paths from stdin",
     )
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
@@ -138,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--top-k", type=_positive, default=3, help="classes to show per input (default: 3)"
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--output", metavar="FILE.csv|FILE.jsonl", help="write one row per input to a file"
+    )
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
     p = command("info", "splits, rows, features, size and example rows of a dataset")
@@ -203,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (| head): end quietly, as SIGPIPE would
+        _quiet_stdout()
+        return 141
     except Exception as err:
         if args.debug:
             raise
@@ -212,6 +231,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe is
+    silent (the recipe of Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file descriptor (captured)
+        pass
 
 
 __all__ = ["UsageError", "build_parser", "main"]

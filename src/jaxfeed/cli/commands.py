@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from jaxfeed.cli.options import given
 from jaxfeed.recipes.config import ConfigError
@@ -43,9 +44,13 @@ def evaluate(args: argparse.Namespace) -> int:
         data=args.data,
         data_dir=args.data_dir,
         plot=not args.json,
+        trust_code=args.trust_code,
     )
     print(json.dumps(result, indent=2) if args.json else format_evaluation(result))
     return 0
+
+
+OUTPUT_KINDS = (".csv", ".jsonl")
 
 
 def predict(args: argparse.Namespace) -> int:
@@ -59,23 +64,59 @@ def predict(args: argparse.Namespace) -> int:
         inputs = [line.strip() for line in sys.stdin if line.strip()]
         if not inputs:
             raise ConfigError("- read no paths from stdin")
-    from jaxfeed.recipes.evaluate import predict as run_predict
+    output = args.output
+    if output is not None and not output.lower().endswith(OUTPUT_KINDS):
+        raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
+    from jaxfeed.recipes.evaluate import iter_predictions
 
-    results, notes = run_predict(args.run_dir, inputs, checkpoint=args.checkpoint, top_k=args.top_k)
+    notes: list[str] = []
+    results = iter_predictions(
+        args.run_dir, inputs, checkpoint=args.checkpoint, top_k=args.top_k,
+        trust_code=args.trust_code, notes=notes,
+    )  # fmt: skip
+    if output is not None:
+        rows = write_predictions(output, results)
+        print(f"wrote {rows:,} predictions to {output}", flush=True)
+    elif args.json:
+        print(json.dumps(list(results), indent=2), flush=True)
+    else:
+        for r in results:
+            if "prediction" in r:
+                print(f"{r['input']}: {r['prediction']:.6g}", flush=True)
+            else:
+                shown = ", ".join(f"{t['label']} ({t['probability']:.3f})" for t in r["top"])
+                print(f"{r['input']}: {shown}", flush=True)
     if notes:
         print("note: " + "; ".join(notes) + " (as in training)", file=sys.stderr)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    for r in results:
-        if "prediction" in r:
-            print(f"{r['input']}: {r['prediction']:.6g}")
-        else:
-            print(
-                f"{r['input']}: "
-                + ", ".join(f"{t['label']} ({t['probability']:.3f})" for t in r["top"])
-            )
     return 0
+
+
+def write_predictions(path: str, results: Any) -> int:
+    """One row per input (``input``, then ``label`` and ``score``, or ``prediction``) to a CSV
+    or JSON Lines file, written through a temporary file and a rename."""
+    import csv
+    import io
+
+    from jaxfeed.files import atomic_write
+
+    rows = [_flat(r) for r in results]
+    if path.lower().endswith(".jsonl"):
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        buffer = io.StringIO()
+        fields = list(rows[0]) if rows else ["input", "label", "score"]
+        writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
+    atomic_write(path, text)
+    return len(rows)
+
+
+def _flat(result: dict[str, Any]) -> dict[str, Any]:
+    if "prediction" in result:
+        return {"input": result["input"], "prediction": result["prediction"]}
+    return {"input": result["input"], "label": result["label"], "score": result["score"]}
 
 
 def info(args: argparse.Namespace) -> int:

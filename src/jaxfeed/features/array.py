@@ -222,9 +222,23 @@ class _ArrayXD(Feature):
         view = self.numpy_view(array)
         if view is not None:
             return view
+        storage = unwrap_storage(array)
+        if storage.null_count and not self.variable and self.dtype not in ("string", "bool"):
+            return self._with_nans(storage)
         from jaxfeed.features.sequence import decode_nested
 
         return decode_nested(unwrap_storage(array))
+
+    def _with_nans(self, storage: pa.Array) -> np.ndarray:
+        """Missing rows as NaN-filled arrays (ints widen to float64), as `datasets` gives them."""
+        dtype = np.dtype(self.dtype)
+        out_dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+        out = np.full((len(storage), *self.shape), np.nan, dtype=out_dtype)
+        valid = storage.is_valid().to_numpy(zero_copy_only=False)
+        filled = storage.filter(pa.array(valid))
+        if len(filled):
+            out[valid] = fixed_view(filled, self.value_type, self.shape)
+        return out
 
     def to_python(self, array: pa.Array) -> list:
         return unwrap_storage(array).to_pylist()

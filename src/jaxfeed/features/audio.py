@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,10 +18,14 @@ from jaxfeed.features.media import MediaFeature, read_source
 class Audio(MediaFeature):
     """A sound per row, stored as file bytes or a path.
 
-    Values may be file paths, bytes, ``{"array", "sampling_rate"}`` dicts (stored as WAV) or
-    ``{"bytes", "path"}`` dicts. Decoding gives ``{"path", "array", "sampling_rate"}`` with a
-    float32 array: 1-d when ``mono`` (channels averaged), else (channels, frames). With
-    ``sampling_rate`` set, audio is resampled with soxr.
+    The arguments are `datasets`' (``Audio(sampling_rate, decode, num_channels, stream_index,
+    id)``), plus the keyword ``mono``. Values may be file paths, bytes,
+    ``{"array", "sampling_rate"}`` dicts (stored as WAV) or ``{"bytes", "path"}`` dicts.
+    Decoding gives ``{"path", "array", "sampling_rate"}`` with a float32 array: 1-d when
+    ``mono`` (channels averaged, as `datasets`' ``decoder["array"]``), else (channels, frames).
+    ``num_channels=1`` or ``2`` mixes the source down or up to that many channels first. With
+    ``sampling_rate`` set, audio is resampled with soxr. soundfile reads the first audio stream
+    of a file: ``stream_index`` may be None or 0.
 
     >>> import numpy as np
     >>> from jaxfeed import Audio, Dataset, Features
@@ -33,9 +37,12 @@ class Audio(MediaFeature):
     """
 
     sampling_rate: int | None = None
-    mono: bool = True
     decode: bool = True
-    id: str | None = None
+    num_channels: int | None = None
+    stream_index: int | None = None
+    id: str | None = field(default=None, repr=False)
+    mono: bool = field(default=True, kw_only=True)
+    dtype: ClassVar[str] = "dict"
     _type: ClassVar[str] = "Audio"
 
     def __post_init__(self) -> None:
@@ -45,16 +52,22 @@ class Audio(MediaFeature):
             raise ValueError(
                 f"Audio: sampling_rate must be a positive int, got {self.sampling_rate!r}"
             )
+        if self.num_channels not in (None, 1, 2):
+            raise ValueError(f"Audio: num_channels must be None, 1 or 2, got {self.num_channels!r}")
+        if self.stream_index not in (None, 0):
+            raise ValueError(
+                f"Audio: stream_index={self.stream_index!r}: jaxfeed decodes with soundfile, which "
+                "reads the first audio stream of a file (stream_index None or 0)"
+            )
+        if not isinstance(self.decode, bool):
+            raise TypeError(f"Audio: decode must be a bool, got {self.decode!r}")
 
     def __repr__(self) -> str:
-        args = []
-        if self.sampling_rate:
-            args.append(f"sampling_rate={self.sampling_rate}")
-        if not self.mono:
-            args.append("mono=False")
-        if not self.decode:
-            args.append("decode=False")
-        return f"Audio({', '.join(args)})"
+        shown = (
+            f"Audio(sampling_rate={self.sampling_rate}, decode={self.decode}, "
+            f"num_channels={self.num_channels}, stream_index={self.stream_index}"
+        )
+        return shown + (", mono=False)" if not self.mono else ")")
 
     def _extra_keys(self) -> set[str]:
         return {"array", "sampling_rate"}
@@ -95,6 +108,15 @@ class Audio(MediaFeature):
             )
             samples = samples.reshape(len(samples), -1)
             rate = self.sampling_rate
+        if self.num_channels == 1 and samples.shape[1] != 1:
+            samples = samples.mean(axis=1, dtype=np.float32, keepdims=True)
+        elif self.num_channels == 2 and samples.shape[1] == 1:
+            samples = np.repeat(samples, 2, axis=1)
+        elif self.num_channels == 2 and samples.shape[1] != 2:
+            raise ValueError(
+                f"num_channels=2: the file has {samples.shape[1]} channels; jaxfeed mixes mono "
+                "up or any number of channels down to 1, not to 2"
+            )
         array = (
             samples.mean(axis=1, dtype=np.float32) if self.mono else np.ascontiguousarray(samples.T)
         )
@@ -104,12 +126,15 @@ class Audio(MediaFeature):
         return self.to_python(array)  # a batch of sounds is a list of per-row dicts
 
     def to_dict(self) -> dict:
-        return {
-            "_type": "Audio",
-            "sampling_rate": self.sampling_rate,
-            "mono": self.mono,
-            "decode": self.decode,
-        }
+        """`datasets`' layout: the arguments that differ from their defaults, and ``_type``."""
+        out: dict[str, Any] = {}
+        for name in ("sampling_rate", "decode", "num_channels", "stream_index", "id"):
+            value = getattr(self, name)
+            if value != self.__dataclass_fields__[name].default:
+                out[name] = value
+        if not self.mono:
+            out["mono"] = False
+        return {**out, "_type": "Audio"}
 
 
 def _to_wav(array: Any, sampling_rate: Any) -> bytes:

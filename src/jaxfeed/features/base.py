@@ -115,3 +115,23 @@ def fixed_view(
         return None  # Arrow packs booleans into bits: no zero-copy view exists.
     out = values.to_numpy(zero_copy_only=True)
     return out.reshape((n, *shape))
+
+
+def _array_like(value: Any) -> bool:
+    return (
+        hasattr(value, "__array__")
+        and not isinstance(
+            value, np.ndarray | np.generic | str | bytes | pa.Array | pa.ChunkedArray
+        )
+        and not hasattr(value, "getpixel")  # a PIL image is a value of its own
+    )
+
+
+def array_likes_as_numpy(values: Any) -> Any:
+    """A column whose values (or which itself) are array-likes (objects with ``__array__``: jax,
+    torch, ...) as numpy arrays, as `datasets` accepts them; other columns as they are."""
+    if _array_like(values):
+        return np.asarray(values)
+    if isinstance(values, list | tuple) and any(_array_like(v) for v in values):
+        return [np.asarray(v) if _array_like(v) else v for v in values]
+    return values

@@ -30,6 +30,7 @@ class ClassLabel(Feature):
     names: list[str] | None = None
     names_file: str | None = field(default=None, repr=False)
     _type: ClassVar[str] = "ClassLabel"
+    dtype: ClassVar[str] = "int64"
 
     def __post_init__(self) -> None:
         names = self.names
@@ -44,6 +45,8 @@ class ClassLabel(Feature):
             if self.num_classes < 0:
                 raise ValueError(f"ClassLabel: num_classes must be >= 0, got {self.num_classes}")
             names = [str(i) for i in range(self.num_classes)]
+        elif not isinstance(names, Sequence):  # e.g. a numpy array, refused as `datasets` does
+            raise TypeError(f"ClassLabel: give names as a list, got {type(names).__name__}")
         names = [str(n) for n in names]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)

@@ -14,7 +14,13 @@ from jaxfeed.features.base import Feature, FeatureError
 from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.json import Json
 from jaxfeed.features.sequence import LargeList, List, Sequence
-from jaxfeed.features.struct import FeatureLike, encode_column, feature_to_dict, pa_type_of
+from jaxfeed.features.struct import (
+    FeatureLike,
+    encode_column,
+    feature_to_dict,
+    pa_type_of,
+    requires_decoding,
+)
 from jaxfeed.features.translation import Translation, TranslationVariableLanguages
 from jaxfeed.features.value import Value, dtype_name
 
@@ -96,15 +102,92 @@ class Features(dict):
             raise ValueError(f"features {absent} have no column in the data {columns}")
         return Features({k: self[k] for k in columns})
 
-    def encode_batch(self, batch: Mapping[str, Any]) -> pa.Table:
-        """Encode a dict of columns into a table with this schema."""
-        return pa.Table.from_arrays(
-            [encode_column(self[name], batch[name], name) for name in self],
-            schema=self.arrow_schema,
-        )
+    def flatten(self, max_depth: int = 16) -> Features:
+        """Nested dict features as dotted columns (``{"a": {"b": f}}`` -> ``{"a.b": f}``), the
+        columns ``Dataset.flatten`` makes; a flattened column goes to the end, as `datasets`
+        orders them.
+
+        >>> from jaxfeed import Features, Value
+        >>> list(Features({"a": {"b": Value("int8")}, "c": Value("bool")}).flatten())
+        ['c', 'a.b']
+        """
+        out = Features(self)
+        for _ in range(1, max_depth):  # as there: max_depth=1 leaves them nested
+            nested = [k for k, f in out.items() if isinstance(f, Mapping)]
+            if not nested:
+                break
+            flat = {k: f for k, f in out.items() if k not in nested}
+            for k in nested:
+                flat.update({f"{k}.{sub}": f for sub, f in out[k].items()})
+            out = Features(flat)
+        return out
+
+    def encode_example(self, example: Mapping[str, Any]) -> dict[str, Any]:
+        """One row as `datasets` encodes it: each value by its feature's ``encode_example``
+        (class names to ids, numbers to the column's Python type, media to ``{"bytes", "path"}``).
+
+        >>> from jaxfeed import ClassLabel, Features, Value
+        >>> Features({"y": ClassLabel(names=["a", "b"]), "x": Value("int32")}).encode_example({"y": "b", "x": 3})
+        {'y': 1, 'x': 3}
+        """
+        return {k: _encode_value(self[k], v) for k, v in example.items()}
+
+    def encode_column(self, column: Iterable[Any], column_name: str) -> list:
+        """One column's values encoded by its feature (see :meth:`encode_example`)."""
+        return [_encode_value(self[column_name], v) for v in column]
+
+    def decode_example(self, example: Mapping[str, Any]) -> dict[str, Any]:
+        """One stored row decoded by its features' ``decode_example`` (images to PIL, ...).
+
+        >>> from jaxfeed import ClassLabel, Features
+        >>> Features({"y": ClassLabel(names=["a", "b"])}).decode_example({"y": 1})
+        {'y': 1}
+        """
+        return {k: _decode_value(self[k], v) for k, v in example.items()}
+
+    def decode_column(self, column: Iterable[Any], column_name: str) -> list:
+        """One stored column decoded value by value (see :meth:`decode_example`)."""
+        return [_decode_value(self[column_name], v) for v in column]
+
+    def decode_batch(self, batch: Mapping[str, Any]) -> dict[str, list]:
+        """A dict of stored columns decoded value by value (see :meth:`decode_example`)."""
+        return {k: [_decode_value(self[k], v) for v in values] for k, values in batch.items()}
+
+    def encode_batch(self, batch: Mapping[str, Any]) -> dict[str, list]:
+        """A dict of columns encoded value by value, as :meth:`encode_example` (a dict, as
+        `datasets` returns; ``Dataset.from_dict`` builds the Arrow table).
+
+        >>> from jaxfeed import ClassLabel, Features
+        >>> Features({"y": ClassLabel(names=["a", "b"])}).encode_batch({"y": ["b", 0]})
+        {'y': [1, 0]}
+        """
+        return {k: [_encode_value(self[k], v) for v in values] for k, values in batch.items()}
 
     def __repr__(self) -> str:
         return f"Features({dict.__repr__(self)})"
+
+
+def _encode_value(feature: FeatureLike, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(feature, Mapping):
+        return {k: _encode_value(feature[k], v) for k, v in value.items()}
+    encode = getattr(feature, "encode_example", None)
+    return value if encode is None else encode(value)
+
+
+def _decode_value(feature: FeatureLike, value: Any) -> Any:
+    """As `datasets`: only features that need decoding (media with ``decode=True``, ...) change
+    the stored value."""
+    if value is None:
+        return None
+    if isinstance(feature, Mapping):
+        return {k: _decode_value(feature[k], v) for k, v in value.items()}
+    decode = getattr(feature, "decode_example", None)
+    stored_as_text = isinstance(feature, Json) and feature.decode  # JSON text: parsed, as there
+    if decode is None or not (requires_decoding(feature) or stored_as_text):
+        return value
+    return decode(value)
 
 
 def _check_feature(feature: Any, name: str) -> FeatureLike:

@@ -151,7 +151,10 @@ class Image(MediaFeature):
         return True  # the jax format keeps images uint8, as `datasets` does
 
     def to_dict(self) -> dict:
-        return {"_type": "Image", "mode": self.mode, "decode": self.decode}
+        """`datasets`' layout: the arguments that differ from their defaults, and ``_type``."""
+        out = {k: getattr(self, k) for k in ("mode", "decode", "id")}
+        defaults = {"mode": None, "decode": True, "id": None}
+        return {**{k: v for k, v in out.items() if v != defaults[k]}, "_type": "Image"}
 
 
 _EXIF_FORMATS = {"JPEG", "MPO", "TIFF", "WEBP", "HEIF", "AVIF"}
@@ -212,6 +215,21 @@ def _array_to_pil(array: np.ndarray) -> Any:
     import PIL.Image
 
     lossless_2d = (np.dtype(bool), np.dtype(np.int32), np.dtype(np.uint16), np.dtype(np.float32))
+    narrower = None  # as `datasets`: int64 (H, W) pixels go to int32, integer (H, W, C) to uint8
+    if array.dtype.kind in "iu" and array.ndim == 3 and array.dtype != np.uint8:
+        narrower = np.dtype(np.uint8)
+    elif array.dtype in (np.dtype(np.int64), np.dtype(np.uint32)) and array.ndim == 2:
+        narrower = np.dtype(np.int32)
+    if narrower is not None and array.size:
+        info = np.iinfo(narrower)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise TypeError(
+                f"{array.dtype} pixels in [{low}, {high}] do not fit {narrower} (the image dtype "
+                f"they are stored as); `datasets` would wrap them around"
+            )
+    if narrower is not None:
+        array = array.astype(narrower)
     if array.dtype != np.uint8 and not (array.dtype in lossless_2d and array.ndim == 2):
         raise TypeError(
             "image arrays must be uint8 (H, W) or (H, W, C), or bool, uint16, int32 or float32 "

@@ -86,7 +86,15 @@ class MediaFeature(Feature):
         return self._encode_checked(value)
 
     def decode_example(self, value: dict[str, Any]) -> Any:
-        """One stored ``{"bytes", "path"}`` dict decoded (a PIL image, an audio dict)."""
+        """One stored ``{"bytes", "path"}`` dict decoded (a PIL image, an audio dict).
+
+        ``RuntimeError`` when the feature has ``decode=False``, as in `datasets`.
+        """
+        if not self.decode:
+            name = type(self).__name__
+            raise RuntimeError(
+                f"Decoding is disabled for this feature. Please use {name}(decode=True) instead."
+            )
         return self.decode_one(value.get("bytes"), value.get("path"))
 
     def _what(self) -> str:

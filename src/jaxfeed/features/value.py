@@ -139,12 +139,17 @@ def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str
     if isinstance(values, np.ndarray) and values.dtype != object:
         if values.ndim != 1:
             raise bad_value(column, 0, expected, values[0] if len(values) else values)
-        try:
-            source = pa.array(values)
-            return check_float_overflow(source, source.cast(pa_type, safe=True), column, expected)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            values = values.tolist()
-    values = list(values)
+        if _is_text(pa_type) and values.dtype.kind in "biuf":
+            values = values.tolist()  # numbers to text as Python writes them, as `datasets`
+        else:
+            try:
+                source = pa.array(values)
+                return check_float_overflow(
+                    source, source.cast(pa_type, safe=True), column, expected
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                values = values.tolist()
+    values = _convert_like_datasets(list(values), pa_type, column, expected)
     errors = (
         pa.ArrowInvalid,
         pa.ArrowTypeError,
@@ -168,6 +173,39 @@ def encode_scalars(values: Any, pa_type: pa.DataType, column: str, expected: str
         if len(got) and bad.any():
             row = int(np.argmax(bad))
             raise bad_value(column, row, expected + " (it overflows to inf)", values[row])
+    return out
+
+
+def _is_text(pa_type: pa.DataType) -> bool:
+    return pa.types.is_string(pa_type) or pa.types.is_large_string(pa_type)
+
+
+def _convert_like_datasets(values: list, pa_type: pa.DataType, column: str, expected: str) -> list:
+    """The conversions `datasets` makes when a value meets a declared ``Value`` and that lose
+    nothing: numbers and bools into a string column as Python writes them (``1`` -> ``"1"``,
+    ``2.0`` -> ``"2.0"``), and strings into a number column as ``int()`` / ``float()`` read them
+    (``"0"`` -> ``0``, ``" 1.5"`` -> ``1.5``). A string that ``int()`` cannot read (``"2.5"``) is a
+    ``FeatureError`` naming the row; strings into a bool column stay refused (``bool("False")``
+    is True)."""
+    if _is_text(pa_type):
+        if any(isinstance(v, int | float | np.number | np.bool_) for v in values):
+            return [
+                str(v) if isinstance(v, int | float | np.number | np.bool_) else v for v in values
+            ]
+        return values
+    integer, floating = pa.types.is_integer(pa_type), pa.types.is_floating(pa_type)
+    if not (integer or floating) or not any(isinstance(v, str) for v in values):
+        return values
+    out = list(values)
+    for row, value in enumerate(values):
+        if isinstance(value, str):
+            try:
+                out[row] = int(value) if integer else float(value)
+            except ValueError:
+                reader = "int()" if integer else "float()"
+                raise bad_value(
+                    column, row, f"{expected} (a string that {reader} reads)", value
+                ) from None
     return out
 
 

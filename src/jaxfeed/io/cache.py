@@ -36,6 +36,7 @@ from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
 from jaxfeed.io.batches import file_batches
 from jaxfeed.io.files import file_format, read_table
+from jaxfeed.settings import progress
 
 CACHE_ENV = "JAXFEED_CACHE"
 CACHE_VERSION = 1
@@ -254,10 +255,13 @@ class _Writer:
         self.writer = pa.ipc.new_file(self.sink, schema)
         self.rows = self.pending = 0
         self.pool = pa.default_memory_pool()
+        self.progress = progress(None, "Generating the cache")  # shown past PROGRESS_MIN_ROWS
+        self.bar = self.progress.__enter__()
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
         self.rows += batch.num_rows
+        self.bar.update(batch.num_rows)
         self.pending += batch.nbytes
         if self.pending >= RELEASE_BYTES:
             self.pending = 0
@@ -268,6 +272,7 @@ class _Writer:
             self.writer.close()
         finally:
             self.sink.close()
+            self.progress.__exit__(None, None, None)
 
     def __enter__(self) -> _Writer:
         return self

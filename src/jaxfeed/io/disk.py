@@ -164,7 +164,11 @@ def _load_dataset(path: Path, keep_in_memory: bool, verify: bool) -> Dataset:
         ) from err
     check_table(ds.data, ds.features, source)
     if not keep_in_memory:
-        ds._internal.set_cache(path)
+        ds._internal.set_cache(path, [f.name for f in files])  # ds.cache_files, as `datasets`
+    split = state.get("_split")
+    if split is not None and not isinstance(split, str):
+        raise ValueError(f"{path / 'state.json'}: '_split' must be a string or null, got {split!r}")
+    ds._internal.set_split(split)
     fmt_type = state.get("_format_type")
     if fmt_type is not None or state.get("_format_columns") is not None:
         kwargs = {k: v for k, v in (state.get("_format_kwargs") or {}).items() if v is not None}

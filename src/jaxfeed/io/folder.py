@@ -230,6 +230,38 @@ def _scan(folder: Path, extensions: set[str], root: Path, base_names: bool) -> _
     return scan
 
 
+MODE_SAMPLE = 64  # images whose headers choose the decoding mode of a folder
+GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
+
+
+def _image_feature(folder: Path, extensions: set[str], root: Path) -> Image:
+    """``Image()``, or ``Image(mode="RGB" | "L")`` when the first images (their headers only)
+    mix modes: every image then decodes in the widest mode, so that a batch stacks into one
+    array; said once, as a warning."""
+    import itertools
+    import warnings
+
+    import PIL.Image  # Pillow decodes the images: it is a core dependency
+
+    modes: dict[str, str] = {}
+    for media in itertools.islice(_walk(folder, extensions, root), MODE_SAMPLE):
+        try:
+            with PIL.Image.open(media.path) as image:
+                modes.setdefault(image.mode, media.path)
+        except (OSError, ValueError, PIL.Image.DecompressionBombError):
+            continue  # decoding names the file
+    if len(modes) < 2:
+        return Image()
+    widest = "L" if all(m in GREY_MODES for m in modes) else "RGB"
+    warnings.warn(
+        f"imagefolder {folder}: the images mix modes {', '.join(sorted(modes))} (e.g. "
+        f"{', '.join(modes.values())}); they decode as {widest}, the widest (give "
+        f"features= with Image(mode=...) to choose)",
+        stacklevel=2,
+    )
+    return Image(mode=widest)
+
+
 class _SplitBuilder:
     """One split's features and its record batches, built ``BATCH_ROWS`` files at a time."""
 
@@ -258,7 +290,7 @@ class _SplitBuilder:
         meta_columns = [] if self.join is None else self.join.columns
         order = [column, *meta_columns, *(["label"] if labelled else [])]
         if features is None:
-            media = Image() if kind == "imagefolder" else Audio()
+            media = _image_feature(folder, extensions, root) if kind == "imagefolder" else Audio()
             inferred = {} if self.join is None else self.join.features()
             features = Features(
                 {

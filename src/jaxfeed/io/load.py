@@ -11,16 +11,23 @@ from typing import Any
 
 import pyarrow as pa
 
-import jaxfeed.iterable as iterable  # a module reference: jaxfeed.iterable imports jaxfeed.io
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, register_file_loader
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
 from jaxfeed.io.batches import file_batches
 from jaxfeed.io.builtin import BUILTIN, load_builtin
 from jaxfeed.io.cache import load_cached, needs_conversion
 from jaxfeed.io.files import file_format, read_tables
-from jaxfeed.io.folder import SPLIT_NAMES, load_folder
-from jaxfeed.io.hub import choose_config, expand_inside, readme_configs
+from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, SPLIT_NAMES, load_folder
+from jaxfeed.io.hub import (
+    choose_config,
+    download,
+    expand_inside,
+    looks_like_repo_id,
+    readme_configs,
+)
+from jaxfeed.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.ops import concatenate_datasets
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
 from jaxfeed.remote import info as remote_info
 
@@ -65,6 +72,9 @@ def load_dataset(
     >>> ds[0]["image"].shape, ds.features["label"].num_classes
     ((8, 8), 10)
     """
+    media = _media_folder(path, name, data_files, data_dir)
+    if media is not None:  # a local folder of images or audio (with its metadata file)
+        path, data_dir = media
     if path in BUILTIN:
         splits: Any = load_builtin(
             path, name, data_dir, cache_dir=cache_dir, keep_in_memory=keep_in_memory
@@ -85,9 +95,7 @@ def load_dataset(
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
             splits = {
-                k: iterable.IterableDataset.from_files(
-                    v, fmt, features, storage_options=storage_options
-                )
+                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
@@ -103,7 +111,7 @@ def load_dataset(
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
         return _pick_split(
-            {k: iterable.IterableDataset.from_dataset(v) for k, v in splits.items()},
+            {k: IterableDataset.from_dataset(v) for k, v in splits.items()},
             split,
             streaming=True,
         )
@@ -133,6 +141,14 @@ def _load_files(
     return Dataset(read_tables(files, fmt))
 
 
+def _load_local_files(files: list, fmt: str, cache_dir: str | None) -> Dataset:
+    """``Dataset.from_json`` / ``from_parquet``: files converted into the memory-mapped cache."""
+    return _load_files([str(f) for f in files], fmt, None, cache_dir, False, None)
+
+
+register_file_loader(_load_local_files)
+
+
 def _apply_features(ds: Dataset, features: Features | None) -> Dataset:
     return ds if features is None else _with_features(ds, Features(features))
 
@@ -149,9 +165,11 @@ SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s
 
 
 def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
+    if not streaming:  # each split knows its name (``ds.split``), as in `datasets`
+        splits = {k: _named(v, k) for k, v in splits.items()}
     if split is None:
         if streaming:
-            return iterable.IterableDatasetDict(splits)
+            return IterableDatasetDict(splits)
         return DatasetDict(splits)
     parts = []
     for spec in split.split("+"):
@@ -161,6 +179,9 @@ def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = 
                 f"bad split {split!r}; expected e.g. 'train', 'train+test', 'train[:10%]' or 'test[5:50]'"
             )
         key = m.group(1)
+        if key == "all" and "all" not in splits and not m.group(0).count("["):
+            parts += list(splits.values())  # Split.ALL: every split, in order (as `datasets`)
+            continue
         if key not in splits:
             raise ValueError(f"unknown split {key!r}; this dataset has {sorted(splits)}")
         ds = splits[key]
@@ -172,12 +193,15 @@ def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = 
             ds = ds.select(range(*_bounds(m, ds.num_rows)))
         parts.append(ds)
     if len(parts) == 1:
-        return parts[0]
+        return parts[0] if streaming else _named(parts[0], split)
     if streaming:
         raise ValueError("split sums ('train+test') are not supported with streaming=True")
-    from jaxfeed.ops import concatenate_datasets
+    return _named(concatenate_datasets(parts), split)
 
-    return concatenate_datasets(parts)
+
+def _named(ds: Dataset, split: str) -> Dataset:
+    ds._internal.set_split(split)
+    return ds
 
 
 def _bounds(m: re.Match, n: int) -> tuple[int, int]:
@@ -302,7 +326,8 @@ def _assign_splits(files: list[tuple[str, str]]) -> dict[str, list[str]]:
         m = SPLIT_IN_NAME.search(rel.lower())
         key = _ALIASES.get(m.group(1), m.group(1)) if m else "train"
         splits.setdefault(key, []).append(full)
-    return splits
+    order = {name: i for i, name in enumerate(("train", "validation", "test"))}  # as `datasets`
+    return dict(sorted(splits.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 def _expand(
@@ -362,3 +387,98 @@ def _layout(base: Path, root: Path | None) -> dict[str, list[str]]:
     if not files:
         raise FileNotFoundError(f"no Parquet, CSV, JSON or Arrow files under {base}")
     return _assign_splits([(str(f.relative_to(base)), str(f)) for f in files])
+
+
+_METADATA_NAMES = {"metadata.csv", "metadata.jsonl"}
+
+
+def _media_folder(
+    path: str, name: str | None, data_files: DataFiles | None, data_dir: str | None
+) -> tuple[str, str] | None:
+    """``("imagefolder" | "audiofolder", folder)`` for a local folder whose files are mostly
+    images or audio (``metadata.csv`` / ``metadata.jsonl`` not counted), as `datasets` picks the
+    loader by the most common kind of file; None otherwise."""
+    if data_files is not None or path in BUILTIN or path in PACKAGED or is_remote(path):
+        return None
+    folder = Path(path)
+    if not folder.is_dir() or path in ("imagefolder", "audiofolder"):
+        return None
+    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
+        return None
+    if readme_configs(folder):
+        return None
+    base = folder / data_dir if data_dir else folder
+    if not base.is_dir():
+        return None
+    counts = {"data": 0, "imagefolder": 0, "audiofolder": 0}
+    for p in base.rglob("*"):
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(base).parts):
+            continue
+        suffix = p.suffix.lower()
+        if suffix in IMAGE_EXTENSIONS:
+            counts["imagefolder"] += 1
+        elif suffix in AUDIO_EXTENSIONS:
+            counts["audiofolder"] += 1
+        elif file_format(p) and p.name not in _METADATA_NAMES:
+            counts["data"] += 1
+    kind = max(counts, key=lambda k: counts[k])
+    if kind == "data" or counts[kind] == 0:
+        return None
+    return kind, str(base)
+
+
+def get_dataset_split_names(
+    path: str,
+    config_name: str | None = None,
+    data_files: DataFiles | None = None,
+    **kwargs: Any,
+) -> list[str]:
+    """The split names :func:`load_dataset` would give for these arguments, without converting
+    any data (a built-in dataset or a media folder is loaded to find them).
+
+    >>> from jaxfeed import get_dataset_split_names
+    >>> get_dataset_split_names("digits")
+    ['train', 'test']
+    """
+    data_dir = kwargs.get("data_dir")
+    media = _media_folder(path, config_name, data_files, data_dir)
+    if path in BUILTIN or path in ("imagefolder", "audiofolder") or media is not None:
+        loaded = load_dataset(path, config_name, data_files=data_files, **kwargs)
+        return list(loaded)
+    files, _ = _resolve_files(
+        path,
+        config_name,
+        data_files,
+        data_dir,
+        kwargs.get("cache_dir"),
+        kwargs.get("revision"),
+        kwargs.get("token"),
+        with_hub_token(kwargs.get("storage_options"), kwargs.get("token")),
+    )
+    if isinstance(files, Dataset):
+        return ["train"]
+    return list(files)
+
+
+def get_dataset_config_names(
+    path: str, data_files: DataFiles | None = None, **kwargs: Any
+) -> list[str]:
+    """The config names of a dataset: those of its ``README.md`` header (a Hub-layout folder or
+    repo), else ``["default"]``.
+
+    >>> from jaxfeed import get_dataset_config_names
+    >>> get_dataset_config_names("digits")
+    ['default']
+    """
+    folder: Path | None = None
+    local = Path(path)
+    if path in BUILTIN or path in PACKAGED or path in ("imagefolder", "audiofolder"):
+        folder = None
+    elif local.is_dir():
+        folder = local
+    elif not local.is_file() and not is_remote(path) and looks_like_repo_id(path):
+        folder = download(
+            path, kwargs.get("revision"), kwargs.get("cache_dir"), kwargs.get("token")
+        )
+    configs = readme_configs(folder) if folder is not None and data_files is None else []
+    return [c["config_name"] for c in configs] or ["default"]

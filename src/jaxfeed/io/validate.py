@@ -46,7 +46,8 @@ def check_table(table: pa.Table, features: Features, source: str) -> None:
     ...
     jaxfeed.io.validate.FeatureMismatchError: t: column 'y', row 1: class id 7 outside [-1, 2) ...
     """
-    missing = [name for name in features if name not in table.column_names]
+    names = set(table.column_names)
+    missing = [name for name in features if name not in names]
     if missing:
         raise FeatureMismatchError(
             source, missing[0], None, f"declared but absent from the data {table.column_names}"

@@ -1,4 +1,17 @@
-"""Flax NNX models."""
+"""Flax NNX models, their parameters annotated with logical axis names for sharding.
+
+Each parameter carries ``out_sharding`` metadata (as ``nnx.with_partitioning`` sets it): the
+logical name of each dimension. ``Trainer(..., sharding={...})`` maps the names to mesh axes:
+
+* ``"embed"``: the feature dimension that dense layers read and write (model width);
+* ``"mlp"``: the hidden dimension inside a pair of dense layers;
+* ``"conv"``: the output channels of a convolution (and its bias and BatchNorm);
+* ``"classes"``: the class (output) dimension of the last layer.
+
+``{"mlp": "model", "conv": "model"}`` on a ``("data", "model")`` mesh is Megatron-style tensor
+parallelism; unannotated dimensions stay whole. The metadata does not shard anything by itself
+(``eager_sharding`` is off), so the models build and run without a mesh.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +23,17 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed.models.pool import max_pool_2x2
+
+
+def axes(*names: str | None) -> dict:
+    """Variable metadata naming each dimension's logical axis (``kernel_metadata=axes(...)``).
+
+    >>> from flax import nnx
+    >>> layer = nnx.Linear(2, 4, kernel_metadata=axes("embed", "mlp"), rngs=nnx.Rngs(0))
+    >>> layer.kernel.get_metadata()["out_sharding"]
+    ('embed', 'mlp')
+    """
+    return {"out_sharding": names, "eager_sharding": False}
 
 
 def _as_image(x: jax.Array, channels: int) -> jax.Array:
@@ -55,13 +79,21 @@ class CNN(nnx.Module):
         self.input_shape = (h, w, c)
         self.dropout_rate = dropout_rate
         self.momentum = momentum
-        self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs)
-        self.bn1 = nnx.BatchNorm(32, momentum=momentum, use_running_average=False, rngs=rngs)
-        self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs)
-        self.bn2 = nnx.BatchNorm(64, momentum=momentum, use_running_average=False, rngs=rngs)
-        self.linear1 = nnx.Linear((h // 2 // 2) * (w // 2 // 2) * 64, 128, rngs=rngs)
+        conv = {"kernel_metadata": axes(None, None, None, "conv"), "bias_metadata": axes("conv")}
+        norm = {"scale_metadata": axes("conv"), "bias_metadata": axes("conv")}
+        self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs, **conv)
+        self.bn1 = nnx.BatchNorm(
+            32, momentum=momentum, use_running_average=False, rngs=rngs, **norm
+        )
+        self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs, **conv)
+        self.bn2 = nnx.BatchNorm(
+            64, momentum=momentum, use_running_average=False, rngs=rngs, **norm
+        )
+        self.linear1 = nnx.Linear((h // 2 // 2) * (w // 2 // 2) * 64, 128, rngs=rngs,
+                                  kernel_metadata=axes("embed", "mlp"), bias_metadata=axes("mlp"))  # fmt: skip
         self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
-        self.linear2 = nnx.Linear(128, num_classes, rngs=rngs)
+        self.linear2 = nnx.Linear(128, num_classes, rngs=rngs, kernel_metadata=axes("mlp", "classes"),
+                                  bias_metadata=axes("classes"))  # fmt: skip
 
     def config(self) -> dict:
         """Constructor arguments (without ``rngs``), for export."""
@@ -83,6 +115,9 @@ class CNN(nnx.Module):
 
 class MLP(nnx.Module):
     """A multi-layer perceptron on flattened inputs: ``hidden`` ReLU layers, then the class layer.
+
+    Layer kernels alternate ``("embed", "mlp")`` and ``("mlp", "embed")`` (column- then
+    row-parallel under ``{"mlp": "model"}``); the head is ``(..., "classes")``.
 
     >>> import jax.numpy as jnp
     >>> from flax import nnx
@@ -107,9 +142,22 @@ class MLP(nnx.Module):
         self.hidden = tuple(int(h) for h in hidden)
         self.dropout_rate = dropout_rate
         widths = [size, *hidden]
-        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(widths)])
+        names = ["embed" if i % 2 == 0 else "mlp" for i in range(len(widths))]
+        self.layers = nnx.List(
+            [
+                nnx.Linear(
+                    a,
+                    b,
+                    rngs=rngs,
+                    kernel_metadata=axes(names[i], names[i + 1]),
+                    bias_metadata=axes(names[i + 1]),
+                )
+                for i, (a, b) in enumerate(itertools.pairwise(widths))
+            ]
+        )
         self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
-        self.head = nnx.Linear(widths[-1], num_classes, rngs=rngs)
+        self.head = nnx.Linear(widths[-1], num_classes, rngs=rngs,
+                               kernel_metadata=axes(names[-1], "classes"), bias_metadata=axes("classes"))  # fmt: skip
 
     def config(self) -> dict:
         """Constructor arguments (without ``rngs``), for export."""

@@ -112,6 +112,19 @@ class RunConfig:
         metavar="NAME",
         group="data",
     )
+    categorical_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "table columns to one-hot encode as categories (default: text and bool columns, and "
+        "integer columns of at most 10 values)",
+        metavar="A,B,C",
+        group="data",
+    )
+    missing: Literal["refuse", "impute"] = option(
+        "refuse",
+        "missing table cells: refuse them naming the column, or impute them (numbers: the "
+        "train mean; categories: the unknown slot) (default: refuse)",
+        group="data",
+    )
     task: Literal["classification", "regression"] | None = option(
         None,
         "default: inferred from the label column (strings, class labels or few integers: "
@@ -122,6 +135,12 @@ class RunConfig:
         None,
         "resize images to N or HxW (default: the most common size of the first 64 images)",
         metavar="N|HxW",
+        group="data",
+    )
+    image_mode: Literal["L", "RGB", "same"] | None = option(
+        None,
+        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
+        "widest mode of the images, said when they are mixed)",
         group="data",
     )
     # model
@@ -194,6 +213,21 @@ class RunConfig:
     seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
     deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
     num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)
+    mesh: str | None = option(
+        None,
+        "device mesh as NAME=SIZE pairs, e.g. data=4,model=2 (one size may be -1: the devices "
+        "left); batches split over its data axis (default: one data axis over every device)",
+        metavar="data=N,model=M",
+        resumable=True,
+    )
+    sharding: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "replicate",
+        "how the model and optimizer state lie on the mesh: replicate, fsdp, or logical axis "
+        'rules as JSON or in a --config file, e.g. {"mlp": "model", "fsdp": true} (default: '
+        "replicate)",
+        metavar="replicate|fsdp|RULES",
+        resumable=True,
+    )
     # where and how this process runs: not saved in config.json
     out: str | None = option(
         None, "run folder (default: runs/DATA-MODEL-TIME)", saved=False, group="process"
@@ -201,6 +235,13 @@ class RunConfig:
     resume: bool = option(
         False,
         "continue the run in --out from its latest checkpoint with its saved config.json",
+        saved=False,
+        group="process",
+    )
+    trust_code: bool = option(
+        False,
+        "--resume: import the run's own copy of a model file (code/) when the file the run "
+        "names is gone; only for run folders you trust",
         saved=False,
         group="process",
     )
@@ -283,6 +324,59 @@ def parse_image_size(text: str) -> tuple[int, int]:
     return height, int(m.group(2)) if m.group(2) else height
 
 
+def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
+    """``"data=4,model=2"`` as ``{"data": 4, "model": 2}`` (checked; no JAX needed).
+
+    >>> parse_mesh_text("data=-1,model=2")
+    {'data': -1, 'model': 2}
+    """
+    axes: dict[str, int] = {}
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(-1|[1-9]\d*)\s*", part)
+        if not m or m.group(1) in axes:
+            raise ConfigError(
+                f"{where}: mesh must be NAME=SIZE pairs separated by commas, each name once "
+                f"(e.g. data=4,model=2; one size may be -1), got {text!r}"
+            )
+        axes[m.group(1)] = int(m.group(2))
+    if list(axes.values()).count(-1) > 1:
+        raise ConfigError(f"{where}: at most one mesh axis may have size -1, got {text!r}")
+    return axes
+
+
+def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
+    """``replicate``, ``fsdp``, or a dict (or its JSON text) of logical axis rules: each a mesh
+    axis name, a list of them or null, and ``"fsdp": true|false``.
+
+    >>> parse_sharding('{"mlp": "model", "fsdp": true}', "flag")
+    {'mlp': 'model', 'fsdp': True}
+    """
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
+    if value in ("replicate", "fsdp"):
+        return value
+    if isinstance(value, dict):
+        for key, entry in value.items():
+            if key == "fsdp":
+                ok = isinstance(entry, bool)
+            else:
+                items = entry if isinstance(entry, list) else [entry]
+                ok = entry is None or all(isinstance(i, str) and i for i in items)
+            if not ok:
+                raise ConfigError(
+                    f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
+                    f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {entry!r}"
+                )
+        return dict(value)
+    raise ConfigError(
+        f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
+        f'(e.g. {{"mlp": "model"}}), got {value!r}'
+    )
+
+
 def _describe(tp: Any) -> str:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     base = args[0] if type(None) in typing.get_args(tp) and len(args) == 1 else tp
@@ -299,6 +393,8 @@ def coerce(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     optional = type(None) in typing.get_args(tp)
     base = args[0] if (optional and len(args) == 1) else tp
+    if name == "sharding":
+        return parse_sharding(value, where)
     if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
         if optional:
             return None
@@ -347,6 +443,8 @@ def coerce(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: val_split must be a fraction between 0 and 1, got {value!r}")
     if name == "image_size":
         parse_image_size(out)
+    if name == "mesh":
+        parse_mesh_text(out, where)
     if (
         name == "model"
         and out not in ("cnn", "mlp")
@@ -409,7 +507,10 @@ class RunRecord:
         return json.dumps(payload, indent=2)
 
 
-RESOLVED_KEYS = ("task", "labels", "preprocess", "best_metric", "data_kind", "processes", "devices")
+RESOLVED_KEYS = (
+    "task", "labels", "preprocess", "best_metric", "data_kind", "eval_split", "processes",
+    "devices", "model_code",
+)  # fmt: skip
 
 
 def read_run(run: str | os.PathLike) -> RunRecord:

@@ -14,7 +14,8 @@ class ids with names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,62 @@ class Source:
     data: DatasetDict
 
 
+PATH_HINTS = (".csv", ".tsv", ".parquet", ".json", ".jsonl", ".arrow", ".txt", ".zip", ".gz")
+
+
+def looks_local(text: str) -> bool:
+    """A ``--data`` that can only mean a local path (not a built-in name or a Hub id): absolute,
+    relative with ``./`` or ``~``, a data file's suffix, or under an existing local folder.
+
+    >>> looks_local("nonexist.csv"), looks_local("/data/x"), looks_local("user/dataset")
+    (True, True, False)
+    """
+    if "://" in text:
+        return False
+    if text.startswith(("/", "./", "../", "~", ".\\")) or text.lower().endswith(PATH_HINTS):
+        return True
+    parent = Path(text).expanduser().parent
+    return str(parent) not in ("", ".") and parent.is_dir()
+
+
+def exists_or_named(text: str) -> bool:
+    """``text`` is an existing path, or a name that is no local path (built-in, Hub id, URL)."""
+    return text in BUILTIN or not looks_local(text) or Path(text).expanduser().exists()
+
+
+def no_such_path(text: str) -> str:
+    """ "no such file or folder: X", with the nearest existing name beside it when there is one.
+
+    >>> no_such_path("/nonexistent-folder/x.csv")
+    'no such file or folder: /nonexistent-folder/x.csv'
+    """
+    import difflib
+
+    path = Path(text).expanduser()
+    parent = path.parent
+    while not parent.is_dir() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        names = [p.name for p in parent.iterdir()][:10_000] if parent.is_dir() else []
+    except OSError:
+        names = []
+    wanted = path.name if path.parent == parent else path.relative_to(parent).parts[0]
+    close = difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
+    if not close and not looks_local(text):
+        close = difflib.get_close_matches(text, list(BUILTIN), n=1, cutoff=0.6)
+        if close:
+            return f"no such file or folder: {text} (the built-in {close[0]!r}?)"
+    if close:
+        nearest = parent / close[0] if str(parent) not in ("", ".") else Path(close[0])
+        return f"no such file or folder: {text} (nearest: {nearest})"
+    return f"no such file or folder: {text}"
+
+
 def detect(path: str, data_dir: str | None = None) -> Source:
     """Find out what ``path`` is and load it as a ``DatasetDict``."""
     local = Path(path).expanduser()
+    if path not in BUILTIN and not local.exists() and looks_local(path):
+        raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
         kind, loader = "built-in dataset", path
     elif local.is_file():
@@ -64,13 +118,20 @@ def detect(path: str, data_dir: str | None = None) -> Source:
     else:
         kind, loader = "cached Hub dataset", path
     try:
-        if loader in ("imagefolder", "audiofolder"):
-            data = load_dataset(loader, data_dir=str(local))
-        else:
-            data = load_dataset(loader, data_dir=data_dir)
+        with warnings.catch_warnings():  # the run's preprocessing says which mode it decodes in
+            warnings.filterwarnings("ignore", message=r"imagefolder .* mix modes")
+            if loader in ("imagefolder", "audiofolder"):
+                data = load_dataset(loader, data_dir=str(local))
+            else:
+                data = load_dataset(loader, data_dir=data_dir)
     except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(f"--data {path}: {str(err).splitlines()[0]}") from err
+        first = str(err).splitlines()[0]
+        if kind == "cached Hub dataset":  # not a local path either: say that first
+            raise ConfigError(f"--data {no_such_path(path)}; as a Hub dataset id: {first}") from err
+        raise ConfigError(f"--data {path}: {first}") from err
     except ImportError as err:  # an optional part (the Hub client, an audio decoder)
+        if kind == "cached Hub dataset":
+            raise ConfigError(f"--data {no_such_path(path)}; as a Hub dataset id: {err}") from err
         raise ConfigError(f"--data {path}: {err}") from err
     if not isinstance(data, DatasetDict):
         data = DatasetDict({"train": data})
@@ -177,6 +238,8 @@ class Columns:
     inputs: list[str]
     label: str
     kind: str  # "image", "array", "audio" or "table"
+    given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
 
 
 def _numeric(feature: Any) -> bool:
@@ -185,20 +248,36 @@ def _numeric(feature: Any) -> bool:
     )
 
 
+def _scalar(feature: Any) -> bool:
+    """A table cell jaxfeed learns from: a number, a bool or a string (a category)."""
+    return _numeric(feature) or (
+        isinstance(feature, Value) and feature.dtype in ("string", "large_string")
+    )
+
+
 def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> Columns:
-    """The input columns and the label column, given or found."""
+    """The input columns and the label column, given or found.
+
+    Without ``inputs``: the first image, audio or array column; else every number, bool or
+    string column of a table but the label (which of them are categories, identifiers or free
+    text the preprocessing plan decides), other columns listed as excluded.
+    """
     features = ds.features
     for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
         if name is not None and name not in features:
-            raise ConfigError(f"{flag} {name!r} is not a column; the columns are {list(features)}")
+            raise ConfigError(
+                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
+            )
     if label is None:
         label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
         label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
         if label is None:
             raise ConfigError(
-                f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among {list(features)}; "
-                "give --label-column"
+                f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
+                f"{_names(features)}; give --label-column"
             )
+    given = inputs is not None
+    excluded: list[tuple[str, str]] = []
     if inputs is None:
         media = next(
             (
@@ -211,11 +290,18 @@ def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> 
         if media is not None:
             inputs = [media]
         else:
-            inputs = [c for c, f in features.items() if c != label and _numeric(f)]
+            inputs = []
+            for c, f in features.items():
+                if c == label:
+                    continue
+                if _scalar(f):
+                    inputs.append(c)
+                else:
+                    excluded.append((c, f"{type(f).__name__}, not a number or a category"))
             if not inputs:
                 raise ConfigError(
-                    f"no image, array or numeric column to learn {label!r} from among {list(features)}; "
-                    "give --input-columns"
+                    f"no image, array, numeric or text column to learn {label!r} from among "
+                    f"{_names(features)}; give --input-columns"
                 )
     if label in inputs:
         raise ConfigError(f"--label-column {label!r} is also an input column")
@@ -225,10 +311,17 @@ def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> 
         if bad:
             raise ConfigError(
                 f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
-                "be numeric (int, float or bool)"
+                "be table cells (numbers, bools or strings)"
             )
-        return Columns(list(inputs), label, "table")
-    return Columns(list(inputs), label, kinds[inputs[0]])
+        return Columns(list(inputs), label, "table", given, excluded)
+    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
+
+
+def _names(features: Any, limit: int = 12) -> str:
+    """Column names for a message, shortened past ``limit``."""
+    names = list(features)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return f"[{shown}{f', ... ({len(names)} columns)' if len(names) > limit else ''}]"
 
 
 def _kind(feature: Any) -> str:
@@ -238,7 +331,7 @@ def _kind(feature: Any) -> str:
         return "audio"
     if type(feature).__name__ in ARRAY_TYPES:
         return "array"
-    if _numeric(feature):
+    if _scalar(feature):
         return "table"
     return f"unsupported {feature!r}"
 

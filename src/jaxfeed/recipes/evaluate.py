@@ -1,20 +1,105 @@
-"""The eval and predict recipes: a run folder's checkpoint on data or files."""
+"""The eval and predict recipes: a run folder's model on data, files, folders or tables.
+
+Both serve the run's export (``model/``: the best checkpoint as StableHLO with its declared
+preprocessing) and need nothing else from the run: not the model file, not the training data, and
+they run no code from the folder. Another checkpoint (``--checkpoint last`` or a step), or a run
+whose model could not be exported, is rebuilt from ``checkpoints/``: jaxfeed's own models by
+name, a model file of the user's only with ``--trust-code``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.export import FUNCTION, ExportError, load_exported
+from jaxfeed.io.files import file_format
+from jaxfeed.io.folder import IMAGE_EXTENSIONS
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report
-from jaxfeed.recipes.config import ConfigError, read_run
+from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS
-from jaxfeed.recipes.run import build_run_trainer, load_run_data, restore
+from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
+from jaxfeed.serving import ServingSpec, SpecError
+
+MODEL_DIR = "model"
 
 
+@dataclass
+class Served:
+    """A run's model as eval and predict use it: raw inputs -> model outputs."""
+
+    spec: ServingSpec
+    logits: Callable[[Any], np.ndarray]
+    checkpoint: dict[str, Any]  # step, epoch, which, source
+
+    def outputs(self, raw: Any) -> np.ndarray:
+        """Probabilities or regression values (label units), as predict prints them."""
+        try:
+            return self.spec.outputs(self.logits(raw))
+        except SpecError as err:
+            raise ConfigError(str(err)) from None
+
+
+def serve(
+    run: Path, record: RunRecord, checkpoint: str = "best", *, trust_code: bool = False
+) -> Served:
+    """The run's export for ``best`` (no code imported), else checkpoint ``checkpoint`` in a
+    rebuilt trainer (a user's model file only with ``trust_code``)."""
+    labels = list(record.resolved["labels"])
+    prep = preprocessing_of(record, str(run / "config.json"))
+    folder = run / MODEL_DIR
+    if checkpoint == "best" and _servable(folder):
+        try:
+            served = load_exported(folder)
+        except ExportError as err:
+            raise ConfigError(
+                f"{err}; eval and predict serve model/ (train again to rewrite it)"
+            ) from err
+        spec = served.spec or prep.serving(labels)  # an export of an earlier jaxfeed
+
+        def logits(raw: Any) -> np.ndarray:
+            x = spec.model_inputs(raw)
+            return np.asarray(served.call(x)) if len(x) else np.zeros((0, max(len(labels), 1)))
+
+        which = {
+            "step": served.config.get("checkpoint_step"),
+            "epoch": served.config.get("checkpoint_epoch"),
+            "which": "best",
+            "source": "model/",
+        }
+        return Served(spec, logits, which)
+    trainer, prep = build_run_trainer(record, run, trust_code=trust_code)
+    meta = restore(trainer, run, record, checkpoint)
+    spec = prep.serving(labels)
+    import jax  # the trainer has started JAX already
+
+    def trained(raw: Any) -> np.ndarray:
+        try:
+            x = prep.inputs(raw if prep.kind == "table" else {prep.input_columns[0]: raw})
+        except SpecError as err:
+            raise ConfigError(str(err)) from None
+        batch = jax.device_put({INPUTS: x, TARGETS: np.zeros(len(x), np.int32)})
+        return np.asarray(trainer.predict(batch))
+
+    which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
+             "source": "checkpoints/"}  # fmt: skip
+    return Served(spec, trained, which)
+
+
+def _servable(folder: Path) -> bool:
+    """``model/`` holds an export with its function (an export of the first jaxfeed has only
+    weights: its run is served from checkpoints/, as then)."""
+    return (folder / "config.json").is_file() and (folder / FUNCTION).is_file()
+
+
+# ---------------------------------------------------------------------------------- eval
 def evaluate(
     run_dir: str,
     *,
@@ -23,46 +108,70 @@ def evaluate(
     data: str | None = None,
     data_dir: str | None = None,
     plot: bool = True,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate checkpoint ``checkpoint`` of a run on its eval split (or ``split`` of ``data``)."""
-    from jaxfeed import DataLoader
-
+    """Evaluate checkpoint ``checkpoint`` of a run on its eval split, on ``split`` of ``data``, or
+    on all of ``data`` when it has no splits."""
     run = Path(run_dir)
     record = read_run(run)
     config = record.options
-    if data is not None or data_dir is not None:
-        config = dataclasses.replace(
-            config, data=data or config.data, data_dir=data_dir or config.data_dir
-        )
-    task, labels = record.resolved["task"], record.resolved["labels"]
-    run_data = load_run_data(config, labels if task == "classification" else None)
-    if split is None:
-        ds, split_name = (
-            run_data.splits.eval,
-            record.resolved.get("eval_split", run_data.splits.eval_name),
-        )
+    task, labels = record.resolved["task"], list(record.resolved["labels"])
+    prep = preprocessing_of(record, str(run / "config.json"))
+    note = None
+    if data is None and split is None:
+        if not datamod.exists_or_named(config.data):
+            raise ConfigError(
+                f"the run's data {config.data} is gone: give --data (a file or folder with the "
+                f"columns {[*prep.input_columns[:5], prep.label_column]})"
+            )
+        config = dataclasses.replace(config, data_dir=data_dir or config.data_dir)
+        run_data = load_run_data(config, labels if task == "classification" else None)
+        ds = run_data.splits.eval
+        split_name = record.resolved.get("eval_split", run_data.splits.eval_name)
     else:
-        from jaxfeed.dataset import DatasetDict
-
-        source = dict(run_data.source.data)
+        source = datamod.detect(data or config.data, data_dir or config.data_dir)
+        parts: dict[str, Dataset] = dict(source.data)
+        wanted = [*prep.input_columns, prep.label_column]
+        for name, part in parts.items():
+            absent = [c for c in wanted if c not in part.features]
+            if absent:
+                raise ConfigError(
+                    f"--data {source.path}: split {name!r} has no column {absent[0]!r} (the run "
+                    f"reads {wanted[:6]}{'...' if len(wanted) > 6 else ''}); its columns are "
+                    f"{list(part.features)[:12]}"
+                )
         if task == "classification":
-            source, _ = datamod.encode_labels(source, run_data.columns.label, labels)
-        ds, split_name = datamod.select_split(DatasetDict(source), split, "--split"), split
-    trainer, prep = build_run_trainer(record, run)
+            parts, _ = datamod.encode_labels(parts, prep.label_column, labels)
+        if split is not None:
+            ds, split_name = datamod.select_split(DatasetDict(parts), split, "--split"), split
+        elif (name := next((s for s in datamod.EVAL_SPLITS if s in parts), None)) is not None:
+            ds, split_name = parts[name], name
+        elif len(parts) == 1:
+            split_name, ds = next(iter(parts.items()))
+            note = f"{source.path} has no splits: evaluating all {ds.num_rows:,} rows"
+            split_name = "all"
+        else:
+            raise ConfigError(
+                f"--data {source.path} has the splits {sorted(parts)}, none of them test or "
+                "validation: give --split"
+            )
     ds = prep.prepare(ds)
-    meta = restore(trainer, run, record, checkpoint)
-    loader = DataLoader(ds, config.batch_size, transform=prep)
-    result = trainer.evaluate(loader)
-    outputs = np.asarray(trainer.predict(loader))
+    served = serve(run, record, checkpoint, trust_code=trust_code)
+    size = config.batch_size
+    chunks = [served.logits(raw) for raw in _raw_batches(ds, prep.input_columns, prep.kind, size)]
+    width = len(labels) if task == "classification" else 1
+    outputs = np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
     truth = np.asarray(ds.with_format("numpy")[prep.label_column])
     out: dict[str, Any] = {
         "run": str(run),
-        "checkpoint": {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint},
+        "checkpoint": served.checkpoint,
         "split": split_name,
         "task": task,
-        "loss": round(float(result["loss"]), 6),
     }
+    if note:
+        out["note"] = note
     if task == "classification":
+        out["loss"] = round(_cross_entropy(outputs, truth), 6)
         out.update(report.classification_report(truth, outputs.argmax(-1), labels))
         if plot:
             path = run / f"confusion-{split_name.replace('/', '_')}.png"
@@ -78,18 +187,38 @@ def evaluate(
                     f"not writing the confusion matrix PNG into {run}: {err.strerror or err}"
                 )
     else:
-        out.update(
-            report.regression_report(truth, prep.unscale(outputs.reshape(len(outputs), -1)[:, 0]))
-        )
+        standard = outputs.reshape(len(outputs), -1)[:, 0].astype(np.float64)
+        target = (truth.astype(np.float64) - prep.target_mean) / prep.target_std
+        out["loss"] = round(float(np.mean((standard - target) ** 2)) if len(truth) else 0.0, 6)
+        out.update(report.regression_report(truth, served.spec.outputs(outputs)))
     return out
+
+
+def _raw_batches(ds: Dataset, columns: list[str], kind: str, size: int) -> Iterator[Any]:
+    rows = ds.with_format("numpy")
+    for start in range(0, ds.num_rows, size):
+        batch = rows[start : start + size]
+        yield {c: batch[c] for c in columns} if kind == "table" else batch[columns[0]]
+
+
+def _cross_entropy(logits: np.ndarray, truth: np.ndarray) -> float:
+    if not len(truth):
+        return 0.0
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return float(-log_p[np.arange(len(truth)), truth.astype(np.int64)].mean())
 
 
 def format_evaluation(result: dict[str, Any]) -> str:
     ck = result["checkpoint"]
+    epoch = "" if ck.get("epoch") is None else f"epoch {ck['epoch']}, "
     head = (
-        f"checkpoint step {ck['step']} (epoch {ck['epoch']}, {ck['which']}), split {result['split']!r}, "
-        f"{result['rows']:,} rows"
+        f"checkpoint step {ck['step']} ({epoch}{ck['which']}, from {ck.get('source', 'checkpoints/')}), "
+        f"split {result['split']!r}, {result['rows']:,} rows"
     )
+    if result.get("note"):
+        head = f"{result['note']}\n{head}"
     if result["task"] == "classification":
         body = (
             f"loss {result['loss']:.4f}  accuracy {result['accuracy']:.4f}\n\n"
@@ -105,64 +234,138 @@ def format_evaluation(result: dict[str, Any]) -> str:
     return f"{head}\n{body}"
 
 
+# ---------------------------------------------------------------------------------- predict
 def predict(
-    run_dir: str, inputs: list[str], *, checkpoint: str = "best", top_k: int = 3
+    run_dir: str,
+    inputs: list[str],
+    *,
+    checkpoint: str = "best",
+    top_k: int = 3,
+    trust_code: bool = False,
 ) -> tuple[list[dict], list[str]]:
-    """Predictions of checkpoint ``checkpoint`` for image files (or rows of data files, for a run
-    trained on a table), preprocessed as in training; returns them and what was changed."""
+    """Predictions for image files and folders (recursively, in sorted order), or for the rows of
+    tables (a run trained on a table), preprocessed as in training; returns them (one per image
+    or row: ``input``, ``label`` and ``score``, or ``prediction``) and notes on what changed."""
+    return list(iter_predictions(run_dir, inputs, checkpoint=checkpoint, top_k=top_k,
+                                 trust_code=trust_code, notes=(notes := []))), notes  # fmt: skip
+
+
+def iter_predictions(
+    run_dir: str,
+    inputs: list[str],
+    *,
+    checkpoint: str = "best",
+    top_k: int = 3,
+    trust_code: bool = False,
+    notes: list[str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """:func:`predict` one batch at a time (``notes`` is filled as batches are read)."""
     run = Path(run_dir)
     record = read_run(run)
-    trainer, prep = build_run_trainer(record, run)
-    task, labels = record.resolved["task"], record.resolved["labels"]
-    if prep.kind == "table":
-        x, names, notes = _table_inputs(inputs, prep)
-    else:
-        x, notes = prep.image_files(inputs)
-        names = list(inputs)
-    import jax
-
-    meta = restore(trainer, run, record, checkpoint)
-    outputs = []
     size = record.options.batch_size
-    for i in range(0, len(x), size):
-        chunk = x[i : i + size]
-        batch = jax.device_put({INPUTS: chunk, TARGETS: np.zeros(len(chunk), np.int32)})
-        outputs.append(np.asarray(trainer.predict(batch)))
-    logits = np.concatenate(outputs)
-    which = {"step": int(meta["step"]), "epoch": int(meta["epoch"])}
-    results = []
-    if task == "regression":
-        values = prep.unscale(logits.reshape(len(logits), -1)[:, 0])
-        for name, v in zip(names, values, strict=True):
-            results.append({"input": name, "prediction": float(v), "checkpoint": which})
-        return results, notes
-    probabilities = np.asarray(jax.nn.softmax(logits, axis=-1))
-    k = min(top_k, len(labels))
-    for name, p in zip(names, probabilities, strict=True):
-        top = np.argsort(-p, kind="stable")[:k]
-        results.append({
-            "input": name,
-            "top": [{"class": int(i), "label": labels[i], "probability": round(float(p[i]), 6)} for i in top],
-            "checkpoint": which,
-        })  # fmt: skip
-    return results, notes
+    for text in inputs:
+        if not Path(text).exists():
+            raise ConfigError(datamod.no_such_path(text))
+    served = serve(run, record, checkpoint, trust_code=trust_code)
+    spec = served.spec
+    notes = notes if notes is not None else []
+    which = {k: served.checkpoint[k] for k in ("step", "epoch")}
+    for names, raw in _input_batches(inputs, spec, size, notes):
+        outputs = served.outputs(raw)
+        if spec.task == "regression":
+            for name, value in zip(names, outputs, strict=True):
+                yield {"input": name, "prediction": float(value), "checkpoint": which}
+            continue
+        k = min(top_k, len(spec.labels))
+        for name, p in zip(names, outputs, strict=True):
+            top = np.argsort(-p, kind="stable")[:k]
+            yield {
+                "input": name,
+                "label": spec.labels[top[0]],
+                "score": round(float(p[top[0]]), 6),
+                "top": [{"class": int(i), "label": spec.labels[i], "probability": round(float(p[i]), 6)} for i in top],
+                "checkpoint": which,
+            }  # fmt: skip
 
 
-def _table_inputs(paths: list[str], prep: Any) -> tuple[np.ndarray, list[str], list[str]]:
+def _input_batches(
+    inputs: list[str], spec: ServingSpec, size: int, notes: list[str]
+) -> Iterator[tuple[list[str], Any]]:
+    if spec.kind == "table":
+        for path in _expand(inputs, tables=True):
+            yield from _table_batches(path, spec, size)
+        return
+    reader = spec
+    if spec.kind == "array":  # arrays of an image's shape (the digits): image files fit them
+        shape = list(spec.input_shape)
+        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[-1] not in (1, 3)):
+            raise ConfigError(
+                f"this run was trained on arrays of shape {shape}: predict reads image files "
+                "and tables"
+            )
+        mode = "RGB" if len(shape) == 3 and shape[-1] == 3 else "L"
+        reader = dataclasses.replace(
+            spec, kind="image", image_mode=mode, image_size=(shape[0], shape[1])
+        )
+    paths = _expand(inputs, tables=False)
+    counts = {"converted": 0, "resized": 0}
+    for start in range(0, len(paths), size):
+        chunk = paths[start : start + size]
+        try:
+            arrays, chunk_counts = reader.read_images(chunk)
+            if reader is not spec:
+                arrays = reader.fit_images(arrays)
+        except SpecError as err:
+            raise ConfigError(str(err)) from None
+        for key, n in chunk_counts.items():
+            counts[key] += n
+        yield chunk, arrays
+    h, w = reader.hw
+    if counts["resized"]:
+        notes.append(f"resized {counts['resized']} of {len(paths)} images to {h}x{w}")
+    if counts["converted"]:
+        notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
+
+
+def _expand(inputs: list[str], *, tables: bool) -> list[str]:
+    """Files as given; folders as their image files (or data files), recursively, sorted."""
+    out: list[str] = []
+    for text in inputs:
+        path = Path(text)
+        if not path.is_dir():
+            out.append(text)
+            continue
+        found = sorted(
+            str(p)
+            for p in path.rglob("*")
+            if p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            and (file_format(p) is not None if tables else p.suffix.lower() in IMAGE_EXTENSIONS)
+        )
+        if not found:
+            what = "data files (CSV, Parquet, JSON Lines, Arrow)" if tables else "images"
+            raise ConfigError(f"{text} is a folder with no {what} in it")
+        out += found
+    return out
+
+
+def _table_batches(path: str, spec: ServingSpec, size: int) -> Iterator[tuple[list[str], Any]]:
     from jaxfeed import load_dataset
 
-    arrays, names = [], []
-    for path in paths:
-        try:
-            ds = load_dataset(path, split="train")
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
-        missing = [c for c in prep.input_columns if c not in ds.features]
-        if missing:
-            raise ConfigError(
-                f"{path} has no column {missing[0]!r}; the run reads {prep.input_columns}"
-            )
-        columns = ds.select_columns(prep.input_columns).with_format("numpy")[:]
-        arrays.append(prep.inputs(columns))
-        names += [f"{path}:{i}" for i in range(ds.num_rows)]
-    return np.concatenate(arrays), names, []
+    if file_format(Path(path)) is None:
+        raise ConfigError(
+            f"{path}: this run was trained on a table; give tables (CSV, Parquet, JSON Lines, "
+            "Arrow) or folders of them"
+        )
+    try:
+        ds = load_dataset(path, split="train")
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
+    names = [c.name for c in spec.columns]
+    missing = [c for c in names if c not in ds.features]
+    if missing:
+        raise ConfigError(f"{path} has no column {missing[0]!r}; the run reads {names[:10]}")
+    rows = ds.select_columns(names).with_format("numpy")
+    for start in range(0, ds.num_rows, size):
+        stop = min(start + size, ds.num_rows)
+        yield [f"{path}:{i}" for i in range(start, stop)], rows[start:stop]

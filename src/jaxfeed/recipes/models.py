@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import optax
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
@@ -34,14 +37,48 @@ def model_name(config: RunConfig, kind: str) -> str:
     return "mlp" if kind == "table" else "cnn"
 
 
-def load_user_class(spec: str, base: Path | None = None) -> type:
-    """``FILE.py:ClassName`` -> the class (the file is run as a module: it is your code)."""
-    path_text, _, name = spec.rpartition(":")
-    path = Path(path_text).expanduser()
-    if not path.is_absolute() and base is not None and not path.exists():
-        path = base / path
+@dataclass(frozen=True)
+class CodePolicy:
+    """Which model file a run may import. ``jaxfeed train`` (and ``--resume``) imports the file
+    the user named, from its recorded absolute path. A run folder's own copy (``code/``), or any
+    model file named by a run folder that ``eval``/``predict`` read, is imported only with
+    ``trust`` (``--trust-code``): a shared run folder never runs code by surprise."""
+
+    named_by_run: bool = False  # the spec comes from a run folder's config.json
+    copy: Path | None = None  # the run's copy of the file
+    trust: bool = False
+
+
+def model_file(spec: str, policy: CodePolicy | None = None) -> Path:
+    """The file ``FILE.py:ClassName`` imports under ``policy``; a clear error when it may not."""
+    policy = policy or CodePolicy()
+    path = Path(spec.rpartition(":")[0]).expanduser()
+    if policy.named_by_run and not policy.trust:
+        raise ConfigError(
+            f"the run's model is Python code ({spec}); jaxfeed imports a model file named by a run "
+            "folder only with --trust-code (a shared run folder must not run code by surprise)"
+            + (
+                ": eval and predict of the best checkpoint serve model/ without it"
+                if policy.copy
+                else ""
+            )
+        )
+    if not path.is_file() and policy.copy is not None and policy.copy.is_file():
+        if not policy.trust:
+            raise ConfigError(
+                f"--model {spec}: no such file {path}; the run keeps a copy in {policy.copy}, "
+                "imported only with --trust-code (it is code: trust the run folder first)"
+            )
+        path = policy.copy
     if not path.is_file():
         raise ConfigError(f"--model {spec}: no such file {path}")
+    return path
+
+
+def load_user_class(spec: str, policy: CodePolicy | None = None) -> type:
+    """``FILE.py:ClassName`` -> the class (the file is run as a module: it is your code)."""
+    path = model_file(spec, policy)
+    name = spec.rpartition(":")[2]
     module_name = f"jaxfeed_user_model_{abs(hash(str(path.resolve())))}"
     module = sys.modules.get(module_name)
     if module is None:
@@ -68,7 +105,13 @@ def load_user_class(spec: str, base: Path | None = None) -> type:
     return cls
 
 
-def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int) -> Any:
+def build_model(
+    config: RunConfig,
+    prep: Preprocessing,
+    outputs: int,
+    seed: int,
+    policy: CodePolicy | None = None,
+) -> Any:
     """The NNX model of a run (or a Linen module, for ``--api linen``)."""
     from flax import nnx
 
@@ -98,7 +141,7 @@ def build_model(config: RunConfig, prep: Preprocessing, outputs: int, seed: int)
         from jaxfeed.models import MLP
 
         return MLP(outputs, input_shape=shape, rngs=rngs)
-    cls = load_user_class(name)
+    cls = load_user_class(name, policy)
     params = inspect.signature(
         cls.__init__
     ).parameters  # nnx.Module classes hide it behind a metaclass
@@ -157,8 +200,14 @@ def build_trainer(
     steps_per_epoch: int,
     out_dir: Path | None = None,
     verbose: int = 1,
+    policy: CodePolicy | None = None,
+    *,
+    mesh: Any = None,
+    sharding: Any = "replicate",
 ) -> Trainer:
-    """The trainer of a run: model, optimizer, loss and callbacks, all from the config."""
+    """The trainer of a run: model, optimizer, loss and callbacks, all from the config; the
+    state laid out on ``mesh`` by ``sharding`` (``--mesh``, ``--sharding``: training passes
+    them; evaluation and prediction replicate)."""
     total = config.epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
@@ -189,9 +238,14 @@ def build_trainer(
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
+        "mesh": mesh,
+        "sharding": sharding,
     }
-    model = build_model(config, prep, outputs, config.seed)
-    if config.api == "linen":
-        example = np.zeros((1, *prep.input_shape), dtype=np.float32)
-        return Trainer.from_linen(model, tx, example, **common)
-    return Trainer(model, tx, **common)
+    model = build_model(config, prep, outputs, config.seed, policy)
+    try:
+        if config.api == "linen":
+            example = np.zeros((1, *prep.input_shape), dtype=np.float32)
+            return Trainer.from_linen(model, tx, example, **common)
+        return Trainer(model, tx, **common)
+    except ShardingError as err:
+        raise ConfigError(f"--sharding {json.dumps(sharding)}: {err}") from None

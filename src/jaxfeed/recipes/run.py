@@ -34,7 +34,14 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
     task = datamod.infer_task(train_raw, columns.label, config.task)
     data: dict[str, Any] = dict(source.data)
     if task == "classification":
+        given = labels is not None
         data, labels = datamod.encode_labels(data, columns.label, labels)
+        if not given and len(labels) < 2:
+            found = f"one class ({labels[0]!r})" if labels else "no class"
+            raise ConfigError(
+                f"--data {config.data}: the label column {columns.label!r} has {found}; a "
+                "classifier needs two or more (an image folder: one subfolder per class)"
+            )
     else:
         labels = []
     from jaxfeed.dataset import DatasetDict
@@ -134,14 +141,84 @@ def preprocessing_of(record: RunRecord, where: str) -> Preprocessing:
 
 
 def build_run_trainer(
-    record: RunRecord, run: Path, *, verbose: int = 0
+    record: RunRecord, run: Path, *, verbose: int = 0, trust_code: bool = False
 ) -> tuple[Any, Preprocessing]:
-    """The trainer of a saved run (for eval and predict), before its weights are restored."""
-    from jaxfeed.recipes.models import build_trainer
+    """The trainer of a saved run (for eval and predict), before its weights are restored; a
+    model file of the user's is imported only with ``trust_code``."""
+    from jaxfeed.recipes.models import CodePolicy, build_trainer
 
     prep = preprocessing_of(record, str(run / "config.json"))
     outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
-    return build_trainer(record.options, prep, outputs, 1, None, verbose=verbose), prep
+    policy = CodePolicy(named_by_run=True, copy=model_copy(record, run), trust=trust_code)
+    trainer = build_trainer(record.options, prep, outputs, 1, None, verbose=verbose, policy=policy)
+    return trainer, prep
+
+
+# ---------------------------------------------------------------------------------- portability
+CODE_DIR = "code"  # the run's copy of a user's model file, for reference
+
+
+def is_url(text: str) -> bool:
+    return "://" in text
+
+
+def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """``data``, ``data_dir`` and a ``FILE.py:Class`` model that name existing local paths, as
+    absolute paths (a built-in name, a Hub id and a URL stay as given), so that the run folder
+    works from any directory.
+
+    >>> absolute_paths({"data": "digits", "model": "cnn"})
+    {'data': 'digits', 'model': 'cnn'}
+    """
+    from jaxfeed.io.builtin import BUILTIN
+
+    out = dict(values)
+    for key in ("data", "data_dir"):
+        text = out.get(key)
+        if isinstance(text, str) and not is_url(text) and text not in BUILTIN:
+            local = Path(text).expanduser()
+            if local.exists():
+                out[key] = str(local.resolve())
+    model = out.get("model")
+    if isinstance(model, str) and ":" in model and not is_url(model):
+        file, _, name = model.rpartition(":")
+        local = Path(file).expanduser()
+        if local.is_file():
+            out["model"] = f"{local.resolve()}:{name}"
+    return out
+
+
+def copy_model_code(config: RunConfig, out: Path) -> dict[str, Any] | None:
+    """Keep a copy of a user's model file in ``out/code/`` (for reference: imported only with
+    ``--trust-code``); returns what ``config.json`` records of it."""
+    import hashlib
+
+    from jaxfeed.files import atomic_write
+
+    model = config.model or ""
+    if ":" not in model:
+        return None
+    source = Path(model.rpartition(":")[0])
+    data = source.read_bytes()
+    target = out / CODE_DIR / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, data)
+    return {
+        "file": f"{CODE_DIR}/{source.name}",
+        "source": str(source),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def model_copy(record: RunRecord, run: Path) -> Path | None:
+    """The run's copy of its model file, when it has one."""
+    code = record.resolved.get("model_code")
+    if not isinstance(code, dict) or not isinstance(code.get("file"), str):
+        return None
+    path = (run / code["file"]).resolve()
+    if not path.is_relative_to(run.resolve()):
+        return None  # a config.json pointing outside its folder names no copy
+    return path
 
 
 def write_json(path: Path, payload: Any) -> None:

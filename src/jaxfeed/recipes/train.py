@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -25,11 +26,15 @@ from jaxfeed.recipes.config import (
     read_config_file,
     read_run,
 )
-from jaxfeed.recipes.preprocess import Preprocessing, plan
+from jaxfeed.recipes.models import CodePolicy, model_file
+from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
+    absolute_paths,
     check_out_folder,
+    copy_model_code,
     load_run_data,
+    model_copy,
     outputs_of,
     preprocessing_of,
 )
@@ -50,7 +55,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         out = Path(flags["out"])
         check_out_folder(out, resume=True)
         saved = read_run(out).options
-        wanted = saved.replace(flags, "command line")
+        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
         fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         for name in wanted.differences(saved):
             if not fields[name].metadata["resumable"]:
@@ -68,7 +74,12 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         return wanted
     if config_file is not None:
         config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    return config.replace(flags, "command line")
+    config = config.replace(flags, "command line")
+    return config.replace(absolute_paths(_paths_of(config)), "command line")
+
+
+def _paths_of(config: RunConfig) -> dict[str, Any]:
+    return {"data": config.data, "data_dir": config.data_dir, "model": config.model}
 
 
 @dataclass
@@ -102,12 +113,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
+    config = config.replace(absolute_paths(_paths_of(config)), "the run's options")
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_out_folder(out, config.resume)
     record = read_run(out) if config.resume else None
+    policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
+    )
+    if ":" in (config.model or ""):
+        model_file(config.model, policy)  # a missing file or copy is refused before any work
     labels = (
         record.resolved["labels"]
         if record and record.resolved["task"] == "classification"
@@ -122,6 +139,12 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
     else:
+        table = TableOptions(
+            given=columns.given,
+            categorical=config.categorical_columns,
+            impute=config.missing == "impute",
+            excluded=columns.excluded,
+        )
         prep, notes = plan(
             splits.train,
             columns.inputs,
@@ -129,6 +152,8 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             columns.kind,
             run_data.task,
             config.image_hw(),
+            table,
+            config.image_mode,
         )
     for note in notes:
         say(note)
@@ -155,23 +180,31 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     }
     if record is not None:
         resolved["best_metric"] = record.resolved.get("best_metric", BEST_METRIC)
+        if "model_code" in record.resolved:
+            resolved["model_code"] = record.resolved["model_code"]
     train_ds, eval_ds = prep.prepare(splits.train), prep.prepare(splits.eval)
-    loaders = _loaders(train_ds, eval_ds, prep, config, say)
+    mesh = _mesh(config)
+    loaders = _loaders(train_ds, eval_ds, prep, config, say, mesh)
     from jaxfeed.recipes.models import build_trainer
 
-    trainer = build_trainer(
-        config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out, verbose
-    )
+    outputs = outputs_of(run_data.task, run_data.labels)
+    trainer = build_trainer(config, prep, outputs, len(loaders[0]), out, verbose, policy,
+                            mesh=mesh, sharding=config.sharding)  # fmt: skip
     if primary:
         from jaxfeed.files import atomic_write
 
         out.mkdir(parents=True, exist_ok=True)
+        if record is None and (code := copy_model_code(config, out)) is not None:
+            resolved["model_code"] = code
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} processes"
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
+    if mesh is not None:
+        axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
+        where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
     say(
         f"model {model} ({config.api}), {config.epochs} epochs, batch {config.batch_size}, "
         f"{config.optimizer} lr {config.lr:g} ({config.schedule}), on {where}; run folder {out}"
@@ -205,14 +238,47 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
         raise
     seconds = time.perf_counter() - start
+    memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     if best is not None:
-        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name)
+        state = (
+            ""
+            if mesh is None
+            else f"{_size(memory)} per device (sharding {json.dumps(config.sharding)})"
+        )
+        _summary(say, history, best, seconds, run_data.task, prep, out, splits.eval_name, state)
     return TrainResult(out, history, best, seconds)
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:
     pass
+
+
+def _size(n: int) -> str:
+    """Bytes for people: ``_size(1536)`` is ``'1.5 KB'``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _mesh(config: RunConfig) -> Any:
+    """The run's device mesh: ``--mesh``, else one ``data`` axis over every device when there
+    are several (or a sharding other than replicate asks for one); None for one device."""
+    import jax
+
+    from jaxfeed.recipes.config import parse_mesh_text
+    from jaxfeed.train.sharding import default_mesh, make_mesh
+
+    if config.mesh is not None:
+        try:
+            return make_mesh(parse_mesh_text(config.mesh))
+        except ValueError as err:
+            raise ConfigError(f"--mesh {config.mesh}: {err}") from None
+    if jax.device_count() > 1 or config.sharding != "replicate":
+        return default_mesh()
+    return None
 
 
 def _resolved_options(
@@ -226,30 +292,34 @@ def _resolved_options(
     return dataclasses.replace(
         config,
         model=model,
-        input_columns=list(columns.inputs),
+        input_columns=list(prep.input_columns),
         label_column=columns.label,
         task=task,
         image_size=size if prep.kind == "image" else config.image_size,
     )
 
 
-def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable) -> tuple:
-    """Loaders for one device, or split over every device of every process (data parallel)."""
+def _loaders(train: Any, test: Any, prep: Preprocessing, config: RunConfig, say: Callable,
+             mesh: Any = None) -> tuple:  # fmt: skip
+    """Loaders for one device, or split over the data axis of the mesh (every device of every
+    process by default)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     from jaxfeed import DataLoader
-    from jaxfeed.distributed import data_mesh
+    from jaxfeed.train.sharding import data_axis
 
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
     drop_eval = False
-    if jax.device_count() > 1:
-        count = jax.device_count()
+    if mesh is not None and mesh.size > 1:
+        axis = data_axis(mesh)
+        count = mesh.shape[axis]
         if config.batch_size % count:
             raise ConfigError(
                 f"--batch-size {config.batch_size} must be a multiple of the {count} devices"
+                + (f" of the mesh's data axis {axis!r}" if len(mesh.shape) > 1 else "")
             )
-        kwargs["sharding"] = NamedSharding(data_mesh(), PartitionSpec("data"))
+        kwargs["sharding"] = NamedSharding(mesh, PartitionSpec(axis))
         drop_eval = (test.num_rows % config.batch_size) % count != 0
         if drop_eval:
             say(
@@ -283,6 +353,8 @@ def _export_best(
     """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
     (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
     restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    import jax
+
     from jaxfeed.checkpoint import CheckpointError
     from jaxfeed.export import export
     from jaxfeed.recipes.run import open_checkpoints
@@ -298,6 +370,8 @@ def _export_best(
         raise ConfigError(f"{out}: {err}") from err
     finally:
         manager.close()
+    if jax.process_count() > 1:  # a state split over processes, whole on each (a collective)
+        trainer.gather()
     if not primary:
         return best
     extra = {
@@ -305,9 +379,10 @@ def _export_best(
         "task": run_data.task,
         "preprocess": prep.to_dict(),
         "checkpoint_step": step,
+        "checkpoint_epoch": best["epoch"],
     }
     try:
-        export(trainer, out / "model", extra=extra)
+        export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
         if ":" not in (config.model or ""):
             raise
@@ -331,7 +406,7 @@ def follow_umask(folder: Path) -> None:
 
 
 def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str, prep: Preprocessing,
-             out: Path, eval_name: str) -> None:  # fmt: skip
+             out: Path, eval_name: str, state: str = "") -> None:  # fmt: skip
     epochs = [h for h in history if "seconds" in h and "rows_per_second" in h]
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
@@ -347,6 +422,8 @@ def _summary(say: Callable, history: Any, best: dict, seconds: float, task: str,
         f"{seconds:<10.1f}{rows:<10,.0f}"
     )
     say("(best: the checkpoint of lowest eval loss, the earliest on ties; eval and predict use it)")
+    if state:
+        say(f"model and optimizer state: {state}")
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )

@@ -6,6 +6,7 @@ from jaxfeed.train.loggers import Logger, TensorBoardLogger
 from jaxfeed.train.losses import cross_entropy
 from jaxfeed.train.preemption import Preempted
 from jaxfeed.train.schedule import Schedule
+from jaxfeed.train.sharding import ShardingError
 from jaxfeed.train.trainer import NonFiniteLossError, Trainer, scale_images
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "NonFiniteLossError",
     "Preempted",
     "Schedule",
+    "ShardingError",
     "TensorBoardLogger",
     "Trainer",
     "cross_entropy",

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from jaxfeed.train.trainer import Trainer
+
+class Trainer(Protocol):
+    """What callbacks see of :class:`jaxfeed.Trainer` (a protocol, so this module needs no
+    import of the trainer, which imports it)."""
+
+    stop_training: bool
+    step: int
+    epoch: int
+
+    def snapshot(self) -> Any: ...
+
+    def load_snapshot(self, snapshot: Any) -> None: ...
 
 
 class Callback:

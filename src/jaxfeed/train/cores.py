@@ -7,7 +7,9 @@ compiled once with ``jax.jit`` (state buffers donated):
 * ``eval_step(state, sums, batch, n) -> sums``
 * ``predict_step(state, batch) -> outputs``
 
-and ``checkpoint_state()`` / ``restore(manager, step)`` / ``write_back()`` for the trainer. The NNX
+and ``checkpoint_state()`` / ``restore(manager, step)`` / ``write_back()`` for the trainer, and
+``leaves()`` / ``compile(shardings)`` for laying the state out over a mesh
+(:mod:`jaxfeed.train.sharding`). The NNX
 graph is split once (``nnx.split``) and merged inside the trace, so no Python graph traversal runs
 per step. Both cores call the model the same way (:class:`CallConvention`, :class:`Inputs`).
 
@@ -29,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfeed.checkpoint import abstract_like, load_nnx_pure_state, nnx_pure_state
 from jaxfeed.train.losses import Objective
+from jaxfeed.train.sharding import Leaf
 
 Batch = dict[str, jax.Array]
 
@@ -217,7 +221,15 @@ class Core(Protocol):
 
     def checkpoint_state(self) -> Any: ...
 
-    def restore(self, manager: Any, step: Any) -> dict[str, Any]: ...
+    def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
+        """Read ``step`` into the state (into ``shardings``, a tree like the state, when given)."""
+
+    def leaves(self) -> list[Leaf]:
+        """The state's arrays in ``jax.tree.leaves`` order: names, shapes, partitioning
+        annotations."""
+
+    def compile(self, shardings: Any, sums: Any) -> None:
+        """Compile the train step to return the state in ``shardings`` and the sums in ``sums``."""
 
     def write_back(self) -> None: ...
 
@@ -231,6 +243,48 @@ def _learning_rate(opt_state: Any) -> float | None:
         if "['hyperparams']" in where and "['learning_rate']" in where:
             return float(np.asarray(jax.device_get(leaf)).reshape(-1)[0])
     return None
+
+
+def _leaf_name(path: tuple, top: dict[Any, str] | None = None) -> str:
+    """``model.layers.0.kernel`` for a key path (``top`` renames the first key)."""
+    parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+    if parts and top:
+        first = getattr(path[0], "key", getattr(path[0], "idx", None))
+        parts[0] = top.get(first, parts[0])
+    return ".".join(parts)
+
+
+def _names(annotation: Any) -> tuple[Any, ...] | None:
+    """Logical (or mesh) axis names from an ``out_sharding`` / box annotation."""
+    if annotation is None:
+        return None
+    annotation = getattr(annotation, "spec", annotation)  # a NamedSharding
+    names = tuple(annotation)
+    return names if any(n is not None for n in names) else None
+
+
+def _annotated_leaves(tree: Any, is_box: Callable[[Any], bool], annotation: Callable[[Any], Any],
+                      top: dict[Any, str] | None = None) -> list[Leaf]:  # fmt: skip
+    out = []
+    for path, item in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_box)[0]:
+        name = _leaf_name(path, top)
+        names = _names(annotation(item)) if is_box(item) else None
+        for leaf in jax.tree.leaves(item):
+            shape = tuple(getattr(leaf, "shape", ()))
+            out.append(Leaf(name, shape, names if names and len(names) == len(shape) else None))
+    return out
+
+
+def _jit_steps(train_step: Callable, eval_step: Callable, predict_step: Callable,
+               out_shardings: Any = None) -> tuple[Callable, Callable, Callable]:  # fmt: skip
+    """The three steps compiled with ``jax.jit``, buffers donated; ``out_shardings`` (state,
+    sums) fixes the train step's output layout."""
+    train = (
+        jax.jit(train_step, donate_argnums=(0, 1))
+        if out_shardings is None
+        else jax.jit(train_step, donate_argnums=(0, 1), out_shardings=out_shardings)
+    )
+    return train, jax.jit(eval_step, donate_argnums=(1,)), jax.jit(predict_step)
 
 
 def as_transformation(optimizer: Any) -> optax.GradientTransformation:
@@ -323,13 +377,27 @@ class NNXCore:
             model.eval()
             return forward(model, spec.preprocess(batch), False)
 
-        self.train_step = jax.jit(train_step, donate_argnums=(0, 1))
-        self.eval_step = jax.jit(eval_step, donate_argnums=(1,))
-        self.predict_step = jax.jit(predict_step)
+        self._steps = (train_step, eval_step, predict_step)
+        self.train_step, self.eval_step, self.predict_step = _jit_steps(*self._steps)
 
     @property
     def ready(self) -> bool:
         return True
+
+    def leaves(self) -> list[Leaf]:
+        from flax import nnx
+
+        return _annotated_leaves(
+            self.state,
+            lambda x: isinstance(x, nnx.Variable),
+            lambda v: v.get_metadata().get("out_sharding"),
+            {0: "model", 1: "optimizer"},
+        )
+
+    def compile(self, shardings: Any, sums: Any) -> None:
+        self.train_step, self.eval_step, self.predict_step = _jit_steps(
+            *self._steps, out_shardings=(shardings, sums)
+        )
 
     def initialize(self, batch: Batch) -> None:
         pass  # an NNX model is built with its parameters
@@ -342,15 +410,20 @@ class NNXCore:
         nnx.update((self.model, self.optimizer), jax.tree.map(jnp.copy, self.state))
 
     def checkpoint_state(self) -> Any:
-        from jaxfeed.checkpoint import nnx_pure_state
-
         self.write_back()
         return nnx_pure_state(self.model, self.optimizer)
 
-    def restore(self, manager: Any, step: Any) -> dict[str, Any]:
+    def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
         from flax import nnx
 
-        restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
+        if shardings is None:  # into the shardings the model's arrays have now
+            restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
+        else:  # straight into the target layout: no device ever holds more than its shards
+            target = nnx_pure_state(self.model, self.optimizer)
+            layout = {"model": nnx.to_pure_dict(shardings[0]),
+                      "optimizer": nnx.to_pure_dict(shardings[1])}  # fmt: skip
+            restored = manager.restore(step, state=abstract_like(target, layout))
+            load_nnx_pure_state(restored["state"], self.model, self.optimizer)
         self.graphdef, self.state = nnx.split((self.model, self.optimizer))
         return restored["meta"]
 
@@ -437,9 +510,8 @@ class LinenCore:
             )  # fmt: skip
 
         self._init = jax.jit(init)
-        self.train_step = jax.jit(train_step, donate_argnums=(0, 1))
-        self.eval_step = jax.jit(eval_step, donate_argnums=(1,))
-        self.predict_step = jax.jit(predict_step)
+        self._steps = (train_step, eval_step, predict_step)
+        self.train_step, self.eval_step, self.predict_step = _jit_steps(*self._steps)
         if example_input is not None:
             self.initialize_from(example_input)
 
@@ -479,10 +551,24 @@ class LinenCore:
     def checkpoint_state(self) -> Any:
         return self.state
 
-    def restore(self, manager: Any, step: Any) -> dict[str, Any]:
-        restored = manager.restore(step, state=self.state)
+    def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
+        target = self.state if shardings is None else abstract_like(self.state, shardings)
+        restored = manager.restore(step, state=target)
         self.state = restored["state"]
         return restored["meta"]
+
+    def leaves(self) -> list[Leaf]:
+        from flax.core import meta
+
+        def annotation(box: Any) -> Any:
+            return getattr(box, "names", None)
+
+        return _annotated_leaves(self.state, lambda x: isinstance(x, meta.AxisMetadata), annotation)
+
+    def compile(self, shardings: Any, sums: Any) -> None:
+        self.train_step, self.eval_step, self.predict_step = _jit_steps(
+            *self._steps, out_shardings=(shardings, sums)
+        )
 
     def learning_rate(self) -> float | None:
         return None if self.state is None else _learning_rate(self.state["opt_state"])

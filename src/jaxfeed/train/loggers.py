@@ -197,7 +197,9 @@ class RunLog:
     """The rows of a fit, to ``<out_dir>/metrics.jsonl`` and to the loggers.
 
     Step rows carry ``"kind": "train"``, eval rows ``"kind": "eval"``; epoch rows are the
-    :class:`~jaxfeed.train.History` rows plus ``step``. Loggers are closed with the log.
+    :class:`~jaxfeed.train.History` rows plus ``step`` and ``state_bytes_per_device`` (what the
+    device holding the most of the model and optimizer state holds). Loggers are closed with
+    the log.
     """
 
     def __init__(self, out_dir: Path | None, loggers: Sequence[Logger] = ()) -> None:

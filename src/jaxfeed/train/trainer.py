@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.files import atomic_write, check_writable
 from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.cores import (
@@ -37,9 +38,16 @@ from jaxfeed.train.cores import (
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.loggers import Logger, RunLog, check_loggers, make_loggers
 from jaxfeed.train.losses import resolve_loss, resolve_metrics
-from jaxfeed.train.placement import BatchPlacement
+from jaxfeed.train.placement import BatchPlacement, gather
 from jaxfeed.train.preemption import Preempted, SignalWatch
 from jaxfeed.train.schedule import EpochProgress, Schedule
+from jaxfeed.train.sharding import (
+    ShardingPlan,
+    auto_mesh,
+    bytes_per_device,
+    data_axis,
+    default_mesh,
+)
 
 REPORT_SECONDS = 0.5  # how often the progress bar reads metrics from the device
 
@@ -88,6 +96,15 @@ class Trainer:
     metrics are averaged per example. When the loader's batches are sharded over several devices
     the state is replicated over them and the step runs data-parallel.
 
+    Models bigger than one device: ``mesh`` is a ``jax.sharding.Mesh`` (any axis names; batches
+    are split over its ``"data"`` axis, else its first; default: one ``"data"`` axis over every
+    device) and ``sharding`` lays the state out on it: ``"replicate"`` (data parallel),
+    ``"fsdp"`` (each array split over the data axis along its largest evenly dividing
+    dimension), or a dict of logical axis rules for models annotated with
+    ``nnx.with_partitioning`` (tensor parallelism; ``"fsdp": True`` in the dict adds FSDP); see
+    :mod:`jaxfeed.train.sharding`. JAX's SPMD partitioner compiles the step for that layout.
+    :meth:`state_bytes_per_device` says what each device holds.
+
     >>> import optax
     >>> from flax import nnx
     >>> from jaxfeed import DataLoader, Trainer, load_dataset
@@ -119,8 +136,25 @@ class Trainer:
         out_dir: str | os.PathLike | None = None,
         loggers: Sequence[str | Logger] = (),
         handle_signals: bool = True,
+        mesh: jax.sharding.Mesh | None = None,
+        sharding: str | Mapping[str, Any] = "replicate",
     ) -> None:
         tx = as_transformation(optimizer)
+        plan = ShardingPlan.parse(sharding)
+        if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        if mesh is None and not plan.replicated:
+            mesh = default_mesh()
+        mesh = None if mesh is None else auto_mesh(mesh)
+        if mesh is not None:
+            plan.check(mesh)
+            if plan.fsdp and mesh.shape[data_axis(mesh)] == 1:
+                warnings.warn(
+                    f"sharding={plan.describe()!r} on a mesh whose data axis {data_axis(mesh)!r} "
+                    "has one device: nothing is split over it (every array stays whole there)",
+                    stacklevel=2,
+                )
+        self.mesh, self.sharding = mesh, plan.describe()
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
         if deterministic:
@@ -150,7 +184,9 @@ class Trainer:
         hints = {c: "inputs=" for c in spec.inputs.columns}
         if targets is not None:
             hints[targets] = "targets="
-        self.placement = BatchPlacement(spec.inputs.columns, hints, targets)
+        self.placement = BatchPlacement(spec.inputs.columns, hints, targets, mesh=mesh, plan=plan)
+        if self.core.ready:  # refuse a layout that cannot apply before anything compiles
+            self.placement.layout(self.core.leaves())
         self.history = History()
         self.step = 0  # global training step
         self.epoch = 0  # completed epochs
@@ -200,8 +236,31 @@ class Trainer:
             spec = self.core.spec
             self.input_spec = jax.eval_shape(lambda b: spec.inputs.call(spec.preprocess(b)), arrays)
             self.placement.state_placement(arrays)
-            self.core.state = self.placement.replicate(self.core.state)
+            self.core.state, shardings = self.placement.place_state(
+                self.core.state, self.core.leaves()
+            )
+            if shardings is not None:
+                self.core.compile(shardings, self.placement.placement)
         return arrays, n
+
+    def state_bytes_per_device(self) -> int:
+        """Bytes of the model and optimizer state on the device holding the most of it, from
+        the arrays' shardings (0 before the state exists).
+
+        >>> import optax
+        >>> from flax import nnx
+        >>> from jaxfeed import Trainer
+        >>> Trainer(nnx.Linear(4, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1), verbose=0).state_bytes_per_device()
+        44
+        """
+        return bytes_per_device(self.core.state) if self.core.ready else 0
+
+    def gather(self) -> None:
+        """Make every array of the state whole on each process's first device (a collective:
+        every process calls it), e.g. before process 0 exports a state split over processes."""
+        self.core.state = gather(self.core.state)
+        self.core.write_back()
+        self.placement.reset()
 
     def _sums(self, saved: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
         sums = empty_sums(self.metrics)
@@ -275,8 +334,6 @@ class Trainer:
             check_writable(self.out_dir, "output folder")
         manager = None
         if checkpoint_dir is not None:
-            from jaxfeed.checkpoint import CheckpointManager  # orbax is heavy: only when asked
-
             manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
             if resume and manager.latest_step is not None:
                 self.restore_checkpoint(manager, "latest", train_loader)
@@ -348,7 +405,8 @@ class Trainer:
             self._report_epoch(logs, epochs)
             for cb in self.callbacks:
                 cb.on_epoch_end(self, logs)
-            run_log.write({**logs, "step": self.step}, "epoch")
+            memory = self.state_bytes_per_device()  # as the state is laid out
+            run_log.write({**logs, "step": self.step, "state_bytes_per_device": memory}, "epoch")
             if self.out_dir is not None and self.primary:
                 atomic_write(self.out_dir / "history.csv", self.history.to_csv())
             if manager is not None and (
@@ -602,7 +660,7 @@ class Trainer:
         """
         if loader is not None:
             self._ensure_ready(loader)
-        meta = self.core.restore(manager, step)
+        meta = self.core.restore(manager, step, self._layout())
         self.step, self.epoch = int(meta["step"]), int(meta["epoch"])
         self.history = History(meta.get("history", []))
         progress = meta.get("progress")
@@ -611,6 +669,16 @@ class Trainer:
         if loader is not None and meta.get("loader") and hasattr(loader, "load_state_dict"):
             loader.load_state_dict(meta["loader"])
         return meta
+
+    def _layout(self) -> Any:
+        """The state's shardings on the mesh (a tree like the state), or None when it is
+        replicated: a restore reads straight into them."""
+        if not self.core.ready:
+            return None
+        shardings = self.placement.layout(self.core.leaves())
+        if shardings is None:
+            return None
+        return jax.tree.unflatten(jax.tree.structure(self.core.state), shardings)
 
     # ------------------------------------------------------------------ evaluate and predict
     def evaluate(self, loader: Iterable) -> dict[str, float]:

@@ -1,0 +1,455 @@
+"""The preprocessing of an export, declared as data: raw inputs in, what ``predict`` prints out.
+
+A :class:`ServingSpec` is JSON (kept in an export's ``config.json`` under ``"preprocessing"``):
+which inputs the model reads, how images are decoded and resized, how integer pixels are scaled,
+how table columns are standardised, imputed and one-hot encoded (with an "unknown" slot for a
+category the run never saw), how regression outputs go back to the label's units, and the class
+names. It is never code: :func:`jaxfeed.load_exported` reads it field by field, checks every
+value, and applies it with numpy around the exported StableHLO function. ``jaxfeed train`` uses
+the same functions on its batches, so training, ``eval``, ``predict`` and an export agree.
+
+>>> import numpy as np
+>>> spec = ServingSpec(kind="table", input_shape=(4,), task="regression",
+...     columns=(TableColumn("area", "numeric", mean=50.0, std=10.0, fill=50.0),
+...              TableColumn("city", "categorical", vocabulary=("Oslo", "Rome"))),
+...     target_mean=100.0, target_std=20.0)
+>>> spec.model_inputs({"area": [60.0, None], "city": ["Rome", "Paris"]}).tolist()
+[[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
+>>> spec.outputs(np.array([[1.5], [0.0]], np.float32)).tolist()
+[130.0, 100.0]
+>>> ServingSpec.from_dict(spec.to_dict(), "example") == spec
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SPEC_FORMAT = "jaxfeed-preprocessing"
+SPEC_VERSION = 1
+KINDS = ("image", "array", "table")
+TASKS = ("classification", "regression")
+IMAGE_MODES = ("L", "RGB")
+MISSING = "missing"  # the name of a missing cell in messages
+
+
+_REQUIRED = object()  # a field without a default
+
+
+class SpecError(ValueError):
+    """A preprocessing spec that cannot be read, or raw inputs it cannot take (named)."""
+
+
+def category_key(value: Any) -> str | None:
+    """The vocabulary key of one raw cell: text as it is, integral numbers without ``.0``;
+    ``None`` for a missing cell (``None`` or NaN).
+
+    >>> category_key(3), category_key(3.0), category_key("3"), category_key(float("nan"))
+    ('3', '3', '3', None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, float | np.floating):
+        if math.isnan(value):
+            return None
+        if float(value).is_integer():
+            return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """One input column of a table: ``numeric`` (standardised with ``mean`` and ``std``; a
+    missing cell becomes ``fill``, or is refused when ``fill`` is None) or ``categorical`` (one-hot
+    over ``vocabulary`` plus a last slot for unseen values; a missing cell goes to that slot when
+    ``impute``, else it is refused)."""
+
+    name: str
+    kind: str  # "numeric" or "categorical"
+    mean: float = 0.0
+    std: float = 1.0
+    fill: float | None = None
+    vocabulary: tuple[str, ...] = ()
+    impute: bool = False
+
+    @property
+    def width(self) -> int:
+        """Model inputs this column becomes."""
+        return 1 if self.kind == "numeric" else len(self.vocabulary) + 1
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """Raw inputs -> model inputs, and model outputs -> predictions (see the module doc)."""
+
+    kind: str
+    input_shape: tuple[int, ...]
+    task: str = "classification"
+    labels: tuple[str, ...] = ()
+    columns: tuple[TableColumn, ...] = ()
+    image_mode: str | None = None
+    image_size: tuple[int, int] | None = None
+    scale: bool = False  # integer inputs are divided by 255 into float32
+    target_mean: float | None = None
+    target_std: float | None = None
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["columns"] = [dataclasses.asdict(c) for c in self.columns]
+        return {"format": SPEC_FORMAT, "version": SPEC_VERSION, **_lists(out)}
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str) -> ServingSpec:
+        """A spec from its JSON, every field checked; errors name ``where`` and the field."""
+        if not isinstance(values, Mapping):
+            raise SpecError(
+                f"{where}: preprocessing must be an object, got {type(values).__name__}"
+            )
+        values = dict(values)
+        if values.pop("format", SPEC_FORMAT) != SPEC_FORMAT:
+            raise SpecError(f"{where}: preprocessing is not a {SPEC_FORMAT!r} spec")
+        version = values.pop("version", SPEC_VERSION)
+        if not isinstance(version, int) or version > SPEC_VERSION:
+            raise SpecError(
+                f"{where}: preprocessing version {version!r} is newer than this jaxfeed reads "
+                f"({SPEC_VERSION}): upgrade jaxfeed"
+            )
+        _known(values, {f.name for f in dataclasses.fields(cls)}, where, "preprocessing")
+        check = _Checker(where)
+        kind = check.choice(values, "kind", KINDS)
+        task = check.choice(values, "task", TASKS, "classification")
+        columns = []
+        for i, column in enumerate(check.list(values, "columns", [])):
+            at = f"{where}: preprocessing.columns[{i}]"
+            if not isinstance(column, Mapping):
+                raise SpecError(f"{at} must be an object")
+            column = dict(column)
+            _known(column, {f.name for f in dataclasses.fields(TableColumn)}, at, "column")
+            c = _Checker(at)
+            columns.append(
+                TableColumn(
+                    name=c.text(column, "name"),
+                    kind=c.choice(column, "kind", ("numeric", "categorical")),
+                    mean=c.number(column, "mean", 0.0),
+                    std=c.number(column, "std", 1.0, positive=True),
+                    fill=c.number(column, "fill", None),
+                    vocabulary=tuple(c.texts(column, "vocabulary", [])),
+                    impute=c.flag(column, "impute", False),
+                )
+            )
+        size = check.ints(values, "image_size", None)
+        spec = cls(
+            kind=kind,
+            input_shape=tuple(check.ints(values, "input_shape")),
+            task=task,
+            labels=tuple(check.texts(values, "labels", [])),
+            columns=tuple(columns),
+            image_mode=check.choice(values, "image_mode", (*IMAGE_MODES, None), None),
+            image_size=None if size is None else (size[0], size[1]),
+            scale=check.flag(values, "scale", False),
+            target_mean=check.number(values, "target_mean", None),
+            target_std=check.number(values, "target_std", None, positive=True),
+        )
+        spec._validate(where)
+        return spec
+
+    def _validate(self, where: str) -> None:
+        if self.kind == "table":
+            width = sum(c.width for c in self.columns)
+            if not self.columns or list(self.input_shape) != [width]:
+                raise SpecError(
+                    f"{where}: preprocessing: {len(self.columns)} table columns make {width} "
+                    f"inputs, but input_shape is {list(self.input_shape)}"
+                )
+        if self.kind == "image" and (self.image_size is None or len(self.image_size) != 2):
+            raise SpecError(f"{where}: preprocessing: an image spec needs image_size [h, w]")
+        if self.task == "classification" and not self.labels:
+            raise SpecError(f"{where}: preprocessing: a classification spec needs its labels")
+        if self.task == "regression" and (self.target_mean is None or self.target_std is None):
+            raise SpecError(
+                f"{where}: preprocessing: a regression spec needs target_mean and target_std"
+            )
+
+    # ------------------------------------------------------------------ inputs
+    def model_inputs(self, raw: Any) -> np.ndarray:
+        """Raw inputs as the model takes them: a dict of table columns (lists or arrays, ``None``
+        or NaN for a missing cell), or images (an array ``(n, h, w[, c])`` or a list of arrays of
+        any size), or arrays."""
+        if self.kind == "table":
+            if not isinstance(raw, Mapping):
+                raise SpecError(
+                    "this model was trained on a table: give its rows as a dict of columns "
+                    f"({', '.join(c.name for c in self.columns[:6])}...)"
+                )
+            return encode_table(raw, self.columns)
+        if self.kind == "image":
+            x = self.fit_images(raw)
+        else:
+            x = np.asarray(raw)
+            if list(x.shape[1:]) != list(self.input_shape):
+                raise SpecError(
+                    f"inputs must have shape (batch, {', '.join(map(str, self.input_shape))}), "
+                    f"got {tuple(x.shape)}"
+                )
+        if self.scale and x.dtype.kind in "iu":
+            return x.astype(np.float32) / np.float32(255.0)
+        return x.astype(np.float32) if x.dtype.kind != "f" else x
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        size = self.image_size or self.input_shape[:2]
+        return int(size[0]), int(size[1])
+
+    def fit_images(self, images: Any) -> np.ndarray:
+        """Images (an array or a list of arrays) in the spec's mode and size, stacked."""
+        if isinstance(images, np.ndarray) and images.dtype != object:
+            if list(images.shape[1:]) == list(self.input_shape):
+                return images
+            if images.ndim not in (3, 4):
+                raise SpecError(
+                    f"images must be a batch (n, h, w[, c]), got shape {tuple(images.shape)}"
+                )
+        fitted = [self.fit_image(np.asarray(a), i) for i, a in enumerate(images)]
+        if not fitted:
+            return np.zeros((0, *self.input_shape), np.uint8)
+        return np.stack(fitted)
+
+    def fit_image(self, array: np.ndarray, index: int = 0) -> np.ndarray:
+        """One image at the spec's size (Pillow's bilinear filter) and mode."""
+        import PIL.Image  # Pillow decodes every image: it is loaded already
+
+        h, w = self.hw
+        channels = 3 if self.image_mode == "RGB" else 1
+        if array.ndim == 3 and array.shape[-1] == 1:
+            array = array[..., 0]
+        if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+            raise SpecError(
+                f"image {index}: expected (h, w) or (h, w, 3), got shape {tuple(array.shape)}"
+            )
+        have = 1 if array.ndim == 2 else array.shape[-1]
+        if have != channels or (array.shape[:2] != (h, w)):
+            image = PIL.Image.fromarray(array)
+            if have != channels:
+                image = image.convert(self.image_mode or "L")
+            if image.size != (w, h):
+                image = image.resize((w, h), PIL.Image.BILINEAR)
+            array = np.asarray(image)
+        return array.reshape(self.input_shape)
+
+    def read_images(self, paths: Sequence[str]) -> tuple[list[np.ndarray], dict[str, int]]:
+        """Image files decoded in the spec's mode (as training decoded them), and how many were
+        ``converted`` from another mode and will be ``resized``."""
+        import PIL.Image
+
+        from jaxfeed.features import Image  # decoders load Pillow: only when files are read
+
+        feature = Image(mode=self.image_mode)
+        arrays, counts = [], {"converted": 0, "resized": 0}
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                with PIL.Image.open(io.BytesIO(data)) as probe:
+                    counts["converted"] += probe.mode != self.image_mode
+                decoded = feature.decode_value((data, path), 0)
+            except (OSError, ValueError, PIL.Image.DecompressionBombError) as err:
+                raise SpecError(f"cannot read image {path}: {err}") from err
+            except Exception as err:  # a decoder's own error type: still name the file
+                raise SpecError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+            counts["resized"] += decoded.shape[:2] != self.hw
+            arrays.append(decoded)
+        return arrays, counts
+
+    # ------------------------------------------------------------------ outputs
+    def outputs(self, logits: Any) -> np.ndarray:
+        """Model outputs as ``predict`` prints them: class probabilities ``(n, classes)``, or
+        regression values ``(n,)`` in the label column's units."""
+        logits = np.asarray(logits, np.float64)
+        if self.task == "regression":
+            return logits.reshape(len(logits), -1)[:, 0] * self.target_std + self.target_mean
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        e = np.exp(shifted)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def predictions(self, outputs: np.ndarray) -> tuple[list[Any], np.ndarray | None]:
+        """``(labels, scores)`` of :meth:`outputs`: class names and their probabilities, or the
+        regression values and ``None``."""
+        if self.task == "regression":
+            return [float(v) for v in outputs], None
+        best = np.argmax(outputs, axis=-1)
+        return [self.labels[i] for i in best], outputs[np.arange(len(best)), best]
+
+
+# ---------------------------------------------------------------------------------- tables
+def encode_table(raw: Mapping[str, Any], columns: Sequence[TableColumn]) -> np.ndarray:
+    """Table columns as one float32 matrix: each numeric column standardised, each categorical
+    column one-hot (the last slot for unseen values). Time is linear in rows and columns.
+
+    >>> encode_table({"a": [1.0, 3.0]}, [TableColumn("a", "numeric", mean=2.0, std=1.0)]).tolist()
+    [[-1.0], [1.0]]
+    """
+    missing = [c.name for c in columns if c.name not in raw]
+    if missing:
+        raise SpecError(
+            f"the rows have no column {missing[0]!r}; the model reads "
+            f"{', '.join(c.name for c in columns[:8])}{', ...' if len(columns) > 8 else ''}"
+        )
+    n = len(raw[columns[0].name])
+    x = np.empty((n, sum(c.width for c in columns)), np.float32)
+    at = 0
+    for column in columns:
+        values = raw[column.name]
+        if len(values) != n:
+            raise SpecError(
+                f"column {column.name!r} has {len(values)} rows, column {columns[0].name!r} {n}"
+            )
+        if column.kind == "numeric":
+            x[:, at] = _numeric(values, column)
+        else:
+            x[:, at : at + column.width] = _one_hot(values, column)
+        at += column.width
+    return x
+
+
+def _numeric(values: Any, column: TableColumn) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype == object:
+        array = np.array([np.nan if v is None else v for v in array.tolist()])
+    try:
+        v = array.astype(np.float32)
+    except (TypeError, ValueError):
+        bad = next(x for x in array.tolist() if not _is_number(x))
+        raise SpecError(f"column {column.name!r} is numeric; got {str(bad)[:40]!r}") from None
+    holes = ~np.isfinite(v)
+    if holes.any():
+        if column.fill is None:
+            row = int(np.flatnonzero(holes)[0])
+            raise SpecError(
+                f"column {column.name!r} is empty or not finite at row {row}; fill or drop such "
+                "rows (or train with --missing impute)"
+            )
+        v = np.where(holes, np.float32(column.fill), v)
+    return (v - np.float32(column.mean)) / np.float32(column.std)
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _one_hot(values: Any, column: TableColumn) -> np.ndarray:
+    index = {v: i for i, v in enumerate(column.vocabulary)}
+    unknown = len(column.vocabulary)
+    ids = np.empty(len(values), np.int64)
+    for row, value in enumerate(np.asarray(values, dtype=object).tolist()):
+        key = category_key(value)
+        if key is None and not column.impute:
+            raise SpecError(
+                f"column {column.name!r} is empty at row {row}; fill or drop such rows (or "
+                "train with --missing impute)"
+            )
+        ids[row] = index.get(key, unknown) if key is not None else unknown
+    out = np.zeros((len(ids), column.width), np.float32)
+    out[np.arange(len(ids)), ids] = 1.0
+    return out
+
+
+# ---------------------------------------------------------------------------------- checks
+def _lists(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return value
+
+
+def _known(values: Mapping[str, Any], names: set[str], where: str, what: str) -> None:
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise SpecError(f"{where}: unknown {what} field {unknown[0][:40]!r}")
+
+
+class _Checker:
+    """Typed reads of JSON fields, each error naming the field (never the whole value)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def _fail(self, key: str, expected: str, value: Any) -> SpecError:
+        return SpecError(
+            f"{self.where}: {key} must be {expected}, got {type(value).__name__} {repr(value)[:40]}"
+        )
+
+    def _get(self, values: Mapping[str, Any], key: str, default: Any) -> Any:
+        if key not in values:
+            if default is _REQUIRED:
+                raise SpecError(f"{self.where}: missing field {key!r}")
+            return default
+        return values[key]
+
+    def choice(self, values: Mapping, key: str, choices: tuple, default: Any = None) -> Any:
+        required = default is None and None not in choices
+        value = self._get(values, key, _REQUIRED if required else default)
+        if value not in choices:
+            raise self._fail(key, f"one of {[c for c in choices if c is not None]}", value)
+        return value
+
+    def text(self, values: Mapping, key: str) -> str:
+        value = self._get(values, key, _REQUIRED)
+        if not isinstance(value, str):
+            raise self._fail(key, "a string", value)
+        return value
+
+    def texts(self, values: Mapping, key: str, default: Any = _REQUIRED) -> list[str]:
+        value = self._get(values, key, default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "a list of strings", value)
+        return value
+
+    def ints(self, values: Mapping, key: str, default: Any = _REQUIRED) -> list[int] | None:
+        value = self._get(values, key, default)
+        if value is None and default is None:
+            return None
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value
+        ):
+            raise self._fail(key, "a list of positive integers", value)
+        return value
+
+    def list(self, values: Mapping, key: str, default: Any) -> list:
+        value = self._get(values, key, default)
+        if not isinstance(value, list):
+            raise self._fail(key, "a list", value)
+        return value
+
+    def number(self, values: Mapping, key: str, default: Any, positive: bool = False) -> Any:
+        value = self._get(values, key, default)
+        if value is None and default is None:
+            return None
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or (positive and value <= 0):
+            raise self._fail(key, "a positive number" if positive else "a finite number", value)
+        return float(value)
+
+    def flag(self, values: Mapping, key: str, default: bool) -> bool:
+        value = self._get(values, key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
