@@ -62,6 +62,12 @@ CHILD = textwrap.dedent(
     def load(kind, path):
         if kind == "file":
             return load_dataset(path)
+        if kind.startswith("cache:"):  # a damaged cache entry: rebuilt from its source
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return load_dataset("parquet", data_files=kind[6:], split="train", cache_dir=path)
         if kind in ("mnist", "cifar10", "imagefolder", "audiofolder"):
             return load_dataset(kind, data_dir=path)
         if kind == "disk-verify":
@@ -208,7 +214,31 @@ def build_originals(root):
             out.append((kind, f, name, kind == "disk-verify"))
     out += build_checkpoint(root / "checkpoint")
     out += build_export(root / "export")
+    f = folder("readme")  # a dataset card whose YAML header names the data files
+    (f / "data.csv").write_text("a,b\n1,x\n2,y\n")
+    (f / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: data.csv\n---\n# a card\n"
+    )
+    out.append(("file", f, "README.md", False))
+    out += build_cache(root)
     return out
+
+
+def build_cache(root):
+    """A cache entry of a Parquet file (data size, CRC-32 and digest recorded): every damage is
+    detected and the entry rebuilt from the source, so a load always equals the original."""
+    from jaxfeed import load_dataset
+
+    source = root / "cache-source.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3], "s": ["x", "yy", "zzz"]}), source)
+    cache = root / "cache"
+    load_dataset("parquet", data_files=str(source), split="train", cache_dir=str(cache))
+    (entry,) = (cache / "datasets").iterdir()
+    kind = f"cache:{source}"
+    return [
+        (kind, cache, f"datasets/{entry.name}/{name}", True) for name in ("data.arrow", "info.json")
+    ]
 
 
 def build_export(folder):
@@ -256,6 +286,69 @@ def mutations(data: bytes, rnd: random.Random):
     yield "empty", b""
 
 
+HOSTILE_VALUES = [
+    None,
+    5,
+    -1,
+    10**30,
+    "x" * 100_000,
+    [1, 2],
+    {"a": 1},
+    "[" * 5000,
+]
+
+
+def structured(name: str, data: bytes, rnd: random.Random):
+    """Mutations a byte flip rarely makes: hostile values in JSON fields, deep nesting, YAML alias
+    bombs, huge declared class counts."""
+    deep = "[" * 10_000 + "]" * 10_000
+    if name.endswith(".json") and data:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return
+        if isinstance(doc, dict):
+            for key in sorted(doc)[:6]:
+                value = rnd.choice(HOSTILE_VALUES)
+                yield f"field:{key}={str(value)[:12]}", json.dumps({**doc, key: value}).encode()
+            yield "deep", json.dumps({**doc, "deep": 0}).replace("0}", deep + "}").encode()
+            if "_data_files" in doc and isinstance(doc["_data_files"], list):
+                yield (
+                    "listed-3x",
+                    json.dumps({**doc, "_data_files": doc["_data_files"] * 3}).encode(),
+                )
+            features = doc.get("features")
+            if isinstance(features, dict):
+                for column, feature in features.items():
+                    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+                        huge = {**features, column: {"_type": "ClassLabel", "num_classes": 10**12}}
+                        yield "classes:1e12", json.dumps({**doc, "features": huge}).encode()
+    if name.endswith(".jsonl"):
+        line = json.dumps({"file_name": "a.png", "t": "x", "n": 1})
+        yield "deep-line", (line + "\n" + '{"file_name": "b.png", "n": ' + deep + "}\n").encode()
+    if name == "README.md":
+        bomb = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+        bomb += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+        yield "alias-bomb", ("---\n" + "\n".join(bomb) + "\nconfigs: *a9\n---\n").encode()
+        yield "deep-yaml", ("---\nconfigs: " + "[" * 5000 + "]" * 5000 + "\n---\n").encode()
+        yield "configs:5", b"---\nconfigs: 5\n---\n"
+    if name.endswith(".parquet"):
+        table = pq.read_table(io.BytesIO(data))
+        meta = dict(table.schema.metadata or {})
+        if b"huggingface" in meta:
+            info = json.loads(meta[b"huggingface"])
+            for column, feature in info.get("info", {}).get("features", {}).items():
+                if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+                    info["info"]["features"][column] = {
+                        "_type": "ClassLabel",
+                        "num_classes": 10**12,
+                    }
+            meta[b"huggingface"] = json.dumps(info).encode()
+            buffer = io.BytesIO()
+            pq.write_table(table.replace_schema_metadata(meta), buffer)
+            yield "classes:1e12", buffer.getvalue()
+
+
 def test_fuzz_every_format(tmp_path):
     rnd = random.Random(SEED)
     originals = build_originals(tmp_path / "originals")
@@ -265,7 +358,8 @@ def test_fuzz_every_format(tmp_path):
         described.append((kind, folder.name, name, "original", protected, None))
         baseline = len(cases) - 1
         data = (folder / name).read_bytes()
-        for label, mutated in mutations(data, rnd):
+        variants = list(mutations(data, rnd)) + list(structured(name, data, rnd))
+        for label, mutated in variants:
             copy = tmp_path / "cases" / f"case-{len(cases):04d}"
             shutil.copytree(folder, copy, symlinks=True)
             (copy / name).write_bytes(mutated)

@@ -578,6 +578,56 @@ class CheckpointManager:
         return {"state": arrays, "meta": meta}
 
 
+LINEN_LAYOUTS = {
+    1: "{params, batch_stats, opt_state} (Linen checkpoints written before the Trainer's core "
+    "restructure)",
+    2: "{params, collections, opt_state} (every variable collection besides params)",
+}
+
+
+def linen_layout(meta: Mapping[str, Any]) -> int | None:
+    """The Linen state layout a checkpoint's metadata describes: 1 for the first one (a top-level
+    ``batch_stats``), 2 for the current one (``collections``), None when it is not a Linen
+    trainer's state (or holds no collections, where both layouts are the same arrays)."""
+    tops = {k.split("]")[0] + "]" for k in meta.get("shapes", {}) or {}}
+    if "['collections']" in tops:
+        return 2
+    if "['batch_stats']" in tops and "['params']" in tops:
+        return 1
+    return None
+
+
+def restore_linen(manager: CheckpointManager, step: Any, state: Mapping[str, Any]) -> dict:
+    """Restore a Linen trainer's ``state`` (``{params, collections, opt_state}``) from ``step``,
+    whichever of :data:`LINEN_LAYOUTS` it was saved in: a layout-1 checkpoint's ``batch_stats``
+    become ``collections["batch_stats"]``. A checkpoint whose collections this model lacks is
+    refused, naming its layout."""
+    step = manager.resolve(step)
+    meta = manager.meta(step)
+    if linen_layout(meta) != 1:
+        return manager.restore(step, state=state)
+    collections = dict(state["collections"])
+    if "batch_stats" not in collections or set(collections) != {"batch_stats"}:
+        raise CheckpointError(
+            f"step {step} of {manager.directory} is in Linen checkpoint layout 1 "
+            f"{LINEN_LAYOUTS[1]}; this model's variable collections are {sorted(collections)}, "
+            "so it cannot hold it: restore it into the model it was trained with"
+        )
+    old = {
+        "params": state["params"],
+        "batch_stats": collections["batch_stats"],
+        "opt_state": state["opt_state"],
+    }
+    restored = manager.restore(step, state=old)
+    arrays = restored["state"]
+    new = {
+        "params": arrays["params"],
+        "collections": {"batch_stats": arrays["batch_stats"]},
+        "opt_state": arrays["opt_state"],
+    }
+    return {"state": new, "meta": restored["meta"]}
+
+
 def _partial_keys(wanted: Any, saved: Mapping[str, Any]) -> tuple[str, ...]:
     """The ``keystr`` prefixes of ``wanted``'s top-level entries when they are a proper subset of
     the saved ones (a weights-only restore); else ``()``."""

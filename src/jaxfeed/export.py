@@ -387,7 +387,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     file = path / CONFIG
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise _fail(file, f"cannot read the export config: {str(err).splitlines()[0]}") from None
     problems = []
     if not isinstance(config, dict):
@@ -397,7 +397,11 @@ def _read_config(path: Path) -> dict[str, Any]:
         if not isinstance(model, dict) or not isinstance(model.get("class"), str):
             problems.append("'model' must be an object with a 'class' name")
         tensors = config.get("tensors")
-        if config.get("version", 1) >= 2:
+        version = config.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool):
+            problems.append(f"'version' must be an integer, got {str(version)[:40]!r}")
+            version = 2  # check the rest as the current version
+        if version >= 2:
             if config.get("format") != FORMAT:
                 problems.append(f"'format' must be {FORMAT!r}")
             if not isinstance(tensors, dict) or not all(

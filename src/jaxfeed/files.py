@@ -130,3 +130,81 @@ def file_sha256(path: str | os.PathLike, chunk: int = 4 << 20) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------ OS file locks
+class LockedError(OSError):
+    """Another process holds the lock on a folder (an OS file lock, released when it exits)."""
+
+
+class FolderLock:
+    """An exclusive OS lock (``flock``) on ``folder/name``, or on the folder itself when ``name`` is
+    None (then nothing is written): held until :meth:`release`, and released by the kernel when
+    the holder exits or crashes, so a stale lock never needs cleaning.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> lock = FolderLock(folder, "run")
+    >>> FolderLock(folder, "run")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.files.LockedError: the run ... is in use by another process...
+    >>> lock.release()
+    >>> FolderLock(folder, "run").release()
+    """
+
+    def __init__(self, folder: str | os.PathLike, what: str, name: str | None = None) -> None:
+        import fcntl  # POSIX only: imported where a lock is taken
+
+        self.path = Path(folder) if name is None else Path(folder) / name
+        if name is None:
+            self.fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = ""
+            try:
+                if name is not None:
+                    holder = os.pread(self.fd, 20, 0).decode(errors="replace").strip()
+            finally:
+                os.close(self.fd)
+                self.fd = None
+            raise LockedError(
+                f"the {what} {Path(folder)} is in use by another process"
+                f"{f' (pid {holder})' if holder else ''}; wait for it to finish or use another "
+                "folder"
+            ) from None
+        if name is not None:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        """Drop the lock (a lock file stays; its presence means nothing without the lock)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def is_locked(path: str | os.PathLike) -> bool:
+    """Whether some live process holds an OS lock on the file ``path`` (False when it is absent)."""
+    import fcntl  # POSIX only
+
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False

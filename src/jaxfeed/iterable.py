@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import itertools
+import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,10 +40,12 @@ import pyarrow.parquet as pq
 from jaxfeed import ops
 from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
+from jaxfeed.features.features import METADATA_KEY
 from jaxfeed.features.sequence import List
 from jaxfeed.formatting import make_formatter
 from jaxfeed.io.batches import file_batches, file_schema, parquet_file
-from jaxfeed.io.files import file_format
+from jaxfeed.io.files import file_format, source_identity
+from jaxfeed.io.validate import confine_media_paths, holds_media, media_root, short
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
 STATE_VERSION = 1
@@ -76,6 +81,40 @@ class Source:
     shuffle_seed: int | None = None  # shuffle the unit order every epoch (shuffle())
     shuffled: bool = False
     footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
+    media_root: str | None = None  # where path-only Image/Audio cells may point (from_files)
+    identities: dict = field(default_factory=dict)  # files' size and version, taken when opened
+
+    def identity(self) -> dict[str, Any]:
+        """What a saved position is only valid for: each file's path, size and modification
+        time or ETag (taken when the stream was made), and the layout of the units read (files,
+        row groups, shards, columns, shuffle)."""
+        if self.dataset is not None:
+            content: dict[str, Any] = {
+                "rows": self.dataset.num_rows,
+                "features": self.dataset.features.to_dict(),
+            }
+        elif self.generator is not None:
+            function = self.generator[0]
+            content = {"generator": getattr(function, "__qualname__", type(function).__name__)}
+        else:
+            paths = list(dict.fromkeys(u.path for u in self.units))
+            content = {"files": [self.file_identity(p) for p in paths]}
+        layout = [
+            [[u.path, u.row_groups, u.rows, u.generator] for u in self.units],
+            self.fmt,
+            self.columns,
+            self.stride,
+            self.shuffled,
+            self.shuffle_seed,
+        ]
+        digest = hashlib.sha256(json.dumps(layout, default=str).encode()).hexdigest()[:16]
+        return {**content, "layout": digest}
+
+    def file_identity(self, path: str) -> list:
+        if path not in self.identities:
+            found = source_identity(path, self.storage_options)
+            self.identities[path] = [path, found["size"], found["version"]]
+        return self.identities[path]
 
     def footer(self, path: str) -> pq.FileMetaData:
         if path not in self.footers:
@@ -123,7 +162,7 @@ class Source:
                 continue
             table = pa.Table.from_batches([batch.slice(skip) if skip else batch])
             skip = 0
-            yield self._cast(table, unit.path)
+            yield self._confine(self._cast(table, unit.path), unit.path)
 
     def _generated(self, skip: int) -> Iterator[pa.Table]:
         """A generator cannot seek: it is run again and its first ``skip`` rows are dropped."""
@@ -204,6 +243,15 @@ class Source:
         while groups and meta.row_group(groups[0]).num_rows <= skip:
             skip -= meta.row_group(groups.pop(0)).num_rows
         return groups, skip
+
+    def _confine(self, table: pa.Table, path: str) -> pa.Table:
+        """Path-only media cells of a file resolved inside ``media_root`` (others refused)."""
+        features = self.features
+        if features is None and METADATA_KEY in (table.schema.metadata or {}):
+            features = Features.from_arrow_schema(table.schema)
+        if features is None or not any(holds_media(f) for f in features.values()):
+            return table
+        return confine_media_paths(table, features, self.media_root, path)
 
     def _cast(self, table: pa.Table, path: str) -> pa.Table:
         if self.features is None:
@@ -748,15 +796,22 @@ class IterableDataset:
         features: Features | None = None,
         storage_options: dict | None = None,
         split_row_groups: bool = True,
+        data_dir: str | os.PathLike | None = None,
     ) -> IterableDataset:
         """Stream ``files`` (Parquet, CSV, JSON Lines, Arrow; local paths or URLs).
 
         Each Parquet row group is a unit of its own (``split_row_groups``), so ``shard`` and
         :func:`split_dataset_by_node` can give processes disjoint row groups of one file.
+        Image/Audio cells stored as a path only are read from inside ``data_dir`` (default: the
+        folder holding every local file) and refused elsewhere
+        (:func:`~jaxfeed.io.validate.confine_media_paths`).
         """
         files = [str(f) for f in files]
         features = None if features is None else Features(features)
         source = Source([], fmt, storage_options, features=features)
+        source.media_root = media_root(files, data_dir)
+        for f in files:  # the files' versions now: a saved position is valid for these only
+            source.file_identity(f)
         for f in files:
             if split_row_groups and (fmt or file_format(f)) == "parquet":
                 n = source.footer(f).num_row_groups
@@ -1101,6 +1156,36 @@ class IterableDataset:
                         )
         self._stream, self._rows = None, None
 
+    def source_identity(self) -> dict[str, Any]:
+        """The files (path, size, modification time or ETag) and layout this stream reads; saved
+        with its state, and compared by :meth:`check_source` when the state is loaded."""
+        return self._source.identity()
+
+    def check_source(self, saved: Any, what: str) -> None:
+        """Refuse a state saved for another stream, or for files changed since (a saved
+        position would then point at other rows). States saved before identities were
+        recorded (``saved`` None) are accepted."""
+        if saved is None:
+            return
+        current = self.source_identity()
+        if saved == current:
+            return
+        if not isinstance(saved, dict):
+            raise ValueError(f"{what}: the state's 'source' must be an object, got {short(saved)}")
+        old, new = saved.get("files"), current.get("files")
+        if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for was, now in zip(old, new, strict=True):
+                if was != now and isinstance(was, list) and len(was) == 3 and was[0] == now[0]:
+                    raise ValueError(
+                        f"{what}: {now[0]} changed since the state was saved (size {was[1]} -> "
+                        f"{now[1]}, version {short(was[2])} -> {short(now[2])}); the saved "
+                        "position would point at other rows: start the stream from its beginning"
+                    )
+        raise ValueError(
+            f"{what}: the state was saved for another stream (other files, row groups, shards, "
+            "columns or shuffle), not this one"
+        )
+
     def iter(self, batch_size: int, drop_last_batch: bool = False) -> Iterator[Any]:
         """Batches of exactly ``batch_size`` rows across file and record-batch boundaries."""
         if not isinstance(batch_size, int | np.integer) or batch_size <= 0:
@@ -1121,12 +1206,19 @@ class IterableDataset:
             "stream": None if self._stream is None else self._stream.snapshot(),
             "rows": [] if self._rows is None else [self._rows[0].slice(self._rows[1])],
         }
-        return {"version": STATE_VERSION, "epoch": self._epoch, **encode_state(snapshot)}
+        return {
+            "version": STATE_VERSION,
+            "epoch": self._epoch,
+            "source": self.source_identity(),
+            **encode_state(snapshot),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next pass starts where ``state`` (from :meth:`state_dict`) stopped."""
+        """The next pass starts where ``state`` (from :meth:`state_dict`) stopped. A state of
+        another stream, or of files changed since it was saved, is refused."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not an IterableDataset state (version {STATE_VERSION})")
+        self.check_source(state.get("source"), "IterableDataset.load_state_dict")
         self._epoch = int(state["epoch"])
         decoded = decode_state({"stream": state["stream"], "rows": state["rows"]})
         self._resume = decoded if decoded["stream"] is not None else None

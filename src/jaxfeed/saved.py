@@ -10,7 +10,8 @@ A ``DatasetDict`` is a folder with ``dataset_dict.json`` ({"splits": [...]}) and
 per split. Saving writes a hidden sibling folder and renames it into place, so a crash mid-save
 leaves the previous dataset (or nothing) at ``path``, never a half-written one. ``state.json``
 also records each file's size and SHA-256 (and its own), which ``load_from_disk(verify=True)``
-checks; `datasets` ignores these keys. This module sits
+checks; `datasets` ignores these keys. Image and Audio cells stored as a path (an imagefolder's)
+are saved with the file's bytes, as `datasets` does, so the folder is self-contained. This module sits
 below ``dataset.py`` (it only uses a dataset's internal interface); ``io.disk`` reads the folders.
 """
 
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from jaxfeed import remote
+from jaxfeed.features.base import unwrap_storage
+from jaxfeed.features.media import MediaFeature, embed_files
 from jaxfeed.files import file_sha256
 from jaxfeed.settings import progress
 
@@ -94,6 +97,11 @@ def _write_dataset(
     if table.num_rows and table.nbytes:
         rows_per_chunk = max(1, int(CHUNK_BYTES * table.num_rows // table.nbytes))
     schema = ds.features.arrow_schema
+    embed = [  # media columns holding cells stored as a path only
+        i
+        for i, (name, feature) in enumerate(ds.features.items())
+        if isinstance(feature, MediaFeature) and _has_path_only(table.column(name))
+    ]
     shards = _shard_count(table, num_shards, max_shard_size)
     names = []
     with progress(table.num_rows, f"Saving the dataset ({shards} shards)") as bar:
@@ -106,10 +114,12 @@ def _write_dataset(
             names.append(name)
             with open(folder / name, "wb") as f:
                 with pa.ipc.new_stream(f, schema) as writer:
-                    writer.write_table(
-                        part.cast(schema) if part.schema != schema else part,
-                        max_chunksize=rows_per_chunk,
-                    )
+                    part = part.cast(schema) if part.schema != schema else part
+                    if embed:  # files read in a batch at a time: memory stays near one batch
+                        for batch in part.to_batches(max_chunksize=EMBED_ROWS):
+                            writer.write_batch(_embedded(batch, embed))
+                    else:
+                        writer.write_table(part, max_chunksize=rows_per_chunk)
                 f.flush()
                 os.fsync(f.fileno())
             bar.update(part.num_rows)
@@ -129,6 +139,28 @@ def _write_dataset(
     }
     state[STATE_SHA] = state_digest(state)
     _write_json(folder / "state.json", state)
+
+
+EMBED_ROWS = 256  # rows whose media files are read in at a time when saving
+
+
+def _has_path_only(column: pa.ChunkedArray) -> bool:
+    for chunk in column.chunks:
+        storage = unwrap_storage(chunk)
+        if (
+            pa.types.is_struct(storage.type)
+            and storage.type.get_field_index("bytes") >= 0
+            and storage.field("bytes").null_count > storage.null_count
+        ):
+            return True
+    return False
+
+
+def _embedded(batch: pa.RecordBatch, columns: list[int]) -> pa.RecordBatch:
+    arrays = list(batch.columns)
+    for i in columns:
+        arrays[i] = embed_files(arrays[i])
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
 
 # {file: {"sha256", "bytes"}} of the data files and dataset_info.json

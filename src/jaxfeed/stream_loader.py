@@ -224,6 +224,7 @@ class StreamingDataLoader:
             **({"bucket_by_length": True} if self.bucket_by_length else {}),
             **({"packing": [self.packing.length, self.packing.long_rows]} if self.packing else {}),
             "stream": None if self._snapshot is None else encode_state(_as_dict(self._snapshot)),
+            "source": self.dataset.source_identity(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -241,6 +242,7 @@ class StreamingDataLoader:
                     f"the saved loader state does not match this loader: {key} is "
                     f"{state.get(key)!r} in the state but {mine.get(key)!r} here"
                 )
+        self.dataset.check_source(state.get("source"), "StreamingDataLoader.load_state_dict")
         self._close()
         self._epoch, self._position = int(state["epoch"]), int(state["batches_consumed"])
         self._snapshot = None if state["stream"] is None else decode_state(state["stream"])

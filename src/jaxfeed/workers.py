@@ -27,6 +27,7 @@ and unlink their segments on every exit path; the parent unlinks what a killed w
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import inspect
 import mmap
@@ -56,6 +57,43 @@ _ALIGN = 64
 JOBS_PER_WORKER = 4  # batches queued or being built per process worker
 _MIN_SLOT = 1 << 20
 _WATCHDOG_SECONDS = 0.2
+SHM_DIR = "/dev/shm"
+SHM_LIMIT_ENV = "JAXFEED_SHM_BYTES"  # room workers may take in SHM_DIR (default: its free space)
+
+
+class SharedMemoryRoomError(OSError):
+    """``/dev/shm`` has no room for a worker's batch slot (Docker's default is 64 MB)."""
+
+
+def shm_room() -> int | None:
+    """Bytes free in ``/dev/shm`` (None where there is no such folder), capped by
+    ``$JAXFEED_SHM_BYTES`` when it is set."""
+    free = None
+    with contextlib.suppress(OSError):
+        st = os.statvfs(SHM_DIR)
+        free = st.f_bavail * st.f_frsize
+    limit = os.environ.get(SHM_LIMIT_ENV)
+    if limit:
+        try:
+            cap = int(float(limit))
+        except ValueError:
+            raise ValueError(
+                f"${SHM_LIMIT_ENV} must be a number of bytes, got {limit[:40]!r}"
+            ) from None
+        free = cap if free is None else min(free, cap)
+    return free
+
+
+def _room_message(needed: int, free: int | None) -> str:
+    mib = 1 << 20
+    have = "no room" if free is None else f"{free / mib:.0f} MiB free"
+    return (
+        f"a DataLoader worker needs a shared-memory slot of {needed / mib:.0f} MiB for one batch "
+        f"(up to {JOBS_PER_WORKER} per worker), but {SHM_DIR} has {have}. Give it more room "
+        f"(docker run --shm-size=1g, or a larger emptyDir medium: Memory in Kubernetes), use a "
+        "smaller batch_size or fewer num_workers, or DataLoader(worker_mode='thread'), which "
+        "needs no shared memory"
+    )
 
 
 def takes_rng(fn: Callable) -> bool:
@@ -560,14 +598,52 @@ def _attach(name: str, size: int) -> mmap.mmap:
 
 
 def _unlink(name: str) -> None:
-    """Unlink a segment a killed worker created (and tell the tracker it is gone)."""
-    from multiprocessing import resource_tracker
-
+    """Unlink a segment a killed worker created. Workers' segments are never registered with
+    the resource tracker (see :class:`_Segment`), so there is nothing to tell it: unregistering
+    a name it never saw printed a stray ``KeyError`` traceback at exit."""
     with contextlib.suppress(Exception):
         import _posixshmem
 
         _posixshmem.shm_unlink(name)
-        resource_tracker.unregister(name, "shared_memory")
+
+
+class _Segment:
+    """A POSIX shared-memory segment a worker creates, its pages reserved up front, and not
+    registered with ``multiprocessing``'s resource tracker: the worker unlinks it, its watchdog
+    when the parent dies, the parent what a killed worker left (by name prefix). A segment
+    created and killed before the tracker heard of it made the parent's unregister fail."""
+
+    def __init__(self, name: str, size: int) -> None:
+        import _posixshmem  # POSIX only (ProcessBackend's workers); the module has no stub
+
+        self.name, self.size = name.lstrip("/"), size
+        fd = _posixshmem.shm_open("/" + self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            os.ftruncate(fd, size)
+            # take the pages now: a full /dev/shm fails here with ENOSPC instead of killing the
+            # worker with SIGBUS when the batch is written
+            os.posix_fallocate(fd, 0, size)
+            self._mmap = mmap.mmap(fd, size)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _posixshmem.shm_unlink("/" + self.name)
+            raise
+        finally:
+            os.close(fd)
+        self.buf: memoryview | None = memoryview(self._mmap)
+
+    def close(self) -> None:
+        """Unmap (``BufferError`` while arrays still view it: then it goes with them)."""
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+        self._mmap.close()
+
+    def unlink(self) -> None:
+        import _posixshmem  # POSIX only
+
+        with contextlib.suppress(FileNotFoundError):
+            _posixshmem.shm_unlink("/" + self.name)
 
 
 def leftover_segments(prefix: str) -> list[str]:
@@ -771,11 +847,11 @@ class _Slots:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.segments: dict[int, shared_memory.SharedMemory] = {}
+        self.segments: dict[int, _Segment] = {}
         self.generation = 0
         self.lock = threading.Lock()
 
-    def get(self, slot: int, nbytes: int) -> shared_memory.SharedMemory:
+    def get(self, slot: int, nbytes: int) -> _Segment:
         with self.lock:
             segment = self.segments.get(slot)
             if segment is None or segment.size < nbytes:
@@ -783,10 +859,19 @@ class _Slots:
                     with contextlib.suppress(BufferError):  # a view still alive: unmapped with it
                         segment.close()
                     segment.unlink()
+                    del self.segments[slot]
                 self.generation += 1
                 size = max(_MIN_SLOT, int(nbytes * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+                free = shm_room()
+                if free is not None and size > free:
+                    raise SharedMemoryRoomError(_room_message(size, free))
                 name = f"{self.prefix}_{slot}_{self.generation}".lstrip("/")
-                segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+                try:
+                    segment = _Segment(name, size)
+                except OSError as err:
+                    if err.errno not in (errno.ENOSPC, errno.ENOMEM):
+                        raise
+                    raise SharedMemoryRoomError(_room_message(size, shm_room())) from None
                 self.segments[slot] = segment
             return segment
 
@@ -815,7 +900,7 @@ class _SlotAlloc:
 
     def __init__(self, slots: _Slots, slot: int) -> None:
         self.slots, self.slot = slots, slot
-        self.segment: shared_memory.SharedMemory | None = None
+        self.segment: _Segment | None = None
         self.layout: list[tuple] = []
         self.views: dict[str, np.ndarray] = {}
 

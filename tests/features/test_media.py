@@ -149,3 +149,25 @@ def test_corrupt_audio(tmp_path):
     ds = Dataset.from_dict({"audio": [str(bad)]}, features=Features({"audio": Audio()}))
     with pytest.raises(DecodeError, match=r"column 'audio', row 0, path '.*bad.wav'"):
         ds[0]
+
+
+def test_sixteen_bit_pngs_are_kept_or_scaled_never_clipped():
+    """Issue 25: Image(mode="L") of a 16-bit PNG clipped 99% of the pixels to 255."""
+    import io
+
+    import numpy as np
+    import PIL.Image
+
+    from jaxfeed import Dataset, Features, Image
+
+    pixels = np.arange(16, dtype=np.uint16).reshape(4, 4) * 4000 + 1000
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(pixels).save(buffer, format="PNG")
+    ds = Dataset.from_dict({"img": [buffer.getvalue()]}, features=Features({"img": Image()}))
+    kept = ds.with_format("numpy")[0]["img"]
+    assert kept.dtype == np.uint16 and (kept == pixels).all()  # no mode: the 16 bits are kept
+    expected = np.round(pixels / 257).astype(np.uint8)
+    for mode, channels in (("L", ()), ("RGB", (3,))):
+        scaled = ds.cast_column("img", Image(mode=mode)).with_format("numpy")[0]["img"]
+        assert scaled.dtype == np.uint8 and scaled.shape == (4, 4, *channels)
+        np.testing.assert_array_equal(scaled if not channels else scaled[..., 0], expected)

@@ -120,29 +120,30 @@ def test_folder_cache_is_reused_and_invalidated_by_any_file_change(tmp_path, mon
         assert pa.total_allocated_bytes() - allocated < 1024  # memory-mapped, not read
     assert again.num_rows == 6 and len(datasets_in(cache)) == 1
 
+    # each change builds a new entry and removes the one of the folder's previous version
     png(root / "dog" / "3.png", value=3)  # a file added
-    assert load()["label"] == [0, 0, 0, 1, 1, 1, 1] and len(datasets_in(cache)) == 2
+    assert load()["label"] == [0, 0, 0, 1, 1, 1, 1] and len(datasets_in(cache)) == 1
     stamp = os.stat(root / "cat" / "0.png").st_mtime_ns
     os.utime(root / "cat" / "0.png", ns=(stamp, stamp + 1_000_000))  # same size, touched
-    assert load().num_rows == 7 and len(datasets_in(cache)) == 3
+    assert load().num_rows == 7 and len(datasets_in(cache)) == 1
     (root / "dog" / "3.png").unlink()  # a file removed
-    assert load().num_rows == 6 and len(datasets_in(cache)) == 4
+    assert load().num_rows == 6 and len(datasets_in(cache)) == 1
     (root / "metadata.csv").write_text(
         "file_name,n\n" + "".join(f"{c}/{i}.png,{i}\n" for c in ("cat", "dog") for i in range(3))
     )
-    assert load()["n"] == [0, 1, 2, 0, 1, 2] and len(datasets_in(cache)) == 5
+    assert load()["n"] == [0, 1, 2, 0, 1, 2] and len(datasets_in(cache)) == 1
     typed = load(
         features=Features(
             {"image": Image(), "n": Value("float32"), "label": ClassLabel(names=["cat", "dog"])}
         )
     )
-    assert typed["n"][:2] == [0.0, 1.0] and len(datasets_in(cache)) == 6
+    assert typed["n"][:2] == [0.0, 1.0] and len(datasets_in(cache)) == 2
     # paths are stored as given: a relative data_dir keeps relative paths (and its own cache)
     monkeypatch.chdir(tmp_path)
     relative = load_dataset("imagefolder", data_dir="data", split="train", cache_dir=str(cache))
     raw = relative.cast_column("image", Image(decode=False))["image"]
     assert raw[0]["path"] == os.path.join("data", "cat", "0.png") and raw[0]["bytes"] is None
-    assert len(datasets_in(cache)) == 7
+    assert len(datasets_in(cache)) == 3
 
 
 def test_a_folder_changing_while_it_is_loaded_leaves_no_cache(tmp_path, monkeypatch):
@@ -196,7 +197,7 @@ def test_builtin_datasets_are_converted_block_by_block_and_reused(tmp_path, monk
         }
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([9, 8, 7, 6]))
     changed = load_dataset("mnist", data_dir=str(tmp_path), split="test", cache_dir=str(cache))
-    assert changed["label"] == [9, 8, 7, 6] and len(datasets_in(cache)) == 3
+    assert changed["label"] == [9, 8, 7, 6] and len(datasets_in(cache)) == 2  # replaced
 
 
 def test_cifar10_blocks_name_the_row_of_a_bad_label(tmp_path, monkeypatch):

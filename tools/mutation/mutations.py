@@ -359,8 +359,8 @@ MUTATIONS = [
     Mutation(
         "cache-key-ignores-source-changes",
         "src/jaxfeed/io/cache.py",
-        '{"path": os.path.abspath(path), "size": st.st_size, "version": st.st_mtime_ns}',
-        '{"path": os.path.abspath(path)}',
+        'return {"path": os.path.abspath(path), "size": st.st_size, "version": version}',
+        'return {"path": os.path.abspath(path)}',
         ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
         "issue 14: the Arrow cache is reused after its source file changed (stale data)",
     ),

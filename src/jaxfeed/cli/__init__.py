@@ -1,4 +1,4 @@
-"""The ``jaxfeed`` command: train, eval, predict, info, bench, launch.
+"""The ``jaxfeed`` command: train, eval, predict, info, bench, cache, launch.
 
 Each command is thin: parse the flags, build the run configuration, call a recipe
 (:mod:`jaxfeed.recipes`). Parsing and ``--help`` import neither JAX nor pyarrow; the recipes are
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from jaxfeed import __version__
-from jaxfeed.cli import commands
+from jaxfeed.cli import cache, commands
 from jaxfeed.cli.options import add_run_options
 from jaxfeed.recipes.config import ConfigError
 
@@ -44,6 +44,7 @@ EXAMPLES = {
     "bench": """examples:
   jaxfeed bench formatting --quick
   jaxfeed bench all""",
+    "cache": cache.EXAMPLES,
     "launch": """examples:
   jaxfeed launch --num-processes 2 --devices-per-process 4 -- jaxfeed train --batch-size 64""",
 }
@@ -177,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="smaller data, fewer repeats")
     p.set_defaults(run=commands.bench)
+
+    p = command("cache", "list the Arrow cache's entries, or remove them (all, or unused ones)")
+    cache.add_arguments(p)
+    p.set_defaults(run=cache.run)
 
     p = command("launch", "start N local processes of a command as one multi-process JAX job")
     p.add_argument("--num-processes", type=_positive, required=True, help="processes to start")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -11,6 +11,61 @@ import numpy as np
 import pyarrow as pa
 
 from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+
+
+class ClassNames(Sequence[str]):
+    """The names ``"0"``, ``"1"``, ... of a ``ClassLabel`` given only ``num_classes``, made when
+    asked for: a file declaring ``num_classes=10**12`` costs nothing until a name is used (the
+    names of a list would take 6 GB and 30 s).
+
+    >>> names = ClassNames(10**12)
+    >>> len(names), names[7], names[-1], names[:3], "42" in names
+    (1000000000000, '7', '999999999999', ['0', '1', '2'], True)
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [str(k) for k in range(*i.indices(self.n))]
+        k = i + self.n if i < 0 else i
+        if not 0 <= k < self.n:
+            raise IndexError(f"class {i} outside {self.n} classes")
+        return str(k)
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(k) for k in range(self.n))
+
+    def __contains__(self, name: object) -> bool:
+        return self.index_of(name) is not None
+
+    def index_of(self, name: object) -> int | None:
+        """The id named ``name`` (a decimal without sign or leading zeros), else None."""
+        if not isinstance(name, str) or not name.isdecimal() or (name != "0" and name[0] == "0"):
+            return None
+        k = int(name)
+        return k if k < self.n else None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ClassNames):
+            return self.n == other.n
+        if isinstance(other, list | tuple):
+            return len(other) == self.n and all(v == str(k) for k, v in enumerate(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(("ClassNames", self.n))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(n) for n in self[:3])
+        return f"[{shown}, ... ({self.n} names)]" if self.n > 3 else repr(list(self))
+
+
+LAZY_NAMES = 4096  # num_classes without names above this: names made when asked for
 
 
 @dataclass(frozen=True)
@@ -42,11 +97,27 @@ class ClassLabel(Feature):
         if names is None:
             if self.num_classes is None:
                 raise ValueError("ClassLabel needs names=, num_classes= or names_file=")
-            if self.num_classes < 0:
-                raise ValueError(f"ClassLabel: num_classes must be >= 0, got {self.num_classes}")
+            if (
+                not isinstance(self.num_classes, int | np.integer)
+                or isinstance(self.num_classes, bool)
+                or self.num_classes < 0
+            ):
+                raise ValueError(
+                    f"ClassLabel: num_classes must be an integer >= 0, got {str(self.num_classes)[:40]}"
+                )
+            if self.num_classes > LAZY_NAMES:
+                n = int(self.num_classes)
+                object.__setattr__(self, "names", ClassNames(n))
+                object.__setattr__(self, "num_classes", n)
+                object.__setattr__(self, "_index", None)
+                return
             names = [str(i) for i in range(self.num_classes)]
         elif not isinstance(names, Sequence):  # e.g. a numpy array, refused as `datasets` does
             raise TypeError(f"ClassLabel: give names as a list, got {type(names).__name__}")
+        if isinstance(names, ClassNames):
+            object.__setattr__(self, "num_classes", names.n)
+            object.__setattr__(self, "_index", None)
+            return
         names = [str(n) for n in names]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
@@ -60,12 +131,20 @@ class ClassLabel(Feature):
         object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
 
     def __repr__(self) -> str:
+        if isinstance(self.names, ClassNames):
+            return f"ClassLabel(num_classes={self.num_classes})"
         return f"ClassLabel(names={self.names!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClassLabel) and self.names == other.names
+        if not isinstance(other, ClassLabel):
+            return False
+        if isinstance(other.names, ClassNames) and not isinstance(self.names, ClassNames):
+            return other.names == self.names
+        return self.names == other.names
 
     def __hash__(self) -> int:
+        if isinstance(self.names, ClassNames) or self.names == ClassNames(len(self.names or ())):
+            return hash(("ClassLabel", "range", self.num_classes))
         return hash(("ClassLabel", tuple(self.names or ())))
 
     @property
@@ -82,13 +161,22 @@ class ClassLabel(Feature):
         return [self._str2int_one(v) for v in values]
 
     def _str2int_one(self, name: str) -> int:
-        index: dict[str, int] = self._index  # type: ignore[attr-defined]
+        index: dict[str, int] | None = self._index  # type: ignore[attr-defined]
         name = str(name)
+        if index is None:  # lazy names "0", "1", ...
+            for candidate in (name, name.strip()):
+                k = self.names.index_of(candidate)  # type: ignore[union-attr]
+                if k is not None:
+                    return k
+            raise ValueError(
+                f"invalid class name {name[:40]!r}; expected one of {self.num_classes} names "
+                "'0', '1', ..."
+            )
         if name in index:
             return index[name]
         if name.strip() in index:
             return index[name.strip()]
-        raise ValueError(f"invalid class name {name!r}; expected one of {self.names}")
+        raise ValueError(f"invalid class name {name[:40]!r}; expected one of {self.names[:20]}")
 
     def int2str(self, values: int | Sequence[int] | np.ndarray) -> str | list[str]:
         """Class id(s) to name(s). Ids outside ``[0, num_classes)``, and values that are neither an
@@ -190,4 +278,6 @@ class ClassLabel(Feature):
         return array.cast(pa.int64()).to_numpy(zero_copy_only=False)
 
     def to_dict(self) -> dict:
+        if isinstance(self.names, ClassNames):  # `datasets` makes the same names from the count
+            return {"_type": "ClassLabel", "num_classes": self.num_classes}
         return {"_type": "ClassLabel", "names": list(self.names)}

@@ -33,8 +33,10 @@ class Image(MediaFeature):
     Values may be file paths, bytes, PIL images, numpy arrays (uint8 or uint16, (H, W) or
     (H, W, C)) or ``{"bytes", "path"}`` dicts. The python format decodes to ``PIL.Image.Image``; the
     numpy and jax formats to ``uint8`` arrays of shape (H, W, C), or (H, W) for single-channel
-    images, stacked into (N, H, W, C) when a batch's images share a shape. ``mode`` ("RGB", "L",
-    ...) converts on decode; ``decode=False`` returns the stored dicts.
+    images, stacked into (N, H, W, C) when a batch's images share a shape. 16-bit greyscale PNGs
+    keep their 16 bits (``uint16`` arrays) unless ``mode`` asks for 8 bits: then pixels are
+    scaled (``round(v / 257)``), not clipped. ``mode`` ("RGB", "L", ...) converts on decode;
+    ``decode=False`` returns the stored dicts.
 
     >>> import numpy as np
     >>> from jaxfeed import Dataset, Features, Image
@@ -94,7 +96,10 @@ class Image(MediaFeature):
         if (image.format in _EXIF_FORMATS or "exif" in image.info) and image.getexif().get(0x0112):
             image = PIL.ImageOps.exif_transpose(image)
         if self.mode and image.mode != self.mode:
-            image = image.convert(self.mode)
+            if self.mode in _EIGHT_BIT and _sixteen_bit(image):
+                image = _scale_to_8_bits(image)  # Pillow's convert would clip at 255
+            if image.mode != self.mode:
+                image = image.convert(self.mode)
         return image
 
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:
@@ -158,6 +163,22 @@ class Image(MediaFeature):
 
 
 _EXIF_FORMATS = {"JPEG", "MPO", "TIFF", "WEBP", "HEIF", "AVIF"}
+_EIGHT_BIT = {"L", "LA", "RGB", "RGBA", "P", "1", "CMYK", "YCbCr"}
+_SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N"}
+
+
+def _sixteen_bit(image: Any) -> bool:
+    """A 16-bit greyscale image (``I;16*``, or ``I`` as Pillow opens 16-bit PNGs)."""
+    return image.mode in _SIXTEEN_BIT or (image.mode == "I" and image.format == "PNG")
+
+
+def _scale_to_8_bits(image: Any) -> Any:
+    """0..65535 to 0..255, rounded (``v / 257``): a 16-bit image converted to an 8-bit mode keeps
+    its contrast instead of Pillow's clipping (which turned 99% of a real 16-bit PNG white)."""
+    import PIL.Image
+
+    values = np.asarray(image, dtype=np.uint32)
+    return PIL.Image.fromarray(((values + 128) // 257).astype(np.uint8), mode="L")
 
 
 def _jpeg_scale(height: int, width: int, min_size: tuple[int, int]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jaxfeed.features.base import Feature, bad_value, unwrap_storage
 
@@ -168,3 +169,38 @@ def read_source(data: bytes | None, path: str | None) -> bytes | str:
     if not Path(path).is_file():
         raise DecodeError(None, None, path, "file not found")
     return path
+
+
+def embed_files(array: pa.Array) -> pa.Array:
+    """A media column's cells stored as a path only, with the file's bytes read in (the path
+    kept as its base name), as `datasets` embeds local files when it saves: a saved dataset is
+    then self-contained, and a reader need not follow paths written in it. Other cells are kept.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.png")
+    >>> _ = open(path, "wb").write(b"png!")
+    >>> embed_files(pa.array([{"bytes": None, "path": path}], MEDIA_TYPE)).to_pylist()
+    [{'bytes': b'png!', 'path': 'a.png'}]
+    """
+    storage = unwrap_storage(array)
+    if not pa.types.is_struct(storage.type) or storage.type.get_field_index("path") < 0:
+        return array
+    datas, paths = storage.field("bytes"), storage.field("path")
+    if datas.null_count == 0 or paths.null_count == len(paths):
+        return array
+    new_bytes, new_paths = datas.to_pylist(), paths.to_pylist()
+    valid = storage.is_valid().to_pylist()
+    for i, (data, path) in enumerate(zip(new_bytes, new_paths, strict=True)):
+        if valid[i] and data is None and path is not None:
+            try:
+                with open(path, "rb") as f:
+                    new_bytes[i] = f.read()
+            except OSError as err:
+                raise DecodeError(None, i, path, f"cannot embed the file: {err}") from None
+            new_paths[i] = os.path.basename(path)
+    out = pa.StructArray.from_arrays(
+        [pa.array(new_bytes, datas.type), pa.array(new_paths, paths.type)],
+        fields=list(storage.type),
+        mask=pc.invert(storage.is_valid()),
+    )
+    return out if out.type == array.type else pa.ExtensionArray.from_storage(array.type, out)

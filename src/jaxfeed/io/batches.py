@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from jaxfeed import remote
 from jaxfeed.io.files import check_batch, file_format, read_table
+from jaxfeed.io.validate import DepthCheckedStream
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
 READ_BUFFER = 1 << 20  # Parquet read buffer (pre_buffer=False)
@@ -204,7 +205,9 @@ def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator
         yield from table.to_batches(max_chunksize=_rows_for(table, batch_bytes))
         return
     with open_input(path, storage_options) as stream:
-        yield from pjson.open_json(stream, read_options=pjson.ReadOptions(block_size=batch_bytes))
+        # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
+        checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
+        yield from pjson.open_json(checked, read_options=pjson.ReadOptions(block_size=batch_bytes))
 
 
 def _one_object(path: str, storage_options: dict | None) -> bool:

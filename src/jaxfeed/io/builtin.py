@@ -335,7 +335,10 @@ def _build(
         "features": features.to_dict(),
         "files": [source_identity(str(f)) for f in files],
     }
-    return cached_dataset(payload, batches, features, cache_dir, sources=[str(f) for f in files])
+    lineage = {**payload, "files": [os.path.abspath(f) for f in files]}
+    return cached_dataset(
+        payload, batches, features, cache_dir, sources=[str(f) for f in files], lineage=lineage
+    )
 
 
 CIFAR_TRAIN = [f"data_batch_{i}.bin" for i in range(1, 6)]

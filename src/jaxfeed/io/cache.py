@@ -6,12 +6,32 @@ then memory-maps it: peak memory stays near one record batch whatever the size o
 reads are zero-copy. The file is keyed by a fingerprint of the sources (path, size, modification
 time or ETag) and of the options (format, features), written into a hidden folder and renamed
 into place, so a crash never leaves a half-written cache; a second load of unchanged files maps
-the cache without reading the sources; a changed source gets a new fingerprint.
+the cache without reading the sources; a changed source gets a new fingerprint, and the entry
+made from its previous version is removed.
+
+The key is a file's size and modification time, not its content: a source rewritten with the
+same size and its modification time restored (``touch -d``, some copy tools) maps the old entry.
+``verification_mode="all_checks"`` (``load_dataset``, :func:`load_cached`) keys by the SHA-256 of
+every local source instead, reading each file once per load.
+
+Each entry is checked when it is opened: ``info.json`` carries a digest of itself, the size and
+CRC-32 of ``data.arrow``; every open checks the digest, the size and the Arrow footer (no pass
+over the data), and a file whose inode, size, modification or change time differs from the ones
+recorded after its last full check gets a full one (CRC-32 of every byte, about 6 GB/s on the
+development machine, plus the features' checks of the data). Any change to the bytes changes the
+file's ctime, which no process can set back, so a changed or damaged file is always read in full
+once, and an untouched one never again. A damaged entry is named in a warning and rebuilt from its
+sources. Temporaries of dead writers (each writer holds an OS lock on its temporary folder) are
+removed whenever a cache folder is opened. ``$JAXFEED_CACHE_MAX_GB`` bounds the cache's size:
+after a new entry is written, the least recently used ones are removed until the rest fit.
+``jaxfeed cache list`` and ``jaxfeed cache clean [--older-than DAYS]`` show and empty the cache.
 
 Layout::
 
     <cache>/datasets/<fingerprint>/data.arrow   Arrow IPC file (record batches of ~4 MB)
-    <cache>/datasets/<fingerprint>/info.json    features, rows, the sources it was made from
+    <cache>/datasets/<fingerprint>/info.json    features, rows, the sources it was made from,
+                                                the data's size and CRC-32, its own digest
+    <cache>/datasets/<fingerprint>/verified.json  the file's stat when it was last checked in full
 
 Built-in and folder datasets are written the same way through :func:`cached_dataset`, keyed by
 what they are made from (every file's path, size and modification time, and the options).
@@ -19,12 +39,15 @@ what they are made from (every file's path, size and modification time, and the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
+import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,14 +57,27 @@ import pyarrow as pa
 from jaxfeed import remote
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Features
+from jaxfeed.files import FolderLock, atomic_write, is_locked
 from jaxfeed.io.batches import file_batches
-from jaxfeed.io.files import file_format, read_table
+from jaxfeed.io.files import file_format, read_table, source_identity
+from jaxfeed.io.validate import check_arrow_data, check_table
 from jaxfeed.settings import progress
 
 CACHE_ENV = "JAXFEED_CACHE"
-CACHE_VERSION = 1
+MAX_GB_ENV = "JAXFEED_CACHE_MAX_GB"
+CACHE_VERSION = 2  # 2: info.json records the data's size and CRC-32 and its own digest
 DATA_FILE = "data.arrow"
-STALE_TMP_SECONDS = 3600  # a conversion folder untouched this long belongs to a crashed process
+INFO_FILE = "info.json"
+VERIFIED_FILE = "verified.json"
+WRITER_LOCK = ".writer.lock"  # held by the process filling a temporary folder
+STALE_TMP_SECONDS = (
+    3600  # an unlocked temporary folder untouched this long belongs to a dead process
+)
+VERIFICATION_MODES = ("no_checks", "basic_checks", "all_checks")
+
+
+class CacheDamagedError(ValueError):
+    """A cache entry's files differ from what was written (truncated, edited, corrupt)."""
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -58,24 +94,15 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "jaxfeed"
 
 
-def source_identity(path: str, storage_options: dict | None = None) -> dict[str, Any]:
-    """Path, size and modification time (or ETag) of one source file."""
-    if remote.is_remote(path):
-        return remote.identity(path, storage_options)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such data file: {path}") from None
-    return {"path": os.path.abspath(path), "size": st.st_size, "version": st.st_mtime_ns}
-
-
 def fingerprint(
     files: Sequence[str],
     fmt: str | None,
     features: Features | None = None,
     storage_options: dict | None = None,
+    verification_mode: str | None = None,
 ) -> str:
-    """A key that changes when any source file or option changes.
+    """A key that changes when any source file or option changes: each file's size and
+    modification time (or ETag), or with ``verification_mode="all_checks"`` its SHA-256.
 
     Credentials in ``storage_options`` are not part of it (they do not change the data).
     """
@@ -83,9 +110,26 @@ def fingerprint(
         "version": CACHE_VERSION,
         "format": fmt,
         "features": None if features is None else features.to_dict(),
-        "sources": [source_identity(f, storage_options) for f in files],
+        "sources": [
+            source_identity(f, storage_options, content=_content_mode(verification_mode))
+            for f in files
+        ],
     }
     text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _content_mode(verification_mode: str | None) -> bool:
+    if verification_mode is not None and verification_mode not in VERIFICATION_MODES:
+        raise ValueError(
+            f"verification_mode must be one of {VERIFICATION_MODES}, got {str(verification_mode)[:40]!r}"
+        )
+    return verification_mode == "all_checks"
+
+
+def _lineage(payload: Any) -> str:
+    """What an entry is made from, without the sources' versions: a new version replaces it."""
+    text = json.dumps({"version": CACHE_VERSION, **payload}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -107,8 +151,12 @@ def load_cached(
     cache_dir: str | os.PathLike | None = None,
     features: Features | None = None,
     storage_options: dict | None = None,
+    verification_mode: str | None = None,
 ) -> Dataset:
     """One split's files as a dataset memory-mapped from the cache, converting them if needed.
+
+    ``verification_mode="all_checks"`` keys the cache by the sources' SHA-256 instead of their
+    size and modification time (see the module's docstring).
 
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> folder = tempfile.mkdtemp()
@@ -120,20 +168,132 @@ def load_cached(
     if not files:
         raise ValueError("no data files to load")
     features = None if features is None else Features(features)
-    key = fingerprint(files, fmt, features, storage_options)
+    key = fingerprint(files, fmt, features, storage_options, verification_mode)
     folder = cache_root(cache_dir) / "datasets" / key
-    if not (folder / "info.json").is_file():
-        _convert(files, fmt, features, storage_options, folder)
-    return _open(folder)
+    lineage = _lineage(
+        {
+            "format": fmt,
+            "features": None if features is None else features.to_dict(),
+            "sources": [f if remote.is_remote(f) else os.path.abspath(f) for f in files],
+        }
+    )
+    return _open_or_build(
+        folder, lambda: _convert(files, fmt, features, storage_options, folder, lineage)
+    )
+
+
+def _open_or_build(folder: Path, build: Callable[[], None]) -> Dataset:
+    """The entry at ``folder``, built first when absent, rebuilt (with a warning naming it) when
+    its files are damaged."""
+    _clean_abandoned(folder.parent)
+    if not (folder / INFO_FILE).is_file():
+        build()
+        return _open(folder)
+    try:
+        return _open(folder)
+    except CacheDamagedError as err:
+        warnings.warn(f"{err}; rebuilding it from its sources", stacklevel=3)
+        _remove_entry(folder)
+        build()
+        return _open(folder)
+
+
+def info_digest(info: dict) -> str:
+    """SHA-256 of an entry's ``info.json`` content without its own digest (canonical JSON)."""
+    body = {k: v for k, v in info.items() if k != "info_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _stat_key(folder: Path) -> list[int]:
+    """Inode, size, modification and change time of the entry's data and info files."""
+    out = []
+    for name in (DATA_FILE, INFO_FILE):
+        st = (folder / name).stat()
+        out += [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return out
+
+
+def _read_info(folder: Path) -> dict:
+    where = f"cache entry {folder}"
+    try:
+        info = json.loads((folder / INFO_FILE).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise CacheDamagedError(
+            f"{where}: {INFO_FILE} is unreadable ({type(err).__name__})"
+        ) from None
+    if not isinstance(info, dict) or info.get("info_sha256") != info_digest(info):
+        raise CacheDamagedError(f"{where}: {INFO_FILE} differs from what was written")
+    return info
 
 
 def _open(folder: Path) -> Dataset:
-    info = json.loads((folder / "info.json").read_text())
-    source = pa.memory_map(str(folder / DATA_FILE))
-    table = pa.ipc.open_file(source).read_all()
-    ds = Dataset(table, Features.from_dict(info["features"]))
+    """Map an entry after checking it (see the module's docstring for what each open checks)."""
+    where = f"cache entry {folder}"
+    info = _read_info(folder)
+    data = folder / DATA_FILE
+    try:
+        key = _stat_key(folder)
+    except OSError:
+        raise CacheDamagedError(f"{where}: {DATA_FILE} is missing") from None
+    if key[1] != info.get("data_bytes"):
+        raise CacheDamagedError(
+            f"{where}: {DATA_FILE} has {key[1]} bytes, {info.get('data_bytes')} were written "
+            "(truncated or changed)"
+        )
+    full = _verified_key(folder) != key
+    if full and file_crc32(data) != info.get("data_crc32"):
+        raise CacheDamagedError(f"{where}: {DATA_FILE} differs from what was written (CRC-32)")
+    try:
+        table = pa.ipc.open_file(pa.memory_map(str(data))).read_all()
+        features = Features.from_dict(info["features"])
+        if table.num_rows != info.get("num_rows") or not table.schema.equals(
+            features.arrow_schema, check_metadata=False
+        ):
+            raise ValueError("its rows or columns differ from info.json")
+        if full:
+            check_arrow_data(table, str(data))
+            check_table(table, features, str(data))
+    except (pa.ArrowException, ValueError, TypeError, KeyError) as err:
+        raise CacheDamagedError(f"{where}: {str(err)[:300]}") from None
+    if full:
+        with contextlib.suppress(OSError):  # a read-only cache: the next open checks in full
+            atomic_write(folder / VERIFIED_FILE, json.dumps(key))
+    _touch(folder)
+    ds = Dataset(table, features)
     ds._internal.set_cache(folder, [DATA_FILE])
     return ds
+
+
+def _verified_key(folder: Path) -> list[int] | None:
+    try:
+        return json.loads((folder / VERIFIED_FILE).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _touch(folder: Path) -> None:
+    """Mark an entry used now (its folder's modification time): the size limit removes the least
+    recently used first."""
+    with contextlib.suppress(OSError):
+        os.utime(folder)
+
+
+def file_crc32(path: str | os.PathLike, chunk: int = 8 << 20) -> int:
+    """CRC-32 of a file's bytes, read in chunks.
+
+    >>> import tempfile, os
+    >>> target = os.path.join(tempfile.mkdtemp(), "a.bin")
+    >>> atomic_write(target, b"abc")
+    >>> hex(file_crc32(target))
+    '0x352441c2'
+    """
+    crc = 0
+    with open(path, "rb", buffering=0) as f:
+        buffer = bytearray(chunk)
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            crc = zlib.crc32(view[:n], crc)
+    return crc
 
 
 def _convert(
@@ -142,19 +302,26 @@ def _convert(
     features: Features | None,
     storage_options: dict | None,
     folder: Path,
+    lineage: str | None = None,
 ) -> None:
     def fill(tmp: Path) -> dict[str, Any]:
         try:
-            rows, out_features = _write(files, fmt, features, storage_options, tmp, stream=True)
+            rows, out_features, crc = _write(
+                files, fmt, features, storage_options, tmp, stream=True
+            )
         except _InferenceError:
             # CSV/JSON types are inferred from the first block; a later block disagreed (e.g. a
             # float after many ints). Read such files whole, one at a time, to infer the types.
-            rows, out_features = _write(files, fmt, features, storage_options, tmp, stream=False)
+            rows, out_features, crc = _write(
+                files, fmt, features, storage_options, tmp, stream=False
+            )
         return {
             "features": out_features.to_dict(),
             "num_rows": rows,
+            "data_crc32": crc,
             "sources": files,
             "format": fmt,
+            "lineage": lineage,
         }
 
     _publish(folder, fill)
@@ -166,13 +333,15 @@ def cached_dataset(
     features: Features | Callable[[], Features],
     cache_dir: str | os.PathLike | None = None,
     sources: Any = None,
+    lineage: Any = None,
 ) -> Dataset:
     """A dataset written once into the cache from the record batches ``batches()`` yields (all
     with ``features``' schema), then memory-mapped. ``payload`` (JSON-able) says what the data are
     made from, files' sizes and modification times included: the same payload maps the existing
     cache without calling ``batches`` (nor ``features``, when it is a function computing them);
-    ``sources`` is recorded in ``info.json``. Built-in and
-    folder datasets are cached through here.
+    ``sources`` is recorded in ``info.json``. ``lineage`` (JSON-able) says what the data are made
+    from without the files' versions: a new entry replaces the ones of the same lineage. Built-in
+    and folder datasets are cached through here.
 
     >>> import tempfile, pyarrow as pa
     >>> from jaxfeed import Features, Value
@@ -184,26 +353,33 @@ def cached_dataset(
     """
     text = json.dumps({"version": CACHE_VERSION, **payload}, sort_keys=True, default=str)
     folder = cache_root(cache_dir) / "datasets" / hashlib.sha256(text.encode()).hexdigest()[:24]
-    if not (folder / "info.json").is_file():
+    line = None if lineage is None else _lineage(lineage)
 
-        def fill(tmp: Path) -> dict[str, Any]:
-            schema = features() if callable(features) else features
-            rows = write_batches(tmp / DATA_FILE, batches(), schema)
-            return {"features": schema.to_dict(), "num_rows": rows, "sources": sources}
+    def fill(tmp: Path) -> dict[str, Any]:
+        schema = features() if callable(features) else features
+        rows, crc = write_batches(tmp / DATA_FILE, batches(), schema)
+        return {
+            "features": schema.to_dict(),
+            "num_rows": rows,
+            "sources": sources,
+            "lineage": line,
+            "data_crc32": crc,
+        }
 
-        _publish(folder, fill)
-    return _open(folder)
+    return _open_or_build(folder, lambda: _publish(folder, fill))
 
 
-def write_batches(path: Path, batches: Iterable[pa.RecordBatch], features: Features) -> int:
+def write_batches(
+    path: Path, batches: Iterable[pa.RecordBatch], features: Features
+) -> tuple[int, int]:
     """Write ``batches`` into an Arrow IPC file with ``features``' schema, one at a time (memory
-    stays at about one batch); returns the number of rows."""
+    stays at about one batch); returns the number of rows and the file's CRC-32."""
     schema = features.arrow_schema
     with _Writer(path, schema) as writer:
         for batch in batches:
             writer.write(_conform(batch, schema, str(path), str(path)))
             del batch
-        return writer.rows
+    return writer.rows, writer.crc
 
 
 WRITE_CHUNK = 64 << 10  # bytes per write() call
@@ -223,9 +399,11 @@ class _SmallWrites:
 
     def __init__(self, path: Path) -> None:
         self.file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        self.crc = 0  # CRC-32 of everything written, for the entry's info.json
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
         for lo in range(0, len(view), WRITE_CHUNK):
             part = view[lo : lo + WRITE_CHUNK]
             while part:
@@ -251,7 +429,8 @@ class _Writer:
     fresh pages)."""
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
-        self.sink = pa.PythonFile(_SmallWrites(path), mode="w")
+        self.raw = _SmallWrites(path)
+        self.sink = pa.PythonFile(self.raw, mode="w")
         self.writer = pa.ipc.new_file(self.sink, schema)
         self.rows = self.pending = 0
         self.pool = pa.default_memory_pool()
@@ -274,6 +453,11 @@ class _Writer:
             self.sink.close()
             self.progress.__exit__(None, None, None)
 
+    @property
+    def crc(self) -> int:
+        """CRC-32 of the bytes written so far (of the whole file once closed)."""
+        return self.raw.crc
+
     def __enter__(self) -> _Writer:
         return self
 
@@ -283,32 +467,162 @@ class _Writer:
 
 def _publish(folder: Path, fill: Callable[[Path], dict[str, Any]]) -> None:
     """Build a cache folder atomically: ``fill(tmp)`` writes ``data.arrow`` into a hidden folder
-    and returns the info; the folder is synced and renamed into place (a concurrent process
-    that finished first wins), and removed on any error or interruption."""
+    (locked by this process while it fills it) and returns the info; the data's size and CRC-32
+    and the info's digest are recorded, the folder is synced and renamed into place (a
+    concurrent process that finished first wins), and removed on any error or interruption.
+    Entries of the same lineage (older versions of the sources) are then removed, and the cache
+    trimmed to ``$JAXFEED_CACHE_MAX_GB``."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(folder)
     tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    lock = FolderLock(tmp, "cache temporary folder", WRITER_LOCK)
     try:
         info = fill(tmp)
-        (tmp / "info.json").write_text(json.dumps(info, indent=2))
-        _fsync(tmp / DATA_FILE)
+        data = tmp / DATA_FILE
+        info["data_bytes"] = data.stat().st_size
+        info["info_sha256"] = info_digest(info)
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
+        _fsync(data)
+        (tmp / VERIFIED_FILE).write_text(json.dumps(_stat_key(tmp)))  # written, so checked
+        lock.release()
+        (tmp / WRITER_LOCK).unlink()
         try:
             os.replace(tmp, folder)
         except OSError:
-            if not (folder / "info.json").is_file():  # not another process's finished copy
+            if not (folder / INFO_FILE).is_file():  # not another process's finished copy
                 raise
     finally:
+        lock.release()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _remove_stale(folder: Path) -> None:
-    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):
+    _evict_lineage(folder, info.get("lineage"))
+    limit = os.environ.get(MAX_GB_ENV)
+    if limit:
         try:
-            if time.time() - stale.stat().st_mtime > STALE_TMP_SECONDS:
-                shutil.rmtree(stale, ignore_errors=True)
-        except FileNotFoundError:
-            pass
+            max_bytes = int(float(limit) * (1 << 30))
+        except ValueError:
+            raise ValueError(f"${MAX_GB_ENV} must be a number of GiB, got {limit[:40]!r}") from None
+        trim(folder.parent.parent, max_bytes, keep=folder)
+
+
+def _remove_entry(folder: Path) -> None:
+    """Remove an entry: renamed aside first (readers never see half an entry), then deleted.
+    A process that maps its data keeps reading it (the file lives until it is unmapped)."""
+    trash = folder.parent / f".{folder.name}.tmp-gone-{uuid.uuid4().hex[:8]}"
+    try:
+        os.replace(folder, trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _clean_abandoned(datasets: Path) -> None:
+    """Remove the temporary folders of dead writers: unlocked ones (a live writer holds the OS
+    lock inside its folder until it renames it), and ones without a lock untouched for
+    ``STALE_TMP_SECONDS``."""
+    try:
+        candidates = [p for p in datasets.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
+    except OSError:
+        return
+    for tmp in candidates:
+        try:
+            lock = tmp / WRITER_LOCK
+            if lock.exists():
+                dead = not is_locked(lock)
+            else:
+                dead = time.time() - tmp.stat().st_mtime > STALE_TMP_SECONDS
+        except OSError:
+            continue
+        if dead:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _evict_lineage(keep: Path, lineage: str | None) -> None:
+    if lineage is None:
+        return
+    for entry in entries(keep.parent.parent):
+        if entry["path"] != keep and entry.get("lineage") == lineage:
+            _remove_entry(entry["path"])
+
+
+def entries(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """The cache's entries under ``root`` (default :func:`cache_root`), oldest use first: each a
+    dict of ``path``, ``bytes``, ``last_used`` (seconds since the epoch), ``num_rows``,
+    ``sources`` and ``lineage`` (None where ``info.json`` is unreadable).
+
+    >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> folder = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"x": [1, 2]}), folder + "/t.parquet")
+    >>> _ = load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache")
+    >>> [e["num_rows"] for e in entries(folder + "/cache")]
+    [2]
+    """
+    base = cache_root(root) / "datasets"
+    out = []
+    try:
+        folders = [p for p in base.iterdir() if not p.name.startswith(".") and p.is_dir()]
+    except OSError:
+        return []
+    for folder in folders:
+        try:
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            used = folder.stat().st_mtime
+        except OSError:
+            continue
+        try:
+            info = json.loads((folder / INFO_FILE).read_text())
+            info = info if isinstance(info, dict) else {}
+        except (OSError, ValueError, RecursionError):
+            info = {}
+        out.append(
+            {
+                "path": folder,
+                "bytes": size,
+                "last_used": used,
+                "num_rows": info.get("num_rows"),
+                "sources": info.get("sources"),
+                "lineage": info.get("lineage"),
+            }
+        )
+    return sorted(out, key=lambda e: e["last_used"])
+
+
+def trim(root: str | os.PathLike | None, max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used entries until the cache holds at most ``max_bytes``
+    (``keep`` stays whatever its size); returns the removed folders."""
+    found = entries(root)
+    total = sum(e["bytes"] for e in found)
+    removed = []
+    for entry in found:
+        if total <= max_bytes:
+            break
+        if keep is not None and entry["path"] == keep:
+            continue
+        _remove_entry(entry["path"])
+        total -= entry["bytes"]
+        removed.append(entry["path"])
+    return removed
+
+
+def clean(root: str | os.PathLike | None = None, older_than: float | None = None) -> list[Path]:
+    """Remove the cache's entries (only those unused for ``older_than`` seconds, when given) and
+    the temporary folders of dead writers; returns the removed entries.
+
+    >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> folder = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"x": [1, 2]}), folder + "/t.parquet")
+    >>> _ = load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache")
+    >>> len(clean(folder + "/cache", older_than=3600)), len(clean(folder + "/cache"))
+    (0, 1)
+    """
+    base = cache_root(root) / "datasets"
+    _clean_abandoned(base)
+    now = time.time()
+    removed = []
+    for entry in entries(root):
+        if older_than is None or now - entry["last_used"] > older_than:
+            _remove_entry(entry["path"])
+            removed.append(entry["path"])
+    return removed
 
 
 def _fsync(path: Path) -> None:
@@ -327,7 +641,7 @@ def _write(
     storage_options: dict | None,
     tmp: Path,
     stream: bool,
-) -> tuple[int, Features]:
+) -> tuple[int, Features, int]:
     writer: _Writer | None = None
     schema: pa.Schema | None = None
     out_features = features
@@ -354,7 +668,7 @@ def _write(
     finally:
         if writer is not None:
             writer.close()
-    return writer.rows, out_features
+    return writer.rows, out_features, writer.crc
 
 
 def _batches(
@@ -435,7 +749,7 @@ def fetch_folder(
     if (folder / ".complete").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(folder)
+    _clean_abandoned(folder.parent)
     tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         for name, _ in found:

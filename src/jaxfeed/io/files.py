@@ -7,14 +7,18 @@ writes them, e.g. ``Image`` and ``ClassLabel`` of a Hub dataset) are kept.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
+from jaxfeed import remote
 from jaxfeed.features import Features
 from jaxfeed.features.features import METADATA_KEY
-from jaxfeed.io.validate import check_arrow_data, check_table
+from jaxfeed.files import file_sha256
+from jaxfeed.io.validate import check_arrow_data, check_json_depth, check_table
 
 FORMATS = {
     ".parquet": "parquet",
@@ -140,6 +144,7 @@ def _read_json(path: Path) -> pa.Table:
                 return pa.table(data)  # {"col": [...], ...}
     import pyarrow.json as pjson
 
+    check_json_depth(path.read_bytes(), str(path))  # before Arrow's parser recurses into it
     table = pjson.read_json(path)
     check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings
     return table
@@ -163,3 +168,18 @@ def read_tables(paths: Sequence[str | Path], fmt: str | None = None) -> pa.Table
         if not table.schema.equals(first, check_metadata=False):
             raise ValueError(f"{path} has schema {table.schema} but {paths[0]} has {first}")
     return pa.concat_tables([t.replace_schema_metadata(first.metadata) for t in tables])
+
+
+def source_identity(
+    path: str, storage_options: dict | None = None, content: bool = False
+) -> dict[str, Any]:
+    """Path, size and modification time (or ETag) of one source file; with ``content`` the
+    SHA-256 of a local file's bytes instead of its modification time."""
+    if remote.is_remote(path):
+        return remote.identity(path, storage_options)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such data file: {path}") from None
+    version: Any = "sha256:" + file_sha256(path) if content else st.st_mtime_ns
+    return {"path": os.path.abspath(path), "size": st.st_size, "version": version}

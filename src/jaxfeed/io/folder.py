@@ -31,6 +31,7 @@ from jaxfeed.dataset import Dataset
 from jaxfeed.features import Audio, ClassLabel, Features, Image
 from jaxfeed.files import check_inside, resolve_inside
 from jaxfeed.io.cache import cached_dataset
+from jaxfeed.io.validate import check_json_depth
 
 IMAGE_EXTENSIONS = {
     ".png",
@@ -152,6 +153,7 @@ def load_folder(
             lambda build=build: build().features,
             cache_dir,
             sources=str(folder),
+            lineage={k: payload[k] for k in ("kind", "data_dir", "split", "features")},
         )
     return out
 
@@ -358,6 +360,7 @@ def _metadata(folder: Path) -> tuple[Path, pa.Table] | None:
                 pa.BufferReader(raw), convert_options=pcsv.ConvertOptions(column_types=strings)
             )
         else:
+            check_json_depth(raw, f"cannot read the metadata file {file}")
             table = pjson.read_json(
                 pa.BufferReader(raw),
                 parse_options=pjson.ParseOptions(

@@ -17,6 +17,7 @@ import yaml
 
 from jaxfeed.extras import require
 from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
+from jaxfeed.io.validate import short
 
 PATTERNS = [
     "*.parquet",
@@ -103,48 +104,116 @@ def readme_configs(folder: Path) -> list[dict]:
     m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, flags=re.S)
     if not m:
         return []
-    try:
-        meta = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as err:
-        problem = " ".join(str(err).split())
-        raise ValueError(f"{readme}: cannot parse its YAML header: {problem}") from None
+    meta = load_yaml(m.group(1), str(readme), "YAML header") or {}
     if not isinstance(meta, dict):
         raise ValueError(f"{readme}: the YAML header must be a mapping, got {type(meta).__name__}")
     configs = meta.get("configs") or []
     if not isinstance(configs, list):
-        raise ValueError(f"{readme}: 'configs' must be a list of configs, got {configs!r:.60}")
+        raise ValueError(f"{readme}: 'configs' must be a list of configs, got {short(configs)}")
     out = []
     for i, config in enumerate(configs):
         where = f"{readme}: configs[{i}]"
         if not isinstance(config, dict):
-            raise ValueError(f"{where} must be a mapping with data_files, got {config!r:.60}")
+            raise ValueError(f"{where} must be a mapping with data_files, got {short(config)}")
         files = config.get("data_files")
         if files is None:
             continue
         name = config.get("config_name", "default")
         if not isinstance(name, str):
-            raise ValueError(f"{where}: config_name must be a string, got {name!r:.60}")
+            raise ValueError(f"{where}: config_name must be a string, got {short(name)}")
         out.append(
             {
                 "config_name": name,
                 "default": bool(config.get("default", False)),
-                "data_files": _config_files(files, f"{where} ({name!r}) data_files"),
+                "data_files": _config_files(files, f"{where} ({short(name)}) data_files"),
             }
         )
     return out
+
+
+MAX_YAML_NODES = 100_000  # values in a YAML header once its aliases are expanded
+
+
+def load_yaml(text: str, source: str, what: str = "YAML", max_nodes: int = MAX_YAML_NODES) -> Any:
+    """``yaml.safe_load`` of untrusted text, refusing documents whose aliases expand past
+    ``max_nodes`` values (a 472-byte "billion laughs" header expands to 10^9) or nest too deep.
+
+    The node graph is measured before any Python value is built: each node's expanded size is
+    counted once, so the check costs the size of the text, not of the expansion.
+
+    >>> load_yaml("a: &x [1, 2]\\nb: *x", "README.md")
+    {'a': [1, 2], 'b': [1, 2]}
+    >>> load_yaml("a: &a [1, 1]\\nb: &b [*a, *a]\\nc: [*b, *b]", "README.md", max_nodes=10)
+    Traceback (most recent call last):
+    ...
+    ValueError: README.md: its YAML: aliases expand to more than 10 values; at most 10 are read
+    """
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as err:  # a character YAML does not allow
+        problem = " ".join(str(err).split())[:300]
+        raise ValueError(f"{source}: cannot parse its {what}: {problem}") from None
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, f"{source}: its {what}", max_nodes)
+        return loader.construct_document(node)
+    except yaml.YAMLError as err:
+        problem = " ".join(str(err).split())[:300]
+        raise ValueError(f"{source}: cannot parse its {what}: {problem}") from None
+    except RecursionError:
+        raise ValueError(f"{source}: its {what} nests too deep to read") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: yaml.Node, source: str, max_nodes: int) -> int:
+    """Values under ``root`` once aliases are expanded, counted without expanding them."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    depth_guard = 0
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if done:
+            total = 1 + sum(sizes.get(id(c), 0) for c in children)
+            if total > max_nodes:
+                raise ValueError(
+                    f"{source}: aliases expand to more than {max_nodes} values; at most "
+                    f"{max_nodes} are read"
+                )
+            sizes[id(node)] = total
+            continue
+        depth_guard += 1
+        if depth_guard > 10 * max_nodes:
+            raise ValueError(f"{source}: too many values to read")
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _config_files(files: Any, where: str) -> dict[str, list[str]]:
     def patterns(value: Any, what: str) -> list[str]:
         value = [value] if isinstance(value, str) else value
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{what} must be a path or a list of paths, got {value!r:.60}")
+            raise ValueError(f"{what} must be a path or a list of paths, got {short(value)}")
         return value
 
     if isinstance(files, str):
         return {"train": [files]}
     if isinstance(files, dict):
-        return {str(k): patterns(v, f"{where}[{k!r}]") for k, v in files.items()}
+        return {str(k): patterns(v, f"{where}[{short(k)}]") for k, v in files.items()}
     if isinstance(files, list) and files and all(isinstance(e, dict) for e in files):
         out: dict[str, list[str]] = {}
         for j, entry in enumerate(files):
@@ -167,7 +236,8 @@ def choose_config(configs: list[dict], name: str | None) -> dict:
         if config["config_name"] == name:
             return config
     raise ValueError(
-        f"unknown config {name!r}; this dataset has {[c['config_name'] for c in configs]}"
+        f"unknown config {short(name)}; this dataset has "
+        f"{short([c['config_name'] for c in configs], 200)}"
     )
 
 
@@ -182,7 +252,7 @@ def expand_inside(data_files: dict[str, list[str]], root: Path) -> dict[str, lis
     for split, patterns in data_files.items():
         files: list[str] = []
         for pattern in patterns:
-            what = f"data_files pattern {pattern!r} (split {split!r}) of {root / 'README.md'}"
+            what = f"data_files pattern {short(pattern)} (split {short(split)}) of {root / 'README.md'}"
             if os.path.isabs(pattern) or ".." in Path(pattern).parts or "\x00" in pattern:
                 raise UnsafePathError(
                     f"{what} must be relative to the dataset folder {root}, without '..'"

@@ -26,6 +26,7 @@ from jaxfeed.io.hub import (
     looks_like_repo_id,
     readme_configs,
 )
+from jaxfeed.io.validate import confine_media_paths, holds_media, media_root
 from jaxfeed.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.ops import concatenate_datasets
 from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
@@ -48,6 +49,7 @@ def load_dataset(
     token: str | bool | None = None,
     keep_in_memory: bool = False,
     storage_options: dict | None = None,
+    verification_mode: str | None = None,
 ) -> Any:
     """Load a dataset: a ``DatasetDict`` of splits, or one ``Dataset`` when ``split`` is given.
 
@@ -65,7 +67,9 @@ def load_dataset(
     files reuse it (a file added, changed or removed makes a new one). Local Arrow files are
     memory-mapped in place. ``keep_in_memory=True`` builds the dataset in RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
-    fsspec (see :mod:`jaxfeed.remote`).
+    fsspec (see :mod:`jaxfeed.remote`). The cache is keyed by each file's size and modification
+    time; ``verification_mode="all_checks"`` keys it by the SHA-256 of the files' bytes (read once
+    per load), for files rewritten with the same size and their modification time restored.
 
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
@@ -94,14 +98,30 @@ def load_dataset(
         if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:
+            root = _media_root(path, files, data_dir)
             splits = {
-                k: IterableDataset.from_files(v, fmt, features, storage_options=storage_options)
+                k: IterableDataset.from_files(
+                    v, fmt, features, storage_options=storage_options, data_dir=root
+                )
                 for k, v in files.items()
             }
             return _pick_split(splits, split, streaming=True)
         else:
+            root = _media_root(path, files, data_dir)
             splits = {
-                k: _load_files(v, fmt, features, cache_dir, keep_in_memory, storage_options)
+                k: _confine(
+                    _load_files(
+                        v,
+                        fmt,
+                        features,
+                        cache_dir,
+                        keep_in_memory,
+                        storage_options,
+                        verification_mode,
+                    ),
+                    root,
+                    v,
+                )
                 for k, v in files.items()
             }
             if features is not None:
@@ -125,6 +145,7 @@ def _load_files(
     cache_dir: str | None,
     keep_in_memory: bool,
     storage_options: dict | None,
+    verification_mode: str | None = None,
 ) -> Dataset:
     """One split: in RAM (``keep_in_memory``), memory-mapped in place (local Arrow files), or
     converted batch by batch into the memory-mapped cache."""
@@ -137,8 +158,35 @@ def _load_files(
             table = read_tables(files, fmt)
         return _apply_features(Dataset(table), features)
     if needs_conversion(files, fmt) or features is not None:
-        return load_cached(files, fmt, cache_dir, features, storage_options)
+        return load_cached(files, fmt, cache_dir, features, storage_options, verification_mode)
     return Dataset(read_tables(files, fmt))
+
+
+def _media_root(path: str, files: Mapping[str, list[str]], data_dir: str | None) -> str | None:
+    """The folder path-only Image/Audio cells of these files may name (see
+    :func:`~jaxfeed.io.validate.confine_media_paths`): ``data_dir`` given with a format, the
+    dataset's folder (a local folder, a Hub snapshot), else the folder holding every data file."""
+    every = [f for v in files.values() for f in v]
+    if path in PACKAGED:
+        return media_root(every, None if data_dir is None or is_remote(data_dir) else data_dir)
+    if not is_remote(path) and Path(path).is_dir():
+        return os.path.abspath(path)
+    root = media_root(every)
+    if root is not None:  # a Hub snapshot: the whole snapshot is the dataset's folder
+        parts = Path(root).parts
+        if "snapshots" in parts[:-1]:
+            at = len(parts) - 1 - parts[::-1].index("snapshots")
+            root = str(Path(*parts[: at + 2]))
+    return root
+
+
+def _confine(ds: Dataset, root: str | None, files: list[str]) -> Dataset:
+    """``ds`` with its path-only media cells resolved inside ``root`` (others refused)."""
+    if not any(holds_media(f) for f in ds.features.values()):
+        return ds
+    source = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+    table = confine_media_paths(ds.data, ds.features, root, source)
+    return ds if table is ds.data else Dataset(table, ds.features)
 
 
 def _load_local_files(files: list, fmt: str, cache_dir: str | None) -> Dataset:

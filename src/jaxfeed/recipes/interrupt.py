@@ -18,10 +18,12 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
 RETRY_SECONDS = 0.02
+FLUSH_SECONDS = 1.0  # the longest a block's exit waits for a re-delivery already sent
 UNSAFE_FUNCTIONS = {"_xla_gc_callback", "__del__", "_remove_dead_weakref", "_callback"}
 UNSAFE_FILES = ("weakref.py", "weakref_lru_cache.py")
 
@@ -39,18 +41,28 @@ def in_cleanup(frame: FrameType | None, depth: int = 8) -> bool:
 
 @contextlib.contextmanager
 def safe_interrupts() -> Iterator[None]:
-    """Within the block, SIGINT raises ``KeyboardInterrupt`` at the next safe point (main thread)."""
+    """Within the block, SIGINT raises ``KeyboardInterrupt`` at the next safe point (main thread).
+
+    A re-delivery and the block's exit are atomic: the timer sends the signal only while holding
+    the lock and the block is active; the exit takes the lock, and when a re-delivery was already
+    sent it waits (up to ``FLUSH_SECONDS``) for this handler to run before restoring the previous
+    one, so a Ctrl-C is raised here once, never handed to the restored handler as a second one.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pid = os.getpid()
-    state = {"pending": False, "active": True}
+    lock = threading.Lock()
+    state = {"pending": False, "active": True, "sent": False}
 
     def redeliver() -> None:
-        if state["pending"] and state["active"]:
-            os.kill(pid, signal.SIGINT)
+        with lock:
+            if state["pending"] and state["active"]:
+                state["sent"] = True
+                os.kill(pid, signal.SIGINT)
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        state["sent"] = False
         if in_cleanup(frame):
             if not state["pending"]:  # one re-delivery at a time
                 state["pending"] = True
@@ -65,5 +77,11 @@ def safe_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        state["active"] = False  # a re-delivery still pending must not outlive the block
-        signal.signal(signal.SIGINT, previous)
+        with lock:  # no re-delivery starts after this
+            state["active"] = False
+        try:
+            end = time.monotonic() + FLUSH_SECONDS
+            while state["sent"] and time.monotonic() < end:  # sent: runs this handler, here
+                time.sleep(0.001)
+        finally:
+            signal.signal(signal.SIGINT, previous)

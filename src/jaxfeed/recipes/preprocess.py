@@ -421,4 +421,6 @@ def _image_choice(
         )
     else:
         said = f"mode {mode}" + (f" (from {next(iter(modes))})" if mode not in modes else "")
+    if any(m.startswith("I;16") or m == "I" for m in modes):
+        said += "; 16-bit pixels scaled to 8 bits (round(v / 257)), not clipped"
     return mode, size, f"images: {how}, {said}"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jaxfeed.files import FolderLock, LockedError
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.preprocess import Preprocessing
@@ -96,6 +97,24 @@ def check_out_folder(out: Path, resume: bool) -> None:
         raise ConfigError(
             f"{out} already holds a run; add --resume to continue it, or pick another --out"
         )
+
+
+def lock_run_folder(out: Path, resume: bool) -> FolderLock:
+    """Create ``out`` and take an OS lock on the folder itself (``flock``: nothing is written, and
+    the kernel releases it when the process ends, crashed or not), then check the folder again:
+    of two ``jaxfeed train --out SAME`` started together, the second is refused before it writes
+    a byte. The caller releases the lock when training ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = FolderLock(out, "run folder")
+    except LockedError as err:
+        raise ConfigError(f"--out {out}: {err}") from None
+    try:
+        check_out_folder(out, resume)  # what the other process may have written meanwhile
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) -> Any:

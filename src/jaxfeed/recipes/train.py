@@ -34,6 +34,7 @@ from jaxfeed.recipes.run import (
     check_out_folder,
     copy_model_code,
     load_run_data,
+    lock_run_folder,
     model_copy,
     outputs_of,
     preprocessing_of,
@@ -119,6 +120,20 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_out_folder(out, config.resume)
+    lock = lock_run_folder(out, config.resume) if primary else None
+    try:
+        return _train(config, out, primary, say, verbose)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    config: RunConfig, out: Path, primary: bool, say: Callable[..., None], verbose: int
+) -> TrainResult:
+    """The body of :func:`train`, run while the run folder is locked."""
+    import jax
+
     record = read_run(out) if config.resume else None
     policy = CodePolicy(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code

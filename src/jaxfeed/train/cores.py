@@ -552,8 +552,10 @@ class LinenCore:
         return self.state
 
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
+        from jaxfeed.checkpoint import restore_linen  # orbax is heavy: only when restoring
+
         target = self.state if shardings is None else abstract_like(self.state, shardings)
-        restored = manager.restore(step, state=target)
+        restored = restore_linen(manager, step, target)  # either Linen checkpoint layout
         self.state = restored["state"]
         return restored["meta"]
 

@@ -337,6 +337,15 @@ class Trainer:
             manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
             if resume and manager.latest_step is not None:
                 self.restore_checkpoint(manager, "latest", train_loader)
+            elif manager.latest_step is not None and manager.latest_step != self.step:
+                # another run's steps (or this trainer's future ones): writing would mix the runs
+                found = manager.latest_step
+                manager.close()
+                raise FileExistsError(
+                    f"checkpoint_dir {manager.directory} holds checkpoints of another run (up "
+                    f"to step {found}; this trainer is at step {self.step}); pass resume=True "
+                    "to continue that run, or choose an empty checkpoint_dir"
+                )
         elif resume:
             raise ValueError("resume=True needs checkpoint_dir=")
         if schedule.finished(self.step, self.epoch):
