@@ -358,7 +358,7 @@ MUTATIONS = [
     ),
     Mutation(
         "cache-key-ignores-source-changes",
-        "src/jaxfeed/io/cache.py",
+        "src/jaxfeed/io/files.py",
         'return {"path": os.path.abspath(path), "size": st.st_size, "version": version}',
         'return {"path": os.path.abspath(path)}',
         ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
