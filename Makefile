@@ -29,10 +29,17 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/jaxfeed train
 
+# Tests run in a random order (pytest-randomly), a new one each run: they must pass in any order.
+# The order's seed is printed; `make test SEED=1234` runs that order again.
+ifndef SEED
+SEED := $(shell date +%s)
+endif
+
 test: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
-	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20
+	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20 -p randomly --randomly-seed=$(SEED)
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py

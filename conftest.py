@@ -1,9 +1,15 @@
-"""Test set-up: 8 fake CPU devices, configured once before JAX initialises its backend."""
+"""Test set-up: 8 fake CPU devices, configured once before JAX initialises its backend; Ctrl-C as in
+a terminal; subprocesses whose whole process group ends with the test."""
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cache/jaxfeed
@@ -11,9 +17,72 @@ if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cach
     os.environ["JAXFEED_CACHE"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# One persistent XLA compilation cache for the session, shared by the xdist workers and by every
+# process the tests start (they inherit the environment): the same train steps, models and
+# exports compile in many tests and subprocesses, and each compiles once per run. A fresh folder
+# per session (removed at exit), so a run never reads entries another version wrote; entries are
+# keyed by the program, its options, devices and the jax/jaxlib versions anyway. A maximum size
+# turns on JAX's file lock around reads and writes (processes never read a half-written entry).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _xla_cache = tempfile.mkdtemp(prefix="jaxfeed-test-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
+    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+
+# Tests of Ctrl-C rely on SIGINT raising KeyboardInterrupt, here and in the processes they start.
+# A suite started in the background (`nohup make test &`, CI runners) inherits SIGINT *ignored*:
+# Python then installs no handler, and exec'd children inherit the ignored disposition too (a
+# handler resets to the default across exec, SIG_IGN does not). Install Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
 # The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.
 collect_ignore = ["src/jaxfeed/bench/torch_cnn.py"]
+
+
+class ProcessGroups:
+    """Subprocesses each in a new process group (a terminal's Ctrl-C goes to the group:
+    ``os.killpg(proc.pid, SIGINT)``); every process left in those groups (workers of workers, a
+    launcher's processes) is killed by :meth:`kill_all`."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def __call__(self, cmd, **kwargs) -> subprocess.Popen:
+        """``subprocess.Popen(cmd, **kwargs)`` in a new process group."""
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def run(self, cmd, *, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+        """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``; on a timeout
+        the whole group is killed (``subprocess.run`` kills only the process it started)."""
+        proc = self(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def process_group():
+    """A :class:`ProcessGroups`: start subprocesses in their own process groups; whatever the
+    test's outcome, every process left in those groups is killed when it ends."""
+    groups = ProcessGroups()
+    yield groups
+    groups.kill_all()

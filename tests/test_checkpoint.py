@@ -158,8 +158,8 @@ KILL_SCRIPT = textwrap.dedent(
 )
 
 
-def test_killed_mid_save_keeps_previous_and_cleans_up(tmp_path):
-    proc = subprocess.Popen(
+def test_killed_mid_save_keeps_previous_and_cleans_up(process_group, tmp_path):
+    proc = process_group(
         [sys.executable, "-c", KILL_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True
     )
     line = proc.stdout.readline()

@@ -241,9 +241,9 @@ def test_help_imports_no_jax_and_takes_under_half_of_import_jax():
 
 
 @pytest.mark.slow
-def test_ctrl_c_before_the_first_epoch_stops_the_run(tmp_path):
+def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
+    proc = process_group(
         [sys.executable, "-m", "jaxfeed.cli", "train", "--epochs", "50", "--out", str(tmp_path / "r")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip

@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import jaxfeed.launch as launch_module
+
 CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
@@ -20,10 +22,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_sigterm_reaches_every_process_and_sets_the_exit_status(tmp_path):
+def test_sigterm_reaches_every_process_and_sets_the_exit_status(process_group, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    launcher = subprocess.Popen(
+    launcher = process_group(
         [sys.executable, "-m", "jaxfeed.cli", "launch", "--num-processes", "2", "--",
          sys.executable, str(script), str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -39,3 +41,25 @@ def test_sigterm_reaches_every_process_and_sets_the_exit_status(tmp_path):
     assert launcher.returncode == 143, "".join(lines) + out
     assert sorted(p.name for p in tmp_path.iterdir() if p.name in ("0", "1")) == ["0", "1"]
     assert "exited with status" not in out  # a preempted process is not a failure
+
+
+STUCK = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    ready = os.path.join(sys.argv[1], "ready")
+    if os.environ["JAXFEED_PROCESS_ID"] == "1":  # waits for a dead peer and ignores SIGTERM
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(ready, "w").close()
+        time.sleep(120)
+    while not os.path.exists(ready):
+        time.sleep(0.05)
+    sys.exit(1)
+    """
+)
+
+
+def test_a_failed_process_stops_the_others_even_one_ignoring_sigterm(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch_module, "STOP_GRACE_S", 1.0)
+    start = time.monotonic()
+    code = launch_module.launch([sys.executable, "-c", STUCK, str(tmp_path)], 2)
+    assert code == 1 and time.monotonic() - start < 60

@@ -3,7 +3,6 @@
 import json
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 
@@ -44,7 +43,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_stream_disjoint_row_groups_that_cover_the_data(tmp_path):
+def test_two_processes_stream_disjoint_row_groups_that_cover_the_data(process_group, tmp_path):
     for i in range(4):
         ids = np.arange(i * 32, (i + 1) * 32)
         pq.write_table(pa.table({"id": ids}), tmp_path / f"train-{i}.parquet", row_group_size=16)
@@ -54,7 +53,7 @@ def test_two_processes_stream_disjoint_row_groups_that_cover_the_data(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     pattern = str(tmp_path / "train-*.parquet")
     procs = [
-        subprocess.Popen(
+        process_group(
             [sys.executable, str(script), str(i), port, str(tmp_path / f"out{i}.json"), pattern],
             env=env,
         )

@@ -3,7 +3,6 @@
 import json
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 
@@ -44,13 +43,13 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_assemble_the_single_process_batches(tmp_path):
+def test_two_processes_assemble_the_single_process_batches(process_group, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = str(free_port())
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     procs = [
-        subprocess.Popen(
+        process_group(
             [sys.executable, str(script), str(i), port, str(tmp_path / f"out{i}.json")], env=env
         )
         for i in range(2)

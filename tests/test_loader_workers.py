@@ -255,21 +255,18 @@ SCRIPT = textwrap.dedent(
             time.sleep(3600)
         return {"x": row["x"] * 2, "pid": os.getpid()}
 
-    MODE = sys.argv[1] if len(sys.argv) > 1 else "guardless"
+    MODE = sys.argv[1]
     loader = DataLoader(Dataset.from_dict({"x": np.arange(8)}), batch_size=2, num_workers=2,
                         row_transform=stuck, prefetch=1)
-    if MODE == "guardless":
-        print(sum(int(b["x"].sum()) for b in loader))
-    else:
-        it = iter(loader)
-        batch = next(it)
-        print(" ".join(map(str, sorted(set(np.asarray(batch["pid"]).tolist())))), flush=True)
-        if MODE == "exit":
-            os._exit(3)
-        if MODE == "hang":
-            print("waiting", flush=True)
-            next(it)
-        time.sleep(3600)
+    it = iter(loader)
+    batch = next(it)
+    print(" ".join(map(str, sorted(set(np.asarray(batch["pid"]).tolist())))), flush=True)
+    if MODE == "exit":
+        os._exit(3)
+    if MODE == "hang":
+        print("waiting", flush=True)
+        next(it)
+    time.sleep(3600)
     """
 )
 
@@ -290,27 +287,17 @@ def wait_gone(pids, seconds=15):
     return [p for p in pids if alive(p)]
 
 
-def test_script_without_main_guard_gets_one_clear_message(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert out.returncode != 0
-    assert out.stderr.count('if __name__ == "__main__":') == 1, out.stderr
-    assert "MainGuardError" in out.stderr and "train.py" in out.stderr
-    assert "bootstrapping" not in out.stderr and out.stderr.count("Traceback") == 1
-
-
-def start_script(tmp_path, mode):
-    """The script read from stdin (no file: like a notebook, functions must travel by value)."""
-    proc = subprocess.Popen(
+def start_script(start, mode):
+    """The script read from stdin (no file: like a notebook, functions must travel by value), in
+    its own process group (``start`` is the ``process_group`` fixture)."""
+    proc = start(
         [sys.executable, "-", mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
-    proc.stdin.write(SCRIPT.replace('if MODE == "guardless"', 'if MODE == "never"'))
+    proc.stdin.write(SCRIPT)
     proc.stdin.close()
     line = proc.stdout.readline()
     assert line.strip(), proc.stderr.read()
@@ -323,8 +310,8 @@ def segments_of(pid):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
-def test_workers_exit_when_the_main_process_dies(tmp_path, how):
-    proc, workers = start_script(tmp_path, "exit" if how == "exit" else "sleep")
+def test_workers_exit_when_the_main_process_dies(process_group, how):
+    proc, workers = start_script(process_group, "exit" if how == "exit" else "sleep")
     assert len(workers) >= 1 and all(alive(p) for p in workers)
     tracker = [
         int(p) for p in os.listdir("/proc") if p.isdigit() and _is_tracker_of(int(p), proc.pid)
@@ -348,8 +335,8 @@ def _is_tracker_of(pid, parent):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_hung_worker(tmp_path):
-    proc, workers = start_script(tmp_path, "hang")
+def test_ctrl_c_stops_a_hung_worker(process_group):
+    proc, workers = start_script(process_group, "hang")
     assert proc.stdout.readline().strip() == "waiting"
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole process group

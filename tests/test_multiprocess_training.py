@@ -22,16 +22,16 @@ def cli(*args, env=None, **kwargs):
 
 
 @pytest.mark.slow
-def test_two_processes_train_like_one_process_with_8_devices(tmp_path):
+def test_two_processes_train_like_one_process_with_8_devices(process_group, tmp_path):
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
                     "jaxfeed", "train", "--epochs", "1", "--out", str(tmp_path / "two"))  # fmt: skip
-    two = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    two = process_group.run(argv, env=env, timeout=600)
     assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
     assert "on 8 devices in 2 processes" in two.stdout
     assert "[1] epoch" not in two.stdout  # only process 0 reports
     argv, env = cli("train", "--epochs", "1", "--out", str(tmp_path / "one"),
                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
-    one = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    one = process_group.run(argv, env=env, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     assert "on 8 devices in 1 processes" in one.stdout
     a = load_file(str(tmp_path / "two" / "model" / "model.safetensors"))
@@ -42,13 +42,11 @@ def test_two_processes_train_like_one_process_with_8_devices(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(tmp_path):
+def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(process_group, tmp_path):
     out = tmp_path / "run"
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
                     "jaxfeed", "train", "--epochs", "50", "--out", str(out))  # fmt: skip
-    proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = process_group(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = None
     for line in proc.stdout:
         if pids is None and line.startswith("launched"):
@@ -76,7 +74,7 @@ def test_a_lost_process_stops_the_job_and_the_checkpoint_restores(tmp_path):
         )
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
                     "jaxfeed", "train", "--epochs", str(done + 1), "--out", str(out), "--resume")  # fmt: skip
-    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    resumed = process_group.run(argv, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert (
         f"[0] epoch {done + 1}/{done + 1}" in resumed.stdout

@@ -1,9 +1,5 @@
 """map/filter with num_proc: spawned processes, results identical to num_proc=1."""
 
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -48,41 +44,3 @@ def test_num_proc_gives_the_single_process_result(tmp_path):
     )
     with pytest.raises(ValueError, match="num_proc must be a positive int"):
         ds.map(batch_stats, num_proc=0)
-
-
-SCRIPT = textwrap.dedent(
-    """
-    from jaxfeed import Dataset
-
-    def double(batch):  # defined in __main__: sent to the workers by value
-        return {"y": [2 * v for v in batch["x"]]}
-
-    GUARD
-        ds = Dataset.from_dict({"x": list(range(10))})
-        print(list(ds.map(double, batched=True, batch_size=3, num_proc=2)["y"]))
-        try:  # a worker's exception is raised here with its own type
-            ds.map(lambda b: {"y": [1 // (v - 7) for v in b["x"]]}, batched=True, batch_size=5, num_proc=2)
-        except ZeroDivisionError:
-            print("ZeroDivisionError")
-    """
-)
-
-
-@pytest.mark.slow
-def test_functions_of_the_main_script_work_and_a_missing_guard_is_explained(tmp_path):
-    guarded = tmp_path / "guarded.py"
-    guarded.write_text(SCRIPT.replace("GUARD", 'if __name__ == "__main__":'))
-    out = subprocess.run(
-        [sys.executable, str(guarded)], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert lines == [str([2 * i for i in range(10)]), "ZeroDivisionError"]
-    unguarded = tmp_path / "unguarded.py"
-    unguarded.write_text(SCRIPT.replace("GUARD", "if True:"))
-    out = subprocess.run(
-        [sys.executable, str(unguarded)], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode != 0
-    assert 'if __name__ == "__main__":' in out.stderr and "unguarded.py" in out.stderr
-    assert out.stderr.count("Traceback") == 1

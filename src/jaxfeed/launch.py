@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 
@@ -107,15 +108,24 @@ def launch(
 _STOPPED = (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
+STOP_GRACE_S = 30.0  # after one process failed, the others' time to exit on SIGTERM (then SIGKILL)
+
+
 def _follow(procs: list[subprocess.Popen]) -> bool:
     """Print the processes' output prefixed with their index until they all end; stop the others
-    when one fails. Returns whether one failed (other than by a preemption exit)."""
+    when one fails (SIGTERM, then SIGKILL after ``STOP_GRACE_S``: one left waiting for a dead peer
+    never ends by itself). Returns whether one failed (other than by a preemption exit)."""
     selector = selectors.DefaultSelector()
     for i, proc in enumerate(procs):
         selector.register(proc.stdout, selectors.EVENT_READ, i)
     failed = False
+    stopping_since: float | None = None
     streams = len(procs)
     while streams:
+        if stopping_since is not None and time.monotonic() - stopping_since > STOP_GRACE_S:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
         for key, _ in selector.select(timeout=0.5):
             line = key.fileobj.readline()
             if not line:
@@ -132,10 +142,13 @@ def _follow(procs: list[subprocess.Popen]) -> bool:
                 for other in procs:
                     if other.poll() is None:
                         other.terminate()
+                stopping_since = time.monotonic()
+    selector.close()
     for proc in procs:
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
     return failed

@@ -16,8 +16,7 @@ shard (as ``num_proc=1`` decides them on the first batch); other shards are cast
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+import signal
 import traceback
 import uuid
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import pyarrow as pa
 
 from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
-from jaxfeed.workers import NO_MAIN_GUARD_EXIT, MainGuardError, in_spawn_bootstrap
+from jaxfeed.workers import Spawned
 
 PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
 
@@ -135,6 +134,7 @@ def _work(payload: bytes) -> tuple:
 
 
 def _worker_main(conn: Any, payload: bytes) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
     try:
         result = _work(payload)
     except BaseException as err:  # sent back to the parent, which raises it
@@ -152,38 +152,33 @@ def _worker_main(conn: Any, payload: bytes) -> None:
 
 # ---------------------------------------------------------------------------------- the parent
 def _run_shards(payloads: list[bytes], what: str) -> list[Any]:
-    if in_spawn_bootstrap():
-        # A spawned process re-running an unguarded main script: leave quietly, the parent
-        # reports it once.
-        os._exit(NO_MAIN_GUARD_EXIT)
-    context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
-    started = []
+    # Always spawned, even before anything initialised a JAX backend (where `datasets`'s fork
+    # would be safe from JAX's threads): the parent already runs Arrow's and other libraries'
+    # threads, which fork does not copy (Python 3.12 warns about forking such a process, 3.14 no
+    # longer forks by default); whether a script then needed its main guard would depend on
+    # whether some earlier line touched a device; and telling needs JAX's private state. A script
+    # without the guard gets a MainGuardError within seconds instead (Spawned, tested).
+    started: list[Spawned] = []
     try:
         for i, payload in enumerate(payloads):
-            parent, child = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_worker_main, args=(child, payload), name=f"jaxfeed-{what}-{i}", daemon=True
-            )
-            process.start()
-            child.close()
-            started.append((process, parent))
+            started.append(Spawned(_worker_main, (), f"jaxfeed-{what}-{i}", payload))
         results = []
-        for i, (process, conn) in enumerate(started):
+        for i, worker in enumerate(started):
             try:
-                data = conn.recv_bytes()
+                data = worker.conn.recv_bytes()
             except (EOFError, OSError):
                 data = None
             if data is None:  # raised outside the except: one traceback, not two
-                process.join(10)
-                _raise_dead(process, i, what)
-            process.join()
+                worker.process.join(10)
+                raise worker.failure(
+                    f"{what} worker {i}", "before sending its result", ParallelWorkerError,
+                    f"Dataset.{what}(num_proc=...)", "num_proc=None",
+                )  # fmt: skip
+            worker.process.join()
             results.append(cloudpickle.loads(data))
     finally:
-        for process, conn in started:
-            conn.close()
-            if process.is_alive():
-                process.kill()
-                process.join(5)
+        for worker in started:
+            worker.stop()
     for i, result in enumerate(results):
         if result[0] == "error":
             _, pickled, text = result
@@ -197,21 +192,6 @@ def _run_shards(payloads: list[bytes], what: str) -> list[Any]:
                     raise err from cause
             raise cause
     return [r[1] for r in results]
-
-
-def _raise_dead(process: Any, i: int, what: str) -> None:
-    code = process.exitcode
-    if code == NO_MAIN_GUARD_EXIT:
-        main = __import__("sys").modules.get("__main__")
-        script = os.path.basename(getattr(main, "__file__", "") or "your script")
-        raise MainGuardError(
-            f"{what}(num_proc=...) starts worker processes with 'spawn', which runs {script} "
-            f"again in each of them; {script} calls {what} with num_proc at import time. Put the "
-            'code that runs it under\n\n    if __name__ == "__main__":\n\nat the bottom of '
-            f"{script} (or use num_proc=None)."
-        )
-    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
-    raise ParallelWorkerError(f"{what} worker {i} (pid {process.pid}) {how}")
 
 
 def _payloads(

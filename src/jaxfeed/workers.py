@@ -455,14 +455,20 @@ class MainGuardError(RuntimeError):
     """The main script started worker processes while being re-imported by a spawned worker."""
 
 
-def main_guard_message() -> str:
+def main_guard_message(starter: str, fallback: str) -> str:
+    """What to do when a spawned process re-running the main script reached ``starter`` again.
+
+    >>> print(main_guard_message("Dataset.map(num_proc=...)", "num_proc=None").splitlines()[0])
+    ... # doctest: +ELLIPSIS
+    Dataset.map(num_proc=...) starts worker processes with 'spawn', which runs ... again in each ...
+    """
     main = sys.modules.get("__main__")
     script = os.path.basename(getattr(main, "__file__", "") or "your script")
     return (
-        f"DataLoader worker processes are started with 'spawn', which runs {script} again in each "
-        f"worker; {script} starts a DataLoader with num_workers > 0 at import time. Put the code "
-        'that runs it under\n\n    if __name__ == "__main__":\n\nat the bottom of '
-        f"{script} (or use num_workers=0)."
+        f"{starter} starts worker processes with 'spawn', which runs {script} again in each of "
+        f"them; {script} reached {starter} at import time. Put the code that runs it under\n\n"
+        '    if __name__ == "__main__":\n\n'
+        f"at the bottom of {script} (or use {fallback})."
     )
 
 
@@ -490,6 +496,90 @@ def _main_without_file() -> Any:
 def in_spawn_bootstrap() -> bool:
     """True while a spawned process is still importing its parent's main module."""
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _spawned_main(target: Callable, conn: Any, *args: Any) -> None:
+    """A spawned process: read the payload from the pipe, then run ``target(conn, payload, ...)``."""
+    try:
+        payload = conn.recv_bytes()
+    except (EOFError, OSError):  # the parent went away before sending it
+        return
+    target(conn, payload, *args)
+
+
+class Spawned:
+    """One worker process started with ``spawn`` (never ``fork``: the parent may run JAX), with a
+    duplex pipe ``conn`` to it.
+
+    Its ``payload`` (the user's functions, a shard of rows: any size) goes through that pipe once
+    the process runs, written by a thread. It never travels with the process's start-up data:
+    ``multiprocessing`` writes those to the child while holding the pipe's other end open itself,
+    so a child that dies before reading them (a script without a main guard, an import error, a
+    kill) leaves that write blocked forever once they pass the pipe's 64 KiB. Here a dead child
+    closes the only reading end: the write fails at once and the parent reads end-of-file or the
+    exit status, which :meth:`failure` turns into a clear error.
+
+    Called while this process is itself a spawned child re-running an unguarded main script, it
+    leaves quietly with :data:`NO_MAIN_GUARD_EXIT` (the parent reports it once, with
+    :class:`MainGuardError`, instead of one bootstrapping traceback per child).
+    """
+
+    def __init__(self, target: Callable, args: tuple, name: str, payload: bytes) -> None:
+        if in_spawn_bootstrap():
+            os._exit(NO_MAIN_GUARD_EXIT)
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
+        self.conn, child = context.Pipe(duplex=True)
+        self.process = context.Process(
+            target=_spawned_main, args=(target, child, *args), name=name, daemon=True
+        )
+        try:
+            with _main_without_file():
+                self.process.start()
+        except BaseException:
+            self.conn.close()
+            raise
+        finally:
+            child.close()  # the child's end lives in the child only: its death is end-of-file
+        self._sender = threading.Thread(
+            target=self._send, args=(payload,), name=f"{name}-payload", daemon=True
+        )
+        self._sender.start()
+
+    def _send(self, payload: bytes) -> None:
+        with contextlib.suppress(OSError):  # the child died: the parent sees its exit status
+            self.conn.send_bytes(payload)
+
+    def sent(self) -> None:
+        """Wait until the payload is written (before sending anything else on ``conn``)."""
+        self._sender.join()
+
+    def failure(
+        self, who: str, doing: str, error: type[Exception], starter: str, fallback: str
+    ) -> Exception:
+        """The exception for this process having died: :class:`MainGuardError` when it stopped
+        in an unguarded main script, else ``error`` naming ``who``, its pid and exit status."""
+        code = self.process.exitcode
+        if code == NO_MAIN_GUARD_EXIT:
+            return MainGuardError(main_guard_message(starter, fallback))
+        how = (
+            f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
+        )
+        parts = [f"{who} (pid {self.process.pid}) {how}", doing]
+        if code is not None and code > 0:
+            parts.append("(what it printed on stderr says why)")
+        return error(" ".join(p for p in parts if p))
+
+    def stop(self, kill: bool = True, timeout: float = 5) -> None:
+        """End the process (killed when still alive after ``timeout``) and close the pipe."""
+        if kill and self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._sender.join(5)  # its write ends with the process
+        with contextlib.suppress(Exception):
+            self.conn.close()
 
 
 def _attach(name: str, size: int) -> mmap.mmap:
@@ -562,8 +652,9 @@ def leftover_segments(prefix: str) -> list[str]:
 
 
 class _Worker:
-    def __init__(self, process: Any, conn: Any, progress: Any) -> None:
-        self.process, self.conn, self.progress = process, conn, progress
+    def __init__(self, spawned: Spawned, progress: Any) -> None:
+        self.spawned, self.progress = spawned, progress
+        self.process, self.conn = spawned.process, spawned.conn
         self.free = deque([0, 1])  # slot indexes not holding a batch in use
         self.slots = 2  # slots so far (more are made while the consumer holds batches)
         self.outstanding: deque = deque()  # job ids sent, in order
@@ -575,10 +666,6 @@ class ProcessBackend:
     more while the consumer holds on to batches that alias a slot)."""
 
     def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
-        if in_spawn_bootstrap():
-            # this process is a worker re-running an unguarded main script: leave quietly, the
-            # parent reports it once (instead of one bootstrapping traceback per worker)
-            os._exit(NO_MAIN_GUARD_EXIT)
         self.prefix = f"/jf{os.getpid()}_{secrets.token_hex(3)}"
         # Batches are collected in order from workers taken in turn, so a worker that finishes
         # early waits for the next job until the slower one's batch is collected: with 2 jobs
@@ -591,23 +678,18 @@ class ProcessBackend:
         self.owner: dict[int, int] = {}
         self.stale: set[int] = set()
         self.closed = False
-        context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
         payload = cloudpickle.dumps(recipe)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.prefix, True)
         try:
             for w in range(num_workers):
-                parent, child = context.Pipe(duplex=True)
-                progress = context.Value("q", -1, lock=False)
-                process = context.Process(
-                    target=worker_main,
-                    args=(child, payload, f"{self.prefix}_{w}", os.getpid(), progress),
-                    name=f"jaxfeed-worker-{w}",
-                    daemon=True,
+                progress = multiprocessing.get_context("spawn").Value("q", -1, lock=False)
+                spawned = Spawned(
+                    worker_main,
+                    (f"{self.prefix}_{w}", os.getpid(), progress),
+                    f"jaxfeed-worker-{w}",
+                    payload,
                 )
-                with _main_without_file():
-                    process.start()
-                child.close()
-                self.workers.append(_Worker(process, parent, progress))
+                self.workers.append(_Worker(spawned, progress))
             self._await_ready(start_timeout)
         except BaseException:
             self.close(kill=True)
@@ -634,16 +716,13 @@ class ProcessBackend:
                     f"DataLoader worker {w} could not load the loader's functions and features "
                     f"(they are sent to workers with cloudpickle):\n{message[1]}"
                 )
+            worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
 
     def _raise_dead(self, w: int, doing: str) -> None:
-        process = self.workers[w].process
-        code = process.exitcode
-        if code == NO_MAIN_GUARD_EXIT:
-            raise MainGuardError(main_guard_message())
-        how = (
-            f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
-        )
-        raise WorkerError(f"DataLoader worker {w} (pid {process.pid}) {how} {doing}")
+        raise self.workers[w].spawned.failure(
+            f"DataLoader worker {w}", doing, WorkerError, "DataLoader(num_workers=...)",
+            "num_workers=0",
+        )  # fmt: skip
 
     def submit(self, job: Job) -> int:
         job_id = self.next_id
@@ -756,8 +835,7 @@ def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
             worker.process.kill()
             worker.process.join(5)
     for worker in workers:
-        with contextlib.suppress(Exception):
-            worker.conn.close()
+        worker.spawned.stop()  # joins the payload's writer, closes the pipe
         worker.maps.clear()  # mappings go with their last user (device arrays may alias them)
     for name in leftover_segments(prefix):  # what killed workers could not unlink
         _unlink(name)

@@ -74,7 +74,7 @@ def test_not_a_dataset(tmp_path):
         load_from_disk(tmp_path)
 
 
-def test_killed_mid_save_leaves_previous_dataset(tmp_path):
+def test_killed_mid_save_leaves_previous_dataset(process_group, tmp_path):
     make(3).save_to_disk(tmp_path / "ds")
     script = textwrap.dedent(
         f"""
@@ -91,7 +91,7 @@ def test_killed_mid_save_leaves_previous_dataset(tmp_path):
         Dataset.from_dict({{"y": list(range(1000))}}).save_to_disk({str(tmp_path / "ds")!r})
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = process_group([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

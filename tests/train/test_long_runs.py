@@ -225,9 +225,9 @@ SIGTERM_RUN = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sigterm_mid_epoch_in_a_subprocess_then_bitwise_resume(digits, tmp_path):
+def test_sigterm_mid_epoch_in_a_subprocess_then_bitwise_resume(process_group, digits, tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_RUN, ckpt, str(tmp_path / "a.npz")],
+    proc = process_group([sys.executable, "-c", SIGTERM_RUN, ckpt, str(tmp_path / "a.npz")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     for line in proc.stdout:
         if line.strip() == "step 16":  # epoch 2 of 12-step epochs, between two checkpoints
@@ -255,10 +255,10 @@ def test_sigterm_mid_epoch_in_a_subprocess_then_bitwise_resume(digits, tmp_path)
 
 
 @pytest.mark.slow
-def test_jaxfeed_train_stops_on_sigterm_with_a_resume_line(tmp_path):
+def test_jaxfeed_train_stops_on_sigterm_with_a_resume_line(process_group, tmp_path):
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "jaxfeed.cli", "train", "--epochs", "50", "--out", str(out)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = process_group(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("epoch 1/50"):
             proc.send_signal(signal.SIGTERM)

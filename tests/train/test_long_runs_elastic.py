@@ -6,7 +6,6 @@ where an uninterrupted run ends, up to floating-point reduction order.
 """
 
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -62,10 +61,10 @@ RUN = textwrap.dedent(
 )
 
 
-def launch(*args):
+def launch(groups, *args):
     argv = [sys.executable, "-m", "jaxfeed.cli", "launch", "--num-processes", "2",
             "--devices-per-process", "4", "--", sys.executable, "-c", RUN, *map(str, args)]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    return groups.run(argv, timeout=600, env=dict(os.environ))
 
 
 def fit_here(max_steps, ckpt=None):
@@ -89,9 +88,11 @@ def assert_close(a, b):
 
 
 @pytest.mark.slow
-def test_two_processes_agree_on_the_stop_step_and_one_process_resumes(tmp_path, straight):
+def test_two_processes_agree_on_the_stop_step_and_one_process_resumes(
+    process_group, tmp_path, straight
+):
     assert jax.device_count() == 8
-    run = launch(tmp_path / "ckpt", FINAL, 5, tmp_path / "unused.npz")
+    run = launch(process_group, tmp_path / "ckpt", FINAL, 5, tmp_path / "unused.npz")
     assert run.returncode != 0, run.stdout[-3000:]
     # process 1 alone got SIGTERM at step 5; both stop at the next exchange (step 8) and save
     assert "[0] preempted at 8" in run.stdout and "[1] preempted at 8" in run.stdout, (
@@ -106,10 +107,10 @@ def test_two_processes_agree_on_the_stop_step_and_one_process_resumes(tmp_path, 
 
 
 @pytest.mark.slow
-def test_one_process_checkpoint_resumes_on_two_processes(tmp_path, straight):
+def test_one_process_checkpoint_resumes_on_two_processes(process_group, tmp_path, straight):
     trainer, _ = fit_here(13, tmp_path / "ckpt")  # stops mid-epoch; checkpoint at step 13
     assert trainer.step == 13
-    run = launch(tmp_path / "ckpt", FINAL, -1, tmp_path / "two.npz")
+    run = launch(process_group, tmp_path / "ckpt", FINAL, -1, tmp_path / "two.npz")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"[0] done {FINAL}" in run.stdout and f"[1] done {FINAL}" in run.stdout
     two = np.load(tmp_path / "two.npz")

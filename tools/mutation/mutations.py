@@ -12,6 +12,7 @@ from dataclasses import dataclass
 DATA = "tests/test_promises_data.py"
 TRAIN = "tests/test_promises_train.py"
 RUN = "tests/test_promises_run.py"
+GUARD = "tests/test_promises_guard.py"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ MUTATIONS = [
     Mutation(
         "cores-metric-values-unmasked",
         "src/jaxfeed/train/cores.py",
-        'sums[f"m_{name}"] + jnp.sum(jnp.where(weight[:, None], values, 0.0))',
+        'sums[f"m_{name}"] + jnp.sum(jnp.where(weight, values, 0.0))',
         'sums[f"m_{name}"] + jnp.sum(values)',
         [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
         "padding rows counted in the metrics (accuracy)",
@@ -187,7 +188,7 @@ MUTATIONS = [
     # ------------------------------------------------------------------ issue 18: "Also"
     Mutation(
         "cli-failure-exit-0",
-        "src/jaxfeed/cli.py",
+        "src/jaxfeed/cli/__init__.py",
         '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 1',
         '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 0',
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
@@ -195,7 +196,7 @@ MUTATIONS = [
     ),
     Mutation(
         "cli-debug-ignored",
-        "src/jaxfeed/cli.py",
+        "src/jaxfeed/cli/__init__.py",
         "    except Exception as err:\n        if args.debug:\n            raise",
         "    except Exception as err:\n        if False:\n            raise",
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
@@ -203,9 +204,9 @@ MUTATIONS = [
     ),
     Mutation(
         "cli-ctrl-c-no-resume-hint",
-        "src/jaxfeed/cli.py",
-        'f"resume with: jaxfeed train --out {out} --resume',
-        'f"resume with --resume',
+        "src/jaxfeed/recipes/train.py",
+        '; resume with: jaxfeed train --out {out} --resume",',
+        '; resume with --resume",',
         [f"{RUN}::test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint"],
         "Ctrl-C does not say how to resume",
     ),
@@ -260,16 +261,16 @@ MUTATIONS = [
     Mutation(
         "loader-workers-forked",
         "src/jaxfeed/workers.py",
-        'multiprocessing.get_context("spawn")',
-        'multiprocessing.get_context("fork")',
+        'context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX',
+        'context = multiprocessing.get_context("fork")',
         [f"{DATA}::test_promise_process_workers_are_spawned_not_forked"],
         "decode workers forked from the process running JAX",
     ),
     Mutation(
         "disk-first-shard-only",
         "src/jaxfeed/io/disk.py",
-        'files = [path / f["filename"] for f in state["_data_files"]]',
-        'files = [path / f["filename"] for f in state["_data_files"]][:1]',
+        '    for entry in entries:\n        if not isinstance(entry, dict) or "filename" not in entry:',
+        '    for entry in entries[:1]:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         [f"{DATA}::test_promise_reads_folders_written_by_datasets"],
         "only the first shard of a folder written by datasets is read",
     ),
@@ -352,16 +353,99 @@ MUTATIONS = [
         "src/jaxfeed/train/trainer.py",
         "if manager.latest_step != self.step:\n                self.save_checkpoint(manager, loader)",
         "if False:\n                self.save_checkpoint(manager, loader)",
-        ["tests/train/test_long_runs.py::test_signal_saves_and_resume_is_bitwise_identical"],
+        ["tests/train/test_long_runs.py::test_sigterm_saves_and_resume_is_bitwise_identical"],
         "issue 12: a SIGTERM/SIGINT mid-epoch stops without saving a checkpoint",
     ),
     Mutation(
         "cache-key-ignores-source-changes",
-        "src/jaxfeed/io/cache.py",
+        "src/jaxfeed/io/files.py",
         'return {"path": os.path.abspath(path), "size": st.st_size, "version": version}',
         'return {"path": os.path.abspath(path)}',
         ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
         "issue 14: the Arrow cache is reused after its source file changed (stale data)",
+    ),
+    # ------------------------------------------------------------------ issue 26: bugs an audit found missed
+    Mutation(
+        "stream-prefetch-rng-step",
+        "src/jaxfeed/stream_loader.py",
+        "step = self.step + len(self.ready)",
+        "step = self.step",
+        [f"{GUARD}::test_stream_transform_draws_do_not_depend_on_prefetch"],
+        "issue 26: batches prefetched on a stream get the step of the one handed out (same draws)",
+    ),
+    Mutation(
+        "stream-resume-offset-last-table",
+        "src/jaxfeed/iterable.py",
+        "self.offset += table.num_rows",
+        "self.offset = table.num_rows",
+        [f"{GUARD}::test_resume_inside_the_second_unit_read_in_several_tables"],
+        "issue 26: a stream's position in a unit counts only its last table (resume repeats rows)",
+    ),
+    Mutation(
+        "stream-split-stride-phase",
+        "src/jaxfeed/iterable.py",
+        "first = (rank - start) % world",
+        "first = rank",
+        [f"{GUARD}::test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete"],
+        "issue 26: split_dataset_by_node's row stride restarts at every table (rows go to other ranks)",
+    ),
+    Mutation(
+        "loader-slot-released-while-aliased",
+        "src/jaxfeed/loader.py",
+        "_release_when_gone(keep, release)",
+        "_release_when_gone([], release)",
+        [f"{GUARD}::test_batches_kept_from_a_process_worker_stay_intact"],
+        "issue 26: a worker's slot is reused while a CPU jax.Array still aliases it",
+    ),
+    Mutation(
+        "parallel-shards-ignore-indices",
+        "src/jaxfeed/parallel.py",
+        "table = ds._internal.arrow(slice(start, stop))",
+        "table = ds.data.slice(start, stop - start)",
+        [f"{GUARD}::test_num_proc_after_shuffle_select_and_filter_equals_one_process"],
+        "issue 26: num_proc shards read the table, not the rows after shuffle/select/filter",
+    ),
+    Mutation(
+        "export-digest-first-kib",
+        "src/jaxfeed/export.py",
+        "hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()",
+        "hashlib.sha256(np.ascontiguousarray(array).tobytes()[:1024]).hexdigest()",
+        [f"{GUARD}::test_a_byte_flipped_inside_a_large_tensor_is_refused"],
+        "issue 26: an export's weight checksums cover each tensor's first KiB only",
+    ),
+    Mutation(
+        "files-sibling-prefix-inside",
+        "src/jaxfeed/files.py",
+        "return path == root or path.startswith(root.rstrip(os.sep) + os.sep)",
+        "return path.startswith(root.rstrip(os.sep))",
+        [f"{GUARD}::test_a_sibling_folder_sharing_the_prefix_is_outside"],
+        "issue 26: /d/ds-evil counts as inside /d/ds (state.json, metadata, symlinks)",
+    ),
+    Mutation(
+        "validate-class-id-equal-num-classes",
+        "src/jaxfeed/io/validate.py",
+        "if low.as_py() >= -1 and high.as_py() < n:",
+        "if low.as_py() >= -1 and high.as_py() <= n:",
+        [f"{GUARD}::test_a_stored_class_id_equal_to_num_classes_is_refused"],
+        "issue 26: a stored class id equal to num_classes is accepted",
+    ),
+    Mutation(
+        "recipe-metadata-csv-is-data",
+        "src/jaxfeed/recipes/data.py",
+        'elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):',
+        "elif file_format(p):",
+        [f"{GUARD}::test_the_command_trains_on_an_image_folder_with_metadata_csv"],
+        "issue 26: an image folder with metadata.csv is taken for a folder of data files",
+    ),
+    Mutation(
+        "launch-no-kill-after-grace",
+        "src/jaxfeed/launch.py",
+        "                if proc.poll() is None:\n                    proc.kill()\n        for key",
+        "                if False:\n                    proc.kill()\n        for key",
+        [
+            "tests/test_cli_launch_signals.py::test_a_failed_process_stops_the_others_even_one_ignoring_sigterm"
+        ],
+        "issue 26: jaxfeed launch waits forever for a process that ignores SIGTERM after another failed",
     ),
     # ------------------------------------------------------------------ issue 23: variable-length data
     Mutation(
