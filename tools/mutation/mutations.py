@@ -220,9 +220,9 @@ MUTATIONS = [
     ),
     Mutation(
         "early-stopping-auto-mode-min",
-        "src/jaxfeed/train/callbacks.py",
-        '("min" if "loss" in monitor else "max")',
-        '"min"',
+        "src/jaxfeed/monitor.py",
+        'return "min" if "loss" in name or name.endswith(_MINIMISED_SUFFIXES) else "max"',
+        'return "min"',
         [f"{TRAIN}::test_promise_early_stopping_mode_and_min_delta"],
         'EarlyStopping mode="auto" minimises accuracies too',
     ),
