@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -137,8 +138,10 @@ def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, t
     assert served.predict(raw)[0] == [p["label"] for p in predictions]
 
 
-def test_resume_with_only_out_and_epochs(image_run, capsys):
-    out, _, _ = image_run
+def test_resume_with_only_out_and_epochs(image_run, capsys, tmp_path):
+    # a copy: the module's run is shared by tests that read its epochs, in any order
+    out = tmp_path / "run"
+    shutil.copytree(image_run[0], out)
     before = (out / "config.json").read_text()
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--model", "mlp")
     assert status == 2 and "--model 'mlp' contradicts the run's saved model 'cnn'" in err
