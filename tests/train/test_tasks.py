@@ -108,7 +108,7 @@ def test_classification_metrics_topk_and_binary():
     assert history[-1]["eval_accuracy"] == pytest.approx(
         np.mean((out > 0) == (x[:, 0] > 0)), abs=1e-6
     )
-    with pytest.raises(ValueError, match="unknown metric 'bleu'.*'f1'"):
+    with pytest.raises(ValueError, match=r"unknown metric 'bleu'.*'f1'"):
         Trainer(Linear(6, 1, rngs=nnx.Rngs(0)), optax.adam(0.1), metrics=["bleu"])
 
 
