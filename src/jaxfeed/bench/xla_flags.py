@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -106,12 +105,7 @@ def _probe(model_name: str, steps: int, out: str) -> None:
         if np.issubdtype(np.asarray(leaf).dtype, np.floating)
     }
     np.savez(out, **flat)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        run(steps)
-        times.append((time.perf_counter() - start) / steps * 1e3)
-    print(json.dumps({"ms": statistics.median(times)}))
+    print(json.dumps({"ms": T.ms_per_step({"step": run}, steps, repeats=3)["step"]}))
 
 
 def _torch_probe(steps: int) -> None:
@@ -123,13 +117,7 @@ def _torch_probe(steps: int) -> None:
     x_np = rng.random((T.BATCH, *T.SHAPE), dtype=np.float32)
     y_np = rng.integers(0, 10, T.BATCH).astype(np.int32)
     run = T.torch_cases(x_np, y_np)[f"PyTorch {torch.__version__.split('+')[0]} eager"]
-    run(2)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        run(steps)
-        times.append((time.perf_counter() - start) / steps * 1e3)
-    print(json.dumps({"ms": statistics.median(times)}))
+    print(json.dumps({"ms": T.ms_per_step({"step": run}, steps, repeats=3)["step"]}))
 
 
 def _run(args: list[str], flags: str, cache: str) -> dict:
