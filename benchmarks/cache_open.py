@@ -11,25 +11,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jaxfeed.bench._common import median_seconds
 from jaxfeed.io import cache
-
-
-def _median(fn, repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -67,9 +57,9 @@ def _run(folder: Path, mb: int) -> None:
     def bare() -> None:
         pa.ipc.open_file(pa.memory_map(str(data))).read_all()
 
-    results = [("untouched entry (digest, size, footer)", _median(untouched))]
-    results.append(("changed entry (CRC-32 + Arrow + features checks)", _median(changed)))
-    results.append(("bare memory map, no check", _median(bare)))
+    results = [("untouched entry (digest, size, footer)", median_seconds(untouched))]
+    results.append(("changed entry (CRC-32 + Arrow + features checks)", median_seconds(changed)))
+    results.append(("bare memory map, no check", median_seconds(bare)))
     base = results[-1][1]
     print(f"cache entry of {size:.0f} MiB ({rows:,} rows: int64, float64, string)")
     print(f"{'open':52s} {'ms':>9s} {'x bare':>8s}")

@@ -36,6 +36,16 @@ def rows_per_second(fn: Callable[[], int], repeats: int = 5, warmup: int = 1) ->
     return statistics.median(rates)
 
 
+def median_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 

@@ -24,7 +24,6 @@ Writes ``benchmarks/results/text.json``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable, Iterable
 
@@ -32,7 +31,7 @@ import jax
 import numpy as np
 
 from jaxfeed import DataLoader, Dataset, Packing, Padding
-from jaxfeed.bench._common import machine, save_json
+from jaxfeed.bench._common import machine, median_seconds, save_json
 from jaxfeed.padding import choose_lengths
 from jaxfeed.text import tokenize, train_tokenizer
 
@@ -58,15 +57,6 @@ def corpus(rows: int, seed: int = 0) -> list[str]:
         " ".join(map(vocab.__getitem__, words[a:b].tolist()))
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
     ]
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def epoch_stats(batches: Iterable, ids_key: str, real: Callable[[dict], int]) -> dict:
@@ -127,7 +117,7 @@ def main() -> None:
         nonlocal tokenized
         tokenized = tokenize(ds, tok, "text", max_length=MAX_TOKENS, remove_columns=True)
 
-    add_tok("jaxfeed.text.tokenize", median_time(ours, repeats))
+    add_tok("jaxfeed.text.tokenize", median_seconds(ours, repeats))
     lengths = np.array([len(r) for r in tokenized.with_format("arrow")["input_ids"].to_pylist()])
     print(
         f"  token lengths: median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
@@ -155,7 +145,8 @@ def main() -> None:
             )
 
         add_tok(
-            f"HF datasets {datasets.__version__} map + encode_batch", median_time(hf_map, repeats)
+            f"HF datasets {datasets.__version__} map + encode_batch",
+            median_seconds(hf_map, repeats),
         )
         try:
             import transformers
@@ -172,7 +163,7 @@ def main() -> None:
 
             add_tok(
                 f"HF datasets map + transformers {transformers.__version__} fast tokenizer",
-                median_time(hf_fast, repeats),
+                median_seconds(hf_fast, repeats),
             )
         except ImportError:
             print("  transformers not installed: skipped")
