@@ -1,4 +1,4 @@
-"""The ``jaxfeed`` command: train, eval, predict, info, bench, cache, launch.
+"""The ``jaxfeed`` command: train, eval, predict, generate, info, bench, cache, launch.
 
 Each command is thin: parse the flags, build the run configuration, call a recipe
 (:mod:`jaxfeed.recipes`). Parsing and ``--help`` import neither JAX nor pyarrow; the recipes are
@@ -23,6 +23,8 @@ EXAMPLES = {
   jaxfeed train                                    # the built-in digits, to try it
   jaxfeed train --data ./my_images --val-split 0.2 --image-size 64 --epochs 5
   jaxfeed train --data houses.csv --label-column price          # regression, inferred
+  jaxfeed train --data reviews.csv --text-column review --label-column stars   # text
+  jaxfeed train --task lm --data corpus.txt --seq-len 128       # a language model
   jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
   jaxfeed train --model my_model.py:Net --model.init_args.width 64       # constructor arguments
   jaxfeed train --optimizer lion --optimizer.init_args.b1 0.95 --grad-clip 1.0
@@ -39,7 +41,12 @@ EXAMPLES = {
   jaxfeed predict runs/mine photo.jpg other.png
   jaxfeed predict runs/mine ./photos --output preds.csv      # a folder, recursively
   ls *.png | jaxfeed predict runs/mine - --json
-  jaxfeed predict runs/houses new_houses.csv --checkpoint last""",
+  jaxfeed predict runs/houses new_houses.csv --checkpoint last
+  jaxfeed predict runs/reviews "a fine film" reviews.txt      # texts, one a line in .txt""",
+    "generate": """examples:
+  jaxfeed generate runs/corpus "Once upon a time" --max-new-tokens 50
+  jaxfeed generate runs/corpus "abc" "xyz" --temperature 0.8 --top-k 40 --seed 1
+  jaxfeed generate runs/corpus "abc" --temperature 0                   # greedy""",
     "info": """examples:
   jaxfeed info digits
   jaxfeed info ./data --split train
@@ -92,6 +99,26 @@ def _positive(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     return _count(text, 0)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +186,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
+
+    p = command("generate", "continue prompts with a run's language model (--task lm)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
+    p.add_argument(
+        "--max-new-tokens", type=_positive, default=50, help="tokens to add (default: 50)"
+    )
+    p.add_argument(
+        "--temperature",
+        type=_non_negative_float,
+        default=1.0,
+        help="sampling temperature; 0: greedy (default: 1.0)",
+    )
+    p.add_argument("--top-k", type=_positive, help="sample among the K likeliest tokens")
+    p.add_argument(
+        "--top-p", type=_probability, help="sample among the likeliest tokens of mass P"
+    )
+    p.add_argument("--seed", type=_non_negative, default=0, help="sampling seed (default: 0)")
+    p.add_argument(
+        "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    p.set_defaults(run=commands.generate)
 
     p = command("info", "splits, rows, features, size and example rows of a dataset")
     p.add_argument("dataset", metavar="DATASET")

@@ -128,6 +128,23 @@ def _flat(result: dict[str, Any]) -> dict[str, Any]:
     return {"input": result["input"], "label": result["label"], "score": result["score"]}
 
 
+def generate(args: argparse.Namespace) -> int:
+    from jaxfeed.recipes.text_serve import generate as run_generate
+
+    texts = run_generate(
+        args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        checkpoint=args.checkpoint, trust_code=args.trust_code,
+    )  # fmt: skip
+    if args.json:
+        rows = [{"prompt": p, "text": t} for p, t in zip(args.prompts, texts, strict=True)]
+        print(json.dumps(rows, indent=2), flush=True)
+    else:
+        for prompt, continuation in zip(args.prompts, texts, strict=True):
+            print(f"{prompt!r}: {continuation}", flush=True)
+    return 0
+
+
 def info(args: argparse.Namespace) -> int:
     from jaxfeed.recipes.info import describe_dataset
 

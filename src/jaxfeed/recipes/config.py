@@ -38,7 +38,7 @@ import yaml
 
 RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
-TASKS = ("classification", "regression")
+TASKS = ("classification", "regression", "lm")
 COMPONENTS = ("model", "optimizer")  # fields that take {class_path, init_args}
 MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
 MAX_CONFIG_ALIASES = 100
@@ -144,10 +144,39 @@ class RunConfig:
         "train mean; categories: the unknown slot) (default: refuse)",
         group="data",
     )
-    task: Literal["classification", "regression"] | None = option(
+    task: Literal["classification", "regression", "lm"] | None = option(
         None,
         "default: inferred from the label column (strings, class labels or few integers: "
-        "classification; floats: regression)",
+        "classification; floats: regression); lm: a causal language model of a text column or "
+        "a .txt corpus (no label)",
+        group="data",
+    )
+    text_column: str | None = option(
+        None,
+        "the column of free text to learn from (default: a string column of free text, found "
+        "and announced; a .txt corpus: its lines)",
+        metavar="NAME",
+        group="data",
+    )
+    tokenizer: str | None = option(
+        None,
+        "a tokenizer.json (the Hub's tokenizers format) for text (default: a byte-level BPE "
+        "trained on the train split into the run folder)",
+        metavar="FILE",
+        group="data",
+    )
+    vocab_size: int = option(
+        8000,
+        "the trained tokenizer's vocabulary size (at most; default: 8000)",
+        minimum=261,
+        group="data",
+    )
+    seq_len: int | None = option(
+        None,
+        "text: tokens per row; lm: the packed row length (default 128); classification: the "
+        "longest text kept, longer ones truncated (default: the longest train text, at most 512)",
+        minimum=2,
+        metavar="N",
         group="data",
     )
     image_size: str | None = option(
@@ -165,9 +194,10 @@ class RunConfig:
     # model
     model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
-        "{class_path: ..., init_args: {...}} with constructor arguments (also --model.init_args.NAME "
-        "VALUE) (default: cnn for images, mlp for tables)",
+        "cnn, mlp, transformer, FILE.py:ClassName or package.module.ClassName (your own "
+        "flax.nnx.Module), or {class_path: ..., init_args: {...}} with constructor arguments (also "
+        "--model.init_args.NAME VALUE) (default: cnn for images, mlp for tables, transformer for "
+        "text)",
         metavar="NAME|SPEC",
         group="model",
     )
@@ -573,7 +603,7 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
     return dataclasses.replace(config, **changes) if changes else config
 
 
-MODEL_FORMS = "cnn, mlp, FILE.py:ClassName or package.module.ClassName"
+MODEL_FORMS = "cnn, mlp, transformer, FILE.py:ClassName or package.module.ClassName"
 
 
 def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
@@ -592,7 +622,7 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         return {"class_path": path, "init_args": dict(args)} if args else path
     path = str(value).strip()
     if name == "model" and not (
-        path in ("cnn", "mlp")
+        path in ("cnn", "mlp", "transformer")
         or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
         or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
     ):

@@ -30,6 +30,7 @@ from jaxfeed.io.builtin import BUILTIN
 from jaxfeed.io.files import file_format
 from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.io.load import _pick_split  # the split-expression grammar of load_dataset
+from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
 
 EVAL_SPLITS = ("test", "validation")
@@ -105,12 +106,14 @@ def detect(path: str, data_dir: str | None = None) -> Source:
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
         kind, loader = "built-in dataset", path
+    elif local.is_file() and local.suffix.lower() in text.CORPUS_SUFFIXES:
+        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local)}))
     elif local.is_file():
         fmt = file_format(local)
         if fmt is None:
             raise ConfigError(
                 f"--data {path}: not a data file jaxfeed reads (.csv, .tsv, .parquet, .json, .jsonl, "
-                ".arrow); for images give their folder"
+                ".arrow, a .txt corpus); for images give their folder"
             )
         kind, loader = f"{_FORMAT_NAMES[fmt]} file", str(local)
     elif local.is_dir():
@@ -296,14 +299,25 @@ def _scalar(feature: Any) -> bool:
     )
 
 
-def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> Columns:
+def choose_columns(
+    ds: Dataset,
+    inputs: list[str] | None,
+    label: str | None,
+    text_column: str | None = None,
+    task: str | None = None,
+) -> Columns:
     """The input columns and the label column, given or found.
 
-    Without ``inputs``: the first image, audio or array column; else every number, bool or
+    Without ``inputs``: the first image, audio or array column; else a column of free text
+    (``text_column``, or found: :mod:`jaxfeed.recipes.text`); else every number, bool or
     string column of a table but the label (which of them are categories, identifiers or free
-    text the preprocessing plan decides), other columns listed as excluded.
+    text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
+    text column alone, no label.
     """
     features = ds.features
+    if task == "lm":
+        column = text.text_column_of(ds, inputs, label, text_column, task)
+        return Columns([column], "", "lm", text_column is not None)
     for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
         if name is not None and name not in features:
             raise ConfigError(
@@ -317,6 +331,11 @@ def choose_columns(ds: Dataset, inputs: list[str] | None, label: str | None) -> 
                 f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
                 f"{_names(features)}; give --label-column"
             )
+    column = text.text_column_of(ds, inputs, label, text_column, task)
+    if column is not None:
+        others = [c for c in features if c not in (column, label)]
+        excluded = [(c, f"the text column {column!r} is the input") for c in others]
+        return Columns([column], label, "text", text_column is not None, excluded)
     given = inputs is not None
     excluded: list[tuple[str, str]] = []
     if inputs is None:

@@ -24,7 +24,8 @@ from jaxfeed.io.folder import IMAGE_EXTENSIONS
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.preprocess import INPUTS, TARGETS
+from jaxfeed.recipes import text, text_serve
+from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
 from jaxfeed.serving import ServingSpec, SpecError
 
@@ -54,6 +55,9 @@ def serve(
     rebuilt trainer (a user's model file only with ``trust_code``)."""
     labels = list(record.resolved["labels"])
     prep = preprocessing_of(record, str(run / "config.json"))
+    if prep.kind in TEXT_KINDS:  # texts -> token ids -> model/ (recipes/text_serve.py)
+        logits, which = text_serve.serve_text(run, record, checkpoint, trust_code=trust_code)
+        return Served(prep.serving(labels), logits, which)
     folder = run / MODEL_DIR
     if checkpoint == "best" and _servable(folder):
         try:
@@ -139,7 +143,7 @@ def evaluate(
     else:
         source = datamod.detect(data or config.data, data_dir or config.data_dir)
         parts: dict[str, Dataset] = dict(source.data)
-        wanted = [*prep.input_columns, prep.label_column]
+        wanted = [c for c in [*prep.input_columns, prep.label_column] if c]
         for name, part in parts.items():
             absent = [c for c in wanted if c not in part.features]
             if absent:
@@ -163,7 +167,13 @@ def evaluate(
                 f"--data {source.path} has the splits {sorted(parts)}, none of them test or "
                 "validation: give --split"
             )
-    ds = prep.prepare(ds)
+    if task == "lm":
+        return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
+    if prep.kind in TEXT_KINDS:  # raw texts: the served model tokenizes them
+        column = prep.text["column"]
+        ds, _ = text.check_text_column(prep_columns(ds, [column, prep.label_column]), column, split_name)
+    else:
+        ds = prep.prepare(ds)
     served = serve(run, record, checkpoint, trust_code=trust_code)
     size = config.batch_size
     chunks = [served.logits(raw) for raw in _raw_batches(ds, prep.input_columns, prep.kind, size)]
@@ -202,6 +212,17 @@ def evaluate(
     return out
 
 
+def prep_columns(ds: Dataset, columns: list[str]) -> Dataset:
+    """``ds`` with only ``columns`` (a missing one is refused naming the data's columns)."""
+    missing = [c for c in columns if c not in ds.features]
+    if missing:
+        raise ConfigError(
+            f"the data has no column {missing[0]!r} (the run reads {columns}); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    return ds.select_columns(columns)
+
+
 def _raw_batches(ds: Dataset, columns: list[str], kind: str, size: int) -> Iterator[Any]:
     rows = ds.with_format("numpy")
     for start in range(0, ds.num_rows, size):
@@ -219,6 +240,8 @@ def _cross_entropy(logits: np.ndarray, truth: np.ndarray) -> float:
 
 
 def format_evaluation(result: dict[str, Any]) -> str:
+    if result["task"] == "lm":
+        return text_serve.format_lm(result)
     ck = result["checkpoint"]
     epoch = "" if ck.get("epoch") is None else f"epoch {ck['epoch']}, "
     head = (
@@ -271,14 +294,20 @@ def iter_predictions(
     run = Path(run_dir)
     record = read_run(run)
     size = record.options.batch_size
-    for text in inputs:
-        if not Path(text).exists():
-            raise ConfigError(datamod.no_such_path(text))
+    prep = preprocessing_of(record, str(run / "config.json"))
+    for given in inputs if prep.kind not in TEXT_KINDS else ():  # a text run takes texts too
+        if not Path(given).exists():
+            raise ConfigError(datamod.no_such_path(given))
     served = serve(run, record, checkpoint, trust_code=trust_code)
     spec = served.spec
     notes = notes if notes is not None else []
     which = {k: served.checkpoint[k] for k in ("step", "epoch")}
-    for names, raw in _input_batches(inputs, spec, size, notes):
+    batches = (
+        text_serve.text_batches(inputs, prep.text["column"], size)
+        if prep.kind in TEXT_KINDS
+        else _input_batches(inputs, spec, size, notes)
+    )
+    for names, raw in batches:
         outputs = served.outputs(raw)
         if spec.task == "regression":
             for name, value in zip(names, outputs, strict=True):
@@ -338,10 +367,10 @@ def _input_batches(
 def _expand(inputs: list[str], *, tables: bool) -> list[str]:
     """Files as given; folders as their image files (or data files), recursively, sorted."""
     out: list[str] = []
-    for text in inputs:
-        path = Path(text)
+    for given in inputs:
+        path = Path(given)
         if not path.is_dir():
-            out.append(text)
+            out.append(given)
             continue
         found = sorted(
             str(p)
@@ -352,7 +381,7 @@ def _expand(inputs: list[str], *, tables: bool) -> list[str]:
         )
         if not found:
             what = "data files (CSV, Parquet, JSON Lines, Arrow)" if tables else "images"
-            raise ConfigError(f"{text} is a folder with no {what} in it")
+            raise ConfigError(f"{given} is a folder with no {what} in it")
         out += found
     return out
 

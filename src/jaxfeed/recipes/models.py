@@ -28,7 +28,8 @@ import numpy as np
 import optax
 
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
-from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
+from jaxfeed.recipes import text
+from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
@@ -39,7 +40,7 @@ def model_name(config: RunConfig, kind: str) -> str:
     """The ``--model`` of a run: given, else ``cnn`` for images and ``mlp`` for tables."""
     if config.model is not None:
         return config.component("model")[0]
-    return "mlp" if kind == "table" else "cnn"
+    return "mlp" if kind == "table" else "transformer" if kind in TEXT_KINDS else "cnn"
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,12 @@ def build_model(
 
         return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
+    if (name == "transformer") != (prep.kind in TEXT_KINDS) and name in ("cnn", "mlp", "transformer"):
+        what = "token ids of text" if prep.kind in TEXT_KINDS else f"{prep.kind} inputs"
+        raise ConfigError(
+            f"--model {name} does not fit this run's {what}; "
+            + ("use --model transformer (or your own)" if prep.kind in TEXT_KINDS else "transformer reads text")
+        )
     if name == "cnn":
         if prep.kind == "table" or len(shape) not in (2, 3):
             raise ConfigError(
@@ -164,6 +171,8 @@ def build_model(
         from jaxfeed.models import MLP
 
         return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
+    if name == "transformer":
+        return text.build_transformer(prep, outputs, init_args, rngs)
     cls = load_user_class(name, policy)
     params = inspect.signature(
         cls.__init__
@@ -174,6 +183,8 @@ def build_model(
             kwargs[key] = outputs
     if "input_shape" in params:
         kwargs["input_shape"] = shape
+    if "vocab_size" in params and prep.text:
+        kwargs["vocab_size"] = int(prep.text["vocab_size"])
     if "rngs" in params:
         kwargs["rngs"] = rngs
     clash = sorted(set(kwargs) & set(init_args))
@@ -446,16 +457,17 @@ def build_trainer(
         if config.patience is None
         else [EarlyStopping(config.monitor, config.patience, mode=config.monitor_mode or "auto")]
     )
+    lm = prep.kind == "lm"
     common: dict[str, Any] = {
-        "preprocess": preprocess,
+        "preprocess": None if prep.kind in TEXT_KINDS else preprocess,
         "seed": config.seed,
         "verbose": verbose,
         "out_dir": out_dir,
         "deterministic": config.deterministic,
         "inputs": INPUTS,
-        "targets": TARGETS,
-        "loss": run_loss(config, regression, class_weights),
-        "metrics": run_metrics(config, regression, prep.target_std),
+        "targets": None if lm else TARGETS,
+        "loss": text.LM_LOSS if lm else run_loss(config, regression, class_weights),
+        "metrics": text.lm_metrics(config) if lm else run_metrics(config, regression, prep.target_std),
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),
@@ -463,6 +475,8 @@ def build_trainer(
         "sharding": sharding,
     }
     model = build_model(config, prep, outputs, config.seed, policy)
+    if prep.kind in TEXT_KINDS:  # token columns, as the model's __call__ names them
+        common["inputs"] = text.model_inputs(prep, model)
     try:
         if config.api == "linen":
             example = np.zeros((1, *prep.input_shape), dtype=np.float32)

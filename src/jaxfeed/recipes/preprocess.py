@@ -33,6 +33,8 @@ from jaxfeed.recipes.config import ConfigError
 from jaxfeed.serving import ServingSpec, SpecError, TableColumn, category_key, encode_table
 
 INPUTS, TARGETS = "x", "y"  # the batch keys the model and the loss read
+TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (jaxfeed.recipes.text)
+TEXT_COLUMNS = ("input_ids", "attention_mask", "segment_ids", "positions")
 SAMPLE = 64  # images whose headers are read to choose a size and a mode
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
@@ -41,7 +43,7 @@ GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 class Preprocessing:
     """How rows become model inputs ``x`` and targets ``y`` (JSON-serialisable)."""
 
-    kind: str  # "image", "array" or "table"
+    kind: str  # "image", "array", "table", "text" or "lm"
     input_columns: list[str]
     label_column: str
     input_shape: list[int]  # one example, as the model sees it
@@ -56,6 +58,7 @@ class Preprocessing:
     categories: dict[str, list[str]] | None = None  # tables: one-hot vocabularies by column
     fill: list[float] | None = None  # tables: a missing numeric cell's value (--missing impute)
     impute: bool = False  # tables: missing cells are filled (True) or refused (False)
+    text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (recipes/text.py)
 
     def table_columns(self) -> tuple[TableColumn, ...]:
         """The table's columns as the declared serving spec encodes them."""
@@ -93,6 +96,7 @@ class Preprocessing:
 
     def __post_init__(self) -> None:
         self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once
+        self.tokenizer: Any = None  # text runs: the run's tokenizers.Tokenizer
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,7 +114,11 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ datasets
     def prepare(self, ds: Dataset) -> Dataset:
-        """Keep the columns the run reads; decode images in the run's mode."""
+        """Keep the columns the run reads; decode images in the run's mode; tokenize text."""
+        if self.kind in TEXT_KINDS:
+            from jaxfeed.recipes import text  # it imports this module
+
+            return text.prepare(self, ds)
         missing = [c for c in [*self.input_columns, self.label_column] if c not in ds.features]
         if missing:
             raise ConfigError(
@@ -124,8 +132,12 @@ class Preprocessing:
         return ds
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The loader's transform: a numpy batch of the dataset's columns -> ``{"x", "y"}``."""
-        out = {INPUTS: self.inputs(batch)}
+        """The loader's transform: a numpy batch of the dataset's columns -> ``{"x", "y"}``
+        (text: the padded or packed token columns, and ``"y"``)."""
+        if self.kind in TEXT_KINDS:
+            out = {k: np.asarray(batch[k], np.int32) for k in TEXT_COLUMNS if k in batch}
+        else:
+            out = {INPUTS: self.inputs(batch)}
         if self.label_column in batch:
             out[TARGETS] = self.targets(np.asarray(batch[self.label_column]))
         return out

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jaxfeed.files import FolderLock, LockedError
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
-from jaxfeed.recipes.preprocess import Preprocessing
+from jaxfeed.recipes import text
+from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing
 
 BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.monitor: min, the earliest on ties)
 
@@ -25,15 +26,26 @@ class RunData:
     columns: datamod.Columns
     task: str
     labels: list[str]
+    notes: list[str] = field(default_factory=list)  # what was left out (empty texts)
 
 
 def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:
     """Detect and load ``config.data``; pick columns and task; encode class labels; split."""
     source = datamod.detect(config.data, config.data_dir)
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
-    columns = datamod.choose_columns(train_raw, config.input_columns, config.label_column)
-    task = datamod.infer_task(train_raw, columns.label, config.task)
+    columns = datamod.choose_columns(
+        train_raw, config.input_columns, config.label_column, config.text_column, config.task
+    )
     data: dict[str, Any] = dict(source.data)
+    notes: list[str] = []
+    if columns.kind in TEXT_KINDS:  # rows of empty text are left out (most empty: refused)
+        for name, part in data.items():
+            if columns.inputs[0] in part.features:
+                data[name], note = text.check_text_column(part, columns.inputs[0], f"split {name!r}")
+                notes += [note] if note else []
+    if columns.kind == "lm":
+        return RunData(source, _lm_splits(data, config), columns, "lm", [], notes)
+    task = datamod.infer_task(train_raw, columns.label, config.task)
     if task == "classification":
         given = labels is not None
         data, labels = datamod.encode_labels(data, columns.label, labels)
@@ -55,7 +67,15 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
         columns.label if task == "classification" else None,
         config.seed,
     )
-    return RunData(source, splits, columns, task, list(labels))
+    return RunData(source, splits, columns, task, list(labels), notes)
+
+
+def _lm_splits(data: dict[str, Any], config: RunConfig) -> datamod.Splits:
+    from jaxfeed.dataset import DatasetDict
+
+    return datamod.choose_splits(
+        DatasetDict(data), config.split_train, config.split_eval, config.val_split, None, config.seed
+    )
 
 
 def outputs_of(task: str, labels: list[str]) -> int:
@@ -210,7 +230,7 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
     from jaxfeed.io.builtin import BUILTIN
 
     out = dict(values)
-    for key in ("data", "data_dir"):
+    for key in ("data", "data_dir", "tokenizer"):
         text = out.get(key)
         if isinstance(text, str) and not is_url(text) and text not in BUILTIN:
             local = Path(text).expanduser()

@@ -31,7 +31,8 @@ from jaxfeed.recipes.config import (
     read_run,
 )
 from jaxfeed.recipes.models import CodePolicy, model_file
-from jaxfeed.recipes.preprocess import Preprocessing, TableOptions, plan
+from jaxfeed.recipes import text
+from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     absolute_paths,
@@ -85,7 +86,12 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
 
 
 def _paths_of(config: RunConfig) -> dict[str, Any]:
-    return {"data": config.data, "data_dir": config.data_dir, "model": config.model}
+    return {
+        "data": config.data,
+        "data_dir": config.data_dir,
+        "model": config.model,
+        "tokenizer": config.tokenizer,
+    }
 
 
 def _check_optimizer(config: RunConfig) -> None:
@@ -138,6 +144,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
+    text.check_options(config)
     check_out_folder(out, config.resume)
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
@@ -170,9 +177,19 @@ def _train(
     say(f"data {run_data.source.path}: detected {run_data.source.kind}")
     if splits.note:
         say(splits.note)
+    for note in run_data.notes:
+        say(note)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
+        if text.is_text(prep):
+            text.attach_tokenizer(prep, out)
+    elif columns.kind in TEXT_KINDS:
+        prep, notes = text.plan_text(
+            splits.train, columns.inputs[0], columns.label, run_data.task, config
+        )
+        if columns.excluded:
+            notes.append(f"excluded: {', '.join(c for c, _ in columns.excluded)} (the text column is the input)")
     else:
         table = TableOptions(
             given=columns.given,
@@ -197,13 +214,18 @@ def _train(
         if run_data.task == "classification"
         else f"target {columns.label!r} (regression)"
     )
+    shown = text.describe_inputs(prep) if text.is_text(prep) else f"inputs {prep.input_shape}"
+    if run_data.task == "lm":
+        shown, target = shown.split(", target: ")[0], "target: the next token"
     sizes = [f"{splits.train.num_rows:,} train"]
     if splits.eval is not None:
         sizes.append(f"{splits.eval.num_rows:,} {splits.eval_name}")
     if splits.test is not None:
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
-    say(f"{' / '.join(sizes)} rows; inputs {prep.input_shape}, {target}")
-    model = config.model or ("mlp" if prep.kind == "table" else "cnn")
+    say(f"{' / '.join(sizes)} rows; {shown}, {target}")
+    model = config.model or (
+        "mlp" if prep.kind == "table" else "transformer" if text.is_text(prep) else "cnn"
+    )
     config = _resolved_options(config, model, columns, run_data.task, prep)
     selection = splits.eval is not None
     if config.patience is not None and not selection:
@@ -276,6 +298,8 @@ def _train(
         out.mkdir(parents=True, exist_ok=True)
         if record is None and (code := copy_model_code(config, out)) is not None:
             resolved["model_code"] = code
+        if record is None and text.is_text(prep):
+            text.write_tokenizer(prep, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} processes"
@@ -382,8 +406,9 @@ def _resolved_options(
         config,
         model=model,
         input_columns=list(prep.input_columns),
-        label_column=columns.label,
+        label_column=columns.label or None,
         task=task,
+        text_column=prep.text["column"] if prep.text else config.text_column,
         image_size=size if prep.kind == "image" else config.image_size,
     )
 
@@ -419,9 +444,12 @@ def _loaders(
         raise ConfigError(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
+    lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs
-    )
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1,
+        **kwargs, **lengths,
+    )  # fmt: skip
+    held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
 
     # one eval batch size for every held-out split (the trainer pads to its first eval batch)
     rows = [ds.num_rows for ds in held.values() if ds is not None]
@@ -437,7 +465,7 @@ def _loaders(
                 f"note: the last {ds.num_rows % size} {name} rows do not split over "
                 f"{count} devices and are skipped"
             )
-        return DataLoader(ds, size, drop_last=drop, **kwargs)
+        return DataLoader(ds, size, drop_last=drop, **kwargs, **held_lengths)
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))
 
@@ -483,8 +511,13 @@ def _export_best(
         "checkpoint_step": step,
         "checkpoint_epoch": best["epoch"],
     }
+    if text.is_text(prep):  # token ids in (RUN/tokenizer.json makes them): no declared spec
+        extra["text"] = {**prep.text, "inputs": dict(trainer.inputs)}
     try:
-        export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
+        if text.is_text(prep):
+            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra)
+        else:
+            export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
         if ":" not in (config.component("model")[0] or ""):
             raise
@@ -542,8 +575,9 @@ def _summary(
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
     )
-    figure = "accuracy" if task == "classification" else "rmse"
-    shown = "accuracy" if task == "classification" else "RMSE"
+    figure, shown = {"classification": ("accuracy", "accuracy"), "lm": ("perplexity", "perplexity")}.get(
+        task, ("rmse", "RMSE")
+    )
     for row in (best, test or {}):  # label units (mse per example in the label's units)
         for split in ("eval", "test"):
             if f"{split}_mse" in row and f"{split}_rmse" not in row:
@@ -551,7 +585,7 @@ def _summary(
     columns = [("best epoch" if resolved["best_metric"] else "last epoch", f"{best['epoch']}")]
     columns.append(("step", f"{best['step']}"))
     if splits.eval is not None:
-        loss = "loss" if task == "classification" else "loss (standardised)"
+        loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
         if f"eval_{figure}" in best:
             columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))

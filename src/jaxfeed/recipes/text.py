@@ -1,0 +1,514 @@
+"""Text in ``jaxfeed train``: free-text columns found, tokenized, padded in buckets or packed.
+
+A string column is *free text* (not a category) when its median text has at least
+:data:`MIN_WORDS` words and it has more than ten distinct values; ``--text-column`` names it
+instead. The run learns from that one column: a classifier or regressor of its label
+(``kind="text"``, padded to a few bucket lengths, batches of similar lengths), or a causal
+language model of the text itself (``--task lm``, ``kind="lm"``, rows packed to ``--seq-len``).
+Its tokenizer (``--tokenizer FILE``, or a byte-level BPE trained on the train split) is kept in
+the run folder as ``tokenizer.json``: data read by the ``tokenizers`` library, never code.
+
+>>> from jaxfeed import Dataset
+>>> ds = Dataset.from_dict({"review": ["a fine film with a good cast"] * 6 + ["dull and long, sadly"] * 6,
+...                         "city": ["Rome", "Oslo"] * 6})
+>>> free_text(ds, "review"), free_text(ds, "city")
+(False, False)
+>>> ds = Dataset.from_dict({"review": [f"film number {i} was good" for i in range(20)]})
+>>> free_text(ds, "review")
+True
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jaxfeed.dataset import Dataset
+from jaxfeed.features import Value
+from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.preprocess import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
+
+MIN_WORDS = 3  # a string column whose median row has this many words is free text
+MIN_DISTINCT = 10  # ... and more distinct values than this (else: a category)
+MOSTLY_EMPTY = 0.5  # a text column empty in more than this share of rows is refused
+TOKENIZER_FILE = "tokenizer.json"
+LM_SEQ_LEN = 128  # --seq-len of a language model by default
+MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
+BUCKETS = 4  # pad lengths of a classifier's batches
+SAMPLE = 2000  # rows read to tell free text from categories
+
+__all__ = [
+    "LM_SEQ_LEN",
+    "MIN_WORDS",
+    "TEXT_KINDS",
+    "TOKENIZER_FILE",
+    "TextData",
+    "check_options",
+    "free_text",
+    "plan_text",
+    "text_column_of",
+]
+
+
+def _is_string(feature: Any) -> bool:
+    return isinstance(feature, Value) and feature.dtype in ("string", "large_string")
+
+
+def _words(ds: Dataset, column: str) -> tuple[float, int]:
+    """The median word count of the first :data:`SAMPLE` non-empty texts, and their distinct
+    values."""
+    head = ds.select_columns([column]).select(range(min(ds.num_rows, SAMPLE)))
+    values = head.flatten_indices().data.column(column)
+    values = pc.drop_null(values)
+    values = pc.filter(values, pc.greater(pc.utf8_length(values), 0))
+    if len(values) == 0:
+        return 0.0, 0
+    counts = pc.list_value_length(pc.utf8_split_whitespace(values)).to_numpy(zero_copy_only=False)
+    return float(np.median(counts)), len(pc.unique(values))
+
+
+def free_text(ds: Dataset, column: str) -> bool:
+    """Whether string column ``column`` is free text: a median of at least :data:`MIN_WORDS`
+    words and more than :data:`MIN_DISTINCT` distinct values (see the module doc)."""
+    if not _is_string(ds.features.get(column)):
+        return False
+    median, distinct = _words(ds, column)
+    return median >= MIN_WORDS and distinct > MIN_DISTINCT
+
+
+def text_column_of(
+    ds: Dataset, inputs: list[str] | None, label: str | None, text_column: str | None, task: Any
+) -> str | None:
+    """The run's text column: ``--text-column``; else, when no ``--input-columns`` are given, the
+    first string column of free text but the label (``--task lm``: also a column named ``text``);
+    None for a run that is not on text."""
+    features = ds.features
+    if text_column is not None:
+        if text_column not in features:
+            raise ConfigError(
+                f"--text-column {text_column!r} is not a column; the columns are {list(features)[:12]}"
+            )
+        if not _is_string(features[text_column]):
+            raise ConfigError(
+                f"--text-column {text_column!r} is {features[text_column]!r}, not text (strings)"
+            )
+        if text_column == label:
+            raise ConfigError(f"--text-column {text_column!r} is also the label column")
+        return text_column
+    if inputs is not None:
+        return None
+    if task == "lm" and _is_string(features.get("text")):
+        return "text"
+    for name, feature in features.items():
+        if name != label and _is_string(feature) and free_text(ds, name):
+            return name
+    if task == "lm":
+        raise ConfigError(
+            f"--task lm needs a text column: none of {list(features)[:12]} is free text; give "
+            "--text-column"
+        )
+    return None
+
+
+def check_text_column(ds: Dataset, column: str, where: str) -> tuple[Dataset, str | None]:
+    """``ds`` without its rows of empty text (said in the note), or an error when most are empty."""
+    values = ds.select_columns([column]).flatten_indices().data.column(column)
+    empty = pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0))
+    empty = np.asarray(pc.fill_null(empty, True).to_numpy(zero_copy_only=False), bool)
+    count = int(empty.sum())
+    if not count:
+        return ds, None
+    rows = np.flatnonzero(empty)
+    shown = ", ".join(map(str, rows[:5])) + (", ..." if count > 5 else "")
+    if count > MOSTLY_EMPTY * len(empty):
+        raise ConfigError(
+            f"{where}: the text column {column!r} is empty in {count:,} of {len(empty):,} rows "
+            f"(rows {shown}); is it the text column? (--text-column to choose)"
+        )
+    kept = ds.select(np.flatnonzero(~empty).tolist())
+    return kept, f"text: left out {count:,} rows of {where} whose {column!r} is empty (rows {shown})"
+
+
+# ---------------------------------------------------------------------------------- options
+def load_tokenizer_option(path: str) -> Any:
+    """``--tokenizer FILE`` as a ``tokenizers.Tokenizer``, or one clear error naming it."""
+    from jaxfeed.text import load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--tokenizer {path}: {err}") from None
+    except ImportError as err:
+        raise ConfigError(f"--tokenizer: {err}") from None
+
+
+def check_options(config: RunConfig) -> None:
+    """The text options that can be checked before any data is read or anything written."""
+    if config.task == "lm" and config.label_column is not None:
+        raise ConfigError("--task lm learns the text itself: drop --label-column")
+    if config.task == "lm" and config.class_weights is not None:
+        raise ConfigError("--class-weights is for classification; --task lm predicts tokens")
+    if config.tokenizer is not None and not config.resume:
+        load_tokenizer_option(config.tokenizer)
+
+
+# ---------------------------------------------------------------------------------- planning
+@dataclass
+class TextData:
+    """What :func:`plan_text` decided, besides the preprocessing (for the notes)."""
+
+    lengths: np.ndarray  # tokens per train row
+
+
+def _special(tokenizer: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        token = tokenizer.token_to_id(name)
+        if token is not None:
+            return int(token)
+    return None
+
+
+def token_lengths(ds: Dataset) -> np.ndarray:
+    """Tokens per row of a tokenized dataset."""
+    column = ds.select_columns(["input_ids"]).flatten_indices().data.column("input_ids")
+    return pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def plan_text(
+    train: Dataset, column: str, label: str | None, task: str, config: RunConfig
+) -> tuple[Preprocessing, list[str]]:
+    """The preprocessing of a text run, planned on the train split: its tokenizer (given, or a
+    byte-level BPE trained on ``train``), and the bucket lengths of a classifier's padding or
+    the packed row length of a language model."""
+    from jaxfeed.padding import choose_lengths
+    from jaxfeed.text import tokenize, train_tokenizer
+
+    median, distinct = _words(train, column)
+    notes = [
+        f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
+        f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
+    ]
+    if config.tokenizer is not None:
+        tokenizer = load_tokenizer_option(config.tokenizer)
+        notes.append(
+            f"tokenizer: {config.tokenizer} (--tokenizer; {tokenizer.get_vocab_size():,} tokens), "
+            f"copied into the run folder as {TOKENIZER_FILE}"
+        )
+        source = config.tokenizer
+    else:
+        try:
+            tokenizer = train_tokenizer(train, column, vocab_size=config.vocab_size, kind="bpe")
+        except ValueError as err:
+            raise ConfigError(f"--data {config.data}: {err}") from None
+        notes.append(
+            f"tokenizer: byte-level BPE trained on the train split ({tokenizer.get_vocab_size():,} "
+            f"tokens, --vocab-size {config.vocab_size}), saved as {TOKENIZER_FILE} in the run "
+            "folder (--tokenizer to give one)"
+        )
+        source = "trained"
+    pad = _special(tokenizer, ("<pad>", "[PAD]", "<|pad|>"))
+    eos = _special(tokenizer, ("<eos>", "</s>", "<|endoftext|>", "[SEP]"))
+    try:
+        tokens = tokenize(train.select_columns([column]), tokenizer, column, remove_columns=True)
+    except ValueError as err:
+        raise ConfigError(f"--data {config.data}: {err}") from None
+    lengths = token_lengths(tokens)
+    text: dict[str, Any] = {
+        "column": column,
+        "tokenizer": TOKENIZER_FILE,
+        "source": source,
+        "vocab_size": int(tokenizer.get_vocab_size()),
+        "pad_id": 0 if pad is None else pad,
+        "eos_id": eos,
+    }
+    if task == "lm":
+        seq_len = config.seq_len or LM_SEQ_LEN
+        text.update(max_length=seq_len, lengths=[seq_len])
+        longer = int((lengths > seq_len).sum())
+        notes.append(
+            f"packing: rows of {seq_len} tokens (--seq-len), {len(lengths):,} texts of "
+            f"{int(lengths.sum()):,} tokens (median {np.median(lengths):g}); each text is its own "
+            "segment (attention never crosses one)"
+            + (f"; {longer:,} texts longer than {seq_len} are split" if longer else "")
+        )
+        kind, shape = "lm", [seq_len]
+    else:
+        cap = config.seq_len or min(int(lengths.max()), MAX_TEXT_TOKENS)
+        clipped = np.minimum(lengths, cap)
+        buckets = [int(v) for v in choose_lengths(clipped, count=BUCKETS, multiple_of=8)]
+        buckets[-1] = max(buckets[-1], cap) if config.seq_len else buckets[-1]
+        text.update(max_length=cap, lengths=buckets)
+        longer = int((lengths > cap).sum())
+        notes.append(
+            f"padding: to {len(buckets)} lengths {tuple(buckets)} tokens, batches of similar "
+            f"lengths (bucket_by_length); texts of {int(lengths.min())}-{int(lengths.max())} "
+            f"tokens (median {np.median(lengths):g})"
+            + (
+                f"; {longer:,} longer than {cap} tokens are cut (--seq-len)"
+                if longer
+                else f"; longer texts in eval and predict are cut to {cap} (--seq-len)"
+            )
+        )
+        kind, shape = "text", [buckets[-1]]
+    prep = Preprocessing(
+        kind, [column], label or "", shape, task, scale=False, text=text
+    )
+    prep.tokenizer = tokenizer
+    return prep, notes
+
+
+# ---------------------------------------------------------------------------------- datasets
+def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
+    """``ds`` tokenized as the run reads it: ``input_ids`` and ``attention_mask`` (and the label
+    of a classifier), the text column dropped; an empty text is refused naming the row."""
+    from jaxfeed.text import tokenize
+
+    column = prep.text["column"]
+    if column not in ds.features:
+        raise ConfigError(
+            f"the data has no column {column!r} (the run's text column); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    keep = [column] + ([prep.label_column] if prep.kind == "text" else [])
+    missing = [c for c in keep if c not in ds.features]
+    if missing:
+        raise ConfigError(
+            f"the data has no column {missing[0]!r} (the run reads {keep}); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    if prep.tokenizer is None:
+        raise ConfigError("the run's tokenizer is not loaded (its tokenizer.json)")
+    max_length = None if prep.kind == "lm" else int(prep.text["max_length"])
+    try:
+        return tokenize(
+            ds.select_columns(keep), prep.tokenizer, column, max_length, remove_columns=True
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def loader_options(prep: Preprocessing) -> dict[str, Any]:
+    """The ``DataLoader`` options of a text run (training; evaluation takes the same but
+    ``bucket_by_length``): a classifier's buckets, or a language model's packing."""
+    from jaxfeed import Packing, Padding
+
+    text = prep.text
+    if prep.kind == "lm":
+        packing = Packing(
+            length=int(text["max_length"]),
+            long_rows="split",
+            pad_values={"input_ids": int(text["pad_id"])},
+            columns=["input_ids", "attention_mask"],
+        )
+        return {"packing": packing}
+    padding = Padding(
+        lengths=tuple(int(v) for v in text["lengths"]),
+        truncate=True,
+        pad_values={"input_ids": int(text["pad_id"])},
+        columns=["input_ids", "attention_mask"],
+    )
+    return {"padding": padding, "bucket_by_length": True}
+
+
+# ---------------------------------------------------------------------------------- run files
+def attach_tokenizer(prep: Preprocessing, run: Path) -> None:
+    """Load the run's ``tokenizer.json`` into ``prep`` (a clear error when it is gone)."""
+    from jaxfeed.text import load_tokenizer
+
+    path = Path(run) / prep.text["tokenizer"]
+    try:
+        prep.tokenizer = load_tokenizer(path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{run}: the run's tokenizer: {err}") from None
+
+
+def write_tokenizer(prep: Preprocessing, out: Path) -> None:
+    """The run's ``tokenizer.json``: a copy of ``--tokenizer``, or the trained one (atomic)."""
+    from jaxfeed.files import atomic_write
+
+    target = Path(out) / prep.text["tokenizer"]
+    source = prep.text.get("source")
+    if source not in (None, "trained") and Path(source).is_file():
+        atomic_write(target, Path(source).read_bytes())
+        return
+    if prep.tokenizer is None:
+        raise ConfigError("no tokenizer to save")
+    atomic_write(target, prep.tokenizer.to_str())
+
+
+def copy_tokenizer(run: Path, folder: Path) -> None:
+    """A copy of the run's tokenizer beside its export (``model/`` keeps only export files)."""
+    shutil.copyfile(Path(run) / TOKENIZER_FILE, Path(folder) / TOKENIZER_FILE)
+
+
+def is_text(prep: Preprocessing) -> bool:
+    return prep.kind in TEXT_KINDS
+
+
+def describe_inputs(prep: Preprocessing) -> str:
+    """The inputs of a text run, for the line that sums the data up."""
+    if prep.kind == "lm":
+        return f"inputs: packed rows of {prep.input_shape[0]} token ids, target: the next token"
+    return f"inputs: token ids (up to {prep.input_shape[0]})"
+
+
+def batch_columns(prep: Preprocessing) -> tuple[str, ...]:
+    """The batch columns a text run's model reads."""
+    return TEXT_COLUMNS if prep.kind == "lm" else TEXT_COLUMNS[:2]
+
+
+def token_batch(prep: Preprocessing, texts: list[str], length: int | None = None) -> dict[str, np.ndarray]:
+    """``texts`` tokenized and padded to ``length`` (default: the run's longest bucket): the
+    inputs the exported classifier takes (``input_ids`` int32, ``attention_mask`` int32)."""
+    length = int(length or prep.input_shape[0])
+    ids = np.full((len(texts), length), int(prep.text["pad_id"]), np.int32)
+    mask = np.zeros((len(texts), length), np.int32)
+    tokenizer = prep.tokenizer
+    encoded = tokenizer.encode_batch(list(texts)) if texts else []
+    for i, e in enumerate(encoded):
+        row = e.ids[:length]
+        if not row:
+            raise ConfigError(f"text {i} gives no tokens: {texts[i][:60]!r}")
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def as_arrow_texts(values: Any) -> list[str]:
+    """A column of texts as a list of str (the checks of :func:`jaxfeed.text.tokenize`)."""
+    from jaxfeed.text.tokenizer import check_texts
+
+    if isinstance(values, pa.ChunkedArray | pa.Array):
+        values = values.to_pylist()
+    try:
+        return check_texts(list(values), "text")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+# ---------------------------------------------------------------------------------- corpora
+CORPUS_SUFFIXES = (".txt",)
+
+
+def read_corpus(path: Path) -> Dataset:
+    """A ``.txt`` corpus as a ``text`` column, one row per non-blank line; a file that is not
+    UTF-8 is refused naming the line and byte.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "c.txt"
+    >>> _ = p.write_bytes(b"one line\\n\\nanother\\n")
+    >>> read_corpus(p)["text"]
+    ['one line', 'another']
+    >>> _ = p.write_bytes(b"fine\\nbad \\xff byte\\n")
+    >>> read_corpus(p)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: --data ...c.txt: not UTF-8 text: byte 0xff at line 2, column 5 (offset 9); save the corpus as UTF-8
+    """
+    data = Path(path).read_bytes()
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ConfigError(
+            f"--data {path}: not UTF-8 text: byte 0x{data[err.start]:02x} at line {line}, column "
+            f"{column} (offset {err.start}); save the corpus as UTF-8"
+        ) from None
+    lines = [line.rstrip("\r") for line in content.split("\n")]
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise ConfigError(f"--data {path}: the corpus has no text (every line is blank)")
+    return Dataset.from_dict({"text": lines})
+
+
+# ---------------------------------------------------------------------------------- models
+LM_LOSS = "next_token"  # the Trainer's causal language-model loss
+LM_METRICS = ("perplexity", "token_accuracy")
+
+
+def lm_metrics(config: RunConfig) -> list[str]:
+    """``--metrics`` of a language model (default: perplexity and token accuracy).
+
+    >>> lm_metrics(RunConfig())
+    ['perplexity', 'token_accuracy']
+    """
+    names = config.metrics or list(LM_METRICS)
+    for name in names:
+        if name not in LM_METRICS:
+            from jaxfeed.recipes.config import did_you_mean
+
+            raise ConfigError(
+                f"--metrics {name}: not a language-model metric; known: {', '.join(LM_METRICS)}"
+                + did_you_mean(name, LM_METRICS)
+            )
+    return list(names)
+
+
+def _parameters(function: Any) -> dict[str, Any]:
+    import inspect
+
+    try:
+        return dict(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def build_transformer(prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any) -> Any:
+    """jaxfeed's ``TransformerClassifier`` (text) or ``TransformerLM`` (lm) for the run's
+    vocabulary and length, with ``--model.init_args`` checked against its signature."""
+    from jaxfeed import models
+
+    lm = prep.kind == "lm"
+    cls = models.TransformerLM if lm else models.TransformerClassifier
+    params = _parameters(cls.__init__)
+    given: dict[str, Any] = {"rngs": rngs}
+    for name in ("max_length", "max_len", "max_seq_len", "max_positions", "context_length"):
+        if name in params:
+            given[name] = int(prep.input_shape[0])
+            break
+    for key in init_args:
+        if key not in params or key in ("self", "vocab_size", "num_classes", *given):
+            raise ConfigError(
+                f"--model.init_args.{key}: transformer takes no argument {key!r} (it takes "
+                f"{[p for p in params if p not in ('self', 'vocab_size', 'num_classes', *given)]})"
+            )
+    vocab = int(prep.text["vocab_size"])
+    if lm:
+        return cls(vocab, **given, **init_args)
+    return cls(vocab, outputs, **given, **init_args)
+
+
+def model_inputs(prep: Preprocessing, model: Any) -> dict[str, str]:
+    """The Trainer's ``inputs=`` for a text model: ``{argument: column}`` for the token columns
+    its ``__call__`` takes by name (a model whose first argument has another name gets
+    ``input_ids`` there)."""
+    params = [p for p in _parameters(type(model).__call__) if p != "self"]
+    columns = TEXT_COLUMNS if prep.kind == "lm" else TEXT_COLUMNS[:2]
+    wanted = {c: c for c in columns if c in params}
+    if "input_ids" not in wanted:
+        if not params:
+            raise ConfigError(f"the model {type(model).__name__} takes no input")
+        wanted = {params[0]: "input_ids", **wanted}
+    return wanted
+
+
+def export_example(prep: Preprocessing, inputs: dict[str, str]) -> dict[str, np.ndarray]:
+    """One batch of the exported text model's inputs, ``{argument: array}`` as ``inputs``
+    (the Trainer's) names them: token ids padded to the run's longest length (the batch
+    dimension is symbolic)."""
+    length = int(prep.input_shape[0])
+    ones = np.ones((1, length), np.int32)
+    columns = {
+        "input_ids": ones,
+        "attention_mask": ones,
+        "segment_ids": ones,
+        "positions": np.arange(length, dtype=np.int32)[None],
+    }
+    return {argument: columns[column] for argument, column in inputs.items()}

@@ -1,0 +1,246 @@
+"""A text run served: ``eval``, ``predict`` and ``generate`` of the command on text.
+
+A classifier (or regressor) of text serves ``model/``, its export, whose inputs are token ids:
+the run's ``tokenizer.json`` (data for the ``tokenizers`` library, never code) turns texts into
+``input_ids`` and ``attention_mask`` padded to the run's longest length (longer texts are cut to
+it, as in training). Another ``--checkpoint`` is served from ``checkpoints/`` by the rebuilt
+model. A language model is evaluated (perplexity) and generates from ``checkpoints/`` with
+jaxfeed's own ``TransformerLM`` rebuilt by name: nothing is imported from the run folder (a model
+file of the user's only with ``--trust-code``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxfeed.export import ExportError, load_exported
+from jaxfeed.io.files import file_format
+from jaxfeed.recipes import text
+from jaxfeed.recipes.config import ConfigError, RunRecord
+from jaxfeed.recipes.data import no_such_path
+from jaxfeed.recipes.preprocess import TARGETS, Preprocessing
+from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
+
+MODEL_DIR = "model"
+NAME_CHARS = 50  # a text given on the command line is named by its first characters
+
+
+def run_preprocessing(run: Path, record: RunRecord) -> Preprocessing:
+    """The run's preprocessing with its tokenizer loaded."""
+    prep = preprocessing_of(record, str(run / "config.json"))
+    text.attach_tokenizer(prep, run)
+    return prep
+
+
+def serve_text(
+    run: Path, record: RunRecord, checkpoint: str = "best", *, trust_code: bool = False
+) -> tuple[Callable[[Any], np.ndarray], dict[str, Any]]:
+    """``(logits, which)``: texts -> the model's outputs, and the checkpoint served."""
+    prep = run_preprocessing(run, record)
+    if prep.kind == "lm":
+        raise ConfigError(
+            f"{run} is a language model: it predicts tokens, not labels; use jaxfeed generate "
+            f"{run} PROMPT, or jaxfeed eval {run} for its perplexity"
+        )
+    folder = run / MODEL_DIR
+    if checkpoint == "best" and (folder / "config.json").is_file():
+        try:
+            served = load_exported(folder)
+        except ExportError as err:
+            raise ConfigError(f"{err}; eval and predict serve model/ (train again)") from err
+        inputs = served.config.get("text", {}).get("inputs") or {"input_ids": "input_ids"}
+        width = max(len(record.resolved["labels"]), 1)
+
+        def exported(raw: Any) -> np.ndarray:
+            texts = text.as_arrow_texts(raw)
+            if not texts:
+                return np.zeros((0, width), np.float32)
+            batch = text.token_batch(prep, texts)
+            return np.asarray(served.call(**{a: batch[c] for a, c in inputs.items()}))
+
+        which = {
+            "step": served.config.get("checkpoint_step"),
+            "epoch": served.config.get("checkpoint_epoch"),
+            "which": "best",
+            "source": "model/",
+        }
+        return exported, which
+    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
+    meta = restore(trainer, run, record, checkpoint)
+    import jax  # the trainer has started JAX already
+
+    def trained(raw: Any) -> np.ndarray:
+        texts = text.as_arrow_texts(raw)
+        batch = text.token_batch(prep, texts)
+        batch[TARGETS] = np.zeros(len(texts), np.int32)
+        return np.asarray(trainer.predict(jax.device_put(batch)))
+
+    which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
+             "source": "checkpoints/"}  # fmt: skip
+    return trained, which
+
+
+# ---------------------------------------------------------------------------------- inputs
+def text_batches(
+    inputs: list[str], column: str, size: int
+) -> Iterator[tuple[list[str], list[str]]]:
+    """``(names, texts)`` batches of what ``predict`` was given: a ``.txt`` file (one text per
+    non-blank line, named ``FILE:LINE``), a table with the run's text column (``FILE:ROW``), or
+    the text itself (named by its first characters)."""
+    names: list[str] = []
+    texts: list[str] = []
+    for name, value in _texts(inputs, column):
+        names.append(name)
+        texts.append(value)
+        if len(texts) == size:
+            yield names, texts
+            names, texts = [], []
+    if texts:
+        yield names, texts
+
+
+def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            raise ConfigError(
+                f"{given} is a folder; this run reads texts: give a text, .txt files (one text a "
+                f"line) or tables with a {column!r} column"
+            )
+        if path.is_file() and path.suffix.lower() in text.CORPUS_SUFFIXES:
+            data = path.read_bytes()
+            try:
+                lines = data.decode("utf-8").split("\n")
+            except UnicodeDecodeError as err:
+                line = data.count(b"\n", 0, err.start) + 1
+                raise ConfigError(f"{given}: not UTF-8 text (line {line})") from None
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    yield f"{given}:{number}", line.rstrip("\r")
+        elif path.is_file() and file_format(path) is not None:
+            yield from _table_texts(path, column)
+        elif path.suffix.lower() in (*text.CORPUS_SUFFIXES, ".csv", ".jsonl", ".json", ".parquet"):
+            raise ConfigError(no_such_path(given))
+        elif not given.strip():
+            raise ConfigError("an empty text: give a text, .txt files or tables")
+        else:
+            shown = given if len(given) <= NAME_CHARS else given[: NAME_CHARS - 3] + "..."
+            yield shown, given
+
+
+def _table_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
+    from jaxfeed import load_dataset
+
+    try:
+        ds = load_dataset(str(path), split="train")
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
+    if column not in ds.features:
+        raise ConfigError(
+            f"{path} has no column {column!r} (the run's text column); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    for i, value in enumerate(ds.select_columns([column]).data.column(column).to_pylist()):
+        if value is None or not str(value).strip():
+            raise ConfigError(f"{path}, row {i}: the text column {column!r} is empty")
+        yield f"{path}:{i}", value
+
+
+# ---------------------------------------------------------------------------------- language models
+def lm_trainer(run: Path, record: RunRecord, checkpoint: str, trust_code: bool) -> tuple[Any, dict]:
+    """The run's language model rebuilt (jaxfeed's own by name) with ``checkpoint`` restored."""
+    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
+    meta = restore(trainer, run, record, checkpoint)
+    return trainer, {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
+                     "source": "checkpoints/"}  # fmt: skip
+
+
+def evaluate_lm(
+    run: Path, record: RunRecord, ds: Any, split: str, checkpoint: str, trust_code: bool
+) -> dict[str, Any]:
+    """Loss (mean over real tokens), perplexity and token accuracy of ``ds`` (raw texts), packed
+    as in training."""
+    from jaxfeed import DataLoader
+
+    prep = run_preprocessing(run, record)
+    ds, _ = text.check_text_column(ds, prep.text["column"], f"split {split!r}")
+    tokens = prep.prepare(ds)
+    trainer, which = lm_trainer(run, record, checkpoint, trust_code)
+    size = min(record.options.batch_size, max(tokens.num_rows, 1))
+    loader = DataLoader(tokens, size, transform=prep, **text.loader_options(prep))
+    figures = trainer.evaluate(loader)
+    lengths = text.token_lengths(tokens)
+    return {
+        "run": str(run),
+        "checkpoint": which,
+        "split": split,
+        "task": "lm",
+        "rows": int(tokens.num_rows),
+        "tokens": int(lengths.sum()),
+        **{k: round(float(v), 6) for k, v in figures.items()},
+    }
+
+
+def format_lm(result: dict[str, Any]) -> str:
+    ck = result["checkpoint"]
+    head = (
+        f"checkpoint step {ck['step']} (epoch {ck['epoch']}, {ck['which']}, from {ck['source']}), "
+        f"split {result['split']!r}, {result['rows']:,} texts, {result['tokens']:,} tokens"
+    )
+    figures = "  ".join(
+        f"{k.replace('_', ' ')} {result[k]:.4f}"
+        for k in ("loss", "perplexity", "token_accuracy")
+        if k in result
+    )
+    return f"{head}\n{figures}"
+
+
+def generate(
+    run_dir: str,
+    prompts: list[str],
+    *,
+    max_new_tokens: int = 50,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    checkpoint: str = "best",
+    trust_code: bool = False,
+) -> list[str]:
+    """Continuations of ``prompts`` by the run's language model (:func:`jaxfeed.text.generate`
+    on the restored checkpoint); a prompt that does not fit the model's context with
+    ``max_new_tokens`` more is refused naming it."""
+    from jaxfeed.recipes.config import read_run
+    from jaxfeed.text import generate as generate_tokens
+
+    run = Path(run_dir)
+    record = read_run(run)
+    prep = preprocessing_of(record, str(run / "config.json"))
+    if prep.kind != "lm":
+        raise ConfigError(
+            f"{run} is a {record.resolved['task']} run; jaxfeed generate needs a language model "
+            "(jaxfeed train --task lm)"
+        )
+    text.attach_tokenizer(prep, run)
+    context = int(prep.input_shape[0])
+    for i, prompt in enumerate(prompts):
+        if not prompt:
+            raise ConfigError(f"prompt {i} is empty")
+        n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
+        if n + max_new_tokens > context:
+            raise ConfigError(
+                f"prompt {i} ({prompt[:40]!r}) is {n} tokens; with --max-new-tokens "
+                f"{max_new_tokens} that is more than the model's context of {context} tokens "
+                "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
+            )
+    trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
+    return list(
+        generate_tokens(
+            trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        )
+    )  # fmt: skip
