@@ -200,9 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampling temperature; 0: greedy (default: 1.0)",
     )
     p.add_argument("--top-k", type=_positive, help="sample among the K likeliest tokens")
-    p.add_argument(
-        "--top-p", type=_probability, help="sample among the likeliest tokens of mass P"
-    )
+    p.add_argument("--top-p", type=_probability, help="sample among the likeliest tokens of mass P")
     p.add_argument("--seed", type=_non_negative, default=0, help="sampling seed (default: 0)")
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"

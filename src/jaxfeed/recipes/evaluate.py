@@ -22,9 +22,8 @@ from jaxfeed.export import FUNCTION, ExportError, load_exported
 from jaxfeed.io.files import file_format
 from jaxfeed.io.folder import IMAGE_EXTENSIONS
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import report
+from jaxfeed.recipes import report, text, text_serve
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes import text, text_serve
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
 from jaxfeed.serving import ServingSpec, SpecError
@@ -171,7 +170,9 @@ def evaluate(
         return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
     if prep.kind in TEXT_KINDS:  # raw texts: the served model tokenizes them
         column = prep.text["column"]
-        ds, _ = text.check_text_column(prep_columns(ds, [column, prep.label_column]), column, split_name)
+        ds, _ = text.check_text_column(
+            prep_columns(ds, [column, prep.label_column]), column, split_name
+        )
     else:
         ds = prep.prepare(ds)
     served = serve(run, record, checkpoint, trust_code=trust_code)

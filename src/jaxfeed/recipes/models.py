@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes import text
+from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
 from jaxfeed.train.losses import resolve_loss
@@ -148,11 +148,19 @@ def build_model(
 
         return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
-    if (name == "transformer") != (prep.kind in TEXT_KINDS) and name in ("cnn", "mlp", "transformer"):
+    if (name == "transformer") != (prep.kind in TEXT_KINDS) and name in (
+        "cnn",
+        "mlp",
+        "transformer",
+    ):
         what = "token ids of text" if prep.kind in TEXT_KINDS else f"{prep.kind} inputs"
         raise ConfigError(
             f"--model {name} does not fit this run's {what}; "
-            + ("use --model transformer (or your own)" if prep.kind in TEXT_KINDS else "transformer reads text")
+            + (
+                "use --model transformer (or your own)"
+                if prep.kind in TEXT_KINDS
+                else "transformer reads text"
+            )
         )
     if name == "cnn":
         if prep.kind == "table" or len(shape) not in (2, 3):
@@ -467,7 +475,9 @@ def build_trainer(
         "inputs": INPUTS,
         "targets": None if lm else TARGETS,
         "loss": text.LM_LOSS if lm else run_loss(config, regression, class_weights),
-        "metrics": text.lm_metrics(config) if lm else run_metrics(config, regression, prep.target_std),
+        "metrics": text.lm_metrics(config)
+        if lm
+        else run_metrics(config, regression, prep.target_std),
         "precision": config.precision,
         "callbacks": callbacks,
         "loggers": ("tensorboard",) if config.tensorboard and out_dir is not None else (),

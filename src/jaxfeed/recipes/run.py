@@ -10,8 +10,8 @@ from typing import Any
 
 from jaxfeed.files import FolderLock, LockedError
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes import text
+from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing
 
 BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.monitor: min, the earliest on ties)
@@ -41,8 +41,12 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
     if columns.kind in TEXT_KINDS:  # rows of empty text are left out (most empty: refused)
         for name, part in data.items():
             if columns.inputs[0] in part.features:
-                data[name], note = text.check_text_column(part, columns.inputs[0], f"split {name!r}")
+                data[name], note = text.check_text_column(
+                    part, columns.inputs[0], f"split {name!r}"
+                )
                 notes += [note] if note else []
+            if columns.kind == "text" and columns.label in part.features:
+                text.check_labels(part, columns.label, f"split {name!r}")
     if columns.kind == "lm":
         return RunData(source, _lm_splits(data, config), columns, "lm", [], notes)
     task = datamod.infer_task(train_raw, columns.label, config.task)
@@ -74,7 +78,12 @@ def _lm_splits(data: dict[str, Any], config: RunConfig) -> datamod.Splits:
     from jaxfeed.dataset import DatasetDict
 
     return datamod.choose_splits(
-        DatasetDict(data), config.split_train, config.split_eval, config.val_split, None, config.seed
+        DatasetDict(data),
+        config.split_train,
+        config.split_eval,
+        config.val_split,
+        None,
+        config.seed,
     )
 
 

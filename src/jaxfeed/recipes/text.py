@@ -119,20 +119,46 @@ def text_column_of(
 def check_text_column(ds: Dataset, column: str, where: str) -> tuple[Dataset, str | None]:
     """``ds`` without its rows of empty text (said in the note), or an error when most are empty."""
     values = ds.select_columns([column]).flatten_indices().data.column(column)
-    empty = pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0))
+    empty = pc.or_kleene(
+        pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
+    )
     empty = np.asarray(pc.fill_null(empty, True).to_numpy(zero_copy_only=False), bool)
     count = int(empty.sum())
     if not count:
         return ds, None
-    rows = np.flatnonzero(empty)
-    shown = ", ".join(map(str, rows[:5])) + (", ..." if count > 5 else "")
+    shown = _rows(np.flatnonzero(empty))
     if count > MOSTLY_EMPTY * len(empty):
         raise ConfigError(
             f"{where}: the text column {column!r} is empty in {count:,} of {len(empty):,} rows "
-            f"(rows {shown}); is it the text column? (--text-column to choose)"
+            f"({shown}); is it the text column? (--text-column to choose)"
         )
     kept = ds.select(np.flatnonzero(~empty).tolist())
-    return kept, f"text: left out {count:,} rows of {where} whose {column!r} is empty (rows {shown})"
+    return kept, f"text: left out {count:,} rows of {where} whose {column!r} is empty ({shown})"
+
+
+def check_labels(ds: Dataset, label: str, where: str) -> None:
+    """Refuse a label column with a missing value (null, NaN or an empty string) naming the row."""
+    values = ds.select_columns([label]).flatten_indices().data.column(label)
+    missing = pc.is_null(values, nan_is_null=True)
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
+        missing = pc.or_kleene(missing, pc.fill_null(blank, True))
+    rows = np.flatnonzero(np.asarray(missing.to_numpy(zero_copy_only=False), bool))
+    if len(rows):
+        raise ConfigError(
+            f"{where}: the label column {label!r} is empty in {len(rows):,} "
+            f"row{'s' if len(rows) > 1 else ''} ({_rows(rows)}); fill or drop such rows"
+        )
+
+
+def _rows(rows: np.ndarray, limit: int = 5) -> str:
+    """``row 7`` or ``rows 1, 2, 4, ...`` for a message.
+
+    >>> _rows(np.array([7])), _rows(np.arange(8))
+    ('row 7', 'rows 0, 1, 2, 3, 4, ...')
+    """
+    shown = ", ".join(map(str, rows[:limit])) + (", ..." if len(rows) > limit else "")
+    return f"row{'s' if len(rows) > 1 else ''} {shown}"
 
 
 # ---------------------------------------------------------------------------------- options
@@ -256,9 +282,7 @@ def plan_text(
             )
         )
         kind, shape = "text", [buckets[-1]]
-    prep = Preprocessing(
-        kind, [column], label or "", shape, task, scale=False, text=text
-    )
+    prep = Preprocessing(kind, [column], label or "", shape, task, scale=False, text=text)
     prep.tokenizer = tokenizer
     return prep, notes
 
@@ -363,7 +387,9 @@ def batch_columns(prep: Preprocessing) -> tuple[str, ...]:
     return TEXT_COLUMNS if prep.kind == "lm" else TEXT_COLUMNS[:2]
 
 
-def token_batch(prep: Preprocessing, texts: list[str], length: int | None = None) -> dict[str, np.ndarray]:
+def token_batch(
+    prep: Preprocessing, texts: list[str], length: int | None = None
+) -> dict[str, np.ndarray]:
     """``texts`` tokenized and padded to ``length`` (default: the run's longest bucket): the
     inputs the exported classifier takes (``input_ids`` int32, ``attention_mask`` int32)."""
     length = int(length or prep.input_shape[0])
@@ -403,7 +429,7 @@ def read_corpus(path: Path) -> Dataset:
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "c.txt"
     >>> _ = p.write_bytes(b"one line\\n\\nanother\\n")
-    >>> read_corpus(p)["text"]
+    >>> read_corpus(p)["text"][:]
     ['one line', 'another']
     >>> _ = p.write_bytes(b"fine\\nbad \\xff byte\\n")
     >>> read_corpus(p)  # doctest: +ELLIPSIS
@@ -460,7 +486,9 @@ def _parameters(function: Any) -> dict[str, Any]:
         return {}
 
 
-def build_transformer(prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any) -> Any:
+def build_transformer(
+    prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any
+) -> Any:
     """jaxfeed's ``TransformerClassifier`` (text) or ``TransformerLM`` (lm) for the run's
     vocabulary and length, with ``--model.init_args`` checked against its signature."""
     from jaxfeed import models

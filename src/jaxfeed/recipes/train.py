@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.monitor import monitor_mode
+from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -31,7 +32,6 @@ from jaxfeed.recipes.config import (
     read_run,
 )
 from jaxfeed.recipes.models import CodePolicy, model_file
-from jaxfeed.recipes import text
 from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing, TableOptions, plan
 from jaxfeed.recipes.run import (
     BEST_METRIC,
@@ -146,9 +146,14 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
         )
     text.check_options(config)
     check_out_folder(out, config.resume)
+    created = not out.exists()
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         return _train(config, out, primary, say, verbose)
+    except ConfigError:
+        if created and lock is not None and not any(out.iterdir()):
+            out.rmdir()  # refused before anything was written: leave no empty run folder
+        raise
     finally:
         if lock is not None:
             lock.release()
@@ -189,7 +194,9 @@ def _train(
             splits.train, columns.inputs[0], columns.label, run_data.task, config
         )
         if columns.excluded:
-            notes.append(f"excluded: {', '.join(c for c, _ in columns.excluded)} (the text column is the input)")
+            notes.append(
+                f"excluded: {', '.join(c for c, _ in columns.excluded)} (the text column is the input)"
+            )
     else:
         table = TableOptions(
             given=columns.given,
@@ -575,9 +582,10 @@ def _summary(
     rows = sum(h["rows_per_second"] * h["seconds"] for h in epochs) / max(
         sum(h["seconds"] for h in epochs), 1e-9
     )
-    figure, shown = {"classification": ("accuracy", "accuracy"), "lm": ("perplexity", "perplexity")}.get(
-        task, ("rmse", "RMSE")
-    )
+    figure, shown = {
+        "classification": ("accuracy", "accuracy"),
+        "lm": ("perplexity", "perplexity"),
+    }.get(task, ("rmse", "RMSE"))
     for row in (best, test or {}):  # label units (mse per example in the label's units)
         for split in ("eval", "test"):
             if f"{split}_mse" in row and f"{split}_rmse" not in row:

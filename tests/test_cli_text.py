@@ -1,0 +1,226 @@
+"""The command on text: a generated sentiment corpus (the label depends on word choice) trained
+once per module, then eval, predict (texts, .txt, CSV), the export on token ids, resume after
+SIGTERM, and bad input refused before anything is written."""
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jaxfeed import load_exported
+from jaxfeed.cli import main
+from jaxfeed.text import load_tokenizer
+
+GOOD = ["great", "wonderful", "excellent", "superb", "lovely", "brilliant"]
+BAD = ["awful", "terrible", "boring", "dreadful", "poor", "weak"]
+FILLER = ["the", "film", "plot", "actors", "music", "story", "was", "really", "and", "quite",
+          "a", "ending"]  # fmt: skip
+SMALL = ["--model", "transformer", "--model.init_args.dim", "32", "--model.init_args.depth", "1",
+         "--model.init_args.num_heads", "2"]  # fmt: skip
+
+
+def review(rng, label):
+    words = [rng.choice(FILLER) for _ in range(rng.randint(4, 12))]
+    for _ in range(rng.randint(1, 2)):
+        words.insert(rng.randrange(len(words) + 1), rng.choice(GOOD if label == "pos" else BAD))
+    return " ".join(words)
+
+
+def write_reviews(path, rows=400, seed=0):
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "review", "genre", "stars"])
+        for i in range(rows):
+            label = rng.choice(["neg", "pos"])
+            writer.writerow([i, review(rng, label), rng.choice(["drama", "comedy"]), label])
+    return path
+
+
+def jaxfeed(*args, timeout=600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "jaxfeed.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def run_main(capsys, *args):
+    try:
+        status = main(list(args))
+    except SystemExit as exit:
+        status = exit.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    return write_reviews(tmp_path_factory.mktemp("text") / "reviews.csv")
+
+
+@pytest.fixture(scope="module")
+def text_run(reviews, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "reviews"
+    result = jaxfeed(
+        "train", "--data", str(reviews), "--label-column", "stars", "--epochs", "6",
+        "--lr", "0.003", "--batch-size", "32", "--out", str(out), *SMALL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out, result.stdout
+
+
+def test_free_text_is_detected_tokenized_and_learned(reviews, text_run):
+    out, stdout = text_run
+    assert (
+        "text: column 'review' is free text (median 10 words, 360 distinct of the first 360 rows)"
+        in stdout
+    )
+    assert "tokenizer: byte-level BPE trained on the train split" in stdout
+    assert "padding: to" in stdout and "(bucket_by_length)" in stdout
+    assert "excluded: id, genre (the text column is the input)" in stdout
+    assert "360 train / 40 validation rows; inputs: token ids (up to" in stdout
+    assert "model transformer(dim=32, depth=1, num_heads=2) (nnx)" in stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert (
+        saved["options"]["text_column"] == "review"
+        and saved["options"]["model"]["class_path"] == "transformer"
+    )
+    assert saved["task"] == "classification" and saved["labels"] == ["neg", "pos"]
+    text = saved["preprocess"]["text"]
+    assert text["column"] == "review" and text["tokenizer"] == "tokenizer.json"
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    assert tokenizer.get_vocab_size() == text["vocab_size"]
+    assert tokenizer.decode(tokenizer.encode("the film was superb").ids) == "the film was superb"
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["eval_accuracy"] for r in rows) >= 0.9
+
+
+def test_eval_reports_per_class_figures(text_run, capsys):
+    out, _ = text_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    report = json.loads(shown)
+    assert report["split"] == "validation" and report["rows"] == 40
+    assert set(report["per_class"]) == {"neg", "pos"} and report["accuracy"] >= 0.9
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
+    assert report["loss"] == pytest.approx(best["eval_loss"], abs=1e-4)  # padding changes nothing
+    assert report["accuracy"] == pytest.approx(best["eval_accuracy"])
+
+
+def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path, capsys):
+    out, _ = text_run
+    lines = tmp_path / "new.txt"
+    lines.write_text("a wonderful and brilliant film\n\nthe plot was awful and boring\n")
+    table = tmp_path / "new.jsonl"
+    table.write_text(json.dumps({"review": "superb lovely music"}) + "\n")
+    status, shown, err = run_main(
+        capsys, "predict", str(out), "what a superb story", str(lines), str(table), "--json"
+    )
+    assert status == 0, err
+    predicted = json.loads(shown)
+    assert [p["input"] for p in predicted] == [
+        "what a superb story",
+        f"{lines}:1",
+        f"{lines}:3",
+        f"{table}:0",
+    ]
+    assert [p["label"] for p in predicted] == ["pos", "pos", "neg", "pos"]
+    # the export takes token ids: the run's tokenizer.json makes them, padded with its pad id
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    texts = ["what a superb story", "a wonderful and brilliant film",
+             "the plot was awful and boring", "superb lovely music"]  # fmt: skip
+    encoded = [e.ids for e in tokenizer.encode_batch(texts)]
+    width = max(map(len, encoded))
+    ids = np.zeros((len(texts), width), np.int32)
+    mask = np.zeros((len(texts), width), np.int32)
+    for i, row in enumerate(encoded):
+        ids[i, : len(row)], mask[i, : len(row)] = row, 1
+    served = load_exported(out / "model")
+    logits = np.asarray(served(input_ids=ids, attention_mask=mask))
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    labels = served.config["labels"]
+    printed = [
+        [{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels] for p in predicted
+    ]
+    np.testing.assert_allclose(probabilities, printed, atol=1e-5)
+    # a data file name that does not exist is not taken for a text
+    status, _, err = run_main(capsys, "predict", str(out), str(tmp_path / "missing.txt"))
+    assert status == 2 and "no such file or folder" in err
+
+
+def test_resume_after_sigterm(reviews, process_group, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = process_group(
+        [sys.executable, "-m", "jaxfeed.cli", "train", "--data", str(reviews),
+         "--label-column", "stars", "--epochs", "1000", "--batch-size", "32", "--out", str(out),
+         *SMALL],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "resume" in err
+    steps = [json.loads(r)["step"] for r in metrics.read_text().splitlines()]
+    with_steps = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+    assert with_steps and with_steps[-1] >= steps[0]
+    result = jaxfeed(
+        "train", "--out", str(out), "--resume", "--max-steps", str(with_steps[-1] + 12)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "preprocessing: as saved in the run" in result.stdout
+    again = [json.loads(r) for r in metrics.read_text().splitlines()]
+    assert again[-1]["step"] == with_steps[-1] + 12
+    refused = jaxfeed("train", "--out", str(out), "--resume", "--seq-len", "8")
+    assert (
+        refused.returncode == 2
+        and "--seq-len 8 contradicts the run's saved seq_len" in refused.stderr
+    )
+
+
+def test_bad_text_input_is_refused_before_anything_is_written(reviews, tmp_path, capsys):
+    with open(reviews, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    empty = tmp_path / "empty.csv"
+    with open(empty, "w", newline="") as f:
+        csv.writer(f).writerows([header] + [[*r[:1], r[1] if i % 3 == 0 else "", *r[2:]]
+                                            for i, r in enumerate(body)])  # fmt: skip
+    unlabelled = tmp_path / "unlabelled.csv"
+    with open(unlabelled, "w", newline="") as f:
+        csv.writer(f).writerows([header] + [r[:3] + ([""] if i == 7 else r[3:])
+                                            for i, r in enumerate(body)])  # fmt: skip
+    not_a_tokenizer = tmp_path / "tokenizer.json"
+    not_a_tokenizer.write_text('{"vocab": {"a": 0}}')
+    cases = [
+        (["--data", str(empty), "--text-column", "review", "--label-column", "stars"],
+         "the text column 'review' is empty in 266 of 400 rows (rows 1, 2, 4, 5, 7, ...); is it "
+         "the text column?"),
+        (["--data", str(unlabelled), "--label-column", "stars"],
+         "the label column 'stars' is empty in 1 row (row 7); fill or drop such rows"),
+        (["--data", str(reviews), "--label-column", "stars", "--tokenizer", str(not_a_tokenizer)],
+         f"--tokenizer {not_a_tokenizer}: {not_a_tokenizer} is not a tokenizer.json"),
+        (["--data", str(reviews), "--label-column", "stars", "--tokenizer", str(reviews)],
+         "is not a tokenizer.json: it is not JSON text"),
+        (["--data", str(reviews), "--label-column", "stars", "--model", "cnn"],
+         "--model cnn does not fit this run's token ids of text"),
+    ]  # fmt: skip
+    for i, (args, message) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        status, _, err = run_main(capsys, "train", *args, "--out", str(out))
+        assert status == 2 and message in err, (args, err)
+        assert not out.exists(), args
