@@ -158,13 +158,14 @@ def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path
     assert status == 2 and "no such file or folder" in err
 
 
-def test_resume_after_sigterm(reviews, process_group, tmp_path):
+def test_a_given_tokenizer_and_resume_after_sigterm(reviews, text_run, process_group, tmp_path):
+    given = text_run[0] / "tokenizer.json"
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = process_group(
         [sys.executable, "-m", "jaxfeed.cli", "train", "--data", str(reviews),
-         "--label-column", "stars", "--epochs", "1000", "--batch-size", "32", "--out", str(out),
-         *SMALL],
+         "--label-column", "stars", "--tokenizer", str(given), "--epochs", "1000",
+         "--batch-size", "32", "--out", str(out), *SMALL],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     metrics = out / "metrics.jsonl"
@@ -172,8 +173,10 @@ def test_resume_after_sigterm(reviews, process_group, tmp_path):
     while not (metrics.is_file() and metrics.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    said, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
+    assert f"tokenizer: {given} (--tokenizer;" in said
+    assert (out / "tokenizer.json").read_bytes() == given.read_bytes()
     assert "resume" in err
     steps = [json.loads(r)["step"] for r in metrics.read_text().splitlines()]
     with_steps = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
@@ -224,3 +227,27 @@ def test_bad_text_input_is_refused_before_anything_is_written(reviews, tmp_path,
         status, _, err = run_main(capsys, "train", *args, "--out", str(out))
         assert status == 2 and message in err, (args, err)
         assert not out.exists(), args
+
+
+def test_regression_on_text(tmp_path):
+    rng = random.Random(1)
+    path = tmp_path / "scores.jsonl"
+    with open(path, "w") as f:
+        for _ in range(200):
+            good = rng.randint(0, 3)
+            words = [rng.choice(FILLER) for _ in range(6)] + [rng.choice(GOOD) for _ in range(good)]
+            rng.shuffle(words)
+            f.write(json.dumps({"body": " ".join(words), "score": 1.5 * good + 2.0}) + "\n")
+    out = tmp_path / "run"
+    result = jaxfeed(
+        "train", "--data", str(path), "--text-column", "body", "--label-column", "score",
+        "--epochs", "6", "--lr", "0.003", "--batch-size", "32", "--out", str(out), *SMALL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "text: column 'body' (--text-column)" in result.stdout
+    assert "target 'score' (regression)" in result.stdout and "validation RMSE" in result.stdout
+    report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
+    assert report["task"] == "regression" and report["r2"] > 0.5, report
+    predicted = jaxfeed("predict", str(out), "great superb lovely film", "the film", "--json")
+    values = [p["prediction"] for p in json.loads(predicted.stdout)]
+    assert values[0] > values[1] + 1.5  # in the label's units: 1.5 a good word

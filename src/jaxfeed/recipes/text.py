@@ -216,10 +216,16 @@ def plan_text(
     from jaxfeed.text import tokenize, train_tokenizer
 
     median, distinct = _words(train, column)
-    notes = [
-        f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
-        f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
-    ]
+    if config.text_column is not None:
+        said = f"text: column {column!r} (--text-column), median {median:g} words"
+    elif task == "lm":
+        said = f"text: column {column!r}, one text per row (a corpus: per line), median {median:g} words"
+    else:
+        said = (
+            f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
+            f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
+        )
+    notes = [said]
     if config.tokenizer is not None:
         tokenizer = load_tokenizer_option(config.tokenizer)
         notes.append(

@@ -1,0 +1,172 @@
+"""The command on a corpus: a character-level language model of a generated corpus (each line
+counts up the alphabet from a random letter), trained once per module with packing; its
+perplexity against the corpus's unigram perplexity, eval, generate, the export and resume."""
+
+import json
+import math
+import os
+import random
+import shutil
+import string
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from jaxfeed import load_exported
+from jaxfeed.cli import main
+from jaxfeed.text import load_tokenizer
+
+SMALL = ["--model", "transformer", "--model.init_args.dim", "64", "--model.init_args.depth", "2",
+         "--model.init_args.num_heads", "4"]  # fmt: skip
+PERPLEXITY_BOUND = 3.0  # the unigram perplexity of the corpus's tokens is about 26
+
+
+def alphabet_lines(count=500, seed=0):
+    rng = random.Random(seed)
+    letters = string.ascii_lowercase
+    lines = []
+    for _ in range(count):
+        start, n = rng.randrange(26), rng.randint(20, 40)
+        lines.append("".join(letters[(start + k) % 26] for k in range(n)))
+    return lines
+
+
+def jaxfeed(*args, timeout=600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "jaxfeed.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def run_main(capsys, *args):
+    try:
+        status = main(list(args))
+    except SystemExit as exit:
+        status = exit.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(alphabet_lines()) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "lm"
+    result = jaxfeed(
+        "train", "--task", "lm", "--data", str(corpus), "--seq-len", "64", "--vocab-size", "261",
+        "--epochs", "8", "--lr", "0.003", "--batch-size", "16", "--out", str(out), *SMALL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out, result.stdout
+
+
+def unigram_perplexity(tokenizer, lines):
+    """The perplexity of each token predicted from its frequency alone (what next_token scores:
+    every token of a line but its first, the end-of-sequence token included)."""
+    counts = Counter()
+    for e in tokenizer.encode_batch(lines):
+        counts.update(e.ids[1:])
+    total = sum(counts.values())
+    entropy = -sum(c / total * math.log(c / total) for c in counts.values())
+    return math.exp(entropy)
+
+
+def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
+    out, stdout = lm_run
+    assert f"data {corpus}: detected text file" in stdout
+    assert "text: column 'text' is free text" not in stdout  # a corpus is text by definition
+    assert "packing: rows of 64 tokens (--seq-len), 450 texts" in stdout
+    assert "inputs: packed rows of 64 token ids, target: the next token" in stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["task"] == "lm" and saved["preprocess"]["kind"] == "lm"
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    assert tokenizer.get_vocab_size() == 261  # bytes, 4 special tokens and one merge
+    unigram = unigram_perplexity(tokenizer, alphabet_lines())
+    assert 20 < unigram < 30
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    best = min(r["eval_perplexity"] for r in rows)
+    assert best < PERPLEXITY_BOUND < unigram / 5, (best, unigram)
+    assert "validation perplexity" in stdout
+
+
+def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
+    out, _ = lm_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    report = json.loads(shown)
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 50
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
+    assert report["perplexity"] == pytest.approx(best["eval_perplexity"], rel=1e-4)
+    assert report["perplexity"] == pytest.approx(math.exp(report["loss"]), rel=1e-4)
+    status, shown, _ = run_main(capsys, "eval", str(out))
+    assert status == 0 and f"perplexity {report['perplexity']:.4f}" in shown
+
+
+def test_generate_greedy_continues_the_alphabet_and_the_export_agrees(lm_run, capsys):
+    out, _ = lm_run
+    args = ["generate", str(out), "defgh", "qrstu", "--max-new-tokens", "6", "--json"]
+    status, shown, err = run_main(capsys, *args, "--temperature", "0")
+    assert status == 0, err
+    greedy = json.loads(shown)
+    assert [g["prompt"] for g in greedy] == ["defgh", "qrstu"]
+    assert greedy[0]["text"].startswith("ijk") and greedy[1]["text"].startswith("vwx"), greedy
+    assert json.loads(run_main(capsys, *args, "--temperature", "0")[1]) == greedy
+    sampled = [json.loads(run_main(capsys, *args, "--seed", "3", "--top-k", "5")[1]) for _ in "ab"]
+    assert sampled[0] == sampled[1]
+    # the export takes token ids: its greedy next token is generate's first
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    ids = np.array([tokenizer.encode("defgh", add_special_tokens=False).ids], np.int32)
+    served = load_exported(out / "model")
+    logits = np.asarray(served(input_ids=ids, attention_mask=np.ones_like(ids),
+                               segment_ids=np.ones_like(ids),
+                               positions=np.arange(ids.shape[1], dtype=np.int32)[None]))  # fmt: skip
+    assert tokenizer.decode([int(logits[0, -1].argmax())]) == greedy[0]["text"][0]
+
+
+def test_prompts_too_long_and_other_runs_are_refused(lm_run, capsys):
+    out, _ = lm_run
+    status, _, err = run_main(capsys, "generate", str(out), "abc" * 30, "--max-new-tokens", "50")
+    assert status == 2
+    assert "prompt 0 ('abcabcabcabcabcabcabcabcabcabcabcabcabca') is 90 tokens" in err
+    assert "the model's context of 64 tokens" in err
+    status, _, err = run_main(capsys, "predict", str(out), "abc")
+    assert status == 2 and "is a language model" in err and "jaxfeed generate" in err
+
+
+def test_resume_continues_and_refuses_a_different_seq_len(lm_run, tmp_path, capsys):
+    out = tmp_path / "lm"
+    shutil.copytree(lm_run[0], out)
+    status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--seq-len", "32")
+    assert status == 2 and "--seq-len 32 contradicts the run's saved seq_len 64" in err
+    result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "9")
+    assert result.returncode == 0, result.stderr
+    assert "epoch 9/9" in result.stdout and "epoch 8/9" not in result.stdout
+
+
+def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):
+    binary = tmp_path / "latin1.txt"
+    binary.write_bytes("caf\u00e9 au lait\n".encode() + "na\u00efve\n".encode("latin-1"))
+    table = tmp_path / "docs.jsonl"
+    table.write_text("".join(json.dumps({"id": i, "body": ""}) + "\n" for i in range(10)))
+    cases = [
+        (["--data", str(binary)], "not UTF-8 text: byte 0xef at line 2, column 3 (offset 15)"),
+        (["--data", str(table), "--text-column", "body"],
+         "the text column 'body' is empty in 10 of 10 rows"),
+        (["--data", str(table)], "--task lm needs a text column: none of ['id', 'body'] is free text"),
+        (["--data", str(binary), "--label-column", "x"], "--task lm learns the text itself"),
+    ]  # fmt: skip
+    for i, (args, message) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        status, _, err = run_main(capsys, "train", "--task", "lm", *args, "--out", str(out))
+        assert status == 2 and message in err, (args, err)
+        assert not out.exists()
