@@ -1,7 +1,9 @@
-"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), and an `MLP`."""
+"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`, and
+transformers for token sequences (`TransformerClassifier`, `TransformerLM`)."""
 
 from jaxfeed.models.linen import LinenCNN
 from jaxfeed.models.nnx import CNN, MLP
 from jaxfeed.models.pool import max_pool_2x2
+from jaxfeed.models.transformer import TransformerClassifier, TransformerLM
 
-__all__ = ["CNN", "MLP", "LinenCNN", "max_pool_2x2"]
+__all__ = ["CNN", "MLP", "LinenCNN", "TransformerClassifier", "TransformerLM", "max_pool_2x2"]

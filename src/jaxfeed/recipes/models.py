@@ -1,6 +1,8 @@
 """Model choice, optimizer and the :class:`~jaxfeed.Trainer` of a run, rebuilt from its config.
 
-``--model`` is ``cnn`` or ``mlp`` (jaxfeed's models) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
+``--model`` is ``cnn``, ``mlp``, ``transformer`` or ``transformer_lm`` (jaxfeed's models; the
+transformers need a run on text: :mod:`jaxfeed.recipes.text`; ``transformer`` is the classifier of
+a text column, or the language model of ``--task lm``) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
 of your own, built as ``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed
 only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
 ``model(x)``, with ``rngs=`` and a ``train``/``deterministic`` flag when its ``__call__`` takes them.
@@ -148,18 +150,15 @@ def build_model(
 
         return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
-    if (name == "transformer") != (prep.kind in TEXT_KINDS) and name in (
-        "cnn",
-        "mlp",
-        "transformer",
-    ):
+    builtin = ("cnn", "mlp", "transformer", "transformer_lm")
+    if name in builtin and (name.startswith("transformer") != (prep.kind in TEXT_KINDS)):
         what = "token ids of text" if prep.kind in TEXT_KINDS else f"{prep.kind} inputs"
         raise ConfigError(
             f"--model {name} does not fit this run's {what}; "
             + (
                 "use --model transformer (or your own)"
                 if prep.kind in TEXT_KINDS
-                else "transformer reads text"
+                else "the transformers read text (a text column, or --task lm on a corpus)"
             )
         )
     if name == "cnn":
@@ -179,8 +178,8 @@ def build_model(
         from jaxfeed.models import MLP
 
         return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
-    if name == "transformer":
-        return text.build_transformer(prep, outputs, init_args, rngs)
+    if name in ("transformer", "transformer_lm"):
+        return text.build_transformer(name, prep, outputs, init_args, rngs)
     cls = load_user_class(name, policy)
     params = inspect.signature(
         cls.__init__

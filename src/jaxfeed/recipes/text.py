@@ -493,13 +493,19 @@ def _parameters(function: Any) -> dict[str, Any]:
 
 
 def build_transformer(
-    prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any
+    name: str, prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any
 ) -> Any:
-    """jaxfeed's ``TransformerClassifier`` (text) or ``TransformerLM`` (lm) for the run's
-    vocabulary and length, with ``--model.init_args`` checked against its signature."""
+    """jaxfeed's ``TransformerClassifier`` (a text column) or ``TransformerLM`` (``--task lm``;
+    ``name`` ``transformer`` or ``transformer_lm``) for the run's vocabulary and length, with
+    ``--model.init_args`` checked against its signature."""
     from jaxfeed import models
 
     lm = prep.kind == "lm"
+    if name == "transformer_lm" and not lm:
+        raise ConfigError(
+            "--model transformer_lm is a language model: train it with --task lm (a text column "
+            "with a label takes --model transformer)"
+        )
     cls = models.TransformerLM if lm else models.TransformerClassifier
     params = _parameters(cls.__init__)
     given: dict[str, Any] = {"rngs": rngs}
