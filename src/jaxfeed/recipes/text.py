@@ -219,7 +219,7 @@ def plan_text(
     if config.text_column is not None:
         said = f"text: column {column!r} (--text-column), median {median:g} words"
     elif task == "lm":
-        said = f"text: column {column!r}, one text per row (a corpus: per line), median {median:g} words"
+        said = f"text: column {column!r}, one text per row (a .txt corpus: per line)"
     else:
         said = (
             f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "

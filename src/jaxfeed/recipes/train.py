@@ -624,4 +624,9 @@ def _summary(
     say(
         f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
     )
-    say(f"evaluate:   jaxfeed eval {out} --json\npredict:    jaxfeed predict {out} FILE...")
+    use = (
+        f"generate:   jaxfeed generate {out} PROMPT"
+        if task == "lm"
+        else f"predict:    jaxfeed predict {out} FILE..."
+    )
+    say(f"evaluate:   jaxfeed eval {out} --json\n{use}")
