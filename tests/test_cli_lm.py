@@ -63,7 +63,7 @@ def lm_run(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "lm"
     result = jaxfeed(
         "train", "--task", "lm", "--data", str(corpus), "--seq-len", "64", "--vocab-size", "261",
-        "--epochs", "8", "--lr", "0.003", "--batch-size", "16", "--out", str(out), *SMALL,
+        "--epochs", "4", "--lr", "0.003", "--batch-size", "16", "--out", str(out), *SMALL,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out, result.stdout
@@ -148,9 +148,9 @@ def test_resume_continues_and_refuses_a_different_seq_len(lm_run, tmp_path, caps
     shutil.copytree(lm_run[0], out)
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--seq-len", "32")
     assert status == 2 and "--seq-len 32 contradicts the run's saved seq_len 64" in err
-    result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "9")
+    result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "5")
     assert result.returncode == 0, result.stderr
-    assert "epoch 9/9" in result.stdout and "epoch 8/9" not in result.stdout
+    assert "epoch 5/5" in result.stdout and "epoch 4/5" not in result.stdout
 
 
 def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):

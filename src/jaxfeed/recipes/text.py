@@ -290,6 +290,13 @@ def plan_text(
         kind, shape = "text", [buckets[-1]]
     prep = Preprocessing(kind, [column], label or "", shape, task, scale=False, text=text)
     prep.tokenizer = tokenizer
+    if task == "regression":  # the model learns the standardised target, as for tables
+        y = train.select_columns([label]).flatten_indices().data.column(label)
+        y = np.asarray(y.to_numpy(zero_copy_only=False), np.float64)
+        if not np.all(np.isfinite(y)):
+            row = int(np.flatnonzero(~np.isfinite(y))[0])
+            raise ConfigError(f"the label column {label!r} is not finite at row {row}")
+        prep.target_mean, prep.target_std = float(y.mean()), float(y.std() or 1.0)
     return prep, notes
 
 
