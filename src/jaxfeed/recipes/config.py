@@ -173,8 +173,8 @@ class RunConfig:
     )
     seq_len: int | None = option(
         None,
-        "text: tokens per row; lm: the packed row length (default 128); classification: the "
-        "longest text kept, longer ones truncated (default: the longest train text, at most 512)",
+        "tokens: --task lm: the packed row length (default 128); a text column: the longest "
+        "text kept, longer ones cut (default: the longest train text, at most 512)",
         minimum=2,
         metavar="N",
         group="data",
