@@ -159,7 +159,7 @@ def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):
     table = tmp_path / "docs.jsonl"
     table.write_text("".join(json.dumps({"id": i, "body": ""}) + "\n" for i in range(10)))
     cases = [
-        (["--data", str(binary)], "not UTF-8 text: byte 0xef at line 2, column 3 (offset 15)"),
+        (["--data", str(binary)], "not UTF-8 text: byte 0xef at line 2, column 3 (offset 16)"),
         (["--data", str(table), "--text-column", "body"],
          "the text column 'body' is empty in 10 of 10 rows"),
         (["--data", str(table)], "--task lm needs a text column: none of ['id', 'body'] is free text"),

@@ -215,7 +215,6 @@ def generate(
     on the restored checkpoint); a prompt that does not fit the model's context with
     ``max_new_tokens`` more is refused naming it."""
     from jaxfeed.recipes.config import read_run
-    from jaxfeed.text import generate as generate_tokens
 
     run = Path(run_dir)
     record = read_run(run)
@@ -238,6 +237,8 @@ def generate(
                 "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
             )
     trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
+    from jaxfeed.text import generate as generate_tokens
+
     return list(
         generate_tokens(
             trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
