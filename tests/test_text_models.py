@@ -12,6 +12,8 @@ from flax import nnx
 from jaxfeed import DataLoader, Dataset, Packing, Padding, Trainer, export, load_exported
 from jaxfeed.export import rebuild
 from jaxfeed.models import TransformerClassifier, TransformerLM
+from jaxfeed.text import generate, tokenize, train_tokenizer
+from jaxfeed.text.generation import compilations
 from jaxfeed.train.losses import next_token
 
 SMALL = {"dim": 16, "depth": 2, "num_heads": 2, "max_length": 32}
@@ -192,22 +194,38 @@ def test_classifier_and_lm_learn_through_the_trainer():
     assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
     assert history[-1]["eval_accuracy"] >= 0.9
 
-    # a character-level corpus with structure: "abcabc..." shifted at random, packed
-    rng = np.random.default_rng(0)
-    rows = [
-        [1 + (s + i) % 5 for i in range(int(rng.integers(5, 14)))] for s in rng.integers(0, 5, 300)
-    ]
-    corpus = Dataset.from_dict({"input_ids": rows})
-    lm = TransformerLM(8, **SMALL, rngs=nnx.Rngs(0))
+
+def test_lm_learns_through_the_trainer_and_generates_compiled_once():
+    """A corpus where every text runs up the alphabet to 'h' and ends: after training, greedy
+    decoding continues a prompt to 'h' and stops at <eos>; one program for every call."""
+    texts = Dataset.from_dict({"text": ["abcdefgh"[s:] for s in range(7)] * 150})
+    tok = train_tokenizer(texts, "text", vocab_size=262, kind="bpe")
+    corpus = tokenize(texts, tok, "text", remove_columns=True)
+    lm = TransformerLM(tok.get_vocab_size(), **SMALL, rngs=nnx.Rngs(0))
     columns = ("input_ids", "segment_ids", "positions")  # as Packing writes them
-    lm_trainer = Trainer(lm, optax.adam(3e-3), loss="next_token", verbose=0,
-                         inputs={c: c for c in columns})  # fmt: skip
-    packed = DataLoader(corpus, 8, shuffle=True, packing=Packing(length=32))
-    history = lm_trainer.fit(packed, epochs=3)
+    trainer = Trainer(lm, optax.adam(1e-2), loss="next_token", verbose=0,
+                      inputs={c: c for c in columns})  # fmt: skip
+    history = trainer.fit(DataLoader(corpus, 8, shuffle=True, packing=Packing(length=32)), epochs=3)
     first, last = history[0], history[-1]
-    assert last["train_loss"] < 0.3 * first["train_loss"]
-    assert last["train_perplexity"] < 1.5  # the unigram perplexity of this corpus is 5
-    assert last["train_token_accuracy"] > 0.9
+    assert last["train_loss"] < 0.2 * first["train_loss"]
+    assert last["train_perplexity"] < 1.3  # every next token is determined within a text
+    assert last["train_token_accuracy"] > 0.95
+
+    before = compilations()
+    assert generate(lm, tok, ["cde", "ab"], max_new_tokens=12, temperature=0) == ["fgh", "cdefgh"]
+    assert generate(lm, tok, "bc", max_new_tokens=12, temperature=0) == "defgh"
+    # sampling restricted to one token is greedy; the same seed gives the same text
+    assert generate(lm, tok, ["cde", "a"], 12, temperature=1.0, top_k=1, seed=5) == [
+        "fgh",
+        "bcdefgh",
+    ]
+    assert generate(lm, tok, ["cde", "a"], 12, temperature=0.7, top_p=1e-3) == ["fgh", "bcdefgh"]
+    sampled = generate(lm, tok, ["d", "f"], 12, temperature=3.0, seed=1)
+    assert sampled == generate(lm, tok, ["d", "f"], 12, temperature=3.0, seed=1)
+    # one program for a batch of 2 and a buffer of 8 + 12, another for the batch of 1
+    assert compilations() - before == 2
+    with pytest.raises(ValueError, match=r"prompt 1 has \d+ tokens; .* context of 32 tokens"):
+        generate(lm, tok, ["a", "abcdefgh" * 8], max_new_tokens=4)
 
 
 def test_transformers_export_with_symbolic_batch_and_length(tmp_path):

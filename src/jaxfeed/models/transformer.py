@@ -257,11 +257,12 @@ class TransformerClassifier(nnx.Module):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
         mlp_dim = 4 * dim if mlp_dim is None else mlp_dim
-        self.settings = {
+        settings = {
             "vocab_size": vocab_size, "num_classes": num_classes, "dim": dim, "depth": depth,
             "num_heads": num_heads, "mlp_dim": mlp_dim, "max_length": max_length,
             "positions": positions, "pooling": pooling, "dropout_rate": dropout_rate,
         }  # fmt: skip
+        self.settings = tuple(settings.items())  # hashable: the graph is a static jit argument
         self.num_classes, self.vocab_size, self.max_length = num_classes, vocab_size, max_length
         self.pooling = pooling
         self.trunk = Trunk(vocab_size, dim, depth, num_heads, mlp_dim, max_length, positions,
@@ -336,11 +337,12 @@ class TransformerLM(nnx.Module):
         rngs: nnx.Rngs,
     ) -> None:
         mlp_dim = 4 * dim if mlp_dim is None else mlp_dim
-        self.settings = {
+        settings = {
             "vocab_size": vocab_size, "dim": dim, "depth": depth, "num_heads": num_heads,
             "mlp_dim": mlp_dim, "max_length": max_length, "positions": positions,
             "dropout_rate": dropout_rate, "tie_embeddings": tie_embeddings,
         }  # fmt: skip
+        self.settings = tuple(settings.items())  # hashable: the graph is a static jit argument
         self.vocab_size, self.max_length = vocab_size, max_length
         self.trunk = Trunk(vocab_size, dim, depth, num_heads, mlp_dim, max_length, positions,
                            dropout_rate, rngs=rngs)  # fmt: skip
