@@ -141,7 +141,7 @@ def generate(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2), flush=True)
     else:
         for prompt, continuation in zip(args.prompts, texts, strict=True):
-            print(f"{prompt!r}: {continuation}", flush=True)
+            print(prompt + continuation, flush=True)  # the prompt, continued
     return 0
 
 

@@ -24,6 +24,7 @@ from jaxfeed.recipes.config import ConfigError, RunRecord
 from jaxfeed.recipes.data import no_such_path
 from jaxfeed.recipes.preprocess import TARGETS, Preprocessing
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
+from jaxfeed.text import generate as generate_tokens
 
 MODEL_DIR = "model"
 NAME_CHARS = 50  # a text given on the command line is named by its first characters
@@ -237,8 +238,6 @@ def generate(
                 "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
             )
     trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
-    from jaxfeed.text import generate as generate_tokens
-
     return list(
         generate_tokens(
             trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
