@@ -170,9 +170,10 @@ def evaluate(
         return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
     if prep.kind in TEXT_KINDS:  # raw texts: the served model tokenizes them
         column = prep.text["column"]
-        ds, _ = text.check_text_column(
-            prep_columns(ds, [column, prep.label_column]), column, split_name
+        ds, dropped = text.check_text_column(
+            prep_columns(ds, [column, prep.label_column]), column, f"split {split_name!r}"
         )
+        note = "; ".join(n for n in (note, dropped) if n) or None
     else:
         ds = prep.prepare(ds)
     served = serve(run, record, checkpoint, trust_code=trust_code)

@@ -132,7 +132,7 @@ def check_text_column(ds: Dataset, column: str, where: str) -> tuple[Dataset, st
             f"{where}: the text column {column!r} is empty in {count:,} of {len(empty):,} rows "
             f"({shown}); is it the text column? (--text-column to choose)"
         )
-    kept = ds.select(np.flatnonzero(~empty).tolist())
+    kept = ds.select(np.flatnonzero(~empty).tolist()).flatten_indices()  # later reads use .data
     return kept, f"text: left out {count:,} rows of {where} whose {column!r} is empty ({shown})"
 
 
