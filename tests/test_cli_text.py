@@ -251,3 +251,28 @@ def test_regression_on_text(tmp_path):
     predicted = jaxfeed("predict", str(out), "great superb lovely film", "the film", "--json")
     values = [p["prediction"] for p in json.loads(predicted.stdout)]
     assert values[0] > values[1] + 1.5  # in the label's units: 1.5 a good word
+
+
+def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path):
+    from jaxfeed import Dataset
+    from jaxfeed.recipes.config import RunConfig
+    from jaxfeed.recipes.data import choose_columns
+    from jaxfeed.recipes.run import load_run_data
+
+    cities = Dataset.from_dict(
+        {"city": ["New York City", "Los Angeles West"] * 20, "y": [0, 1] * 20}
+    )  # three words, but two values: a category of a table
+    assert choose_columns(cities, None, "y").kind == "table"
+    assert choose_columns(cities, None, "y", text_column="city").kind == "text"
+    with open(reviews, newline="") as f:
+        rows = list(csv.reader(f))
+    rows[4][1], rows[11][1] = "", "   "  # rows 3 and 10 of the data
+    few = tmp_path / "few.csv"
+    with open(few, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    run_data = load_run_data(RunConfig(data=str(few), label_column="stars"))
+    assert run_data.notes == [
+        "text: left out 2 rows of split 'train' whose 'review' is empty (rows 3, 10)"
+    ]
+    assert run_data.splits.train.num_rows + run_data.splits.eval.num_rows == 398
+    assert run_data.columns.kind == "text" and run_data.labels == ["neg", "pos"]
