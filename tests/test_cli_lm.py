@@ -170,3 +170,22 @@ def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):
         status, _, err = run_main(capsys, "train", "--task", "lm", *args, "--out", str(out))
         assert status == 2 and message in err, (args, err)
         assert not out.exists()
+
+
+def test_a_jsonl_column_is_a_corpus_too(tmp_path):
+    from jaxfeed.recipes.config import RunConfig
+    from jaxfeed.recipes.run import load_run_data
+
+    path = tmp_path / "docs.jsonl"
+    lines = alphabet_lines(40)
+    path.write_text("".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(lines)))
+    for text_column in ("body", None):
+        config = RunConfig(data=str(path), task="lm", text_column=text_column)
+        if text_column is None:  # one word per line is not free text: the column must be named
+            with pytest.raises(ValueError, match="--task lm needs a text column"):
+                load_run_data(config)
+            continue
+        run_data = load_run_data(config)
+        assert run_data.task == "lm" and run_data.columns.inputs == ["body"]
+        assert run_data.columns.kind == "lm" and run_data.labels == []
+        assert run_data.splits.train.num_rows == 36 and run_data.splits.eval.num_rows == 4
