@@ -20,8 +20,6 @@ True
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,10 @@ import pyarrow.compute as pc
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Value
-from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.files import atomic_write
+from jaxfeed.packing import Packing
+from jaxfeed.padding import Padding, choose_lengths
+from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
 
 MIN_WORDS = 3  # a string column whose median row has this many words is free text
@@ -48,7 +49,6 @@ __all__ = [
     "MIN_WORDS",
     "TEXT_KINDS",
     "TOKENIZER_FILE",
-    "TextData",
     "check_options",
     "free_text",
     "plan_text",
@@ -87,7 +87,12 @@ def text_column_of(
 ) -> str | None:
     """The run's text column: ``--text-column``; else, when no ``--input-columns`` are given, the
     first string column of free text but the label (``--task lm``: also a column named ``text``);
-    None for a run that is not on text."""
+    None for a run that is not on text.
+
+    >>> ds = Dataset.from_dict({"note": [f"the {i} th note here" for i in range(12)], "y": [0] * 12})
+    >>> text_column_of(ds, None, "y", None, None), text_column_of(ds, ["note"], "y", None, None)
+    ('note', None)
+    """
     features = ds.features
     if text_column is not None:
         if text_column not in features:
@@ -117,7 +122,13 @@ def text_column_of(
 
 
 def check_text_column(ds: Dataset, column: str, where: str) -> tuple[Dataset, str | None]:
-    """``ds`` without its rows of empty text (said in the note), or an error when most are empty."""
+    """``ds`` without its rows of empty text (said in the note), or an error when most are empty.
+
+    >>> ds = Dataset.from_dict({"t": ["a b c", "", None, "d e", "f"]})
+    >>> kept, note = check_text_column(ds, "t", "split 'train'")
+    >>> kept["t"][:], note
+    (['a b c', 'd e', 'f'], "text: left out 2 rows of split 'train' whose 't' is empty (rows 1, 2)")
+    """
     values = ds.select_columns([column]).flatten_indices().data.column(column)
     empty = pc.or_kleene(
         pc.is_null(values), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
@@ -137,7 +148,13 @@ def check_text_column(ds: Dataset, column: str, where: str) -> tuple[Dataset, st
 
 
 def check_labels(ds: Dataset, label: str, where: str) -> None:
-    """Refuse a label column with a missing value (null, NaN or an empty string) naming the row."""
+    """Refuse a label column with a missing value (null, NaN or an empty string) naming the row.
+
+    >>> check_labels(Dataset.from_dict({"y": ["pos", " ", "neg"]}), "y", "split 'train'")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: split 'train': the label column 'y' is empty in 1 row (row 1); fill or drop such rows
+    """
     values = ds.select_columns([label]).flatten_indices().data.column(label)
     missing = pc.is_null(values, nan_is_null=True)
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
@@ -164,7 +181,7 @@ def _rows(rows: np.ndarray, limit: int = 5) -> str:
 # ---------------------------------------------------------------------------------- options
 def load_tokenizer_option(path: str) -> Any:
     """``--tokenizer FILE`` as a ``tokenizers.Tokenizer``, or one clear error naming it."""
-    from jaxfeed.text import load_tokenizer
+    from jaxfeed.text import load_tokenizer  # jaxfeed.text loads JAX: detection must not
 
     try:
         return load_tokenizer(path)
@@ -185,13 +202,6 @@ def check_options(config: RunConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------- planning
-@dataclass
-class TextData:
-    """What :func:`plan_text` decided, besides the preprocessing (for the notes)."""
-
-    lengths: np.ndarray  # tokens per train row
-
-
 def _special(tokenizer: Any, names: tuple[str, ...]) -> int | None:
     for name in names:
         token = tokenizer.token_to_id(name)
@@ -201,7 +211,11 @@ def _special(tokenizer: Any, names: tuple[str, ...]) -> int | None:
 
 
 def token_lengths(ds: Dataset) -> np.ndarray:
-    """Tokens per row of a tokenized dataset."""
+    """Tokens per row of a tokenized dataset.
+
+    >>> token_lengths(Dataset.from_dict({"input_ids": [[1, 2, 3], [4]]})).tolist()
+    [3, 1]
+    """
     column = ds.select_columns(["input_ids"]).flatten_indices().data.column("input_ids")
     return pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -212,8 +226,7 @@ def plan_text(
     """The preprocessing of a text run, planned on the train split: its tokenizer (given, or a
     byte-level BPE trained on ``train``), and the bucket lengths of a classifier's padding or
     the packed row length of a language model."""
-    from jaxfeed.padding import choose_lengths
-    from jaxfeed.text import tokenize, train_tokenizer
+    from jaxfeed.text import tokenize, train_tokenizer  # jaxfeed.text loads JAX
 
     median, distinct = _words(train, column)
     if config.text_column is not None:
@@ -304,7 +317,7 @@ def plan_text(
 def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
     """``ds`` tokenized as the run reads it: ``input_ids`` and ``attention_mask`` (and the label
     of a classifier), the text column dropped; an empty text is refused naming the row."""
-    from jaxfeed.text import tokenize
+    from jaxfeed.text import tokenize  # jaxfeed.text loads JAX: detection must not
 
     column = prep.text["column"]
     if column not in ds.features:
@@ -333,8 +346,6 @@ def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
 def loader_options(prep: Preprocessing) -> dict[str, Any]:
     """The ``DataLoader`` options of a text run (training; evaluation takes the same but
     ``bucket_by_length``): a classifier's buckets, or a language model's packing."""
-    from jaxfeed import Packing, Padding
-
     text = prep.text
     if prep.kind == "lm":
         packing = Packing(
@@ -356,7 +367,7 @@ def loader_options(prep: Preprocessing) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- run files
 def attach_tokenizer(prep: Preprocessing, run: Path) -> None:
     """Load the run's ``tokenizer.json`` into ``prep`` (a clear error when it is gone)."""
-    from jaxfeed.text import load_tokenizer
+    from jaxfeed.text import load_tokenizer  # jaxfeed.text loads JAX: detection must not
 
     path = Path(run) / prep.text["tokenizer"]
     try:
@@ -367,8 +378,6 @@ def attach_tokenizer(prep: Preprocessing, run: Path) -> None:
 
 def write_tokenizer(prep: Preprocessing, out: Path) -> None:
     """The run's ``tokenizer.json``: a copy of ``--tokenizer``, or the trained one (atomic)."""
-    from jaxfeed.files import atomic_write
-
     target = Path(out) / prep.text["tokenizer"]
     source = prep.text.get("source")
     if source not in (None, "trained") and Path(source).is_file():
@@ -379,25 +388,19 @@ def write_tokenizer(prep: Preprocessing, out: Path) -> None:
     atomic_write(target, prep.tokenizer.to_str())
 
 
-def copy_tokenizer(run: Path, folder: Path) -> None:
-    """A copy of the run's tokenizer beside its export (``model/`` keeps only export files)."""
-    shutil.copyfile(Path(run) / TOKENIZER_FILE, Path(folder) / TOKENIZER_FILE)
-
-
 def is_text(prep: Preprocessing) -> bool:
     return prep.kind in TEXT_KINDS
 
 
 def describe_inputs(prep: Preprocessing) -> str:
-    """The inputs of a text run, for the line that sums the data up."""
+    """The inputs of a text run, for the line that sums the data up.
+
+    >>> describe_inputs(Preprocessing("text", ["t"], "y", [24], text={}))
+    'inputs: token ids (up to 24)'
+    """
     if prep.kind == "lm":
         return f"inputs: packed rows of {prep.input_shape[0]} token ids, target: the next token"
     return f"inputs: token ids (up to {prep.input_shape[0]})"
-
-
-def batch_columns(prep: Preprocessing) -> tuple[str, ...]:
-    """The batch columns a text run's model reads."""
-    return TEXT_COLUMNS if prep.kind == "lm" else TEXT_COLUMNS[:2]
 
 
 def token_batch(
@@ -419,9 +422,9 @@ def token_batch(
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def as_arrow_texts(values: Any) -> list[str]:
+def as_texts(values: Any) -> list[str]:
     """A column of texts as a list of str (the checks of :func:`jaxfeed.text.tokenize`)."""
-    from jaxfeed.text.tokenizer import check_texts
+    from jaxfeed.text.tokenizer import check_texts  # jaxfeed.text loads JAX
 
     if isinstance(values, pa.ChunkedArray | pa.Array):
         values = values.to_pylist()
@@ -481,8 +484,6 @@ def lm_metrics(config: RunConfig) -> list[str]:
     names = config.metrics or list(LM_METRICS)
     for name in names:
         if name not in LM_METRICS:
-            from jaxfeed.recipes.config import did_you_mean
-
             raise ConfigError(
                 f"--metrics {name}: not a language-model metric; known: {', '.join(LM_METRICS)}"
                 + did_you_mean(name, LM_METRICS)
@@ -505,7 +506,7 @@ def build_transformer(
     """jaxfeed's ``TransformerClassifier`` (a text column) or ``TransformerLM`` (``--task lm``;
     ``name`` ``transformer`` or ``transformer_lm``) for the run's vocabulary and length, with
     ``--model.init_args`` checked against its signature."""
-    from jaxfeed import models
+    from jaxfeed import models  # flax loads with the model
 
     lm = prep.kind == "lm"
     if name == "transformer_lm" and not lm:
@@ -549,7 +550,12 @@ def model_inputs(prep: Preprocessing, model: Any) -> dict[str, str]:
 def export_example(prep: Preprocessing, inputs: dict[str, str]) -> dict[str, np.ndarray]:
     """One batch of the exported text model's inputs, ``{argument: array}`` as ``inputs``
     (the Trainer's) names them: token ids padded to the run's longest length (the batch
-    dimension is symbolic)."""
+    dimension is symbolic).
+
+    >>> prep = Preprocessing("lm", ["t"], "", [4], "lm", text={})
+    >>> export_example(prep, {"input_ids": "input_ids", "positions": "positions"})["positions"]
+    array([[0, 1, 2, 3]], dtype=int32)
+    """
     length = int(prep.input_shape[0])
     ones = np.ones((1, length), np.int32)
     columns = {

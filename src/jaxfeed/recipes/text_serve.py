@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
+from jaxfeed import DataLoader, load_dataset
 from jaxfeed.export import ExportError, load_exported
 from jaxfeed.io.files import file_format
 from jaxfeed.recipes import text
-from jaxfeed.recipes.config import ConfigError, RunRecord
+from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
 from jaxfeed.recipes.preprocess import TARGETS, Preprocessing
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
@@ -57,7 +59,7 @@ def serve_text(
         width = max(len(record.resolved["labels"]), 1)
 
         def exported(raw: Any) -> np.ndarray:
-            texts = text.as_arrow_texts(raw)
+            texts = text.as_texts(raw)
             if not texts:
                 return np.zeros((0, width), np.float32)
             batch = text.token_batch(prep, texts)
@@ -72,10 +74,9 @@ def serve_text(
         return exported, which
     trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
     meta = restore(trainer, run, record, checkpoint)
-    import jax  # the trainer has started JAX already
 
     def trained(raw: Any) -> np.ndarray:
-        texts = text.as_arrow_texts(raw)
+        texts = text.as_texts(raw)
         batch = text.token_batch(prep, texts)
         batch[TARGETS] = np.zeros(len(texts), np.int32)
         return np.asarray(trainer.predict(jax.device_put(batch)))
@@ -91,7 +92,11 @@ def text_batches(
 ) -> Iterator[tuple[list[str], list[str]]]:
     """``(names, texts)`` batches of what ``predict`` was given: a ``.txt`` file (one text per
     non-blank line, named ``FILE:LINE``), a table with the run's text column (``FILE:ROW``), or
-    the text itself (named by its first characters)."""
+    the text itself (named by its first characters).
+
+    >>> list(text_batches(["a fine film", "dull"], "review", 1))
+    [(['a fine film'], ['a fine film']), (['dull'], ['dull'])]
+    """
     names: list[str] = []
     texts: list[str] = []
     for name, value in _texts(inputs, column):
@@ -134,8 +139,6 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
 
 
 def _table_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
-    from jaxfeed import load_dataset
-
     try:
         ds = load_dataset(str(path), split="train")
     except (OSError, ValueError) as err:
@@ -165,8 +168,6 @@ def evaluate_lm(
 ) -> dict[str, Any]:
     """Loss (mean over real tokens), perplexity and token accuracy of ``ds`` (raw texts), packed
     as in training."""
-    from jaxfeed import DataLoader
-
     prep = run_preprocessing(run, record)
     ds, _ = text.check_text_column(ds, prep.text["column"], f"split {split!r}")
     tokens = prep.prepare(ds)
@@ -215,8 +216,6 @@ def generate(
     """Continuations of ``prompts`` by the run's language model (:func:`jaxfeed.text.generate`
     on the restored checkpoint); a prompt that does not fit the model's context with
     ``max_new_tokens`` more is refused naming it."""
-    from jaxfeed.recipes.config import read_run
-
     run = Path(run_dir)
     record = read_run(run)
     prep = preprocessing_of(record, str(run / "config.json"))
