@@ -296,8 +296,8 @@ def iter_predictions(
     run = Path(run_dir)
     record = read_run(run)
     size = record.options.batch_size
-    prep = preprocessing_of(record, str(run / "config.json"))
-    for given in inputs if prep.kind not in TEXT_KINDS else ():  # a text run takes texts too
+    text_run = record.resolved["preprocess"].get("kind") in TEXT_KINDS
+    for given in inputs if not text_run else ():  # a text run takes texts too
         if not Path(given).exists():
             raise ConfigError(datamod.no_such_path(given))
     served = serve(run, record, checkpoint, trust_code=trust_code)
@@ -305,8 +305,8 @@ def iter_predictions(
     notes = notes if notes is not None else []
     which = {k: served.checkpoint[k] for k in ("step", "epoch")}
     batches = (
-        text_serve.text_batches(inputs, prep.text["column"], size)
-        if prep.kind in TEXT_KINDS
+        text_serve.text_batches(inputs, record.resolved["preprocess"]["text"]["column"], size)
+        if text_run
         else _input_batches(inputs, spec, size, notes)
     )
     for names, raw in batches:
