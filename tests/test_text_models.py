@@ -1,6 +1,7 @@
 """The transformers of jaxfeed.models, the next_token loss and token-weighted means, export."""
 
 import math
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,8 @@ from flax import nnx
 from jaxfeed import DataLoader, Dataset, Packing, Padding, Trainer, export, load_exported
 from jaxfeed.export import rebuild
 from jaxfeed.models import TransformerClassifier, TransformerLM
+from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.models import build_model
 from jaxfeed.text import generate, tokenize, train_tokenizer
 from jaxfeed.text.generation import compilations
 from jaxfeed.train.losses import next_token
@@ -260,3 +263,39 @@ def test_model_arguments_are_checked():
     model = TransformerClassifier(10, 2, **{**SMALL, "max_length": 4}, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="longer than the model's max_length 4"):
         model(jnp.zeros((1, 6), jnp.int32))
+
+
+def test_classifier_as_a_regressor():
+    """num_classes=1 and loss="mse": one value per row against float targets."""
+    model = TransformerClassifier(10, 1, **{**SMALL, "depth": 1}, rngs=nnx.Rngs(0))
+    ids = np.array([[1, 2, 3], [4, 5, 0]], np.int32)
+    batch = {
+        "input_ids": ids,
+        "attention_mask": (ids > 0).astype(np.int32),
+        "y": np.array([0.5, 2.0]),
+    }
+    result = _trainer_eval(model, [batch], loss="mse", metrics=["mae"], targets="y",
+                           inputs=("input_ids", "attention_mask"))  # fmt: skip
+    model.eval()
+    out = np.asarray(model(jnp.asarray(ids), jnp.asarray(batch["attention_mask"])))
+    assert out.shape == (2, 1)
+    assert result["loss"] == pytest.approx(float(np.mean((out[:, 0] - batch["y"]) ** 2)), rel=1e-5)
+    assert result["mae"] == pytest.approx(float(np.mean(np.abs(out[:, 0] - batch["y"]))), rel=1e-5)
+
+
+def test_cli_registry_builds_the_transformers_by_name():
+    prep = SimpleNamespace(kind="text", input_shape=(16,), vocab_size=50, max_length=24)
+    model = build_model(RunConfig(model="transformer"), prep, 3, 0)
+    assert isinstance(model, TransformerClassifier)
+    assert (model.vocab_size, model.num_classes, model.max_length) == (50, 3, 24)
+    spec = {"class_path": "transformer_lm", "init_args": {"dim": 32, "max_length": 8}}
+    lm = build_model(RunConfig(model=spec), prep, 3, 0)
+    assert isinstance(lm, TransformerLM) and lm.config()["dim"] == 32 and lm.max_length == 8
+    with pytest.raises(ConfigError, match="--model transformer needs text"):
+        build_model(
+            RunConfig(model="transformer"), SimpleNamespace(kind="image", input_shape=(8, 8)), 3, 0
+        )
+    with pytest.raises(ConfigError, match="transformer_lm takes no argument 'nope'"):
+        build_model(
+            RunConfig(model={"class_path": "transformer_lm", "init_args": {"nope": 1}}), prep, 3, 0
+        )

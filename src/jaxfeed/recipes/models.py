@@ -205,7 +205,9 @@ def build_model(
 def _text_model(name: str, prep: Preprocessing, outputs: int, init_args: dict[str, Any],
                 rngs: Any) -> Any:  # fmt: skip
     """``transformer`` (:class:`~jaxfeed.models.TransformerClassifier`) or ``transformer_lm``
-    (:class:`~jaxfeed.models.TransformerLM`) over the run's token ids (``prep.vocab_size``)."""
+    (:class:`~jaxfeed.models.TransformerLM`) over the run's token ids: ``prep.vocab_size``, and
+    ``prep.max_length`` (the longest row the data gives) as the context unless
+    ``--model.init_args.max_length`` sets it."""
     from jaxfeed.models import TransformerClassifier, TransformerLM
 
     vocab_size = getattr(prep, "vocab_size", None)
@@ -214,9 +216,13 @@ def _text_model(name: str, prep: Preprocessing, outputs: int, init_args: dict[st
             f"--model {name} needs text (token ids from a tokenizer); the data is {prep.kind} "
             f"with inputs of shape {tuple(prep.input_shape)}"
         )
+    context = getattr(prep, "max_length", None)
+    extra = {"max_length": int(context)} if context and "max_length" not in init_args else {}
     if name == "transformer":
-        return _construct(TransformerClassifier, name, init_args, vocab_size, outputs, rngs=rngs)
-    return _construct(TransformerLM, name, init_args, vocab_size, rngs=rngs)
+        return _construct(
+            TransformerClassifier, name, init_args, vocab_size, outputs, rngs=rngs, **extra
+        )
+    return _construct(TransformerLM, name, init_args, vocab_size, rngs=rngs, **extra)
 
 
 def _takes_kwargs(params: Any) -> bool:
