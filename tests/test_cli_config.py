@@ -176,6 +176,11 @@ def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
     report = json.loads(jaxfeed("eval", str(out), "--json", cwd=table).stdout)
     assert report["checkpoint"]["epoch"] == best["epoch"]
     assert abs(report["macro_avg"]["f1"] - best["eval_f1"]) < 1e-3  # eval: the validation split
+    # the loss is the one trained and selected on (class-weighted), said so, the plain one beside
+    assert "validation loss (class-weighted)" in result.stdout
+    assert abs(report["loss"] - best["eval_loss"]) < 1e-4
+    assert report["loss_weighting"].startswith(f"class-weighted {weights}")
+    assert abs(report["unweighted_loss"] - report["loss"]) > 1e-3
 
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
