@@ -347,6 +347,7 @@ def test_version_and_help(capsys):
                  "--config", "--optimizer", "--schedule", "--warmup-steps", "--grad-accum",
                  "--patience", "--seed", "--model"):  # fmt: skip
         assert flag in out
+    assert "  --input-columns A,B,C\n" in out and "+" not in out  # no "--input-columns+"
 
 
 def test_info(tmp_path, capsys):
