@@ -224,6 +224,14 @@ def test_a_trainers_preprocess_is_compiled_into_the_export(tmp_path):
     np.testing.assert_allclose(served(image=raw["image"][:1], gain=raw["gain"][:1]), want[:1],
                                atol=1e-6)  # fmt: skip
 
+    named = load_exported(export(trainer, tmp_path / "named", extra={"labels": ["a", "b", "c"]}))
+    labels, scores = named.predict(**raw)  # class names and probabilities
+    probabilities = np.exp(want) / np.exp(want).sum(-1, keepdims=True)
+    assert labels == [["a", "b", "c"][i] for i in want.argmax(-1)]
+    np.testing.assert_allclose(scores, probabilities.max(-1), atol=1e-6)
+    with pytest.raises(TypeError, match=r"declares no preprocessing"):
+        served.predict(**raw)  # no class names: the outputs only
+
     # the model alone, on preprocessed inputs, when asked
     bare = load_exported(export(trainer, tmp_path / "bare", compile_preprocess=False))
     assert "compiled_preprocess" not in bare.config

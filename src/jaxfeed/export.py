@@ -456,15 +456,21 @@ class ExportedModel:
             return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
         return np.asarray(self.call(x))
 
-    def predict(self, raw: Any) -> tuple[list[Any], np.ndarray | None]:
+    def predict(self, *args: Any, **kwargs: Any) -> tuple[list[Any], np.ndarray | None]:
         """``(labels, scores)`` for raw inputs: the class names and their probabilities, or the
-        regression values (label units) and ``None``."""
+        regression values (label units) and ``None``. An export of a Trainer whose
+        ``preprocess`` is compiled in, with class names in ``extra={"labels": [...]}``, gives
+        the names and the softmax probabilities of its outputs."""
         if self.spec is None:
-            raise TypeError(
-                f"{self.path} declares no preprocessing (export it with preprocessing=): call it "
-                "on model inputs"
-            )
-        return self.spec.predictions(self(raw))
+            labels = self.config.get("labels")
+            if "compiled_preprocess" not in self.config or not isinstance(labels, list):
+                raise TypeError(
+                    f"{self.path} declares no preprocessing (export it with preprocessing=, or "
+                    'export a Trainer with extra={"labels": [...]}): call it on model inputs'
+                )
+            spec = ServingSpec(kind="array", input_shape=(1,), labels=tuple(map(str, labels)))
+            return spec.predictions(spec.outputs(self.call(*args, **kwargs)))
+        return self.spec.predictions(self(*args, **kwargs))
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The exported function on model inputs (after any preprocessing)."""
