@@ -459,17 +459,23 @@ def encode_labels(
                 f"the label column {label!r} has classes {feature.names[:10]}, the run was trained on "
                 f"{names[:10]}"
             )
+        if names is None:  # every class a split uses must occur in train
+            trained = set(np.unique(_label_values(_vocabulary(data, vocabulary, label), label)))
+            for split, ds in data.items():
+                ids = _label_values(ds, label)
+                unseen = np.flatnonzero(~np.isin(ids, list(trained)) & (ids >= 0))
+                if len(unseen):
+                    row = int(unseen[0])
+                    raise ConfigError(
+                        f"split {split!r}, row {row}: label {feature.names[ids[row]]!r} of column "
+                        f"{label!r} never occurs in the train split: the model could not learn "
+                        "it (the classes come from the train rows only); drop such rows, or add "
+                        "examples of it to train"
+                    )
         return data, list(feature.names)
     given = names is not None
     if names is None:
-        if vocabulary is None and "train" not in data and len(data) != 1:
-            raise ConfigError(
-                f"the data has the splits {sorted(data)} and no train split to take the "
-                f"classes of {label!r} from"
-            )
-        if vocabulary is None:
-            vocabulary = data.get("train", first)
-        values = _label_values(vocabulary, label)
+        values = _label_values(_vocabulary(data, vocabulary, label), label)
         if values.dtype.kind in "iub":
             names = [str(v) for v in np.unique(values)]
         elif values.dtype.kind == "f":
@@ -498,6 +504,19 @@ def encode_labels(
         ids = pa.array([index[t] for t in text], pa.int64())
         out[split] = _replace_column(ds, label, ids, ClassLabel(names=names))
     return out, names
+
+
+def _vocabulary(data: dict[str, Dataset], vocabulary: Dataset | None, label: str) -> Dataset:
+    """The rows the class names come from: ``vocabulary``, else the train split (or the only
+    split)."""
+    if vocabulary is not None:
+        return vocabulary
+    if "train" not in data and len(data) != 1:
+        raise ConfigError(
+            f"the data has the splits {sorted(data)} and no train split to take the classes of "
+            f"{label!r} from"
+        )
+    return data.get("train", next(iter(data.values())))
 
 
 def _replace_column(ds: Dataset, column: str, values: pa.Array, feature: Any) -> Dataset:
