@@ -238,6 +238,17 @@ def test_a_trainers_preprocess_is_compiled_into_the_export(tmp_path):
     image = np.asarray(preprocess({**raw, "label": rows["label"]})["image"])
     np.testing.assert_allclose(bare(image), want, atol=1e-6)
 
+    # a Trainer that has seen no batch: a built-in model's input_shape, float32; else it asks
+    fresh = Trainer(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0)), optax.sgd(0.1), inputs="x",
+                    preprocess=lambda b: {**b, "x": b["x"] * 2}, verbose=0)  # fmt: skip
+    doubled = load_exported(export(fresh, tmp_path / "fresh"))
+    x = np.ones((2, 4), np.float32)
+    fresh.model.eval()
+    np.testing.assert_allclose(doubled(x), fresh.model(2 * x), atol=1e-6)
+    unknown = Trainer(Pixels(rngs=nnx.Rngs(0)), optax.sgd(0.1), verbose=0)
+    with pytest.raises(ValueError, match=r"has seen no batch needs example_input="):
+        export(unknown, tmp_path / "unknown")
+
     # a preprocess jax.export cannot serialise is refused, saying which part and what to do
     def host(b):
         x = jax.pure_callback(np.asarray, jax.ShapeDtypeStruct(b["image"].shape, jnp.uint8),

@@ -323,16 +323,21 @@ class RawInputs:
     @classmethod
     def of_trainer(cls, trainer: Any, example_input: Any = None) -> RawInputs:
         """The raw inputs of a Trainer: ``example_input`` (a raw batch laid out as ``inputs=``),
-        else the columns of the first batch it saw."""
+        else the columns of the first batch it saw, else (a built-in model) float32 inputs of
+        its ``input_shape``."""
+        inputs = trainer.core.spec.inputs
         if example_input is not None:
-            example = trainer.core.spec.inputs.example(example_input)
+            example = inputs.example(example_input)
             return cls(trainer, {c: _spec(v) for c, v in example.items()})
         batch = getattr(trainer, "batch_spec", None)
         if batch is None:
-            raise ValueError(
-                "export of a Trainer that has seen no batch needs example_input= (one raw batch "
-                "of its inputs= columns, before preprocess)"
-            )
+            shape = (model_config(trainer.model).get("kwargs") or {}).get("input_shape")
+            if shape is None or len(inputs.columns) != 1:
+                raise ValueError(
+                    "export of a Trainer that has seen no batch needs example_input= (one raw "
+                    "batch of its inputs= columns, before preprocess)"
+                )
+            batch = {inputs.columns[0]: jax.ShapeDtypeStruct((1, *shape), jnp.float32)}
         return cls(trainer, dict(batch))
 
     def model_inputs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict]:
