@@ -239,22 +239,17 @@ def export(
             args, kwargs = raw.model_inputs(args, kwargs)
         return forward(tree, *args, **kwargs)
 
+    if raw is not None:
+        raw.check_exportable(type(model).__name__)
     args, kwargs = _symbolic(specs)
-    weight_specs = {n: _spec(a) for n, a in tensors.items()}
     try:
-        exported = jax.export.export(jax.jit(serve))(weight_specs, *args, **kwargs)
+        exported = jax.export.export(jax.jit(serve))(
+            {n: _spec(a) for n, a in tensors.items()}, *args, **kwargs
+        )
     except Exception as err:
-        first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        if raw is not None and raw.model_alone_exports(forward, treedef, names, weight_specs):
-            raise ValueError(
-                f"the Trainer's preprocess cannot be compiled into the export of "
-                f"{type(model).__name__} ({first}): jax.export cannot serialise it (e.g. a "
-                "host callback); declare it with preprocessing= (a jaxfeed.serving.ServingSpec), "
-                "or pass compile_preprocess=False to export the model alone (it then takes "
-                "preprocessed inputs)"
-            ) from err
         raise ValueError(
-            f"cannot export {type(model).__name__} with a symbolic batch dimension: {first}"
+            f"cannot export {type(model).__name__} with a symbolic batch dimension: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         ) from err
     function = bytes(exported.serialize())
     if preprocessing is not None and not isinstance(preprocessing, ServingSpec):
@@ -353,22 +348,21 @@ class RawInputs:
                 raw[key] = jnp.zeros((n, *spec.shape[1:]), spec.dtype)
         return self.inputs.call(self.preprocess(raw))
 
-    def model_alone_exports(
-        self, forward: Callable, treedef: Any, names: list[str], weights: dict[str, Any]
-    ) -> bool:
-        """Whether the model exports without the preprocess (to name the culprit of a failure)."""
-        specs = jax.eval_shape(lambda b: self.inputs.call(self.preprocess(b)), self.batch)
-
-        def bare(flat: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-            tree = jax.tree_util.tree_unflatten(treedef, [flat[n] for n in names])
-            return forward(tree, *args, **kwargs)
-
-        args, kwargs = _symbolic(specs)
+    def check_exportable(self, model: str) -> None:
+        """Refuse, naming it, a ``preprocess`` that ``jax.export`` cannot serialise (the
+        preprocess alone is exported first, so a failure is not blamed on the model)."""
+        args, kwargs = _symbolic(self.specs)
         try:
-            jax.export.export(jax.jit(bare))(weights, *args, **kwargs)
-        except Exception:
-            return False
-        return True
+            jax.export.export(jax.jit(self.model_inputs))(args, kwargs)
+        except Exception as err:
+            first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            raise ValueError(
+                f"the Trainer's preprocess cannot be compiled into the export of {model} "
+                f"({first}): jax.export cannot serialise it (e.g. a host callback); declare it "
+                "with preprocessing= (a jaxfeed.serving.ServingSpec), or pass "
+                "compile_preprocess=False to export the model alone (it then takes "
+                "preprocessed inputs)"
+            ) from err
 
     def describe(self) -> dict[str, Any]:
         """The record in ``config.json``: compiled into the function, and the raw columns read."""
