@@ -184,6 +184,7 @@ def export(
         specs = getattr(trainer, "input_spec", None)
         if compile_preprocess and preprocessing is None:
             raw = RawInputs.of_trainer(trainer, example_input)
+            raw.check_exportable(type(model).__name__)
             specs, example_input = raw.specs, None
     if example_input is not None:
         specs = _input_specs(example_input)
@@ -239,8 +240,6 @@ def export(
             args, kwargs = raw.model_inputs(args, kwargs)
         return forward(tree, *args, **kwargs)
 
-    if raw is not None:
-        raw.check_exportable(type(model).__name__)
     args, kwargs = _symbolic(specs)
     try:
         exported = jax.export.export(jax.jit(serve))(
