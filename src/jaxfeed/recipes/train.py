@@ -553,22 +553,20 @@ def _summary(
                 row[f"{split}_rmse"] = row[f"{split}_mse"] ** 0.5
     columns = [("best epoch" if resolved["best_metric"] else "last epoch", f"{best['epoch']}")]
     columns.append(("step", f"{best['step']}"))
-    weighted = resolved.get("class_weights") is not None  # the loss as trained: say so
     if splits.eval is not None:
         loss = "loss" if task == "classification" else "loss (standardised)"
-        loss = "loss (class-weighted)" if weighted else loss
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
         if f"eval_{figure}" in best:
             columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))
     else:
-        loss = "train loss (class-weighted)" if weighted else "train loss"
-        columns.append((loss, f"{best.get('train_loss', float('nan')):.4f}"))
+        columns.append(("train loss", f"{best.get('train_loss', float('nan')):.4f}"))
     if test is not None:
         if f"test_{figure}" in test:
             columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
         else:
-            loss = "loss (class-weighted)" if weighted else "loss"
-            columns.append((f"{splits.test_name} {loss}", f"{test['test_loss']:.4f}"))
+            columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
+    if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so
+        columns = [(f"{h} (class-weighted)" if h.endswith(" loss") else h, v) for h, v in columns]
     columns += [("time", f"{seconds:.1f}"), ("rows/s", f"{rows:,.0f}")]
     widths = [max(len(h), len(v)) + 2 for h, v in columns]
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
