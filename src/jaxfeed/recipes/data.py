@@ -414,7 +414,8 @@ def infer_task(ds: Dataset, label: str, task: str | None) -> str:
 
 
 def _label_values(ds: Dataset, label: str) -> np.ndarray:
-    column = ds.select_columns([label]).flatten_indices().data.column(label)
+    ds = ds.select_columns([label]).flatten_indices()  # the rows the indices mapping selects
+    column = ds.select_columns([label]).data.column(label)
     if column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
         raise ConfigError(
