@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfeed.recipes import schedules
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
-from jaxfeed.recipes.schedules import build_schedule
 from jaxfeed.train import EarlyStopping, Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
@@ -248,7 +248,7 @@ def build_optimizer(config: RunConfig, total_steps: int, *, log_lr: bool = True)
     transformation (``total_steps`` optimizer updates in all). ``log_lr``: the learning rate is an
     ``optax.inject_hyperparams`` hyperparameter, so the trainer logs it (runs of earlier
     versions, whose optimizer state has none, are rebuilt with ``log_lr=False``)."""
-    lr = build_schedule(config, total_steps)
+    lr = schedules.build_schedule(config, total_steps)
     name, args = config.component("optimizer")
 
     def make(factory: Any, **kwargs: Any) -> Any:
