@@ -210,7 +210,10 @@ def test_a_trainers_preprocess_is_compiled_into_the_export(tmp_path):
         image = (b["image"].astype(jnp.float32) - mean) / std * b["gain"]
         return {**b, "image": image.reshape(-1, 6, 6, 1), "label": b["label"].astype(jnp.int32)}
 
-    trainer = Trainer(Pixels(rngs=nnx.Rngs(0)), optax.adam(1e-2), preprocess=preprocess, verbose=0)
+    # a jitted preprocess: the export looks into its jaxpr for the columns the model reads
+    trainer = Trainer(
+        Pixels(rngs=nnx.Rngs(0)), optax.adam(1e-2), preprocess=jax.jit(preprocess), verbose=0
+    )
     trainer.fit(DataLoader(data, 16), epochs=2)
     served = load_exported(export(trainer, tmp_path / "pixels"))
     # the model reads two raw columns now: keyword arguments named by them

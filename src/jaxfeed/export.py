@@ -368,13 +368,27 @@ class RawInputs:
         return {"compiled": True, "columns": self.fed}
 
 
-def _inputs_used(jaxpr: Any) -> list[bool]:
-    """Which inputs of ``jaxpr`` its outputs depend on (a backward walk over its equations)."""
-    live = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+def _inputs_used(jaxpr: Any, wanted: list[bool] | None = None) -> list[bool]:
+    """Which inputs of ``jaxpr`` its (``wanted``) outputs depend on: a backward walk over its
+    equations, into the jaxpr of a nested ``jit`` (a jitted ``preprocess``)."""
+    wanted = [True] * len(jaxpr.outvars) if wanted is None else wanted
+    live = {v for v, w in zip(jaxpr.outvars, wanted, strict=True) if w and not _literal(v)}
     for eqn in reversed(jaxpr.eqns):
-        if any(v in live for v in eqn.outvars):
-            live.update(v for v in eqn.invars if not isinstance(v, Literal))
+        outs = [v in live for v in eqn.outvars]
+        if not any(outs):
+            continue
+        inner = eqn.params.get("jaxpr") if eqn.primitive.name in ("jit", "pjit") else None
+        inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+        if inner is not None and len(inner.invars) == len(eqn.invars):
+            used = _inputs_used(inner, outs)
+        else:
+            used = [True] * len(eqn.invars)
+        live.update(v for v, u in zip(eqn.invars, used, strict=True) if u and not _literal(v))
     return [v in live for v in jaxpr.invars]
+
+
+def _literal(var: Any) -> bool:
+    return isinstance(var, Literal)
 
 
 def _is_export(path: Path) -> bool:
