@@ -183,7 +183,7 @@ def export(
             variables = trainer.variables
         specs = getattr(trainer, "input_spec", None)
         if compile_preprocess and preprocessing is None:
-            raw = RawInputs.of_trainer(trainer, example_input)
+            raw = _RawInputs.of_trainer(trainer, example_input)
             raw.check_exportable(type(model).__name__)
             specs, example_input = raw.specs, None
     if example_input is not None:
@@ -276,7 +276,7 @@ def export(
     return _write_folder(Path(path), {WEIGHTS: blob, FUNCTION: function, CONFIG: text.encode()})
 
 
-class RawInputs:
+class _RawInputs:
     """A Trainer's ``preprocess`` compiled in front of its model: the raw batch columns the export
     takes (``specs``: ``(args, kwargs)`` of shapes) and how they become the model's inputs.
 
@@ -315,7 +315,7 @@ class RawInputs:
             )
 
     @classmethod
-    def of_trainer(cls, trainer: Any, example_input: Any = None) -> RawInputs:
+    def of_trainer(cls, trainer: Any, example_input: Any = None) -> _RawInputs:
         """The raw inputs of a Trainer: ``example_input`` (a raw batch laid out as ``inputs=``),
         else the columns of the first batch it saw, else (a built-in model) float32 inputs of
         its ``input_shape``."""
