@@ -1,6 +1,7 @@
 """The transformers of jaxfeed.models, the next_token loss and token-weighted means, export."""
 
 import math
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,8 @@ from flax import nnx
 from jaxfeed import DataLoader, Dataset, Packing, Padding, Trainer, export, load_exported
 from jaxfeed.export import rebuild
 from jaxfeed.models import TransformerClassifier, TransformerLM
+from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.models import build_model
 from jaxfeed.text import generate, tokenize, train_tokenizer
 from jaxfeed.text.generation import compilations
 from jaxfeed.train.losses import next_token
@@ -19,16 +22,20 @@ from jaxfeed.train.losses import next_token
 SMALL = {"dim": 16, "depth": 2, "num_heads": 2, "max_length": 32}
 
 
-@pytest.mark.parametrize(
-    ("positions", "pooling"), [("learned", "mean"), ("rotary", "first"), ("rotary", "mean")]
-)
+@nnx.jit
+def forward(model, *args, **kwargs):
+    """The model in one compiled program per shape (eager calls compile op by op: slower)."""
+    return model(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("positions", "pooling"), [("learned", "mean"), ("rotary", "first")])
 def test_classifier_padding_changes_nothing(positions, pooling):
     model = TransformerClassifier(40, 3, positions=positions, pooling=pooling, **SMALL,
                                   rngs=nnx.Rngs(0))  # fmt: skip
     model.eval()
     rng = np.random.default_rng(0)
-    rows = [rng.integers(1, 40, n) for n in (3, 7, 5)]
-    alone = np.stack([np.asarray(model(jnp.asarray(r[None])))[0] for r in rows])
+    rows = [rng.integers(1, 40, n) for n in (3, 7, 7)]
+    alone = np.stack([np.asarray(forward(model, jnp.asarray(r[None])))[0] for r in rows])
     for left in (False, True):
         ids = np.zeros((3, 9), np.int32)
         mask = np.zeros((3, 9), np.int32)
@@ -36,9 +43,9 @@ def test_classifier_padding_changes_nothing(positions, pooling):
             where = slice(9 - len(r), 9) if left else slice(0, len(r))
             ids[i, where], mask[i, where] = r, 1
         ids[mask == 0] = 39  # whatever the pad id, padding changes nothing
-        padded = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+        padded = np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(mask)))
         np.testing.assert_allclose(padded, alone, atol=1e-5)
-    different = np.asarray(model(jnp.asarray(ids), jnp.ones_like(jnp.asarray(mask))))
+    different = np.asarray(forward(model, jnp.asarray(ids), jnp.ones_like(jnp.asarray(mask))))
     assert np.abs(different - alone).max() > 1e-3  # the mask is what keeps padding out
 
 
@@ -46,25 +53,33 @@ def test_classifier_padding_changes_nothing(positions, pooling):
 def test_lm_packed_segments_match_rows_alone(positions):
     lm = TransformerLM(30, positions=positions, **SMALL, rngs=nnx.Rngs(1))
     lm.eval()
-    ds = Dataset.from_dict({"input_ids": [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]})
+    rows = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    ds = Dataset.from_dict({"input_ids": rows})
     batch = next(iter(DataLoader(ds, batch_size=2, packing=Packing(length=8))))
     assert int(jnp.max(batch["segment_ids"])) >= 2  # segments really are packed together
-    logits = lm(batch["input_ids"], segment_ids=batch["segment_ids"], positions=batch["positions"])
+    logits = forward(lm, batch["input_ids"], segment_ids=batch["segment_ids"],
+                     positions=batch["positions"])  # fmt: skip
+    # each row alone (in its own batch row; the zeros after it are later, so a causal model
+    # cannot see them): one call
+    alone_ids = np.zeros((4, 5), np.int32)
+    for i, r in enumerate(rows):
+        alone_ids[i, : len(r)] = r
+    alone = np.asarray(forward(lm, jnp.asarray(alone_ids)))
     seen = 0
     for b in range(2):
         seg = np.asarray(batch["segment_ids"][b])
         for s in range(1, seg.max() + 1):
             cols = np.flatnonzero(seg == s)
-            row = batch["input_ids"][b, cols][None]
-            np.testing.assert_allclose(logits[b, cols], lm(row)[0], atol=1e-5)
+            row = rows.index(np.asarray(batch["input_ids"][b, cols]).tolist())
+            np.testing.assert_allclose(logits[b, cols], alone[row, : len(cols)], atol=1e-5)
             seen += len(cols)
     assert seen == 14
     # without segment_ids the rows would see each other: the mask is what matters
-    mixed = lm(batch["input_ids"])
+    mixed = forward(lm, batch["input_ids"])
     assert float(jnp.abs(mixed - logits).max()) > 1e-3
     # left padding with only an attention_mask: the real tokens are one segment from 0
-    ids, mask = jnp.array([[0, 0, 5, 6, 7]]), jnp.array([[0, 0, 1, 1, 1]])
-    np.testing.assert_allclose(lm(ids, mask)[0, 2:], lm(ids[:, 2:])[0], atol=1e-5)
+    ids, mask = jnp.array([[0, 0, 0, 1, 2]]), jnp.array([[0, 0, 0, 1, 1]])
+    np.testing.assert_allclose(forward(lm, ids, mask)[0, 3:], alone[0, :2], atol=1e-5)
 
 
 def _reference_next_token(logits, ids, segments, mask):
@@ -124,7 +139,9 @@ def test_token_losses_are_averaged_over_real_tokens_not_rows():
     lm.eval()
     total, count, hits = 0.0, 0, 0
     for b in batches:
-        logits = np.asarray(lm(jnp.asarray(b["input_ids"]), jnp.asarray(b["attention_mask"])))
+        logits = np.asarray(
+            forward(lm, jnp.asarray(b["input_ids"]), jnp.asarray(b["attention_mask"]))
+        )
         mean, n = _reference_next_token(logits, b["input_ids"], b["attention_mask"],
                                         b["attention_mask"])  # fmt: skip
         total, count = total + mean * n, count + n
@@ -241,11 +258,11 @@ def test_transformers_export_with_symbolic_batch_and_length(tmp_path):
             ids = rng.integers(1, 50, (batch, length)).astype(np.int32)
             mask = np.ones_like(ids)
             mask[0, length - 2 :] = 0
-            np.testing.assert_allclose(served(ids, mask), net(ids, mask), atol=1e-5)
+            np.testing.assert_allclose(served(ids, mask), forward(net, ids, mask), atol=1e-5)
         rebuilt, config = rebuild(folder)
         assert config["model"]["class"] == type(net).__name__
         assert config["model"]["kwargs"] == net.config()
-        np.testing.assert_allclose(rebuilt(ids, mask), net(ids, mask), atol=1e-6)
+        np.testing.assert_allclose(forward(rebuilt, ids, mask), forward(net, ids, mask), atol=1e-6)
     with pytest.raises(ValueError, match=r"shape \(batch, length\)"):
         served(np.zeros((2, 3, 1), np.int32), np.zeros((2, 3, 1), np.int32))
 
@@ -260,3 +277,40 @@ def test_model_arguments_are_checked():
     model = TransformerClassifier(10, 2, **{**SMALL, "max_length": 4}, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="longer than the model's max_length 4"):
         model(jnp.zeros((1, 6), jnp.int32))
+
+
+def test_classifier_as_a_regressor():
+    """num_classes=1 and loss="mse": one value per row against float targets."""
+    model = TransformerClassifier(10, 1, **{**SMALL, "depth": 1}, rngs=nnx.Rngs(0))
+    ids = np.array([[1, 2, 3], [4, 5, 0]], np.int32)
+    batch = {
+        "input_ids": ids,
+        "attention_mask": (ids > 0).astype(np.int32),
+        "y": np.array([0.5, 2.0]),
+    }
+    result = _trainer_eval(model, [batch], loss="mse", metrics=["mae"], targets="y",
+                           inputs=("input_ids", "attention_mask"))  # fmt: skip
+    model.eval()
+    out = np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(batch["attention_mask"])))
+    assert out.shape == (2, 1)
+    assert result["loss"] == pytest.approx(float(np.mean((out[:, 0] - batch["y"]) ** 2)), rel=1e-5)
+    assert result["mae"] == pytest.approx(float(np.mean(np.abs(out[:, 0] - batch["y"]))), rel=1e-5)
+
+
+def test_cli_registry_builds_the_transformers_by_name():
+    prep = SimpleNamespace(kind="text", input_shape=(16,), vocab_size=50, max_length=24)
+    small = {"class_path": "transformer", "init_args": {"dim": 8, "depth": 1, "num_heads": 2}}
+    model = build_model(RunConfig(model=small), prep, 3, 0)
+    assert isinstance(model, TransformerClassifier)
+    assert (model.vocab_size, model.num_classes, model.max_length) == (50, 3, 24)
+    spec = {"class_path": "transformer_lm", "init_args": {"dim": 8, "depth": 1, "max_length": 8}}
+    lm = build_model(RunConfig(model=spec), prep, 3, 0)
+    assert isinstance(lm, TransformerLM) and lm.config()["dim"] == 8 and lm.max_length == 8
+    with pytest.raises(ConfigError, match="--model transformer needs text"):
+        build_model(
+            RunConfig(model="transformer"), SimpleNamespace(kind="image", input_shape=(8, 8)), 3, 0
+        )
+    with pytest.raises(ConfigError, match="transformer_lm takes no argument 'nope'"):
+        build_model(
+            RunConfig(model={"class_path": "transformer_lm", "init_args": {"nope": 1}}), prep, 3, 0
+        )

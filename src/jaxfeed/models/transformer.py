@@ -36,6 +36,7 @@ POOLINGS = ("mean", "first")
 
 
 # ---------------------------------------------------------------------------------- masks
+@jax.jit
 def run_positions(segments: jax.Array) -> jax.Array:
     """Positions counted from 0 in each run of equal consecutive ``segments`` values, per row.
 
@@ -51,6 +52,7 @@ def run_positions(segments: jax.Array) -> jax.Array:
     return (t - start).astype(jnp.int32)
 
 
+@jax.jit
 def real_positions(attention_mask: jax.Array) -> jax.Array:
     """Positions of the real tokens counted from 0 (padding on either side takes none).
 
@@ -61,6 +63,7 @@ def real_positions(attention_mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
 
 
+@jax.jit
 def causal_segment_mask(segments: jax.Array) -> jax.Array:
     """``(batch, 1, T, T)`` booleans: query ``q`` may attend key ``k`` when ``k <= q`` and both
     are in the same segment.
@@ -75,6 +78,7 @@ def causal_segment_mask(segments: jax.Array) -> jax.Array:
     return (causal[None] & same)[:, None]
 
 
+@jax.jit
 def rotary(x: jax.Array, positions: jax.Array, base: float = 10_000.0) -> jax.Array:
     """Rotary position embedding (RoPE, rotate-half form) of ``x`` ``(B, T, heads, head_dim)``
     at integer ``positions`` ``(B, T)``.
@@ -105,6 +109,25 @@ def _ones(input_ids: jax.Array) -> jax.Array:
     return jnp.ones(input_ids.shape, jnp.int32)
 
 
+@jax.jit
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Scaled dot-product attention of ``(B, T, heads, head_dim)`` queries, keys and values under
+    a boolean ``mask`` broadcastable to ``(B, heads, T, T)``; softmax in float32, masked logits
+    at float32's minimum (a fully masked query gets finite values, never NaN).
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((1, 2, 1, 2))
+    >>> v = jnp.array([[[[1.0, 1.0]], [[3.0, 3.0]]]])
+    >>> attend(q, q, v, jnp.array([[[[True, False], [True, True]]]]))[0, :, 0, 0].tolist()
+    [1.0, 2.0]
+    """
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    logits = logits / math.sqrt(q.shape[-1])
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
 # ---------------------------------------------------------------------------------- layers
 class SelfAttention(nnx.Module):
     """Multi-head self-attention under an explicit boolean mask, optionally with RoPE."""
@@ -128,12 +151,7 @@ class SelfAttention(nnx.Module):
         q, k, v = (layer(x).reshape(shape) for layer in (self.query, self.key, self.value))
         if self.rotary:
             q, k = rotary(q, positions), rotary(k, positions)
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
-        logits = logits / math.sqrt(self.head_dim)
-        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, dim)
-        return self.out(out)
+        return self.out(attend(q, k, v, mask).reshape(b, t, dim))
 
 
 class Block(nnx.Module):

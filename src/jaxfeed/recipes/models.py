@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.recipes import text
+from jaxfeed.recipes import schedules, text
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
@@ -150,16 +150,10 @@ def build_model(
 
         return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
-    builtin = ("cnn", "mlp", "transformer", "transformer_lm")
-    if name in builtin and (name.startswith("transformer") != (prep.kind in TEXT_KINDS)):
-        what = "token ids of text" if prep.kind in TEXT_KINDS else f"{prep.kind} inputs"
+    if name in ("cnn", "mlp") and prep.kind in TEXT_KINDS:
         raise ConfigError(
-            f"--model {name} does not fit this run's {what}; "
-            + (
-                "use --model transformer (or your own)"
-                if prep.kind in TEXT_KINDS
-                else "the transformers read text (a text column, or --task lm on a corpus)"
-            )
+            f"--model {name} does not fit this run's token ids of text; use --model transformer "
+            "(or your own)"
         )
     if name == "cnn":
         if prep.kind == "table" or len(shape) not in (2, 3):
@@ -179,7 +173,7 @@ def build_model(
 
         return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
     if name in ("transformer", "transformer_lm"):
-        return text.build_transformer(name, prep, outputs, init_args, rngs)
+        return _text_model(text.transformer_name(name, prep), prep, outputs, init_args, rngs)
     cls = load_user_class(name, policy)
     params = inspect.signature(
         cls.__init__
@@ -215,6 +209,29 @@ def build_model(
     if not isinstance(model, nnx.Module):
         raise ConfigError(f"--model {name}: {cls.__name__} is not a flax.nnx.Module")
     return model
+
+
+def _text_model(name: str, prep: Preprocessing, outputs: int, init_args: dict[str, Any],
+                rngs: Any) -> Any:  # fmt: skip
+    """``transformer`` (:class:`~jaxfeed.models.TransformerClassifier`) or ``transformer_lm``
+    (:class:`~jaxfeed.models.TransformerLM`) over the run's token ids: ``prep.vocab_size``, and
+    ``prep.max_length`` (the longest row the data gives) as the context unless
+    ``--model.init_args.max_length`` sets it."""
+    from jaxfeed.models import TransformerClassifier, TransformerLM
+
+    vocab_size = getattr(prep, "vocab_size", None)
+    if not vocab_size:
+        raise ConfigError(
+            f"--model {name} needs text (token ids from a tokenizer); the data is {prep.kind} "
+            f"with inputs of shape {tuple(prep.input_shape)}"
+        )
+    context = getattr(prep, "max_length", None)
+    extra = {"max_length": int(context)} if context and "max_length" not in init_args else {}
+    if name == "transformer":
+        return _construct(
+            TransformerClassifier, name, init_args, vocab_size, outputs, rngs=rngs, **extra
+        )
+    return _construct(TransformerLM, name, init_args, vocab_size, rngs=rngs, **extra)
 
 
 def _takes_kwargs(params: Any) -> bool:
@@ -261,23 +278,11 @@ def optimizer_factory(name: str) -> Any:
 
 def build_optimizer(config: RunConfig, total_steps: int, *, log_lr: bool = True) -> Any:
     """``--optimizer`` (any optax optimizer, with its ``init_args``), ``--lr``, ``--weight-decay``,
-    ``--schedule``, ``--warmup-steps``, ``--grad-clip`` and ``--grad-accum`` as one optax
+    ``--schedule`` and ``--warmup-steps`` (:mod:`jaxfeed.recipes.schedules`), ``--grad-clip`` and ``--grad-accum`` as one optax
     transformation (``total_steps`` optimizer updates in all). ``log_lr``: the learning rate is an
     ``optax.inject_hyperparams`` hyperparameter, so the trainer logs it (runs of earlier
     versions, whose optimizer state has none, are rebuilt with ``log_lr=False``)."""
-    warmup = min(config.warmup_steps, max(total_steps - 1, 0))
-    decay_steps = max(total_steps - warmup, 1)
-    if config.schedule == "constant":
-        after: Any = config.lr  # a float, not a schedule: no step count in the optimizer state
-    elif config.schedule == "cosine":
-        after = optax.cosine_decay_schedule(config.lr, decay_steps)
-    else:
-        after = optax.linear_schedule(config.lr, 0.0, decay_steps)
-    lr = (
-        optax.join_schedules([optax.linear_schedule(0.0, config.lr, warmup), after], [warmup])
-        if warmup
-        else after
-    )
+    lr = schedules.build_schedule(config, total_steps)
     name, args = config.component("optimizer")
 
     def make(factory: Any, **kwargs: Any) -> Any:

@@ -60,6 +60,16 @@ class Preprocessing:
     impute: bool = False  # tables: missing cells are filled (True) or refused (False)
     text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (recipes/text.py)
 
+    @property
+    def vocab_size(self) -> int | None:
+        """Text runs: the tokenizer's vocabulary (the transformers' ``vocab_size``)."""
+        return int(self.text["vocab_size"]) if self.text else None
+
+    @property
+    def max_length(self) -> int | None:
+        """Text runs: the longest row of token ids the model is given (the transformers')."""
+        return int(self.input_shape[0]) if self.text else None
+
     def table_columns(self) -> tuple[TableColumn, ...]:
         """The table's columns as the declared serving spec encodes them."""
         categories = self.categories or {}

@@ -228,6 +228,11 @@ def plan_text(
     the packed row length of a language model."""
     from jaxfeed.text import tokenize, train_tokenizer  # jaxfeed.text loads JAX
 
+    if task != "lm" and config.component("model")[0] == "transformer_lm":
+        raise ConfigError(
+            "--model transformer_lm is a language model: train it with --task lm (a text column "
+            "with a label takes --model transformer)"
+        )
     median, distinct = _words(train, column)
     if config.text_column is not None:
         said = f"text: column {column!r} (--text-column), median {median:g} words"
@@ -500,37 +505,14 @@ def _parameters(function: Any) -> dict[str, Any]:
         return {}
 
 
-def build_transformer(
-    name: str, prep: Preprocessing, outputs: int, init_args: dict[str, Any], rngs: Any
-) -> Any:
-    """jaxfeed's ``TransformerClassifier`` (a text column) or ``TransformerLM`` (``--task lm``;
-    ``name`` ``transformer`` or ``transformer_lm``) for the run's vocabulary and length, with
-    ``--model.init_args`` checked against its signature."""
-    from jaxfeed import models  # flax loads with the model
+def transformer_name(name: str, prep: Preprocessing) -> str:
+    """The registry name of the transformer a text run builds: ``transformer`` is the classifier
+    of a text column and, on ``--task lm``, the language model (``transformer_lm``).
 
-    lm = prep.kind == "lm"
-    if name == "transformer_lm" and not lm:
-        raise ConfigError(
-            "--model transformer_lm is a language model: train it with --task lm (a text column "
-            "with a label takes --model transformer)"
-        )
-    cls = models.TransformerLM if lm else models.TransformerClassifier
-    params = _parameters(cls.__init__)
-    given: dict[str, Any] = {"rngs": rngs}
-    for name in ("max_length", "max_len", "max_seq_len", "max_positions", "context_length"):
-        if name in params:
-            given[name] = int(prep.input_shape[0])
-            break
-    for key in init_args:
-        if key not in params or key in ("self", "vocab_size", "num_classes", *given):
-            raise ConfigError(
-                f"--model.init_args.{key}: transformer takes no argument {key!r} (it takes "
-                f"{[p for p in params if p not in ('self', 'vocab_size', 'num_classes', *given)]})"
-            )
-    vocab = int(prep.text["vocab_size"])
-    if lm:
-        return cls(vocab, **given, **init_args)
-    return cls(vocab, outputs, **given, **init_args)
+    >>> transformer_name("transformer", Preprocessing("lm", ["t"], "", [8], "lm", text={}))
+    'transformer_lm'
+    """
+    return "transformer_lm" if prep.kind == "lm" else name
 
 
 def model_inputs(prep: Preprocessing, model: Any) -> dict[str, str]:

@@ -225,7 +225,7 @@ def generate(
             "(jaxfeed train --task lm)"
         )
     text.attach_tokenizer(prep, run)
-    context = int(prep.input_shape[0])
+    context = int(record.options.component("model")[1].get("max_length", prep.max_length))
     for i, prompt in enumerate(prompts):
         if not prompt:
             raise ConfigError(f"prompt {i} is empty")

@@ -81,9 +81,10 @@ class Trainer:
     passed only when ``__call__`` accepts it, and a ``train`` / ``training`` / ``deterministic``
     keyword only when present (otherwise the module's own ``nnx.Rngs`` and ``model.train()`` /
     ``model.eval()`` decide). ``loss`` is a built-in name (``"cross_entropy"``,
-    ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``) or ``loss(outputs, batch)``
-    returning per-example values; ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``,
-    ``"mse"``, ``"mae"``), names of metrics over a whole eval split (``"f1"``, ``"precision"``,
+    ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``, ``"next_token"`` for causal
+    language models) or ``loss(outputs, batch)`` returning per-example (or per-token) values;
+    ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``, ``"mse"``, ``"mae"``,
+    ``"perplexity"``, ``"token_accuracy"``), names of metrics over a whole eval split (``"f1"``, ``"precision"``,
     ``"recall"``, ``"auc"``, ``"r2"``, ``"rmse"``: :mod:`jaxfeed.train.metrics`, eval only),
     functions ``(outputs, batch) -> per-example values`` or a ``{name: function or SplitMetric}``
     dict; by default accuracy for classification losses and nothing else
@@ -201,6 +202,7 @@ class Trainer:
         self.stop_training = False
         self._warned_unlabelled = False
         self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
+        self.batch_spec: dict[str, Any] | None = None  # the raw batch's columns, for export
         self.loggers = tuple(loggers)
         check_loggers(self.loggers, self.out_dir)
         self.handle_signals = handle_signals
@@ -243,6 +245,7 @@ class Trainer:
                 self.core.initialize(arrays)
             spec = self.core.spec
             self.input_spec = jax.eval_shape(lambda b: spec.inputs.call(spec.preprocess(b)), arrays)
+            self.batch_spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in arrays.items()}
             self.placement.state_placement(arrays)
             self.core.state, shardings = self.placement.place_state(
                 self.core.state, self.core.leaves()
