@@ -6,4 +6,4 @@ from jaxfeed.models.linen import LinenCNN
 from jaxfeed.models.nnx import CNN, MLP
 from jaxfeed.models.pool import max_pool_2x2
 
-__all__ = ["CNN", "AudioCNN", "MLP", "LinenCNN", "max_pool_2x2"]
+__all__ = ["CNN", "MLP", "AudioCNN", "LinenCNN", "max_pool_2x2"]

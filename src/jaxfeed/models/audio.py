@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import jax
@@ -72,7 +73,7 @@ class AudioCNN(nnx.Module):
         self.convs = nnx.List(
             [
                 nnx.Conv(a, b, kernel_size=(3, 3), rngs=rngs, **conv)
-                for a, b in zip(widths[:-1], widths[1:], strict=True)
+                for a, b in itertools.pairwise(widths)
             ]
         )
         self.norms = nnx.List(
