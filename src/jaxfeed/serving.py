@@ -366,6 +366,8 @@ def audio_options(values: Any, where: str) -> dict[str, Any] | None:
 def log_mel_batch(clips: Any, options: Mapping[str, Any]) -> np.ndarray:
     """Clips as a batch of centre-cropped log-mel spectrograms (see :func:`audio_options`)."""
     transform = log_mel(**options, crop="center")
+    if isinstance(clips, np.ndarray) and clips.dtype == object:
+        clips = list(clips)
     if isinstance(clips, Mapping) or (isinstance(clips, np.ndarray) and clips.ndim == 1):
         raise ValueError(
             "give a list of clips ({'array', 'sampling_rate'} dicts or waveforms), or a batch "

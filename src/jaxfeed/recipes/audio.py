@@ -135,11 +135,9 @@ def plan_audio(
     if clip_seconds is None:
         seconds = min(math.ceil(longest * 100) / 100, MAX_DEFAULT_SECONDS)
         how = (
-            f"the longest clip (at most {MAX_DEFAULT_SECONDS:g} s)"
-            if longest <= MAX_DEFAULT_SECONDS
-            else f"at most {MAX_DEFAULT_SECONDS:g} s"
+            "the longest clip" if longest <= MAX_DEFAULT_SECONDS else f"{MAX_DEFAULT_SECONDS:g} s at most"
         )
-        how += ", --clip-seconds to choose"
+        how += "; --clip-seconds to choose"
     else:
         seconds, how = float(clip_seconds), "--clip-seconds"
     options = LogMelOptions(sample_rate=rate, n_mels=n_mels, clip_seconds=seconds)
@@ -209,4 +207,4 @@ def audio_batches(
     ]
     done = [d for d in done if d]
     if done:
-        notes.append(f"{'; '.join(done)} to {options.get('clip_seconds')} s clips (as in training)")
+        notes.append(f"{'; '.join(done)} (to {options.get('clip_seconds')} s clips, as in training)")
