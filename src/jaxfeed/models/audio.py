@@ -30,12 +30,10 @@ class AudioCNN(nnx.Module):
     >>> from flax import nnx
     >>> model = AudioCNN(3, input_shape=(101, 64), rngs=nnx.Rngs(0))
     >>> model.eval()
-    >>> model(jnp.zeros((2, 101, 64))).shape
+    >>> logits = nnx.jit(lambda m, x, mask: m(x, mask))(model, jnp.zeros((2, 101, 64)),
+    ...                                                 jnp.arange(101)[None] < 90)
+    >>> logits.shape
     (2, 3)
-    >>> x = jnp.ones((1, 40, 64)).at[:, 32:].set(-13.8)     # 8 padded frames at the end
-    >>> mask = jnp.arange(40)[None] < 32
-    >>> bool(jnp.allclose(model(x, mask), model(x[:, :32]), atol=1e-5))
-    True
     """
 
     def __init__(

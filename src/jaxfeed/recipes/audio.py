@@ -4,7 +4,7 @@
 before anything is written: a clip that cannot be decoded, a sample rate of 0 (in a WAV header, or
 in a ``sampling_rate``/``sample_rate`` column of the folder's metadata) is refused naming the split,
 row and file. :func:`plan_audio` chooses the features (``--sample-rate``, default 16 kHz;
-``--clip-seconds``, default the longest train clip up to :data:`MAX_DEFAULT_SECONDS`) and returns
+``--clip-seconds``, default the longest clip of the train split up to :data:`MAX_DEFAULT_SECONDS`) and returns
 the run's :class:`~jaxfeed.recipes.preprocess.Preprocessing` (``kind="audio"``, the log-mel options
 in ``audio``). :func:`row_transform` is the loaders' ``log_mel`` (a random crop in training, the
 centre otherwise); served models take raw clips through the same options
@@ -22,7 +22,7 @@ import dataclasses
 import io
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from jaxfeed.serving import ServingSpec, SpecError
 from jaxfeed.spectrogram import LogMel, LogMelOptions, log_mel
 
 DEFAULT_SAMPLE_RATE = 16000
-MAX_DEFAULT_SECONDS = 30.0  # --clip-seconds defaults to the longest train clip, at most this
+MAX_DEFAULT_SECONDS = 30.0  # --clip-seconds defaults to the longest clip, at most this
 RATE_COLUMNS = ("sampling_rate", "sample_rate")  # metadata columns that declare a clip's rate
 HEADER_BYTES = 65536  # read to find a WAV file's declared rate
 
@@ -95,8 +95,8 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
             info = soundfile.info(path if data is None else io.BytesIO(data))
         except (OSError, ValueError, RuntimeError, TypeError) as err:
             raise ConfigError(
-                f"cannot decode the audio of column {column!r} at {where}: {err}; fix or remove "
-                "the file"
+                f"cannot decode the audio of column {column!r} at {where}: "
+                f"{str(err).rstrip('.')}; fix or remove the file"
             ) from err
         if info.samplerate <= 0 or info.frames <= 0:
             what = "has no samples" if info.frames <= 0 else "declares a sample rate of 0 Hz"
@@ -110,17 +110,17 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
     return ClipScan(seconds, rates)
 
 
-def scan_splits(splits: Any, column: str) -> ClipScan:
-    """:func:`scan_clips` over the train, validation and test splits; the train split's scan."""
-    train = scan_clips(splits.train, column, "train")
-    for name, ds in ((splits.eval_name, splits.eval), (splits.test_name, splits.test)):
-        if ds is not None:
-            scan_clips(ds, column, name)
-    return train
+def scan_splits(data: Mapping[str, Dataset], column: str) -> ClipScan:
+    """:func:`scan_clips` over every split of the data as loaded (rows are named as there,
+    before a validation split is carved); the scan of its ``train`` split (else the first)."""
+    scans = {name: scan_clips(ds, column, name) for name, ds in data.items() if column in ds.features}
+    if not scans:
+        raise ConfigError(f"no split of the data has the audio column {column!r}")
+    return scans.get("train", next(iter(scans.values())))
 
 
 def plan_audio(
-    splits: Any,
+    data: Mapping[str, Dataset],
     column: str,
     label: str,
     task: str,
@@ -128,8 +128,9 @@ def plan_audio(
     clip_seconds: float | None,
     n_mels: int = 64,
 ) -> tuple[Preprocessing, list[str]]:
-    """The run's log-mel preprocessing (every clip checked first) and lines for the user."""
-    scan = scan_splits(splits, column)
+    """The run's log-mel preprocessing (every clip of ``data``, the splits as loaded, checked
+    first) and lines for the user."""
+    scan = scan_splits(data, column)
     rate = sample_rate or DEFAULT_SAMPLE_RATE
     longest = float(scan.seconds.max())
     if clip_seconds is None:
@@ -161,7 +162,7 @@ def plan_audio(
     cropped = int((scan.seconds > seconds + 0.5 / rate).sum())
     padded = int((scan.seconds < seconds - 0.5 / rate).sum())
     notes = [
-        f"audio: {len(scan.seconds):,} train clips of {shortest:.2f}-{longest:.2f} s at {rates} Hz; "
+        f"audio: {len(scan.seconds):,} clips of {shortest:.2f}-{longest:.2f} s at {rates} Hz; "
         f"resampled to {rate:,} Hz (--sample-rate){f': {resampled:,} clips' if resampled else ''}",
         f"clips: {seconds:g} s ({how}); {cropped:,} cropped (at random in training, the centre "
         f"in evaluation), {padded:,} padded with silence",

@@ -173,7 +173,7 @@ class RunConfig:
     clip_seconds: float | None = option(
         None,
         "audio: crop (at random in training, the centre in evaluation) or pad every clip to this "
-        "many seconds (default: the longest train clip, at most 30)",
+        "many seconds (default: the longest clip of the train split, at most 30)",
         minimum=0.0,
         exclusive=True,
         metavar="SECONDS",

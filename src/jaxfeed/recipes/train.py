@@ -175,10 +175,10 @@ def _train(
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
         if prep.kind == "audio":
-            audiomod.scan_splits(splits, prep.input_columns[0])
+            audiomod.scan_splits(run_data.source.data, prep.input_columns[0])
     elif columns.kind == "audio":
         prep, notes = audiomod.plan_audio(
-            splits, columns.inputs[0], columns.label, run_data.task, config.sample_rate,
+            run_data.source.data, columns.inputs[0], columns.label, run_data.task, config.sample_rate,
             config.clip_seconds,
         )  # fmt: skip
     else:
