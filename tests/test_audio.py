@@ -130,10 +130,12 @@ def test_bad_clips_and_options_are_named():
         with pytest.raises(ValueError, match=message):
             T.log_mel(**{"sample_rate": 8000, **kwargs})
     spec = ServingSpec("audio", (11, 16), labels=("a", "b"), audio={"sample_rate": 8000})
-    with pytest.raises(SpecError, match="an audio spec needs audio.clip_seconds"):
+    with pytest.raises(SpecError, match=r"an audio spec needs audio\.clip_seconds"):
         ServingSpec.from_dict(spec.to_dict(), "x")
     values = {**spec.to_dict(), "audio": {"sample_rate": 0, "clip_seconds": 0.1}}
-    with pytest.raises(SpecError, match="preprocessing.audio: sample_rate must be a positive int"):
+    with pytest.raises(
+        SpecError, match=r"preprocessing\.audio: sample_rate must be a positive int"
+    ):
         ServingSpec.from_dict(values, "x")
     with pytest.raises(SpecError, match="unknown audio field 'window'"):
         ServingSpec.from_dict({**values, "audio": {"window": "hann"}}, "x")

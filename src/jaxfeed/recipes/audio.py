@@ -113,7 +113,9 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
 def scan_splits(data: Mapping[str, Dataset], column: str) -> ClipScan:
     """:func:`scan_clips` over every split of the data as loaded (rows are named as there,
     before a validation split is carved); the scan of its ``train`` split (else the first)."""
-    scans = {name: scan_clips(ds, column, name) for name, ds in data.items() if column in ds.features}
+    scans = {
+        name: scan_clips(ds, column, name) for name, ds in data.items() if column in ds.features
+    }
     if not scans:
         raise ConfigError(f"no split of the data has the audio column {column!r}")
     return scans.get("train", next(iter(scans.values())))
@@ -136,7 +138,9 @@ def plan_audio(
     if clip_seconds is None:
         seconds = min(math.ceil(longest * 100) / 100, MAX_DEFAULT_SECONDS)
         how = (
-            "the longest clip" if longest <= MAX_DEFAULT_SECONDS else f"{MAX_DEFAULT_SECONDS:g} s at most"
+            "the longest clip"
+            if longest <= MAX_DEFAULT_SECONDS
+            else f"{MAX_DEFAULT_SECONDS:g} s at most"
         )
         how += "; --clip-seconds to choose"
     else:
@@ -208,4 +212,6 @@ def audio_batches(
     ]
     done = [d for d in done if d]
     if done:
-        notes.append(f"{'; '.join(done)} (to {options.get('clip_seconds')} s clips, as in training)")
+        notes.append(
+            f"{'; '.join(done)} (to {options.get('clip_seconds')} s clips, as in training)"
+        )
