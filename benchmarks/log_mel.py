@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import statistics
+import time
 
 import numpy as np
 
@@ -66,7 +68,6 @@ def main() -> None:
     else:
         print("librosa is not installed: its row is skipped (pip install librosa to add it)")
 
-    rows = []
     for name, fn in peers.items():
         for clip, want in zip(clips[:4], reference, strict=False):
             got = fn(clip)
@@ -74,13 +75,20 @@ def main() -> None:
                 gap = np.abs(got - want).max() if got.shape == want.shape else got.shape
                 print(f"note: {name} differs from jaxfeed's features (max gap {gap})")
                 break
-        fn(clips[0])
-        seconds = median_seconds(lambda fn=fn: [fn(c) for c in clips], args.repeats)
-        rows.append((name, args.clips / seconds))
+    # interleaved sweeps (one of each implementation per repeat): load on a shared machine
+    # drifts, and each implementation sees the same drift; the median sweep of each is shown
+    times: dict[str, list[float]] = {name: [] for name in peers}
+    for _ in range(args.repeats):
+        for name, fn in peers.items():
+            start = time.perf_counter()
+            for c in clips:
+                fn(c)
+            times[name].append(time.perf_counter() - start)
+    rows = [(name, args.clips / statistics.median(t)) for name, t in times.items()]
     best_peer = max(rate for name, rate in rows[1:])
     print(
         f"\nlog-mel of {args.clips} clips of {args.seconds:g} s at {RATE} Hz, {MELS} mels, "
-        f"n_fft {N_FFT}, hop {HOP}: clips/s (median of {args.repeats})"
+        f"n_fft {N_FFT}, hop {HOP}: clips/s (median of {args.repeats} interleaved sweeps)"
     )
     print(f"{'implementation':<40}{'clips/s':>10}{'x best peer':>13}")
     for name, rate in rows:

@@ -112,7 +112,8 @@ def test_eval_predict_and_the_export_agree_on_raw_waveforms(clips, audio_run, ca
         capsys, "predict", str(out), str(odd), str(clips / "steady"), "--json"
     )
     assert status == 0, err
-    assert re.search(r"note: resampled 6 of 21 clips to 8000 Hz; cropped \d+ \(the centre\)", err)
+    note = r"note: resampled 6 of 21 clips to 8000 Hz; cropped \d+ to 0.3 s \(the centre\); padded"
+    assert re.search(note, err) and err.count("(as in training)") == 1, err
     predictions = json.loads(stdout)
     names = [p["input"] for p in predictions]
     assert names == [str(odd), *sorted(str(p) for p in (clips / "steady").glob("*.wav"))]

@@ -203,15 +203,14 @@ def audio_batches(
             counts[key] += n
         yield chunk, clips
     options = spec.audio or {}
-    done = [
-        f"resampled {counts['resampled']} of {len(paths)} clips to {options.get('sample_rate')} Hz"
-        if counts["resampled"]
-        else "",
-        f"cropped {counts['cropped']} (the centre)" if counts["cropped"] else "",
-        f"padded {counts['padded']} with silence" if counts["padded"] else "",
-    ]
-    done = [d for d in done if d]
-    if done:
-        notes.append(
-            f"{'; '.join(done)} (to {options.get('clip_seconds')} s clips, as in training)"
+    done = []
+    if counts["resampled"]:
+        done.append(
+            f"resampled {counts['resampled']} of {len(paths)} clips to {options.get('sample_rate')} Hz"
         )
+    seconds = options.get("clip_seconds")
+    if counts["cropped"]:
+        done.append(f"cropped {counts['cropped']} to {seconds} s (the centre)")
+    if counts["padded"]:
+        done.append(f"padded {counts['padded']} to {seconds} s with silence")
+    notes += done
