@@ -128,6 +128,10 @@ def test_eval_predict_and_the_export_agree_on_raw_waveforms(clips, audio_run, ca
         served(raw), [[row[c] for c in served.spec.labels] for row in printed], atol=1e-6
     )
     assert served.predict(raw)[0] == [p["label"] for p in predictions]
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF....WAVEnot audio")
+    status, _, err = run_main(capsys, "predict", str(out), str(broken))
+    assert status == 2 and f"cannot decode audio {broken}: " in err and "Traceback" not in err
     # the checkpoint path (no export) gives the same probabilities
     status, stdout, err = run_main(
         capsys, "predict", str(out), str(odd), "--checkpoint", "last", "--json"
