@@ -160,10 +160,15 @@ def _flat_folder(root, metadata):
     return root
 
 
-@pytest.mark.parametrize("case", ["garbage", "rate zero header", "rate zero metadata", "no label"])
+@pytest.mark.parametrize(
+    "case", ["garbage", "rate zero header", "rate zero metadata", "no label", "image flag"]
+)
 def test_bad_clips_are_one_error_before_anything_is_written(clips, case, tmp_path, capsys):
-    data = tmp_path / "data"
-    if case == "garbage":
+    data, extra = tmp_path / "data", []
+    if case == "image flag":
+        data, extra = clips, ["--image-size", "32"]
+        message = "--image-size: the input column holds audio, not images"
+    elif case == "garbage":
         shutil.copytree(clips, data)
         (data / "rising" / "broken.wav").write_bytes(b"RIFF not really a wav file")
         message = f"({data / 'rising' / 'broken.wav'}): Error opening"
@@ -186,7 +191,7 @@ def test_bad_clips_are_one_error_before_anything_is_written(clips, case, tmp_pat
         _flat_folder(data, "file_name,label\n" + rows)
         message = "the label column 'label' is empty at row 7; fill or drop such rows"
     out = tmp_path / "run"
-    status, _, err = run_main(capsys, "train", "--data", str(data), "--out", str(out))
+    status, _, err = run_main(capsys, "train", "--data", str(data), "--out", str(out), *extra)
     lines = err.strip().splitlines()
     assert status == 2 and message in lines[-1] and "Traceback" not in err, err
     assert not out.exists() or not any(out.iterdir())

@@ -176,6 +176,23 @@ def plan_audio(
     return prep, notes
 
 
+def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any) -> None:
+    """``--sample-rate`` and ``--clip-seconds`` are for audio inputs, ``--image-size`` is not:
+    a flag that would do nothing is refused.
+
+    >>> check_flags("image", 16000, None, None)
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: --sample-rate: the input column holds image data, not audio
+    """
+    if kind != "audio":
+        for flag, value in (("--sample-rate", sample_rate), ("--clip-seconds", clip_seconds)):
+            if value is not None:
+                raise ConfigError(f"{flag}: the input column holds {kind} data, not audio")
+    elif image_size is not None:
+        raise ConfigError("--image-size: the input column holds audio, not images")
+
+
 def row_transform(prep: Preprocessing, *, train: bool) -> LogMel:
     """The loaders' ``row_transform`` of an audio run: its ``log_mel``, with a random crop for
     ``train`` (the loader's per-row ``rng``: a resumed run crops alike) and the centre else."""

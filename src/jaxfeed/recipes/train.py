@@ -171,6 +171,7 @@ def _train(
     say(f"data {run_data.source.path}: detected {run_data.source.kind}")
     if splits.note:
         say(splits.note)
+    audiomod.check_flags(columns.kind, config.sample_rate, config.clip_seconds, config.image_size)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
