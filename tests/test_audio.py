@@ -11,6 +11,7 @@ from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Padding, Trainer, export, load_exported
 from jaxfeed import transforms as T
+from jaxfeed.export import rebuild
 from jaxfeed.features import Audio, Features, Value
 from jaxfeed.models import AudioCNN
 from jaxfeed.serving import ServingSpec, SpecError
@@ -171,3 +172,6 @@ def test_audio_cnn_ignores_padding_and_exports_with_its_spec(tmp_path):
     want = np.asarray(trainer.predict({"x": np.stack([t(r) for r in raw])}))
     np.testing.assert_allclose(served.logits(raw), want, atol=1e-5)
     assert served.predict(raw)[0] == [["low", "high"][i] for i in want.argmax(-1)]
+    rebuilt, _ = rebuild(path)  # by its registry name, from the export's weights
+    x = np.stack([t(r) for r in raw])
+    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x: m(x))(rebuilt, x)), want, atol=1e-5)
