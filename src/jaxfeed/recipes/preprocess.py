@@ -97,7 +97,10 @@ class Preprocessing:
         self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["audio"] is None:  # the config.json of image and table runs reads as before
+            del out["audio"]
+        return out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str) -> Preprocessing:
