@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.monitor import monitor_mode
+from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
     ConfigError,
@@ -184,13 +185,21 @@ def _train(
     say(f"data {run_data.source.path}: detected {run_data.source.kind}")
     if splits.note:
         say(splits.note)
+    audiomod.check_flags(columns.kind, config.sample_rate, config.clip_seconds, config.image_size)
     for note in run_data.notes:
         say(note)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
+        if prep.kind == "audio":
+            audiomod.scan_splits(run_data.source.data, prep.input_columns[0])
         if text.is_text(prep):
             text.attach_tokenizer(prep, out)
+    elif columns.kind == "audio":
+        prep, notes = audiomod.plan_audio(
+            run_data.source.data, columns.inputs[0], columns.label, run_data.task, config.sample_rate,
+            config.clip_seconds,
+        )  # fmt: skip
     elif columns.kind in TEXT_KINDS:
         prep, notes = text.plan_text(
             splits.train, columns.inputs[0], columns.label, run_data.task, config
@@ -233,7 +242,9 @@ def _train(
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
     say(f"{' / '.join(sizes)} rows; {shown}, {target}")
     model = config.model or (
-        "mlp" if prep.kind == "table" else "transformer" if text.is_text(prep) else "cnn"
+        "transformer"
+        if text.is_text(prep)
+        else {"table": "mlp", "audio": "audio_cnn"}.get(prep.kind, "cnn")
     )
     config = _resolved_options(config, model, columns, run_data.task, prep)
     selection = splits.eval is not None
@@ -412,6 +423,7 @@ def _resolved_options(
     import dataclasses
 
     size = f"{prep.image_size[0]}x{prep.image_size[1]}" if prep.image_size else config.image_size
+    audio = prep.audio if prep.kind == "audio" else {}
     return dataclasses.replace(
         config,
         model=model,
@@ -420,6 +432,8 @@ def _resolved_options(
         task=task,
         text_column=prep.text["column"] if prep.text else config.text_column,
         image_size=size if prep.kind == "image" else config.image_size,
+        sample_rate=audio.get("sample_rate", config.sample_rate),
+        clip_seconds=audio.get("clip_seconds", config.clip_seconds),
     )
 
 
@@ -456,8 +470,8 @@ def _loaders(
         )
     lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1,
-        **kwargs, **lengths,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs,
+        **audiomod.loader_options(prep, train=True), **lengths,
     )  # fmt: skip
     held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
 
@@ -475,7 +489,10 @@ def _loaders(
                 f"note: the last {ds.num_rows % size} {name} rows do not split over "
                 f"{count} devices and are skipped"
             )
-        return DataLoader(ds, size, drop_last=drop, **kwargs, **held_lengths)
+        return DataLoader(
+            ds, size, drop_last=drop, **kwargs, **audiomod.loader_options(prep, train=False),
+            **held_lengths,
+        )  # fmt: skip
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))
 
