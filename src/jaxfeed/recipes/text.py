@@ -408,18 +408,21 @@ def describe_inputs(prep: Preprocessing) -> str:
     return f"inputs: token ids (up to {prep.input_shape[0]})"
 
 
-def token_batch(
-    prep: Preprocessing, texts: list[str], length: int | None = None
-) -> dict[str, np.ndarray]:
-    """``texts`` tokenized and padded to ``length`` (default: the run's longest bucket): the
-    inputs the exported classifier takes (``input_ids`` int32, ``attention_mask`` int32)."""
-    length = int(length or prep.input_shape[0])
+def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
+    """``texts`` tokenized as in training (cut to the run's ``--seq-len`` with the tokenizer's
+    own truncation, special tokens kept) and padded with its pad id to the longest of them: the
+    inputs the exported classifier takes (``input_ids`` and ``attention_mask``, int32)."""
+    tokenizer = prep.tokenizer
+    cut = int(prep.text["max_length"])
+    if tokenizer.padding is not None:
+        tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
+    if (tokenizer.truncation or {}).get("max_length") != cut:
+        tokenizer.enable_truncation(cut)  # as jaxfeed.text.tokenize cut the training texts
+    encoded = [e.ids for e in tokenizer.encode_batch(list(texts))] if texts else []
+    length = max(map(len, encoded), default=1)
     ids = np.full((len(texts), length), int(prep.text["pad_id"]), np.int32)
     mask = np.zeros((len(texts), length), np.int32)
-    tokenizer = prep.tokenizer
-    encoded = tokenizer.encode_batch(list(texts)) if texts else []
-    for i, e in enumerate(encoded):
-        row = e.ids[:length]
+    for i, row in enumerate(encoded):
         if not row:
             raise ConfigError(f"text {i} gives no tokens: {texts[i][:60]!r}")
         ids[i, : len(row)] = row

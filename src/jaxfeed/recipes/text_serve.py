@@ -112,12 +112,16 @@ def text_batches(
 def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
     for given in inputs:
         path = Path(given)
-        if path.is_dir():
+        try:
+            folder, file = path.is_dir(), path.is_file()
+        except (OSError, ValueError):  # a name too long for a path, a NUL: a text
+            folder = file = False
+        if folder:
             raise ConfigError(
                 f"{given} is a folder; this run reads texts: give a text, .txt files (one text a "
                 f"line) or tables with a {column!r} column"
             )
-        if path.is_file() and path.suffix.lower() in text.CORPUS_SUFFIXES:
+        if file and path.suffix.lower() in text.CORPUS_SUFFIXES:
             data = path.read_bytes()
             try:
                 lines = data.decode("utf-8").split("\n")
@@ -127,9 +131,15 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
             for number, line in enumerate(lines, 1):
                 if line.strip():
                     yield f"{given}:{number}", line.rstrip("\r")
-        elif path.is_file() and file_format(path) is not None:
+        elif file and file_format(path) is not None:
             yield from _table_texts(path, column)
-        elif path.suffix.lower() in (*text.CORPUS_SUFFIXES, ".csv", ".jsonl", ".json", ".parquet"):
+        elif path.suffix.lower() in (
+            *text.CORPUS_SUFFIXES,
+            ".csv",
+            ".jsonl",
+            ".json",
+            ".parquet",
+        ):
             raise ConfigError(no_such_path(given))
         elif not given.strip():
             raise ConfigError("an empty text: give a text, .txt files or tables")
