@@ -153,6 +153,11 @@ def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path
         [{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels] for p in predicted
     ]
     np.testing.assert_allclose(probabilities, printed, atol=1e-5)
+    long = "the film was awful and boring " * 12  # longer than a file name may be, and cut
+    status, shown, err = run_main(capsys, "predict", str(out), long, "--json")
+    assert status == 0, err
+    (row,) = json.loads(shown)
+    assert row["input"] == long[:47] + "..." and row["label"] == "neg"
     # a data file name that does not exist is not taken for a text
     status, _, err = run_main(capsys, "predict", str(out), str(tmp_path / "missing.txt"))
     assert status == 2 and "no such file or folder" in err
