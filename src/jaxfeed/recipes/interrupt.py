@@ -47,8 +47,12 @@ def safe_interrupts() -> Iterator[None]:
     the lock and the block is active; the exit takes the lock, and when a re-delivery was already
     sent it waits (up to ``FLUSH_SECONDS``) for this handler to run before restoring the previous
     one, so a Ctrl-C is raised here once, never handed to the restored handler as a second one.
+    A process started with SIGINT ignored (``cmd &`` in a script) keeps ignoring it.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started ignoring it: keep ignoring
+    ):
         yield
         return
     pid = os.getpid()
