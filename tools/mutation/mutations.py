@@ -13,6 +13,7 @@ DATA = "tests/test_promises_data.py"
 TRAIN = "tests/test_promises_train.py"
 RUN = "tests/test_promises_run.py"
 GUARD = "tests/test_promises_guard.py"
+RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
 
 
@@ -471,6 +472,25 @@ MUTATIONS = [
         "if True\n    ]",
         [IGNORED_SIGINT],
         "issue 26: jaxfeed launch catches a SIGINT it was started ignoring",
+    ),
+    Mutation(
+        "interrupt-redelivery-lost-in-cleanup",
+        "src/jaxfeed/recipes/interrupt.py",
+        'state["pending"] = False  # landing in a clean-up again schedules another one\n',
+        "\n",
+        [f"{RACE}::test_a_redelivery_landing_in_a_cleanup_again_is_redelivered_again"],
+        "issue 26: a Ctrl-C re-delivered into a GC callback again is dropped (training goes on)",
+    ),
+    Mutation(
+        "interrupt-handler-left-after-race",
+        "src/jaxfeed/recipes/interrupt.py",
+        "        try:\n            # no re-delivery starts after this; one sent meanwhile may raise right here, while\n"
+        "            # the lock is awaited: it is this block's Ctrl-C, and the finally below still runs\n"
+        "            with lock:\n"
+        '                state["active"] = False\n',
+        '        with lock:\n            state["active"] = False\n        try:\n',
+        [f"{RACE}::test_a_redelivery_racing_the_block_exit_is_raised_once_by_the_block"],
+        "issue 26: a re-delivery raised while the block exits leaves its SIGINT handler installed",
     ),
     # ------------------------------------------------------------------ issue 23: variable-length data
     Mutation(

@@ -62,6 +62,7 @@ def safe_interrupts() -> Iterator[None]:
     def redeliver() -> None:
         with lock:
             if state["pending"] and state["active"]:
+                state["pending"] = False  # landing in a clean-up again schedules another one
                 state["sent"] = True
                 os.kill(pid, signal.SIGINT)
 
@@ -81,11 +82,14 @@ def safe_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        with lock:  # no re-delivery starts after this
-            state["active"] = False
         try:
+            # no re-delivery starts after this; one sent meanwhile may raise right here, while
+            # the lock is awaited: it is this block's Ctrl-C, and the finally below still runs
+            with lock:
+                state["active"] = False
             end = time.monotonic() + FLUSH_SECONDS
             while state["sent"] and time.monotonic() < end:  # sent: runs this handler, here
                 time.sleep(0.001)
         finally:
+            state["active"] = False
             signal.signal(signal.SIGINT, previous)
