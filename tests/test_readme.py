@@ -57,7 +57,9 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
         try:
             exec(compile(block, f"{name(page)} block {i}", "exec"), namespace)
         except Exception as err:
-            raise AssertionError(f"{name(page)}: python block {i} failed: {err!r}\n{block}") from err
+            raise AssertionError(
+                f"{name(page)}: python block {i} failed: {err!r}\n{block}"
+            ) from err
     out = capsys.readouterr().out
     for text in EXPECTED.get(name(page), []):
         assert text in out, f"{name(page)} should print {text!r}; it printed:\n{out}"
