@@ -7,6 +7,7 @@ The examples are the ``>>>`` lines of the docstrings, which run as doctests
 """
 
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -95,3 +96,14 @@ def test_the_command_page_renders_every_subcommands_help():
     page = (ROOT / "docs" / "guide" / "command.md").read_text()
     rendered = set(re.findall(r"^<!-- jaxfeed-help:([ \w-]*)-->$", page, flags=re.M))
     assert {c.strip() for c in rendered} >= {"", *sub.choices}
+
+
+def test_the_help_hook_renders_the_parsers_help():
+    spec = importlib.util.spec_from_file_location("cli_help", ROOT / "tools/docs/cli_help.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = hook.render("before\n<!-- jaxfeed-help: eval -->\nafter")
+    assert page.startswith("before\n```text\n$ jaxfeed eval --help\nusage: jaxfeed eval")
+    assert "--checkpoint" in page and page.endswith("```\nafter")
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        hook.help_text("no-such-command")

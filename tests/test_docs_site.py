@@ -17,14 +17,15 @@ from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
+from tests.test_docs_api import SUBMODULES, exports
 
 SITE = os.environ.get("JAXFEED_DOCS_SITE")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-pytestmark = [
-    pytest.mark.skipif(not SITE, reason="set JAXFEED_DOCS_SITE=site after building it (make docs)"),
-    pytest.mark.skipif(not CHROMIUM, reason="no chromium (apt-get install chromium)"),
-]
+pytestmark = pytest.mark.skipif(
+    not SITE, reason="set JAXFEED_DOCS_SITE=site after building it (make docs)"
+)
+needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="no chromium (apt-get install chromium)")
 
 # page, a text it must show, the name of its screenshot
 PAGES = [
@@ -56,6 +57,7 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@needs_chromium
 @pytest.mark.parametrize(("page", "text", "shot"), PAGES, ids=[p[2] for p in PAGES])
 def test_page_loads_without_errors_and_is_not_blank(server, page, text, shot):
     root, base = server
@@ -77,3 +79,16 @@ def test_page_loads_without_errors_and_is_not_blank(server, page, text, shot):
         spread = [hi - lo for lo, hi in image.convert("RGB").getextrema()]
         stddev = ImageStat.Stat(image.convert("L")).stddev[0]
     assert max(spread) > 50 and stddev > 5, f"{page} rendered blank ({spread}, {stddev:.1f})"
+
+
+def test_the_built_reference_has_every_public_name():
+    reference = Path(SITE) / "reference"
+    html = {m: (reference / m.split(".")[-1] / "index.html").read_text() for m in SUBMODULES}
+    html["jaxfeed"] = (reference / "jaxfeed" / "index.html").read_text()
+    missing = [
+        f"{module}.{name}"
+        for module in ("jaxfeed", *SUBMODULES)
+        for name in exports(module)
+        if f'id="{module}.{name}"' not in html[module]
+    ]
+    assert not missing, f"the built API reference lacks {missing}"
