@@ -10,6 +10,7 @@ page logs), render its expected text, and not be blank. Screenshots are saved un
 import functools
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -89,6 +90,7 @@ def test_the_built_reference_has_every_public_name():
         f"{module}.{name}"
         for module in ("jaxfeed", *SUBMODULES)
         for name in exports(module)
-        if f'id="{module}.{name}"' not in html[module]
+        # a name shadowed by its submodule (jaxfeed.text.tokenize) is rendered from its module
+        if not re.search(rf'id="{re.escape(module)}(\.\w+)?\.{name}"', html[module])
     ]
     assert not missing, f"the built API reference lacks {missing}"
