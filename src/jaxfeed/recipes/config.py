@@ -39,7 +39,7 @@ import yaml
 RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
 TASKS = ("classification", "regression")
-COMPONENTS = ("model", "optimizer")  # fields that take {class_path, init_args}
+COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path, init_args}
 MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
 MAX_CONFIG_ALIASES = 100
 
@@ -188,8 +188,14 @@ class RunConfig:
     weight_decay: float = option(
         1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
     )
-    schedule: Literal["constant", "cosine", "linear"] = option(
-        "constant", "learning-rate schedule after the warmup (default: constant)"
+    schedule: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "constant",
+        "learning-rate schedule: constant, cosine, linear, or any optax schedule by name "
+        "(cosine_decay_schedule, exponential_decay, warmup_cosine_decay_schedule, ...) or "
+        "{class_path: NAME, init_args: {...}} with its arguments (also --schedule.init_args.NAME "
+        "VALUE); --lr, the run's length and --warmup-steps fill the ones left out "
+        "(default: constant)",
+        metavar="NAME|SPEC",
     )
     loss: Literal["cross_entropy", "mse", "mae", "huber"] | None = option(
         None, "training loss (default: cross_entropy for classes, mse for regression)"
@@ -597,9 +603,11 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
     ):
         raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
-    if name == "optimizer" and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path):
+    if name in ("optimizer", "schedule") and not re.fullmatch(
+        r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path
+    ):
         raise ConfigError(
-            f"{where}: optimizer must be the name of an optax optimizer, got {_short(path)}"
+            f"{where}: {name} must be the name of an optax {name}, got {_short(path)}"
         )
     return path
 

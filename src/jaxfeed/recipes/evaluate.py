@@ -179,7 +179,11 @@ def evaluate(
     if note:
         out["note"] = note
     if task == "classification":
-        out["loss"] = round(_cross_entropy(outputs, truth), 6)
+        weights = record.resolved.get("class_weights")
+        out["loss"] = round(_cross_entropy(outputs, truth, weights), 6)
+        if weights is not None:  # the loss as trained and selected on; the plain one beside it
+            out["loss_weighting"] = f"class-weighted {list(weights)} (--class-weights, as trained)"
+            out["unweighted_loss"] = round(_cross_entropy(outputs, truth), 6)
         out.update(report.classification_report(truth, outputs.argmax(-1), labels))
         if plot:
             path = run / f"confusion-{split_name.replace('/', '_')}.png"
@@ -209,13 +213,26 @@ def _raw_batches(ds: Dataset, columns: list[str], kind: str, size: int) -> Itera
         yield {c: batch[c] for c in columns} if kind == "table" else batch[columns[0]]
 
 
-def _cross_entropy(logits: np.ndarray, truth: np.ndarray) -> float:
+def _cross_entropy(
+    logits: np.ndarray, truth: np.ndarray, class_weights: list[float] | None = None
+) -> float:
+    """The mean cross entropy; with ``class_weights`` each row's weighted by its class, averaged
+    over rows, as the training loss is (:func:`jaxfeed.recipes.models.run_loss`).
+
+    >>> logits, truth = np.log(np.array([[0.5, 0.5], [0.25, 0.75]])), np.array([0, 1])
+    >>> round(_cross_entropy(logits, truth), 4), round(_cross_entropy(logits, truth, [2.0, 0.0]), 4)
+    (0.4904, 0.6931)
+    """
     if not len(truth):
         return 0.0
     z = np.asarray(logits, np.float64)
     z = z - z.max(axis=-1, keepdims=True)
     log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return float(-log_p[np.arange(len(truth)), truth.astype(np.int64)].mean())
+    ids = truth.astype(np.int64)
+    losses = -log_p[np.arange(len(truth)), ids]
+    if class_weights is not None:
+        losses = losses * np.asarray(class_weights, np.float64)[ids]
+    return float(losses.mean())
 
 
 def format_evaluation(result: dict[str, Any]) -> str:
@@ -228,8 +245,13 @@ def format_evaluation(result: dict[str, Any]) -> str:
     if result.get("note"):
         head = f"{result['note']}\n{head}"
     if result["task"] == "classification":
+        weighted = (
+            f" (class-weighted, as trained; unweighted {result['unweighted_loss']:.4f})"
+            if "loss_weighting" in result
+            else ""
+        )
         body = (
-            f"loss {result['loss']:.4f}  accuracy {result['accuracy']:.4f}\n\n"
+            f"loss {result['loss']:.4f}{weighted}  accuracy {result['accuracy']:.4f}\n\n"
             + report.format_classification(result)
         )
         if result.get("plot"):

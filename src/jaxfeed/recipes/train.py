@@ -43,6 +43,7 @@ from jaxfeed.recipes.run import (
     outputs_of,
     preprocessing_of,
 )
+from jaxfeed.recipes.schedules import build_schedule
 
 
 def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
@@ -89,12 +90,13 @@ def _paths_of(config: RunConfig) -> dict[str, Any]:
 
 
 def _check_optimizer(config: RunConfig) -> None:
-    """An unknown optax optimizer is refused before any data is read."""
+    """An unknown optax optimizer or schedule is refused before any data is read."""
     from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
 
     name, args = config.component("optimizer")
     if name not in LEGACY_OPTIMIZERS or args:
         optimizer_factory(name)
+    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read
 
 
 @dataclass
@@ -287,10 +289,11 @@ def _train(
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
+    schedule_name, schedule_args = config.component("schedule")
     say(
         f"model {model_path}{_args(model_args)} ({config.api}), {config.epochs} epochs, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
-        f"({config.schedule}), on {where}; run folder {out}"
+        f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {out}"
     )
     metric, mode = resolved["best_metric"], resolved["best_mode"]
     trainer.resume_hint = f"jaxfeed train --out {out} --resume"
@@ -562,6 +565,8 @@ def _summary(
             columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
         else:
             columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
+    if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so
+        columns = [(f"{h} (class-weighted)" if h.endswith(" loss") else h, v) for h, v in columns]
     columns += [("time", f"{seconds:.1f}"), ("rows/s", f"{rows:,.0f}")]
     widths = [max(len(h), len(v)) + 2 for h, v in columns]
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
