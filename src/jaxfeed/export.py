@@ -66,9 +66,9 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
 def model_classes() -> dict[str, Callable[..., Any]]:
     """jaxfeed's built-in models by name: what :func:`rebuild` (and the CLI) can construct."""
     if not MODEL_CLASSES:
-        from jaxfeed.models import CNN, MLP, LinenCNN  # models import flax: only when asked
+        from jaxfeed.models import CNN, MLP, AudioCNN, LinenCNN  # models import flax: when asked
 
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN})
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN})
     return MODEL_CLASSES
 
 
