@@ -323,7 +323,7 @@ def main() -> None:
     steps, repeats = (3, 1) if args.quick else (10, 5)
     if args.transformers:
         print(f"({machine()}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r})")
-        rows = transformer_step.run(steps, repeats, ms_per_step)
+        rows = transformer_step.run(steps, repeats)
         print(f"wrote {save_json('train_step_transformers', {'results': rows})}")
         return
     rng = np.random.default_rng(0)
@@ -362,7 +362,7 @@ def main() -> None:
         f"\narticle's NNXModel: Trainer step / best hand-written step = {article_ratio:.2f} "
         "(<= 1.00: no slower)"
     )
-    transformers = transformer_step.run(steps, repeats, ms_per_step)
+    transformers = transformer_step.run(steps, repeats)
     wait = epoch_wait(2_560 if args.quick else 10_240)
     print(
         f"\nwhole epoch through the loader: {wait['epoch_seconds']:.2f} s, waiting for data {wait['data_wait_fraction']:.1%}"
