@@ -30,6 +30,7 @@ EXPECTED = {
     "docs/guide/checkpoints.md": ["(5, 10)"],
     "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
     "docs/guide/devices.md": ["P('data', 'model')"],
+    "docs/guide/command-text.md": ["True False"],
 }
 
 
