@@ -72,12 +72,13 @@ def model_classes() -> dict[str, Callable[..., Any]]:
         from jaxfeed.models import (  # models import flax: only when asked
             CNN,
             MLP,
+            AudioCNN,
             LinenCNN,
             TransformerClassifier,
             TransformerLM,
         )
 
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN,
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN,
                               "TransformerClassifier": TransformerClassifier,
                               "TransformerLM": TransformerLM})  # fmt: skip
     return MODEL_CLASSES

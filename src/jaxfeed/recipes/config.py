@@ -162,12 +162,29 @@ class RunConfig:
         "widest mode of the images, said when they are mixed)",
         group="data",
     )
+    sample_rate: int | None = option(
+        None,
+        "audio: resample every clip to this rate in Hz before its log-mel features (default: "
+        "16000)",
+        minimum=1,
+        metavar="HZ",
+        group="data",
+    )
+    clip_seconds: float | None = option(
+        None,
+        "audio: crop (at random in training, the centre in evaluation) or pad every clip to this "
+        "many seconds (default: the longest clip of the train split, at most 30)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="SECONDS",
+        group="data",
+    )
     # model
     model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
+        "cnn, mlp, audio_cnn, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
         "{class_path: ..., init_args: {...}} with constructor arguments (also --model.init_args.NAME "
-        "VALUE) (default: cnn for images, mlp for tables)",
+        "VALUE) (default: cnn for images, mlp for tables, audio_cnn for audio)",
         metavar="NAME|SPEC",
         group="model",
     )
@@ -579,7 +596,7 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
     return dataclasses.replace(config, **changes) if changes else config
 
 
-BUILTIN_MODELS = ("cnn", "mlp", "transformer", "transformer_lm")
+BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
 MODEL_FORMS = f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName or package.module.ClassName"
 
 

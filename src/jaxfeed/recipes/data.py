@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Audio, ClassLabel, Features, Image, Value
@@ -416,8 +417,11 @@ def infer_task(ds: Dataset, label: str, task: str | None) -> str:
 def _label_values(ds: Dataset, label: str) -> np.ndarray:
     ds = ds.select_columns([label]).flatten_indices()  # the rows the indices mapping selects
     column = ds.select_columns([label]).data.column(label)
-    if column.null_count:
-        row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+    empty = column.is_null()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        empty = pc.or_(empty, pc.equal(pc.utf8_trim_whitespace(column), ""))  # a CSV's blank cell
+    if pc.any(empty).as_py():
+        row = int(np.flatnonzero(np.asarray(empty.fill_null(True)))[0])
         raise ConfigError(
             f"the label column {label!r} is empty at row {row}; fill or drop such rows"
         )

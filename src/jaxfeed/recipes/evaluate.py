@@ -20,7 +20,8 @@ import numpy as np
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.export import FUNCTION, ExportError, load_exported
 from jaxfeed.io.files import file_format
-from jaxfeed.io.folder import IMAGE_EXTENSIONS
+from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
@@ -325,6 +326,10 @@ def _input_batches(
         for path in _expand(inputs, tables=True):
             yield from _table_batches(path, spec, size)
         return
+    if spec.kind == "audio":
+        paths = _expand(inputs, tables=False, extensions=AUDIO_EXTENSIONS)
+        yield from audiomod.audio_batches(paths, spec, size, notes)
+        return
     reader = spec
     if spec.kind == "array":  # arrays of an image's shape (the digits): image files fit them
         shape = list(spec.input_shape)
@@ -357,8 +362,11 @@ def _input_batches(
         notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
 
 
-def _expand(inputs: list[str], *, tables: bool) -> list[str]:
-    """Files as given; folders as their image files (or data files), recursively, sorted."""
+def _expand(
+    inputs: list[str], *, tables: bool, extensions: set[str] = IMAGE_EXTENSIONS
+) -> list[str]:
+    """Files as given; folders as their image (or audio) files, or data files, recursively,
+    sorted."""
     out: list[str] = []
     for text in inputs:
         path = Path(text)
@@ -370,10 +378,14 @@ def _expand(inputs: list[str], *, tables: bool) -> list[str]:
             for p in path.rglob("*")
             if p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            and (file_format(p) is not None if tables else p.suffix.lower() in IMAGE_EXTENSIONS)
+            and (file_format(p) is not None if tables else p.suffix.lower() in extensions)
         )
         if not found:
-            what = "data files (CSV, Parquet, JSON Lines, Arrow)" if tables else "images"
+            what = (
+                "data files (CSV, Parquet, JSON Lines, Arrow)"
+                if tables
+                else ("images" if extensions is IMAGE_EXTENSIONS else "audio files")
+            )
             raise ConfigError(f"{text} is a folder with no {what} in it")
         out += found
     return out

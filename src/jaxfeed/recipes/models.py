@@ -1,9 +1,10 @@
 """Model choice, optimizer and the :class:`~jaxfeed.Trainer` of a run, rebuilt from its config.
 
-``--model`` is ``cnn``, ``mlp``, ``transformer`` or ``transformer_lm`` (jaxfeed's models; the
-transformers need a run on text, whose preprocessing gives ``vocab_size``) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
-of your own, built as ``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed
-only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
+``--model`` is ``cnn``, ``mlp``, ``audio_cnn``, ``transformer`` or ``transformer_lm`` (jaxfeed's
+models; the transformers need a run on text, whose preprocessing gives ``vocab_size``) or
+``FILE.py:ClassName``: a ``flax.nnx.Module`` of your own, built as
+``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed only when its
+``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
 ``model(x)``, with ``rngs=`` and a ``train``/``deterministic`` flag when its ``__call__`` takes them.
 
 >>> opt = build_optimizer(RunConfig(optimizer="sgd", schedule="cosine", warmup_steps=2), 10)
@@ -38,10 +39,11 @@ from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
-    """The ``--model`` of a run: given, else ``cnn`` for images and ``mlp`` for tables."""
+    """The ``--model`` of a run: given, else ``cnn`` for images, ``mlp`` for tables and
+    ``audio_cnn`` for audio."""
     if config.model is not None:
         return config.component("model")[0]
-    return "mlp" if kind == "table" else "cnn"
+    return {"table": "mlp", "audio": "audio_cnn"}.get(kind, "cnn")
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,18 @@ def build_model(
         from jaxfeed.models import CNN
 
         return _construct(CNN, name, init_args, outputs, input_shape=image, rngs=rngs)
+    if name == "audio_cnn":
+        from jaxfeed.models import AudioCNN
+
+        if prep.kind == "table" or len(shape) != 2:
+            raise ConfigError(
+                f"--model audio_cnn needs (frames, mel bins) spectrograms; the inputs have shape "
+                f"{shape}: train it on an audio column"
+            )
+        try:
+            return _construct(AudioCNN, name, init_args, outputs, input_shape=shape, rngs=rngs)
+        except ValueError as err:
+            raise ConfigError(f"--model audio_cnn: {err}") from None
     if name == "mlp":
         from jaxfeed.models import MLP
 

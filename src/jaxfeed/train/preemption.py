@@ -49,6 +49,10 @@ class SignalWatch:
     """While entered (from the main thread), SIGTERM and SIGINT set :attr:`signum` instead of
     ending the process; the previous handlers come back on exit. Elsewhere it is inert.
 
+    A signal the process already ignores stays ignored: one started with SIGINT ignored (``cmd &``
+    in a script, ``nohup``, a CI runner) is not meant to be stopped by it, the convention shells
+    follow and Python's own Ctrl-C handler too (it is installed only when SIGINT is not ignored).
+
     >>> import os, signal
     >>> with SignalWatch() as watch:
     ...     os.kill(os.getpid(), signal.SIGTERM)
@@ -81,7 +85,8 @@ class SignalWatch:
         self.signum = None
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
