@@ -31,6 +31,12 @@ class Preempted(SystemExit):
 
     Attributes: ``signal`` (its name), ``step``, ``epoch`` (completed epochs) and ``checkpoint``
     (the directory holding the saved step, or None when the run had no ``checkpoint_dir``).
+
+    >>> import signal
+    >>> from jaxfeed.train import Preempted
+    >>> stop = Preempted("stopped", signum=signal.SIGTERM, step=50, epoch=0, checkpoint=None)
+    >>> stop.code, stop.signal, isinstance(stop, SystemExit)
+    (143, 'SIGTERM', True)
     """
 
     def __init__(
