@@ -1,6 +1,6 @@
-"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`, and
-transformers for token sequences (`TransformerClassifier`, `TransformerLM`), and `AudioCNN` over
-log-mel spectrograms."""
+"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`,
+`AudioCNN` over log-mel spectrograms, and transformers for token sequences
+(`TransformerClassifier`, `TransformerLM`)."""
 
 from jaxfeed.models.audio import AudioCNN
 from jaxfeed.models.linen import LinenCNN

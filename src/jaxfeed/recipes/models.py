@@ -1,10 +1,11 @@
 """Model choice, optimizer and the :class:`~jaxfeed.Trainer` of a run, rebuilt from its config.
 
-``--model`` is ``cnn``, ``mlp``, ``transformer`` or ``transformer_lm`` (jaxfeed's models; the
-transformers need a run on text: :mod:`jaxfeed.recipes.text`; ``transformer`` is the classifier of
-a text column, or the language model of ``--task lm``) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
-of your own, built as ``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed
-only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
+``--model`` is ``cnn``, ``mlp``, ``audio_cnn``, ``transformer`` or ``transformer_lm`` (jaxfeed's
+models; the transformers need a run on text, :mod:`jaxfeed.recipes.text`, whose preprocessing
+gives ``vocab_size``; ``transformer`` is the classifier of a text column, or the language model of
+``--task lm``) or ``FILE.py:ClassName``: a ``flax.nnx.Module`` of your own, built as
+``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed only when its
+``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
 ``model(x)``, with ``rngs=`` and a ``train``/``deterministic`` flag when its ``__call__`` takes them.
 
 >>> opt = build_optimizer(RunConfig(optimizer="sgd", schedule="cosine", warmup_steps=2), 10)
