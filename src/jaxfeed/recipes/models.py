@@ -40,8 +40,8 @@ from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
-    """The ``--model`` of a run: given, else ``cnn`` for images, ``mlp`` for tables and
-    ``audio_cnn`` for audio."""
+    """The ``--model`` of a run: given, else ``cnn`` for images, ``mlp`` for tables,
+    ``audio_cnn`` for audio and ``transformer`` for text."""
     if config.model is not None:
         return config.component("model")[0]
     if kind in TEXT_KINDS:
