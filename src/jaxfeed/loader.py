@@ -891,6 +891,7 @@ class _Producer:
             try:
                 item = self.queue.get(timeout=0.1)
             except queue.Empty:
+                self.stream.backend.start_workers(now=False)  # from this (the iterating) thread
                 if not self.thread.is_alive() and self.queue.empty():
                     return _Failure(RuntimeError("the prefetch thread stopped without a result"))
                 if end is not None and time.monotonic() > end:
@@ -945,6 +946,14 @@ class _EpochIterator:
             self.loader._epoch, self.loader._position = self.epoch + 1, 0
             self.loader._resume = True
 
+    def _finish(self) -> None:
+        # process workers that could not start fail the epoch whose batches were built in this
+        # process meanwhile (waited for here, not against the per-batch timeout)
+        self.stream.backend.ensure_started()
+        self._end()
+        self.close()
+        raise StopIteration
+
     def __next__(self) -> Batch:
         if self.superseded:
             raise RuntimeError(
@@ -958,15 +967,11 @@ class _EpochIterator:
             if self.producer is None:
                 batch = self.stream.next()
                 if batch is None:
-                    self._end()
-                    self.close()
-                    raise StopIteration
+                    self._finish()
             else:
                 item = self.producer.get(self.loader.timeout, self.step)
                 if item is _END:
-                    self._end()
-                    self.close()
-                    raise StopIteration
+                    self._finish()
                 if isinstance(item, _Failure):
                     raise item.error
                 batch = item
@@ -977,6 +982,9 @@ class _EpochIterator:
             raise
         self.step += 1
         self.loader._position = self.step
+        # process workers start from the iterating thread once the first batch (built in this
+        # process) is out, so that they do not slow it down (see workers.ProcessBackend)
+        self.stream.backend.start_workers()
         return batch
 
     def close(self, failed: bool = False, superseded: bool = False) -> None:
