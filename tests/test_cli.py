@@ -168,6 +168,13 @@ def test_config_from_a_saved_run_with_a_user_model(image_run, tmp_path):
     second = json.loads((again / "config.json").read_text())["options"]
     assert {k for k in first if first[k] != second[k]} == {"epochs", "model"}
     assert [p.name for p in (again / "checkpoints").iterdir() if p.name.isdigit()]
+    # --resume from another directory imports the model file from its recorded absolute path
+    # (no --trust-code: that is for the run's own copy, when the file is gone)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = jaxfeed("train", "--out", str(again), "--resume", "--epochs", "2", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "epoch 2/2" in resumed.stdout and "epoch 1/2" not in resumed.stdout
 
 
 def test_csv_regression(tmp_path, capsys):
@@ -281,7 +288,7 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
         ),
         (
             ["train", "--model", "resnet"],
-            "model must be cnn, mlp, FILE.py:ClassName or package.module.ClassName, got 'resnet'",
+            "model must be cnn, mlp, audio_cnn, FILE.py:ClassName or package.module.ClassName, got 'resnet'",
         ),
         (["train", "--optimizer", "adamx"], "--optimizer 'adamx' is not an optax optimizer"),
         (["train", "--epoch", "3"], "unknown flag --epoch (did you mean --epochs?)"),
@@ -347,6 +354,7 @@ def test_version_and_help(capsys):
                  "--config", "--optimizer", "--schedule", "--warmup-steps", "--grad-accum",
                  "--patience", "--seed", "--model"):  # fmt: skip
         assert flag in out
+    assert "  --input-columns A,B,C\n" in out and "+" not in out  # no "--input-columns+"
 
 
 def test_info(tmp_path, capsys):

@@ -144,7 +144,8 @@ def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
     result = jaxfeed(
         "train", "--data", str(table / "t.csv"), "--model", "net.py:Net",
         "--model.init_args.width", "12", "--optimizer", "lion", "--optimizer.init_args.b1", "0.8",
-        "--lr", "0.003", "--schedule", "cosine", "--grad-clip", "1.0",
+        "--lr", "0.003", "--schedule", "warmup_cosine_decay_schedule",
+        "--schedule.init_args.end_value", "0.0001", "--warmup-steps", "3", "--grad-clip", "1.0",
         "--class-weights", "balanced", "--metrics", "accuracy,f1,auc", "--monitor", "eval_f1",
         "--log-every", "5", "--tensorboard", "--epochs", "4", "--batch-size", "32",
         "--out", str(out), cwd=table,
@@ -170,12 +171,24 @@ def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
     steps = epochs[-1]["step"] // 4
     assert [r["step"] for r in train_rows] == list(range(5, 4 * steps + 1, 5))
     rates = [r["learning_rate"] for r in train_rows]
-    assert rates[0] > rates[-1] > 0  # cosine decay, logged
+    # any optax schedule with its arguments; --lr, the run's length and --warmup-steps fill the rest
+    assert options["schedule"] == {"class_path": "warmup_cosine_decay_schedule",
+                                   "init_args": {"end_value": 0.0001}}  # fmt: skip
+    assert "(warmup_cosine_decay_schedule(end_value=0.0001))" in result.stdout
+    import optax
+
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 0.003, 3, 4 * steps, 0.0001)
+    assert rates == pytest.approx([float(schedule(r["step"] - 1)) for r in train_rows], rel=1e-5)
     best = max(epochs, key=lambda r: (r["eval_f1"], -r["epoch"]))  # highest F1, the earliest
     assert "highest eval_f1 on the validation split" in result.stdout
     report = json.loads(jaxfeed("eval", str(out), "--json", cwd=table).stdout)
     assert report["checkpoint"]["epoch"] == best["epoch"]
     assert abs(report["macro_avg"]["f1"] - best["eval_f1"]) < 1e-3  # eval: the validation split
+    # the loss is the one trained and selected on (class-weighted), said so, the plain one beside
+    assert "validation loss (class-weighted)" in result.stdout
+    assert abs(report["loss"] - best["eval_loss"]) < 1e-4
+    assert report["loss_weighting"].startswith(f"class-weighted {weights}")
+    assert abs(report["unweighted_loss"] - report["loss"]) > 1e-3
 
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()

@@ -209,12 +209,26 @@ def test_a_table_of_categories_trains_serves_raw_rows_and_keeps_its_vocabulary(t
         (["predict", "run", "missing.png"], "no such file or folder: missing.png"),
         (["train", "--data", "one"], "has one class ('cat'); a classifier needs two or more"),
         (["train", "--data", "imgs", "--image-mode", "same"], "mix modes: L (/"),
+        (  # the classes come from train only: a label seen only in test is refused, named
+            ["train", "--data", "unseen", "--label-column", "label"],
+            "split 'test', row 1: label 'maybe' of column 'label' is not one of the classes of "
+            "the train split (['no', 'yes'])",
+        ),
+        (  # an image folder's classes are those of all its splits: each must occur in train
+            ["train", "--data", "split_imgs"],
+            "split 'test', row 0: label 'bird' of column 'label' never occurs in the train split",
+        ),
     ],
 )
 def test_clear_errors(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _images(tmp_path / "imgs")
     _images(tmp_path / "one", classes=("cat",))
+    _images(tmp_path / "split_imgs" / "train", n=2)
+    _images(tmp_path / "split_imgs" / "test", classes=("bird", "cat"), n=2)
+    (tmp_path / "unseen").mkdir()
+    (tmp_path / "unseen" / "train.csv").write_text("a,label\n" + "1,yes\n2,no\n" * 5)
+    (tmp_path / "unseen" / "test.csv").write_text("a,label\n1,yes\n3,maybe\n")
     (tmp_path / "run").mkdir()
     record = {"format": "jaxfeed-run", "version": 2, "options": {}, "task": "classification",
               "labels": ["a", "b"], "preprocess": {}}  # fmt: skip

@@ -3,6 +3,7 @@
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -64,10 +65,9 @@ def test_trained_models_export_through_the_trainer(tmp_path):
 
     trainer = Trainer.from_linen(LinenModel(10), optax.adam(1e-3), preprocess=preprocess, verbose=0)
     trainer.fit(loader, epochs=1)
-    served = load_exported(export(trainer, tmp_path / "linen"))
-    np.testing.assert_allclose(
-        served(preprocess(batch)["image"]), trainer.predict(batch), rtol=1e-5, atol=1e-5
-    )
+    served = load_exported(export(trainer, tmp_path / "linen"))  # preprocess compiled in
+    assert served.config["compiled_preprocess"] == {"compiled": True, "columns": ["image"]}
+    np.testing.assert_allclose(served(batch["image"]), trainer.predict(batch), atol=1e-6)
     variables = load_exported(tmp_path / "linen", like=trainer.variables)
     assert set(variables) == {"params", "batch_stats"}
 
@@ -186,3 +186,80 @@ def test_corrupted_or_malformed_exports_are_refused(tmp_path):
         load_exported(path)
     (path / "model.safetensors").write_bytes(weights)
     assert load_exported(path)(jnp.ones((1, 4))).shape == (1, 3)
+
+
+class Pixels(nnx.Module):
+    """A user model on float images; the preprocess below builds them from flat uint8 rows."""
+
+    def __init__(self, *, rngs):
+        self.conv = nnx.Conv(1, 4, (3, 3), rngs=rngs)
+        self.head = nnx.Linear(4, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(nnx.relu(self.conv(x)).mean(axis=(1, 2)))
+
+
+def test_a_trainers_preprocess_is_compiled_into_the_export(tmp_path):
+    rng = np.random.default_rng(0)
+    data = Dataset.from_dict({"image": rng.integers(0, 256, (48, 36), dtype=np.uint8),
+                              "gain": rng.uniform(0.5, 2, (48, 1)).astype(np.float32),
+                              "label": rng.integers(0, 3, 48).astype(np.int64)})  # fmt: skip
+    mean, std = 120.0, 70.0
+
+    def preprocess(b):  # standardised, reshaped and scaled by another column; labels cast
+        image = (b["image"].astype(jnp.float32) - mean) / std * b["gain"]
+        return {**b, "image": image.reshape(-1, 6, 6, 1), "label": b["label"].astype(jnp.int32)}
+
+    # a jitted preprocess: the export looks into its jaxpr for the columns the model reads
+    trainer = Trainer(
+        Pixels(rngs=nnx.Rngs(0)), optax.adam(1e-2), preprocess=jax.jit(preprocess), verbose=0
+    )
+    trainer.fit(DataLoader(data, 16), epochs=2)
+    served = load_exported(export(trainer, tmp_path / "pixels"))
+    # the model reads two raw columns now: keyword arguments named by them
+    assert served.config["compiled_preprocess"] == {"compiled": True, "columns": ["gain", "image"]}
+    assert served.inputs == [{"argument": "gain", "shape": [None, 1], "dtype": "float32"},
+                             {"argument": "image", "shape": [None, 36], "dtype": "uint8"}]  # fmt: skip
+    rows = data.with_format("numpy")[:11]
+    raw = {"image": rows["image"], "gain": rows["gain"]}
+    want = np.asarray(trainer.predict({**raw, "label": rows["label"]}))
+    np.testing.assert_allclose(served(**raw), want, atol=1e-6)
+    np.testing.assert_allclose(served(image=raw["image"][:1], gain=raw["gain"][:1]), want[:1],
+                               atol=1e-6)  # fmt: skip
+
+    named = load_exported(export(trainer, tmp_path / "named", extra={"labels": ["a", "b", "c"]}))
+    labels, scores = named.predict(**raw)  # class names and probabilities
+    probabilities = np.exp(want) / np.exp(want).sum(-1, keepdims=True)
+    assert labels == [["a", "b", "c"][i] for i in want.argmax(-1)]
+    np.testing.assert_allclose(scores, probabilities.max(-1), atol=1e-6)
+    with pytest.raises(TypeError, match=r"declares no preprocessing"):
+        served.predict(**raw)  # no class names: the outputs only
+
+    # the model alone, on preprocessed inputs, when asked
+    bare = load_exported(export(trainer, tmp_path / "bare", compile_preprocess=False))
+    assert "compiled_preprocess" not in bare.config
+    image = np.asarray(preprocess({**raw, "label": rows["label"]})["image"])
+    np.testing.assert_allclose(bare(image), want, atol=1e-6)
+
+    # a Trainer that has seen no batch: a built-in model's input_shape, float32; else it asks
+    fresh = Trainer(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(0)), optax.sgd(0.1), inputs="x",
+                    preprocess=lambda b: {**b, "x": b["x"] * 2}, verbose=0)  # fmt: skip
+    doubled = load_exported(export(fresh, tmp_path / "fresh"))
+    x = np.ones((2, 4), np.float32)
+    fresh.model.eval()
+    np.testing.assert_allclose(doubled(x), fresh.model(2 * x), atol=1e-6)
+    unknown = Trainer(Pixels(rngs=nnx.Rngs(0)), optax.sgd(0.1), verbose=0)
+    with pytest.raises(ValueError, match=r"has seen no batch needs example_input="):
+        export(unknown, tmp_path / "unknown")
+
+    # a preprocess jax.export cannot serialise is refused, saying which part and what to do
+    def host(b):
+        x = jax.pure_callback(np.asarray, jax.ShapeDtypeStruct(b["image"].shape, jnp.uint8),
+                              b["image"], vmap_method="broadcast_all")  # fmt: skip
+        return preprocess({**b, "image": x})
+
+    trainer.core.spec.preprocess = host  # as if the Trainer had been built with it
+    with pytest.raises(ValueError, match=r"the Trainer's preprocess cannot be compiled into the "
+                       r"export of Pixels .*preprocessing=.*compile_preprocess=False"):  # fmt: skip
+        export(trainer, tmp_path / "host")
+    assert not (tmp_path / "host").exists()

@@ -42,6 +42,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Literal
 
 from jaxfeed.checkpoint import CheckpointError
 from jaxfeed.serving import ServingSpec, SpecError
@@ -65,9 +66,9 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
 def model_classes() -> dict[str, Callable[..., Any]]:
     """jaxfeed's built-in models by name: what :func:`rebuild` (and the CLI) can construct."""
     if not MODEL_CLASSES:
-        from jaxfeed.models import CNN, MLP, LinenCNN  # models import flax: only when asked
+        from jaxfeed.models import CNN, MLP, AudioCNN, LinenCNN  # models import flax: when asked
 
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN})
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN})
     return MODEL_CLASSES
 
 
@@ -144,6 +145,7 @@ def export(
     config: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     preprocessing: ServingSpec | Mapping[str, Any] | None = None,
+    compile_preprocess: bool = True,
 ) -> Path:
     """Write ``model`` in eval mode to the folder ``path`` for :func:`load_exported`.
 
@@ -156,20 +158,34 @@ def export(
     ``extra`` (JSON) is stored next to it, e.g. class names. ``preprocessing`` (a
     :class:`~jaxfeed.serving.ServingSpec` or its JSON) is the declared preprocessing from raw
     inputs: with it, the loaded export takes raw images or table rows and returns predictions.
-    A Trainer's ``preprocess`` callable is code and is not exported: declare it here instead.
+
+    A Trainer's ``preprocess`` (it runs inside the Trainer's compiled steps, so it is
+    jax-traceable) is compiled into the StableHLO function together with the model: the export
+    takes the raw batch columns the Trainer was given (the model's own arguments when
+    ``preprocess`` keeps the ``inputs=`` columns, else keyword arguments named by the raw
+    columns it reads) and returns what ``trainer.predict`` returns; ``config.json`` records
+    ``"compiled_preprocess"``. For a Trainer, ``example_input`` is such a raw batch. A
+    ``preprocess`` that ``jax.export`` cannot serialise (a host callback) is refused, saying so:
+    declare ``preprocessing=`` instead, or pass ``compile_preprocess=False`` to export the model
+    alone (on preprocessed inputs). A declared ``preprocessing=`` replaces the Trainer's
+    ``preprocess``, so it must describe all of it.
 
     The folder is written beside ``path`` and renamed into place: an earlier export at ``path``
     is replaced whole, and a path holding anything else is refused (``FileExistsError``).
     """
     from flax import linen, nnx  # flax loads with the first export (start-up time)
 
-    specs = None
+    specs, raw = None, None
     if hasattr(model, "core") and hasattr(model, "placement"):  # a Trainer
         trainer = model
         model = trainer.model
         if trainer.core.api == "linen" and variables is None:
             variables = trainer.variables
         specs = getattr(trainer, "input_spec", None)
+        if compile_preprocess and preprocessing is None:
+            raw = _RawInputs.of_trainer(trainer, example_input)
+            raw.check_exportable(type(model).__name__)
+            specs, example_input = raw.specs, None
     if example_input is not None:
         specs = _input_specs(example_input)
     convention = CallConvention.inspect(type(model).__call__)
@@ -220,6 +236,8 @@ def export(
 
     def serve(flat: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         tree = jax.tree_util.tree_unflatten(treedef, [flat[n] for n in names])
+        if raw is not None:
+            args, kwargs = raw.model_inputs(args, kwargs)
         return forward(tree, *args, **kwargs)
 
     args, kwargs = _symbolic(specs)
@@ -252,8 +270,125 @@ def export(
     }
     if preprocessing is not None:
         meta["preprocessing"] = preprocessing.to_dict()
+    if raw is not None:
+        meta["compiled_preprocess"] = raw.describe()
     text = json.dumps(meta, indent=2)
     return _write_folder(Path(path), {WEIGHTS: blob, FUNCTION: function, CONFIG: text.encode()})
+
+
+class _RawInputs:
+    """A Trainer's ``preprocess`` compiled in front of its model: the raw batch columns the export
+    takes (``specs``: ``(args, kwargs)`` of shapes) and how they become the model's inputs.
+
+    The columns are those the model's inputs depend on after ``preprocess`` (found by walking its
+    jaxpr); other batch columns that ``preprocess`` touches (a label it casts) are zeros."""
+
+    def __init__(self, trainer: Any, batch: dict[str, jax.ShapeDtypeStruct]) -> None:
+        step = trainer.core.spec
+        self.preprocess, self.inputs, self.batch = step.preprocess, step.inputs, batch
+        try:
+            jaxpr = jax.make_jaxpr(lambda b: self.inputs.call(self.preprocess(b)))(batch)
+        except Exception as err:
+            raise ValueError(
+                f"the Trainer's preprocess cannot be traced on its raw batch columns "
+                f"{sorted(batch)} for the export ({type(err).__name__}: {err}); pass "
+                "example_input= (a raw batch), declare preprocessing=, or pass "
+                "compile_preprocess=False"
+            ) from err
+        used = _inputs_used(jaxpr.jaxpr)  # a dict flattens in sorted key order
+        read = [k for k, u in zip(sorted(batch), used, strict=True) if u]
+        columns = self.inputs.columns
+        self.same_arguments = set(read) <= set(columns) and set(columns) <= set(batch)
+        if self.same_arguments:  # the model's own arguments, raw
+            self.specs: tuple[tuple, dict] = (
+                tuple(batch[c] for c in self.inputs.positional),
+                {k: batch[c] for k, c in self.inputs.keywords.items()},
+            )
+            self.fed = list(columns)
+        else:  # keyword arguments named by the raw columns
+            self.specs = ((), {c: batch[c] for c in read})
+            self.fed = read
+        if not self.fed:
+            raise ValueError(
+                "after the Trainer's preprocess the model's inputs depend on no batch column: "
+                "the export would take nothing"
+            )
+
+    @classmethod
+    def of_trainer(cls, trainer: Any, example_input: Any = None) -> _RawInputs:
+        """The raw inputs of a Trainer: ``example_input`` (a raw batch laid out as ``inputs=``),
+        else the columns of the first batch it saw, else (a built-in model) float32 inputs of
+        its ``input_shape``."""
+        inputs = trainer.core.spec.inputs
+        if example_input is not None:
+            example = inputs.example(example_input)
+            return cls(trainer, {c: _spec(v) for c, v in example.items()})
+        batch = getattr(trainer, "batch_spec", None)
+        if batch is None:
+            shape = (model_config(trainer.model).get("kwargs") or {}).get("input_shape")
+            if shape is None or len(inputs.columns) != 1:
+                raise ValueError(
+                    "export of a Trainer that has seen no batch needs example_input= (one raw "
+                    "batch of its inputs= columns, before preprocess)"
+                )
+            batch = {inputs.columns[0]: jax.ShapeDtypeStruct((1, *shape), jnp.float32)}
+        return cls(trainer, dict(batch))
+
+    def model_inputs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict]:
+        """The model's ``(args, kwargs)`` from the export's raw arguments (traced)."""
+        if self.same_arguments:
+            raw = dict(zip(self.inputs.positional, args, strict=True))
+            raw.update({self.inputs.keywords[k]: v for k, v in kwargs.items()})
+        else:
+            raw = dict(kwargs)
+        n = next(iter(raw.values())).shape[0]
+        for key, spec in self.batch.items():  # columns the model's inputs do not depend on
+            if key not in raw:
+                raw[key] = jnp.zeros((n, *spec.shape[1:]), spec.dtype)
+        return self.inputs.call(self.preprocess(raw))
+
+    def check_exportable(self, model: str) -> None:
+        """Refuse, naming it, a ``preprocess`` that ``jax.export`` cannot serialise (the
+        preprocess alone is exported first, so a failure is not blamed on the model)."""
+        args, kwargs = _symbolic(self.specs)
+        try:
+            jax.export.export(jax.jit(self.model_inputs))(args, kwargs)
+        except Exception as err:
+            first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            raise ValueError(
+                f"the Trainer's preprocess cannot be compiled into the export of {model} "
+                f"({first}): jax.export cannot serialise it (e.g. a host callback); declare it "
+                "with preprocessing= (a jaxfeed.serving.ServingSpec), or pass "
+                "compile_preprocess=False to export the model alone (it then takes "
+                "preprocessed inputs)"
+            ) from err
+
+    def describe(self) -> dict[str, Any]:
+        """The record in ``config.json``: compiled into the function, and the raw columns read."""
+        return {"compiled": True, "columns": self.fed}
+
+
+def _inputs_used(jaxpr: Any, wanted: list[bool] | None = None) -> list[bool]:
+    """Which inputs of ``jaxpr`` its (``wanted``) outputs depend on: a backward walk over its
+    equations, into the jaxpr of a nested ``jit`` (a jitted ``preprocess``)."""
+    wanted = [True] * len(jaxpr.outvars) if wanted is None else wanted
+    live = {v for v, w in zip(jaxpr.outvars, wanted, strict=True) if w and not _literal(v)}
+    for eqn in reversed(jaxpr.eqns):
+        outs = [v in live for v in eqn.outvars]
+        if not any(outs):
+            continue
+        inner = eqn.params.get("jaxpr") if eqn.primitive.name in ("jit", "pjit") else None
+        inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+        if inner is not None and len(inner.invars) == len(eqn.invars):
+            used = _inputs_used(inner, outs)
+        else:
+            used = [True] * len(eqn.invars)
+        live.update(v for v, u in zip(eqn.invars, used, strict=True) if u and not _literal(v))
+    return [v in live for v in jaxpr.invars]
+
+
+def _literal(var: Any) -> bool:
+    return isinstance(var, Literal)
 
 
 def _is_export(path: Path) -> bool:
@@ -333,15 +468,21 @@ class ExportedModel:
             return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
         return np.asarray(self.call(x))
 
-    def predict(self, raw: Any) -> tuple[list[Any], np.ndarray | None]:
+    def predict(self, *args: Any, **kwargs: Any) -> tuple[list[Any], np.ndarray | None]:
         """``(labels, scores)`` for raw inputs: the class names and their probabilities, or the
-        regression values (label units) and ``None``."""
+        regression values (label units) and ``None``. An export of a Trainer whose
+        ``preprocess`` is compiled in, with class names in ``extra={"labels": [...]}``, gives
+        the names and the softmax probabilities of its outputs."""
         if self.spec is None:
-            raise TypeError(
-                f"{self.path} declares no preprocessing (export it with preprocessing=): call it "
-                "on model inputs"
-            )
-        return self.spec.predictions(self(raw))
+            labels = self.config.get("labels")
+            if "compiled_preprocess" not in self.config or not isinstance(labels, list):
+                raise TypeError(
+                    f"{self.path} declares no preprocessing (export it with preprocessing=, or "
+                    'export a Trainer with extra={"labels": [...]}): call it on model inputs'
+                )
+            spec = ServingSpec(kind="array", input_shape=(1,), labels=tuple(map(str, labels)))
+            return spec.predictions(spec.outputs(self.call(*args, **kwargs)))
+        return self.spec.predictions(self(*args, **kwargs))
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The exported function on model inputs (after any preprocessing)."""

@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed.spectrogram import LogMelOptions, log_mel
+
 SPEC_FORMAT = "jaxfeed-preprocessing"
 SPEC_VERSION = 1
-KINDS = ("image", "array", "table")
+KINDS = ("image", "array", "table", "audio")
 TASKS = ("classification", "regression")
 IMAGE_MODES = ("L", "RGB")
 MISSING = "missing"  # the name of a missing cell in messages
@@ -105,11 +107,14 @@ class ServingSpec:
     scale: bool = False  # integer inputs are divided by 255 into float32
     target_mean: float | None = None
     target_std: float | None = None
+    audio: dict[str, Any] | None = None  # log_mel's options (jaxfeed.spectrogram.LogMelOptions)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["columns"] = [dataclasses.asdict(c) for c in self.columns]
+        if out["audio"] is None:  # specs of images and tables read as before
+            del out["audio"]
         return {"format": SPEC_FORMAT, "version": SPEC_VERSION, **_lists(out)}
 
     @classmethod
@@ -163,6 +168,7 @@ class ServingSpec:
             scale=check.flag(values, "scale", False),
             target_mean=check.number(values, "target_mean", None),
             target_std=check.number(values, "target_std", None, positive=True),
+            audio=audio_options(values.get("audio"), where),
         )
         spec._validate(where)
         return spec
@@ -177,6 +183,8 @@ class ServingSpec:
                 )
         if self.kind == "image" and (self.image_size is None or len(self.image_size) != 2):
             raise SpecError(f"{where}: preprocessing: an image spec needs image_size [h, w]")
+        if self.kind == "audio" and (self.audio is None or self.audio.get("clip_seconds") is None):
+            raise SpecError(f"{where}: preprocessing: an audio spec needs audio.clip_seconds")
         if self.task == "classification" and not self.labels:
             raise SpecError(f"{where}: preprocessing: a classification spec needs its labels")
         if self.task == "regression" and (self.target_mean is None or self.target_std is None):
@@ -198,6 +206,8 @@ class ServingSpec:
             return encode_table(raw, self.columns)
         if self.kind == "image":
             x = self.fit_images(raw)
+        elif self.kind == "audio":
+            x = self.fit_audio(raw)
         else:
             x = np.asarray(raw)
             if list(x.shape[1:]) != list(self.input_shape):
@@ -250,6 +260,37 @@ class ServingSpec:
             array = np.asarray(image)
         return array.reshape(self.input_shape)
 
+    def fit_audio(self, clips: Any) -> np.ndarray:
+        """Log-mel spectrograms ``(n, frames, n_mels)`` of clips (``{"array", "sampling_rate"}``
+        dicts, or waveforms at the spec's rate), centre-cropped or padded to its clip length."""
+        try:
+            return log_mel_batch(clips, self.audio or {})
+        except ValueError as err:
+            raise SpecError(str(err)) from None
+
+    def read_audio(self, paths: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Audio files decoded (mono float32, at their own rate: :meth:`fit_audio` resamples),
+        and how many will be ``resampled``, ``cropped`` and ``padded``."""
+        from jaxfeed.features import Audio  # decoders load soundfile: only when files are read
+
+        feature, options = Audio(), self.audio or {}
+        clips, counts = [], {"resampled": 0, "cropped": 0, "padded": 0}
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    clip = feature.decode_value((f.read(), path), 0)
+            except ImportError:
+                raise
+            except Exception as err:  # soundfile's own error type: still name the file
+                raise SpecError(f"cannot decode audio {path}: {type(err).__name__}: {err}") from err
+            rate = clip["sampling_rate"]
+            seconds = len(clip["array"]) / rate
+            counts["resampled"] += rate != options.get("sample_rate")
+            counts["cropped"] += seconds > options.get("clip_seconds", seconds)
+            counts["padded"] += seconds < options.get("clip_seconds", seconds)
+            clips.append(clip)
+        return clips, counts
+
     def read_images(self, paths: Sequence[str]) -> tuple[list[np.ndarray], dict[str, int]]:
         """Image files decoded in the spec's mode (as training decoded them), and how many were
         ``converted`` from another mode and will be ``resized``."""
@@ -292,6 +333,55 @@ class ServingSpec:
             return [float(v) for v in outputs], None
         best = np.argmax(outputs, axis=-1)
         return [self.labels[i] for i in best], outputs[np.arange(len(best)), best]
+
+
+# ---------------------------------------------------------------------------------- audio
+def audio_options(values: Any, where: str) -> dict[str, Any] | None:
+    """The ``audio`` field of a spec (log_mel's options), each value checked."""
+    if values is None:
+        return None
+    if not isinstance(values, Mapping):
+        raise SpecError(f"{where}: preprocessing.audio must be an object")
+    at = f"{where}: preprocessing.audio"
+    values = dict(values)
+    _known(values, {f.name for f in dataclasses.fields(LogMelOptions)}, at, "audio")
+    c = _Checker(at)
+    options: dict[str, Any] = {}
+    for key in ("sample_rate", "n_mels", "n_fft", "hop_length"):
+        if key in values:
+            value = values[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
+                raise c._fail(key, "a positive integer", value)
+            options[key] = value
+    options["f_min"] = c.number(values, "f_min", 0.0)
+    for key in ("f_max", "clip_seconds"):
+        options[key] = c.number(values, key, None, positive=True)
+    try:
+        LogMelOptions(**options).check()
+    except ValueError as err:
+        raise SpecError(f"{at}: {err}") from None
+    return options
+
+
+def log_mel_batch(clips: Any, options: Mapping[str, Any]) -> np.ndarray:
+    """Clips as a batch of centre-cropped log-mel spectrograms (see :func:`audio_options`)."""
+    transform = log_mel(**options, crop="center")
+    if isinstance(clips, np.ndarray) and clips.dtype == object:
+        clips = list(clips)
+    if isinstance(clips, Mapping) or (isinstance(clips, np.ndarray) and clips.ndim == 1):
+        raise ValueError(
+            "give a list of clips ({'array', 'sampling_rate'} dicts or waveforms), or a batch "
+            "array (n, samples)"
+        )
+    out = []
+    for i, clip in enumerate(clips):
+        try:
+            out.append(transform(clip))
+        except ValueError as err:
+            raise ValueError(f"clip {i}: {err}") from None
+    if not out:
+        return np.zeros((0, transform.options.frames, transform.options.n_mels), np.float32)
+    return np.stack(out)
 
 
 # ---------------------------------------------------------------------------------- tables

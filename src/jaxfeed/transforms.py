@@ -1,5 +1,8 @@
 """Per-row image augmentations for ``DataLoader(..., row_transform=...)``: numpy in, numpy out.
 
+Audio rows have :func:`log_mel` (from :mod:`jaxfeed.spectrogram`): an ``Audio`` column to its
+log-mel spectrogram, cropped or padded to ``clip_seconds``.
+
 Each function returns a transform ``t`` that works on a row dict (``t(row, rng)`` returns the row
 with ``column`` replaced, every other column kept) or on one image array (``t(image, rng)``).
 Images are ``(H, W)`` or ``(H, W, C)`` arrays; ``uint8`` stays ``uint8`` until :func:`normalize`.
@@ -29,6 +32,22 @@ from typing import Any
 
 import numpy as np
 import PIL.Image
+
+from jaxfeed.spectrogram import log_mel  # audio rows: one transformation per module
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "Transform",
+    "center_crop",
+    "compose",
+    "horizontal_flip",
+    "log_mel",
+    "normalize",
+    "random_crop",
+    "random_resized_crop",
+    "resize",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

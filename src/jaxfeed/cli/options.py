@@ -20,6 +20,7 @@ jaxfeed.recipes.config.ConfigError: unknown flag --epoch (did you mean --epochs?
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -84,6 +85,14 @@ def _formatter() -> Any:
         def format_help(self) -> str:
             text = super().format_help()
             return re.sub(r"--[a-z][a-z0-9_]*", lambda m: m.group().replace("_", "-"), text)
+
+        def _format_action_invocation(self, action: Any) -> str:
+            # jsonargparse adds "--name+" (append to a list) to list flags: not a flag of ours
+            shown = [s for s in action.option_strings if not s.endswith("+")]
+            if shown != list(action.option_strings):
+                action = copy.copy(action)
+                action.option_strings = shown
+            return super()._format_action_invocation(action)
 
         def _get_help_string(self, action: Any) -> str:  # the field's help says its default
             text = action.help or ""

@@ -39,7 +39,7 @@ import yaml
 RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
 TASKS = ("classification", "regression")
-COMPONENTS = ("model", "optimizer")  # fields that take {class_path, init_args}
+COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path, init_args}
 MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
 MAX_CONFIG_ALIASES = 100
 
@@ -162,12 +162,29 @@ class RunConfig:
         "widest mode of the images, said when they are mixed)",
         group="data",
     )
+    sample_rate: int | None = option(
+        None,
+        "audio: resample every clip to this rate in Hz before its log-mel features (default: "
+        "16000)",
+        minimum=1,
+        metavar="HZ",
+        group="data",
+    )
+    clip_seconds: float | None = option(
+        None,
+        "audio: crop (at random in training, the centre in evaluation) or pad every clip to this "
+        "many seconds (default: the longest clip of the train split, at most 30)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="SECONDS",
+        group="data",
+    )
     # model
     model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
+        "cnn, mlp, audio_cnn, FILE.py:ClassName or package.module.ClassName (your own flax.nnx.Module), or "
         "{class_path: ..., init_args: {...}} with constructor arguments (also --model.init_args.NAME "
-        "VALUE) (default: cnn for images, mlp for tables)",
+        "VALUE) (default: cnn for images, mlp for tables, audio_cnn for audio)",
         metavar="NAME|SPEC",
         group="model",
     )
@@ -188,8 +205,14 @@ class RunConfig:
     weight_decay: float = option(
         1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
     )
-    schedule: Literal["constant", "cosine", "linear"] = option(
-        "constant", "learning-rate schedule after the warmup (default: constant)"
+    schedule: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "constant",
+        "learning-rate schedule: constant, cosine, linear, or any optax schedule by name "
+        "(cosine_decay_schedule, exponential_decay, warmup_cosine_decay_schedule, ...) or "
+        "{class_path: NAME, init_args: {...}} with its arguments (also --schedule.init_args.NAME "
+        "VALUE); --lr, the run's length and --warmup-steps fill the ones left out "
+        "(default: constant)",
+        metavar="NAME|SPEC",
     )
     loss: Literal["cross_entropy", "mse", "mae", "huber"] | None = option(
         None, "training loss (default: cross_entropy for classes, mse for regression)"
@@ -573,7 +596,7 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
     return dataclasses.replace(config, **changes) if changes else config
 
 
-MODEL_FORMS = "cnn, mlp, FILE.py:ClassName or package.module.ClassName"
+MODEL_FORMS = "cnn, mlp, audio_cnn, FILE.py:ClassName or package.module.ClassName"
 
 
 def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
@@ -592,14 +615,16 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         return {"class_path": path, "init_args": dict(args)} if args else path
     path = str(value).strip()
     if name == "model" and not (
-        path in ("cnn", "mlp")
+        path in ("cnn", "mlp", "audio_cnn")
         or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
         or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
     ):
         raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
-    if name == "optimizer" and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path):
+    if name in ("optimizer", "schedule") and not re.fullmatch(
+        r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path
+    ):
         raise ConfigError(
-            f"{where}: optimizer must be the name of an optax optimizer, got {_short(path)}"
+            f"{where}: {name} must be the name of an optax {name}, got {_short(path)}"
         )
     return path
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Audio, ClassLabel, Features, Image, Value
@@ -414,9 +415,13 @@ def infer_task(ds: Dataset, label: str, task: str | None) -> str:
 
 
 def _label_values(ds: Dataset, label: str) -> np.ndarray:
+    ds = ds.select_columns([label]).flatten_indices()  # the rows the indices mapping selects
     column = ds.select_columns([label]).data.column(label)
-    if column.null_count:
-        row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+    empty = column.is_null()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        empty = pc.or_(empty, pc.equal(pc.utf8_trim_whitespace(column), ""))  # a CSV's blank cell
+    if pc.any(empty).as_py():
+        row = int(np.flatnonzero(np.asarray(empty.fill_null(True)))[0])
         raise ConfigError(
             f"the label column {label!r} is empty at row {row}; fill or drop such rows"
         )
@@ -424,15 +429,26 @@ def _label_values(ds: Dataset, label: str) -> np.ndarray:
 
 
 def encode_labels(
-    data: dict[str, Dataset], label: str, names: list[str] | None = None
+    data: dict[str, Dataset],
+    label: str,
+    names: list[str] | None = None,
+    *,
+    vocabulary: Dataset | None = None,
 ) -> tuple[dict[str, Dataset], list[str]]:
     """Class ids and names for every split: ``ClassLabel`` columns as they are; strings and
-    integers become ids of their sorted distinct values (over every split), or of ``names``.
+    integers become ids of ``names``, by default the sorted distinct values of ``vocabulary``
+    (the rows the model trains on; default the ``train`` split, or the only split). The other
+    splits are never read for the names: a value of theirs outside them is refused, naming the
+    split, row and value.
 
     >>> ds = Dataset.from_dict({"y": ["cat", "dog", "cat"]})
-    >>> out, names = encode_labels({"train": ds}, "y")
-    >>> names, out["train"][:3]["y"]
-    (['cat', 'dog'], [0, 1, 0])
+    >>> out, names = encode_labels({"train": ds, "test": ds.select([0, 2])}, "y")
+    >>> names, out["train"][:3]["y"], out["test"][:2]["y"]
+    (['cat', 'dog'], [0, 1, 0], [0, 0])
+    >>> encode_labels({"train": ds.select([0]), "test": ds}, "y")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: split 'test', row 1: label 'dog' of column 'y' is not one of the classes of the train split (['cat']); the class names come from the train rows only: drop such rows, or add examples of 'dog' to train
     """
     first = next(iter(data.values()))
     feature = first.features[label]
@@ -448,9 +464,23 @@ def encode_labels(
                 f"the label column {label!r} has classes {feature.names[:10]}, the run was trained on "
                 f"{names[:10]}"
             )
+        if names is None:  # every class a split uses must occur in train
+            trained = set(np.unique(_label_values(_vocabulary(data, vocabulary, label), label)))
+            for split, ds in data.items():
+                ids = _label_values(ds, label)
+                unseen = np.flatnonzero(~np.isin(ids, list(trained)) & (ids >= 0))
+                if len(unseen):
+                    row = int(unseen[0])
+                    raise ConfigError(
+                        f"split {split!r}, row {row}: label {feature.names[ids[row]]!r} of column "
+                        f"{label!r} never occurs in the train split: the model could not learn "
+                        "it (the classes come from the train rows only); drop such rows, or add "
+                        "examples of it to train"
+                    )
         return data, list(feature.names)
+    given = names is not None
     if names is None:
-        values = np.concatenate([_label_values(ds, label) for ds in data.values()])
+        values = _label_values(_vocabulary(data, vocabulary, label), label)
         if values.dtype.kind in "iub":
             names = [str(v) for v in np.unique(values)]
         elif values.dtype.kind == "f":
@@ -464,14 +494,34 @@ def encode_labels(
         known = set(names)
         unknown = next((i for i, t in enumerate(text) if t not in known), None)
         if unknown is not None:
+            shown = f"{names[:10]}{'...' if len(names) > 10 else ''}"
             raise ConfigError(
                 f"split {split!r}, row {unknown}: label {text[unknown]!r} of column {label!r} is not "
-                f"one of the classes ({names[:10]}{'...' if len(names) > 10 else ''})"
+                + (
+                    f"one of the classes ({shown})"
+                    if given
+                    else f"one of the classes of the train split ({shown}); the class names come "
+                    f"from the train rows only: drop such rows, or add examples of "
+                    f"{text[unknown]!r} to train"
+                )
             )
         index = {n: i for i, n in enumerate(names)}
         ids = pa.array([index[t] for t in text], pa.int64())
         out[split] = _replace_column(ds, label, ids, ClassLabel(names=names))
     return out, names
+
+
+def _vocabulary(data: dict[str, Dataset], vocabulary: Dataset | None, label: str) -> Dataset:
+    """The rows the class names come from: ``vocabulary``, else the train split (or the only
+    split)."""
+    if vocabulary is not None:
+        return vocabulary
+    if "train" not in data and len(data) != 1:
+        raise ConfigError(
+            f"the data has the splits {sorted(data)} and no train split to take the classes of "
+            f"{label!r} from"
+        )
+    return data.get("train", next(iter(data.values())))
 
 
 def _replace_column(ds: Dataset, column: str, values: pa.Array, feature: Any) -> Dataset:

@@ -20,7 +20,8 @@ import numpy as np
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.export import FUNCTION, ExportError, load_exported
 from jaxfeed.io.files import file_format
-from jaxfeed.io.folder import IMAGE_EXTENSIONS
+from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
@@ -179,7 +180,11 @@ def evaluate(
     if note:
         out["note"] = note
     if task == "classification":
-        out["loss"] = round(_cross_entropy(outputs, truth), 6)
+        weights = record.resolved.get("class_weights")
+        out["loss"] = round(_cross_entropy(outputs, truth, weights), 6)
+        if weights is not None:  # the loss as trained and selected on; the plain one beside it
+            out["loss_weighting"] = f"class-weighted {list(weights)} (--class-weights, as trained)"
+            out["unweighted_loss"] = round(_cross_entropy(outputs, truth), 6)
         out.update(report.classification_report(truth, outputs.argmax(-1), labels))
         if plot:
             path = run / f"confusion-{split_name.replace('/', '_')}.png"
@@ -209,13 +214,26 @@ def _raw_batches(ds: Dataset, columns: list[str], kind: str, size: int) -> Itera
         yield {c: batch[c] for c in columns} if kind == "table" else batch[columns[0]]
 
 
-def _cross_entropy(logits: np.ndarray, truth: np.ndarray) -> float:
+def _cross_entropy(
+    logits: np.ndarray, truth: np.ndarray, class_weights: list[float] | None = None
+) -> float:
+    """The mean cross entropy; with ``class_weights`` each row's weighted by its class, averaged
+    over rows, as the training loss is (:func:`jaxfeed.recipes.models.run_loss`).
+
+    >>> logits, truth = np.log(np.array([[0.5, 0.5], [0.25, 0.75]])), np.array([0, 1])
+    >>> round(_cross_entropy(logits, truth), 4), round(_cross_entropy(logits, truth, [2.0, 0.0]), 4)
+    (0.4904, 0.6931)
+    """
     if not len(truth):
         return 0.0
     z = np.asarray(logits, np.float64)
     z = z - z.max(axis=-1, keepdims=True)
     log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return float(-log_p[np.arange(len(truth)), truth.astype(np.int64)].mean())
+    ids = truth.astype(np.int64)
+    losses = -log_p[np.arange(len(truth)), ids]
+    if class_weights is not None:
+        losses = losses * np.asarray(class_weights, np.float64)[ids]
+    return float(losses.mean())
 
 
 def format_evaluation(result: dict[str, Any]) -> str:
@@ -228,8 +246,13 @@ def format_evaluation(result: dict[str, Any]) -> str:
     if result.get("note"):
         head = f"{result['note']}\n{head}"
     if result["task"] == "classification":
+        weighted = (
+            f" (class-weighted, as trained; unweighted {result['unweighted_loss']:.4f})"
+            if "loss_weighting" in result
+            else ""
+        )
         body = (
-            f"loss {result['loss']:.4f}  accuracy {result['accuracy']:.4f}\n\n"
+            f"loss {result['loss']:.4f}{weighted}  accuracy {result['accuracy']:.4f}\n\n"
             + report.format_classification(result)
         )
         if result.get("plot"):
@@ -303,6 +326,10 @@ def _input_batches(
         for path in _expand(inputs, tables=True):
             yield from _table_batches(path, spec, size)
         return
+    if spec.kind == "audio":
+        paths = _expand(inputs, tables=False, extensions=AUDIO_EXTENSIONS)
+        yield from audiomod.audio_batches(paths, spec, size, notes)
+        return
     reader = spec
     if spec.kind == "array":  # arrays of an image's shape (the digits): image files fit them
         shape = list(spec.input_shape)
@@ -335,8 +362,11 @@ def _input_batches(
         notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
 
 
-def _expand(inputs: list[str], *, tables: bool) -> list[str]:
-    """Files as given; folders as their image files (or data files), recursively, sorted."""
+def _expand(
+    inputs: list[str], *, tables: bool, extensions: set[str] = IMAGE_EXTENSIONS
+) -> list[str]:
+    """Files as given; folders as their image (or audio) files, or data files, recursively,
+    sorted."""
     out: list[str] = []
     for text in inputs:
         path = Path(text)
@@ -348,10 +378,14 @@ def _expand(inputs: list[str], *, tables: bool) -> list[str]:
             for p in path.rglob("*")
             if p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            and (file_format(p) is not None if tables else p.suffix.lower() in IMAGE_EXTENSIONS)
+            and (file_format(p) is not None if tables else p.suffix.lower() in extensions)
         )
         if not found:
-            what = "data files (CSV, Parquet, JSON Lines, Arrow)" if tables else "images"
+            what = (
+                "data files (CSV, Parquet, JSON Lines, Arrow)"
+                if tables
+                else ("images" if extensions is IMAGE_EXTENSIONS else "audio files")
+            )
             raise ConfigError(f"{text} is a folder with no {what} in it")
         out += found
     return out

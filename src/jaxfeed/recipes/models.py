@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfeed.recipes import schedules
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.preprocess import INPUTS, TARGETS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
@@ -36,10 +37,11 @@ from jaxfeed.train.sharding import ShardingError
 
 
 def model_name(config: RunConfig, kind: str) -> str:
-    """The ``--model`` of a run: given, else ``cnn`` for images and ``mlp`` for tables."""
+    """The ``--model`` of a run: given, else ``cnn`` for images, ``mlp`` for tables and
+    ``audio_cnn`` for audio."""
     if config.model is not None:
         return config.component("model")[0]
-    return "mlp" if kind == "table" else "cnn"
+    return {"table": "mlp", "audio": "audio_cnn"}.get(kind, "cnn")
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,18 @@ def build_model(
         from jaxfeed.models import CNN
 
         return _construct(CNN, name, init_args, outputs, input_shape=image, rngs=rngs)
+    if name == "audio_cnn":
+        from jaxfeed.models import AudioCNN
+
+        if prep.kind == "table" or len(shape) != 2:
+            raise ConfigError(
+                f"--model audio_cnn needs (frames, mel bins) spectrograms; the inputs have shape "
+                f"{shape}: train it on an audio column"
+            )
+        try:
+            return _construct(AudioCNN, name, init_args, outputs, input_shape=shape, rngs=rngs)
+        except ValueError as err:
+            raise ConfigError(f"--model audio_cnn: {err}") from None
     if name == "mlp":
         from jaxfeed.models import MLP
 
@@ -243,23 +257,11 @@ def optimizer_factory(name: str) -> Any:
 
 def build_optimizer(config: RunConfig, total_steps: int, *, log_lr: bool = True) -> Any:
     """``--optimizer`` (any optax optimizer, with its ``init_args``), ``--lr``, ``--weight-decay``,
-    ``--schedule``, ``--warmup-steps``, ``--grad-clip`` and ``--grad-accum`` as one optax
+    ``--schedule`` and ``--warmup-steps`` (:mod:`jaxfeed.recipes.schedules`), ``--grad-clip`` and ``--grad-accum`` as one optax
     transformation (``total_steps`` optimizer updates in all). ``log_lr``: the learning rate is an
     ``optax.inject_hyperparams`` hyperparameter, so the trainer logs it (runs of earlier
     versions, whose optimizer state has none, are rebuilt with ``log_lr=False``)."""
-    warmup = min(config.warmup_steps, max(total_steps - 1, 0))
-    decay_steps = max(total_steps - warmup, 1)
-    if config.schedule == "constant":
-        after: Any = config.lr  # a float, not a schedule: no step count in the optimizer state
-    elif config.schedule == "cosine":
-        after = optax.cosine_decay_schedule(config.lr, decay_steps)
-    else:
-        after = optax.linear_schedule(config.lr, 0.0, decay_steps)
-    lr = (
-        optax.join_schedules([optax.linear_schedule(0.0, config.lr, warmup), after], [warmup])
-        if warmup
-        else after
-    )
+    lr = schedules.build_schedule(config, total_steps)
     name, args = config.component("optimizer")
 
     def make(factory: Any, **kwargs: Any) -> Any:

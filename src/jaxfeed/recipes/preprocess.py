@@ -41,7 +41,7 @@ GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 class Preprocessing:
     """How rows become model inputs ``x`` and targets ``y`` (JSON-serialisable)."""
 
-    kind: str  # "image", "array" or "table"
+    kind: str  # "image", "array", "table" or "audio"
     input_columns: list[str]
     label_column: str
     input_shape: list[int]  # one example, as the model sees it
@@ -56,6 +56,7 @@ class Preprocessing:
     categories: dict[str, list[str]] | None = None  # tables: one-hot vocabularies by column
     fill: list[float] | None = None  # tables: a missing numeric cell's value (--missing impute)
     impute: bool = False  # tables: missing cells are filled (True) or refused (False)
+    audio: dict[str, Any] | None = None  # audio: log_mel's options (jaxfeed.recipes.audio)
 
     def table_columns(self) -> tuple[TableColumn, ...]:
         """The table's columns as the declared serving spec encodes them."""
@@ -89,13 +90,17 @@ class Preprocessing:
             scale=self.scale and self.kind in ("image", "array"),
             target_mean=self.target_mean,
             target_std=self.target_std,
+            audio=self.audio if self.kind == "audio" else None,
         )
 
     def __post_init__(self) -> None:
         self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["audio"] is None:  # the config.json of image and table runs reads as before
+            del out["audio"]
+        return out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str) -> Preprocessing:
@@ -141,6 +146,8 @@ class Preprocessing:
         values = batch[self.input_columns[0]]
         if self.kind == "image":
             return self.fit_images(values)
+        if self.kind == "audio":
+            return self.fit_audio(values)
         return stack_column(values, self.input_columns[0])
 
     def targets(self, y: np.ndarray) -> np.ndarray:
@@ -165,6 +172,21 @@ class Preprocessing:
             return self.serving([]).fit_images(images)
         except SpecError as err:
             raise ConfigError(str(err)) from None
+
+    def fit_audio(self, values: Any) -> np.ndarray:
+        """Log-mel spectrograms of the run's shape: as the loader's ``row_transform`` made them,
+        or computed here from decoded clips (centre crop), as the served spec does."""
+        shape = tuple(self.input_shape)
+        if isinstance(values, np.ndarray) and values.dtype != object and values.shape[1:] == shape:
+            return values
+        if len(values) and all(
+            isinstance(v, np.ndarray) and v.shape == shape and v.dtype == np.float32 for v in values
+        ):
+            return np.stack(values)
+        try:
+            return self.serving([]).fit_audio(values)
+        except SpecError as err:
+            raise ConfigError(f"column {self.input_columns[0]!r}: {err}") from None
 
 
 def stack_column(values: Any, column: str) -> np.ndarray:
@@ -219,10 +241,9 @@ def plan(
         scale = sample.dtype.kind in "iu"
         prep = Preprocessing(kind, inputs, label, list(sample.shape), task, scale=scale)
         notes.append(f"inputs: {inputs[0]!r} arrays {tuple(sample.shape)} {sample.dtype}")
-    elif kind == "audio":
+    elif kind == "audio":  # planned from every split's clips: jaxfeed.recipes.audio.plan_audio
         raise ConfigError(
-            f"the input column {inputs[0]!r} is audio: jaxfeed train learns from images, arrays and "
-            "numeric table columns (decode audio to arrays with Dataset.map first)"
+            f"the input column {inputs[0]!r} is audio: plan it with jaxfeed.recipes.audio.plan_audio"
         )
     else:
         raise ConfigError(f"cannot learn from the input column {inputs[0]!r}: it is {kind}")

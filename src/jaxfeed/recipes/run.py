@@ -36,7 +36,7 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
     data: dict[str, Any] = dict(source.data)
     if task == "classification":
         given = labels is not None
-        data, labels = datamod.encode_labels(data, columns.label, labels)
+        data, labels = datamod.encode_labels(data, columns.label, labels, vocabulary=train_raw)
         if not given and len(labels) < 2:
             found = f"one class ({labels[0]!r})" if labels else "no class"
             raise ConfigError(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.monitor import monitor_mode
+from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -43,6 +44,7 @@ from jaxfeed.recipes.run import (
     outputs_of,
     preprocessing_of,
 )
+from jaxfeed.recipes.schedules import build_schedule
 
 
 def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
@@ -89,12 +91,13 @@ def _paths_of(config: RunConfig) -> dict[str, Any]:
 
 
 def _check_optimizer(config: RunConfig) -> None:
-    """An unknown optax optimizer is refused before any data is read."""
+    """An unknown optax optimizer or schedule is refused before any data is read."""
     from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
 
     name, args = config.component("optimizer")
     if name not in LEGACY_OPTIMIZERS or args:
         optimizer_factory(name)
+    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read
 
 
 @dataclass
@@ -170,9 +173,17 @@ def _train(
     say(f"data {run_data.source.path}: detected {run_data.source.kind}")
     if splits.note:
         say(splits.note)
+    audiomod.check_flags(columns.kind, config.sample_rate, config.clip_seconds, config.image_size)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
+        if prep.kind == "audio":
+            audiomod.scan_splits(run_data.source.data, prep.input_columns[0])
+    elif columns.kind == "audio":
+        prep, notes = audiomod.plan_audio(
+            run_data.source.data, columns.inputs[0], columns.label, run_data.task, config.sample_rate,
+            config.clip_seconds,
+        )  # fmt: skip
     else:
         table = TableOptions(
             given=columns.given,
@@ -203,7 +214,7 @@ def _train(
     if splits.test is not None:
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
     say(f"{' / '.join(sizes)} rows; inputs {prep.input_shape}, {target}")
-    model = config.model or ("mlp" if prep.kind == "table" else "cnn")
+    model = config.model or {"table": "mlp", "audio": "audio_cnn"}.get(prep.kind, "cnn")
     config = _resolved_options(config, model, columns, run_data.task, prep)
     selection = splits.eval is not None
     if config.patience is not None and not selection:
@@ -287,10 +298,11 @@ def _train(
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
+    schedule_name, schedule_args = config.component("schedule")
     say(
         f"model {model_path}{_args(model_args)} ({config.api}), {config.epochs} epochs, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
-        f"({config.schedule}), on {where}; run folder {out}"
+        f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {out}"
     )
     metric, mode = resolved["best_metric"], resolved["best_mode"]
     trainer.resume_hint = f"jaxfeed train --out {out} --resume"
@@ -378,6 +390,7 @@ def _resolved_options(
     import dataclasses
 
     size = f"{prep.image_size[0]}x{prep.image_size[1]}" if prep.image_size else config.image_size
+    audio = prep.audio if prep.kind == "audio" else {}
     return dataclasses.replace(
         config,
         model=model,
@@ -385,6 +398,8 @@ def _resolved_options(
         label_column=columns.label,
         task=task,
         image_size=size if prep.kind == "image" else config.image_size,
+        sample_rate=audio.get("sample_rate", config.sample_rate),
+        clip_seconds=audio.get("clip_seconds", config.clip_seconds),
     )
 
 
@@ -420,8 +435,9 @@ def _loaders(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs
-    )
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs,
+        **audiomod.loader_options(prep, train=True),
+    )  # fmt: skip
 
     # one eval batch size for every held-out split (the trainer pads to its first eval batch)
     rows = [ds.num_rows for ds in held.values() if ds is not None]
@@ -437,7 +453,9 @@ def _loaders(
                 f"note: the last {ds.num_rows % size} {name} rows do not split over "
                 f"{count} devices and are skipped"
             )
-        return DataLoader(ds, size, drop_last=drop, **kwargs)
+        return DataLoader(
+            ds, size, drop_last=drop, **kwargs, **audiomod.loader_options(prep, train=False)
+        )
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))
 
@@ -562,6 +580,8 @@ def _summary(
             columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
         else:
             columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
+    if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so
+        columns = [(f"{h} (class-weighted)" if h.endswith(" loss") else h, v) for h, v in columns]
     columns += [("time", f"{seconds:.1f}"), ("rows/s", f"{rows:,.0f}")]
     widths = [max(len(h), len(v)) + 2 for h, v in columns]
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())

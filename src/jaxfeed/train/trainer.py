@@ -198,6 +198,7 @@ class Trainer:
         self.stop_training = False
         self._warned_unlabelled = False
         self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
+        self.batch_spec: dict[str, Any] | None = None  # the raw batch's columns, for export
         self.loggers = tuple(loggers)
         check_loggers(self.loggers, self.out_dir)
         self.handle_signals = handle_signals
@@ -240,6 +241,7 @@ class Trainer:
                 self.core.initialize(arrays)
             spec = self.core.spec
             self.input_spec = jax.eval_shape(lambda b: spec.inputs.call(spec.preprocess(b)), arrays)
+            self.batch_spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in arrays.items()}
             self.placement.state_placement(arrays)
             self.core.state, shardings = self.placement.place_state(
                 self.core.state, self.core.leaves()

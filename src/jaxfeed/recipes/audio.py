@@ -1,0 +1,233 @@
+"""``jaxfeed train`` on audio: every clip checked, the log-mel features planned, the loaders' rows.
+
+:func:`scan_clips` reads the header of every clip of every split (soundfile, no full decode)
+before anything is written: a clip that cannot be decoded, a sample rate of 0 (in a WAV header, or
+in a ``sampling_rate``/``sample_rate`` column of the folder's metadata) is refused naming the split,
+row and file. :func:`plan_audio` chooses the features (``--sample-rate``, default 16 kHz;
+``--clip-seconds``, default the longest clip of the train split up to :data:`MAX_DEFAULT_SECONDS`) and returns
+the run's :class:`~jaxfeed.recipes.preprocess.Preprocessing` (``kind="audio"``, the log-mel options
+in ``audio``). :func:`row_transform` is the loaders' ``log_mel`` (a random crop in training, the
+centre otherwise); served models take raw clips through the same options
+(:meth:`jaxfeed.serving.ServingSpec.fit_audio`).
+
+>>> prep = Preprocessing("audio", ["audio"], "label", [51, 64],
+...                      audio={"sample_rate": 8000, "clip_seconds": 0.5, "hop_length": 80})
+>>> row_transform(prep, train=True)
+log_mel(LogMelOptions(sample_rate=8000, n_mels=64, n_fft=400, hop_length=80, f_min=0.0, f_max=None, clip_seconds=0.5), crop='random', column='audio')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jaxfeed.dataset import Dataset
+from jaxfeed.extras import require
+from jaxfeed.features import Audio
+from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.preprocess import Preprocessing
+from jaxfeed.serving import ServingSpec, SpecError
+from jaxfeed.spectrogram import LogMel, LogMelOptions, log_mel
+
+DEFAULT_SAMPLE_RATE = 16000
+MAX_DEFAULT_SECONDS = 30.0  # --clip-seconds defaults to the longest clip, at most this
+RATE_COLUMNS = ("sampling_rate", "sample_rate")  # metadata columns that declare a clip's rate
+HEADER_BYTES = 65536  # read to find a WAV file's declared rate
+
+
+@dataclass
+class ClipScan:
+    """What the headers of a split's clips say: seconds and rate of each."""
+
+    seconds: np.ndarray
+    rates: np.ndarray
+
+
+def _header_rate(data: bytes) -> int | None:
+    """The sample rate a RIFF/WAVE header declares (None when it is not a WAV file)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    at = 12
+    while at + 8 <= len(data):
+        chunk, size = data[at : at + 4], struct.unpack_from("<I", data, at + 4)[0]
+        if chunk == b"fmt " and at + 16 <= len(data):
+            return struct.unpack_from("<I", data, at + 12)[0]
+        at += 8 + size + (size & 1)
+    return None
+
+
+def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
+    """Open every clip of ``ds[column]`` (headers only) and refuse, naming the split, row and
+    file, one that cannot be decoded, is empty or declares a sample rate of 0 (in its header or
+    in a metadata column ``sampling_rate``/``sample_rate``)."""
+    soundfile = require("soundfile", "audio", "reading audio")
+    stored = ds.select_columns([column]).cast_column(column, Audio(decode=False))[column]
+    declared = next((c for c in RATE_COLUMNS if c in ds.features), None)
+    meta = None if declared is None else ds.select_columns([declared]).data.column(declared)
+    meta = None if meta is None else meta.to_pylist()
+    seconds, rates = np.empty(len(stored)), np.empty(len(stored), np.int64)
+    for i, cell in enumerate(stored):
+        path = (cell or {}).get("path")
+        where = f"split {split!r}, row {i}" + (f" ({path})" if path else "")
+        if meta is not None and not (isinstance(meta[i], int | float) and meta[i] > 0):
+            raise ConfigError(
+                f"the metadata column {declared!r} is {meta[i]!r} at {where}: a sample rate must "
+                "be a positive number of Hz"
+            )
+        try:
+            data = cell.get("bytes") if cell else None
+            if data is None and not path:
+                raise ValueError("the cell is empty")
+            if data is None:
+                with open(path, "rb") as f:
+                    head = f.read(HEADER_BYTES)
+            else:
+                head = data[:HEADER_BYTES]
+            if _header_rate(head) == 0:
+                raise ValueError("its header declares a sample rate of 0 Hz")
+            info = soundfile.info(path if data is None else io.BytesIO(data))
+        except (OSError, ValueError, RuntimeError, TypeError) as err:
+            raise ConfigError(
+                f"cannot decode the audio of column {column!r} at {where}: "
+                f"{str(err).rstrip('.')}; fix or remove the file"
+            ) from err
+        if info.samplerate <= 0 or info.frames <= 0:
+            what = "has no samples" if info.frames <= 0 else "declares a sample rate of 0 Hz"
+            raise ConfigError(f"the audio of column {column!r} at {where} {what}")
+        if meta is not None and int(meta[i]) != info.samplerate:
+            raise ConfigError(
+                f"the metadata column {declared!r} says {meta[i]} Hz at {where}, the file "
+                f"{info.samplerate} Hz"
+            )
+        seconds[i], rates[i] = info.frames / info.samplerate, info.samplerate
+    return ClipScan(seconds, rates)
+
+
+def scan_splits(data: Mapping[str, Dataset], column: str) -> ClipScan:
+    """:func:`scan_clips` over every split of the data as loaded (rows are named as there,
+    before a validation split is carved); the scan of its ``train`` split (else the first)."""
+    scans = {
+        name: scan_clips(ds, column, name) for name, ds in data.items() if column in ds.features
+    }
+    if not scans:
+        raise ConfigError(f"no split of the data has the audio column {column!r}")
+    return scans.get("train", next(iter(scans.values())))
+
+
+def plan_audio(
+    data: Mapping[str, Dataset],
+    column: str,
+    label: str,
+    task: str,
+    sample_rate: int | None,
+    clip_seconds: float | None,
+    n_mels: int = 64,
+) -> tuple[Preprocessing, list[str]]:
+    """The run's log-mel preprocessing (every clip of ``data``, the splits as loaded, checked
+    first) and lines for the user."""
+    scan = scan_splits(data, column)
+    rate = sample_rate or DEFAULT_SAMPLE_RATE
+    longest = float(scan.seconds.max())
+    if clip_seconds is None:
+        seconds = min(math.ceil(longest * 100) / 100, MAX_DEFAULT_SECONDS)
+        how = (
+            "the longest clip"
+            if longest <= MAX_DEFAULT_SECONDS
+            else f"{MAX_DEFAULT_SECONDS:g} s at most"
+        )
+        how += "; --clip-seconds to choose"
+    else:
+        seconds, how = float(clip_seconds), "--clip-seconds"
+    options = LogMelOptions(sample_rate=rate, n_mels=n_mels, clip_seconds=seconds)
+    try:
+        options.check()
+    except ValueError as err:
+        raise ConfigError(f"--clip-seconds {seconds:g} --sample-rate {rate}: {err}") from None
+    shape = [options.frames, options.n_mels]
+    if shape[0] < 8:
+        raise ConfigError(
+            f"--clip-seconds {seconds:g}: {shape[0]} frames of {options.hop_length / rate * 1e3:g} "
+            "ms are too few for the audio CNN (8 at least)"
+        )
+    prep = Preprocessing(
+        "audio", [column], label, shape, task, scale=False, audio=dataclasses.asdict(options)
+    )
+    found = sorted(set(scan.rates.tolist()))
+    rates = ", ".join(f"{r:,}" for r in found[:4]) + (", ..." if len(found) > 4 else "")
+    resampled = int((scan.rates != rate).sum())
+    shortest = float(scan.seconds.min())
+    cropped = int((scan.seconds > seconds + 0.5 / rate).sum())
+    padded = int((scan.seconds < seconds - 0.5 / rate).sum())
+    notes = [
+        f"audio: {len(scan.seconds):,} clips of {shortest:.2f}-{longest:.2f} s at {rates} Hz; "
+        f"resampled to {rate:,} Hz (--sample-rate){f': {resampled:,} clips' if resampled else ''}",
+        f"clips: {seconds:g} s ({how}); {cropped:,} cropped (at random in training, the centre "
+        f"in evaluation), {padded:,} padded with silence",
+        f"features: log-mel, {options.n_mels} bins, {options.n_fft}-sample windows every "
+        f"{options.hop_length} samples: {shape[0]} frames x {shape[1]} bins per clip",
+    ]
+    return prep, notes
+
+
+def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any) -> None:
+    """``--sample-rate`` and ``--clip-seconds`` are for audio inputs, ``--image-size`` is not:
+    a flag that would do nothing is refused.
+
+    >>> check_flags("image", 16000, None, None)
+    Traceback (most recent call last):
+    ...
+    jaxfeed.recipes.config.ConfigError: --sample-rate: the input column holds image data, not audio
+    """
+    if kind != "audio":
+        for flag, value in (("--sample-rate", sample_rate), ("--clip-seconds", clip_seconds)):
+            if value is not None:
+                raise ConfigError(f"{flag}: the input column holds {kind} data, not audio")
+    elif image_size is not None:
+        raise ConfigError("--image-size: the input column holds audio, not images")
+
+
+def row_transform(prep: Preprocessing, *, train: bool) -> LogMel:
+    """The loaders' ``row_transform`` of an audio run: its ``log_mel``, with a random crop for
+    ``train`` (the loader's per-row ``rng``: a resumed run crops alike) and the centre else."""
+    return log_mel(**prep.audio, crop="random" if train else "center", column=prep.input_columns[0])
+
+
+def loader_options(prep: Preprocessing, *, train: bool) -> dict[str, Any]:
+    """Extra ``DataLoader`` arguments of a run: ``row_transform`` for audio, else none."""
+    return {"row_transform": row_transform(prep, train=train)} if prep.kind == "audio" else {}
+
+
+def audio_batches(
+    paths: list[str], spec: ServingSpec, size: int, notes: list[str]
+) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+    """``predict``'s batches of audio files: ``(paths, decoded clips)``; ``notes`` gets what was
+    resampled, cropped and padded (as in training)."""
+    counts = {"resampled": 0, "cropped": 0, "padded": 0}
+    for start in range(0, len(paths), size):
+        chunk = paths[start : start + size]
+        try:
+            clips, chunk_counts = spec.read_audio(chunk)
+        except SpecError as err:
+            raise ConfigError(str(err)) from None
+        for key, n in chunk_counts.items():
+            counts[key] += n
+        yield chunk, clips
+    options = spec.audio or {}
+    done = []
+    if counts["resampled"]:
+        done.append(
+            f"resampled {counts['resampled']} of {len(paths)} clips to {options.get('sample_rate')} Hz"
+        )
+    seconds = options.get("clip_seconds")
+    if counts["cropped"]:
+        done.append(f"cropped {counts['cropped']} to {seconds} s (the centre)")
+    if counts["padded"]:
+        done.append(f"padded {counts['padded']} to {seconds} s with silence")
+    notes += done
