@@ -22,6 +22,13 @@ gives the slot back after the transfer, or, on a CPU device where the ``jax.Arra
 slot, once that array is garbage (another slot is made meanwhile). Workers ignore SIGINT (the parent
 handles Ctrl-C), exit within a fraction of a second when their parent dies (a watchdog thread),
 and unlink their segments on every exit path; the parent unlinks what a killed worker left.
+
+A spawned worker needs a second or more to start (a fresh interpreter that imports the main script
+again), against a fraction of that for a forked one: meanwhile :class:`ProcessBackend` builds the
+first batches in the main process, with the same code and generators (so the same batches), and
+starts the workers once the first batch is out; from the first ready worker on, the workers build
+everything. The end of the first epoch waits for every worker, so a worker that cannot start is
+still an error of that epoch.
 """
 
 from __future__ import annotations

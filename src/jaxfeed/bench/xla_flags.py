@@ -172,9 +172,10 @@ def sweep(
                         ms.setdefault(key, []).append(res["ms"])
                     shown = f"{res['ms']:.1f} ms/step" if "ms" in res else res["error"]
                     print(f"    round {r + 1} {model} {name}: {shown}", flush=True)
-            res = _run(["--torch-probe", str(steps)], "", cache)
-            if "ms" in res:
-                torch_ms.append(res["ms"])
+            if "cnn" in models:  # PyTorch eager runs the CNN only
+                res = _run(["--torch-probe", str(steps)], "", cache)
+                if "ms" in res:
+                    torch_ms.append(res["ms"])
             print(f"  round {r + 1}/{rounds} done", flush=True)
         rows = []
         for model in models:
