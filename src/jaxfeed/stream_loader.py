@@ -17,6 +17,7 @@ exactly the batches an uninterrupted run would have produced.
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 import queue
 import threading
@@ -348,7 +349,9 @@ class _Reader:
         This is the reading half (Parquet decoding, ``map``, shuffle buffers, media decoding):
         it runs in the read-ahead thread, one hand-over per table of a few MB.
         """
-        ds = self.dataset
+        # a copy with its own epoch: the read-ahead starts the next epoch while this one (or
+        # another loader over the same dataset) may still be read
+        ds = copy.copy(self.dataset)
         ds.set_epoch(epoch)
         stream = Stream(ds, resume["stream"] if resume else None)
         features: dict[bytes, Features] = {}
