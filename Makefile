@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint format bench bench-check install clean
+.PHONY: demo test lint format bench bench-check install clean docs docs-browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 
 $(VENV)/.installed-bench: $(VENV)/.installed-dev
 	$(PIP) -e ".[dev,bench]"
+	touch $@
+
+$(VENV)/.installed-docs: $(VENV)/.installed-dev
+	$(PIP) -e ".[dev,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -62,5 +66,21 @@ bench-check: $(VENV)/.installed-bench
 mutation: $(VENV)/.installed-dev
 	$(PY) tools/mutation/run.py $(ARGS)
 
+# The documentation site, built in strict mode (a warning, a broken link or a failing notebook
+# fails it) into site/, then opened in headless Chromium (tests/test_docs_site.py: screenshots in
+# site/_screenshots/). The notebooks execute during the build (a minute or two).
+docs: $(VENV)/.installed-docs docs-browser
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean
+	JAXFEED_DOCS_SITE=site $(PY) -m pytest -q -p no:randomly -p no:cacheprovider tests/test_docs_site.py
+
+# Chromium for the browser check: Debian's package, installed where this runs as root with apt
+# (CI); elsewhere the check is skipped when no chromium is found.
+docs-browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "note: could not install chromium; the browser check will be skipped"; \
+	else echo "note: no chromium (apt-get install chromium); the browser check will be skipped"; fi
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache build site src/*.egg-info

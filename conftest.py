@@ -79,6 +79,24 @@ class ProcessGroups:
                 proc.communicate(timeout=30)
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Every test leaves SIGINT and SIGTERM handled as it found them. A handler left behind
+    (a Ctrl-C helper not put back) makes some later signal test fail, a different one in each
+    random order; this fails the test that left it, and puts the handler back for the others."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    left = {s: signal.getsignal(s) for s in before}
+    left = {s: h for s, h in left.items() if h is not before[s]}
+    for s in left:
+        signal.signal(s, before[s])
+    if left:
+        pytest.fail(
+            "the test left "
+            + ", ".join(f"{signal.Signals(s).name} handled by {h!r}" for s, h in left.items())
+        )
+
+
 @pytest.fixture
 def process_group():
     """A :class:`ProcessGroups`: start subprocesses in their own process groups; whatever the

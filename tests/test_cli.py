@@ -368,12 +368,15 @@ def test_info(tmp_path, capsys):
 def test_bench_runs_from_the_package_and_names_the_extra(tmp_path):
     env = {**os.environ, "JAXFEED_BENCH_RESULTS": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", "bench", "formatting", "--quick"],
+        [sys.executable, "-m", "jaxfeed.cli", "bench", "formatting", "--quick", "--plot", "charts"],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "python -m jaxfeed.bench.formatting" in result.stdout and "jaxfeed" in result.stdout
-    assert (tmp_path / "formatting.json").is_file()
+    # --plot: the results and their chart go to the folder it names
+    assert (tmp_path / "charts" / "formatting.json").is_file()
+    assert "chart: charts/formatting.png" in result.stdout
+    assert (tmp_path / "charts" / "formatting.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_missing_peers_name_the_extra(monkeypatch, capsys):

@@ -1,30 +1,71 @@
-"""Every Python code block of the README runs, in order, in one namespace."""
+"""Every Python code block of the README and of the documentation pages runs.
+
+Each page runs in its own namespace, its blocks in order, in a fresh working folder; a page is
+self-contained (its first block imports and makes what the later ones use). Pages other
+developers add under docs/ are picked up by the glob.
+"""
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+# What a page must print (its outputs are shown in comments beside the code).
+EXPECTED = {
+    "README.md": ["(8, 8) ['0', '1', '2']", "eval accuracy 0.9"],
+    "docs/guide/datasets.md": [
+        "{'data': Array([1, 2], dtype=int32)}",
+        "{'label': Array([0, 0, 1], dtype=int32)}",
+    ],
+    "docs/guide/training.md": [
+        "['eval_accuracy', 'eval_loss', 'eval_same_parity', 'eval_top3_accuracy']",
+        "['batch_stats', 'params']",
+        "'train_loss', 'train_mae']",
+        "(2,)",
+    ],
+    "docs/guide/checkpoints.md": ["(5, 10)"],
+    "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
+    "docs/guide/devices.md": ["P('data', 'model')"],
+}
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
 
 
-def test_readme_has_python_blocks():
-    assert len(python_blocks()) >= 6
+def name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
 
 
-def test_readme_python_blocks_run(tmp_path, monkeypatch, capsys):
+# a page showing the README's tour again (getting-started.md) is not run twice
+PAGES_WITH_CODE = [
+    p
+    for p in PAGES
+    if python_blocks(p) and (p == README or python_blocks(p) != python_blocks(README))
+]
+
+
+def test_pages_with_expected_output_have_code():
+    assert {name(p) for p in PAGES_WITH_CODE} >= set(EXPECTED)
+    assert len(python_blocks(README)) == 1  # the tour
+    assert python_blocks(ROOT / "docs" / "getting-started.md") == python_blocks(README)
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=name)
+def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "readme"}
-    for i, block in enumerate(python_blocks()):
+    namespace: dict = {"__name__": "docs_page"}
+    for i, block in enumerate(python_blocks(page)):
         try:
-            exec(compile(block, f"README.md block {i}", "exec"), namespace)
+            exec(compile(block, f"{name(page)} block {i}", "exec"), namespace)
         except Exception as err:
-            raise AssertionError(f"README python block {i} failed: {err!r}\n{block}") from err
+            raise AssertionError(
+                f"{name(page)}: python block {i} failed: {err!r}\n{block}"
+            ) from err
     out = capsys.readouterr().out
-    assert "{'data': Array([1, 2], dtype=int32)}" in out
-    assert "{'label': Array([0, 0, 1], dtype=int32)}" in out
-    assert "['eval_accuracy', 'eval_loss', 'eval_same_parity', 'eval_top3_accuracy']" in out
-    assert "['batch_stats', 'params']" in out
-    assert "'train_loss', 'train_mae']" in out and "(2,)" in out
+    for text in EXPECTED.get(name(page), []):
+        assert text in out, f"{name(page)} should print {text!r}; it printed:\n{out}"

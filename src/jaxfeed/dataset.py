@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import jaxfeed
 from jaxfeed import ops, tabular
 from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
@@ -41,8 +42,8 @@ def _io_loaders() -> None:
     """Make sure jaxfeed.io has registered its loaders (``from jaxfeed.dataset import Dataset``
     alone does not import it)."""
     if not (_DISK_LOADER and _FILE_LOADER):
-        import jaxfeed  # the package loads io (above this module) on first use: it registers
-
+        # the package imports io (above this module) on first use of these names, and io
+        # registers its loaders; importing io here at the top would be an import cycle
         _ = jaxfeed.load_dataset, jaxfeed.load_from_disk
         if not (_DISK_LOADER and _FILE_LOADER):
             raise RuntimeError("jaxfeed.io did not register its loaders with jaxfeed.dataset")

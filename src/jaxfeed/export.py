@@ -172,6 +172,15 @@ def export(
 
     The folder is written beside ``path`` and renamed into place: an earlier export at ``path``
     is replaced whole, and a path holding anything else is refused (``FileExistsError``).
+
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from flax import nnx
+    >>> from jaxfeed import export, load_exported
+    >>> model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    >>> folder = export(model, tempfile.mkdtemp() + "/linear", np.zeros((1, 3), np.float32))
+    >>> load_exported(folder)(np.ones((5, 3), np.float32)).shape     # any batch size
+    (5, 2)
     """
     from flax import linen, nnx  # flax loads with the first export (start-up time)
 

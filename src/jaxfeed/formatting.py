@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxfeed.extras import require
 from jaxfeed.features.array import ARRAY_TYPES
+from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.struct import requires_decoding
 from jaxfeed.reader import Rows, TableReader
 
@@ -170,6 +171,8 @@ class JaxFormatter(Formatter):
     """``jax.Array`` outputs, placed on one device or sharded along the batch dimension."""
 
     def __init__(self, device: Any = None, dtype: Any = None) -> None:
+        # lazy: devices imports JAX, which only the jax format needs (numpy/arrow/pandas datasets
+        # and the num_proc workers that rebuild them never start it)
         from jaxfeed.devices import resolve_placement
 
         self.placement = resolve_placement(device)
@@ -205,7 +208,7 @@ class JaxFormatter(Formatter):
         native: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
         """Cast numeric leaves on the host, then move them with one transfer call."""
-        from jaxfeed.devices import check_divisible, put_tree
+        from jaxfeed.devices import check_divisible, put_tree  # lazy: imports JAX (see __init__)
 
         def row_of(position: int) -> int:
             return rows.start + position if isinstance(rows, slice) else int(rows[position])
@@ -222,9 +225,6 @@ class JaxFormatter(Formatter):
 
 def _refuse_missing(reader: TableReader, rows: Rows, columns: Sequence[str]) -> None:
     """A missing class label or array (a null) cannot become a ``jax.Array``: name its row."""
-    from jaxfeed.features import ClassLabel
-    from jaxfeed.features.array import ARRAY_TYPES
-
     strict = (ClassLabel, *ARRAY_TYPES.values())
     for c in columns:
         if not isinstance(reader.features[c], strict) or not reader.table.column(c).null_count:
@@ -244,7 +244,7 @@ def _json_scalar(value: Any) -> bool:
 
 
 def jax_int_dtype() -> np.dtype:
-    import jax
+    import jax  # lazy: only the jax format starts JAX
 
     return np.dtype(np.int64 if jax.config.jax_enable_x64 else np.int32)
 

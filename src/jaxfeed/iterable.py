@@ -769,6 +769,13 @@ class IterableDataset:
 
     Build one with ``load_dataset(..., streaming=True)``, :meth:`from_files` or
     :meth:`from_dataset`; feed it to :class:`jaxfeed.DataLoader` for device batches.
+
+    >>> from jaxfeed import IterableDataset
+    >>> def rows():
+    ...     yield from ({"x": i} for i in range(10))
+    >>> ds = IterableDataset.from_generator(rows).map(lambda r: {"y": r["x"] * 2}).skip(1)
+    >>> [r["y"] for r in ds.take(3)]
+    [2, 4, 6]
     """
 
     def __init__(
@@ -1321,7 +1328,15 @@ def split_dataset_by_node(dataset: Any, rank: int, world_size: int) -> Any:
 
 
 class IterableDatasetDict(dict):
-    """A dict of named :class:`IterableDataset` splits; methods apply to every split."""
+    """A dict of named :class:`IterableDataset` splits; methods apply to every split.
+
+    >>> from jaxfeed import IterableDataset, IterableDatasetDict
+    >>> def rows():
+    ...     yield from ({"x": i} for i in range(4))
+    >>> splits = IterableDatasetDict({"train": IterableDataset.from_generator(rows)})
+    >>> [r["x"] for r in splits.filter(lambda r: r["x"] % 2 == 0)["train"]]
+    [0, 2]
+    """
 
     def _each(self, method: str, *args: Any, **kwargs: Any) -> IterableDatasetDict:
         return IterableDatasetDict(

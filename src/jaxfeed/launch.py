@@ -87,7 +87,10 @@ def launch(
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
 
-    handled = (signal.SIGTERM, signal.SIGINT)
+    # a signal the launcher was started ignoring (SIGINT under `cmd &` in a script) stays ignored
+    handled = [
+        s for s in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(s) is not signal.SIG_IGN
+    ]
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, on_signal) for s in handled}

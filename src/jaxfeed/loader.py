@@ -40,14 +40,16 @@ import pyarrow as pa
 from jaxfeed.bucketing import LengthGroupedOrder
 from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
+from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.media import MediaFeature
 from jaxfeed.features.sequence import _stack_if_same
-from jaxfeed.formatting import to_host
+from jaxfeed.formatting import jax_int_dtype, to_host
 from jaxfeed.iterable import IterableDataset
 from jaxfeed.order import EpochOrder
 from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit, loader_options
 from jaxfeed.padding import Padding, PadStep, variable_columns
 from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
+from jaxfeed.reader import ChunkedView
 from jaxfeed.stream_loader import StreamingDataLoader
 from jaxfeed.workers import (
     Cancelled,
@@ -117,10 +119,6 @@ class _ArrowSource:
     def _label_view(self, column: str) -> Any:
         """Class ids fit int32 whatever they are stored as: cast the column once, not every batch."""
         if column not in self._labels:
-            from jaxfeed.features import ClassLabel
-            from jaxfeed.formatting import jax_int_dtype
-            from jaxfeed.reader import ChunkedView
-
             view = self.ds._internal.reader.view(column)
             ok = (
                 isinstance(self.ds.features[column], ClassLabel)

@@ -33,24 +33,60 @@ _state = {
 
 def disable_progress_bars() -> None:
     """Hide jaxfeed's progress bars (``datasets.disable_progress_bars``); worker processes
-    started later (``num_proc``) inherit the choice through ``JAXFEED_DISABLE_PROGRESS_BARS``."""
+    started later (``num_proc``) inherit the choice through ``JAXFEED_DISABLE_PROGRESS_BARS``.
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_progress_bars()
+    >>> jaxfeed.are_progress_bars_disabled(), jaxfeed.is_progress_bar_enabled()
+    (True, False)
+    >>> jaxfeed.enable_progress_bars()
+    >>> jaxfeed.is_progress_bar_enabled()
+    True
+    """
     _state["progress"] = False
     os.environ[PROGRESS_ENV] = "1"
 
 
 def enable_progress_bars() -> None:
-    """Show jaxfeed's progress bars on long jobs (the default)."""
+    """Show jaxfeed's progress bars on long jobs (the default).
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_progress_bars()
+    >>> jaxfeed.are_progress_bars_disabled(), jaxfeed.is_progress_bar_enabled()
+    (True, False)
+    >>> jaxfeed.enable_progress_bars()
+    >>> jaxfeed.is_progress_bar_enabled()
+    True
+    """
     _state["progress"] = True
     os.environ[PROGRESS_ENV] = "0"
 
 
 def is_progress_bar_enabled() -> bool:
-    """Whether progress bars are shown."""
+    """Whether progress bars are shown.
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_progress_bars()
+    >>> jaxfeed.are_progress_bars_disabled(), jaxfeed.is_progress_bar_enabled()
+    (True, False)
+    >>> jaxfeed.enable_progress_bars()
+    >>> jaxfeed.is_progress_bar_enabled()
+    True
+    """
     return bool(_state["progress"])
 
 
 def are_progress_bars_disabled() -> bool:
-    """Whether progress bars are hidden (``datasets.are_progress_bars_disabled``)."""
+    """Whether progress bars are hidden (``datasets.are_progress_bars_disabled``).
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_progress_bars()
+    >>> jaxfeed.are_progress_bars_disabled(), jaxfeed.is_progress_bar_enabled()
+    (True, False)
+    >>> jaxfeed.enable_progress_bars()
+    >>> jaxfeed.is_progress_bar_enabled()
+    True
+    """
     return not _state["progress"]
 
 
@@ -59,17 +95,44 @@ enable_progress_bar = enable_progress_bars
 
 
 def disable_caching() -> None:
-    """Accepted as in `datasets`; jaxfeed keeps no cache of ``map`` results to disable."""
+    """Accepted as in `datasets`; jaxfeed keeps no cache of ``map`` results to disable.
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    False
+    >>> jaxfeed.enable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    True
+    """
     _state["caching"] = False
 
 
 def enable_caching() -> None:
-    """Undo :func:`disable_caching`."""
+    """Undo :func:`disable_caching`.
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    False
+    >>> jaxfeed.enable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    True
+    """
     _state["caching"] = True
 
 
 def is_caching_enabled() -> bool:
-    """Whether caching is on (``disable_caching`` turns it off)."""
+    """Whether caching is on (``disable_caching`` turns it off).
+
+    >>> import jaxfeed
+    >>> jaxfeed.disable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    False
+    >>> jaxfeed.enable_caching()
+    >>> jaxfeed.is_caching_enabled()
+    True
+    """
     return bool(_state["caching"])
 
 

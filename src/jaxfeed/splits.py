@@ -14,7 +14,12 @@ from __future__ import annotations
 
 
 class NamedSplit(str):
-    """The name of one split (``"train"``, ``"test"``, ...)."""
+    """The name of one split (``"train"``, ``"test"``, ...).
+
+    >>> from jaxfeed import NamedSplit
+    >>> NamedSplit("train") == "train", str(NamedSplit("train"))
+    (True, 'train')
+    """
 
     __slots__ = ()
 
@@ -31,7 +36,12 @@ class NamedSplit(str):
 
 
 class Split:
-    """The standard split names; ``Split("x")`` makes a :class:`NamedSplit`."""
+    """The standard split names; ``Split("x")`` makes a :class:`NamedSplit`.
+
+    >>> from jaxfeed import Split
+    >>> Split.TRAIN, Split("dev")
+    (NamedSplit('train'), NamedSplit('dev'))
+    """
 
     TRAIN = NamedSplit("train")
     TEST = NamedSplit("test")

@@ -82,7 +82,14 @@ def _resample(interpolation: str) -> Any:
 
 
 class Transform:
-    """A per-row transform: ``t(row, rng)`` on a row dict, or ``t(image, rng)`` on an array."""
+    """A per-row transform: ``t(row, rng)`` on a row dict, or ``t(image, rng)`` on an array.
+
+    >>> import numpy as np
+    >>> from jaxfeed import transforms as T
+    >>> flip = T.horizontal_flip(p=1.0)           # a Transform
+    >>> flip(np.array([[1, 2, 3]], np.uint8), np.random.default_rng(0))
+    array([[3, 2, 1]], dtype=uint8)
+    """
 
     column: str = "image"
     needs_rng: bool = False

@@ -13,6 +13,8 @@ DATA = "tests/test_promises_data.py"
 TRAIN = "tests/test_promises_train.py"
 RUN = "tests/test_promises_run.py"
 GUARD = "tests/test_promises_guard.py"
+RACE = "tests/recipes/test_interrupt_race.py"
+IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
 
 
 @dataclass(frozen=True)
@@ -446,6 +448,49 @@ MUTATIONS = [
             "tests/test_cli_launch_signals.py::test_a_failed_process_stops_the_others_even_one_ignoring_sigterm"
         ],
         "issue 26: jaxfeed launch waits forever for a process that ignores SIGTERM after another failed",
+    ),
+    Mutation(
+        "preemption-catches-ignored-sigint",
+        "src/jaxfeed/train/preemption.py",
+        "if signal.getsignal(sig) is not signal.SIG_IGN:",
+        "if True:",
+        [IGNORED_SIGINT],
+        "issue 26: fit catches a SIGINT the process was started ignoring (`cmd &` in a script)",
+    ),
+    Mutation(
+        "interrupt-catches-ignored-sigint",
+        "src/jaxfeed/recipes/interrupt.py",
+        "or signal.getsignal(signal.SIGINT) is signal.SIG_IGN",
+        "or False",
+        [IGNORED_SIGINT],
+        "issue 26: the CLI's Ctrl-C handler replaces a SIGINT the process was started ignoring",
+    ),
+    Mutation(
+        "launch-catches-ignored-sigint",
+        "src/jaxfeed/launch.py",
+        "if signal.getsignal(s) is not signal.SIG_IGN\n    ]",
+        "if True\n    ]",
+        [IGNORED_SIGINT],
+        "issue 26: jaxfeed launch catches a SIGINT it was started ignoring",
+    ),
+    Mutation(
+        "interrupt-redelivery-lost-in-cleanup",
+        "src/jaxfeed/recipes/interrupt.py",
+        'state["pending"] = False  # landing in a clean-up again schedules another one\n',
+        "\n",
+        [f"{RACE}::test_a_redelivery_landing_in_a_cleanup_again_is_redelivered_again"],
+        "issue 26: a Ctrl-C re-delivered into a GC callback again is dropped (training goes on)",
+    ),
+    Mutation(
+        "interrupt-handler-left-after-race",
+        "src/jaxfeed/recipes/interrupt.py",
+        "        try:\n            # no re-delivery starts after this; one sent meanwhile may raise right here, while\n"
+        "            # the lock is awaited: it is this block's Ctrl-C, and the finally below still runs\n"
+        "            with lock:\n"
+        '                state["active"] = False\n',
+        '        with lock:\n            state["active"] = False\n        try:\n',
+        [f"{RACE}::test_a_redelivery_racing_the_block_exit_is_raised_once_by_the_block"],
+        "issue 26: a re-delivery raised while the block exits leaves its SIGINT handler installed",
     ),
     # ------------------------------------------------------------------ issue 23: variable-length data
     Mutation(

@@ -10,6 +10,7 @@ source checkout's ``benchmarks/`` folder call the same modules).
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -70,8 +71,11 @@ def missing_peers(names: list[str]) -> list[str]:
     return [p for p in wanted if importlib.util.find_spec(p) is None]
 
 
-def run_benchmarks(which: str, quick: bool = False) -> int:
-    """Run ``which`` (a name or ``all``); returns the exit status (1 when one failed)."""
+def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> int:
+    """Run ``which`` (a name or ``all``); returns the exit status (1 when one failed).
+
+    ``plot``: a folder that receives each benchmark's JSON results and its chart (PNG).
+    """
     if which != "all" and which not in BENCHES:
         raise ConfigError(f"unknown benchmark {which!r}; known: {', '.join(BENCHES)} or all")
     names = list(BENCHES) if which == "all" else [which]
@@ -99,5 +103,25 @@ def run_benchmarks(which: str, quick: bool = False) -> int:
             flush=True,
         )
         cwd = folder.parent if folder is not None and cmd[1] != "-m" else None
-        status |= subprocess.call(cmd, cwd=cwd)
+        env = (
+            None
+            if plot is None
+            else {**os.environ, "JAXFEED_BENCH_RESULTS": str(Path(plot).resolve())}
+        )
+        code = subprocess.call(cmd, cwd=cwd, env=env)
+        status |= code
+        if plot is not None and code == 0:
+            _plot(name, BENCHES[name].module, Path(plot), quick)
     return 1 if status else 0
+
+
+def _plot(name: str, module: str, folder: Path, quick: bool) -> None:
+    from jaxfeed.bench.plot import plot_results  # matplotlib only when charts are asked for
+
+    results = folder / f"{module}.json"
+    command = f"jaxfeed bench {name}{' --quick' if quick else ''} --plot {folder}"
+    chart = plot_results(results, folder, command) if results.is_file() else None
+    if chart is None:
+        print(f"note: {name} wrote no results a chart can show ({results})", flush=True)
+    else:
+        print(f"chart: {chart}", flush=True)

@@ -46,6 +46,7 @@ EXAMPLES = {
   jaxfeed info ./saved --verify""",
     "bench": """examples:
   jaxfeed bench formatting --quick
+  jaxfeed bench loader --quick --plot charts/      # tables, plus charts/loader.png
   jaxfeed bench all""",
     "cache": cache.EXAMPLES,
     "launch": """examples:
@@ -180,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="formatting, media, loader, train, checkpoint or all",
     )
     p.add_argument("--quick", action="store_true", help="smaller data, fewer repeats")
+    p.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write each benchmark's JSON results and a chart of them (PNG) into DIR",
+    )
     p.set_defaults(run=commands.bench)
 
     p = command("cache", "list the Arrow cache's entries, or remove them (all, or unused ones)")

@@ -138,7 +138,7 @@ def info(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     from jaxfeed.bench.runner import run_benchmarks
 
-    return run_benchmarks(args.which, quick=args.quick)
+    return run_benchmarks(args.which, quick=args.quick, plot=args.plot)
 
 
 def launch(args: argparse.Namespace) -> int:

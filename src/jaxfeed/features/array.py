@@ -264,21 +264,42 @@ class Array2D(_ArrayXD):
 
 @dataclass(frozen=True, repr=False)
 class Array3D(_ArrayXD):
-    """A 3-d array per row, e.g. ``Array3D((32, 32, 3), "uint8")`` for colour images."""
+    """A 3-d array per row, e.g. ``Array3D((32, 32, 3), "uint8")`` for colour images.
+
+    >>> import numpy as np
+    >>> from jaxfeed import Array3D, Dataset, Features
+    >>> features = Features({"x": Array3D((2, 2, 3), "uint8")})
+    >>> Dataset.from_dict({"x": np.zeros((4, 2, 2, 3), np.uint8)}, features=features).with_format("jax")[:4]["x"].shape
+    (4, 2, 2, 3)
+    """
 
     ndims: ClassVar[int] = 3
 
 
 @dataclass(frozen=True, repr=False)
 class Array4D(_ArrayXD):
-    """A 4-d array per row."""
+    """A 4-d array per row.
+
+    >>> import numpy as np
+    >>> from jaxfeed import Array4D, Dataset, Features
+    >>> features = Features({"x": Array4D((2, 1, 2, 3), "float32")})
+    >>> Dataset.from_dict({"x": np.ones((2, 2, 1, 2, 3))}, features=features).with_format("numpy")[0]["x"].shape
+    (2, 1, 2, 3)
+    """
 
     ndims: ClassVar[int] = 4
 
 
 @dataclass(frozen=True, repr=False)
 class Array5D(_ArrayXD):
-    """A 5-d array per row."""
+    """A 5-d array per row.
+
+    >>> import numpy as np
+    >>> from jaxfeed import Array5D, Dataset, Features
+    >>> features = Features({"x": Array5D((1, 1, 1, 2, 2), "int32")})
+    >>> Dataset.from_dict({"x": np.ones((3, 1, 1, 1, 2, 2))}, features=features).with_format("numpy")[:]["x"].shape
+    (3, 1, 1, 1, 2, 2)
+    """
 
     ndims: ClassVar[int] = 5
 

@@ -18,7 +18,15 @@ import pyarrow as pa
 
 
 class FeatureError(ValueError):
-    """A value does not fit its feature. The message names the column and the row."""
+    """A value does not fit its feature. The message names the column and the row.
+
+    >>> from jaxfeed import Dataset, FeatureError, Features, Value
+    >>> try:
+    ...     Dataset.from_dict({"n": [1, 2.5]}, features=Features({"n": Value("int32")}))
+    ... except FeatureError as err:
+    ...     print(err)
+    column 'n', row 1: expected a int32 value, got 2.5
+    """
 
     def __init__(self, column: str, row: int | None, expected: str, value: Any) -> None:
         self.column, self.row, self.expected, self.value = column, row, expected, value

@@ -22,7 +22,17 @@ MEDIA_TYPE = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.stri
 
 
 class DecodeError(ValueError):
-    """A stored image or audio value could not be decoded."""
+    """A stored image or audio value could not be decoded.
+
+    >>> from jaxfeed import Dataset, DecodeError, Features, Image
+    >>> ds = Dataset.from_dict({"img": [{"bytes": b"not a picture", "path": "a.png"}]},
+    ...                        features=Features({"img": Image()}))
+    >>> try:
+    ...     ds[0]
+    ... except DecodeError as err:
+    ...     print(type(err).__name__)
+    DecodeError
+    """
 
     def __init__(self, column: str | None, row: int | None, path: str | None, reason: str) -> None:
         self.column, self.row, self.path, self.reason = column, row, path, reason

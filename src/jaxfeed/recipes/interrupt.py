@@ -47,8 +47,12 @@ def safe_interrupts() -> Iterator[None]:
     the lock and the block is active; the exit takes the lock, and when a re-delivery was already
     sent it waits (up to ``FLUSH_SECONDS``) for this handler to run before restoring the previous
     one, so a Ctrl-C is raised here once, never handed to the restored handler as a second one.
+    A process started with SIGINT ignored (``cmd &`` in a script) keeps ignoring it.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started ignoring it: keep ignoring
+    ):
         yield
         return
     pid = os.getpid()
@@ -58,6 +62,7 @@ def safe_interrupts() -> Iterator[None]:
     def redeliver() -> None:
         with lock:
             if state["pending"] and state["active"]:
+                state["pending"] = False  # landing in a clean-up again schedules another one
                 state["sent"] = True
                 os.kill(pid, signal.SIGINT)
 
@@ -77,11 +82,14 @@ def safe_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        with lock:  # no re-delivery starts after this
-            state["active"] = False
         try:
+            # no re-delivery starts after this; one sent meanwhile may raise right here, while
+            # the lock is awaited: it is this block's Ctrl-C, and the finally below still runs
+            with lock:
+                state["active"] = False
             end = time.monotonic() + FLUSH_SECONDS
             while state["sent"] and time.monotonic() < end:  # sent: runs this handler, here
                 time.sleep(0.001)
         finally:
+            state["active"] = False
             signal.signal(signal.SIGINT, previous)

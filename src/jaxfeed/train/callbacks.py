@@ -23,7 +23,24 @@ class Trainer(Protocol):
 
 class Callback:
     """Override any of the hooks; set ``trainer.stop_training = True`` to stop (after the current
-    step when set in ``on_train_batch_end``, after the epoch in ``on_epoch_end``)."""
+    step when set in ``on_train_batch_end``, after the epoch in ``on_epoch_end``).
+
+    >>> import numpy as np, optax
+    >>> from flax import nnx
+    >>> from jaxfeed import DataLoader, Dataset, Trainer
+    >>> from jaxfeed.models import MLP
+    >>> from jaxfeed.train import Callback
+    >>> class StopAt(Callback):
+    ...     def on_train_batch_end(self, trainer, step, logs):
+    ...         if step == 3:
+    ...             trainer.stop_training = True
+    >>> data = Dataset.from_dict({"x": np.ones((40, 2), np.float32), "label": [0, 1] * 20})
+    >>> trainer = Trainer(MLP(2, (2,), hidden=(4,), rngs=nnx.Rngs(0)), optax.sgd(0.1), inputs="x",
+    ...                   callbacks=[StopAt()], verbose=0)
+    >>> _ = trainer.fit(DataLoader(data, 4), epochs=1)
+    >>> trainer.step
+    3
+    """
 
     def on_fit_start(self, trainer: Trainer) -> None:
         pass

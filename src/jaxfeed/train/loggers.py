@@ -43,6 +43,15 @@ class Logger(Protocol):
                 self.run.finish()
 
     (MLflow: ``mlflow.log_metrics(dict(metrics), step=step)`` and ``mlflow.end_run()``.)
+
+    >>> from jaxfeed.train import Logger
+    >>> class PrintLogger:                      # Trainer(..., loggers=("tensorboard", PrintLogger()))
+    ...     def log_metrics(self, metrics, step):
+    ...         print(step, dict(metrics))
+    ...     def close(self):
+    ...         pass
+    >>> isinstance(PrintLogger(), Logger)
+    True
     """
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...

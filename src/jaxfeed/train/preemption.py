@@ -31,6 +31,12 @@ class Preempted(SystemExit):
 
     Attributes: ``signal`` (its name), ``step``, ``epoch`` (completed epochs) and ``checkpoint``
     (the directory holding the saved step, or None when the run had no ``checkpoint_dir``).
+
+    >>> import signal
+    >>> from jaxfeed.train import Preempted
+    >>> stop = Preempted("stopped", signum=signal.SIGTERM, step=50, epoch=0, checkpoint=None)
+    >>> stop.code, stop.signal, isinstance(stop, SystemExit)
+    (143, 'SIGTERM', True)
     """
 
     def __init__(
@@ -48,6 +54,10 @@ class Preempted(SystemExit):
 class SignalWatch:
     """While entered (from the main thread), SIGTERM and SIGINT set :attr:`signum` instead of
     ending the process; the previous handlers come back on exit. Elsewhere it is inert.
+
+    A signal the process already ignores stays ignored: one started with SIGINT ignored (``cmd &``
+    in a script, ``nohup``, a CI runner) is not meant to be stopped by it, the convention shells
+    follow and Python's own Ctrl-C handler too (it is installed only when SIGINT is not ignored).
 
     >>> import os, signal
     >>> with SignalWatch() as watch:
@@ -81,7 +91,8 @@ class SignalWatch:
         self.signum = None
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:

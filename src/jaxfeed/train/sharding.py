@@ -45,7 +45,12 @@ DATA_AXIS = "data"
 
 
 class ShardingError(ValueError):
-    """A sharding that cannot be applied: the message names the parameter, dimension and sizes."""
+    """A sharding that cannot be applied: the message names the parameter, dimension and sizes.
+
+    >>> from jaxfeed.train import ShardingError
+    >>> issubclass(ShardingError, ValueError)    # raised before compiling; see Trainer(sharding=)
+    True
+    """
 
 
 def data_axis(mesh: Mesh) -> str:

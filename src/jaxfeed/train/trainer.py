@@ -57,6 +57,19 @@ class NonFiniteLossError(FloatingPointError):
 
     The message names the global step and epoch where it first happened, whatever ``log_every``
     is: each step records it on the device, and the host reads it when it next reads metrics.
+
+    >>> import numpy as np, optax
+    >>> from flax import nnx
+    >>> from jaxfeed import DataLoader, Dataset, Trainer
+    >>> from jaxfeed.models import MLP
+    >>> from jaxfeed.train import NonFiniteLossError
+    >>> data = Dataset.from_dict({"x": np.full((8, 2), np.inf, np.float32), "label": [0, 1] * 4})
+    >>> trainer = Trainer(MLP(2, (2,), hidden=(4,), rngs=nnx.Rngs(0)), optax.sgd(0.1), inputs="x", verbose=0)
+    >>> try:
+    ...     trainer.fit(DataLoader(data, 4), epochs=1)
+    ... except NonFiniteLossError as err:
+    ...     print(type(err).__name__)
+    NonFiniteLossError
     """
 
 
