@@ -30,6 +30,11 @@ EXPECTED = {
     "docs/guide/checkpoints.md": ["(5, 10)"],
     "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
     "docs/guide/devices.md": ["P('data', 'model')"],
+    "docs/guide/text.md": [
+        "'train_loss', 'train_perplexity', 'train_token_accuracy']",
+        "[' five six seven eight nine ten', ' eight nine ten']",
+        "(4, 2) [None, None]",
+    ],
 }
 
 

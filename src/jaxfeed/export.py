@@ -11,7 +11,9 @@ An export is a folder of three files:
   and, when given, the declared preprocessing from raw inputs (:mod:`jaxfeed.serving`: data,
   never code);
 * ``model.stablehlo``: the model in eval mode as ``f(weights, *inputs)``, serialised by
-  ``jax.export``; the batch dimension is symbolic, so one export serves any batch size.
+  ``jax.export``; the batch dimension is symbolic, so one export serves any batch size (and so
+  is the sequence length of models that declare ``symbolic_length = True``, as
+  :class:`~jaxfeed.models.TransformerClassifier` and :class:`~jaxfeed.models.TransformerLM` do).
 
 Loading runs the StableHLO with the verified weights: no pickle, and nothing named inside the
 files is ever imported or executed. :func:`load_exported` with ``like=model`` puts the weights
@@ -53,6 +55,7 @@ VERSION = 2
 WEIGHTS, CONFIG, FUNCTION = "model.safetensors", "config.json", "model.stablehlo"
 FILES = (CONFIG, WEIGHTS, FUNCTION)
 BATCH = "batch"  # the symbolic batch dimension
+LENGTH = "length"  # the symbolic sequence length, for models with `symbolic_length = True`
 
 
 class ExportError(CheckpointError):
@@ -66,9 +69,18 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
 def model_classes() -> dict[str, Callable[..., Any]]:
     """jaxfeed's built-in models by name: what :func:`rebuild` (and the CLI) can construct."""
     if not MODEL_CLASSES:
-        from jaxfeed.models import CNN, MLP, AudioCNN, LinenCNN  # models import flax: when asked
+        from jaxfeed.models import (  # models import flax: only when asked
+            CNN,
+            MLP,
+            AudioCNN,
+            LinenCNN,
+            TransformerClassifier,
+            TransformerLM,
+        )
 
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN})
+        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN,
+                              "TransformerClassifier": TransformerClassifier,
+                              "TransformerLM": TransformerLM})  # fmt: skip
     return MODEL_CLASSES
 
 
@@ -105,14 +117,18 @@ def _spec(value: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(value.shape), value.dtype)
 
 
-def _symbolic(specs: Any) -> Any:
-    """The same shapes with a symbolic leading (batch) dimension shared by every input."""
-    (batch,) = jax.export.symbolic_shape(BATCH)
+def _symbolic(specs: Any, length: bool = False) -> Any:
+    """The same shapes with a symbolic leading (batch) dimension shared by every input, and with
+    ``length`` a symbolic second (sequence) dimension shared by every input that has one."""
+    batch, seq = jax.export.symbolic_shape(f"{BATCH}, {LENGTH}")
 
     def one(spec: Any) -> jax.ShapeDtypeStruct:
         if not spec.shape:
             raise ValueError("export needs inputs with a batch dimension, got a scalar")
-        return jax.ShapeDtypeStruct((batch, *spec.shape[1:]), spec.dtype)
+        rest = spec.shape[1:]
+        if length and rest:
+            rest = (seq, *rest[1:])
+        return jax.ShapeDtypeStruct((batch, *rest), spec.dtype)
 
     return jax.tree.map(one, specs)
 
@@ -127,10 +143,15 @@ def _input_specs(example_input: Any) -> tuple[tuple, dict]:
 
 
 def _describe(specs: tuple[tuple, dict]) -> list[dict[str, Any]]:
+    """Each input's argument, dtype and shape; symbolic dimensions (batch, length) as None."""
     args, kwargs = specs
     named = [(None, s) for s in args] + list(kwargs.items())
     return [
-        {"argument": name, "shape": [None, *map(int, s.shape[1:])], "dtype": str(s.dtype)}
+        {
+            "argument": name,
+            "shape": [None, *(d if isinstance(d, int) else None for d in s.shape[1:])],
+            "dtype": str(s.dtype),
+        }
         for name, s in named
     ]
 
@@ -229,6 +250,8 @@ def export(
             f"{type(model).__name__}"
         )
     record = dict(config) if config is not None else model_config(model)
+    if specs is None and callable(getattr(model, "example_input", None)):
+        specs = _input_specs(model.example_input())  # built-in sequence models
     if specs is None:
         kwargs = record.get("kwargs") or {}
         if "input_shape" not in kwargs:
@@ -249,14 +272,16 @@ def export(
             args, kwargs = raw.model_inputs(args, kwargs)
         return forward(tree, *args, **kwargs)
 
-    args, kwargs = _symbolic(specs)
+    length = bool(getattr(model, "symbolic_length", False))
+    args, kwargs = _symbolic(specs, length)
     try:
         exported = jax.export.export(jax.jit(serve))(
             {n: _spec(a) for n, a in tensors.items()}, *args, **kwargs
         )
     except Exception as err:
         raise ValueError(
-            f"cannot export {type(model).__name__} with a symbolic batch dimension: "
+            f"cannot export {type(model).__name__} with a symbolic batch "
+            f"{'and length ' if length else ''}dimension: "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         ) from err
     function = bytes(exported.serialize())
@@ -269,7 +294,7 @@ def export(
         "format": FORMAT,
         "version": VERSION,
         "model": {**record, "api": api},
-        "inputs": _describe(specs),
+        "inputs": _describe((args, kwargs)),
         "tensors": {
             n: {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": _digest(a)}
             for n, a in tensors.items()
@@ -518,10 +543,14 @@ class ExportedModel:
                     "the preprocessing the model was trained with)"
                 )
             value = value.astype(dtype)
-        if value.ndim != len(want["shape"]) or list(value.shape[1:]) != want["shape"][1:]:
+        fixed = want["shape"][1:]
+        if value.ndim != len(want["shape"]) or any(
+            w is not None and w != d for d, w in zip(value.shape[1:], fixed, strict=True)
+        ):
+            names = ", ".join("length" if w is None else str(w) for w in fixed)
             raise ValueError(
-                f"input {name} of {self.path} must have shape "
-                f"(batch, {', '.join(map(str, want['shape'][1:]))}), got {tuple(value.shape)}"
+                f"input {name} of {self.path} must have shape (batch, {names}), got "
+                f"{tuple(value.shape)}"
             )
         return value
 

@@ -14,7 +14,10 @@ One CIFAR-shaped batch (128 x 32 x 32 x 3, float32) and AdamW for everyone:
 Then a whole epoch through the loader (10,000 CIFAR-shaped uint8 rows): the share of the epoch
 spent waiting for data.
 
-Run: ``python benchmarks/train_step.py [--quick]``; ``python benchmarks/train_step.py --xla-flags``
+Then the transformers (:mod:`jaxfeed.bench.transformer_step`): the Trainer's step against a
+hand-written ``jax.jit`` step on the same ``TransformerClassifier`` and ``TransformerLM``.
+
+Run: ``python benchmarks/train_step.py [--quick] [--transformers]``; ``python benchmarks/train_step.py --xla-flags``
 sweeps XLA's CPU options (:mod:`jaxfeed.bench.xla_flags`).
 """
 
@@ -34,7 +37,7 @@ from flax import nnx
 from flax.training import train_state
 
 from jaxfeed import Array3D, ClassLabel, DataLoader, Dataset, Features, Trainer
-from jaxfeed.bench import xla_flags
+from jaxfeed.bench import transformer_step, xla_flags
 from jaxfeed.bench._common import machine, save_json
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
@@ -308,11 +311,21 @@ def main() -> None:
         help="sweep XLA CPU options instead (jaxfeed.bench.xla_flags; --rounds N)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="with --xla-flags")
+    parser.add_argument(
+        "--transformers",
+        action="store_true",
+        help="only the transformer classifier and LM (jaxfeed.bench.transformer_step)",
+    )
     args = parser.parse_args()
     if args.xla_flags:
         xla_flags.sweep(args.rounds, steps=5, tolerance=1e-4)
         return
     steps, repeats = (3, 1) if args.quick else (10, 5)
+    if args.transformers:
+        print(f"({machine()}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r})")
+        rows = transformer_step.run(steps, repeats)
+        print(f"wrote {save_json('train_step_transformers', {'results': rows})}")
+        return
     rng = np.random.default_rng(0)
     x_np = rng.random((BATCH, *SHAPE), dtype=np.float32)
     y_np = rng.integers(0, 10, BATCH).astype(np.int32)
@@ -349,12 +362,13 @@ def main() -> None:
         f"\narticle's NNXModel: Trainer step / best hand-written step = {article_ratio:.2f} "
         "(<= 1.00: no slower)"
     )
+    transformers = transformer_step.run(steps, repeats)
     wait = epoch_wait(2_560 if args.quick else 10_240)
     print(
         f"\nwhole epoch through the loader: {wait['epoch_seconds']:.2f} s, waiting for data {wait['data_wait_fraction']:.1%}"
     )
     print(
-        f"wrote {save_json('train_step', {'batch': BATCH, 'shape': SHAPE, 'results': results, 'article_trainer_vs_best_hand_written': article_ratio, 'epoch': wait, 'xla_flags': os.environ.get('XLA_FLAGS', '')})}"
+        f"wrote {save_json('train_step', {'batch': BATCH, 'shape': SHAPE, 'results': results, 'article_trainer_vs_best_hand_written': article_ratio, 'epoch': wait, 'transformers': transformers, 'xla_flags': os.environ.get('XLA_FLAGS', '')})}"
     )
 
 

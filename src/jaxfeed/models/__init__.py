@@ -1,9 +1,19 @@
-"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`, and
-`AudioCNN` over log-mel spectrograms."""
+"""Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`,
+`AudioCNN` over log-mel spectrograms, and transformers for token sequences
+(`TransformerClassifier`, `TransformerLM`)."""
 
 from jaxfeed.models.audio import AudioCNN
 from jaxfeed.models.linen import LinenCNN
 from jaxfeed.models.nnx import CNN, MLP
 from jaxfeed.models.pool import max_pool_2x2
+from jaxfeed.models.transformer import TransformerClassifier, TransformerLM
 
-__all__ = ["CNN", "MLP", "AudioCNN", "LinenCNN", "max_pool_2x2"]
+__all__ = [
+    "CNN",
+    "MLP",
+    "AudioCNN",
+    "LinenCNN",
+    "TransformerClassifier",
+    "TransformerLM",
+    "max_pool_2x2",
+]

@@ -596,7 +596,8 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
     return dataclasses.replace(config, **changes) if changes else config
 
 
-MODEL_FORMS = "cnn, mlp, audio_cnn, FILE.py:ClassName or package.module.ClassName"
+BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
+MODEL_FORMS = f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName or package.module.ClassName"
 
 
 def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
@@ -615,7 +616,7 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         return {"class_path": path, "init_args": dict(args)} if args else path
     path = str(value).strip()
     if name == "model" and not (
-        path in ("cnn", "mlp", "audio_cnn")
+        path in BUILTIN_MODELS
         or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
         or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
     ):

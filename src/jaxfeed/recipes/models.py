@@ -1,8 +1,10 @@
 """Model choice, optimizer and the :class:`~jaxfeed.Trainer` of a run, rebuilt from its config.
 
-``--model`` is ``cnn`` or ``mlp`` (jaxfeed's models) or ``FILE.py:ClassName``: a ``flax.nnx.Module``
-of your own, built as ``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed
-only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
+``--model`` is ``cnn``, ``mlp``, ``audio_cnn``, ``transformer`` or ``transformer_lm`` (jaxfeed's
+models; the transformers need a run on text, whose preprocessing gives ``vocab_size``) or
+``FILE.py:ClassName``: a ``flax.nnx.Module`` of your own, built as
+``ClassName(num_classes, input_shape=..., rngs=...)`` (each argument passed only when its
+``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``) and called as
 ``model(x)``, with ``rngs=`` and a ``train``/``deterministic`` flag when its ``__call__`` takes them.
 
 >>> opt = build_optimizer(RunConfig(optimizer="sgd", schedule="cosine", warmup_steps=2), 10)
@@ -178,6 +180,8 @@ def build_model(
         from jaxfeed.models import MLP
 
         return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
+    if name in ("transformer", "transformer_lm"):
+        return _text_model(name, prep, outputs, init_args, rngs)
     cls = load_user_class(name, policy)
     params = inspect.signature(
         cls.__init__
@@ -211,6 +215,29 @@ def build_model(
     if not isinstance(model, nnx.Module):
         raise ConfigError(f"--model {name}: {cls.__name__} is not a flax.nnx.Module")
     return model
+
+
+def _text_model(name: str, prep: Preprocessing, outputs: int, init_args: dict[str, Any],
+                rngs: Any) -> Any:  # fmt: skip
+    """``transformer`` (:class:`~jaxfeed.models.TransformerClassifier`) or ``transformer_lm``
+    (:class:`~jaxfeed.models.TransformerLM`) over the run's token ids: ``prep.vocab_size``, and
+    ``prep.max_length`` (the longest row the data gives) as the context unless
+    ``--model.init_args.max_length`` sets it."""
+    from jaxfeed.models import TransformerClassifier, TransformerLM
+
+    vocab_size = getattr(prep, "vocab_size", None)
+    if not vocab_size:
+        raise ConfigError(
+            f"--model {name} needs text (token ids from a tokenizer); the data is {prep.kind} "
+            f"with inputs of shape {tuple(prep.input_shape)}"
+        )
+    context = getattr(prep, "max_length", None)
+    extra = {"max_length": int(context)} if context and "max_length" not in init_args else {}
+    if name == "transformer":
+        return _construct(
+            TransformerClassifier, name, init_args, vocab_size, outputs, rngs=rngs, **extra
+        )
+    return _construct(TransformerLM, name, init_args, vocab_size, rngs=rngs, **extra)
 
 
 def _takes_kwargs(params: Any) -> bool:

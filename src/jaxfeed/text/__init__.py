@@ -7,12 +7,14 @@ Built on Hugging Face `tokenizers` (the Rust library behind `transformers`), the
 - :func:`train_tokenizer` trains a BPE, WordPiece or Unigram tokenizer on a dataset's column, with
   no download;
 - :func:`tokenize` adds ``input_ids`` and ``attention_mask`` columns, encoding batches with the
-  tokenizer's own threads (``num_proc=`` splits the rows over processes too).
+  tokenizer's own threads (``num_proc=`` splits the rows over processes too);
+- :func:`generate` continues prompts with a causal language model (one compiled loop).
 
 The ragged ``input_ids`` feed ``DataLoader(padding=...)``, ``bucket_by_length`` and ``packing``.
 """
 
+from jaxfeed.text.generation import generate
 from jaxfeed.text.tokenize import tokenize
 from jaxfeed.text.tokenizer import load_tokenizer, special_tokens, train_tokenizer
 
-__all__ = ["load_tokenizer", "special_tokens", "tokenize", "train_tokenizer"]
+__all__ = ["generate", "load_tokenizer", "special_tokens", "tokenize", "train_tokenizer"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from jaxfeed.checkpoint import abstract_like, load_nnx_pure_state, nnx_pure_state
+from jaxfeed.train import tokens
 from jaxfeed.train.losses import Objective
 from jaxfeed.train.sharding import Leaf
 
@@ -135,12 +136,14 @@ def _restore_dtypes(tree: Any, like: Any) -> Any:
 
 # ---------------------------------------------------------------------------------- sums
 def empty_sums(metrics: Mapping[str, Any] = ()) -> dict[str, jax.Array]:
-    """The on-device accumulator: sums of the loss and metrics over labelled rows, their
-    ``count``, ``unlabelled`` rows, and the first step with a non-finite loss or an impossible
+    """The on-device accumulator: weighted sums of the loss and metrics over labelled rows, their
+    total weight ``count`` (rows, or real tokens for token losses), the labelled ``rows``,
+    ``unlabelled`` rows, and the first step with a non-finite loss or an impossible
     label (-1 when none)."""
     sums = {
         "loss": jnp.zeros((), jnp.float32),
         "count": jnp.zeros((), jnp.float32),
+        "rows": jnp.zeros((), jnp.float32),
         "unlabelled": jnp.zeros((), jnp.int32),
         "first_bad": jnp.full((), -1, jnp.int32),
         "bad_label_step": jnp.full((), -1, jnp.int32),
@@ -151,41 +154,71 @@ def empty_sums(metrics: Mapping[str, Any] = ()) -> dict[str, jax.Array]:
     return sums
 
 
-def _weights(objective: Objective, outputs: Any, batch: Batch, per_example: jax.Array, n: Any):
-    """(real rows, rows that count) as boolean masks."""
-    real = jnp.arange(per_example.shape[0]) < n
-    if objective.labelled is None:
-        return real, real
-    return real, real & objective.labelled(outputs, batch)
+class Rows(NamedTuple):
+    """One value per row, and each row's weight in the means (0: left out; 1 per labelled row,
+    or the number of real tokens for token losses), its real and counted rows; ``mean`` is the
+    batch mean a loss function returned instead of values per row (no masking possible)."""
+
+    values: jax.Array
+    weight: jax.Array
+    real: jax.Array
+    counted: jax.Array
+    mean: jax.Array | None = None
 
 
-def masked_mean(
-    objective: Objective, outputs: Any, batch: Batch, n: Any
-) -> tuple[jax.Array, jax.Array]:
-    """The mean loss over the rows that count, and the per-example losses."""
-    per_example = jnp.asarray(objective.per_example(outputs, batch), jnp.float32)
-    if per_example.ndim == 0:  # a function returning the batch mean already: no masking possible
-        return per_example, per_example
-    _, weight = _weights(objective, outputs, batch, per_example, n)
-    total = jnp.sum(jnp.where(weight, per_example, 0.0))
-    return total / jnp.maximum(jnp.sum(weight), 1), per_example
+def _row_values(values: jax.Array, batch: Batch) -> tuple[jax.Array, jax.Array | None]:
+    """``(batch,)`` values as they are; ``(batch, length, ...)`` values (one per token) as each
+    row's mean over its real tokens, and their number."""
+    if values.ndim < 2:
+        return values, None
+    return tokens.masked_row_mean(values, tokens.token_mask(batch, values.shape))
 
 
-def add_sums(sums, objective, metrics, outputs, batch, per_example, n, step):
-    """Add one batch to the accumulator (inside the compiled step)."""
-    if per_example.ndim == 0:
-        per_example = jnp.broadcast_to(per_example, (jax.tree.leaves(batch)[0].shape[0],))
-    real, weight = _weights(objective, outputs, batch, per_example, n)
-    loss = jnp.sum(jnp.where(weight, per_example, 0.0))
+def row_values(objective: Objective, outputs: Any, batch: Batch, n: Any) -> Rows:
+    """The loss of each row and its weight: rows past ``n`` and unlabelled rows weigh 0."""
+    values = jnp.asarray(objective.per_example(outputs, batch), jnp.float32)
+    mean = values if values.ndim == 0 else None
+    if mean is not None:  # a function returning the batch mean already: no masking possible
+        values = jnp.broadcast_to(values, (jax.tree.leaves(batch)[0].shape[0],))
+    values, token_weight = _row_values(values, batch)
+    real = jnp.arange(values.shape[0]) < n
+    counted = real if objective.labelled is None else real & objective.labelled(outputs, batch)
+    if objective.weight is not None:
+        token_weight = objective.weight(outputs, batch)
+    weight = counted.astype(jnp.float32)
+    if token_weight is not None:
+        weight = weight * token_weight.astype(jnp.float32)
+    return Rows(values, weight, real, counted, mean)
+
+
+def masked_mean(objective: Objective, outputs: Any, batch: Batch, n: Any) -> tuple[jax.Array, Rows]:
+    """The loss averaged with the rows' weights (over the rows that count, or their real
+    tokens), and the rows (:class:`Rows`)."""
+    rows = row_values(objective, outputs, batch, n)
+    if rows.mean is not None:
+        return rows.mean, rows
+    total = jnp.sum(jnp.where(rows.weight > 0, rows.values * rows.weight, 0.0))
+    return total / jnp.maximum(jnp.sum(rows.weight), 1e-9), rows
+
+
+def add_sums(sums, objective, metrics, outputs, batch, rows: Rows, n, step):
+    """Add one batch to the accumulator (inside the compiled step): the weighted sums of the
+    loss and metrics, and their total weight as ``count``."""
+    weight, real = rows.weight, rows.real
+    counts = weight > 0
+    loss = jnp.sum(jnp.where(counts, rows.values * weight, 0.0))
     new = dict(sums)
     new["loss"] = sums["loss"] + loss
-    new["count"] = sums["count"] + jnp.sum(weight).astype(jnp.float32)
-    new["unlabelled"] = sums["unlabelled"] + jnp.sum(real & ~weight).astype(jnp.int32)
+    new["count"] = sums["count"] + jnp.sum(weight)
+    new["rows"] = sums["rows"] + jnp.sum(rows.counted).astype(jnp.float32)
+    new["unlabelled"] = sums["unlabelled"] + jnp.sum(real & ~rows.counted).astype(jnp.int32)
     for name, fn in metrics.items():
         values = jnp.asarray(fn(outputs, batch), jnp.float32)
-        values = jnp.broadcast_to(values, (per_example.shape[0],)) if values.ndim == 0 else values
-        values = values.reshape(per_example.shape[0], -1).mean(axis=1)  # one value per example
-        new[f"m_{name}"] = sums[f"m_{name}"] + jnp.sum(jnp.where(weight, values, 0.0))
+        values = jnp.broadcast_to(values, weight.shape) if values.ndim == 0 else values
+        if objective.weight is None and values.ndim >= 2:  # one value per token
+            values = _row_values(values, batch)[0]
+        values = values.reshape(weight.shape[0], -1).mean(axis=1)  # one value per example
+        new[f"m_{name}"] = sums[f"m_{name}"] + jnp.sum(jnp.where(counts, values * weight, 0.0))
     bad = ~jnp.isfinite(loss)
     new["first_bad"] = jnp.where((sums["first_bad"] < 0) & bad, step, sums["first_bad"])
     if objective.label_check is not None:
@@ -193,6 +226,9 @@ def add_sums(sums, objective, metrics, outputs, batch, per_example, n, step):
         first = (sums["bad_label_step"] < 0) & jnp.any(wrong)
         labels = jnp.asarray(batch_targets(objective, batch), jnp.int32)
         value = labels[jnp.argmax(wrong)]
+        if value.ndim:  # token targets: the row's first id outside the classes
+            outside = ((value < 0) & (value != tokens.IGNORE)) | (value >= outputs.shape[-1])
+            value = value.reshape(-1)[jnp.argmax(outside.reshape(-1))]
         new["bad_label_step"] = jnp.where(first, jnp.maximum(step, 0), sums["bad_label_step"])
         new["bad_label"] = jnp.where(first, value, sums["bad_label"])
         new["classes"] = jnp.full((), outputs.shape[-1], jnp.int32)
@@ -353,15 +389,15 @@ class NNXCore:
             def loss_fn(params):
                 m = nnx.merge(gdef, cast_floats(params, dtype), rest, copy=True)
                 outputs = forward(m, batch, True, key)
-                mean, per_example = masked_mean(objective, outputs, batch, n)
-                return mean, (outputs, per_example, nnx.state(m, nnx.Not(nnx.Param)))
+                mean, rows = masked_mean(objective, outputs, batch, n)
+                return mean, (outputs, rows, nnx.state(m, nnx.Not(nnx.Param)))
 
-            (mean, (outputs, per_example, new_rest)), grads = jax.value_and_grad(
-                loss_fn, has_aux=True
-            )(params)
+            (mean, (outputs, rows, new_rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params
+            )
             nnx.update(model, _restore_dtypes(new_rest, rest))
             optimizer.update(model, grads, **_extra_args(optimizer.tx, mean))
-            sums = add_sums(sums, objective, metrics, outputs, batch, per_example, n, step)
+            sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
             return nnx.state((model, optimizer)), sums
 
         def eval_step(state, sums, batch, n):
@@ -369,8 +405,8 @@ class NNXCore:
             model.eval()
             batch = spec.preprocess(batch)
             outputs = forward(model, batch, False)
-            _, per_example = masked_mean(objective, outputs, batch, n)
-            return add_sums(sums, objective, metrics, outputs, batch, per_example, n, -1)
+            _, rows = masked_mean(objective, outputs, batch, n)
+            return add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
 
         def predict_step(state, batch):
             model, _ = nnx.merge(graphdef, state)
@@ -476,12 +512,12 @@ class LinenCore:
 
             def loss_fn(params):
                 outputs, collections = apply(params, state["collections"], batch, True, key)
-                mean, per_example = masked_mean(objective, outputs, batch, n)
-                return mean, (outputs, per_example, collections)
+                mean, rows = masked_mean(objective, outputs, batch, n)
+                return mean, (outputs, rows, collections)
 
-            (mean, (outputs, per_example, collections)), grads = jax.value_and_grad(
-                loss_fn, has_aux=True
-            )(state["params"])
+            (mean, (outputs, rows, collections)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                state["params"]
+            )
             updates, opt_state = tx.update(
                 grads, state["opt_state"], state["params"], **_extra_args(tx, mean)
             )
@@ -490,13 +526,13 @@ class LinenCore:
                 "collections": collections,
                 "opt_state": opt_state,
             }
-            return new, add_sums(sums, objective, metrics, outputs, batch, per_example, n, step)
+            return new, add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
 
         def eval_step(state, sums, batch, n):
             batch = spec.preprocess(batch)
             outputs, _ = apply(state["params"], state["collections"], batch, False)
-            _, per_example = masked_mean(objective, outputs, batch, n)
-            return add_sums(sums, objective, metrics, outputs, batch, per_example, n, -1)
+            _, rows = masked_mean(objective, outputs, batch, n)
+            return add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
 
         def predict_step(state, batch):
             return apply(state["params"], state["collections"], spec.preprocess(batch), False)[0]

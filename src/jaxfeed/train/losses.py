@@ -5,10 +5,15 @@ value per example, so padding rows and unlabelled rows can be masked out and sum
 an epoch. Built-in names resolve to such functions bound to the ``targets`` column:
 
 * losses: ``"cross_entropy"`` (integer class ids, ``-1`` = no label), ``"binary_cross_entropy"``
-  (logits against 0/1 targets), ``"mse"``, ``"mae"``, ``"huber"``;
+  (logits against 0/1 targets), ``"mse"``, ``"mae"``, ``"huber"``, and ``"next_token"`` (causal
+  language modelling, averaged over real tokens: :mod:`jaxfeed.train.tokens`);
 * metrics: ``"accuracy"``, ``"topK_accuracy"`` (any K, e.g. ``"top5_accuracy"``), ``"mse"``,
-  ``"mae"``; and, over a whole split rather than per example (:mod:`jaxfeed.train.metrics`),
+  ``"mae"``, ``"perplexity"`` (``exp`` of the mean loss), ``"token_accuracy"`` (next_token);
+  and, over a whole split rather than per example (:mod:`jaxfeed.train.metrics`),
   ``"f1"``, ``"precision"``, ``"recall"``, ``"auc"``, ``"r2"``, ``"rmse"``.
+
+A loss function may also return ``(batch, length)`` values, one per token: each row is then
+the mean over its real tokens (``attention_mask``, ``segment_ids > 0``), weighted by their number.
 
 >>> import jax.numpy as jnp
 >>> objective = resolve_loss("mse", "y")
@@ -20,6 +25,7 @@ an epoch. Built-in names resolve to such functions bound to the ``targets`` colu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfeed.train import tokens
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric
 
 Batch = dict[str, jax.Array]
@@ -44,7 +51,8 @@ class Objective:
     ``per_example(outputs, batch)`` gives one loss per example; ``labelled(outputs, batch)`` (or
     None) marks the rows that have a label (built-in classification losses: class id ``>= 0``);
     ``classes`` says whether the targets are integer class ids, checked against the number of
-    outputs (``label_check``).
+    outputs (``label_check``). ``weight(outputs, batch)`` (or None: 1 per row) is each row's
+    weight in the means: a token loss gives the row's mean over its tokens and their number.
     """
 
     name: str
@@ -53,6 +61,7 @@ class Objective:
     classification: bool = False
     label_check: Callable[[Any, Batch], jax.Array] | None = None
     targets: str | None = None
+    weight: Callable[[Any, Batch], jax.Array] | None = None
 
 
 def _targets(batch: Batch, targets: str | None, what: str) -> jax.Array:
@@ -135,12 +144,45 @@ def _regression(name: str, targets: str | None) -> Objective:
     return Objective(name, per_example, targets=targets)
 
 
+def next_token(targets: str | None = "input_ids") -> Objective:
+    """Causal language modelling: the mean cross-entropy of each row's valid next-token pairs
+    (:func:`jaxfeed.train.tokens.next_token_pairs`), weighted by their number, so the loss is a
+    mean over real tokens. ``targets`` names the token column (``"input_ids"``, or ``"labels"``
+    with ``-100`` where nothing is predicted); the Trainer's default ``"label"`` means
+    ``"input_ids"``.
+
+    >>> import jax.numpy as jnp
+    >>> objective = next_token()
+    >>> batch = {"input_ids": jnp.array([[1, 2, 3, 0]]), "attention_mask": jnp.array([[1, 1, 1, 0]])}
+    >>> logits = jnp.zeros((1, 4, 8))                              # uniform over 8 tokens
+    >>> round(float(objective.per_example(logits, batch)[0]), 4), objective.weight(logits, batch).tolist()
+    (2.0794, [2.0])
+    """
+    column = "input_ids" if targets in (None, "label") else targets
+
+    def per_example(outputs: Any, batch: Batch) -> jax.Array:
+        losses, valid = tokens.next_token_losses(outputs, batch, column)
+        return tokens.masked_row_mean(losses, valid)[0]
+
+    def weight(outputs: Any, batch: Batch) -> jax.Array:
+        return tokens.next_token_pairs(batch, column)[1].sum(axis=1).astype(jnp.float32)
+
+    def label_check(outputs: Any, batch: Batch) -> jax.Array:
+        target, valid = tokens.next_token_pairs(batch, column)
+        return (valid & ((target < 0) | (target >= outputs.shape[-1]))).any(axis=1)
+
+    return Objective(
+        tokens.NEXT_TOKEN, per_example, label_check=label_check, targets=column, weight=weight
+    )
+
+
 LOSSES: dict[str, Callable[[str | None], Objective]] = {
     "cross_entropy": _cross_entropy,
     "binary_cross_entropy": _binary_cross_entropy,
     "mse": lambda t: _regression("mse", t),
     "mae": lambda t: _regression("mae", t),
     "huber": lambda t: _regression("huber", t),
+    tokens.NEXT_TOKEN: next_token,
 }
 
 
@@ -218,6 +260,8 @@ def resolve_metrics(
     """
     if metrics is None:
         metrics = ("accuracy",) if objective.classification else ()
+        if objective.name == tokens.NEXT_TOKEN:
+            metrics = ("perplexity", "token_accuracy")
     if isinstance(metrics, str) or (callable(metrics) and not isinstance(metrics, Mapping)):
         metrics = (metrics,)
     items: list[tuple[str, Any]] = (
@@ -266,7 +310,28 @@ def resolve_split_metrics(
     return out
 
 
+def _perplexity(objective: Objective) -> PerExample:
+    """``exp`` of the mean loss over the rows (or tokens) the loss averages: the per-row loss
+    summed like the loss, with ``finalize`` applied to the mean."""
+
+    def perplexity(outputs: Any, batch: Batch) -> jax.Array:
+        return objective.per_example(outputs, batch)
+
+    perplexity.finalize = _exp  # type: ignore[attr-defined]
+    return perplexity
+
+
+def _exp(value: float) -> float:
+    return math.exp(value) if value < 700 else math.inf
+
+
 def _named_metric(name: str, objective: Objective, targets: str | None) -> PerExample:
+    if name == "perplexity":
+        return _perplexity(objective)
+    if name == "token_accuracy" or (name == "accuracy" and objective.name == tokens.NEXT_TOKEN):
+        if objective.name != tokens.NEXT_TOKEN:
+            raise ValueError(f"metric {name!r} needs loss='next_token'")
+        return tokens.token_accuracy(objective.targets)
     if name == "accuracy":
         return _accuracy(objective, targets)
     match = re.fullmatch(r"top(\d+)_accuracy", name)
@@ -276,6 +341,6 @@ def _named_metric(name: str, objective: Objective, targets: str | None) -> PerEx
         return _error(name, targets)
     raise ValueError(
         f"unknown metric {name!r}; known: 'accuracy', 'topK_accuracy' (e.g. 'top5_accuracy'), "
-        f"'mse', 'mae', {', '.join(map(repr, SPLIT_METRICS))} (whole split), or a function "
+        f"'mse', 'mae', 'perplexity', 'token_accuracy', {', '.join(map(repr, SPLIT_METRICS))} (whole split), or a function "
         "(outputs, batch) -> per-example values"
     )

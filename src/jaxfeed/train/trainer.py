@@ -94,9 +94,10 @@ class Trainer:
     passed only when ``__call__`` accepts it, and a ``train`` / ``training`` / ``deterministic``
     keyword only when present (otherwise the module's own ``nnx.Rngs`` and ``model.train()`` /
     ``model.eval()`` decide). ``loss`` is a built-in name (``"cross_entropy"``,
-    ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``) or ``loss(outputs, batch)``
-    returning per-example values; ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``,
-    ``"mse"``, ``"mae"``), names of metrics over a whole eval split (``"f1"``, ``"precision"``,
+    ``"binary_cross_entropy"``, ``"mse"``, ``"mae"``, ``"huber"``, ``"next_token"`` for causal
+    language models) or ``loss(outputs, batch)`` returning per-example (or per-token) values;
+    ``metrics`` are names (``"accuracy"``, ``"top5_accuracy"``, ``"mse"``, ``"mae"``,
+    ``"perplexity"``, ``"token_accuracy"``), names of metrics over a whole eval split (``"f1"``, ``"precision"``,
     ``"recall"``, ``"auc"``, ``"r2"``, ``"rmse"``: :mod:`jaxfeed.train.metrics`, eval only),
     functions ``(outputs, batch) -> per-example values`` or a ``{name: function or SplitMetric}``
     dict; by default accuracy for classification losses and nothing else
@@ -108,7 +109,9 @@ class Trainer:
     The train step is compiled once (``jax.jit`` over the split state, buffers donated). A short
     last batch is padded to the batch size and masked out of the loss, gradients and metrics, so
     it causes no recompilation; so are rows whose class id is ``-1`` (no label). Losses and
-    metrics are averaged per example. When the loader's batches are sharded over several devices
+    metrics are averaged per example, or per real token for token losses (``"next_token"``, or a
+    loss returning ``(batch, length)`` values), so a batch with more padding does not count less.
+    When the loader's batches are sharded over several devices
     the state is replicated over them and the step runs data-parallel.
 
     Models bigger than one device: ``mesh`` is a ``jax.sharding.Mesh`` (any axis names; batches
@@ -175,6 +178,7 @@ class Trainer:
         if deterministic:
             _require_deterministic_backend()
         objective = resolve_loss(loss, targets)
+        targets = objective.targets or targets  # next_token: "input_ids" unless named
         spec = StepSpec(
             objective=objective,
             metrics=resolve_metrics(metrics, objective, targets),
@@ -285,7 +289,7 @@ class Trainer:
     def _sums(self, saved: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
         sums = empty_sums(self.metrics)
         if saved:  # an epoch resumed mid-way continues its totals
-            sums = {k: jnp.asarray(saved[k], v.dtype) for k, v in sums.items()}
+            sums = {k: jnp.asarray(saved.get(k, 0), v.dtype) for k, v in sums.items()}
         return self.placement.replicate(sums)
 
     def snapshot(self) -> Any:
@@ -566,9 +570,13 @@ class Trainer:
         return host
 
     def _means(self, host: Mapping[str, Any]) -> dict[str, float]:
-        count = max(float(host["count"]), 1.0)
+        count = float(host["count"])
+        count = count if count > 0 else 1.0
         out = {"loss": float(host["loss"]) / count}
-        out.update({name: float(host[f"m_{name}"]) / count for name in self.metrics})
+        for name, fn in self.core.spec.metrics.items():
+            value = float(host[f"m_{name}"]) / count
+            finalize = getattr(fn, "finalize", None)  # e.g. perplexity: exp of the mean loss
+            out[name] = finalize(value) if finalize is not None else value
         return out
 
     def _check_progress(self) -> None:
@@ -620,7 +628,7 @@ class Trainer:
         host = self._host_sums(progress.sums, progress.epoch, progress.first_step)
         now = time.perf_counter()
         before = progress.window_sums or {}
-        window = {k: host[k] - before.get(k, 0) for k in ("loss", "count")}
+        window = {k: host[k] - before.get(k, 0) for k in ("loss", "count", "rows")}
         window.update({k: v - before.get(k, 0) for k, v in host.items() if k.startswith("m_")})
         seconds = max(now - progress.window_time, 1e-9)
         progress.window_sums, progress.window_time = host, now
@@ -629,7 +637,7 @@ class Trainer:
         learning_rate = self.core.learning_rate()
         if learning_rate is not None:
             row["learning_rate"] = learning_rate
-        row["rows_per_second"] = round(float(window["count"]) / seconds, 1)
+        row["rows_per_second"] = round(float(window["rows"]) / seconds, 1)
         row["wall_time"] = round(time.time(), 3)
         return row
 
