@@ -207,14 +207,23 @@ def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monk
     assert rows(ids) == list(range(120))  # 12 row-group units, in order
     assert len(readers) == 12 and sum(n.startswith("jaxfeed-read") for n in readers) == 11
     readers.clear()
+    before = set(threading.enumerate())  # other tests' loaders may still read ahead until gc
+
+    def mine():
+        return [
+            t
+            for t in threading.enumerate()
+            if t.name.startswith("jaxfeed-read") and t not in before
+        ]
+
     it = iter(ids)
     assert [next(it)["x"] for _ in range(15)] == list(range(15))
     del it  # abandoned mid-stream: the read-ahead threads end
     for _ in range(100):
-        if not any(t.name.startswith("jaxfeed-read") for t in threading.enumerate()):
+        if not mine():
             break
         threading.Event().wait(0.01)
-    assert not any(t.name.startswith("jaxfeed-read") for t in threading.enumerate())
+    assert not mine()
     readers.clear()
     monkeypatch.setattr(iterable, "READ_AHEAD_BYTES", 1)  # every unit is "too large"
     assert rows(ids) == list(range(120))

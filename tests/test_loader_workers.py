@@ -56,6 +56,37 @@ def hang_on_5(row):
     return row
 
 
+FLAG = "JAXFEED_TEST_FLAG_FILE"  # a file whose presence switches the next functions on
+
+
+def armed():
+    return os.path.exists(os.environ.get(FLAG, "/nonexistent"))
+
+
+def fail_on_13_once_armed(row):
+    if row["id"] == 13 and armed():
+        raise ValueError("bad row")
+    return row
+
+
+def hang_on_5_once_armed(row):
+    if row["id"] == 5 and armed():
+        time.sleep(3600)
+    return row
+
+
+def fail_on_2(row):
+    if row["id"] == 2:
+        raise ValueError("bad row")
+    return row
+
+
+def slow_on_1(row):
+    if row["id"] == 1:
+        time.sleep(2)
+    return row
+
+
 def as_lists(batches):
     return [(np.asarray(b["id"]).tolist(), np.asarray(b["image"])) for b in batches]
 
@@ -154,7 +185,13 @@ def test_process_workers_match_inline_resume_and_clean_up():
             pids.append(set(np.asarray(batch["pid"]).tolist()))
     same(as_lists(got), reference)  # slots are reused: earlier batches must be unaffected
     workers = {p.pid for p in multiprocessing.active_children()}
-    assert set().union(*pids) == workers and len(workers) == 2  # started once, not per epoch
+    assert len(workers) == 2
+    # the first batch is built in this process while the workers start; the workers, ready by the
+    # end of the first epoch, build every batch of the second (started once, not per epoch)
+    per_epoch = len(got) // 2
+    assert pids[0] == {os.getpid()}
+    assert set().union(*pids[:per_epoch]) <= workers | {os.getpid()}
+    assert set().union(*pids[per_epoch:]) == workers
     prefix = loader._backend.prefix
     assert leftover_segments(prefix)  # the reused slots
     for _ in loader:
@@ -219,53 +256,90 @@ def test_rows_that_stop_matching_become_lists_in_every_mode(transform):
 
 
 @pytest.mark.slow
-def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up():
+def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up(tmp_path, monkeypatch):
     ds, _ = image_ds(corrupt=13)
     loader = DataLoader(ds, batch_size=4, num_workers=2, row_transform=lambda row: row)
     with pytest.raises(DecodeError, match="column 'image', row 13"):
         list(loader)
     assert loader._backend is None and not multiprocessing.active_children()
 
+    # the first epoch may be built partly in this process while the workers start; the second is
+    # built by the workers alone: the functions fail there (armed by a file, seen by the workers)
+    flag = tmp_path / "armed"
+    monkeypatch.setenv(FLAG, str(flag))
     ds, _ = image_ds()
-    loader = DataLoader(ds, batch_size=4, num_workers=2, row_transform=fail_on_13)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, row_transform=fail_on_13_once_armed)
+    assert len(list(loader)) == 6
+    flag.touch()
     with pytest.raises(ValueError, match="bad row") as info:
         list(loader)
     notes = "\n".join(info.value.__notes__)
-    assert "row_transform on row 13" in notes and "in DataLoader worker" in notes
+    assert "row_transform on row 13 (position 13 of epoch 1)" in notes
+    assert "in DataLoader worker" in notes
     assert not multiprocessing.active_children()
 
-    loader = DataLoader(ds, batch_size=4, num_workers=2, row_transform=hang_on_5, timeout=3)
-    prefix = None
+    flag.unlink()
+    loader = DataLoader(
+        ds, batch_size=4, num_workers=2, row_transform=hang_on_5_once_armed, timeout=3
+    )
+    assert len(list(loader)) == 6
+    flag.touch()
+    prefix = loader._backend.prefix
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"batch 1 of epoch 0 \(rows 4, 5, 6, 7, stuck at row 5"):
-        for _ in loader:
-            prefix = prefix or loader._backend.prefix
+    with pytest.raises(TimeoutError, match=r"batch 1 of epoch 1 \(rows 4, 5, 6, 7, stuck at row 5"):
+        list(loader)
     assert time.monotonic() - start < 60
     assert not multiprocessing.active_children() and not leftover_segments(prefix)
 
 
+def test_the_first_batch_is_built_here_with_its_errors_and_timeout():
+    """While the workers start, the first batches are built in this process (batch 0 always: the
+    workers start once it is out), with errors that say where they ran and the loader's timeout;
+    /dev/shm's room for the workers' slots is checked on them."""
+    ds, _ = image_ds()
+    loader = DataLoader(ds, batch_size=4, num_workers=1, row_transform=fail_on_2, prefetch=0)
+    with pytest.raises(ValueError, match="bad row") as info:
+        next(iter(loader))
+    notes = "\n".join(info.value.__notes__)
+    assert "row_transform on row 2 (position 2 of epoch 0)" in notes
+    assert f"in the main process (pid {os.getpid()})" in notes
+    assert loader._backend is None and not multiprocessing.active_children()
+
+    loader = DataLoader(ds, batch_size=4, num_workers=1, row_transform=slow_on_1, timeout=0.5)
+    with pytest.raises(TimeoutError) as info:
+        next(iter(loader))
+    assert str(info.value) == (
+        "DataLoader timeout=0.5 s: batch 0 of epoch 0 (rows 0, 1, 2, 3, stuck at row 1) was not "
+        "ready (built in the main process while the workers started)"
+    )
+    assert not multiprocessing.active_children()
+
+
 SCRIPT = textwrap.dedent(
     """
-    import os, sys, time
+    import multiprocessing, os, sys, time
     import numpy as np
     from jaxfeed import DataLoader, Dataset
 
     def stuck(row):  # defined in __main__: reaches the workers by value
-        if row["x"] == 3 and MODE == "hang":
-            time.sleep(3600)
+        if MODE == "hang" and multiprocessing.parent_process() is not None:
+            time.sleep(3600)  # in a worker (this process builds the first batches itself)
         return {"x": row["x"] * 2, "pid": os.getpid()}
 
     MODE = sys.argv[1]
     loader = DataLoader(Dataset.from_dict({"x": np.arange(8)}), batch_size=2, num_workers=2,
                         row_transform=stuck, prefetch=1)
     it = iter(loader)
-    batch = next(it)
-    print(" ".join(map(str, sorted(set(np.asarray(batch["pid"]).tolist())))), flush=True)
+    batch = next(it)  # built in this process; the workers start once it is out
+    children = multiprocessing.active_children()
+    print(" ".join(str(p.pid) for p in children), flush=True)
     if MODE == "exit":
         os._exit(3)
-    if MODE == "hang":
+    if MODE == "hang":  # the next batch built by a worker hangs
         print("waiting", flush=True)
-        next(it)
+        while True:
+            for _ in loader:
+                pass
     time.sleep(3600)
     """
 )

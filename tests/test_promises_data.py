@@ -361,7 +361,8 @@ def test_promise_process_workers_are_spawned_not_forked(monkeypatch):
     threads = next(iter(DataLoader(ds, 4, num_workers=2, worker_mode="thread")))
     assert (np.asarray(threads["image"]) == 255).all()  # the patch works where it is visible
     with DataLoader(ds, 4, num_workers=1, worker_mode="process") as loader:
-        batch = next(iter(loader))
+        list(loader)  # the first batches are built here while the worker starts (seeing the patch)
+        batch = next(iter(loader))  # the worker, ready since the end of the first epoch
     assert np.asarray(batch["image"])[:, 0, 0].tolist() == [10, 20, 30, 40]
 
 

@@ -54,8 +54,8 @@ class ChunkedView:
 
     def take(self, indices: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows at ``indices`` (already bounds-checked and non-negative), gathered in bulk."""
-        if self.single is not None:
-            return np.take(self.single, indices, axis=0, out=out)
+        if self.single is not None:  # the method: numpy's np.take wrapper costs ~20 us a call
+            return self.single.take(indices, axis=0, out=out)
         if out is None:
             out = np.empty((len(indices), *self.row_shape), dtype=self.dtype)
         chunk_ids = np.searchsorted(self.starts, indices, side="right") - 1

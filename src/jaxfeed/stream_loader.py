@@ -17,9 +17,11 @@ exactly the batches an uninterrupted run would have produced.
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -48,7 +50,7 @@ _CANONICAL = {
     np.dtype(t) for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")
 }
 _END = object()
-_READ_AHEAD = 2  # decoded tables (a few MB each) read ahead of the batches
+_READ_AHEAD = 2  # decoded tables (a few MB each) read ahead of the batches, across epochs
 
 
 class StreamingDataLoader:
@@ -140,7 +142,11 @@ class StreamingDataLoader:
         self._epoch = 0
         self._position = 0  # batches of this epoch handed out
         self._snapshot: dict | _After | None = None  # position after the last batch handed out
-        self._iterator: _Iterator | None = None
+        # a weak reference: the iterator refers to the loader, and a loader nobody holds must go
+        # at once (its read-ahead thread goes on into the next epoch until then)
+        self._iterator: weakref.ref[_Iterator] | None = None
+        self._reader = _Reader(self)
+        self._ahead: _ReadAhead | None = None  # the read-ahead thread, kept across epochs
 
     def _variable_options(
         self, padding: Padding | None, bucket_by_length: bool, packing: Packing | None
@@ -164,43 +170,6 @@ class StreamingDataLoader:
             if not isinstance(f, dict) and is_ragged_type(f.pa_type)
         )
 
-    def _regrouped(self, tables: Iterator[pa.Table], epoch: int) -> Iterator[pa.Table]:
-        """Bucketing or packing on a bounded buffer: tables are held until ``MEGA_BATCHES`` x
-        ``batch_size`` rows, then reordered or packed as one table."""
-        limit = MEGA_BATCHES * self.batch_size
-        held: list[pa.Table] = []
-        count = 0
-        for table in itertools.chain(tables, [None]):
-            if table is not None:
-                if not table.num_rows:
-                    continue
-                held.append(table)
-                count += table.num_rows
-                if count < limit:
-                    continue
-            if not held:
-                return
-            group = pa.concat_tables(held).combine_chunks()
-            held, count = [], 0
-            if self.packing is not None:
-                bins = self.packing.num_bins or 2 * self.batch_size
-                yield pack_table(group, self.packing, bins)
-            else:
-                yield bucket_table(
-                    group, self._length_column(group), self.batch_size, self.seed, epoch
-                )
-
-    def _length_column(self, table: pa.Table) -> str:
-        if self.padding.columns is not None:
-            return self.padding.columns[0]
-        ragged = [c for c in table.column_names if is_ragged_type(table.schema.field(c).type)]
-        if not ragged:
-            raise ValueError(
-                "bucket_by_length needs a variable-length column (a list of numbers); the stream "
-                f"has {table.column_names}"
-            )
-        return "input_ids" if "input_ids" in ragged else ragged[0]
-
     # ------------------------------------------------------------------ state
     @property
     def epoch(self) -> int:
@@ -209,6 +178,8 @@ class StreamingDataLoader:
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch`` (a new shuffle)."""
         self._close()
+        if self._ahead is not None and self._ahead.next_epoch != int(epoch):
+            self._drop_ahead()  # it read ahead into another epoch
         self._epoch, self._position, self._snapshot = int(epoch), 0, None
 
     def state_dict(self) -> dict[str, Any]:
@@ -244,6 +215,7 @@ class StreamingDataLoader:
                 )
         self.dataset.check_source(state.get("source"), "StreamingDataLoader.load_state_dict")
         self._close()
+        self._drop_ahead()
         self._epoch, self._position = int(state["epoch"]), int(state["batches_consumed"])
         self._snapshot = None if state["stream"] is None else decode_state(state["stream"])
 
@@ -252,34 +224,13 @@ class StreamingDataLoader:
         self._close()
         if self._snapshot is not None and self._snapshot["last"]:  # the epoch was read to its end
             self._epoch, self._position, self._snapshot = self._epoch + 1, 0, None
-        self._iterator = _Iterator(self, _as_dict(self._snapshot), self._epoch, self._position)
-        return self._iterator
-
-    def _tables(self, resume: dict | None, epoch: int) -> Iterator[tuple]:
-        """``(table, its decoded numpy columns, stream position after it)`` for one epoch, the
-        rows left pending by ``resume`` first, then ``(None, None, final position)``.
-
-        This is the reading half (Parquet decoding, ``map``, shuffle buffers, media decoding):
-        it runs in the read-ahead thread, one hand-over per table of a few MB.
-        """
-        ds = self.dataset
-        ds.set_epoch(epoch)
-        stream = Stream(ds, resume["stream"] if resume else None)
-        features: dict[bytes, Features] = {}
-        read: Iterator[pa.Table] = iter(stream)
-        if self.bucket_by_length or self.packing is not None:
-            read = self._regrouped(read, epoch)
-        for table in itertools.chain(resume["pending"] if resume else [], read):
-            if table.num_rows:
-                cols = _decode(table, features)
-                if self.transform is None:  # the jax dtypes now, once per table, not per batch
-                    cols = _host(cols)
-                yield table, cols, stream.snapshot()
-        yield None, None, stream.snapshot()
+        iterator = _Iterator(self, _as_dict(self._snapshot), self._epoch, self._position)
+        self._iterator = weakref.ref(iterator)
+        return iterator
 
     def _batches(self, tables: Iterator[tuple]) -> Iterator[tuple[dict, dict]]:
         """``(numpy columns of one batch, stream position after it)`` cut from ``tables``
-        (:meth:`_tables`); the position of the epoch's final batch says ``last`` (one batch is
+        (:meth:`_Reader.tables`); the position of the epoch's final batch says ``last`` (one batch is
         held back to know it).
 
         Fixed-shape columns are zero-copy views of the table, and batches are slices of them;
@@ -339,13 +290,30 @@ class StreamingDataLoader:
         return put_tree(batch, self.placement, batched=True)
 
     def _close(self) -> None:
-        if self._iterator is not None:
-            self._iterator.close()
-            self._iterator = None
+        """Close the current iterator (the read-ahead goes on if it ended its epoch)."""
+        iterator = self._iterator() if self._iterator is not None else None
+        if iterator is not None:
+            iterator.close()
+        self._iterator = None
+
+    def _read_ahead(self, resume: dict | None, epoch: int) -> _ReadAhead:
+        """The read-ahead positioned at ``resume`` in ``epoch``: the one that went on reading
+        after the previous epoch when it is at this epoch's start, else a new one."""
+        ahead = self._ahead
+        if ahead is None or resume is not None or ahead.next_epoch != epoch:
+            self._drop_ahead()
+            ahead = self._ahead = _ReadAhead(self._reader, resume, epoch)
+        return ahead
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
 
     def close(self) -> None:
         """Stop the read-ahead thread."""
         self._close()
+        self._drop_ahead()
 
     def __enter__(self) -> StreamingDataLoader:
         return self
@@ -355,9 +323,85 @@ class StreamingDataLoader:
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - at interpreter shutdown anything may be gone
-            self._close()
+            self.close()
         except Exception:
             pass
+
+
+class _Reader:
+    """The reading half of a :class:`StreamingDataLoader` (Parquet decoding, ``map``, shuffle
+    buffers, bucketing or packing buffers, media decoding), without a reference to the loader: the
+    read-ahead thread holds this, so a loader nobody uses any more is collected (and its thread
+    stopped) while that thread reads ahead."""
+
+    def __init__(self, loader: StreamingDataLoader) -> None:
+        self.dataset = loader.dataset
+        self.batch_size = loader.batch_size
+        self.seed = loader.seed
+        self.padding, self.packing = loader.padding, loader.packing
+        self.bucket_by_length = loader.bucket_by_length
+        self.decode_to_jax_dtypes = loader.transform is None
+
+    def tables(self, resume: dict | None, epoch: int) -> Iterator[tuple]:
+        """``(table, its decoded numpy columns, stream position after it)`` for one epoch, the
+        rows left pending by ``resume`` first, then ``(None, None, final position)``.
+
+        This is the reading half (Parquet decoding, ``map``, shuffle buffers, media decoding):
+        it runs in the read-ahead thread, one hand-over per table of a few MB.
+        """
+        # a copy with its own epoch: the read-ahead starts the next epoch while this one (or
+        # another loader over the same dataset) may still be read
+        ds = copy.copy(self.dataset)
+        ds.set_epoch(epoch)
+        stream = Stream(ds, resume["stream"] if resume else None)
+        features: dict[bytes, Features] = {}
+        read: Iterator[pa.Table] = iter(stream)
+        if self.bucket_by_length or self.packing is not None:
+            read = self._regrouped(read, epoch)
+        for table in itertools.chain(resume["pending"] if resume else [], read):
+            if table.num_rows:
+                cols = _decode(table, features)
+                if self.decode_to_jax_dtypes:  # the jax dtypes now, once per table, not per batch
+                    cols = _host(cols)
+                yield table, cols, stream.snapshot()
+        yield None, None, stream.snapshot()
+
+    def _regrouped(self, tables: Iterator[pa.Table], epoch: int) -> Iterator[pa.Table]:
+        """Bucketing or packing on a bounded buffer: tables are held until ``MEGA_BATCHES`` x
+        ``batch_size`` rows, then reordered or packed as one table."""
+        limit = MEGA_BATCHES * self.batch_size
+        held: list[pa.Table] = []
+        count = 0
+        for table in itertools.chain(tables, [None]):
+            if table is not None:
+                if not table.num_rows:
+                    continue
+                held.append(table)
+                count += table.num_rows
+                if count < limit:
+                    continue
+            if not held:
+                return
+            group = pa.concat_tables(held).combine_chunks()
+            held, count = [], 0
+            if self.packing is not None:
+                bins = self.packing.num_bins or 2 * self.batch_size
+                yield pack_table(group, self.packing, bins)
+            else:
+                yield bucket_table(
+                    group, self._length_column(group), self.batch_size, self.seed, epoch
+                )
+
+    def _length_column(self, table: pa.Table) -> str:
+        if self.padding.columns is not None:
+            return self.padding.columns[0]
+        ragged = [c for c in table.column_names if is_ragged_type(table.schema.field(c).type)]
+        if not ragged:
+            raise ValueError(
+                "bucket_by_length needs a variable-length column (a list of numbers); the stream "
+                f"has {table.column_names}"
+            )
+        return "input_ids" if "input_ids" in ragged else ragged[0]
 
 
 def _host(cols: dict[str, Any]) -> dict[str, Any]:
@@ -447,41 +491,31 @@ def _local_block(placement: Placement, rows: int) -> int | None:
     return sum(hi - lo for lo, hi in blocks)
 
 
-class _Iterator:
-    """One epoch. A read-ahead thread reads and decodes the stream's tables (a few MB each, at
-    most ``_READ_AHEAD`` ahead); this thread cuts batches and keeps ``prefetch`` of them on the
-    device ahead of the consumer (``device_put`` is asynchronous on accelerators).
-
-    Handing over whole tables rather than batches matters: a thread hand-over costs a GIL
-    switch, which per 256-row batch cost more than the batch itself.
+class _ReadAhead:
+    """A thread that reads and decodes the stream's tables (a few MB each) into a queue of
+    ``_READ_AHEAD``: epoch ``epoch`` from ``resume``, then the next epochs from their start. So a
+    new epoch's first tables are read while the previous epoch's last batches are consumed, within
+    the same bound (the queue, and the stream's own decode-ahead, which ends with its epoch): short
+    epochs no longer start from an empty read-ahead. ``items()`` gives one epoch's items, up to and
+    including its end marker ``(None, None, position)``.
     """
 
-    def __init__(
-        self, loader: StreamingDataLoader, resume: dict | None, epoch: int, step: int
-    ) -> None:
-        self.loader = loader
-        self.epoch = epoch
-        self.step = step
+    def __init__(self, reader: _Reader, resume: dict | None, epoch: int) -> None:
+        self.queue: queue.Queue = queue.Queue(maxsize=_READ_AHEAD)
         self.stop = threading.Event()
-        self.done = False
-        self.queue: queue.Queue | None = None
-        self.thread: threading.Thread | None = None
-        tables = loader._tables(resume, epoch)
-        if loader.prefetch > 0:
-            self.queue = queue.Queue(maxsize=_READ_AHEAD)
-            self.thread = threading.Thread(
-                target=self._run, args=(tables,), name="jaxfeed-stream", daemon=True
-            )
-            self.thread.start()
-            tables = self._received()
-        self.batches = loader._batches(tables)
-        self.ready: collections.deque = collections.deque()  # (device batch, position)
+        self.next_epoch = epoch  # the epoch whose items come next out of the queue
+        self.thread = threading.Thread(
+            target=self._run, args=(reader, resume, epoch), name="jaxfeed-stream", daemon=True
+        )
+        self.thread.start()
 
-    def _run(self, tables: Iterator[tuple]) -> None:
+    def _run(self, reader: _Reader, resume: dict | None, epoch: int) -> None:
         try:
-            for item in tables:
-                if not self._put(item):
-                    return
+            while True:
+                for item in reader.tables(resume, epoch):
+                    if not self._put(item):
+                        return
+                resume, epoch = None, epoch + 1
         except BaseException as err:
             self._put(err)
 
@@ -494,14 +528,52 @@ class _Iterator:
                 continue
         return False
 
-    def _received(self) -> Iterator[tuple]:
+    def items(self) -> Iterator[tuple]:
         while True:
             item = self.queue.get()
             if isinstance(item, BaseException):
                 raise item
-            yield item
             if item[0] is None:
+                self.next_epoch += 1
+                yield item
                 return
+            yield item
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not threading.current_thread():
+            while not self.queue.empty():
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            self.thread.join(timeout=30)
+
+
+class _Iterator:
+    """One epoch. A read-ahead thread (:class:`_ReadAhead`, which goes on into the next epoch)
+    reads and decodes the stream's tables; this thread cuts batches and keeps ``prefetch`` of
+    them on the device ahead of the consumer (``device_put`` is asynchronous on accelerators).
+
+    Handing over whole tables rather than batches matters: a thread hand-over costs a GIL
+    switch, which per 256-row batch cost more than the batch itself.
+    """
+
+    def __init__(
+        self, loader: StreamingDataLoader, resume: dict | None, epoch: int, step: int
+    ) -> None:
+        self.loader = loader
+        self.epoch = epoch
+        self.step = step
+        self.done = False
+        self.ahead: _ReadAhead | None = None
+        if loader.prefetch > 0:
+            self.ahead = loader._read_ahead(resume, epoch)
+            tables = self.ahead.items()
+        else:
+            tables = loader._reader.tables(resume, epoch)
+        self.batches = loader._batches(tables)
+        self.ready: collections.deque = collections.deque()  # (device batch, position)
 
     def _fill(self) -> None:
         """Put batches on the device until ``prefetch`` wait beyond the one handed out next."""
@@ -523,7 +595,7 @@ class _Iterator:
             self._fill()
         except BaseException:
             self.done = True
-            self.close()
+            self.close(failed=True)
             raise
         loader = self.loader
         if not self.ready:
@@ -538,14 +610,13 @@ class _Iterator:
         loader._snapshot = position
         return batch
 
-    def close(self) -> None:
-        self.stop.set()
+    def close(self, failed: bool = False) -> None:
+        """Stop this epoch; the read-ahead goes on only if it has moved on to the next epoch."""
+        self.done = True
         self.ready.clear()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            while self.queue is not None and not self.queue.empty():
-                try:
-                    self.queue.get_nowait()
-                except queue.Empty:
-                    break
-            self.thread.join(timeout=30)
-            self.thread = None
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and (failed or ahead.next_epoch <= self.epoch):
+            if self.loader._ahead is ahead:
+                self.loader._drop_ahead()
+            else:
+                ahead.close()

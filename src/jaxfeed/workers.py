@@ -22,6 +22,13 @@ gives the slot back after the transfer, or, on a CPU device where the ``jax.Arra
 slot, once that array is garbage (another slot is made meanwhile). Workers ignore SIGINT (the parent
 handles Ctrl-C), exit within a fraction of a second when their parent dies (a watchdog thread),
 and unlink their segments on every exit path; the parent unlinks what a killed worker left.
+
+A spawned worker needs a second or more to start (a fresh interpreter that imports the main script
+again), against a fraction of that for a forked one: meanwhile :class:`ProcessBackend` builds the
+first batches in the main process, with the same code and generators (so the same batches), and
+starts the workers once the first batch is out; from the first ready worker on, the workers build
+everything. The end of the first epoch waits for every worker, so a worker that cannot start is
+still an error of that epoch.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import inspect
 import mmap
 import multiprocessing
 import os
+import queue
 import secrets
 import signal
 import sys
@@ -55,6 +63,11 @@ from jaxfeed.features.media import MediaFeature
 NO_MAIN_GUARD_EXIT = 86  # a worker's exit status when it found the main script unguarded
 _ALIGN = 64
 JOBS_PER_WORKER = 4  # batches queued or being built per process worker
+# Process workers start once the first batch, built in the parent, is out, or this many seconds
+# after the backend was made: a worker's start (a fresh interpreter importing the main script) is
+# a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
+# of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
+SPAWN_DELAY = 0.5
 _MIN_SLOT = 1 << 20
 _WATCHDOG_SECONDS = 0.2
 SHM_DIR = "/dev/shm"
@@ -394,6 +407,12 @@ class InlineBackend:
     def discard(self) -> None:
         pass
 
+    def ensure_started(self, cancel: Any = None) -> None:
+        pass
+
+    def start_workers(self, now: bool = True) -> None:
+        pass
+
     def close(self, kill: bool = False) -> None:
         pass
 
@@ -432,6 +451,12 @@ class ThreadBackend:
                     raise TimeoutError(
                         f"DataLoader timeout={timeout:g} s: {_describe(job)} was not ready"
                     ) from None
+
+    def ensure_started(self, cancel: Any = None) -> None:
+        pass
+
+    def start_workers(self, now: bool = True) -> None:
+        pass
 
     def discard(self) -> None:
         for future in self.pending:
@@ -661,11 +686,142 @@ class _Worker:
         self.maps: dict[str, mmap.mmap] = {}
 
 
+class _Progress:
+    """The row a build is at (-1 between rows), as a worker's shared ``Value`` has it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = -1
+
+
+class _Starter:
+    """Builds jobs in this process, in one daemon thread, while the worker processes start (see
+    :class:`ProcessBackend`). A job that raises comes back as its exception, with a note saying
+    where it ran; the consumer waits for a job with the loader's ``timeout`` (a row that hangs
+    here leaves this thread behind, as with ``worker_mode="thread"``)."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.progress = _Progress()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: dict[int, tuple[bool, Any]] = {}
+        self.dropped: set[int] = set()
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="jaxfeed-start", daemon=True)
+        self.thread.start()
+
+    def put(self, job_id: int, job: Job) -> None:
+        self.jobs.put((job_id, job))
+
+    def stop(self) -> None:
+        """End the thread once the jobs already given are built."""
+        self.jobs.put(None)
+
+    def drop(self, job_ids: set[int]) -> None:
+        """Forget these jobs' batches (the epoch was left early)."""
+        with self.cond:
+            self.dropped.update(job_ids)
+            for job_id in job_ids:
+                self.done.pop(job_id, None)
+
+    def _run(self) -> None:
+        while True:
+            item = self.jobs.get()
+            if item is None:
+                return
+            job_id, job = item
+            with self.cond:
+                if job_id in self.dropped:
+                    self.dropped.discard(job_id)
+                    continue
+            try:
+                result: tuple[bool, Any] = (
+                    True,
+                    _materialize(build_plan(self.recipe, job, self.progress)),
+                )
+            except BaseException as err:
+                self.progress.value = -1
+                result = (False, err)
+            with self.cond:
+                if job_id in self.dropped:
+                    self.dropped.discard(job_id)
+                else:
+                    self.done[job_id] = result
+                self.cond.notify_all()
+
+    def take(
+        self,
+        job_id: int,
+        job: Job,
+        timeout: float | None,
+        cancel: Any,
+    ) -> dict[str, Any]:
+        """The batch of ``job`` (raising its error, ``TimeoutError`` after ``timeout``)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.cond:
+                if job_id in self.done:
+                    ok, value = self.done.pop(job_id)
+                    break
+                self.cond.wait(0.05)
+                if job_id in self.done:
+                    continue
+                if (cancel is not None and cancel.is_set()) or (
+                    end is not None and time.monotonic() > end
+                ):
+                    self.dropped.add(job_id)
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job, self.progress)} was "
+                        "not ready (built in the main process while the workers started)"
+                    )
+        if not ok:
+            raise _note(
+                value,
+                f"in the main process (pid {os.getpid()}), which builds the first batches while "
+                "the DataLoader's workers start",
+            )
+        _check_room(value)
+        return value
+
+
+def _slot_size(nbytes: int) -> int:
+    """Bytes of a slot made for a batch of ``nbytes`` (room to grow a little)."""
+    return max(_MIN_SLOT, int(nbytes * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+
+
+def _check_room(batch: dict[str, Any]) -> None:
+    """Raise :class:`SharedMemoryRoomError` now, for a batch built in this process, when the
+    workers could not hold one like it in ``/dev/shm`` (the error they would raise later)."""
+    specs = [
+        (k, v.shape, v.dtype)
+        for k, v in batch.items()
+        if isinstance(v, np.ndarray) and not v.dtype.hasobject
+    ]
+    size = _slot_size(_layout(specs)[1])
+    free = shm_room()
+    if free is not None and size > free:
+        raise SharedMemoryRoomError(_room_message(size, free))
+
+
 class ProcessBackend:
     """``num_workers`` spawned processes, batches returned in shared memory slots (one per queued job,
-    more while the consumer holds on to batches that alias a slot)."""
+    more while the consumer holds on to batches that alias a slot).
+
+    Starting a worker takes a fresh interpreter that imports the main script again (its ``jax``
+    too): 1.5 to 3 s, against 0.2 s for a forked PyTorch worker. Meanwhile the first batches are
+    built in this process, in one thread (:class:`_Starter`), with the same code and the same
+    per-row generators, so they are the same batches; the consumer never waits for the workers to
+    start. From the first worker that is ready on, batches go to the workers only. Start-up
+    failures still surface in the first epoch: its end waits for every worker to be ready
+    (:meth:`ensure_started`).
+    """
 
     def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
+        if in_spawn_bootstrap():  # a worker re-running an unguarded main script: see Spawned
+            os._exit(NO_MAIN_GUARD_EXIT)
         self.prefix = f"/jf{os.getpid()}_{secrets.token_hex(3)}"
         # Batches are collected in order from workers taken in turn, so a worker that finishes
         # early waits for the next job until the slower one's batch is collected: with 2 jobs
@@ -673,50 +829,104 @@ class ProcessBackend:
         # of 4 runs), with 4 1.97, for 14% more rows/s. Each job holds a shared-memory slot of
         # one batch.
         self.capacity = JOBS_PER_WORKER * num_workers
+        self.recipe = recipe
         self.workers: list[_Worker] = []
+        self.ready: list[bool] = [False] * num_workers
+        self.all_ready = False
+        self.deadline = time.monotonic() + start_timeout
+        self.start_timeout = start_timeout
         self.next_id = 0
+        self.turn = 0  # the worker that gets the next job when several have the same load
         self.owner: dict[int, int] = {}
+        self.unsent: deque[tuple[int, Job]] = deque()  # submitted, in order, not given out yet
+        self.starter: _Starter | None = None
+        self.started_here: set[int] = set()  # job ids given to the starter, not yet collected
         self.stale: set[int] = set()
         self.closed = False
-        payload = cloudpickle.dumps(recipe)
+        self.num_workers = num_workers
+        self.payload = cloudpickle.dumps(recipe)
+        self.spawn_by = time.monotonic() + SPAWN_DELAY
         self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.prefix, True)
+        self.lock = threading.Lock()  # the consuming thread starts the workers (start_workers)
+
+    def start_workers(self, now: bool = True) -> None:
+        """Start the worker processes, once: ``now``, or (``now=False``) if ``SPAWN_DELAY`` has
+        passed. The loader calls it from the thread that iterates, after the first batch (or while
+        waiting for it): from the main thread, the workers start with SIGINT ignored (inherited),
+        so that a Ctrl-C while they import does not print their tracebacks."""
+        if self.workers or self.closed or (not now and time.monotonic() < self.spawn_by):
+            return
+        with self.lock:
+            if self.workers or self.closed:
+                return
+            main = threading.current_thread() is threading.main_thread()
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+            try:
+                self._spawn()
+            finally:
+                if handler is not None:
+                    signal.signal(signal.SIGINT, handler)
+
+    def _spawn(self) -> None:
+        self.deadline = time.monotonic() + self.start_timeout
         try:
-            for w in range(num_workers):
+            for w in range(self.num_workers):
                 progress = multiprocessing.get_context("spawn").Value("q", -1, lock=False)
                 spawned = Spawned(
                     worker_main,
                     (f"{self.prefix}_{w}", os.getpid(), progress),
                     f"jaxfeed-worker-{w}",
-                    payload,
+                    self.payload,
                 )
                 self.workers.append(_Worker(spawned, progress))
-            self._await_ready(start_timeout)
         except BaseException:
             self.close(kill=True)
             raise
 
-    def _await_ready(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
+    def _check_start(self, wait: bool, cancel: Any = None) -> None:
+        """Take the ``ready`` message of every worker that sent it (all of them with ``wait``),
+        raising what stopped one from starting."""
+        if self.all_ready:
+            return
+        if wait:
+            self.start_workers()
+        with self.lock:
+            self._take_ready(wait, cancel)
+
+    def _take_ready(self, wait: bool, cancel: Any) -> None:
         for w, worker in enumerate(self.workers):
-            while not worker.conn.poll(0.05):
-                if not worker.process.is_alive():
+            if self.ready[w]:
+                continue
+            while not worker.conn.poll(0.05 if wait else 0):
+                if not worker.process.is_alive() and not worker.conn.poll(0):
                     worker.process.join(1)
                     self._raise_dead(w, "while starting")
-                if time.monotonic() > end:
-                    raise WorkerError(f"DataLoader worker {w} did not start within {timeout:g} s")
-            try:
-                message = worker.conn.recv()
-            except (EOFError, OSError):
-                message = None
-            if message is None:
-                worker.process.join(5)
-                self._raise_dead(w, "while starting")
-            if message[0] == "fatal":
-                raise WorkerError(
-                    f"DataLoader worker {w} could not load the loader's functions and features "
-                    f"(they are sent to workers with cloudpickle):\n{message[1]}"
-                )
-            worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
+                if time.monotonic() > self.deadline:
+                    raise WorkerError(
+                        f"DataLoader worker {w} did not start within {self.start_timeout:g} s"
+                    )
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                if not wait:
+                    break
+            else:
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if message is None:
+                    worker.process.join(5)
+                    self._raise_dead(w, "while starting")
+                if message[0] == "fatal":
+                    raise WorkerError(
+                        f"DataLoader worker {w} could not load the loader's functions and "
+                        f"features (they are sent to workers with cloudpickle):\n{message[1]}"
+                    )
+                worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
+                self.ready[w] = True
+        self.all_ready = bool(self.workers) and all(self.ready)
+        if self.all_ready and self.starter is not None:
+            self.starter.stop()  # its last jobs finish; nothing more is built in this process
 
     def _raise_dead(self, w: int, doing: str) -> None:
         raise self.workers[w].spawned.failure(
@@ -724,10 +934,30 @@ class ProcessBackend:
             "num_workers=0",
         )  # fmt: skip
 
-    def submit(self, job: Job) -> int:
-        job_id = self.next_id
-        self.next_id += 1
-        w = job_id % len(self.workers)
+    def ensure_started(self, cancel: Any = None) -> None:
+        """Wait until every worker is ready (an epoch built in this process ends here, so that a
+        worker that could not start is an error of that epoch)."""
+        if not self.closed:
+            self._check_start(wait=True, cancel=cancel)
+
+    def _pick(self, force: bool) -> int | None:
+        """The ready worker for the next job: the least loaded, in turn; while some are still
+        starting, only one with fewer than ``JOBS_PER_WORKER`` jobs (or any, with ``force``)."""
+        best = None
+        n = len(self.workers)
+        for k in range(n):
+            w = (self.turn + k) % n
+            if not self.ready[w]:
+                continue
+            load = len(self.workers[w].outstanding)
+            if not (self.all_ready or force) and load >= JOBS_PER_WORKER:
+                continue
+            if best is None or load < len(self.workers[best].outstanding):
+                best = w
+        return best
+
+    def _send(self, w: int) -> None:
+        job_id, job = self.unsent.popleft()
         worker = self.workers[w]
         if worker.free:
             slot = worker.free.popleft()
@@ -737,6 +967,33 @@ class ProcessBackend:
         worker.conn.send(("job", job_id, slot, job))
         worker.outstanding.append((job_id, slot))
         self.owner[job_id] = w
+        self.turn = (w + 1) % len(self.workers)
+
+    def _dispatch(self) -> None:
+        """Give submitted jobs out in order: to ready workers, or, while none is ready, to the
+        starter (at most 2 ahead, so that it stops soon after the workers are ready)."""
+        self._check_start(wait=False)
+        while self.unsent:
+            w = self._pick(force=False)
+            if w is None:
+                break
+            self._send(w)
+        if not any(self.ready):
+            while self.unsent and len(self.started_here) < 2:
+                self._start_here()
+
+    def _start_here(self) -> None:
+        job_id, job = self.unsent.popleft()
+        if self.starter is None:
+            self.starter = _Starter(self.recipe)
+        self.starter.put(job_id, job)
+        self.started_here.add(job_id)
+
+    def submit(self, job: Job) -> int:
+        job_id = self.next_id
+        self.next_id += 1
+        self.unsent.append((job_id, job))
+        self._dispatch()
         return job_id
 
     def _receive(self, w: int, job: Job | None, timeout: float | None, cancel: Any = None) -> tuple:
@@ -752,7 +1009,8 @@ class ProcessBackend:
                     self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
                 if end is not None and time.monotonic() > end and job is not None:
                     raise TimeoutError(
-                        f"DataLoader timeout={timeout:g} s: {_describe(job, worker)} was not ready "
+                        f"DataLoader timeout={timeout:g} s: {_describe(job, worker.progress)} was "
+                        "not ready "
                         f"(worker {w}, pid {worker.process.pid})"
                     )
             try:
@@ -775,6 +1033,17 @@ class ProcessBackend:
     def collect(
         self, ticket: int, job: Job, timeout: float | None, cancel: Any = None
     ) -> tuple[dict, Callable | None]:
+        self._dispatch()
+        if self.unsent and self.unsent[0][0] == ticket:  # not given out yet
+            w = self._pick(force=True)
+            if w is not None:
+                self._send(w)
+            else:
+                self._start_here()
+        if ticket in self.started_here:
+            self.started_here.discard(ticket)
+            assert self.starter is not None
+            return self.starter.take(ticket, job, timeout, cancel), None
         w = self.owner[ticket]
         worker = self.workers[w]
         message = self._receive(w, job, timeout, cancel)
@@ -806,17 +1075,23 @@ class ProcessBackend:
         """Forget the outstanding batches (an epoch was left early); their slots come back as the
         workers finish them."""
         self.stale.update(self.owner)
+        self.unsent.clear()
+        if self.starter is not None:
+            self.starter.drop(self.started_here)
+        self.started_here.clear()
 
     def close(self, kill: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
         self._finalizer.detach()
+        if self.starter is not None:
+            self.starter.stop()
         _shutdown(self.workers, self.prefix, kill)
 
 
-def _describe(job: Job, worker: _Worker | None = None) -> str:
-    current = worker.progress.value if worker is not None else -1
+def _describe(job: Job, progress: Any = None) -> str:
+    current = progress.value if progress is not None else -1
     rows = job.rows.tolist()
     shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
     at = f", stuck at row {current}" if current >= 0 else ""
@@ -861,7 +1136,7 @@ class _Slots:
                     segment.unlink()
                     del self.segments[slot]
                 self.generation += 1
-                size = max(_MIN_SLOT, int(nbytes * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+                size = _slot_size(nbytes)
                 free = shm_room()
                 if free is not None and size > free:
                     raise SharedMemoryRoomError(_room_message(size, free))

@@ -12,6 +12,10 @@ does not depend on how much of the machine the others leave), each with its rati
 last rows do the loaders' job in one process (read, decode and augment the folder's files): the
 per-core rate; rows per CPU-second of a loader over that of one process is its parallel efficiency.
 
+Before the steady-state table it times the first batch of fresh loaders (jaxfeed and PyTorch taking
+turns, ``--first-repeats`` times, medians): from making the loader to holding a ``jax.Array``,
+worker start-up included.
+
 Run: ``python benchmarks/augment.py [--quick] [--workers N]`` (peers need ``pip install -e '.[bench]'``).
 Writes ``benchmarks/results/augment.json``.
 """
@@ -168,6 +172,58 @@ def torch_stream(dataset: Any, workers: int) -> Iterator:
     return to_jax({"image": b["image"].numpy()} for b in forever(lambda: loader))
 
 
+def first_batch_seconds(
+    paths: list[str], labels: list[int], workers: int, repeats: int
+) -> dict[str, float]:
+    """Median seconds from making a loader to holding its first batch as a ``jax.Array``, for a
+    fresh jaxfeed ``DataLoader`` (spawned workers, which import the main script) and a fresh
+    PyTorch ``DataLoader`` (forked workers), taking turns ``repeats`` times."""
+    ds = Dataset.from_dict(
+        {"image": paths, "label": labels},
+        features=Features({"image": Image(), "label": Value("int32")}),
+    )
+
+    def jaxfeed_first() -> float:
+        start = time.perf_counter()
+        loader = DataLoader(
+            ds, BATCH, shuffle=True, drop_last=True, row_transform=AUGMENT, num_workers=workers
+        )
+        next(to_jax(loader))
+        took = time.perf_counter() - start
+        loader.close()
+        return took
+
+    def torch_first() -> float:
+        import torch.utils.data  # the bench extra
+
+        start = time.perf_counter()
+        loader = torch.utils.data.DataLoader(
+            TorchFiles(paths, labels),
+            batch_size=BATCH,
+            shuffle=True,
+            drop_last=True,
+            num_workers=workers,
+        )
+        it = iter(loader)
+        next(to_jax({"image": b["image"].numpy()} for b in it))
+        took = time.perf_counter() - start
+        del it  # stops its workers
+        return took
+
+    cases = {"jaxfeed": jaxfeed_first}
+    try:
+        import torch  # noqa: F401 - the bench extra
+
+        cases["torch"] = torch_first
+    except ImportError:
+        pass
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, run in cases.items():
+            times[name].append(run())
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def per_core_rate(decode: Callable[[int], np.ndarray], first: int, n: int) -> tuple[float, float]:
     """rows/s and rows per CPU-second of decode + augment of rows ``first..first+n`` in this
     process."""
@@ -184,13 +240,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batches", type=int, default=25)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--first-repeats", type=int, default=5, help="fresh loaders timed to their first batch"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer rows, batches and repeats")
     parser.add_argument(
         "--only", default="", help="comma-separated subset (jaxfeed,torch,grain,hf)"
     )
     args = parser.parse_args()
     if args.quick:
-        args.rows, args.batches, args.repeats = 640, 4, 2
+        args.rows, args.batches, args.repeats, args.first_repeats = 640, 4, 2, 3
     only = set(filter(None, args.only.split(",")))
     workers = args.workers
     drain = JOBS_PER_WORKER * workers + 4  # more than any loader here buffers (jaxfeed: jobs
@@ -200,6 +259,9 @@ def main() -> None:
     for p in paths:  # into the page cache: no case, the one-process rate included, waits on disk
         Path(p).read_bytes()
     print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
+    first_batch: dict[str, float] = {}
+    if args.first_repeats and (not only or {"jaxfeed", "torch"} & only):
+        first_batch = first_batch_seconds(paths, labels, workers, args.first_repeats)
     streams: dict[str, Iterator] = {}
     fresh: dict[str, Callable[[], Iterator]] = {}
     closers: list[Callable[[], None]] = []
@@ -331,6 +393,18 @@ def main() -> None:
             f"rows/s; parallel efficiency (rows per CPU-second, all processes, against one "
             f"process): {cpu_medians[ours_name] / core_cpu:.2f} (target >= 0.8)"
         )
+    if first_batch:
+        print(
+            f"\ntime to the first batch (a fresh loader, {workers} workers, medians of "
+            f"{args.first_repeats}, the two taking turns):"
+        )
+        for name, seconds in first_batch.items():
+            print(f"  {name:<8}{seconds:>8.3f} s")
+        if "torch" in first_batch:
+            print(
+                f"  jaxfeed / PyTorch: {first_batch['jaxfeed'] / first_batch['torch']:.2f}x the time "
+                "(target <= 1.5)"
+            )
     path = save_json(
         "augment",
         {
@@ -339,6 +413,7 @@ def main() -> None:
             "workers": workers,
             "rates": rates,
             "medians": medians,
+            "first_batch_seconds": first_batch,
         },
     )
     print(f"wrote {path}")

@@ -85,7 +85,8 @@ STREAM = textwrap.dedent(
     else:
         from jaxfeed import DataLoader, load_dataset
         ids = load_dataset("parquet", data_files=path, split="train", streaming=True)
-        batches = lambda: DataLoader(ids, batch)
+        loader = DataLoader(ids, batch)  # one loader: its passes are consecutive epochs
+        batches = lambda: loader
     seconds = float(sys.argv[6])
     def run(limit):
         n = 0

@@ -10,7 +10,8 @@ default's (a configuration is usable only within ``--tolerance``, 1e-4). A persi
 cache in a temporary folder keeps the rounds after the first from compiling again (its key
 includes ``XLA_FLAGS``). PyTorch eager on the CNN is measured in the same rounds.
 
-Run: ``python benchmarks/train_step.py --xla-flags [--rounds 5]``.
+Run: ``python benchmarks/train_step.py --xla-flags [--rounds 5]``, or a part of it:
+``python -m jaxfeed.bench.xla_flags --models cnn --only "xnn fusion,ynn fusion" --rounds 5``.
 
 >>> CONFIGS["default"]
 ''
@@ -140,8 +141,17 @@ def _run(args: list[str], flags: str, cache: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def sweep(rounds: int, steps: int, tolerance: float, only: list[str] | None = None) -> dict:
+def sweep(
+    rounds: int,
+    steps: int,
+    tolerance: float,
+    only: list[str] | None = None,
+    models: tuple[str, ...] = MODELS,
+) -> dict:
     """Run the sweep; print and return the table."""
+    unknown = [k for k in only or [] if k not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
     configs = {k: v for k, v in CONFIGS.items() if not only or k in only or k == "default"}
     ms: dict[tuple[str, str], list[float]] = {}
     errors: dict[tuple[str, str], str] = {}
@@ -149,7 +159,7 @@ def sweep(rounds: int, steps: int, tolerance: float, only: list[str] | None = No
     with tempfile.TemporaryDirectory(prefix="jaxfeed-xla-sweep-") as work:
         cache = str(Path(work) / "cache")
         for r in range(rounds):
-            for model in MODELS:
+            for model in models:
                 for name, flags in configs.items():
                     key = (model, name)
                     if key in errors:
@@ -160,12 +170,15 @@ def sweep(rounds: int, steps: int, tolerance: float, only: list[str] | None = No
                         errors[key] = res["error"]
                     else:
                         ms.setdefault(key, []).append(res["ms"])
-            res = _run(["--torch-probe", str(steps)], "", cache)
-            if "ms" in res:
-                torch_ms.append(res["ms"])
+                    shown = f"{res['ms']:.1f} ms/step" if "ms" in res else res["error"]
+                    print(f"    round {r + 1} {model} {name}: {shown}", flush=True)
+            if "cnn" in models:  # PyTorch eager runs the CNN only
+                res = _run(["--torch-probe", str(steps)], "", cache)
+                if "ms" in res:
+                    torch_ms.append(res["ms"])
             print(f"  round {r + 1}/{rounds} done", flush=True)
         rows = []
-        for model in MODELS:
+        for model in models:
             base = statistics.median(ms[(model, "default")])
             reference = dict(np.load(Path(work) / f"{model}-default.npz"))
             for name, flags in configs.items():
@@ -201,7 +214,7 @@ def sweep(rounds: int, steps: int, tolerance: float, only: list[str] | None = No
             f"{row['model']:<6}{row['config']:<26}{row['ms_per_step']:>9.1f}"
             f"{row['speedup']:>9.2f}x{row['max_rel_diff']:>14.1e}{mark}"
         )
-    if torch_median is not None:
+    if torch_median is not None and "cnn" in models:
         cnn_default = next(r for r in rows if r["model"] == "cnn" and r["config"] == "default")
         print(
             f"cnn   PyTorch eager             {torch_median:>9.1f}   "
@@ -218,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--only", default="", help="comma-separated configurations")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: cnn,mlp")
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--torch-probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -228,7 +242,10 @@ def main(argv: list[str] | None = None) -> None:
         _torch_probe(args.torch_probe)
     else:
         only = [c for c in args.only.split(",") if c]
-        sweep(args.rounds, args.steps, args.tolerance, only)
+        models = tuple(m for m in args.models.split(",") if m)
+        if not models or any(m not in MODELS for m in models):
+            parser.error(f"--models takes some of {', '.join(MODELS)}, got {args.models!r}")
+        sweep(args.rounds, args.steps, args.tolerance, only, models)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+"""Streamed epochs: the read-ahead goes on into the next epoch (within the same bound) while the
+previous epoch's last batches are consumed; batches and exact resume are those of a fresh read."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jaxfeed import DataLoader, load_dataset
+from jaxfeed import stream_loader as S
+
+
+@pytest.fixture
+def stream(tmp_path):
+    """3 Parquet files of 40 rows in row groups of 10, shuffled in a buffer of 16."""
+    paths = []
+    for i in range(3):
+        x = np.arange(i * 40, (i + 1) * 40)
+        path = tmp_path / f"train-{i}.parquet"
+        pq.write_table(pa.table({"x": x, "y": x * 2.0}), path, 10)
+        paths.append(str(path))
+    ids = load_dataset("parquet", data_files=paths, split="train", streaming=True)
+    return ids.shuffle(seed=3, buffer_size=16)
+
+
+def xs(batches):
+    return [np.asarray(b["x"]).tolist() for b in batches]
+
+
+def fresh_epoch(ids, epoch, **kw):
+    loader = DataLoader(ids, 8, **kw)
+    loader.set_epoch(epoch)
+    with loader:
+        return xs(loader)
+
+
+def readers():
+    return [t for t in threading.enumerate() if t.name == "jaxfeed-stream"]
+
+
+def test_the_next_epoch_is_read_ahead_and_gives_the_batches_of_a_fresh_read(stream):
+    loader = DataLoader(stream, 8)
+    first = xs(loader)
+    ahead = loader._ahead
+    assert ahead is not None and ahead.next_epoch == 1
+    end = time.monotonic() + 20
+    while ahead.queue.qsize() < S._READ_AHEAD and time.monotonic() < end:
+        time.sleep(0.01)
+    assert ahead.queue.qsize() == S._READ_AHEAD  # epoch 1 read ahead, no further than the bound
+    second = xs(loader)
+    assert loader._ahead is ahead  # the same thread went on
+    third = xs(loader)
+    assert first == fresh_epoch(stream, 0) and second == fresh_epoch(stream, 1)
+    assert third == fresh_epoch(stream, 2) and first != second != third
+    assert sorted(sum(second, [])) == list(range(120))
+
+    loader.set_epoch(3)  # where the read-ahead already is: kept
+    assert loader._ahead is ahead and xs(loader) == fresh_epoch(stream, 3)
+    loader.set_epoch(7)  # elsewhere: a new one
+    assert xs(loader) == fresh_epoch(stream, 7) and loader._ahead is not ahead
+    assert not ahead.thread.is_alive()
+    del loader  # a loader nobody holds stops its read-ahead at once
+    end = time.monotonic() + 20
+    while readers() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert readers() == []
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_resume_after_a_read_ahead_epoch_is_exact(stream, prefetch):
+    loader = DataLoader(stream, 8, prefetch=prefetch)
+    xs(loader)  # epoch 0
+    it = iter(loader)
+    head = [np.asarray(next(it)["x"]).tolist() for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["epoch"] == 1 and state["batches_consumed"] == 3
+    rest = xs(it)
+    assert head + rest == fresh_epoch(stream, 1, prefetch=prefetch)
+    resumed = DataLoader(stream, 8, prefetch=prefetch)
+    resumed.load_state_dict(state)
+    assert xs(resumed) == rest
+    assert xs(resumed) == fresh_epoch(stream, 2)  # and the next epoch after it
+    # an epoch left early gives its read-ahead up: the next iteration resumes where it stopped
+    it = iter(loader)
+    assert np.asarray(next(it)["x"]).tolist() == fresh_epoch(stream, 2)[0]
+    assert xs(loader) == fresh_epoch(stream, 2)[1:]
+    loader.close()
+    resumed.close()
