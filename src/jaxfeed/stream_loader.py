@@ -305,6 +305,10 @@ class StreamingDataLoader:
             ahead = self._ahead = _ReadAhead(self._reader, resume, epoch)
         return ahead
 
+    def _tables(self, resume: dict | None, epoch: int) -> Iterator:
+        """The epoch's tables read in the calling thread (no read-ahead: ``prefetch=0``)."""
+        return self._reader.tables(resume, epoch)
+
     def _drop_ahead(self) -> None:
         if self._ahead is not None:
             self._ahead.close()
@@ -571,7 +575,7 @@ class _Iterator:
             self.ahead = loader._read_ahead(resume, epoch)
             tables = self.ahead.items()
         else:
-            tables = loader._reader.tables(resume, epoch)
+            tables = loader._tables(resume, epoch)
         self.batches = loader._batches(tables)
         self.ready: collections.deque = collections.deque()  # (device batch, position)
 
