@@ -50,7 +50,9 @@ __all__ = [
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
+"""The ImageNet per-channel (RGB) means of pixels scaled to [0, 1], for `normalize`."""
 IMAGENET_STD = (0.229, 0.224, 0.225)
+"""The ImageNet per-channel (RGB) standard deviations of pixels in [0, 1], for `normalize`."""
 
 _RESAMPLE = {
     "nearest": PIL.Image.Resampling.NEAREST,
