@@ -213,6 +213,9 @@ def add_sums(sums, objective, metrics, outputs, batch, rows: Rows, n, step):
     new["rows"] = sums["rows"] + jnp.sum(rows.counted).astype(jnp.float32)
     new["unlabelled"] = sums["unlabelled"] + jnp.sum(real & ~rows.counted).astype(jnp.int32)
     for name, fn in metrics.items():
+        if getattr(fn, "of_loss", False) and rows.mean is None:  # perplexity: the loss's own sum
+            new[f"m_{name}"] = sums[f"m_{name}"] + loss
+            continue
         values = jnp.asarray(fn(outputs, batch), jnp.float32)
         values = jnp.broadcast_to(values, weight.shape) if values.ndim == 0 else values
         if objective.weight is None and values.ndim >= 2:  # one value per token

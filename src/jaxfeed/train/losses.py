@@ -318,6 +318,9 @@ def _perplexity(objective: Objective) -> PerExample:
         return objective.per_example(outputs, batch)
 
     perplexity.finalize = _exp  # type: ignore[attr-defined]
+    # The trainer sums the loss's own per-row values instead of computing them again (a second
+    # cross-entropy over the logits cost an LM's step about 3%).
+    perplexity.of_loss = True  # type: ignore[attr-defined]
     return perplexity
 
 
