@@ -14,27 +14,8 @@ import numpy as np
 import PIL.Image
 import pytest
 
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
-from jaxfeed.cli import main
-
-
-def jaxfeed(*args, cwd=None, stdin=None, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, cwd=cwd, input=stdin, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def run_main(capsys, *args):
-    """``main`` in this process (no JAX start per case): status, stdout, stderr."""
-    try:
-        status = main(list(args))
-    except SystemExit as exit:  # argparse's usage errors
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
 
 MODEL_FILE = '''
 from flax import nnx

@@ -16,21 +16,11 @@ import pytest
 import soundfile
 
 from audio_clips import CLASSES, clip, make_folder, write_wav
+from cli_helpers import run_main
 from jaxfeed import load_exported
-from jaxfeed.cli import main
 
 TRAIN = ["--sample-rate", "8000", "--clip-seconds", "0.3", "--val-split", "0.25", "--epochs", "8",
          "--batch-size", "16", "--lr", "0.003"]  # fmt: skip
-
-
-def run_main(capsys, *args):
-    """``main`` in this process: status, stdout, stderr."""
-    try:
-        status = main(list(args))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

@@ -2,36 +2,16 @@
 metrics as --monitor, --log-every, and run folders written by the previous version."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from jaxfeed.cli import main
+from cli_helpers import jaxfeed, run_main
 from jaxfeed.recipes.config import ConfigError, RunConfig, read_config_file, read_run
 
 HERE = Path(__file__).parent
-
-
-def jaxfeed(*args, cwd=None, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def run_main(capsys, *args):
-    try:
-        status = main(list(args))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 NET = '''

@@ -4,19 +4,16 @@ perplexity against the corpus's unigram perplexity, eval, generate, the export a
 
 import json
 import math
-import os
 import random
 import shutil
 import string
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
-from jaxfeed.cli import main
 from jaxfeed.text import load_tokenizer
 
 SMALL = ["--model", "transformer", "--model.init_args.dim", "64", "--model.init_args.depth", "2",
@@ -32,23 +29,6 @@ def alphabet_lines(count=500, seed=0):
         start, n = rng.randrange(26), rng.randint(20, 40)
         lines.append("".join(letters[(start + k) % 26] for k in range(n)))
     return lines
-
-
-def jaxfeed(*args, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def run_main(capsys, *args):
-    try:
-        status = main(list(args))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

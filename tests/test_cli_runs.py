@@ -12,6 +12,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
+from cli_helpers import jaxfeed
 from jaxfeed import load_exported
 from jaxfeed.cli import main
 from jaxfeed.recipes.config import RunConfig
@@ -38,14 +39,6 @@ class Tiny(nnx.Module):
     def __call__(self, x):
         return self.linear(x.reshape((x.shape[0], -1)))
 """
-
-
-def jaxfeed(*args, cwd, env=None):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=600,
-    )  # fmt: skip
 
 
 def _images(root, classes=("cat", "dog"), n=8):

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
-from jaxfeed.cli import main
 from jaxfeed.text import load_tokenizer
 
 GOOD = ["great", "wonderful", "excellent", "superb", "lovely", "brilliant"]
@@ -42,23 +42,6 @@ def write_reviews(path, rows=400, seed=0):
             label = rng.choice(["neg", "pos"])
             writer.writerow([i, review(rng, label), rng.choice(["drama", "comedy"]), label])
     return path
-
-
-def jaxfeed(*args, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def run_main(capsys, *args):
-    try:
-        status = main(list(args))
-    except SystemExit as exit:
-        status = exit.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")
