@@ -1,7 +1,8 @@
 """XLA CPU options for the training step: a sweep, each configuration in its own processes.
 
 For every configuration of ``XLA_FLAGS`` in :data:`CONFIGS` and every model (the article's CNN on
-128 x 32 x 32 x 3, an MLP on the same batch), a fresh process builds the Trainer's compiled step,
+128 x 32 x 32 x 3, an MLP on the same batch, the transformer classifier on 32 padded rows of 128
+tokens), a fresh process builds the Trainer's compiled step,
 runs ``--steps`` steps after a warm-up and reports the median ms/step, with the parameters
 reached after a fixed number of steps from the same start. The configurations take turns for
 ``--rounds`` rounds (a busy period of the machine hits them all) and the table shows medians, the
@@ -50,7 +51,7 @@ CONFIGS: dict[str, str] = {
     "onednn + fast math": "--xla_cpu_use_onednn=true --xla_cpu_enable_fast_math=true",
     "no multi-thread eigen": "--xla_cpu_multi_thread_eigen=false",
 }
-MODELS = ("cnn", "mlp")
+MODELS = ("cnn", "mlp", "transformer")
 CHECK_STEPS = 3  # steps from the same start whose parameters are compared across configurations
 
 
@@ -66,27 +67,32 @@ def max_relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) 
 def _probe(model_name: str, steps: int, out: str) -> None:
     """In a process whose ``XLA_FLAGS`` are set: ms/step of the Trainer's step on ``model_name``
     (printed as JSON) and the parameters after :data:`CHECK_STEPS` steps (saved to ``out``)."""
+    # imported here: the parent process of the sweep never starts JAX or builds a model
     import jax
     import optax
     from flax import nnx
 
+    from jaxfeed import Trainer
     from jaxfeed.bench import train_step as T
-    from jaxfeed.models import CNN, MLP
+    from jaxfeed.bench import transformer_step as S
+    from jaxfeed.models import CNN, MLP, TransformerClassifier
 
     rng = np.random.default_rng(0)
-    x = jax.device_put(rng.random((T.BATCH, *T.SHAPE), dtype=np.float32))
-    y = jax.device_put(rng.integers(0, 10, T.BATCH).astype(np.int32))
     tx = optax.adamw(1e-3, weight_decay=1e-4)
-
-    def make():
+    if model_name == "transformer":
+        batch = {k: jax.device_put(v) for k, v in S.classifier_batch(rng).items()}
+        model = TransformerClassifier(S.VOCAB, 2, **S.SIZE, rngs=nnx.Rngs(0))
+        trainer = Trainer(model, tx, inputs=("input_ids", "attention_mask"), verbose=0)
+    else:
+        x = jax.device_put(rng.random((T.BATCH, *T.SHAPE), dtype=np.float32))
+        y = jax.device_put(rng.integers(0, 10, T.BATCH).astype(np.int32))
+        batch = {"image": x, "label": y}
         if model_name == "cnn":
-            return CNN(10, input_shape=T.SHAPE, rngs=nnx.Rngs(0))
-        return MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
-
-    from jaxfeed import Trainer
-
-    trainer = Trainer(make(), tx, verbose=0)
-    arrays, n = trainer._batch({"image": x, "label": y}, "train")
+            model = CNN(10, input_shape=T.SHAPE, rngs=nnx.Rngs(0))
+        else:
+            model = MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
+        trainer = Trainer(model, tx, verbose=0)
+    arrays, n = trainer._batch(batch, "train")
     core = trainer.core
     holder = {"sums": trainer._sums(), "step": 0}
 
@@ -231,7 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--only", default="", help="comma-separated configurations")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: cnn,mlp")
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help="comma-separated: cnn,mlp,transformer"
+    )
     parser.add_argument("--probe", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--torch-probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
