@@ -90,3 +90,41 @@ def test_resume_after_a_read_ahead_epoch_is_exact(stream, prefetch):
     assert xs(loader) == fresh_epoch(stream, 2)[1:]
     loader.close()
     resumed.close()
+
+
+def test_the_next_epochs_first_units_decode_in_the_pool_during_the_last_ones(stream, monkeypatch):
+    from jaxfeed import iterable
+
+    expected = [fresh_epoch(stream, e) for e in range(3)]
+    read = iterable.Source.read
+    calls = []
+
+    def spy(self, unit, skip, *args):
+        calls.append(threading.current_thread().name)
+        return read(self, unit, skip, *args)
+
+    monkeypatch.setattr(iterable.Source, "read", spy)
+    with DataLoader(stream, 8) as loader:
+        epochs = [xs(loader) for _ in range(3)]
+    assert epochs == expected
+    # 12 row-group units an epoch: only the stream's very first unit is read in small tables by
+    # the read-ahead thread itself; every later unit (the next epochs' first ones included) was
+    # decoded by the pool, handed from one epoch's pass to the next
+    assert len(calls) >= 36 and calls.count("jaxfeed-stream") == 1
+    assert sum(name.startswith("jaxfeed-read") for name in calls) == len(calls) - 1
+
+
+def test_a_lookahead_is_adopted_only_by_the_pass_it_was_started_for():
+    from jaxfeed.iterable import Lookahead, Unit
+
+    units = [Unit(path="a", row_groups=(0,)), Unit(path="a", row_groups=(1,))]
+    lookahead = Lookahead()
+    started = lookahead.pool().submit(lambda: 1)
+    lookahead.hand_over(units, {0: started})
+    assert lookahead.adopt(units[::-1], 0) == {}  # another order: dropped
+    lookahead.hand_over(units, {0: started})
+    assert lookahead.adopt(units, 5) == {}  # a resumed pass: dropped
+    lookahead.hand_over(units, {0: started})
+    assert lookahead.adopt(units, 0) == {0: started} and lookahead.adopt(units, 0) == {}
+    lookahead.close()
+    assert started.result() == 1

@@ -180,36 +180,64 @@ class Source:
         if rows:
             yield DatasetCore.from_list(rows, features=features).data
 
-    def read_ahead(self, units: list[Unit], skip: int) -> Iterator[Iterator[pa.Table]]:
+    def read_ahead(
+        self, units: list[Unit], skip: int, lookahead: Lookahead | None = None
+    ) -> Iterator[Iterator[pa.Table]]:
         """:meth:`read` for each of ``units`` in turn (``skip`` applies to the first), while the
         next few Parquet units decode in threads (Parquet decoding releases the GIL, so a stream
         reads with more than one core). At most ``READ_AHEAD_UNITS`` units and
-        ``READ_AHEAD_BYTES`` (uncompressed) are decoded ahead; larger units are read lazily."""
+        ``READ_AHEAD_BYTES`` (uncompressed) are decoded ahead; larger units are read lazily.
+
+        With a ``lookahead`` (a reader going on into the next epoch), its thread pool decodes,
+        within the same bounds, the first units of ``lookahead.following`` (the next epoch's
+        order) once this epoch's last units are under way, and this pass starts from the units a
+        previous pass decoded for it, so the cores do not wait at an epoch's end."""
+        if lookahead is None:
+            with ThreadPoolExecutor(READ_AHEAD_UNITS, thread_name_prefix="jaxfeed-read") as pool:
+                yield from self._read_ahead(units, skip, pool, None)
+        else:
+            yield from self._read_ahead(units, skip, lookahead.pool(), lookahead)
+
+    def _read_ahead(
+        self, units: list[Unit], skip: int, pool: ThreadPoolExecutor, lookahead: Lookahead | None
+    ) -> Iterator[Iterator[pa.Table]]:
+        ahead: dict[int, Any] = {}
+        following: list[Unit] = []
+        if lookahead is not None:
+            ahead = lookahead.adopt(units, skip)
+            following = lookahead.following
+        n = len(units)
+        every = units + following  # this epoch's units, then the next epoch's
         sizes: dict[int, int] = {}
 
         def size(k: int) -> int:  # footers are read only for the units about to be read
             if k not in sizes:
-                sizes[k] = self._ahead_bytes(units[k])
+                sizes[k] = self._ahead_bytes(every[k])
             return sizes[k]
 
-        with ThreadPoolExecutor(READ_AHEAD_UNITS, thread_name_prefix="jaxfeed-read") as pool:
-            ahead: dict[int, Any] = {}
-            try:
-                for i, unit in enumerate(units):
-                    j, held = i + 1, sum(size(k) for k in ahead)
-                    while j < len(units) and j <= i + READ_AHEAD_UNITS:
-                        if j not in ahead and size(j) and held + size(j) <= READ_AHEAD_BYTES:
-                            ahead[j] = pool.submit(lambda u=units[j]: list(self.read(u, 0)))
-                            held += size(j)
-                        j += 1
-                    if i in ahead:
-                        yield iter(ahead.pop(i).result())
-                    else:  # the first unit comes in small tables: the first rows come sooner
-                        yield self.read(unit, skip, FIRST_BYTES if i == 0 else None)
-                    skip = 0
-            finally:  # abandoned: do not decode what is still queued
-                for future in ahead.values():
-                    future.cancel()
+        try:
+            for i, unit in enumerate(units):
+                j, held = i + 1, sum(size(k) for k in ahead)
+                while j < len(every) and j <= i + READ_AHEAD_UNITS:
+                    if j in ahead:
+                        pass
+                    elif size(j) and held + size(j) <= READ_AHEAD_BYTES:
+                        ahead[j] = pool.submit(lambda u=every[j]: list(self.read(u, 0)))
+                        held += size(j)
+                    elif j >= n:
+                        break  # the next epoch's units in order, none skipped
+                    j += 1
+                if i in ahead:
+                    yield iter(ahead.pop(i).result())
+                else:  # the first unit comes in small tables: the first rows come sooner
+                    yield self.read(unit, skip, FIRST_BYTES if i == 0 else None)
+                skip = 0
+            if lookahead is not None:  # the next epoch's units under way, for its pass
+                lookahead.hand_over(following, {k - n: f for k, f in ahead.items() if k >= n})
+                ahead = {k: f for k, f in ahead.items() if k < n}
+        finally:  # abandoned: do not decode what is still queued
+            for future in ahead.values():
+                future.cancel()
 
     def _ahead_bytes(self, unit: Unit) -> int:
         """Uncompressed bytes of a Parquet unit (0: not decoded ahead)."""
@@ -266,13 +294,58 @@ class Source:
         return ops.cast(DatasetCore.from_arrow(table), features).data
 
 
+class Lookahead:
+    """Decoding that goes on from one pass of a stream into the next (a loader's read-ahead):
+    a thread pool kept across passes, the next pass's unit order (``following``, set before each
+    pass), and the units of it already decoding, handed from one pass to the next. ``close()``
+    stops the pool."""
+
+    def __init__(self) -> None:
+        self.following: list[Unit] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._units: list[Unit] = []
+        self._ahead: dict[int, Any] = {}
+
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(READ_AHEAD_UNITS, thread_name_prefix="jaxfeed-read")
+        return self._pool
+
+    def hand_over(self, units: list[Unit], ahead: dict[int, Any]) -> None:
+        self._drop()
+        self._units, self._ahead = units, ahead
+
+    def adopt(self, units: list[Unit], skip: int) -> dict[int, Any]:
+        """The units decoding for a pass over ``units`` from row ``skip`` (none if it is another
+        pass than the one they were started for)."""
+        ahead = self._ahead if not skip and units == self._units else {}
+        if not ahead:
+            self._drop()
+        self._units, self._ahead = [], {}
+        return ahead
+
+    def _drop(self) -> None:
+        for future in self._ahead.values():
+            future.cancel()
+        self._units, self._ahead = [], {}
+
+    def close(self) -> None:
+        self._drop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
 def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
     return None if seed is None else [int(seed), int(epoch), salt]
 
 
 class _SourceStage:
-    def __init__(self, source: Source, epoch: int, state: dict | None) -> None:
+    def __init__(
+        self, source: Source, epoch: int, state: dict | None, lookahead: Lookahead | None = None
+    ) -> None:
         self.source = source
+        self.lookahead = lookahead
         self.units = source.order(epoch)
         self.unit = 0  # index of the unit being read
         self.offset = 0  # rows of that unit already passed on (before striding)
@@ -282,7 +355,7 @@ class _SourceStage:
 
     def run(self) -> Iterator[pa.Table]:
         stride = self.source.stride
-        for tables in self.source.read_ahead(self.units[self.unit :], self.offset):
+        for tables in self.source.read_ahead(self.units[self.unit :], self.offset, self.lookahead):
             for table in tables:
                 start = self.row
                 self.offset += table.num_rows
@@ -712,13 +785,19 @@ def _as_one_row(table: pa.Table) -> pa.Table:
 class Stream:
     """One pass over a stream: tables in order, and :meth:`snapshot` of the position reached."""
 
-    def __init__(self, ds: IterableDataset, state: dict | None = None) -> None:
+    def __init__(
+        self, ds: IterableDataset, state: dict | None = None, lookahead: Lookahead | None = None
+    ) -> None:
         steps = state["steps"] if state else [None] * len(ds._steps)
         if len(steps) != len(ds._steps):
             raise ValueError(
                 f"the saved stream state has {len(steps)} steps but this dataset has {len(ds._steps)}"
             )
-        self.source = _SourceStage(ds._source, ds._epoch, state["source"] if state else None)
+        self.source = _SourceStage(
+            ds._source, ds._epoch, state["source"] if state else None, lookahead
+        )
+        if lookahead is not None:  # the next pass's order, for decoding ahead into it
+            lookahead.following = ds._source.order(ds._epoch + 1)
         self.stages = [s.stage(ds._epoch, st) for s, st in zip(ds._steps, steps, strict=True)]
 
     def __iter__(self) -> Iterator[pa.Table]:
