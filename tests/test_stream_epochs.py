@@ -128,3 +128,31 @@ def test_a_lookahead_is_adopted_only_by_the_pass_it_was_started_for():
     assert lookahead.adopt(units, 0) == {0: started} and lookahead.adopt(units, 0) == {}
     lookahead.close()
     assert started.result() == 1
+
+
+def test_plain_batches_are_placed_row_by_row_as_put_tree_places_them(stream):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from jaxfeed.devices import put_tree, row_placer
+
+    device = jax.devices()[1]
+    cols = {"x": np.arange(40, dtype=np.float32).reshape(10, 4), "y": np.arange(10, dtype=np.int32)}
+    out = row_placer(cols, device)(2, 6)
+    ref = put_tree({k: v[2:6] for k, v in cols.items()}, device, batched=True)
+    for k in cols:
+        assert out[k].devices() == {device} and out[k].dtype == ref[k].dtype
+        assert out[k].shape == ref[k].shape and np.array_equal(out[k], cols[k][2:6])
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+    assert row_placer(cols, NamedSharding(mesh, PartitionSpec("data"))) is None
+    assert row_placer({"x": cols["x"][:, ::2]}, device) is None  # not contiguous
+    assert row_placer({"x": np.arange(3, dtype=np.float64)}, device) is None  # jax may narrow it
+    assert row_placer({"s": ["a", "b"]}, device) is None
+
+    loader = DataLoader(stream, 8, device=device)
+    batches = list(loader)
+    assert xs(batches) == fresh_epoch(stream, 0)
+    assert all(v.devices() == {device} for b in batches for v in b.values())
+    assert {str(v.dtype) for b in batches for v in b.values()} == {"int32", "float32"}
+    assert [len(b["x"]) for b in batches] == [8] * 15
+    loader.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -158,9 +159,19 @@ def device_put(
     return jax.device_put(leaves, placements)
 
 
+# dtypes that every setting of jax_enable_x64 keeps as they are (checked without asking jax:
+# canonicalize_dtype costs ~1 us, a third of putting a 256-row column)
+_ALWAYS_CANONICAL = frozenset(
+    np.dtype(t)
+    for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32")
+)
+
+
 def _put_one(x: np.ndarray, placement: Placement, fast: Any, copy: bool = False) -> jax.Array:
     put, shaped_array, canonicalize = fast
-    if type(x) is not np.ndarray or canonicalize(x.dtype) != x.dtype:
+    if type(x) is not np.ndarray or (
+        x.dtype not in _ALWAYS_CANONICAL and canonicalize(x.dtype) != x.dtype
+    ):
         return (
             jax.device_put(x, placement, may_alias=False) if copy else jax.device_put(x, placement)
         )
@@ -181,6 +192,50 @@ def _put_one(x: np.ndarray, placement: Placement, fast: Any, copy: bool = False)
         return put(aval, sharding, [x], [placement], True, copy)
     devices, indices = _shard_indices(placement, x.shape)
     return put(aval, placement, [x[i] for i in indices], devices, True, copy)
+
+
+def row_placer(
+    columns: dict[str, Any], placement: Placement
+) -> Callable[[int, int], dict[str, jax.Array]] | None:
+    """A function putting rows ``start:stop`` of every column on ``placement``, for batches cut
+    from the same columns: checks, avals and sharding done once, not per batch (~1 us a column
+    less than :func:`put_tree`). None unless the placement is one device and every column is a
+    C-contiguous numpy array in a dtype JAX keeps; use :func:`put_tree` then.
+
+    >>> import jax, numpy as np
+    >>> from jaxfeed.devices import row_placer
+    >>> place = row_placer({"x": np.arange(8, dtype=np.int32)}, jax.devices()[0])
+    >>> place(2, 5)["x"].tolist()
+    [2, 3, 4]
+    """
+    fast = _load_fast_put()
+    if not fast or not isinstance(placement, jax.Device):
+        return None
+    if not all(
+        type(v) is np.ndarray and v.dtype in _ALWAYS_CANONICAL and v.flags.c_contiguous
+        for v in columns.values()
+    ):
+        return None
+    put, shaped_array, _ = fast
+    sharding = _SINGLE.get(placement)
+    if sharding is None:
+        sharding = _SINGLE[placement] = SingleDeviceSharding(placement)
+    devices = [placement]
+    names = list(columns)
+    arrays = list(columns.values())
+    avals: dict[int, list] = {}
+
+    def place(start: int, stop: int) -> dict[str, jax.Array]:
+        n = stop - start
+        shapes = avals.get(n)
+        if shapes is None:
+            shapes = avals[n] = [shaped_array((n, *a.shape[1:]), a.dtype) for a in arrays]
+        return {
+            k: put(aval, sharding, [a[start:stop]], devices, True, False)
+            for k, a, aval in zip(names, arrays, shapes, strict=True)
+        }
+
+    return place
 
 
 def check_divisible(rows: int, placement: Placement) -> None:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from jaxfeed.bucketing import MEGA_BATCHES, bucket_table
 from jaxfeed.dataset import Dataset
-from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
+from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement, row_placer
 from jaxfeed.features import Features
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import (
@@ -230,18 +230,21 @@ class StreamingDataLoader:
         self._iterator = weakref.ref(iterator)
         return iterator
 
-    def _batches(self, tables: Iterator[tuple]) -> Iterator[tuple[dict, dict]]:
-        """``(numpy columns of one batch, stream position after it)`` cut from ``tables``
-        (:meth:`_Reader.tables`); the position of the epoch's final batch says ``last`` (one batch is
-        held back to know it).
+    def _batches(self, tables: Iterator[tuple]) -> Iterator[tuple[Any, _After]]:
+        """``(one batch, stream position after it)`` cut from ``tables`` (:meth:`_Reader.tables`);
+        the position of the epoch's final batch says ``last`` (one batch is held back to know it).
+        A batch is a dict of numpy columns for :meth:`_to_device`, or, for a loader that only
+        places its batches on one device, ``(place, start, stop)``: rows of the table that
+        ``place`` (:func:`jaxfeed.devices.row_placer`, made once a table) puts on the device.
 
         Fixed-shape columns are zero-copy views of the table, and batches are slices of them;
         only a batch spanning two tables is copied.
         """
         size = self.rows_per_batch
+        plain = self.padding is None and self.packing is None and self.transform is None
         carry: dict[str, Any] | None = None  # rows short of a batch, decoded
         count = 0
-        held: tuple[dict, dict] | None = None
+        held: tuple[Any, _After] | None = None
         snap = None
         for table, cols, snap in tables:
             if table is None:
@@ -257,8 +260,9 @@ class StreamingDataLoader:
                 if held is not None:
                     yield held
                 held = (batch, _After(snap, table, pos))
+            place = row_placer(cols, self.placement) if plain and n - pos >= size else None
             while n - pos >= size:
-                batch = _cut(cols, pos, pos + size)
+                batch = (place, pos, pos + size) if place else _cut(cols, pos, pos + size)
                 pos += size
                 if held is not None:
                     yield held
@@ -273,7 +277,10 @@ class StreamingDataLoader:
             held[1].last = True
             yield held
 
-    def _to_device(self, batch: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
+    def _to_device(self, batch: Any, epoch: int, step: int) -> dict[str, Any]:
+        if type(batch) is tuple:  # rows of a table, placed as they are
+            place, start, stop = batch
+            return place(start, stop)
         if self.padding is not None:
             batch = _host(pad_batch(batch, self.padding, declared=self._declared))
         if self.packing is not None:
