@@ -950,9 +950,11 @@ class _EpochIterator:
             # Nothing to decode or transform: a batch is one gather (a memory copy) and one
             # transfer, ~25 us for 128 MNIST rows. A background thread made that slower, not
             # faster: under the GIL its hand-overs (queue, semaphore, the GIL passed at every
-            # transfer) cost about as much as the batch (bench-check's loader probe, loaded
-            # 2-core machine: 0.98x the numpy-gather limit with the thread, 1.55x without; larger
-            # batches and a synced step lost too). So the iterating thread keeps ``prefetch``
+            # transfer) cost about as much as the batch (`python -m jaxfeed.bench.check --only
+            # loader`, loaded 2-core machine, medians of 3 alternating runs: 0.95x the numpy-gather
+            # limit with the thread, 1.57x without; 9.6 MB batches with a synced step lost too).
+            # Gathering several batches at once and zero-copy transfers from 64-byte aligned
+            # buffers measured slower, not faster. So the iterating thread keeps ``prefetch``
             # batches placed ahead itself, as flax's ``prefetch_to_device`` does: their
             # transfers are issued before they are needed and the gather overlaps the compiled
             # step already dispatched.
