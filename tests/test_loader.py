@@ -113,6 +113,37 @@ def test_prefetched_batches_are_not_consumed():
     assert np.asarray(next(iter(resumed))["id"]).tolist() == [8, 9, 10, 11]
 
 
+def test_numeric_prefetch_places_ahead_without_a_thread():
+    # nothing to decode or transform: the iterating thread places the batches ahead itself
+    def prefetch_threads():
+        return {t for t in threading.enumerate() if t.name == "jaxfeed-prefetch"}
+
+    before = prefetch_threads()
+    expected = ids(DataLoader(make_ds(), batch_size=8, shuffle=True, seed=3, prefetch=0))
+    loader = DataLoader(make_ds(), batch_size=8, shuffle=True, seed=3, prefetch=2)
+    it = iter(loader)
+    first = ids([next(it), next(it)])
+    assert prefetch_threads() <= before
+    assert first == expected[:2] and loader.state_dict()["batches_consumed"] == 2
+    assert first + ids(it) == expected
+    resumed = DataLoader(make_ds(), batch_size=8, shuffle=True, seed=3, prefetch=2)
+    resumed.load_state_dict({**loader.state_dict(), "epoch": 0, "batches_consumed": 3})
+    assert ids(resumed) == expected[3:]
+
+
+def test_numeric_batch_error_comes_in_its_turn():
+    # batch 2 fails while batch 0 is returned; batches 0 and 1 still come first
+    ds = Dataset.from_dict({"v": np.array([0] * 9 + [2**40] + [0] * 6, dtype=np.int64)})
+    loader = DataLoader(ds, batch_size=4, prefetch=2)
+    it = iter(loader)
+    assert [np.asarray(next(it)["v"]).tolist() for _ in range(2)] == [[0] * 4] * 2
+    with pytest.raises(OverflowError, match="column 'v', row 9"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+    assert loader.state_dict()["batches_consumed"] == 2
+
+
 def test_state_mismatch_is_rejected():
     state = DataLoader(make_ds(50), batch_size=4).state_dict()
     with pytest.raises(ValueError, match="num_rows is 50 in the state but 40 here"):

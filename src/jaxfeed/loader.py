@@ -1,7 +1,9 @@
 """`DataLoader`: shuffled, augmented, prefetched ``jax.Array`` batches, sharded across devices and
 hosts, with exact resume.
 
-One batch is built in stages; a background thread keeps ``prefetch`` batches ready on the device:
+One batch is built in stages; ``prefetch`` batches are kept ready on the device, by a background
+thread when there is decoding or transforming to overlap, else placed ahead by the iterating
+thread (a gather and a transfer are cheaper than a hand-over between threads under the GIL):
 
 1. **order**: the epoch's rows come from a seeded permutation (:mod:`jaxfeed.order`), O(1) memory;
 2. **gather**: fixed-shape and numeric columns are gathered with one ``np.take`` from zero-copy
@@ -262,7 +264,10 @@ class DataLoader:
             ones are in :mod:`jaxfeed.transforms`.
         transform: ``fn(batch)`` or ``fn(batch, rng)`` on the numpy batch; ``rng`` is seeded by
             ``(seed, epoch, step)``. Runs in the workers too when there are any.
-        prefetch: batches kept ready on the device by a background thread (0: none).
+        prefetch: batches kept ready on the device (0: none), by a background thread; a
+            dataset read in this process without decoding or transforms (numeric columns: a
+            batch is a gather and a transfer) has them placed ahead by the iterating thread,
+            which is faster under the GIL than handing them over from another thread.
         device: a device string or ``jax.Device`` (default: the first device).
         sharding: a ``jax.sharding.Sharding`` that splits the batch dimension, e.g.
             ``NamedSharding(mesh, P("data"))``.
@@ -273,7 +278,9 @@ class DataLoader:
             (a gather is a memory copy: workers would only add one).
         worker_mode: ``"process"`` (default) or ``"thread"``.
         timeout: seconds to wait for one batch before raising ``TimeoutError`` naming its rows
-            (None: wait forever). With ``num_workers=0`` and ``prefetch=0`` it cannot apply.
+            (None: wait forever). It cannot apply to batches built in the iterating thread:
+            ``num_workers=0`` with ``prefetch=0``, or a dataset with nothing to decode or
+            transform.
         decode_size: ``(height, width)``, or ``{column: (height, width)}``: decode JPEGs at the
             smallest scale (1, 1/2, 1/4 or 1/8, done by the decoder, much cheaper than decoding
             at full size and resizing) whose sides are still at least this big.
@@ -934,10 +941,24 @@ class _EpochIterator:
         self.superseded = False
         self.stream = _Stream(loader, backend, epoch, start)
         self.producer: _Producer | None = None
+        self.ahead: deque | None = None  # batches placed ahead by the iterating thread
         if start >= len(loader):
             self._end()
-        elif loader.prefetch > 0:
+        elif loader.prefetch > 0 and loader._worker_work():
             self.producer = _Producer(self.stream, loader.prefetch)
+        elif loader.prefetch > 0:
+            # Nothing to decode or transform: a batch is one gather (a memory copy) and one
+            # transfer, ~25 us for 128 MNIST rows. A background thread made that slower, not
+            # faster: under the GIL its hand-overs (queue, semaphore, the GIL passed at every
+            # transfer) cost about as much as the batch (`python -m jaxfeed.bench.check --only
+            # loader`, loaded 2-core machine, medians of 3 alternating runs: 0.95x the numpy-gather
+            # limit with the thread, 1.57x without; 9.6 MB batches with a synced step lost too).
+            # Gathering several batches at once and zero-copy transfers from 64-byte aligned
+            # buffers measured slower, not faster. So the iterating thread keeps ``prefetch``
+            # batches placed ahead itself, as flax's ``prefetch_to_device`` does: their
+            # transfers are issued before they are needed and the gather overlaps the compiled
+            # step already dispatched.
+            self.ahead = deque()
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -969,7 +990,9 @@ class _EpochIterator:
         if self.done:
             raise StopIteration
         try:
-            if self.producer is None:
+            if self.ahead is not None:
+                batch = self._next_ahead()
+            elif self.producer is None:
                 batch = self.stream.next()
                 if batch is None:
                     self._finish()
@@ -992,12 +1015,30 @@ class _EpochIterator:
         self.stream.backend.start_workers()
         return batch
 
+    def _next_ahead(self) -> Batch:
+        """The oldest batch placed ahead, after placing up to ``prefetch`` more. A batch that
+        fails to build is raised in its turn, after the batches before it (as from the thread)."""
+        ahead, depth = self.ahead, self.loader.prefetch
+        while len(ahead) <= depth and not (ahead and isinstance(ahead[-1], _Failure | None)):
+            try:
+                ahead.append(self.stream.next())
+            except Exception as err:
+                ahead.append(_Failure(err))
+        item = ahead.popleft()
+        if item is None:
+            self._finish()
+        if isinstance(item, _Failure):
+            raise item.error
+        return item
+
     def close(self, failed: bool = False, superseded: bool = False) -> None:
         """Stop the prefetch thread; an epoch left early gives its pending batches up, one that
         failed (error, timeout, Ctrl-C) also stops the workers (they restart on the next epoch)."""
         if superseded and not self.done:
             self.superseded = True
         stopped = True
+        if self.ahead is not None:
+            self.ahead.clear()  # their device buffers go now
         if self.producer is not None:
             stopped = self.producer.close(wait=1.0 if failed else 30.0)
             self.producer = None
