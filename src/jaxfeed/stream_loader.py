@@ -520,9 +520,11 @@ class _ReadAhead:
     """A thread that reads and decodes the stream's tables (a few MB each) into a queue of
     ``_READ_AHEAD``: epoch ``epoch`` from ``resume``, then the next epochs from their start. So a
     new epoch's first tables are read while the previous epoch's last batches are consumed, within
-    the same bound (the queue, and the stream's own decode-ahead, which ends with its epoch): short
-    epochs no longer start from an empty read-ahead. ``items()`` gives one epoch's items, up to and
-    including its end marker ``(None, None, position)``.
+    the same bounds (the queue, and the stream's decode-ahead of Parquet units, whose
+    :class:`~jaxfeed.iterable.Lookahead` starts the next epoch's first units in its thread pool
+    while this epoch's last ones decode): short epochs start neither from an empty read-ahead nor
+    with a core idle. ``items()`` gives one epoch's items, up to and including its end marker
+    ``(None, None, position)``.
     """
 
     def __init__(self, reader: _Reader, resume: dict | None, epoch: int) -> None:

@@ -97,6 +97,7 @@ def _slices_bwd(res, dy):
 
 slices_conv.defvjp(_slices_fwd, _slices_bwd)
 
+
 def slices_conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
                                 rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
                                 **kwargs):  # fmt: skip
@@ -145,7 +146,9 @@ def _jax_cases(layer: tuple, rng: np.random.Generator) -> tuple[dict, dict]:
             xi, wi, gi = x, w, g
         xi, wi, gi = (jax.device_put(a) for a in (xi, wi, gi))
         fwd = jax.jit(conv)
-        train = jax.jit(jax.grad(lambda a, b, c, f=conv: jnp.sum(jnp.square(f(a, b)) * c), argnums=argnums))
+        train = jax.jit(
+            jax.grad(lambda a, b, c, f=conv: jnp.sum(jnp.square(f(a, b)) * c), argnums=argnums)
+        )
         outs = [np.asarray(fwd(xi, wi)), *(np.asarray(t) for t in train(xi, wi, gi))]
         if conv is nchw_conv:  # back to the NHWC/HWIO layouts for the comparison
             outs = [outs[0].transpose(0, 2, 3, 1)] + [
