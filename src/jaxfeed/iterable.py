@@ -298,7 +298,15 @@ class Lookahead:
     """Decoding that goes on from one pass of a stream into the next (a loader's read-ahead):
     a thread pool kept across passes, the next pass's unit order (``following``, set before each
     pass), and the units of it already decoding, handed from one pass to the next. ``close()``
-    stops the pool."""
+    stops the pool.
+
+    >>> from jaxfeed.iterable import Lookahead, Unit
+    >>> lookahead, units = Lookahead(), [Unit(path="a.parquet", row_groups=(0,))]
+    >>> lookahead.hand_over(units, {0: lookahead.pool().submit(sum, [1, 2])})
+    >>> [f.result() for f in lookahead.adopt(units, 0).values()]  # the pass it was started for
+    [3]
+    >>> lookahead.close()
+    """
 
     def __init__(self) -> None:
         self.following: list[Unit] = []
