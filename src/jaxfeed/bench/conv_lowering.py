@@ -97,6 +97,7 @@ def _slices_bwd(res, dy):
 
 slices_conv.defvjp(_slices_fwd, _slices_bwd)
 
+
 def slices_conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
                                 rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
                                 **kwargs):  # fmt: skip
@@ -145,7 +146,9 @@ def _jax_cases(layer: tuple, rng: np.random.Generator) -> tuple[dict, dict]:
             xi, wi, gi = x, w, g
         xi, wi, gi = (jax.device_put(a) for a in (xi, wi, gi))
         fwd = jax.jit(conv)
-        train = jax.jit(jax.grad(lambda a, b, c, f=conv: jnp.sum(jnp.square(f(a, b)) * c), argnums=argnums))
+        train = jax.jit(
+            jax.grad(lambda a, b, c, f=conv: jnp.sum(jnp.square(f(a, b)) * c), argnums=argnums)
+        )
         outs = [np.asarray(fwd(xi, wi)), *(np.asarray(t) for t in train(xi, wi, gi))]
         if conv is nchw_conv:  # back to the NHWC/HWIO layouts for the comparison
             outs = [outs[0].transpose(0, 2, 3, 1)] + [
@@ -209,6 +212,7 @@ def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
 
     from jaxfeed import Trainer
     from jaxfeed.bench import train_step as T
+    from jaxfeed.bench.transformer_step import trainer_case
     from jaxfeed.models import CNN
 
     rng = np.random.default_rng(0)
@@ -222,18 +226,7 @@ def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
         if name != "nnx.Conv (XLA)":
             model.conv1.conv_general_dilated = first_layer
         trainer = Trainer(model, optax.adamw(1e-3, weight_decay=1e-4), verbose=0)
-        arrays, n = trainer._batch(batch, "train")
-        core, holder = trainer.core, {"sums": trainer._sums(), "step": 0}
-
-        def run(count: int, core=core, holder=holder, arrays=arrays, n=n) -> None:
-            for _ in range(count):
-                core.state, holder["sums"] = core.train_step(
-                    core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-                )
-                holder["step"] += 1
-            jax.block_until_ready(holder["sums"])
-
-        out[name] = run
+        out[name] = trainer_case(trainer, batch)
     return out
 
 

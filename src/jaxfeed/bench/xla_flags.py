@@ -115,18 +115,8 @@ def _probe(model_name: str, steps: int, out: str) -> None:
         else:
             model = MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
         trainer = Trainer(model, tx, verbose=0)
-    arrays, n = trainer._batch(batch, "train")
+    run = S.trainer_case(trainer, batch)
     core = trainer.core
-    holder = {"sums": trainer._sums(), "step": 0}
-
-    def run(count: int) -> None:
-        for _ in range(count):
-            core.state, holder["sums"] = core.train_step(
-                core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-            )
-            holder["step"] += 1
-        jax.block_until_ready(holder["sums"])
-
     run(CHECK_STEPS)
     # the whole training state (parameters and optimizer moments) after the same steps
     flat = {
