@@ -17,7 +17,10 @@ kernel's, and the input's for the second layer) of:
 Every JAX lowering is checked against ``XLA NHWC`` (outputs and gradients, largest relative
 difference), cases take turns in every repeat and the table shows medians.
 
-Run: ``python -m jaxfeed.bench.conv_lowering [--repeats 5] [--iters 10]``.
+``--step`` also times the Trainer's whole CNN step as built and with its first convolution
+(three input channels, where XLA's convolution is weakest) done by :func:`slices_conv`.
+
+Run: ``python -m jaxfeed.bench.conv_lowering [--repeats 5] [--iters 10] [--step]``.
 
 >>> import numpy as np
 >>> x = np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype(np.float32)
@@ -269,8 +272,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument(
+        "--step",
+        action="store_true",
+        help="also time the Trainer's CNN step with the first convolution rewritten",
+    )
     args = parser.parse_args(argv)
-    measure(args.repeats, args.iters)
+    rows = measure(args.repeats, args.iters)
+    if args.step:
+        from jaxfeed.bench.train_step import ms_per_step  # starts the Trainer's imports
+
+        steps = ms_per_step(step_cases(slices_conv_general_dilated), 5, args.repeats)
+        print(f"\nTrainer CNN step, ms (medians of {args.repeats} x 5 steps, taking turns)")
+        for name, ms in steps.items():
+            print(f"{name:<40}{ms:>9.1f}")
+        save_json("conv_lowering", {"rows": rows, "trainer_step_ms": steps})
 
 
 if __name__ == "__main__":
