@@ -17,7 +17,10 @@ kernel's, and the input's for the second layer) of:
 Every JAX lowering is checked against ``XLA NHWC`` (outputs and gradients, largest relative
 difference), cases take turns in every repeat and the table shows medians.
 
-Run: ``python -m jaxfeed.bench.conv_lowering [--repeats 5] [--iters 10]``.
+``--step`` also times the Trainer's whole CNN step as built and with its first convolution
+(three input channels, where XLA's convolution is weakest) done by :func:`slices_conv`.
+
+Run: ``python -m jaxfeed.bench.conv_lowering [--repeats 5] [--iters 10] [--step]``.
 
 >>> import numpy as np
 >>> x = np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype(np.float32)
@@ -212,6 +215,7 @@ def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
 
     from jaxfeed import Trainer
     from jaxfeed.bench import train_step as T
+    from jaxfeed.bench.transformer_step import trainer_case
     from jaxfeed.models import CNN
 
     rng = np.random.default_rng(0)
@@ -225,18 +229,7 @@ def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
         if name != "nnx.Conv (XLA)":
             model.conv1.conv_general_dilated = first_layer
         trainer = Trainer(model, optax.adamw(1e-3, weight_decay=1e-4), verbose=0)
-        arrays, n = trainer._batch(batch, "train")
-        core, holder = trainer.core, {"sums": trainer._sums(), "step": 0}
-
-        def run(count: int, core=core, holder=holder, arrays=arrays, n=n) -> None:
-            for _ in range(count):
-                core.state, holder["sums"] = core.train_step(
-                    core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-                )
-                holder["step"] += 1
-            jax.block_until_ready(holder["sums"])
-
-        out[name] = run
+        out[name] = trainer_case(trainer, batch)
     return out
 
 
@@ -279,8 +272,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument(
+        "--step",
+        action="store_true",
+        help="also time the Trainer's CNN step with the first convolution rewritten",
+    )
     args = parser.parse_args(argv)
-    measure(args.repeats, args.iters)
+    rows = measure(args.repeats, args.iters)
+    if args.step:
+        from jaxfeed.bench.train_step import ms_per_step  # starts the Trainer's imports
+
+        steps = ms_per_step(step_cases(slices_conv_general_dilated), 5, args.repeats)
+        print(f"\nTrainer CNN step, ms (medians of {args.repeats} x 5 steps, taking turns)")
+        for name, ms in steps.items():
+            print(f"{name:<40}{ms:>9.1f}")
+        save_json("conv_lowering", {"rows": rows, "trainer_step_ms": steps})
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 For every configuration of ``XLA_FLAGS`` in :data:`CONFIGS` and every model (the article's CNN on
 128 x 32 x 32 x 3, an MLP on the same batch, the transformer classifier on 32 padded rows of 128
-tokens), a fresh process builds the Trainer's compiled step,
-runs ``--steps`` steps after a warm-up and reports the median ms/step, with the parameters
-reached after a fixed number of steps from the same start. The configurations take turns for
-``--rounds`` rounds (a busy period of the machine hits them all) and the table shows medians, the
-speed-up over the default configuration, and the largest difference of the parameters from the
+tokens), a fresh process builds the Trainer's compiled step, runs ``--steps`` steps after a
+warm-up and reports the median ms/step, with the parameters reached after a fixed number of steps
+from the same start. The configurations take turns for ``--rounds`` rounds (a busy period of the
+machine hits them all; each round starts one configuration later) and the table shows medians,
+the speed-up over the default configuration (the ratio of the medians, and the median of the
+per-round ratios with the rounds it won), and the largest difference of the parameters from the
 default's (a configuration is usable only within ``--tolerance``, 1e-4). A persistent compilation
 cache in a temporary folder keeps the rounds after the first from compiling again (its key
 includes ``XLA_FLAGS``). PyTorch eager on the CNN is measured in the same rounds.
@@ -64,6 +65,28 @@ def max_relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) 
     return worst
 
 
+def round_speedups(
+    by_round: dict[tuple[str, str, int], float], model: str, name: str, rounds: int
+) -> dict[str, float | str]:
+    """The median over rounds of (default's time / this configuration's time) in the same round,
+    steadier than the ratio of medians when the machine's load changes between rounds, and in how
+    many rounds the configuration was the faster.
+
+    >>> t = {("m", "default", 0): 10.0, ("m", "x", 0): 5.0, ("m", "default", 1): 30.0, ("m", "x", 1): 40.0}
+    >>> round_speedups(t, "m", "x", 2)
+    {'round_speedup': 1.375, 'faster_rounds': '1/2'}
+    """
+    ratios = [
+        by_round[(model, "default", r)] / by_round[(model, name, r)]
+        for r in range(rounds)
+        if (model, "default", r) in by_round and (model, name, r) in by_round
+    ]
+    if not ratios:
+        return {"round_speedup": float("nan"), "faster_rounds": "0/0"}
+    faster = sum(x > 1 for x in ratios)
+    return {"round_speedup": statistics.median(ratios), "faster_rounds": f"{faster}/{len(ratios)}"}
+
+
 def _probe(model_name: str, steps: int, out: str) -> None:
     """In a process whose ``XLA_FLAGS`` are set: ms/step of the Trainer's step on ``model_name``
     (printed as JSON) and the parameters after :data:`CHECK_STEPS` steps (saved to ``out``)."""
@@ -92,18 +115,8 @@ def _probe(model_name: str, steps: int, out: str) -> None:
         else:
             model = MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
         trainer = Trainer(model, tx, verbose=0)
-    arrays, n = trainer._batch(batch, "train")
+    run = S.trainer_case(trainer, batch)
     core = trainer.core
-    holder = {"sums": trainer._sums(), "step": 0}
-
-    def run(count: int) -> None:
-        for _ in range(count):
-            core.state, holder["sums"] = core.train_step(
-                core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-            )
-            holder["step"] += 1
-        jax.block_until_ready(holder["sums"])
-
     run(CHECK_STEPS)
     # the whole training state (parameters and optimizer moments) after the same steps
     flat = {
@@ -160,13 +173,15 @@ def sweep(
         raise ValueError(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
     configs = {k: v for k, v in CONFIGS.items() if not only or k in only or k == "default"}
     ms: dict[tuple[str, str], list[float]] = {}
+    by_round: dict[tuple[str, str, int], float] = {}
     errors: dict[tuple[str, str], str] = {}
     torch_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="jaxfeed-xla-sweep-") as work:
         cache = str(Path(work) / "cache")
         for r in range(rounds):
             for model in models:
-                for name, flags in configs.items():
+                turn = list(configs.items())  # each round starts one configuration later
+                for name, flags in turn[r % len(turn) :] + turn[: r % len(turn)]:
                     key = (model, name)
                     if key in errors:
                         continue
@@ -176,6 +191,7 @@ def sweep(
                         errors[key] = res["error"]
                     else:
                         ms.setdefault(key, []).append(res["ms"])
+                        by_round[(model, name, r)] = res["ms"]
                     shown = f"{res['ms']:.1f} ms/step" if "ms" in res else res["error"]
                     print(f"    round {r + 1} {model} {name}: {shown}", flush=True)
             if "cnn" in models:  # PyTorch eager runs the CNN only
@@ -204,26 +220,31 @@ def sweep(
                         "flags": flags,
                         "ms_per_step": median,
                         "speedup": base / median,
+                        **round_speedups(by_round, model, name, rounds),
                         "max_rel_diff": diff,
                         "within_tolerance": diff <= tolerance,
                     }
                 )
     torch_median = statistics.median(torch_ms) if torch_ms else None
     print(f"\nXLA CPU options, Trainer step, medians of {rounds} alternating rounds ({machine()})")
-    print(f"{'model':<6}{'configuration':<26}{'ms/step':>9}{'speed-up':>10}{'max rel diff':>14}")
+    print(
+        f"{'model':<12}{'configuration':<26}{'ms/step':>9}{'speed-up':>10}{'per round':>11}"
+        f"{'faster':>8}{'max rel diff':>14}"
+    )
     for row in rows:
         if "error" in row:
-            print(f"{row['model']:<6}{row['config']:<26}  failed: {row['error']}")
+            print(f"{row['model']:<12}{row['config']:<26}  failed: {row['error']}")
             continue
         mark = "" if row["within_tolerance"] else "  (outside tolerance)"
         print(
-            f"{row['model']:<6}{row['config']:<26}{row['ms_per_step']:>9.1f}"
-            f"{row['speedup']:>9.2f}x{row['max_rel_diff']:>14.1e}{mark}"
+            f"{row['model']:<12}{row['config']:<26}{row['ms_per_step']:>9.1f}"
+            f"{row['speedup']:>9.2f}x{row['round_speedup']:>10.2f}x{row['faster_rounds']:>8}"
+            f"{row['max_rel_diff']:>14.1e}{mark}"
         )
     if torch_median is not None and "cnn" in models:
         cnn_default = next(r for r in rows if r["model"] == "cnn" and r["config"] == "default")
         print(
-            f"cnn   PyTorch eager             {torch_median:>9.1f}   "
+            f"cnn         PyTorch eager             {torch_median:>9.1f}   "
             f"(Trainer default / PyTorch: {torch_median / cnn_default['ms_per_step']:.2f}x speed)"
         )
     payload = {"rounds": rounds, "steps": steps, "rows": rows, "torch_eager_ms": torch_median}
