@@ -3,6 +3,7 @@
 (`TransformerClassifier`, `TransformerLM`)."""
 
 from jaxfeed.models.audio import AudioCNN
+from jaxfeed.models.conv import im2col_conv
 from jaxfeed.models.linen import LinenCNN
 from jaxfeed.models.nnx import CNN, MLP
 from jaxfeed.models.pool import max_pool_2x2
@@ -15,5 +16,6 @@ __all__ = [
     "LinenCNN",
     "TransformerClassifier",
     "TransformerLM",
+    "im2col_conv",
     "max_pool_2x2",
 ]

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.conv import im2col_conv
 from jaxfeed.models.nnx import axes
 from jaxfeed.models.pool import max_pool_2x2
 
@@ -64,7 +65,11 @@ class AudioCNN(nnx.Module):
         self.channels = tuple(int(c) for c in channels)
         self.dropout_rate = dropout_rate
         self.momentum = momentum
-        conv = {"kernel_metadata": axes(None, None, None, "conv"), "bias_metadata": axes("conv")}
+        conv = {
+            "kernel_metadata": axes(None, None, None, "conv"),
+            "bias_metadata": axes("conv"),
+            "conv_general_dilated": im2col_conv,  # the first layer's few channels: im2col
+        }
         norm = {"scale_metadata": axes("conv"), "bias_metadata": axes("conv")}
         self.input_norm = nnx.BatchNorm(mels, momentum=momentum, rngs=rngs)
         widths = (1, *self.channels)

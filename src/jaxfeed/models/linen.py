@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 from flax import linen as nn
 
+from jaxfeed.models.conv import im2col_conv
 from jaxfeed.models.pool import max_pool_2x2
 
 
@@ -26,9 +27,9 @@ class LinenCNN(nn.Module):
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         if x.ndim == 3:
             x = x[..., None]
-        x = nn.relu(nn.Conv(32, kernel_size=(3, 3))(x))
+        x = nn.relu(nn.Conv(32, kernel_size=(3, 3), conv_general_dilated=im2col_conv)(x))
         x = max_pool_2x2(nn.BatchNorm(use_running_average=not train, momentum=self.momentum)(x))
-        x = nn.relu(nn.Conv(64, kernel_size=(3, 3))(x))
+        x = nn.relu(nn.Conv(64, kernel_size=(3, 3), conv_general_dilated=im2col_conv)(x))
         x = max_pool_2x2(nn.BatchNorm(use_running_average=not train, momentum=self.momentum)(x))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(128)(x))

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.conv import im2col_conv
 from jaxfeed.models.pool import max_pool_2x2
 
 
@@ -79,7 +80,11 @@ class CNN(nnx.Module):
         self.input_shape = (h, w, c)
         self.dropout_rate = dropout_rate
         self.momentum = momentum
-        conv = {"kernel_metadata": axes(None, None, None, "conv"), "bias_metadata": axes("conv")}
+        conv = {
+            "kernel_metadata": axes(None, None, None, "conv"),
+            "bias_metadata": axes("conv"),
+            "conv_general_dilated": im2col_conv,  # the first layer's few channels: im2col
+        }
         norm = {"scale_metadata": axes("conv"), "bias_metadata": axes("conv")}
         self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs, **conv)
         self.bn1 = nnx.BatchNorm(
