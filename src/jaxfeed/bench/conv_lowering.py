@@ -9,16 +9,20 @@ kernel's, and the input's for the second layer) of:
 * ``XLA NHWC``: ``lax.conv_general_dilated`` on channels-last data (what ``nnx.Conv`` does);
 * ``XLA NCHW``: the same on channels-first data and an ``OIHW`` kernel;
 * ``im2col patches + dot``: ``lax.conv_general_dilated_patches`` then one matrix product;
-* ``im2col slices + dot``: the patches built from 9 shifted slices, one matrix product, and a
-  custom VJP (kernel gradient = patches^T @ dy, input gradient = a forward convolution of dy
-  with the flipped kernel);
+* ``im2col slices + dot, custom VJP``: the patches built from 9 shifted slices, one matrix
+  product, and a custom VJP (kernel gradient = patches^T @ dy, input gradient = a forward
+  convolution of dy with the flipped kernel);
+* ``im2col slices + dot, JAX's VJP``: the same product differentiated by JAX (what
+  :func:`jaxfeed.models.im2col_conv` does for shallow kernels);
 * PyTorch eager (``torch.nn.functional.conv2d``, channels-first, oneDNN), when installed.
 
 Every JAX lowering is checked against ``XLA NHWC`` (outputs and gradients, largest relative
 difference), cases take turns in every repeat and the table shows medians.
 
-``--step`` also times the Trainer's whole CNN step as built and with its first convolution
-(three input channels, where XLA's convolution is weakest) done by :func:`slices_conv`.
+``--step`` also times the Trainer's whole CNN step with XLA's convolutions, with
+:func:`jaxfeed.models.im2col_conv` (what the reference models use: im2col for the first layer's
+three input channels, where XLA's convolution is weakest, XLA's convolution for the second) and
+with the first layer done by :func:`slices_conv` (custom VJP).
 
 Run: ``python -m jaxfeed.bench.conv_lowering [--repeats 5] [--iters 10] [--step]``.
 
@@ -42,6 +46,7 @@ import numpy as np
 from jax import lax
 
 from jaxfeed.bench._common import machine, save_json
+from jaxfeed.models.conv import im2col_conv
 
 LAYERS = {  # name: (batch, height, in channels, out channels, the step needs the input's gradient)
     "conv1 128x32x32x3 -> 32": (128, 32, 3, 32, False),
@@ -214,9 +219,16 @@ def _time(run: Callable[[], object], iters: int) -> float:
     return (time.perf_counter() - start) / iters * 1e3
 
 
-def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
-    """The Trainer's CNN step (128 x 32 x 32 x 3, AdamW) as built, and with ``first_layer`` as the
-    first convolution's ``conv_general_dilated`` (same parameters)."""
+STEP_LOWERINGS: dict[str, Callable] = {
+    "lax.conv_general_dilated (XLA)": lax.conv_general_dilated,
+    "jaxfeed.models.im2col_conv (built in)": im2col_conv,
+    "first layer: slices, custom VJP": slices_conv_general_dilated,
+}
+
+
+def step_cases() -> dict[str, Callable[[int], None]]:
+    """The Trainer's CNN step (128 x 32 x 32 x 3, AdamW) with each of :data:`STEP_LOWERINGS` as
+    the convolutions' ``conv_general_dilated`` (the same parameters)."""
     import optax  # the step comparison only
     from flax import nnx
 
@@ -231,10 +243,9 @@ def step_cases(first_layer: Callable) -> dict[str, Callable[[int], None]]:
         "label": jax.device_put(rng.integers(0, 10, T.BATCH).astype(np.int32)),
     }
     out = {}
-    for name in ("nnx.Conv (XLA)", "first layer rewritten"):
+    for name, conv in STEP_LOWERINGS.items():
         model = CNN(10, input_shape=T.SHAPE, rngs=nnx.Rngs(0))
-        if name != "nnx.Conv (XLA)":
-            model.conv1.conv_general_dilated = first_layer
+        model.conv1.conv_general_dilated = model.conv2.conv_general_dilated = conv
         trainer = Trainer(model, optax.adamw(1e-3, weight_decay=1e-4), verbose=0)
         out[name] = trainer_case(trainer, batch)
     return out
@@ -289,10 +300,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.step:
         from jaxfeed.bench.train_step import ms_per_step  # starts the Trainer's imports
 
-        steps = ms_per_step(step_cases(slices_conv_general_dilated), 5, args.repeats)
+        steps = ms_per_step(step_cases(), 5, args.repeats)
         print(f"\nTrainer CNN step, ms (medians of {args.repeats} x 5 steps, taking turns)")
         for name, ms in steps.items():
-            print(f"{name:<40}{ms:>9.1f}")
+            print(f"{name:<42}{ms:>9.1f}")
         save_json("conv_lowering", {"rows": rows, "trainer_step_ms": steps})
 
 
