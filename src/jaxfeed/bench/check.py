@@ -124,6 +124,7 @@ def probe_formatting() -> dict[str, float]:
             }
         ),
     ).with_format("jax")
+
     def passes(ds, count: int = 8):  # one pass is ~10 ms: time several, or noise decides
         for _ in range(count):
             yield from ds.iter(batch_size=128)
