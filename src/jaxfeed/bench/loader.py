@@ -27,22 +27,35 @@ from jaxfeed.bench._common import RESULTS, machine, save_json
 BATCH = 128
 
 
+def _pass(make_batches: Callable[[], Iterable], max_batches: int | None) -> float:
+    """Rows/s of one pass over at most ``max_batches`` batches, each image waited for."""
+    start = time.perf_counter()
+    rows = 0
+    for i, batch in enumerate(make_batches()):
+        image = batch["image"] if isinstance(batch, dict) else batch[0]
+        jax.block_until_ready(image)
+        rows += image.shape[0]
+        if max_batches is not None and i + 1 >= max_batches:
+            break
+    return rows / (time.perf_counter() - start)
+
+
 def timed(make_batches: Callable[[], Iterable], max_batches: int | None, repeats: int) -> float:
     """Median rows/s over ``repeats`` passes (after one warm-up pass) of at most ``max_batches``."""
+    _pass(make_batches, max_batches)
+    return statistics.median(_pass(make_batches, max_batches) for _ in range(repeats))
 
-    def one_pass() -> float:
-        start = time.perf_counter()
-        rows = 0
-        for i, batch in enumerate(make_batches()):
-            image = batch["image"] if isinstance(batch, dict) else batch[0]
-            jax.block_until_ready(image)
-            rows += image.shape[0]
-            if max_batches is not None and i + 1 >= max_batches:
-                break
-        return rows / (time.perf_counter() - start)
 
-    one_pass()
-    return statistics.median(one_pass() for _ in range(repeats))
+def alternating(cases: dict[str, Callable[[], Iterable]], repeats: int) -> dict[str, float]:
+    """Median rows/s of each case over ``repeats`` whole passes, the cases taking turns (after one
+    warm-up pass each)."""
+    rates: dict[str, list[float]] = {name: [] for name in cases}
+    for turn in range(repeats + 1):
+        for name, make in cases.items():
+            rate = _pass(make, None)
+            if turn:  # the first turn warms up
+                rates[name].append(rate)
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def numpy_collate(batch):
@@ -101,11 +114,8 @@ def main() -> None:
     seq = DataLoader(ds, BATCH)
     add("Array2D sequential", "jaxfeed DataLoader", timed(lambda: seq, None, repeats))
     shuf = DataLoader(ds, BATCH, shuffle=True)
-    add("Array2D shuffled", "jaxfeed DataLoader", timed(lambda: shuf, None, repeats))
     sync = DataLoader(ds, BATCH, shuffle=True, prefetch=0)
-    add("Array2D shuffled", "jaxfeed DataLoader (prefetch=0)", timed(lambda: sync, None, repeats))
-
-    order = [np.random.default_rng(i).permutation(rows) for i in range(repeats + 1)]
+    order = [np.random.default_rng(i).permutation(rows) for i in range(2 * repeats + 2)]
 
     def numpy_limit():
         perm = order[numpy_limit.calls % len(order)]
@@ -115,7 +125,17 @@ def main() -> None:
             yield {"image": jax.numpy.asarray(images[idx]), "label": jax.numpy.asarray(labels[idx])}
 
     numpy_limit.calls = 0
-    add("Array2D shuffled", "numpy gather + jnp.asarray (limit)", timed(numpy_limit, None, repeats))
+    # the loader and the limit take turns (2 x repeats passes each): a busy period hits them all
+    shuffled = alternating(
+        {
+            "jaxfeed DataLoader": lambda: shuf,
+            "jaxfeed DataLoader (prefetch=0)": lambda: sync,
+            "numpy gather + jnp.asarray (limit)": numpy_limit,
+        },
+        2 * repeats,
+    )
+    for name, rate in shuffled.items():
+        add("Array2D shuffled", name, rate)
 
     try:
         import datasets
