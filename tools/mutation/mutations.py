@@ -335,7 +335,7 @@ MUTATIONS = [
     ),
     Mutation(
         "ops-shard-contiguous-start",
-        "src/jaxfeed/ops.py",
+        "src/jaxfeed/ops/rows.py",
         "start = div * index + min(index, mod)",
         "start = div * index",
         ["tests/test_datasets_api.py::test_unique_sort_shard"],
