@@ -193,16 +193,16 @@ def test_stream_errors_name_the_problem(files, tmp_path):
 def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monkeypatch):
     import threading
 
-    from jaxfeed import iterable
+    from jaxfeed.iterable import sources  # where Source and READ_AHEAD_BYTES live
 
     readers: list[str] = []
-    read = iterable.Source.read
+    read = sources.Source.read
 
     def spy(self, unit, skip, *args):
         readers.append(threading.current_thread().name)
         return read(self, unit, skip, *args)
 
-    monkeypatch.setattr(iterable.Source, "read", spy)
+    monkeypatch.setattr(sources.Source, "read", spy)
     ids = load_dataset("parquet", data_files=files, split="train", streaming=True)
     assert rows(ids) == list(range(120))  # 12 row-group units, in order
     assert len(readers) == 12 and sum(n.startswith("jaxfeed-read") for n in readers) == 11
@@ -225,7 +225,7 @@ def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monk
         threading.Event().wait(0.01)
     assert not mine()
     readers.clear()
-    monkeypatch.setattr(iterable, "READ_AHEAD_BYTES", 1)  # every unit is "too large"
+    monkeypatch.setattr(sources, "READ_AHEAD_BYTES", 1)  # every unit is "too large"
     assert rows(ids) == list(range(120))
     assert readers == [threading.current_thread().name] * 12
 

@@ -21,10 +21,10 @@ from jaxfeed import (
     load_from_disk,
     split_dataset_by_node,
 )
-from jaxfeed import iterable as iterable_module
 from jaxfeed.files import UnsafePathError
 from jaxfeed.io import batches as batches_module
 from jaxfeed.io.batches import file_batches
+from jaxfeed.iterable import sources as iterable_sources
 
 SMALL_TABLES = 1024  # bytes per table read from a file: a few hundred rows make several tables
 
@@ -33,7 +33,7 @@ SMALL_TABLES = 1024  # bytes per table read from a file: a few hundred rows make
 def small_tables(monkeypatch):
     """Files are read in tables of about 1 KiB (the first unit of a stream too)."""
     monkeypatch.setattr(batches_module, "BATCH_BYTES", SMALL_TABLES)
-    monkeypatch.setattr(iterable_module, "FIRST_BYTES", SMALL_TABLES)
+    monkeypatch.setattr(iterable_sources, "FIRST_BYTES", SMALL_TABLES)
 
 
 def write_units(folder, fmt, sizes):

@@ -377,7 +377,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream-resume-offset-last-table",
-        "src/jaxfeed/iterable.py",
+        "src/jaxfeed/iterable/sources.py",
         "self.offset += table.num_rows",
         "self.offset = table.num_rows",
         [f"{GUARD}::test_resume_inside_the_second_unit_read_in_several_tables"],
@@ -385,7 +385,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream-split-stride-phase",
-        "src/jaxfeed/iterable.py",
+        "src/jaxfeed/iterable/sources.py",
         "first = (rank - start) % world",
         "first = rank",
         [f"{GUARD}::test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete"],
