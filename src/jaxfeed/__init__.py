@@ -19,10 +19,8 @@ __version__ = "0.1.0"
 # JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
 _EXPORTS = {
     "Column": "jaxfeed.column",
-    # through jaxfeed.io: importing io registers its loaders (files into the cache, folders
-    # written by save_to_disk) with Dataset, which sits below io
-    "Dataset": "jaxfeed.io",
-    "DatasetDict": "jaxfeed.io",
+    "Dataset": "jaxfeed.dataset",
+    "DatasetDict": "jaxfeed.dataset_dict",
     "load_exported": "jaxfeed.export",
     "Array2D": "jaxfeed.features",
     "Array3D": "jaxfeed.features",
@@ -55,7 +53,7 @@ _EXPORTS = {
     "enable_progress_bar": "jaxfeed.settings",
     "NamedSplit": "jaxfeed.splits",
     "Split": "jaxfeed.splits",
-    "load_from_disk": "jaxfeed.io",
+    "load_from_disk": "jaxfeed.dataset",
     "IterableDataset": "jaxfeed.iterable",
     "IterableDatasetDict": "jaxfeed.iterable",
     "split_dataset_by_node": "jaxfeed.iterable",
@@ -73,7 +71,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from jaxfeed import logging
     from jaxfeed.column import Column
-    from jaxfeed.dataset import Dataset, DatasetDict
+    from jaxfeed.dataset import Dataset, load_from_disk
+    from jaxfeed.dataset_dict import DatasetDict
     from jaxfeed.export import export, load_exported
     from jaxfeed.features import (
         Array2D,
@@ -94,12 +93,7 @@ if TYPE_CHECKING:
         TranslationVariableLanguages,
         Value,
     )
-    from jaxfeed.io import (
-        get_dataset_config_names,
-        get_dataset_split_names,
-        load_dataset,
-        load_from_disk,
-    )
+    from jaxfeed.io import get_dataset_config_names, get_dataset_split_names, load_dataset
     from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
     from jaxfeed.loader import DataLoader
     from jaxfeed.ops import concatenate_datasets, interleave_datasets

@@ -4,12 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset
+
+class Columnar(Protocol):
+    """What a :class:`Column` reads from: a dataset (:class:`~jaxfeed.Dataset`, or anything with
+    its features, rows and format). Typing only: this module imports no dataset class."""
+
+    @property
+    def features(self) -> Any: ...
+
+    @property
+    def num_rows(self) -> int: ...
+
+    @property
+    def format(self) -> dict[str, Any]: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __getitem__(self, key: Any) -> Any: ...
+
+    def select_columns(self, column_names: Any) -> Columnar: ...
+
+    def with_format(self, type: str | None = None, **format_kwargs: Any) -> Columnar: ...
 
 
 class Column(SequenceABC):
@@ -30,7 +51,7 @@ class Column(SequenceABC):
     (2, [2, 3], True)
     """
 
-    def __init__(self, source: Dataset | Column, column_name: str) -> None:
+    def __init__(self, source: Columnar | Column, column_name: str) -> None:
         features = source.features
         if not isinstance(features, dict) or column_name not in features:
             raise ValueError(f"Column '{column_name}' doesn't exist.")
@@ -38,7 +59,7 @@ class Column(SequenceABC):
         self.column_name = column_name
         self.features = features[column_name]
 
-    def _dataset(self) -> Dataset:
+    def _dataset(self) -> Columnar:
         """The source dataset restricted to this column (all columns for a custom transform)."""
         ds = self.source
         if ds.format["type"] == "custom":

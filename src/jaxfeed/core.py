@@ -65,7 +65,7 @@ class DatasetCore:
             features = Features.from_arrow_schema(table.schema)
         else:
             features = features if isinstance(features, Features) else Features(features)
-            table = _conform(table, features)
+            table = conform_table(table, features)
         self._table = table
         self._features = features
         self._reader = TableReader(table, features)
@@ -593,7 +593,7 @@ def _length(values: Any, column: str) -> int:
         ) from None
 
 
-def _conform(table: pa.Table, features: Features) -> pa.Table:
+def conform_table(table: pa.Table, features: Features) -> pa.Table:
     """Check ``table`` against ``features`` and cast it to their storage types."""
     if list(features) != table.column_names:
         if set(features) != set(table.column_names):

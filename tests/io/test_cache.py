@@ -141,7 +141,7 @@ def test_a_crash_mid_conversion_leaves_no_cache(tmp_path, monkeypatch):
         load_cached([str(path)], cache_dir=tmp_path / "cache")
     assert list((tmp_path / "cache" / "datasets").iterdir()) == []
     monkeypatch.setattr(cache_module, "_write", real)
-    assert load_cached([str(path)], cache_dir=tmp_path / "cache")["x"][-1] == 99
+    assert load_cached([str(path)], cache_dir=tmp_path / "cache").table["x"][-1].as_py() == 99
 
 
 def test_csv_and_json_convert_batch_by_batch_with_late_type_changes(tmp_path, monkeypatch):

@@ -162,7 +162,7 @@ MUTATIONS = [
     ),
     Mutation(
         "disk-read-into-memory",
-        "src/jaxfeed/io/disk.py",
+        "src/jaxfeed/saved.py",
         "source = pa.memory_map(str(file)) if not keep_in_memory else pa.OSFile(str(file))",
         "source = pa.OSFile(str(file))",
         [f"{DATA}::test_promise_saved_datasets_are_memory_mapped_not_read_into_memory"],
@@ -270,7 +270,7 @@ MUTATIONS = [
     ),
     Mutation(
         "disk-first-shard-only",
-        "src/jaxfeed/io/disk.py",
+        "src/jaxfeed/saved.py",
         '    for entry in entries:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         '    for entry in entries[:1]:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         [f"{DATA}::test_promise_reads_folders_written_by_datasets"],

@@ -1,11 +1,11 @@
-"""Getting data in: files, folders, the Hub, built-in datasets, and datasets saved to disk.
+"""Getting data in: files, folders, the Hub and built-in datasets.
 
-The package holds readers of single files (``batches``, ``files``) that the streaming modules
-below :class:`~jaxfeed.Dataset` use, and loaders above it (``load``, ``disk``, ...) that build
-datasets. Its public names are imported on first use (PEP 562), so importing a reader does not
-pull in the loaders; importing ``jaxfeed.io.load`` / ``disk`` registers their loaders with
-:class:`~jaxfeed.Dataset` (``from_json`` / ``from_parquet``, ``load_from_disk``), which is why
-``jaxfeed.Dataset`` comes through here.
+The package holds readers and writers below :class:`~jaxfeed.Dataset`, which return tables and
+never build a dataset (``files``, ``batches``, ``validate``, ``cache``), and loaders above it that
+build datasets (``load``, ``folder``, ``builtin``, ``hub``). Its public names are imported on first
+use (PEP 562), so importing a reader does not pull in the loaders. ``Dataset`` reads files into
+the cache and folders written by ``save_to_disk`` itself (through ``cache`` and
+:mod:`jaxfeed.saved`): nothing here needs importing first.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "Dataset": "jaxfeed.io.load",
-    "DatasetDict": "jaxfeed.io.load",
+    "Dataset": "jaxfeed.dataset",
+    "DatasetDict": "jaxfeed.dataset_dict",
     "get_dataset_config_names": "jaxfeed.io.load",
     "get_dataset_split_names": "jaxfeed.io.load",
     "load_dataset": "jaxfeed.io.load",
-    "load_from_disk": "jaxfeed.io.disk",
+    "load_from_disk": "jaxfeed.dataset",
 }
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict
-    from jaxfeed.io.disk import load_from_disk
+    from jaxfeed.dataset import Dataset, load_from_disk
+    from jaxfeed.dataset_dict import DatasetDict
     from jaxfeed.io.load import get_dataset_config_names, get_dataset_split_names, load_dataset
 
 
@@ -32,7 +32,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'jaxfeed.io' has no attribute {name!r}")
-    importlib.import_module("jaxfeed.io.disk")  # both loaders registered before any use
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
+from jaxfeed.dataset import Dataset
+from jaxfeed.dataset_dict import DatasetDict
 from jaxfeed.features import Array2D, Array3D, ClassLabel, Features, Image
 from jaxfeed.io.cache import cached_dataset, source_identity
 
@@ -336,9 +337,10 @@ def _build(
         "files": [source_identity(str(f)) for f in files],
     }
     lineage = {**payload, "files": [os.path.abspath(f) for f in files]}
-    return cached_dataset(
+    cached = cached_dataset(
         payload, batches, features, cache_dir, sources=[str(f) for f in files], lineage=lineage
     )
+    return Dataset._from_cached(cached)
 
 
 CIFAR_TRAIN = [f"data_batch_{i}.bin" for i in range(1, 6)]

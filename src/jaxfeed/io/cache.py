@@ -35,6 +35,10 @@ Layout::
 
 Built-in and folder datasets are written the same way through :func:`cached_dataset`, keyed by
 what they are made from (every file's path, size and modification time, and the options).
+
+Both return a :class:`CachedTable` (the memory-mapped table, its features and the entry's files),
+never a Dataset: this module sits below :mod:`jaxfeed.dataset`, whose ``Dataset._from_cached``
+wraps it.
 """
 
 from __future__ import annotations
@@ -50,12 +54,12 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from jaxfeed import remote
-from jaxfeed.dataset import Dataset
+from jaxfeed import ops, remote
+from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
 from jaxfeed.files import FolderLock, atomic_write, is_locked
 from jaxfeed.io.batches import file_batches
@@ -74,6 +78,16 @@ STALE_TMP_SECONDS = (
     3600  # an unlocked temporary folder untouched this long belongs to a dead process
 )
 VERIFICATION_MODES = ("no_checks", "basic_checks", "all_checks")
+
+
+class CachedTable(NamedTuple):
+    """A cache entry opened: its table memory-mapped from ``cache_dir / cache_files[0]``, and its
+    features (``Dataset._from_cached`` makes the dataset, ``cache_files`` listing that file)."""
+
+    table: pa.Table
+    features: Features
+    cache_dir: Path
+    cache_files: list[str]
 
 
 class CacheDamagedError(ValueError):
@@ -152,8 +166,8 @@ def load_cached(
     features: Features | None = None,
     storage_options: dict | None = None,
     verification_mode: str | None = None,
-) -> Dataset:
-    """One split's files as a dataset memory-mapped from the cache, converting them if needed.
+) -> CachedTable:
+    """One split's files as a table memory-mapped from the cache, converting them if needed.
 
     ``verification_mode="all_checks"`` keys the cache by the sources' SHA-256 instead of their
     size and modification time (see the module's docstring).
@@ -161,7 +175,7 @@ def load_cached(
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> folder = tempfile.mkdtemp()
     >>> pq.write_table(pa.table({"x": [1, 2, 3]}), folder + "/t.parquet")
-    >>> list(load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache")["x"])
+    >>> load_cached([folder + "/t.parquet"], cache_dir=folder + "/cache").table["x"].to_pylist()
     [1, 2, 3]
     """
     files = [str(f) for f in files]
@@ -182,7 +196,7 @@ def load_cached(
     )
 
 
-def _open_or_build(folder: Path, build: Callable[[], None]) -> Dataset:
+def _open_or_build(folder: Path, build: Callable[[], None]) -> CachedTable:
     """The entry at ``folder``, built first when absent, rebuilt (with a warning naming it) when
     its files are damaged."""
     _clean_abandoned(folder.parent)
@@ -226,7 +240,7 @@ def _read_info(folder: Path) -> dict:
     return info
 
 
-def _open(folder: Path) -> Dataset:
+def _open(folder: Path) -> CachedTable:
     """Map an entry after checking it (see the module's docstring for what each open checks)."""
     where = f"cache entry {folder}"
     info = _read_info(folder)
@@ -259,9 +273,9 @@ def _open(folder: Path) -> Dataset:
         with contextlib.suppress(OSError):  # a read-only cache: the next open checks in full
             atomic_write(folder / VERIFIED_FILE, json.dumps(key))
     _touch(folder)
-    ds = Dataset(table, features)
-    ds._internal.set_cache(folder, [DATA_FILE])
-    return ds
+    # the schema equals the features' (checked above): only their metadata to put on it
+    table = table.replace_schema_metadata(features.arrow_schema.metadata)
+    return CachedTable(table, features, folder, [DATA_FILE])
 
 
 def _verified_key(folder: Path) -> list[int] | None:
@@ -334,8 +348,8 @@ def cached_dataset(
     cache_dir: str | os.PathLike | None = None,
     sources: Any = None,
     lineage: Any = None,
-) -> Dataset:
-    """A dataset written once into the cache from the record batches ``batches()`` yields (all
+) -> CachedTable:
+    """A table written once into the cache from the record batches ``batches()`` yields (all
     with ``features``' schema), then memory-mapped. ``payload`` (JSON-able) says what the data are
     made from, files' sizes and modification times included: the same payload maps the existing
     cache without calling ``batches`` (nor ``features``, when it is a function computing them);
@@ -348,7 +362,7 @@ def cached_dataset(
     >>> features = Features({"x": Value("int64")})
     >>> make = lambda: (pa.record_batch({"x": [i, i + 1]}) for i in (0, 2))
     >>> cache = tempfile.mkdtemp()
-    >>> list(cached_dataset({"demo": 1}, make, features, cache)["x"])
+    >>> cached_dataset({"demo": 1}, make, features, cache).table["x"].to_pylist()
     [0, 1, 2, 3]
     """
     text = json.dumps({"version": CACHE_VERSION, **payload}, sort_keys=True, default=str)
@@ -696,7 +710,7 @@ def _cast(batch: pa.RecordBatch, features: Features, path: str) -> pa.RecordBatc
         raise ValueError(
             f"features {list(features)} do not match the columns {batch.schema.names} of {path}"
         )
-    ds = Dataset.from_arrow(batch).cast(features)
+    ds = ops.cast(DatasetCore.from_arrow(batch), features)  # checked as Dataset.cast checks
     return ds.data.combine_chunks().to_batches()[0] if ds.num_rows else _empty(features)
 
 

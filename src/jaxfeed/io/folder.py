@@ -147,7 +147,7 @@ def load_folder(
             "files": [scans[split].count, scans[split].digest],
             "metadata": None if meta is None else _identity(meta),
         }
-        out[split] = cached_dataset(
+        cached = cached_dataset(
             payload,
             lambda build=build: build().batches(),
             lambda build=build: build().features,
@@ -155,6 +155,7 @@ def load_folder(
             sources=str(folder),
             lineage={k: payload[k] for k in ("kind", "data_dir", "split", "features")},
         )
+        out[split] = Dataset._from_cached(cached)
     return out
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict, register_file_loader
+from jaxfeed.dataset import Dataset, load_from_disk
+from jaxfeed.dataset_dict import DatasetDict
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
 from jaxfeed.io.batches import file_batches
@@ -105,7 +106,7 @@ def load_dataset(
                 )
                 for k, v in files.items()
             }
-            return _pick_split(splits, split, streaming=True)
+            return pick_split(splits, split, streaming=True)
         else:
             root = _media_root(path, files, data_dir)
             splits = {
@@ -130,12 +131,12 @@ def load_dataset(
     if features is not None and path not in ("imagefolder", "audiofolder"):
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
-        return _pick_split(
+        return pick_split(
             {k: IterableDataset.from_dataset(v) for k, v in splits.items()},
             split,
             streaming=True,
         )
-    return _pick_split(splits, split)
+    return pick_split(splits, split)
 
 
 def _load_files(
@@ -158,7 +159,9 @@ def _load_files(
             table = read_tables(files, fmt)
         return _apply_features(Dataset(table), features)
     if needs_conversion(files, fmt) or features is not None:
-        return load_cached(files, fmt, cache_dir, features, storage_options, verification_mode)
+        return Dataset._from_cached(
+            load_cached(files, fmt, cache_dir, features, storage_options, verification_mode)
+        )
     return Dataset(read_tables(files, fmt))
 
 
@@ -189,14 +192,6 @@ def _confine(ds: Dataset, root: str | None, files: list[str]) -> Dataset:
     return ds if table is ds.data else Dataset(table, ds.features)
 
 
-def _load_local_files(files: list, fmt: str, cache_dir: str | None) -> Dataset:
-    """``Dataset.from_json`` / ``from_parquet``: files converted into the memory-mapped cache."""
-    return _load_files([str(f) for f in files], fmt, None, cache_dir, False, None)
-
-
-register_file_loader(_load_local_files)
-
-
 def _apply_features(ds: Dataset, features: Features | None) -> Dataset:
     return ds if features is None else _with_features(ds, Features(features))
 
@@ -212,7 +207,10 @@ def _with_features(ds: Dataset, features: Features) -> Dataset:
 SPLIT_SPEC = re.compile(r"^\s*([\w.-]+)\s*(?:\[\s*(-?\d*)\s*(%?)\s*:\s*(-?\d*)\s*(%?)\s*\])?\s*$")
 
 
-def _pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
+def pick_split(splits: Mapping[str, Any], split: str | None, streaming: bool = False) -> Any:
+    """The dataset ``split`` names among ``splits`` (a DatasetDict / IterableDatasetDict of all of
+    them when None): ``"train"``, ``"train+test"``, ``"train[:10%]"``, ``"test[5:50]"``, ``"all"``.
+    Each map-style split is named (``ds.split``), as in `datasets`."""
     if not streaming:  # each split knows its name (``ds.split``), as in `datasets`
         splits = {k: _named(v, k) for k, v in splits.items()}
     if split is None:
@@ -321,8 +319,6 @@ def _resolve_files(
 def _local_folder(
     folder: Path, name: str | None, data_files: DataFiles | None, data_dir: str | None
 ) -> tuple[Any, str | None]:
-    from jaxfeed.io.disk import load_from_disk
-
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
         return load_from_disk(folder), None
     base = folder / data_dir if data_dir else folder
@@ -341,8 +337,6 @@ def _remote(
     url: str, data_files: DataFiles | None, data_dir: str | None, storage_options: dict | None
 ) -> tuple[Any, str | None]:
     """A remote file, a remote ``save_to_disk`` folder, or a remote folder of data files."""
-    from jaxfeed.io.disk import load_from_disk
-
     fs, inner = filesystem(url, storage_options)
     found = remote_info(fs, inner, url)  # one request; raises if the server is unreachable
     if found is None:

@@ -30,7 +30,7 @@ from jaxfeed.io import load_dataset
 from jaxfeed.io.builtin import BUILTIN
 from jaxfeed.io.files import file_format
 from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from jaxfeed.io.load import _pick_split  # the split-expression grammar of load_dataset
+from jaxfeed.io.load import pick_split  # the split-expression grammar of load_dataset
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
 
@@ -185,7 +185,7 @@ def describe(source: Source) -> str:
 def select_split(data: DatasetDict, expression: str, flag: str) -> Dataset:
     """A split or split expression (``train``, ``train[:80%]``, ``train+validation``)."""
     try:
-        return _pick_split(data, expression)
+        return pick_split(data, expression)
     except ValueError as err:
         raise ConfigError(f"{flag} {expression!r}: {err}") from err
 
