@@ -18,7 +18,9 @@ import numpy as np
 from jaxfeed.workers.build import _Stack
 
 _ALIGN = 64
-JOBS_PER_WORKER = 4  # batches queued or being built per process worker
+# batches queued or being built per process worker, each in a slot of its own: ProcessBackend
+# queues this many, and the room message counts them (here, so this module needs no backend)
+JOBS_PER_WORKER = 4
 _MIN_SLOT = 1 << 20
 SHM_DIR = "/dev/shm"
 SHM_LIMIT_ENV = "JAXFEED_SHM_BYTES"  # room workers may take in SHM_DIR (default: its free space)
