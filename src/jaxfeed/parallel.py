@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from jaxfeed.core import DatasetCore
 from jaxfeed.features import Features
-from jaxfeed.workers import Spawned
+from jaxfeed.spawn import Spawned
 
 PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
 

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from jaxfeed.bucketing import MEGA_BATCHES, bucket_table
+from jaxfeed.calls import takes_rng
 from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement, row_placer
 from jaxfeed.features import Features
@@ -45,7 +46,6 @@ from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, loader_options, pac
 from jaxfeed.padding import Padding, pad_batch
 from jaxfeed.ragged import is_ragged_type
 from jaxfeed.reader import TableReader
-from jaxfeed.workers import takes_rng
 
 STATE_VERSION = 1
 _CANONICAL = {

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import PIL.Image
 
+from jaxfeed.calls import takes_rng
 from jaxfeed.spectrogram import log_mel  # audio rows: one transformation per module
 
 __all__ = [
@@ -398,8 +399,6 @@ def normalize(
 
 class _Compose(Transform):
     def __init__(self, transforms: Sequence[Callable]) -> None:
-        from jaxfeed.workers import takes_rng
-
         self.transforms = list(transforms)
         self.rng = [takes_rng(t) for t in self.transforms]
         self.needs_rng = any(

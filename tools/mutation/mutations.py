@@ -55,7 +55,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-transform-rng-no-epoch",
-        "src/jaxfeed/workers.py",
+        "src/jaxfeed/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.step)",
         "_rng(recipe.seed, job.step)",
         [f"{DATA}::test_promise_transform_rng_is_seeded_by_seed_epoch_and_step"],
@@ -262,7 +262,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-workers-forked",
-        "src/jaxfeed/workers.py",
+        "src/jaxfeed/spawn.py",
         'context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX',
         'context = multiprocessing.get_context("fork")',
         [f"{DATA}::test_promise_process_workers_are_spawned_not_forked"],
@@ -311,7 +311,7 @@ MUTATIONS = [
     # ------------------------------------------------------------------ new code on main (issues 11, 15, 16)
     Mutation(
         "workers-row-rng-no-epoch",
-        "src/jaxfeed/workers.py",
+        "src/jaxfeed/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.positions[i])",
         "_rng(recipe.seed, job.positions[i])",
         [f"{DATA}::test_promise_row_transform_rng_is_seeded_by_seed_epoch_and_position"],
@@ -319,7 +319,7 @@ MUTATIONS = [
     ),
     Mutation(
         "workers-row-rng-by-row-in-batch",
-        "src/jaxfeed/workers.py",
+        "src/jaxfeed/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.positions[i])",
         "_rng(recipe.seed, job.epoch, i)",
         [f"{DATA}::test_promise_row_transform_rng_is_seeded_by_seed_epoch_and_position"],

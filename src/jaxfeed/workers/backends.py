@@ -1,0 +1,600 @@
+"""Where batches are built: :class:`InlineBackend` (when collected), :class:`ThreadBackend` (a
+thread pool) and :class:`ProcessBackend` (spawned worker processes, batches handed over in shared
+memory), with :func:`worker_main`, the worker processes' side (see :mod:`jaxfeed.workers`)."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import multiprocessing
+import os
+import queue
+import secrets
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from jaxfeed.spawn import NO_MAIN_GUARD_EXIT, Cancelled, Spawned, WorkerError, in_spawn_bootstrap
+from jaxfeed.workers.build import Job, Recipe, _materialize, _note, build, build_plan
+from jaxfeed.workers.shm import (
+    JOBS_PER_WORKER,
+    _attach,
+    _check_room,
+    _SlotAlloc,
+    _Slots,
+    _unlink,
+    _write,
+    leftover_segments,
+)
+
+# Process workers start once the first batch, built in the parent, is out, or this many seconds
+# after the backend was made: a worker's start (a fresh interpreter importing the main script) is
+# a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
+# of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
+SPAWN_DELAY = 0.5
+_WATCHDOG_SECONDS = 0.2
+
+
+class InlineBackend:
+    """Builds each batch when it is collected, in the calling thread."""
+
+    capacity = 1
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+
+    def submit(self, job: Job) -> Job:
+        return job
+
+    def collect(
+        self, ticket: Job, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        return build(self.recipe, job), None
+
+    def discard(self) -> None:
+        pass
+
+    def ensure_started(self, cancel: Any = None) -> None:
+        pass
+
+    def start_workers(self, now: bool = True) -> None:
+        pass
+
+    def close(self, kill: bool = False) -> None:
+        pass
+
+
+class ThreadBackend:
+    """Builds batches in a pool of threads (useful when decoders release the GIL)."""
+
+    def __init__(self, recipe: Recipe, num_workers: int) -> None:
+        import concurrent.futures as cf
+
+        self.recipe = recipe
+        self.pool = cf.ThreadPoolExecutor(num_workers, thread_name_prefix="jaxfeed-worker")
+        self.capacity = 2 * num_workers
+        self.pending: set = set()
+
+    def submit(self, job: Job) -> Any:
+        future = self.pool.submit(build, self.recipe, job)
+        self.pending.add(future)
+        return future
+
+    def collect(
+        self, ticket: Any, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        import concurrent.futures as cf
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                result = ticket.result(timeout=0.1)
+                self.pending.discard(ticket)
+                return result, None
+            except cf.TimeoutError:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled from None
+                if end is not None and time.monotonic() > end:
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job)} was not ready"
+                    ) from None
+
+    def ensure_started(self, cancel: Any = None) -> None:
+        pass
+
+    def start_workers(self, now: bool = True) -> None:
+        pass
+
+    def discard(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pending.clear()
+
+    def close(self, kill: bool = False) -> None:
+        self.discard()
+        self.pool.shutdown(wait=not kill, cancel_futures=True)
+
+
+class _Worker:
+    def __init__(self, spawned: Spawned, progress: Any) -> None:
+        self.spawned, self.progress = spawned, progress
+        self.process, self.conn = spawned.process, spawned.conn
+        self.free = deque([0, 1])  # slot indexes not holding a batch in use
+        self.slots = 2  # slots so far (more are made while the consumer holds batches)
+        self.outstanding: deque = deque()  # job ids sent, in order
+        self.maps: dict[str, mmap.mmap] = {}
+
+
+class _Progress:
+    """The row a build is at (-1 between rows), as a worker's shared ``Value`` has it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = -1
+
+
+class _Starter:
+    """Builds jobs in this process, in one daemon thread, while the worker processes start (see
+    :class:`ProcessBackend`). A job that raises comes back as its exception, with a note saying
+    where it ran; the consumer waits for a job with the loader's ``timeout`` (a row that hangs
+    here leaves this thread behind, as with ``worker_mode="thread"``)."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.progress = _Progress()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: dict[int, tuple[bool, Any]] = {}
+        self.dropped: set[int] = set()
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="jaxfeed-start", daemon=True)
+        self.thread.start()
+
+    def put(self, job_id: int, job: Job) -> None:
+        self.jobs.put((job_id, job))
+
+    def stop(self) -> None:
+        """End the thread once the jobs already given are built."""
+        self.jobs.put(None)
+
+    def drop(self, job_ids: set[int]) -> None:
+        """Forget these jobs' batches (the epoch was left early)."""
+        with self.cond:
+            self.dropped.update(job_ids)
+            for job_id in job_ids:
+                self.done.pop(job_id, None)
+
+    def _run(self) -> None:
+        while True:
+            item = self.jobs.get()
+            if item is None:
+                return
+            job_id, job = item
+            with self.cond:
+                if job_id in self.dropped:
+                    self.dropped.discard(job_id)
+                    continue
+            try:
+                result: tuple[bool, Any] = (
+                    True,
+                    _materialize(build_plan(self.recipe, job, self.progress)),
+                )
+            except BaseException as err:
+                self.progress.value = -1
+                result = (False, err)
+            with self.cond:
+                if job_id in self.dropped:
+                    self.dropped.discard(job_id)
+                else:
+                    self.done[job_id] = result
+                self.cond.notify_all()
+
+    def take(
+        self,
+        job_id: int,
+        job: Job,
+        timeout: float | None,
+        cancel: Any,
+    ) -> dict[str, Any]:
+        """The batch of ``job`` (raising its error, ``TimeoutError`` after ``timeout``)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.cond:
+                if job_id in self.done:
+                    ok, value = self.done.pop(job_id)
+                    break
+                self.cond.wait(0.05)
+                if job_id in self.done:
+                    continue
+                if (cancel is not None and cancel.is_set()) or (
+                    end is not None and time.monotonic() > end
+                ):
+                    self.dropped.add(job_id)
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job, self.progress)} was "
+                        "not ready (built in the main process while the workers started)"
+                    )
+        if not ok:
+            raise _note(
+                value,
+                f"in the main process (pid {os.getpid()}), which builds the first batches while "
+                "the DataLoader's workers start",
+            )
+        _check_room(value)
+        return value
+
+
+class ProcessBackend:
+    """``num_workers`` spawned processes, batches returned in shared memory slots (one per queued job,
+    more while the consumer holds on to batches that alias a slot).
+
+    Starting a worker takes a fresh interpreter that imports the main script again (its ``jax``
+    too): 1.5 to 3 s, against 0.2 s for a forked PyTorch worker. Meanwhile the first batches are
+    built in this process, in one thread (:class:`_Starter`), with the same code and the same
+    per-row generators, so they are the same batches; the consumer never waits for the workers to
+    start. From the first worker that is ready on, batches go to the workers only. Start-up
+    failures still surface in the first epoch: its end waits for every worker to be ready
+    (:meth:`ensure_started`).
+    """
+
+    def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
+        if in_spawn_bootstrap():  # a worker re-running an unguarded main script: see Spawned
+            os._exit(NO_MAIN_GUARD_EXIT)
+        self.prefix = f"/jf{os.getpid()}_{secrets.token_hex(3)}"
+        # Batches are collected in order from workers taken in turn, so a worker that finishes
+        # early waits for the next job until the slower one's batch is collected: with 2 jobs
+        # queued per worker the 2 cores of the augmentation benchmark were busy 1.91 of 2 (median
+        # of 4 runs), with 4 1.97, for 14% more rows/s. Each job holds a shared-memory slot of
+        # one batch.
+        self.capacity = JOBS_PER_WORKER * num_workers
+        self.recipe = recipe
+        self.workers: list[_Worker] = []
+        self.ready: list[bool] = [False] * num_workers
+        self.all_ready = False
+        self.deadline = time.monotonic() + start_timeout
+        self.start_timeout = start_timeout
+        self.next_id = 0
+        self.turn = 0  # the worker that gets the next job when several have the same load
+        self.owner: dict[int, int] = {}
+        self.unsent: deque[tuple[int, Job]] = deque()  # submitted, in order, not given out yet
+        self.starter: _Starter | None = None
+        self.started_here: set[int] = set()  # job ids given to the starter, not yet collected
+        self.stale: set[int] = set()
+        self.closed = False
+        self.num_workers = num_workers
+        self.payload = cloudpickle.dumps(recipe)
+        self.spawn_by = time.monotonic() + SPAWN_DELAY
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.prefix, True)
+        self.lock = threading.Lock()  # the consuming thread starts the workers (start_workers)
+
+    def start_workers(self, now: bool = True) -> None:
+        """Start the worker processes, once: ``now``, or (``now=False``) if ``SPAWN_DELAY`` has
+        passed. The loader calls it from the thread that iterates, after the first batch (or while
+        waiting for it): from the main thread, the workers start with SIGINT ignored (inherited),
+        so that a Ctrl-C while they import does not print their tracebacks."""
+        if self.workers or self.closed or (not now and time.monotonic() < self.spawn_by):
+            return
+        with self.lock:
+            if self.workers or self.closed:
+                return
+            main = threading.current_thread() is threading.main_thread()
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+            try:
+                self._spawn()
+            finally:
+                if handler is not None:
+                    signal.signal(signal.SIGINT, handler)
+
+    def _spawn(self) -> None:
+        self.deadline = time.monotonic() + self.start_timeout
+        try:
+            for w in range(self.num_workers):
+                progress = multiprocessing.get_context("spawn").Value("q", -1, lock=False)
+                spawned = Spawned(
+                    worker_main,
+                    (f"{self.prefix}_{w}", os.getpid(), progress),
+                    f"jaxfeed-worker-{w}",
+                    self.payload,
+                )
+                self.workers.append(_Worker(spawned, progress))
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def _check_start(self, wait: bool, cancel: Any = None) -> None:
+        """Take the ``ready`` message of every worker that sent it (all of them with ``wait``),
+        raising what stopped one from starting."""
+        if self.all_ready:
+            return
+        if wait:
+            self.start_workers()
+        with self.lock:
+            self._take_ready(wait, cancel)
+
+    def _take_ready(self, wait: bool, cancel: Any) -> None:
+        for w, worker in enumerate(self.workers):
+            if self.ready[w]:
+                continue
+            while not worker.conn.poll(0.05 if wait else 0):
+                if not worker.process.is_alive() and not worker.conn.poll(0):
+                    worker.process.join(1)
+                    self._raise_dead(w, "while starting")
+                if time.monotonic() > self.deadline:
+                    raise WorkerError(
+                        f"DataLoader worker {w} did not start within {self.start_timeout:g} s"
+                    )
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                if not wait:
+                    break
+            else:
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if message is None:
+                    worker.process.join(5)
+                    self._raise_dead(w, "while starting")
+                if message[0] == "fatal":
+                    raise WorkerError(
+                        f"DataLoader worker {w} could not load the loader's functions and "
+                        f"features (they are sent to workers with cloudpickle):\n{message[1]}"
+                    )
+                worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
+                self.ready[w] = True
+        self.all_ready = bool(self.workers) and all(self.ready)
+        if self.all_ready and self.starter is not None:
+            self.starter.stop()  # its last jobs finish; nothing more is built in this process
+
+    def _raise_dead(self, w: int, doing: str) -> None:
+        raise self.workers[w].spawned.failure(
+            f"DataLoader worker {w}", doing, WorkerError, "DataLoader(num_workers=...)",
+            "num_workers=0",
+        )  # fmt: skip
+
+    def ensure_started(self, cancel: Any = None) -> None:
+        """Wait until every worker is ready (an epoch built in this process ends here, so that a
+        worker that could not start is an error of that epoch)."""
+        if not self.closed:
+            self._check_start(wait=True, cancel=cancel)
+
+    def _pick(self, force: bool) -> int | None:
+        """The ready worker for the next job: the least loaded, in turn; while some are still
+        starting, only one with fewer than ``JOBS_PER_WORKER`` jobs (or any, with ``force``)."""
+        best = None
+        n = len(self.workers)
+        for k in range(n):
+            w = (self.turn + k) % n
+            if not self.ready[w]:
+                continue
+            load = len(self.workers[w].outstanding)
+            if not (self.all_ready or force) and load >= JOBS_PER_WORKER:
+                continue
+            if best is None or load < len(self.workers[best].outstanding):
+                best = w
+        return best
+
+    def _send(self, w: int) -> None:
+        job_id, job = self.unsent.popleft()
+        worker = self.workers[w]
+        if worker.free:
+            slot = worker.free.popleft()
+        else:  # every slot holds a batch the consumer still uses (or a stale one): one more
+            slot = worker.slots
+            worker.slots += 1
+        worker.conn.send(("job", job_id, slot, job))
+        worker.outstanding.append((job_id, slot))
+        self.owner[job_id] = w
+        self.turn = (w + 1) % len(self.workers)
+
+    def _dispatch(self) -> None:
+        """Give submitted jobs out in order: to ready workers, or, while none is ready, to the
+        starter (at most 2 ahead, so that it stops soon after the workers are ready)."""
+        self._check_start(wait=False)
+        while self.unsent:
+            w = self._pick(force=False)
+            if w is None:
+                break
+            self._send(w)
+        if not any(self.ready):
+            while self.unsent and len(self.started_here) < 2:
+                self._start_here()
+
+    def _start_here(self) -> None:
+        job_id, job = self.unsent.popleft()
+        if self.starter is None:
+            self.starter = _Starter(self.recipe)
+        self.starter.put(job_id, job)
+        self.started_here.add(job_id)
+
+    def submit(self, job: Job) -> int:
+        job_id = self.next_id
+        self.next_id += 1
+        self.unsent.append((job_id, job))
+        self._dispatch()
+        return job_id
+
+    def _receive(self, w: int, job: Job | None, timeout: float | None, cancel: Any = None) -> tuple:
+        """The next message of worker ``w`` for a current job (stale batches are dropped and their
+        slots freed); with ``job`` None, returns after dropping one stale batch."""
+        worker = self.workers[w]
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while not worker.conn.poll(0.05):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                if not worker.process.is_alive() and not worker.conn.poll(0):
+                    self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
+                if end is not None and time.monotonic() > end and job is not None:
+                    raise TimeoutError(
+                        f"DataLoader timeout={timeout:g} s: {_describe(job, worker.progress)} was "
+                        "not ready "
+                        f"(worker {w}, pid {worker.process.pid})"
+                    )
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                message = None
+            if message is None:
+                worker.process.join(1)
+                self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
+            job_id, slot = worker.outstanding.popleft()
+            self.owner.pop(job_id, None)
+            if job_id in self.stale:
+                self.stale.discard(job_id)
+                worker.free.append(slot)
+                if job is None:
+                    return message
+                continue
+            return message
+
+    def collect(
+        self, ticket: int, job: Job, timeout: float | None, cancel: Any = None
+    ) -> tuple[dict, Callable | None]:
+        self._dispatch()
+        if self.unsent and self.unsent[0][0] == ticket:  # not given out yet
+            w = self._pick(force=True)
+            if w is not None:
+                self._send(w)
+            else:
+                self._start_here()
+        if ticket in self.started_here:
+            self.started_here.discard(ticket)
+            assert self.starter is not None
+            return self.starter.take(ticket, job, timeout, cancel), None
+        w = self.owner[ticket]
+        worker = self.workers[w]
+        message = self._receive(w, job, timeout, cancel)
+        slot = message[2] if message[0] == "batch" else message[4]
+        if message[0] == "error":
+            worker.free.append(slot)
+            error = cloudpickle.loads(message[2])
+            raise _note(
+                error, f"in DataLoader worker {w} (pid {worker.process.pid}):\n{message[3]}"
+            )
+        _, _, _, name, size, layout, others = message
+        segment = worker.maps.get(name)
+        if segment is None:
+            slot_prefix = name.rsplit("_", 1)[0]
+            for old in [k for k in worker.maps if k.rsplit("_", 1)[0] == slot_prefix]:
+                del worker.maps[old]  # unmapped once no device array aliases it any more
+            segment = worker.maps[name] = _attach(name, size)
+        batch = dict(others)
+        for key, offset, shape, dtype in layout:
+            batch[key] = np.ndarray(shape, np.dtype(dtype), buffer=segment, offset=offset)
+
+        def release(segment: mmap.mmap = segment) -> None:
+            # holding `segment` here keeps the mapping alive as long as arrays that alias it
+            worker.free.append(slot)
+
+        return batch, release
+
+    def discard(self) -> None:
+        """Forget the outstanding batches (an epoch was left early); their slots come back as the
+        workers finish them."""
+        self.stale.update(self.owner)
+        self.unsent.clear()
+        if self.starter is not None:
+            self.starter.drop(self.started_here)
+        self.started_here.clear()
+
+    def close(self, kill: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._finalizer.detach()
+        if self.starter is not None:
+            self.starter.stop()
+        _shutdown(self.workers, self.prefix, kill)
+
+
+def _describe(job: Job, progress: Any = None) -> str:
+    current = progress.value if progress is not None else -1
+    rows = job.rows.tolist()
+    shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
+    at = f", stuck at row {current}" if current >= 0 else ""
+    return f"batch {job.step} of epoch {job.epoch} (rows {shown}{at})"
+
+
+def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            if not kill:
+                worker.conn.send(("stop",))
+    end = time.monotonic() + (0 if kill else 2.0)
+    for worker in workers:
+        worker.process.join(max(0.0, end - time.monotonic()))
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(5)
+    for worker in workers:
+        worker.spawned.stop()  # joins the payload's writer, closes the pipe
+        worker.maps.clear()  # mappings go with their last user (device arrays may alias them)
+    for name in leftover_segments(prefix):  # what killed workers could not unlink
+        _unlink(name)
+
+
+# ---------------------------------------------------------------------------------- worker side
+def _error_payload(err: BaseException) -> bytes:
+    try:
+        return cloudpickle.dumps(err)
+    except Exception:
+        return cloudpickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
+
+
+def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: Any) -> None:
+    """A worker process: build the batches it is sent until told to stop or its parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    slots = _Slots(prefix)
+
+    def watchdog() -> None:
+        while True:
+            time.sleep(_WATCHDOG_SECONDS)
+            if os.getppid() != parent:
+                slots.unlink_all()
+                os._exit(0)
+
+    threading.Thread(target=watchdog, name="jaxfeed-watchdog", daemon=True).start()
+    try:
+        recipe = cloudpickle.loads(payload)
+    except BaseException:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] != "job":
+                break
+            _, job_id, slot, job = message
+            alloc = _SlotAlloc(slots, slot)
+            try:
+                plan = build_plan(recipe, job, progress, alloc)
+                reply = ("batch", job_id, slot, *_write(plan, slots, slot, alloc))
+            except BaseException as err:
+                progress.value = -1
+                reply = ("error", job_id, _error_payload(err), traceback.format_exc(), slot)
+            finally:
+                plan = None  # no view of the slot may outlive the job (see _SlotAlloc.release)
+                alloc.release()
+            try:
+                conn.send(reply)
+            except (BrokenPipeError, OSError):
+                break
+            except Exception as err:  # an unpicklable value in a batch
+                conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
+    finally:
+        slots.unlink_all()
