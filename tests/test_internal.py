@@ -31,11 +31,11 @@ def _imports(path: Path) -> set[str]:
 # io's loaders build datasets and sit above Dataset; its readers and writers sit below it
 IO_LOADERS = {"jaxfeed.io", "jaxfeed.io.load", "jaxfeed.io.folder", "jaxfeed.io.builtin"}
 IO_LOADERS |= {"jaxfeed.io.hub"}
-FACES = {"jaxfeed", "jaxfeed.dataset", "jaxfeed.dataset_dict"}  # jaxfeed's names lead to these
+FACES = {"jaxfeed", "jaxfeed.dataset"}  # jaxfeed's names lead to these
 
 
 def test_dataset_does_not_import_io_loaders():
-    for name in ("dataset.py", "dataset_dict.py", "core.py"):
+    for name in ("dataset.py", "core.py"):
         assert not _imports(SRC / name) & IO_LOADERS, name
 
 
@@ -51,8 +51,7 @@ def test_readers_and_writers_never_reach_dataset():
 
 
 def test_no_import_circle_between_dataset_and_its_operations():
-    """core <- ops/parallel/tabular/saved <- iterable <- dataset <- dataset_dict: nothing below
-    imports above (dataset reaches DatasetDict inside functions only)."""
+    """core <- ops/parallel/tabular/saved <- iterable <- dataset: nothing below imports above."""
     below = {
         "column.py": {"jaxfeed.core", "jaxfeed.dataset", "jaxfeed.ops"},
         "core.py": {"jaxfeed.dataset", "jaxfeed.ops", "jaxfeed.iterable", "jaxfeed.parallel"},

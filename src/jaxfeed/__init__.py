@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Column": "jaxfeed.column",
     "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset_dict",
+    "DatasetDict": "jaxfeed.dataset",
     "load_exported": "jaxfeed.export",
     "Array2D": "jaxfeed.features",
     "Array3D": "jaxfeed.features",
@@ -71,8 +71,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from jaxfeed import logging
     from jaxfeed.column import Column
-    from jaxfeed.dataset import Dataset, load_from_disk
-    from jaxfeed.dataset_dict import DatasetDict
+    from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
     from jaxfeed.export import export, load_exported
     from jaxfeed.features import (
         Array2D,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset_dict",
+    "DatasetDict": "jaxfeed.dataset",
     "get_dataset_config_names": "jaxfeed.io.load",
     "get_dataset_split_names": "jaxfeed.io.load",
     "load_dataset": "jaxfeed.io.load",
@@ -23,8 +23,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, load_from_disk
-    from jaxfeed.dataset_dict import DatasetDict
+    from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
     from jaxfeed.io.load import get_dataset_config_names, get_dataset_split_names, load_dataset
 
 

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.dataset_dict import DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Array2D, Array3D, ClassLabel, Features, Image
 from jaxfeed.io.cache import cached_dataset, source_identity
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, load_from_disk
-from jaxfeed.dataset_dict import DatasetDict
+from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
 from jaxfeed.features import Features
 from jaxfeed.files import check_inside
 from jaxfeed.io.batches import file_batches
