@@ -37,8 +37,9 @@ from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placemen
 from jaxfeed.epochs import Batch, _EpochIterator
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import IterableDataset
+from jaxfeed.options import LoaderOptions, _BaseLoader
 from jaxfeed.order import EpochOrder
-from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit, loader_options
+from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
 from jaxfeed.padding import Padding, PadStep, variable_columns
 from jaxfeed.sources import _CANONICAL, _ArrowSource, _ItemSource, _make_source
 from jaxfeed.stream_loader import StreamingDataLoader
@@ -55,7 +56,7 @@ STATE_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------- loader
-class DataLoader:
+class DataLoader(_BaseLoader):
     """Batches of ``jax.Array`` from a dataset, one epoch per iteration.
 
     Args:
@@ -103,6 +104,10 @@ class DataLoader:
         packing: a :class:`jaxfeed.Packing`: several rows per fixed-length row, with
             ``segment_ids`` and ``positions``; ``len()`` is then the epoch's packed batches.
 
+    Given an :class:`~jaxfeed.IterableDataset`, ``DataLoader(...)`` returns a
+    ``StreamingDataLoader`` (same arguments), which is a
+    ``DataLoader`` too: ``isinstance(loader, DataLoader)`` holds for both.
+
     **Iteration.** Each ``for`` over the loader reads one epoch: the next one after the previous
     iteration, whether that one ran to its end or was left early (``break``). After
     :meth:`load_state_dict` (or :meth:`set_epoch`), the next iteration starts at the restored
@@ -131,7 +136,9 @@ class DataLoader:
     """
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(dataset, IterableDataset):  # streams have their own loader
+        # streams have their own loader, a DataLoader too (registered below): Python calls
+        # __init__ only on an instance of a real subclass, so it is built once, here
+        if isinstance(dataset, IterableDataset):
             return StreamingDataLoader(dataset, *args, **kwargs)
         return super().__new__(cls)
 
@@ -157,67 +164,53 @@ class DataLoader:
         bucket_by_length: bool = False,
         packing: Packing | None = None,
     ) -> None:
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int | np.integer)
-            or batch_size <= 0
-        ):
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if num_workers == "auto":
-            num_workers = available_cores()
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
-        if worker_mode not in ("process", "thread"):
-            raise ValueError(f"worker_mode must be 'process' or 'thread', got {worker_mode!r}")
-        if device is not None and sharding is not None:
-            raise ValueError("give device= or sharding=, not both")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
-        for name, fn in (("row_transform", row_transform), ("transform", transform)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
-        padding = loader_options(padding, bucket_by_length, packing)
-        self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
-        self.source = _make_source(dataset, columns)
+        self.options = options = LoaderOptions(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            columns=columns,
+            row_transform=row_transform,
+            transform=transform,
+            prefetch=prefetch,
+            device=device,
+            sharding=sharding,
+            num_workers=num_workers,
+            worker_mode=worker_mode,
+            timeout=timeout,
+            decode_size=decode_size,
+            padding=padding,
+            bucket_by_length=bucket_by_length,
+            packing=packing,
+        )
+        self.padding, self.packing = options.padding, options.packing
+        self.bucket_by_length = options.bucket_by_length
+        self.source = _make_source(dataset, options.columns)
         self._collate = self._collate_step()
         self._plans: dict[int, PackPlan] = {}
         self._lengths: dict[str, np.ndarray] = {}
-        self.batch_size = int(batch_size)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.drop_last = bool(drop_last)
-        self.row_transform = row_transform
-        self.transform = transform
-        self.prefetch = prefetch
-        self.num_workers = num_workers
-        self.worker_mode = worker_mode
-        self.timeout = None if timeout is None else float(timeout)
-        self.decode_size = self._decode_sizes(decode_size)
+        self.batch_size = options.batch_size
+        self.shuffle = options.shuffle
+        self.seed = options.seed
+        self.drop_last = options.drop_last
+        self.row_transform = options.row_transform
+        self.transform = options.transform
+        self.prefetch = options.prefetch
+        workers = options.num_workers
+        self.num_workers = available_cores() if workers == "auto" else workers
+        self.worker_mode = options.worker_mode
+        self.timeout = options.timeout
+        self.decode_size = self._decode_sizes(options.decode_size)
         n = len(self.source)
-        if drop_last and n < batch_size:
+        if self.drop_last and n < self.batch_size:
             raise ValueError(
-                f"the dataset has {n} rows, fewer than one batch of {batch_size}, and drop_last=True "
-                "would yield nothing; lower batch_size or set drop_last=False"
+                f"the dataset has {n} rows, fewer than one batch of {self.batch_size}, and "
+                "drop_last=True would yield nothing; lower batch_size or set drop_last=False"
             )
         self.placement: Placement = sharding if sharding is not None else resolve_placement(device)
         self._local_cache: dict[int, slice | None] = {}  # _local_rows by batch rows
         if sharding is not None:
-            from jax.sharding import Sharding
-
-            if not isinstance(sharding, Sharding):
-                raise ValueError(
-                    f"sharding must be a jax.sharding.Sharding, got {type(sharding).__name__}"
-                )
-            divisor = batch_divisor(sharding)
-            if self.batch_size % divisor:
-                raise ValueError(
-                    f"batch_size {self.batch_size} cannot be split over the {divisor} devices of the "
-                    f"sharding; use a multiple of {divisor}"
-                )
+            divisor = batch_divisor(sharding)  # LoaderOptions checked that it divides batch_size
             if (
                 packing is None  # a last packed batch is completed with empty rows
                 and not self.drop_last
@@ -364,11 +357,6 @@ class DataLoader:
             )
         return EpochOrder(len(self.source), self.seed, epoch, self.shuffle)
 
-    @property
-    def epoch(self) -> int:
-        """The epoch of the latest iteration (before any: the one the first iteration reads)."""
-        return self._epoch
-
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch``."""
         self._close_iterator()
@@ -490,18 +478,6 @@ class DataLoader:
         self._close_iterator()
         self._drop_backend(kill=False)
 
-    def __del__(self) -> None:
-        try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> DataLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ one batch
     def _local_rows(self, rows: int) -> slice | None:
         """In multi-process JAX, which of a global batch's ``rows`` this process loads (else None).
@@ -586,6 +562,9 @@ class DataLoader:
                     and _aliases(placed[k], v)
                 ]
         return placed, keep
+
+
+DataLoader.register(StreamingDataLoader)  # DataLoader(iterable_dataset, ...) is a DataLoader
 
 
 def _aliases(array: Any, host: np.ndarray) -> bool:
