@@ -30,6 +30,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxfeed.bucketing import LengthGroupedOrder
@@ -487,8 +488,6 @@ class DataLoader(_BaseLoader):
         return self._local_cache[rows]
 
     def _find_local_rows(self, rows: int) -> slice | None:
-        import jax
-
         if (
             jax.process_count() == 1
             or isinstance(self.placement, jax.Device)
@@ -545,8 +544,6 @@ class DataLoader(_BaseLoader):
             else to_host(v, k, row_of, None, keep_ints=True)
             for k, v in batch.items()
         }
-        import jax
-
         alias = shared and isinstance(self.placement, jax.Device)
         placed = put_tree(host, self.placement, batched=True, copy=shared and not alias)
         keep: list = []

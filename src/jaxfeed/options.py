@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
+from jax.sharding import Sharding
 
 from jaxfeed.devices import batch_divisor
 from jaxfeed.packing import Packing
@@ -128,8 +129,6 @@ class LoaderOptions:
             self._check_sharding()
 
     def _check_sharding(self) -> None:
-        from jax.sharding import Sharding  # import cost: keeps jax out of `import jaxfeed.options`
-
         if not isinstance(self.sharding, Sharding):
             raise ValueError(
                 f"sharding must be a jax.sharding.Sharding, got {type(self.sharding).__name__}"

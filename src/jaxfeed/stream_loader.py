@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 import pyarrow as pa
 
@@ -142,8 +143,6 @@ class StreamingDataLoader(_BaseLoader):
             dataset = dataset.shuffle(seed=self.seed, buffer_size=options.shuffle_buffer)
         self.local = _local_block(self.placement, batch_size)
         if self.local is not None:  # this process loads its block from its own files
-            import jax
-
             dataset = split_dataset_by_node(dataset, jax.process_index(), jax.process_count())
         self.rows_per_batch = batch_size if self.local is None else self.local
         self.dataset = dataset
@@ -494,8 +493,6 @@ def _join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _local_block(placement: Placement, rows: int) -> int | None:
     """In multi-process JAX with a sharding over processes: rows of a batch this process loads."""
-    import jax
-
     if (
         jax.process_count() == 1
         or isinstance(placement, jax.Device)
