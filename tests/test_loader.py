@@ -293,3 +293,71 @@ def test_break_keeps_worker_processes_until_close():
     assert {p.pid for p in multiprocessing.active_children()} == pids
     loader.close()
     assert not multiprocessing.active_children()
+
+
+def test_dataloader_of_a_stream_is_a_dataloader():
+    """Promise: ``DataLoader(...)`` always returns a DataLoader, also for an IterableDataset (it is
+    then the streaming loader, which has no len())."""
+    from jaxfeed import IterableDataset
+    from jaxfeed.stream_loader import StreamingDataLoader
+
+    stream = IterableDataset.from_dataset(make_ds(10))
+    loader = DataLoader(stream, batch_size=4, shuffle=True, seed=1)
+    assert isinstance(loader, DataLoader) and type(loader) is StreamingDataLoader
+    assert issubclass(StreamingDataLoader, DataLoader) and not hasattr(loader, "__len__")
+    assert loader.batch_size == 4 and loader.seed == 1 and loader.epoch == 0
+    assert sorted(i for b in loader for i in np.asarray(b["id"]).tolist()) == list(range(10))
+    with loader:
+        assert isinstance(DataLoader(make_ds(), batch_size=4), DataLoader)
+    assert type(DataLoader(make_ds(), batch_size=4)) is DataLoader
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"batch_size": True}, ValueError, "batch_size must be a positive int, got True"),
+        ({"batch_size": 4, "prefetch": -1}, ValueError, "prefetch must be an int >= 0, got -1"),
+        ({"batch_size": 4, "num_workers": -2}, ValueError, "num_workers must be an int >= 0"),
+        ({"batch_size": 4, "worker_mode": "fork"}, ValueError, "worker_mode must be 'process'"),
+        ({"batch_size": 4, "device": "cpu", "sharding": object()}, ValueError, "not both"),
+        ({"batch_size": 4, "timeout": 0}, ValueError, "timeout must be a number of seconds > 0"),
+        ({"batch_size": 4, "transform": 3}, TypeError, "transform must be a function, got int"),
+        ({"batch_size": 4, "padding": 8}, TypeError, "padding must be a jaxfeed.Padding"),
+        ({"batch_size": 4, "bucket_by_length": 1}, ValueError, "bucket_by_length must be True"),
+        ({"batch_size": 4, "sharding": "data"}, ValueError, "sharding must be a jax.sharding"),
+    ],
+)
+def test_loader_options_are_checked_once_for_both_loaders(kwargs, error, message):
+    """LoaderOptions holds the argument checks: the map-style and the streaming loader raise the
+    same errors as LoaderOptions itself (a stream refuses timeout= before any check)."""
+    from jaxfeed import IterableDataset, Packing
+    from jaxfeed.options import LoaderOptions
+
+    with pytest.raises(error, match=message):
+        LoaderOptions(**kwargs)
+    stream = IterableDataset.from_dataset(make_ds())
+    for dataset in (make_ds(), stream) if "timeout" not in kwargs else (make_ds(),):
+        with pytest.raises(error, match=message):
+            DataLoader(dataset, **kwargs)
+    with pytest.raises(ValueError, match="packing= makes rows of one fixed length"):
+        LoaderOptions(batch_size=4, packing=Packing(length=8), bucket_by_length=True)
+
+
+def test_loader_options_keep_normalised_values():
+    from jaxfeed import Padding
+    from jaxfeed.options import LoaderOptions
+
+    options = LoaderOptions(batch_size=np.int64(8), seed=np.int32(3), timeout=2, drop_last=1)
+    assert (options.batch_size, options.seed, options.timeout, options.drop_last) == (
+        8,
+        3,
+        2.0,
+        True,
+    )
+    assert type(options.batch_size) is int and options.padding is None
+    assert LoaderOptions(batch_size=8, bucket_by_length=True).padding == Padding()
+    assert LoaderOptions(batch_size=8, num_workers="auto").num_workers == "auto"
+    with pytest.raises(AttributeError):
+        options.batch_size = 4  # frozen
+    loader = DataLoader(make_ds(), batch_size=8, num_workers="auto", bucket_by_length=False)
+    assert isinstance(loader.options, LoaderOptions) and loader.num_workers >= 1

@@ -23,38 +23,28 @@ resumed.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import os
-import queue
-import threading
-import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 import numpy as np
-import pyarrow as pa
 
 from jaxfeed.bucketing import LengthGroupedOrder
-from jaxfeed.dataset import Dataset
 from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
-from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.media import MediaFeature
-from jaxfeed.features.sequence import _stack_if_same
-from jaxfeed.formatting import jax_int_dtype, to_host
+from jaxfeed.epochs import Batch, _EpochIterator
+from jaxfeed.formatting import to_host
 from jaxfeed.iterable import IterableDataset
+from jaxfeed.options import LoaderOptions, _BaseLoader
 from jaxfeed.order import EpochOrder
-from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit, loader_options
+from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
 from jaxfeed.padding import Padding, PadStep, variable_columns
-from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
-from jaxfeed.reader import ChunkedView
+from jaxfeed.sources import _CANONICAL, _ArrowSource, _ItemSource, _make_source
 from jaxfeed.stream_loader import StreamingDataLoader
 from jaxfeed.workers import (
-    Cancelled,
     InlineBackend,
     Job,
     ProcessBackend,
@@ -64,189 +54,10 @@ from jaxfeed.workers import (
 )
 
 STATE_VERSION = 1
-_CANONICAL = {
-    np.dtype(t) for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")
-}
-Batch = dict[str, Any]
-
-
-# ---------------------------------------------------------------------------------- sources
-class _ArrowSource:
-    """A jaxfeed ``Dataset``: bulk gathers from Arrow views; media decoded (maybe in workers)."""
-
-    def __init__(self, ds: Dataset, columns: Sequence[str] | None) -> None:
-        self.ds = ds
-        self.columns = list(columns) if columns is not None else ds.column_names
-        names = set(ds.column_names)  # one list, not one per column (wide tables)
-        unknown = [c for c in self.columns if c not in names]
-        if unknown:
-            raise ValueError(
-                f"columns {unknown} are not in the dataset; its columns are {ds.column_names}"
-            )
-        self.media = {
-            c: ds.features[c]
-            for c in self.columns
-            if isinstance(ds.features[c], MediaFeature) and ds.features[c].decode
-        }
-        self._labels: dict[str, Any] = {}  # ClassLabel columns pre-cast to int32 (bounded ids)
-        # ragged lists of numbers: every column that may be padded or packed
-        self.variable = tuple(
-            c
-            for c in self.columns
-            if not isinstance(ds.features[c], dict) and is_ragged_type(ds.features[c].pa_type)
-        )
-        self.ragged: tuple[str, ...] = ()  # gathered as flat values + offsets (set by the loader)
-
-    def __len__(self) -> int:
-        return self.ds.num_rows
-
-    def fingerprint(self) -> str:
-        """Features, row count and the stored values of up to 64 evenly spaced rows: a saved state
-        is refused by another dataset of the same schema and size (another split, other files)."""
-        payload = json.dumps(
-            {"features": self.ds.features.to_dict(), "rows": len(self)}, sort_keys=True
-        )
-        digest = hashlib.sha256(payload.encode())
-        n = len(self)
-        if n:
-            sample = np.unique(np.linspace(0, n - 1, num=min(n, 64)).round().astype(np.int64))
-            table = self.ds.with_format("arrow")[sample].combine_chunks()
-            table = table.replace_schema_metadata(None)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-            digest.update(sink.getvalue().to_pybytes())
-        return digest.hexdigest()[:16]
-
-    def _label_view(self, column: str) -> Any:
-        """Class ids fit int32 whatever they are stored as: cast the column once, not every batch."""
-        if column not in self._labels:
-            view = self.ds._internal.reader.view(column)
-            ok = (
-                isinstance(self.ds.features[column], ClassLabel)
-                and view is not None
-                and jax_int_dtype() == np.int32
-            )
-            self._labels[column] = (
-                ChunkedView([c.astype(np.int32) for c in view.chunks]) if ok else None
-            )
-        return self._labels[column]
-
-    def gather(self, rows: np.ndarray) -> dict[str, Any]:
-        """The columns of ``rows``; media columns as their stored (still encoded) values."""
-        reader = self.ds._internal.reader
-        table_rows = self.ds._internal.table_rows(rows)
-        out: dict[str, Any] = {}
-        for column in self.columns:
-            if column in self.ragged:
-                ragged = arrow_ragged(reader.arrow_column(column, table_rows))
-                if ragged is not None:
-                    out[column] = ragged
-                    continue
-            view = self._label_view(column) or reader.view(column)
-            if view is not None:
-                out[column] = view.take(table_rows)
-            elif column in self.media:
-                out[column] = self.media[column].iter_stored(
-                    reader.arrow_column(column, table_rows)
-                )
-            else:
-                out[column] = reader.numpy(column, table_rows)
-        return out
-
-    def lengths(self, column: str) -> np.ndarray:
-        """Every row's length in ``column`` (a ragged list column), in dataset order."""
-        reader = self.ds._internal.reader
-        table_rows = self.ds._internal.table_rows(np.arange(len(self), dtype=np.int64))
-        return arrow_lengths(reader.table.column(column))[table_rows]
-
-
-class _ItemSource:
-    """Any object with ``__len__`` and ``__getitem__`` (or a batched ``__getitems__``)."""
-
-    def __init__(self, data: Any, columns: Sequence[str] | None) -> None:
-        if not (
-            hasattr(data, "__len__")
-            and (hasattr(data, "__getitem__") or hasattr(data, "__getitems__"))
-        ):
-            raise TypeError(
-                f"DataLoader needs a jaxfeed Dataset, a datasets.Dataset, or an object with __len__ and "
-                f"__getitem__/__getitems__; got {type(data).__name__}"
-            )
-        self.data = data
-        self.columns = list(columns) if columns is not None else None
-        self.variable: tuple[str, ...] = ()  # unknown before reading: found batch by batch
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def fingerprint(self) -> str:
-        return hashlib.sha256(f"{type(self.data).__qualname__}:{len(self)}".encode()).hexdigest()[
-            :16
-        ]
-
-    def gather(self, rows: np.ndarray, pool: Any = None) -> dict[str, Any]:
-        ids = rows.tolist()
-        items = (
-            self.data.__getitems__(ids)
-            if hasattr(self.data, "__getitems__")
-            else [self.data[i] for i in ids]
-        )
-        if not items:
-            return {}
-        first = items[0]
-        if isinstance(first, dict):
-            keys = list(first)
-        elif isinstance(first, tuple | list):
-            keys = [str(i) for i in range(len(first))]
-            items = [dict(zip(keys, item, strict=True)) for item in items]
-        else:
-            keys, items = ["data"], [{"data": item} for item in items]
-        if self.columns is not None:
-            missing = [c for c in self.columns if c not in keys]
-            if missing:
-                raise ValueError(
-                    f"columns {missing} are not in the dataset's items; they have {keys}"
-                )
-            keys = self.columns
-        out = {}
-        for key in keys:
-            values = [item[key] for item in items]
-            if isinstance(values[0], str | bytes) or values[0] is None:
-                out[key] = values
-            else:
-                out[key] = _stack_if_same([np.asarray(v) for v in values])
-        return out
-
-    def lengths(self, column: str) -> np.ndarray:
-        """Every row's length in ``column``, reading the whole dataset once (in blocks)."""
-        out = []
-        for lo in range(0, len(self), 1024):
-            values = self.gather(np.arange(lo, min(lo + 1024, len(self)), dtype=np.int64))
-            if column not in values:
-                raise ValueError(f"the dataset's items have no column {column!r}")
-            value = values[column]
-            if isinstance(value, np.ndarray) and value.ndim >= 2:
-                out.append(np.full(len(value), value.shape[1], dtype=np.int64))
-            else:
-                out.append(np.array([len(v) for v in value], dtype=np.int64))
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-
-def _make_source(dataset: Any, columns: Sequence[str] | None) -> _ArrowSource | _ItemSource:
-    if isinstance(dataset, Dataset):
-        return _ArrowSource(dataset, columns)
-    if (
-        type(dataset).__module__.startswith("datasets.")
-        and hasattr(dataset, "features")
-        and hasattr(dataset, "data")
-    ):
-        return _ArrowSource(Dataset.from_hf(dataset), columns)
-    return _ItemSource(dataset, columns)
 
 
 # ---------------------------------------------------------------------------------- loader
-class DataLoader:
+class DataLoader(_BaseLoader):
     """Batches of ``jax.Array`` from a dataset, one epoch per iteration.
 
     Args:
@@ -294,6 +105,10 @@ class DataLoader:
         packing: a :class:`jaxfeed.Packing`: several rows per fixed-length row, with
             ``segment_ids`` and ``positions``; ``len()`` is then the epoch's packed batches.
 
+    Given an :class:`~jaxfeed.IterableDataset`, ``DataLoader(...)`` returns a
+    ``StreamingDataLoader`` (same arguments), which is a
+    ``DataLoader`` too: ``isinstance(loader, DataLoader)`` holds for both.
+
     **Iteration.** Each ``for`` over the loader reads one epoch: the next one after the previous
     iteration, whether that one ran to its end or was left early (``break``). After
     :meth:`load_state_dict` (or :meth:`set_epoch`), the next iteration starts at the restored
@@ -322,7 +137,9 @@ class DataLoader:
     """
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(dataset, IterableDataset):  # streams have their own loader
+        # streams have their own loader, a DataLoader too (registered below): Python calls
+        # __init__ only on an instance of a real subclass, so it is built once, here
+        if isinstance(dataset, IterableDataset):
             return StreamingDataLoader(dataset, *args, **kwargs)
         return super().__new__(cls)
 
@@ -348,67 +165,53 @@ class DataLoader:
         bucket_by_length: bool = False,
         packing: Packing | None = None,
     ) -> None:
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int | np.integer)
-            or batch_size <= 0
-        ):
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if num_workers == "auto":
-            num_workers = available_cores()
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
-        if worker_mode not in ("process", "thread"):
-            raise ValueError(f"worker_mode must be 'process' or 'thread', got {worker_mode!r}")
-        if device is not None and sharding is not None:
-            raise ValueError("give device= or sharding=, not both")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
-        for name, fn in (("row_transform", row_transform), ("transform", transform)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
-        padding = loader_options(padding, bucket_by_length, packing)
-        self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
-        self.source = _make_source(dataset, columns)
+        self.options = options = LoaderOptions(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            columns=columns,
+            row_transform=row_transform,
+            transform=transform,
+            prefetch=prefetch,
+            device=device,
+            sharding=sharding,
+            num_workers=num_workers,
+            worker_mode=worker_mode,
+            timeout=timeout,
+            decode_size=decode_size,
+            padding=padding,
+            bucket_by_length=bucket_by_length,
+            packing=packing,
+        )
+        self.padding, self.packing = options.padding, options.packing
+        self.bucket_by_length = options.bucket_by_length
+        self.source = _make_source(dataset, options.columns)
         self._collate = self._collate_step()
         self._plans: dict[int, PackPlan] = {}
         self._lengths: dict[str, np.ndarray] = {}
-        self.batch_size = int(batch_size)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.drop_last = bool(drop_last)
-        self.row_transform = row_transform
-        self.transform = transform
-        self.prefetch = prefetch
-        self.num_workers = num_workers
-        self.worker_mode = worker_mode
-        self.timeout = None if timeout is None else float(timeout)
-        self.decode_size = self._decode_sizes(decode_size)
+        self.batch_size = options.batch_size
+        self.shuffle = options.shuffle
+        self.seed = options.seed
+        self.drop_last = options.drop_last
+        self.row_transform = options.row_transform
+        self.transform = options.transform
+        self.prefetch = options.prefetch
+        workers = options.num_workers
+        self.num_workers = available_cores() if workers == "auto" else workers
+        self.worker_mode = options.worker_mode
+        self.timeout = options.timeout
+        self.decode_size = self._decode_sizes(options.decode_size)
         n = len(self.source)
-        if drop_last and n < batch_size:
+        if self.drop_last and n < self.batch_size:
             raise ValueError(
-                f"the dataset has {n} rows, fewer than one batch of {batch_size}, and drop_last=True "
-                "would yield nothing; lower batch_size or set drop_last=False"
+                f"the dataset has {n} rows, fewer than one batch of {self.batch_size}, and "
+                "drop_last=True would yield nothing; lower batch_size or set drop_last=False"
             )
         self.placement: Placement = sharding if sharding is not None else resolve_placement(device)
         self._local_cache: dict[int, slice | None] = {}  # _local_rows by batch rows
         if sharding is not None:
-            from jax.sharding import Sharding
-
-            if not isinstance(sharding, Sharding):
-                raise ValueError(
-                    f"sharding must be a jax.sharding.Sharding, got {type(sharding).__name__}"
-                )
-            divisor = batch_divisor(sharding)
-            if self.batch_size % divisor:
-                raise ValueError(
-                    f"batch_size {self.batch_size} cannot be split over the {divisor} devices of the "
-                    f"sharding; use a multiple of {divisor}"
-                )
+            divisor = batch_divisor(sharding)  # LoaderOptions checked that it divides batch_size
             if (
                 packing is None  # a last packed batch is completed with empty rows
                 and not self.drop_last
@@ -555,11 +358,6 @@ class DataLoader:
             )
         return EpochOrder(len(self.source), self.seed, epoch, self.shuffle)
 
-    @property
-    def epoch(self) -> int:
-        """The epoch of the latest iteration (before any: the one the first iteration reads)."""
-        return self._epoch
-
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch``."""
         self._close_iterator()
@@ -681,18 +479,6 @@ class DataLoader:
         self._close_iterator()
         self._drop_backend(kill=False)
 
-    def __del__(self) -> None:
-        try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> DataLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ one batch
     def _local_rows(self, rows: int) -> slice | None:
         """In multi-process JAX, which of a global batch's ``rows`` this process loads (else None).
@@ -702,8 +488,6 @@ class DataLoader:
         return self._local_cache[rows]
 
     def _find_local_rows(self, rows: int) -> slice | None:
-        import jax
-
         if (
             jax.process_count() == 1
             or isinstance(self.placement, jax.Device)
@@ -760,8 +544,6 @@ class DataLoader:
             else to_host(v, k, row_of, None, keep_ints=True)
             for k, v in batch.items()
         }
-        import jax
-
         alias = shared and isinstance(self.placement, jax.Device)
         placed = put_tree(host, self.placement, batched=True, copy=shared and not alias)
         keep: list = []
@@ -779,30 +561,14 @@ class DataLoader:
         return placed, keep
 
 
+DataLoader.register(StreamingDataLoader)  # DataLoader(iterable_dataset, ...) is a DataLoader
+
+
 def _aliases(array: Any, host: np.ndarray) -> bool:
     try:
         return array.unsafe_buffer_pointer() == host.ctypes.data
     except Exception:  # not a single-buffer array, or the backend cannot tell: assume it may
         return True
-
-
-def _release_when_gone(arrays: list, release: Callable[[], None]) -> None:
-    """Call ``release`` now, or once every array in ``arrays`` has been garbage collected."""
-    if not arrays:
-        release()
-        return
-    left = [len(arrays)]
-    lock = threading.Lock()
-
-    def one_gone() -> None:
-        with lock:
-            left[0] -= 1
-            done = left[0] == 0
-        if done:
-            release()
-
-    for array in arrays:
-        weakref.finalize(array, one_gone)
 
 
 def available_cores() -> int:
@@ -811,248 +577,3 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - macOS, Windows
         return max(1, os.cpu_count() or 1)
-
-
-# ---------------------------------------------------------------------------------- epochs
-_END = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class _Stream:
-    """The batches ``start..`` of one epoch: jobs submitted ahead to the backend, collected in
-    order, placed on the device."""
-
-    def __init__(self, loader: DataLoader, backend: Any, epoch: int, start: int) -> None:
-        self.loader, self.backend, self.epoch = loader, backend, epoch
-        self.order = loader._order(epoch)
-        self.next_step = start
-        self.total = loader._num_batches(epoch)
-        self.pending: deque = deque()
-
-    def next(self, cancel: threading.Event | None = None) -> Batch | None:
-        loader, backend = self.loader, self.backend
-        while self.next_step < self.total and len(self.pending) < backend.capacity:
-            job = loader._job(self.order, self.epoch, self.next_step)
-            self.pending.append((backend.submit(job), job))
-            self.next_step += 1
-        if not self.pending:
-            return None
-        ticket, job = self.pending.popleft()
-        batch, release = backend.collect(ticket, job, loader.timeout, cancel)
-        try:
-            placed, keep = loader._place(batch, job, shared=release is not None)
-        except BaseException:
-            if release is not None:
-                release()
-            raise
-        if release is not None:
-            _release_when_gone(keep, release)
-        return placed
-
-    def describe(self, step: int) -> str:
-        start = step * self.loader.batch_size
-        if isinstance(self.order, PackPlan):
-            s = self.order.pieces(start, start + self.loader.batch_size)
-            rows = list(dict.fromkeys(self.order.row[s].tolist()))
-        else:
-            stop = min(start + self.loader.batch_size, len(self.loader.source))
-            rows = self.order.rows(start, stop).tolist()
-        shown = ", ".join(map(str, rows[:16])) + (", ..." if len(rows) > 16 else "")
-        return f"batch {step} of epoch {self.epoch} (rows {shown})"
-
-
-class _Producer:
-    """Runs a :class:`_Stream` in a background thread, at most ``depth`` batches ahead."""
-
-    def __init__(self, stream: _Stream, depth: int) -> None:
-        self.stream = stream
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.slots = threading.Semaphore(depth)  # at most `depth` batches ready and unconsumed
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="jaxfeed-prefetch", daemon=True)
-        self.thread.start()
-
-    def _put(self, item: Any) -> bool:
-        while not self.stop.is_set():
-            if self.slots.acquire(timeout=0.05):
-                self.queue.put(item)
-                return True
-        return False
-
-    def _run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                batch = self.stream.next(self.stop)
-                if batch is None:
-                    self._put(_END)
-                    return
-                if not self._put(batch):
-                    return
-        except Cancelled:
-            return
-        except BaseException as err:
-            self._put(_Failure(err))
-
-    def get(self, timeout: float | None, step: int) -> Any:
-        end = None if timeout is None else time.monotonic() + timeout + 2.0
-        while True:
-            try:
-                item = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                self.stream.backend.start_workers(now=False)  # from this (the iterating) thread
-                if not self.thread.is_alive() and self.queue.empty():
-                    return _Failure(RuntimeError("the prefetch thread stopped without a result"))
-                if end is not None and time.monotonic() > end:
-                    return _Failure(
-                        TimeoutError(
-                            f"DataLoader timeout={timeout:g} s: {self.stream.describe(step)} was "
-                            "not ready"
-                        )
-                    )
-                continue
-            self.slots.release()
-            return item
-
-    def close(self, wait: float) -> bool:
-        """Stop the thread; whether it ended within ``wait`` seconds."""
-        self.stop.set()
-        while True:  # drop ready batches (their device buffers) now
-            try:
-                self.queue.get_nowait()
-            except queue.Empty:
-                break
-        if self.thread is not threading.current_thread():
-            self.thread.join(timeout=wait)
-        return not self.thread.is_alive()
-
-
-class _EpochIterator:
-    """One epoch of batches; closing it (``break``, garbage collection, errors) stops its thread."""
-
-    def __init__(self, loader: DataLoader, epoch: int, start: int, backend: Any) -> None:
-        self.loader = loader
-        self.epoch = epoch
-        self.step = start
-        self.done = False
-        self.superseded = False
-        self.stream = _Stream(loader, backend, epoch, start)
-        self.producer: _Producer | None = None
-        self.ahead: deque | None = None  # batches placed ahead by the iterating thread
-        if start >= len(loader):
-            self._end()
-        elif loader.prefetch > 0 and loader._worker_work():
-            self.producer = _Producer(self.stream, loader.prefetch)
-        elif loader.prefetch > 0:
-            # Nothing to decode or transform: a batch is one gather (a memory copy) and one
-            # transfer, ~25 us for 128 MNIST rows. A background thread made that slower, not
-            # faster: under the GIL its hand-overs (queue, semaphore, the GIL passed at every
-            # transfer) cost about as much as the batch (`python -m jaxfeed.bench.check --only
-            # loader`, loaded 2-core machine, medians of 3 alternating runs: 0.95x the numpy-gather
-            # limit with the thread, 1.57x without; 9.6 MB batches with a synced step lost too).
-            # Gathering several batches at once and zero-copy transfers from 64-byte aligned
-            # buffers measured slower, not faster. So the iterating thread keeps ``prefetch``
-            # batches placed ahead itself, as flax's ``prefetch_to_device`` does: their
-            # transfers are issued before they are needed and the gather overlaps the compiled
-            # step already dispatched.
-            self.ahead = deque()
-
-    def __iter__(self) -> _EpochIterator:
-        return self
-
-    def __len__(self) -> int:
-        return 0 if self.done else max(0, len(self.loader) - self.step)
-
-    def _end(self) -> None:
-        self.done = True
-        if self.loader._iterator is None or self.loader._iterator() in (self, None):
-            self.loader._epoch, self.loader._position = self.epoch + 1, 0
-            self.loader._resume = True
-
-    def _finish(self) -> None:
-        # process workers that could not start fail the epoch whose batches were built in this
-        # process meanwhile (waited for here, not against the per-batch timeout)
-        self.stream.backend.ensure_started()
-        self._end()
-        self.close()
-        raise StopIteration
-
-    def __next__(self) -> Batch:
-        if self.superseded:
-            raise RuntimeError(
-                "this DataLoader iterator was ended by a newer iter() over the same loader; a "
-                "DataLoader reads one epoch at a time (zip(loader, loader) cannot work): use two "
-                "DataLoader objects for two independent streams"
-            )
-        if self.done:
-            raise StopIteration
-        try:
-            if self.ahead is not None:
-                batch = self._next_ahead()
-            elif self.producer is None:
-                batch = self.stream.next()
-                if batch is None:
-                    self._finish()
-            else:
-                item = self.producer.get(self.loader.timeout, self.step)
-                if item is _END:
-                    self._finish()
-                if isinstance(item, _Failure):
-                    raise item.error
-                batch = item
-        except StopIteration:
-            raise
-        except BaseException:
-            self.close(failed=True)
-            raise
-        self.step += 1
-        self.loader._position = self.step
-        # process workers start from the iterating thread once the first batch (built in this
-        # process) is out, so that they do not slow it down (see workers.ProcessBackend)
-        self.stream.backend.start_workers()
-        return batch
-
-    def _next_ahead(self) -> Batch:
-        """The oldest batch placed ahead, after placing up to ``prefetch`` more. A batch that
-        fails to build is raised in its turn, after the batches before it (as from the thread)."""
-        ahead, depth = self.ahead, self.loader.prefetch
-        while len(ahead) <= depth and not (ahead and isinstance(ahead[-1], _Failure | None)):
-            try:
-                ahead.append(self.stream.next())
-            except Exception as err:
-                ahead.append(_Failure(err))
-        item = ahead.popleft()
-        if item is None:
-            self._finish()
-        if isinstance(item, _Failure):
-            raise item.error
-        return item
-
-    def close(self, failed: bool = False, superseded: bool = False) -> None:
-        """Stop the prefetch thread; an epoch left early gives its pending batches up, one that
-        failed (error, timeout, Ctrl-C) also stops the workers (they restart on the next epoch)."""
-        if superseded and not self.done:
-            self.superseded = True
-        stopped = True
-        if self.ahead is not None:
-            self.ahead.clear()  # their device buffers go now
-        if self.producer is not None:
-            stopped = self.producer.close(wait=1.0 if failed else 30.0)
-            self.producer = None
-        left_early = not self.done
-        self.done = True
-        backend = self.loader._backend
-        if backend is not None and backend is self.stream.backend:
-            if failed or not stopped:
-                self.loader._drop_backend(kill=True)
-            elif left_early:
-                backend.discard()
-
-    def __del__(self) -> None:
-        try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown
-            self.close()
-        except Exception:
-            pass

@@ -96,31 +96,6 @@ class Packing:
         return self._padding.pad_value(column)  # type: ignore[attr-defined]
 
 
-def loader_options(
-    padding: Padding | None, bucket_by_length: bool, packing: Packing | None
-) -> Padding | None:
-    """Check a loader's ``padding``, ``bucket_by_length`` and ``packing`` arguments together;
-    the padding to use (bucketing without one pads to the longest row).
-
-    >>> loader_options(None, True, None)
-    Padding(lengths=None, multiple_of=None, pad_values=None, truncate=False, columns=None)
-    """
-    if padding is not None and not isinstance(padding, Padding):
-        raise TypeError(f"padding must be a jaxfeed.Padding, got {type(padding).__name__}")
-    if packing is not None and not isinstance(packing, Packing):
-        raise TypeError(f"packing must be a jaxfeed.Packing, got {type(packing).__name__}")
-    if not isinstance(bucket_by_length, bool):
-        raise ValueError(f"bucket_by_length must be True or False, got {bucket_by_length!r}")
-    if packing is not None and (padding is not None or bucket_by_length):
-        raise ValueError(
-            "packing= makes rows of one fixed length: it does not go with padding= or "
-            "bucket_by_length=True"
-        )
-    if bucket_by_length and padding is None:
-        return Padding()
-    return padding
-
-
 @dataclass(frozen=True)
 class PackPlan:
     """An epoch's packing: piece ``p`` is ``size[p]`` values of dataset row ``row[p]`` from

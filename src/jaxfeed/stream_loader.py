@@ -25,13 +25,14 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 import pyarrow as pa
 
 from jaxfeed.bucketing import MEGA_BATCHES, bucket_table
 from jaxfeed.calls import takes_rng
 from jaxfeed.dataset import Dataset
-from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement, row_placer
+from jaxfeed.devices import Placement, put_tree, resolve_placement, row_placer
 from jaxfeed.features import Features
 from jaxfeed.formatting import to_host
 from jaxfeed.iterable import (
@@ -42,7 +43,8 @@ from jaxfeed.iterable import (
     encode_state,
     split_dataset_by_node,
 )
-from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, loader_options, pack_table
+from jaxfeed.options import LoaderOptions, _BaseLoader
+from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, pack_table
 from jaxfeed.padding import Padding, pad_batch
 from jaxfeed.ragged import is_ragged_type
 from jaxfeed.reader import TableReader
@@ -55,11 +57,12 @@ _END = object()
 _READ_AHEAD = 2  # decoded tables (a few MB each) read ahead of the batches, across epochs
 
 
-class StreamingDataLoader:
+class StreamingDataLoader(_BaseLoader):
     """Batches of a stream on the device, prefetched, resumable.
 
     Made by :class:`jaxfeed.DataLoader` when given an :class:`~jaxfeed.IterableDataset` (same
-    arguments). ``shuffle=True`` adds ``dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)``;
+    arguments, checked by :class:`jaxfeed.options.LoaderOptions`), and a ``DataLoader`` too
+    (``isinstance`` holds; both derive from ``options._BaseLoader``). ``shuffle=True`` adds ``dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)``;
     every new iteration is a new epoch (``set_epoch`` reseeds the shuffle). A stream has no
     length, so there is no ``len()``.
 
@@ -106,40 +109,44 @@ class StreamingDataLoader:
             )
         if not isinstance(dataset, IterableDataset):
             raise TypeError(f"expected an IterableDataset, got {type(dataset).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if num_workers:
+        self.options = options = LoaderOptions(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            columns=columns,
+            transform=transform,
+            prefetch=prefetch,
+            device=device,
+            sharding=sharding,
+            num_workers=num_workers,
+            worker_mode=worker_mode,
+            shuffle_buffer=shuffle_buffer,
+            padding=padding,
+            bucket_by_length=bucket_by_length,
+            packing=packing,
+        )
+        if options.num_workers:
             raise ValueError(
                 "num_workers is not supported for streams: media columns decode in the read-ahead "
                 "thread; use dataset.map(..., batched=True) for heavy per-row work"
             )
-        if device is not None and sharding is not None:
-            raise ValueError("give device= or sharding=, not both")
-        self.batch_size = batch_size
-        self.seed = int(seed)
-        self.drop_last = bool(drop_last)
-        self.transform = transform
-        self.prefetch = prefetch
+        self.batch_size = batch_size = options.batch_size
+        self.seed = options.seed
+        self.drop_last = options.drop_last
+        self.transform = transform = options.transform
+        self.prefetch = options.prefetch
         self.placement: Placement = sharding if sharding is not None else resolve_placement(device)
-        if sharding is not None and batch_size % batch_divisor(sharding):
-            raise ValueError(
-                f"batch_size {batch_size} cannot be split over the {batch_divisor(sharding)} "
-                f"devices of the sharding; use a multiple of {batch_divisor(sharding)}"
-            )
-        if columns is not None:
-            dataset = dataset.select_columns(list(columns))
-        if shuffle:
-            dataset = dataset.shuffle(seed=self.seed, buffer_size=shuffle_buffer)
+        if options.columns is not None:
+            dataset = dataset.select_columns(list(options.columns))
+        if options.shuffle:
+            dataset = dataset.shuffle(seed=self.seed, buffer_size=options.shuffle_buffer)
         self.local = _local_block(self.placement, batch_size)
         if self.local is not None:  # this process loads its block from its own files
-            import jax
-
             dataset = split_dataset_by_node(dataset, jax.process_index(), jax.process_count())
         self.rows_per_batch = batch_size if self.local is None else self.local
         self.dataset = dataset
-        self._variable_options(padding, bucket_by_length, packing)
+        self._variable_options(options)
         self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of this epoch handed out
@@ -150,10 +157,8 @@ class StreamingDataLoader:
         self._reader = _Reader(self)
         self._ahead: _ReadAhead | None = None  # the read-ahead thread, kept across epochs
 
-    def _variable_options(
-        self, padding: Padding | None, bucket_by_length: bool, packing: Packing | None
-    ) -> None:
-        padding = loader_options(padding, bucket_by_length, packing)
+    def _variable_options(self, options: LoaderOptions) -> None:
+        padding = options.padding  # checked with packing and bucket_by_length by LoaderOptions
         if (
             self.local is not None
             and padding is not None
@@ -164,7 +169,8 @@ class StreamingDataLoader:
                 "cannot agree on a padded length batch by batch: use Padding(lengths=(n,)) "
                 "(one length) or packing="
             )
-        self.padding, self.packing, self.bucket_by_length = padding, packing, bucket_by_length
+        self.padding, self.packing = padding, options.packing
+        self.bucket_by_length = options.bucket_by_length
         features = self.dataset.features
         self._declared = tuple(
             c
@@ -173,10 +179,6 @@ class StreamingDataLoader:
         )
 
     # ------------------------------------------------------------------ state
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch`` (a new shuffle)."""
         self._close()
@@ -327,18 +329,6 @@ class StreamingDataLoader:
         """Stop the read-ahead thread."""
         self._close()
         self._drop_ahead()
-
-    def __enter__(self) -> StreamingDataLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:  # noqa: SIM105 - at interpreter shutdown anything may be gone
-            self.close()
-        except Exception:
-            pass
 
 
 class _Reader:
@@ -503,8 +493,6 @@ def _join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _local_block(placement: Placement, rows: int) -> int | None:
     """In multi-process JAX with a sharding over processes: rows of a batch this process loads."""
-    import jax
-
     if (
         jax.process_count() == 1
         or isinstance(placement, jax.Device)

@@ -47,7 +47,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-fingerprint-ignores-content",
-        "src/jaxfeed/loader.py",
+        "src/jaxfeed/sources.py",
         "digest.update(sink.getvalue().to_pybytes())",
         "pass",
         [DATA + "::test_promise_loader_state_is_refused_by_a_loader_that_would_read_other_batches"],
@@ -63,7 +63,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-int64-unchecked",
-        "src/jaxfeed/loader.py",
+        "src/jaxfeed/sources.py",
         '("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")',
         '("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32")',
         [f"{DATA}::test_promise_int64_values_past_int32_raise_through_the_loader"],
@@ -393,7 +393,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-slot-released-while-aliased",
-        "src/jaxfeed/loader.py",
+        "src/jaxfeed/epochs.py",
         "_release_when_gone(keep, release)",
         "_release_when_gone([], release)",
         [f"{GUARD}::test_batches_kept_from_a_process_worker_stay_intact"],
