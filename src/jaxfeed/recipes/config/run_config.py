@@ -1,390 +1,45 @@
-"""The typed run configuration of ``jaxfeed train`` (one dataclass), parsed by jsonargparse.
-
-Every option of a training run is a field of :class:`RunConfig`. :func:`run_parser` derives a
-`jsonargparse <https://jsonargparse.readthedocs.io>`_ parser from the fields (their types, help and
-defaults), and the same parser checks the command line (``jaxfeed.cli.options``), ``--config``
-files (JSON or YAML) and a run's ``config.json``; :func:`check` adds the bounds the types cannot
-say. A field added to the dataclass is a flag, a config key and a ``config.json`` entry at once.
-The run folder keeps the options in ``config.json`` next to what the run resolved from the data
-(task, labels, preprocessing). This module imports neither JAX nor pyarrow.
-
->>> config = RunConfig.from_dict({"epochs": 3, "lr": 0.01}, "example")
->>> config.epochs, config.lr, config.optimizer
-(3, 0.01, 'adamw')
->>> RunConfig.from_dict({"epochs": 0}, "example")
-Traceback (most recent call last):
-...
-jaxfeed.recipes.config.ConfigError: example: epochs must be an integer >= 1, got 0
->>> RunConfig.from_dict({"epoch": 3}, "example")
-Traceback (most recent call last):
-...
-jaxfeed.recipes.config.ConfigError: example: unknown option 'epoch' (did you mean 'epochs'?)
-"""
+""":class:`RunConfig`: the sections of :mod:`~jaxfeed.recipes.config.groups` composed into one
+flat config; its jsonargparse parser, the checks the types cannot say, and :func:`configure` (a
+run's options from defaults, a config file, the command line or a resumed run)."""
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
-import json
-import os
 import re
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-RUN_FORMAT = "jaxfeed-run"
-RUN_VERSION = 2
-TASKS = ("classification", "regression", "lm")
-COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path, init_args}
-MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
-MAX_CONFIG_ALIASES = 100
-
-
-class ConfigError(ValueError):
-    """A configuration value, file or flag is wrong; the message names it and what was expected."""
-
-
-def option(
-    default: Any,
-    help: str,
-    *,
-    minimum: float | None = None,
-    exclusive: bool = False,
-    below: float | None = None,
-    metavar: str | None = None,
-    saved: bool = True,
-    resumable: bool = False,
-    group: str = "run",
-) -> Any:
-    """A :class:`RunConfig` field with what the command line and the checks need.
-
-    ``minimum`` (with ``exclusive``: strictly above) and ``below`` (strictly) bound numbers;
-    ``saved=False`` keeps the field out of ``config.json`` (where this process runs, not what it
-    trains); ``resumable=True`` fields may differ from the saved ones on ``--resume`` (how long to
-    train, how often to report).
-    """
-    meta = {
-        "help": help,
-        "minimum": minimum,
-        "exclusive": exclusive,
-        "below": below,
-        "metavar": metavar,
-        "saved": saved,
-        "resumable": resumable,
-        "group": group,
-    }
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
+from jaxfeed.recipes.config.groups import (
+    COMPONENTS,
+    SECTIONS,
+    ConfigError,
+    DataOptions,
+    ModelOptions,
+    OptimOptions,
+    ProcessOptions,
+)
+from jaxfeed.recipes.config.values import (
+    _class_weights,
+    _component,
+    _short,
+    did_you_mean,
+    parse_image_size,
+    parse_mesh_text,
+    parse_sharding,
+)
 
 
 @dataclass
-class RunConfig:
-    """Everything ``jaxfeed train`` needs: data, model, optimisation and run options."""
+class RunConfig(ProcessOptions, OptimOptions, ModelOptions, DataOptions):
+    """Everything ``jaxfeed train`` needs: data, model, optimisation and run options.
 
-    # data
-    data: str = option(
-        "digits",
-        "an image or audio folder, a CSV/Parquet/JSON Lines/Arrow file, a save_to_disk folder, a "
-        "Hub-layout folder, a built-in name (digits, mnist, fashion_mnist, cifar10) or a cached "
-        "Hub id (default: digits)",
-        metavar="PATH",
-        group="data",
-    )
-    data_dir: str | None = option(
-        None, "folder of the files of mnist, fashion_mnist or cifar10", group="data"
-    )
-    split_train: str = option(
-        "train", "split to train on; slices work: train[:80%] (default: train)", group="data"
-    )
-    split_eval: str | None = option(
-        None,
-        "the validation split the best checkpoint is chosen on; split expressions work "
-        "(default: the data's validation split, else --val-split of train); the data's test "
-        "split is held out and read once, at the end",
-        group="data",
-    )
-    val_split: float | None = option(
-        None,
-        "carve this fraction of the train split (stratified by class) as the validation split "
-        "the model is selected on, when the data has no validation split (default: 0.1 then); "
-        "0: no validation split, no selection, the last epoch is kept",
-        minimum=0.0,
-        below=1.0,
-        metavar="FRACTION",
-        group="data",
-    )
-    input_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
-        None,
-        "input column(s), comma-separated (default: the first image/array column, or every "
-        "numeric column but the label of a table)",
-        metavar="A,B,C",
-        group="data",
-    )
-    label_column: str | None = option(
-        None,
-        "the target column (default: the first ClassLabel column, or a column named label/target)",
-        metavar="NAME",
-        group="data",
-    )
-    categorical_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
-        None,
-        "table columns to one-hot encode as categories (default: text and bool columns, and "
-        "integer columns of at most 10 values)",
-        metavar="A,B,C",
-        group="data",
-    )
-    missing: Literal["refuse", "impute"] = option(
-        "refuse",
-        "missing table cells: refuse them naming the column, or impute them (numbers: the "
-        "train mean; categories: the unknown slot) (default: refuse)",
-        group="data",
-    )
-    task: Literal["classification", "regression", "lm"] | None = option(
-        None,
-        "default: inferred from the label column (strings, class labels or few integers: "
-        "classification; floats: regression); lm: a causal language model of a text column or "
-        "a .txt corpus (no label)",
-        group="data",
-    )
-    text_column: str | None = option(
-        None,
-        "the column of free text to learn from (default: a string column of free text, found "
-        "and announced; a .txt corpus: its lines)",
-        metavar="NAME",
-        group="data",
-    )
-    tokenizer: str | None = option(
-        None,
-        "a tokenizer.json (the Hub's tokenizers format) for text (default: a byte-level BPE "
-        "trained on the train split into the run folder)",
-        metavar="FILE",
-        group="data",
-    )
-    vocab_size: int = option(
-        8000,
-        "the trained tokenizer's vocabulary size (at most; default: 8000)",
-        minimum=261,
-        group="data",
-    )
-    seq_len: int | None = option(
-        None,
-        "tokens: --task lm: the packed row length (default 128); a text column: the longest "
-        "text kept, longer ones cut (default: the longest train text, at most 512)",
-        minimum=2,
-        metavar="N",
-        group="data",
-    )
-    image_size: str | None = option(
-        None,
-        "resize images to N or HxW (default: the most common size of the first 64 images)",
-        metavar="N|HxW",
-        group="data",
-    )
-    image_mode: Literal["L", "RGB", "same"] | None = option(
-        None,
-        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
-        "widest mode of the images, said when they are mixed)",
-        group="data",
-    )
-    sample_rate: int | None = option(
-        None,
-        "audio: resample every clip to this rate in Hz before its log-mel features (default: "
-        "16000)",
-        minimum=1,
-        metavar="HZ",
-        group="data",
-    )
-    clip_seconds: float | None = option(
-        None,
-        "audio: crop (at random in training, the centre in evaluation) or pad every clip to this "
-        "many seconds (default: the longest clip of the train split, at most 30)",
-        minimum=0.0,
-        exclusive=True,
-        metavar="SECONDS",
-        group="data",
-    )
-    # model
-    model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
-        None,
-        "cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName or "
-        "package.module.ClassName (your own flax.nnx.Module), or {class_path: ..., init_args: "
-        "{...}} with constructor arguments (also --model.init_args.NAME VALUE) (default: cnn for "
-        "images, mlp for tables, audio_cnn for audio, transformer for text)",
-        metavar="NAME|SPEC",
-        group="model",
-    )
-    api: Literal["nnx", "linen"] = option(
-        "nnx", "Flax API of the built-in CNN (default: nnx)", group="model"
-    )
-    # optimisation
-    epochs: int = option(10, "epochs in total (default: 10)", minimum=1, resumable=True)
-    batch_size: int = option(64, "rows per batch (default: 64)", minimum=1)
-    optimizer: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
-        "adamw",
-        "any optax optimizer by name (adamw, adam, sgd, lion, adafactor, ...), or {class_path: "
-        "NAME, init_args: {...}} with its arguments (also --optimizer.init_args.NAME VALUE); it "
-        "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
-        metavar="NAME|SPEC",
-    )
-    lr: float = option(1e-3, "peak learning rate (default: 1e-3)", minimum=0.0, exclusive=True)
-    weight_decay: float = option(
-        1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
-    )
-    schedule: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
-        "constant",
-        "learning-rate schedule: constant, cosine, linear, or any optax schedule by name "
-        "(cosine_decay_schedule, exponential_decay, warmup_cosine_decay_schedule, ...) or "
-        "{class_path: NAME, init_args: {...}} with its arguments (also --schedule.init_args.NAME "
-        "VALUE); --lr, the run's length and --warmup-steps fill the ones left out "
-        "(default: constant)",
-        metavar="NAME|SPEC",
-    )
-    loss: Literal["cross_entropy", "mse", "mae", "huber"] | None = option(
-        None, "training loss (default: cross_entropy for classes, mse for regression)"
-    )
-    metrics: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
-        None,
-        "metrics besides the loss, comma-separated: accuracy, topK_accuracy, f1, precision, "
-        "recall, auc (classification), mse, mae, rmse, r2 (regression); f1, precision, recall, "
-        "auc, rmse and r2 over the whole split (default: accuracy for classes; mse, mae, rmse, r2 "
-        "for regression)",
-        metavar="A,B,C",
-    )
-    grad_clip: float | None = option(
-        None,
-        "clip gradients to this global norm (optax.clip_by_global_norm) (default: off)",
-        minimum=0.0,
-        exclusive=True,
-        metavar="NORM",
-    )
-    class_weights: str | list[float] | None = option(  # noqa: RUF009 (option() returns a field)
-        None,
-        "weigh the loss per class: balanced (rows / (classes x class rows) of the train split), "
-        "or one weight per class, comma-separated (default: equal)",
-        metavar="balanced|W1,W2,...",
-    )
-    warmup_steps: int = option(0, "optimizer steps of linear warmup from 0 (default: 0)", minimum=0)
-    grad_accum: int = option(
-        1,
-        "accumulate gradients over K batches per optimizer step (optax.MultiSteps) (default: 1)",
-        minimum=1,
-        metavar="K",
-    )
-    precision: Literal["float32", "bfloat16"] = option(
-        "float32",
-        "compute dtype of forward and backward passes; parameters stay float32 (default: float32)",
-    )
-    monitor: str = option(
-        "eval_loss",
-        "the validation metric that chooses the best checkpoint (and --patience watches): "
-        "eval_loss, eval_accuracy, eval_f1, eval_auc, eval_r2, ... (default: eval_loss)",
-        metavar="METRIC",
-    )
-    monitor_mode: Literal["min", "max"] | None = option(
-        None, "min or max (default: min for losses and errors, max otherwise)"
-    )
-    patience: int | None = option(
-        None,
-        "stop after P epochs without a better --monitor (default: off)",
-        minimum=0,
-        metavar="P",
-        resumable=True,
-    )
-    max_steps: int | None = option(
-        None,
-        "stop after N optimizer steps in total, whichever of --epochs and --max-steps comes first "
-        "(default: no step limit)",
-        minimum=1,
-        metavar="N",
-        resumable=True,
-    )
-    eval_every: int | None = option(
-        None,
-        "also evaluate every N steps (default: after each epoch only)",
-        minimum=1,
-        metavar="N",
-        resumable=True,
-    )
-    log_every: int | None = option(
-        None,
-        "also write a train row (loss, metrics, learning rate) every N steps to metrics.jsonl "
-        "and TensorBoard (default: per epoch only)",
-        minimum=1,
-        metavar="N",
-        resumable=True,
-    )
-    checkpoint_every: int | None = option(
-        None,
-        "also checkpoint every N steps (default: after each epoch only)",
-        minimum=1,
-        metavar="N",
-        resumable=True,
-    )
-    tensorboard: bool = option(
-        False,
-        "write TensorBoard event files to RUN/tensorboard (needs: pip install 'jaxfeed[tensorboard]')",
-        resumable=True,
-    )
-    seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
-    deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
-    num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)
-    mesh: str | None = option(
-        None,
-        "device mesh as NAME=SIZE pairs, e.g. data=4,model=2 (one size may be -1: the devices "
-        "left); batches split over its data axis (default: one data axis over every device)",
-        metavar="data=N,model=M",
-        resumable=True,
-    )
-    sharding: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
-        "replicate",
-        "how the model and optimizer state lie on the mesh: replicate, fsdp, or logical axis "
-        'rules as JSON or in a --config file, e.g. {"mlp": "model", "fsdp": true} (default: '
-        "replicate)",
-        metavar="replicate|fsdp|RULES",
-        resumable=True,
-    )
-    # where and how this process runs: not saved in config.json
-    out: str | None = option(
-        None, "run folder (default: runs/DATA-MODEL-TIME)", saved=False, group="process"
-    )
-    resume: bool = option(
-        False,
-        "continue the run in --out from its latest checkpoint with its saved config.json",
-        saved=False,
-        group="process",
-    )
-    trust_code: bool = option(
-        False,
-        "--resume: import the run's own copy of a model file (code/) when the file the run "
-        "names is gone; only for run folders you trust",
-        saved=False,
-        group="process",
-    )
-    num_processes: int | None = option(
-        None,
-        "processes of a multi-process run (or JAXFEED_NUM_PROCESSES)",
-        minimum=1,
-        saved=False,
-        group="process",
-    )
-    process_id: int | None = option(
-        None,
-        "this process's id, 0-based (or JAXFEED_PROCESS_ID)",
-        minimum=0,
-        saved=False,
-        group="process",
-    )
-    coordinator: str | None = option(
-        None,
-        "HOST:PORT of process 0's coordinator (or JAXFEED_COORDINATOR)",
-        saved=False,
-        group="process",
-    )
+    The sections are listed last first: a dataclass takes its bases' fields in reverse method
+    resolution order, so the fields (and the flags, ``--help`` and ``config.json``) run data,
+    model, optimisation, process, as :data:`~jaxfeed.recipes.config.groups.SECTIONS` says.
+    """
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -465,6 +120,12 @@ class RunConfig:
         return value, {}
 
 
+if [f.name for f in dataclasses.fields(RunConfig)] != [
+    f.name for section in SECTIONS.values() for f in dataclasses.fields(section)
+]:  # the flags, --help and config.json follow this order
+    raise AssertionError("RunConfig's fields are not in the order of its sections")
+
+
 def as_typed(values: dict[str, Any]) -> dict[str, Any]:
     """Spellings the types do not take, as they mean: ``"a,b"`` for a list of names, ``64`` for
     a string field (``image_size: 64`` in YAML).
@@ -524,35 +185,18 @@ def new_run_parser(**kwargs: Any) -> Any:
     )
     groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
     hints = _hints()
-    for f in dataclasses.fields(RunConfig):
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-        kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"]}
-        group = groups[f.metadata.get("group", "run")]
-        if _base(hints[f.name]) is bool:
-            group.add_argument(f"--{f.name}", action=ActionYesNo(no_prefix="no_"), **kwargs)
-        else:
-            if f.metadata.get("metavar"):
-                kwargs["metavar"] = f.metadata["metavar"]
-            group.add_argument(f"--{f.name}", type=hints[f.name], **kwargs)
+    for key, section in SECTIONS.items():  # RunConfig's field order (checked below the class)
+        group = groups[key]
+        for f in dataclasses.fields(section):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            kwargs: dict[str, Any] = {"default": default, "help": f.metadata["help"]}
+            if _base(hints[f.name]) is bool:
+                group.add_argument(f"--{f.name}", action=ActionYesNo(no_prefix="no_"), **kwargs)
+            else:
+                if f.metadata.get("metavar"):
+                    kwargs["metavar"] = f.metadata["metavar"]
+                group.add_argument(f"--{f.name}", type=hints[f.name], **kwargs)
     return parser
-
-
-def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
-    """`` (did you mean 'x'?)`` for the nearest known name, or nothing.
-
-    >>> did_you_mean("lerning_rate", ["lr", "learning_rate"])
-    " (did you mean 'learning_rate'?)"
-    """
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    if not close:
-        return ""
-    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters: an error never shows a whole value."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "...'"
 
 
 def parse_error(err: BaseException) -> str:
@@ -626,317 +270,66 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
     return dataclasses.replace(config, **changes) if changes else config
 
 
-BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
-MODEL_FORMS = f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName or package.module.ClassName"
-
-
-def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
-    """A name, or ``{class_path, init_args}`` (a name alone when there are no arguments)."""
-    if isinstance(value, dict):
-        unknown = set(value) - {"class_path", "init_args"}
-        if unknown or not isinstance(value.get("class_path"), str):
-            raise ConfigError(
-                f"{where}: {name} must be a name or {{class_path: NAME, init_args: {{...}}}}, got "
-                f"keys {sorted(map(str, value))[:5]}"
-            )
-        args = value.get("init_args") or {}
-        if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
-            raise ConfigError(f"{where}: {name}.init_args must map argument names to values")
-        path = _component(name, value["class_path"], where)
-        return {"class_path": path, "init_args": dict(args)} if args else path
-    path = str(value).strip()
-    if name == "model" and not (
-        path in BUILTIN_MODELS
-        or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
-        or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
-    ):
-        raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
-    if name in ("optimizer", "schedule") and not re.fullmatch(
-        r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path
-    ):
-        raise ConfigError(
-            f"{where}: {name} must be the name of an optax {name}, got {_short(path)}"
-        )
-    return path
-
-
-def _class_weights(value: Any, where: str) -> str | list[float]:
-    if isinstance(value, str):
-        if value.strip() == "balanced":
-            return "balanced"
-        value = value.split(",")
-    try:
-        weights = [float(v) for v in value]
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"{where}: class_weights must be balanced or numbers, one per class, got {_short(value)}"
-        ) from None
-    if not weights or any(not (w >= 0) for w in weights):
-        raise ConfigError(f"{where}: class_weights must be numbers >= 0, got {_short(value)}")
-    return weights
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``"N"`` or ``"HxW"`` as ``(height, width)``; anything else raises ``ConfigError``."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(text))
-    if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(2)) < 1):
-        raise ConfigError(
-            f"expected N or HxW with positive integers (e.g. 32 or 24x32), got {_short(text)}"
-        )
-    height = int(m.group(1))
-    return height, int(m.group(2)) if m.group(2) else height
-
-
-def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
-    """``"data=4,model=2"`` as ``{"data": 4, "model": 2}`` (checked; no JAX needed).
-
-    >>> parse_mesh_text("data=-1,model=2")
-    {'data': -1, 'model': 2}
-    """
-    axes: dict[str, int] = {}
-    for part in str(text).split(","):
-        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(-1|[1-9]\d*)\s*", part)
-        if not m or m.group(1) in axes:
-            raise ConfigError(
-                f"{where}: mesh must be NAME=SIZE pairs separated by commas, each name once "
-                f"(e.g. data=4,model=2; one size may be -1), got {text!r}"
-            )
-        axes[m.group(1)] = int(m.group(2))
-    if list(axes.values()).count(-1) > 1:
-        raise ConfigError(f"{where}: at most one mesh axis may have size -1, got {text!r}")
-    return axes
-
-
-def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
-    """``replicate``, ``fsdp``, or a dict (or its JSON text) of logical axis rules: each a mesh
-    axis name, a list of them or null, and ``"fsdp": true|false``.
-
-    >>> parse_sharding('{"mlp": "model", "fsdp": true}', "flag")
-    {'mlp': 'model', 'fsdp': True}
-    """
-    if isinstance(value, str) and value.strip().startswith("{"):
-        try:
-            value = json.loads(value)
-        except ValueError as err:
-            raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
-    if value in ("replicate", "fsdp"):
-        return value
-    if isinstance(value, dict):
-        for key, entry in value.items():
-            if key == "fsdp":
-                ok = isinstance(entry, bool)
-            else:
-                items = entry if isinstance(entry, list) else [entry]
-                ok = entry is None or all(isinstance(i, str) and i for i in items)
-            if not ok:
-                raise ConfigError(
-                    f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
-                    f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {entry!r}"
-                )
-        return dict(value)
-    raise ConfigError(
-        f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
-        f'(e.g. {{"mlp": "model"}}), got {value!r}'
+# ---------------------------------------------------------------------------------- a run's options
+def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
+    """The run's options: defaults, then ``config_file``, then ``flags`` (the options given on the
+    command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
+    file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
+    from jaxfeed.recipes.config.files import read_config_file  # cycle: files -> record -> here
+    from jaxfeed.recipes.config.record import read_run  # cycle: record imports this module
+    from jaxfeed.recipes.run import (  # cycle, and import cost: pyarrow
+        absolute_paths,
+        check_out_folder,
     )
 
-
-# ---------------------------------------------------------------------------------- files
-class _BoundedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses more than :data:`MAX_CONFIG_ALIASES` aliases (an alias
-    "bomb" of a few hundred bytes expands to billions of values)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases = getattr(self, "aliases", 0) + 1
-            if self.aliases > MAX_CONFIG_ALIASES:
-                raise ConfigError(f"more than {MAX_CONFIG_ALIASES} YAML aliases (*name)")
-        return super().compose_node(parent, index)
-
-
-def load_yaml(text: str, where: str) -> Any:
-    """YAML ``text``, safely: no Python objects, at most :data:`MAX_CONFIG_ALIASES` aliases and
-    :data:`MAX_CONFIG_NODES` values once expanded; errors name ``where`` and never the value.
-
-    >>> load_yaml("a: &x [1, 2]\\nb: *x", "run.yaml")
-    {'a': [1, 2], 'b': [1, 2]}
-    >>> bomb = "a: &a [x, x]\\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}]\\n"
-    ...                                    for p, c in zip("abcdefghij", "bcdefghijk"))
-    >>> load_yaml(bomb, "bomb.yaml")
-    Traceback (most recent call last):
-    ...
-    jaxfeed.recipes.config.ConfigError: bomb.yaml: refused: it expands to more than 100,000 values (YAML aliases)
-    """
-    try:
-        values = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: no Python objects
-    except ConfigError as err:
-        raise ConfigError(f"{where}: refused: {err}") from None
-    except yaml.YAMLError as err:
-        first = str(err).strip().splitlines()[0][:200]
-        raise ConfigError(f"{where}: not valid YAML: {first}") from None
-    _check_size(values, where)
-    return values
+    config = RunConfig()
+    if flags.get("resume"):
+        if config_file is not None:
+            raise ConfigError("--resume reads the run's own config.json; drop --config")
+        if not flags.get("out"):
+            raise ConfigError("--resume needs --out RUN (the run folder to continue)")
+        out = Path(flags["out"])
+        check_out_folder(out, resume=True)
+        saved = read_run(out).options
+        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
+        fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+        for name in wanted.differences(saved):
+            if not fields[name].metadata["resumable"]:
+                flag = "--" + name.replace("_", "-")
+                allowed = ", ".join(
+                    "--" + f.name.replace("_", "-")
+                    for f in fields.values()
+                    if f.metadata["resumable"]
+                )
+                raise ConfigError(
+                    f"--resume: {flag} {getattr(wanted, name)!r} contradicts the run's saved {name} "
+                    f"{getattr(saved, name)!r} ({out / 'config.json'}); a resumed run keeps its "
+                    f"configuration (only {allowed} may change)"
+                )
+        return wanted
+    if config_file is not None:
+        config = config.replace(read_config_file(config_file), f"--config {config_file}")
+    config = config.replace(flags, "command line")
+    _check_optimizer(config)
+    return config.replace(absolute_paths(_paths_of(config)), "command line")
 
 
-def _check_size(values: Any, where: str) -> None:
-    """Refuse a value that expands to more than :data:`MAX_CONFIG_NODES` values (each alias counts
-    every time it is used), without expanding it."""
-    count, stack = 0, [values]
-    while stack:
-        value = stack.pop()
-        count += 1
-        if count > MAX_CONFIG_NODES:
-            raise ConfigError(
-                f"{where}: refused: it expands to more than {MAX_CONFIG_NODES:,} values (YAML aliases)"
-            )
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-
-
-def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """The options in a JSON or YAML file (a run's ``config.json`` works too: its options); YAML
-    is read by :func:`load_yaml` (no alias bombs)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"--config {path}: cannot read it: {err.strerror or err}") from err
-    if path.suffix.lower() in (".yaml", ".yml"):
-        values = load_yaml(text, f"--config {path}")
-    else:
-        try:
-            values = json.loads(text)
-        except ValueError as err:
-            raise ConfigError(f"--config {path}: not valid JSON: {err}") from err
-    _check_size(values, f"--config {path}")
-    if not isinstance(values, dict):
-        raise ConfigError(
-            f"--config {path}: expected a mapping of option names to values, got {type(values).__name__}"
-        )
-    if values.get("format") == RUN_FORMAT:  # a run's config.json: its options
-        values = values.get("options", {})
-    elif is_legacy_run(values):
-        values = legacy_options(values)
-    return values
-
-
-@dataclass
-class RunRecord:
-    """A run folder's ``config.json``: the options, and what the run resolved from its data."""
-
-    options: RunConfig
-    resolved: dict[str, Any]
-    version: int = RUN_VERSION
-
-    def to_json(self) -> str:
-        from jaxfeed import __version__
-
-        payload = {
-            "format": RUN_FORMAT,
-            "version": self.version,
-            "jaxfeed": __version__,
-            "options": self.options.saved(),
-            **self.resolved,
-        }
-        return json.dumps(payload, indent=2)
-
-
-RESOLVED_KEYS = (
-    "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
-    "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
-)  # fmt: skip
-
-
-def read_run(run: str | os.PathLike) -> RunRecord:
-    """The :class:`RunRecord` of a run folder; a clear ``ConfigError`` for anything else.
-
-    Runs written by jaxfeed 0.1's first command (a flat ``config.json``) are read too.
-    """
-    run = Path(run)
-    path = run / "config.json"
-    if not path.is_file():
-        raise ConfigError(
-            f"{run} is not a jaxfeed run folder (no config.json); train one with: jaxfeed train --out {run}"
-        )
-    try:
-        values = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path} is not valid JSON: {err}") from err
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
-    if is_legacy_run(values):
-        return legacy_record(values, path)
-    if values.get("format") != RUN_FORMAT:
-        raise ConfigError(
-            f'{path} was not written by jaxfeed train (no "format": "{RUN_FORMAT}"); is {run} a run folder?'
-        )
-    version = values.get("version")
-    if not isinstance(version, int) or version > RUN_VERSION:
-        raise ConfigError(
-            f"{path} has run format version {version!r}; this jaxfeed reads versions up to {RUN_VERSION}: "
-            "upgrade jaxfeed"
-        )
-    options = values.get("options")
-    if not isinstance(options, dict):
-        raise ConfigError(f'{path}: "options" must be an object of run options')
-    config = RunConfig.from_dict(options, str(path))
-    resolved = {k: values[k] for k in RESOLVED_KEYS if k in values}
-    missing = [k for k in ("task", "labels", "preprocess") if k not in resolved]
-    if missing:
-        raise ConfigError(f"{path}: missing {missing[0]!r}; the run folder is damaged")
-    if not isinstance(resolved["preprocess"], dict):
-        raise ConfigError(f'{path}: "preprocess" must be an object')
-    if resolved["task"] not in TASKS:
-        raise ConfigError(
-            f"{path}: task must be one of {', '.join(TASKS)}, got {resolved['task']!r}"
-        )
-    return RunRecord(config, resolved, version)
-
-
-# ---------------------------------------------------------------------------------- 0.1 runs
-LEGACY_KEYS = {"input_column", "label_column", "input_shape", "labels", "model"}
-
-
-def is_legacy_run(values: dict[str, Any]) -> bool:
-    """A flat ``config.json`` of the first ``jaxfeed train`` (before run configs had a format)."""
-    return "format" not in values and set(values) >= LEGACY_KEYS
-
-
-def legacy_options(values: dict[str, Any]) -> dict[str, Any]:
-    keep = (
-        "data", "data_dir", "split_train", "split_eval", "label_column", "model", "api", "epochs",
-        "batch_size", "lr", "weight_decay", "seed", "deterministic", "num_workers",
-    )  # fmt: skip
-    out = {k: values[k] for k in keep if k in values}
-    out["input_columns"] = [values["input_column"]]
-    out["task"] = "classification"
-    return out
-
-
-def legacy_record(values: dict[str, Any], path: Path) -> RunRecord:
-    try:
-        config = RunConfig.from_dict(legacy_options(values), str(path))
-        shape = [int(d) for d in values["input_shape"]]
-        labels = [str(n) for n in values["labels"]]
-        preprocess = {
-            "kind": "image" if values.get("image_mode") else "array",
-            "input_columns": [values["input_column"]],
-            "label_column": values["label_column"],
-            "input_shape": shape,
-            "image_mode": values.get("image_mode"),
-            "image_size": shape[:2] if values.get("image_mode") else None,
-            "scale": str(values.get("input_dtype", "uint8")).startswith(("uint", "int")),
-        }
-    except (KeyError, TypeError, ValueError) as err:
-        raise ConfigError(
-            f"{path}: a config.json of an earlier jaxfeed that cannot be read: {err}"
-        ) from err
-    resolved = {
-        "task": "classification",
-        "labels": labels,
-        "preprocess": preprocess,
-        "best_metric": "eval_accuracy",  # what the first jaxfeed ranked checkpoints by
-        "data_kind": "legacy",
+def _paths_of(config: RunConfig) -> dict[str, Any]:
+    return {
+        "data": config.data,
+        "data_dir": config.data_dir,
+        "model": config.model,
+        "tokenizer": config.tokenizer,
     }
-    return RunRecord(config, resolved, version=1)
+
+
+def _check_optimizer(config: RunConfig) -> None:
+    """An unknown optax optimizer or schedule is refused before any data is read."""
+    from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory  # import cost: optax
+    from jaxfeed.recipes.schedules import build_schedule  # import cost: optax
+
+    name, args = config.component("optimizer")
+    if name not in LEGACY_OPTIMIZERS or args:
+        optimizer_factory(name)
+    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read
