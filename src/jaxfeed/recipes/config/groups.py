@@ -35,7 +35,8 @@ def option(
     saved: bool = True,
     resumable: bool = False,
 ) -> Any:
-    """A :class:`~jaxfeed.recipes.config.RunConfig` field with what the command line and the checks need.
+    """A :class:`~jaxfeed.recipes.config.RunConfig` field with what the command line and the
+    checks need.
 
     ``minimum`` (with ``exclusive``: strictly above) and ``below`` (strictly) bound numbers;
     ``saved=False`` keeps the field out of ``config.json`` (where this process runs, not what it
