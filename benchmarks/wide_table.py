@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxfeed import DataLoader
 from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.preprocess import TableOptions, plan
+from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
 from jaxfeed.recipes.run import load_run_data
 
 ROWS = 200
@@ -39,7 +39,7 @@ def preprocess(path: Path) -> float:
     columns = run.columns
     prep, _ = plan(run.splits.train, columns.inputs, columns.label, "table", run.task, None,
                    TableOptions(excluded=columns.excluded))  # fmt: skip
-    for _ in DataLoader(prep.prepare(run.splits.train), 64, transform=prep):
+    for _ in DataLoader(prepare(prep, run.splits.train), 64, transform=prep):
         pass
     return time.perf_counter() - start
 

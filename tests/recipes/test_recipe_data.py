@@ -17,11 +17,11 @@ from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
     RunRecord,
+    configure,
     read_config_file,
     read_run,
 )
 from jaxfeed.recipes.interrupt import in_cleanup, safe_interrupts
-from jaxfeed.recipes.train import configure
 
 
 def _images(root, split=None, sizes=((8, 8),)):

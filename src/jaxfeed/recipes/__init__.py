@@ -4,8 +4,8 @@
   reading a run folder's ``config.json`` (this and the first format).
 * :mod:`~jaxfeed.recipes.data`: what ``--data`` is, splits (``--val-split``, split expressions),
   columns, task inference, class labels.
-* :mod:`~jaxfeed.recipes.preprocess`: :class:`Preprocessing`, the one preprocessing of train,
-  eval and predict, saved in the run.
+* :mod:`~jaxfeed.recipes.spec`: :class:`Preprocessing`, the one preprocessing of train, eval and
+  predict, saved in the run; :mod:`~jaxfeed.recipes.preprocess` plans it and prepares datasets.
 * :mod:`~jaxfeed.recipes.models`: model choice (``cnn``, ``mlp``, ``FILE.py:ClassName``),
   optimizer and schedule, the trainer.
 * :mod:`~jaxfeed.recipes.train`, :mod:`~jaxfeed.recipes.evaluate`, :mod:`~jaxfeed.recipes.report`:

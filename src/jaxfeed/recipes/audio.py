@@ -5,7 +5,7 @@ before anything is written: a clip that cannot be decoded, a sample rate of 0 (i
 in a ``sampling_rate``/``sample_rate`` column of the folder's metadata) is refused naming the split,
 row and file. :func:`plan_audio` chooses the features (``--sample-rate``, default 16 kHz;
 ``--clip-seconds``, default the longest clip of the train split up to :data:`MAX_DEFAULT_SECONDS`) and returns
-the run's :class:`~jaxfeed.recipes.preprocess.Preprocessing` (``kind="audio"``, the log-mel options
+the run's :class:`~jaxfeed.recipes.spec.Preprocessing` (``kind="audio"``, the log-mel options
 in ``audio``). :func:`row_transform` is the loaders' ``log_mel`` (a random crop in training, the
 centre otherwise); served models take raw clips through the same options
 (:meth:`jaxfeed.serving.ServingSpec.fit_audio`).
@@ -32,7 +32,7 @@ from jaxfeed.dataset import Dataset
 from jaxfeed.extras import require
 from jaxfeed.features import Audio
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.preprocess import Preprocessing
+from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.serving import ServingSpec, SpecError
 from jaxfeed.spectrogram import LogMel, LogMelOptions, log_mel
 

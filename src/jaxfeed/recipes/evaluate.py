@@ -25,8 +25,9 @@ from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report, text, text_serve
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS
+from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
+from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS
 from jaxfeed.serving import ServingSpec, SpecError
 
 MODEL_DIR = "model"
@@ -176,7 +177,7 @@ def evaluate(
         )
         note = "; ".join(n for n in (note, dropped) if n) or None
     else:
-        ds = prep.prepare(ds)
+        ds = prepare(prep, ds)
     served = serve(run, record, checkpoint, trust_code=trust_code)
     size = config.batch_size
     chunks = [served.logits(raw) for raw in _raw_batches(ds, prep.input_columns, prep.kind, size)]

@@ -32,7 +32,7 @@ import optax
 
 from jaxfeed.recipes import schedules, text
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
-from jaxfeed.recipes.preprocess import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
+from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
 from jaxfeed.train import EarlyStopping, Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse

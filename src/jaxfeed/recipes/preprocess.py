@@ -8,12 +8,9 @@ and, declared as a :class:`~jaxfeed.serving.ServingSpec` in the run's export, by
 ``RGB``) and resized with Pillow's bilinear filter to the run's ``image_size``; integer pixels are
 scaled to [0, 1] on the device in training (by the spec, on the host, when served).
 
->>> import numpy as np
->>> p = Preprocessing(kind="image", input_columns=["image"], label_column="label",
-...                   input_shape=[4, 4], task="classification", image_mode="L", image_size=[4, 4])
->>> batch = p({"image": [np.zeros((8, 8), np.uint8), np.ones((4, 6), np.uint8)], "label": np.array([0, 1])})
->>> batch["x"].shape, batch["y"].tolist()
-((2, 4, 4), [0, 1])
+:class:`Preprocessing` itself (the data half: fields, the loader's transform, the serving spec)
+lives in :mod:`jaxfeed.recipes.spec`; this module plans it from the data and :func:`prepare`
+applies it to a dataset (text kinds: :func:`jaxfeed.recipes.text.prepare`).
 """
 
 from __future__ import annotations
@@ -23,215 +20,41 @@ import io
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from jaxfeed.dataset import Dataset
 from jaxfeed.features import Image
+from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.serving import ServingSpec, SpecError, TableColumn, category_key, encode_table
+from jaxfeed.recipes.spec import INPUTS as INPUTS
+from jaxfeed.recipes.spec import TARGETS as TARGETS
+from jaxfeed.recipes.spec import TEXT_COLUMNS as TEXT_COLUMNS
+from jaxfeed.recipes.spec import TEXT_KINDS as TEXT_KINDS
+from jaxfeed.recipes.spec import Preprocessing as Preprocessing
+from jaxfeed.recipes.spec import stack_column as stack_column
+from jaxfeed.serving import category_key
 
-INPUTS, TARGETS = "x", "y"  # the batch keys the model and the loss read
-TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (jaxfeed.recipes.text)
-TEXT_COLUMNS = ("input_ids", "attention_mask", "segment_ids", "positions")
 SAMPLE = 64  # images whose headers are read to choose a size and a mode
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
-@dataclass
-class Preprocessing:
-    """How rows become model inputs ``x`` and targets ``y`` (JSON-serialisable)."""
-
-    kind: str  # "image", "array", "table", "audio", "text" or "lm"
-    input_columns: list[str]
-    label_column: str
-    input_shape: list[int]  # one example, as the model sees it
-    task: str = "classification"
-    image_mode: str | None = None  # "L" or "RGB"
-    image_size: list[int] | None = None  # [height, width]
-    scale: bool = True  # integer inputs are divided by 255 (on the device)
-    mean: list[float] | None = None  # tables: standardisation of the inputs
-    std: list[float] | None = None
-    target_mean: float | None = None  # regression: standardisation of the target
-    target_std: float | None = None
-    categories: dict[str, list[str]] | None = None  # tables: one-hot vocabularies by column
-    fill: list[float] | None = None  # tables: a missing numeric cell's value (--missing impute)
-    impute: bool = False  # tables: missing cells are filled (True) or refused (False)
-    audio: dict[str, Any] | None = None  # audio: log_mel's options (jaxfeed.recipes.audio)
-    text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (recipes/text.py)
-
-    @property
-    def vocab_size(self) -> int | None:
-        """Text runs: the tokenizer's vocabulary (the transformers' ``vocab_size``)."""
-        return int(self.text["vocab_size"]) if self.text else None
-
-    @property
-    def max_length(self) -> int | None:
-        """Text runs: the longest row of token ids the model is given (the transformers')."""
-        return int(self.input_shape[0]) if self.text else None
-
-    def table_columns(self) -> tuple[TableColumn, ...]:
-        """The table's columns as the declared serving spec encodes them."""
-        categories = self.categories or {}
-        out = []
-        for i, name in enumerate(self.input_columns):
-            if name in categories:
-                vocabulary = tuple(categories[name])
-                out.append(
-                    TableColumn(name, "categorical", vocabulary=vocabulary, impute=self.impute)
-                )
-            else:
-                fill = None if self.fill is None else self.fill[i]
-                out.append(TableColumn(name, "numeric", self.mean[i], self.std[i], fill))
-        return tuple(out)
-
-    def serving(self, labels: list[str]) -> ServingSpec:
-        """The declared spec an export carries: this preprocessing from raw inputs, the scaling
-        done on the device, the inverse of the target standardisation, and the class names."""
-        mode = self.image_mode
-        if self.kind == "image" and mode is None:
-            mode = "RGB" if len(self.input_shape) == 3 and self.input_shape[-1] == 3 else "L"
-        return ServingSpec(
-            kind=self.kind,
-            input_shape=tuple(self.input_shape),
-            task=self.task,
-            labels=tuple(labels) if self.task == "classification" else (),
-            columns=self.table_columns() if self.kind == "table" else (),
-            image_mode=mode if self.kind == "image" else None,
-            image_size=tuple(self.hw) if self.kind == "image" else None,
-            scale=self.scale and self.kind in ("image", "array"),
-            target_mean=self.target_mean,
-            target_std=self.target_std,
-            audio=self.audio if self.kind == "audio" else None,
-        )
-
-    def __post_init__(self) -> None:
-        self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once
-        self.tokenizer: Any = None  # text runs: the run's tokenizers.Tokenizer
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key in ("audio", "text"):  # the config.json of image and table runs reads as before
-            if out[key] is None:
-                del out[key]
-        return out
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], where: str) -> Preprocessing:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError(f"{where}: unknown preprocessing key {unknown[0]!r}")
-        try:
-            return cls(**values)
-        except TypeError as err:
-            raise ConfigError(f"{where}: preprocessing: {err}") from err
-
-    # ------------------------------------------------------------------ datasets
-    def prepare(self, ds: Dataset) -> Dataset:
-        """Keep the columns the run reads; decode images in the run's mode; tokenize text."""
-        if self.kind in TEXT_KINDS:
-            from jaxfeed.recipes import text  # it imports this module
-
-            return text.prepare(self, ds)
-        missing = [c for c in [*self.input_columns, self.label_column] if c not in ds.features]
-        if missing:
-            raise ConfigError(
-                f"the data has no column {missing[0]!r} (the run was trained on "
-                f"{[*self.input_columns, self.label_column]}); its columns are {list(ds.features)}"
-            )
-        ds = ds.select_columns([*self.input_columns, self.label_column])
-        column = self.input_columns[0]
-        if self.kind == "image" and ds.features[column] != Image(mode=self.image_mode):
-            ds = ds.cast_column(column, Image(mode=self.image_mode))
-        return ds
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The loader's transform: a numpy batch of the dataset's columns -> ``{"x", "y"}``
-        (text: the padded or packed token columns, and ``"y"``)."""
-        if self.kind in TEXT_KINDS:
-            out = {k: np.asarray(batch[k], np.int32) for k in TEXT_COLUMNS if k in batch}
-        else:
-            out = {INPUTS: self.inputs(batch)}
-        if self.label_column in batch:
-            out[TARGETS] = self.targets(np.asarray(batch[self.label_column]))
-        return out
-
-    def inputs(self, batch: dict[str, Any]) -> np.ndarray:
-        if self.kind == "table":
-            if self._columns is None:
-                self._columns = self.table_columns()
-            try:
-                return encode_table(batch, self._columns)
-            except SpecError as err:
-                raise ConfigError(str(err)) from None
-        values = batch[self.input_columns[0]]
-        if self.kind == "image":
-            return self.fit_images(values)
-        if self.kind == "audio":
-            return self.fit_audio(values)
-        return stack_column(values, self.input_columns[0])
-
-    def targets(self, y: np.ndarray) -> np.ndarray:
-        if self.task == "regression":
-            return ((y.astype(np.float32) - self.target_mean) / self.target_std).astype(np.float32)
-        return y
-
-    def unscale(self, predictions: np.ndarray) -> np.ndarray:
-        """Regression outputs back in the label column's units."""
-        return np.asarray(predictions, np.float64) * self.target_std + self.target_mean
-
-    # ------------------------------------------------------------------ images
-    @property
-    def hw(self) -> tuple[int, int]:
-        size = self.image_size or self.input_shape[:2]
-        return int(size[0]), int(size[1])
-
-    def fit_images(self, images: Any) -> np.ndarray:
-        """A batch of decoded images (an array or a list of arrays) at the run's size, as the
-        declared serving spec fits them."""
-        try:
-            return self.serving([]).fit_images(images)
-        except SpecError as err:
-            raise ConfigError(str(err)) from None
-
-    def fit_audio(self, values: Any) -> np.ndarray:
-        """Log-mel spectrograms of the run's shape: as the loader's ``row_transform`` made them,
-        or computed here from decoded clips (centre crop), as the served spec does."""
-        shape = tuple(self.input_shape)
-        if isinstance(values, np.ndarray) and values.dtype != object and values.shape[1:] == shape:
-            return values
-        if len(values) and all(
-            isinstance(v, np.ndarray) and v.shape == shape and v.dtype == np.float32 for v in values
-        ):
-            return np.stack(values)
-        try:
-            return self.serving([]).fit_audio(values)
-        except SpecError as err:
-            raise ConfigError(f"column {self.input_columns[0]!r}: {err}") from None
-
-
-def stack_column(values: Any, column: str) -> np.ndarray:
-    """A batch column as one array; rows of different shapes are refused naming the column and
-    two of the shapes.
-
-    >>> stack_column([np.zeros((2, 3)), np.zeros((2, 4))], "x")
-    Traceback (most recent call last):
-    ...
-    jaxfeed.recipes.config.ConfigError: column 'x' cannot be stacked into one batch: row 0 has shape (2, 3), row 1 has shape (2, 4); give every row one shape (pad, crop or resize them)
-    """
-    if isinstance(values, np.ndarray) and values.dtype != object:
-        return values
-    rows = [np.asarray(v) for v in values]
-    odd = next((i for i, r in enumerate(rows) if r.shape != rows[0].shape), None)
-    if odd is not None:
+# ---------------------------------------------------------------------------------- datasets
+def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
+    """Keep the columns the run reads; decode images in the run's mode; tokenize text."""
+    if prep.kind in TEXT_KINDS:
+        return text.prepare(prep, ds)
+    missing = [c for c in [*prep.input_columns, prep.label_column] if c not in ds.features]
+    if missing:
         raise ConfigError(
-            f"column {column!r} cannot be stacked into one batch: row 0 has shape "
-            f"{rows[0].shape}, row {odd} has shape {rows[odd].shape}; give every row one shape "
-            "(pad, crop or resize them)"
+            f"the data has no column {missing[0]!r} (the run was trained on "
+            f"{[*prep.input_columns, prep.label_column]}); its columns are {list(ds.features)}"
         )
-    return np.stack(rows) if rows else np.asarray(values)
+    ds = ds.select_columns([*prep.input_columns, prep.label_column])
+    column = prep.input_columns[0]
+    if prep.kind == "image" and ds.features[column] != Image(mode=prep.image_mode):
+        ds = ds.cast_column(column, Image(mode=prep.image_mode))
+    return ds
 
 
 # ---------------------------------------------------------------------------------- planning

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.files import FolderLock, LockedError
+from jaxfeed.dataset import DatasetDict
+from jaxfeed.files import FolderLock, LockedError, atomic_write
+from jaxfeed.io.builtin import BUILTIN
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
-from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing
+from jaxfeed.recipes.spec import TEXT_KINDS, Preprocessing
 
 BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.monitor: min, the earliest on ties)
 
@@ -61,8 +64,6 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
             )
     else:
         labels = []
-    from jaxfeed.dataset import DatasetDict
-
     splits = datamod.choose_splits(
         DatasetDict(data),
         config.split_train,
@@ -75,8 +76,6 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
 
 
 def _lm_splits(data: dict[str, Any], config: RunConfig) -> datamod.Splits:
-    from jaxfeed.dataset import DatasetDict
-
     return datamod.choose_splits(
         DatasetDict(data),
         config.split_train,
@@ -148,7 +147,7 @@ def lock_run_folder(out: Path, resume: bool) -> FolderLock:
 
 def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) -> Any:
     """The run's checkpoint manager, ranking steps as the run did."""
-    from jaxfeed.checkpoint import CheckpointManager
+    from jaxfeed.checkpoint import CheckpointManager  # import cost: JAX, for the checkpoints only
 
     metric = record.resolved.get("best_metric", BEST_METRIC) or BEST_METRIC
     folder = run / "checkpoints"
@@ -167,7 +166,7 @@ def selects(record: RunRecord) -> bool:
 
 def checkpoint_step(manager: Any, which: str) -> int:
     """``best``, ``last`` (or ``latest``) or a step number -> a step of ``manager``."""
-    from jaxfeed.checkpoint import CheckpointError
+    from jaxfeed.checkpoint import CheckpointError  # import cost: JAX, for the checkpoints only
 
     name = "latest" if which in ("last", "latest") else which
     try:
@@ -178,7 +177,7 @@ def checkpoint_step(manager: Any, which: str) -> int:
 
 def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str, Any]:
     """Load checkpoint ``which`` of the run into ``trainer``; returns its metadata."""
-    from jaxfeed.checkpoint import CheckpointError
+    from jaxfeed.checkpoint import CheckpointError  # import cost: JAX, for the checkpoints only
 
     manager = open_checkpoints(run, record)
     try:
@@ -201,7 +200,7 @@ def build_run_trainer(
 ) -> tuple[Any, Preprocessing]:
     """The trainer of a saved run (for eval and predict), before its weights are restored; a
     model file of the user's is imported only with ``trust_code``."""
-    from jaxfeed.recipes.models import CodePolicy, build_trainer
+    from jaxfeed.recipes.models import CodePolicy, build_trainer  # import cost: JAX, optax, flax
 
     prep = preprocessing_of(record, str(run / "config.json"))
     outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
@@ -236,8 +235,6 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
     >>> absolute_paths({"data": "digits", "model": "cnn"})
     {'data': 'digits', 'model': 'cnn'}
     """
-    from jaxfeed.io.builtin import BUILTIN
-
     out = dict(values)
     for key in ("data", "data_dir", "tokenizer"):
         text = out.get(key)
@@ -261,10 +258,6 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
 def copy_model_code(config: RunConfig, out: Path) -> dict[str, Any] | None:
     """Keep a copy of a user's model file in ``out/code/`` (for reference: imported only with
     ``--trust-code``); returns what ``config.json`` records of it."""
-    import hashlib
-
-    from jaxfeed.files import atomic_write
-
     model = config.component("model")[0] or ""
     if ":" not in model:
         return None
@@ -292,8 +285,6 @@ def model_copy(record: RunRecord, run: Path) -> Path | None:
 
 
 def write_json(path: Path, payload: Any) -> None:
-    from jaxfeed.files import atomic_write
-
     atomic_write(path, json.dumps(payload, indent=2))
 
 

@@ -33,7 +33,7 @@ from jaxfeed.files import atomic_write
 from jaxfeed.packing import Packing
 from jaxfeed.padding import Padding, choose_lengths
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
-from jaxfeed.recipes.preprocess import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
+from jaxfeed.recipes.spec import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
 
 MIN_WORDS = 3  # a string column whose median row has this many words is free text
 MIN_DISTINCT = 10  # ... and more distinct values than this (else: a category)

@@ -24,8 +24,9 @@ from jaxfeed.io.files import file_format
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
-from jaxfeed.recipes.preprocess import TARGETS, Preprocessing
+from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
+from jaxfeed.recipes.spec import TARGETS, Preprocessing
 from jaxfeed.text import generate as generate_tokens
 
 MODEL_DIR = "model"
@@ -180,7 +181,7 @@ def evaluate_lm(
     as in training."""
     prep = run_preprocessing(run, record)
     ds, _ = text.check_text_column(ds, prep.text["column"], f"split {split!r}")
-    tokens = prep.prepare(ds)
+    tokens = prepare(prep, ds)
     trainer, which = lm_trainer(run, record, checkpoint, trust_code)
     size = min(record.options.batch_size, max(tokens.num_rows, 1))
     loader = DataLoader(tokens, size, transform=prep, **text.loader_options(prep))

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -19,8 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxfeed import DataLoader, distributed
+from jaxfeed.checkpoint import CheckpointError
+from jaxfeed.export import export
+from jaxfeed.files import atomic_write
 from jaxfeed.monitor import monitor_mode
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import text
@@ -29,11 +36,13 @@ from jaxfeed.recipes.config import (
     RunConfig,
     RunRecord,
     did_you_mean,
-    read_config_file,
+    parse_mesh_text,
     read_run,
 )
-from jaxfeed.recipes.models import CodePolicy, model_file
-from jaxfeed.recipes.preprocess import TEXT_KINDS, Preprocessing, TableOptions, plan
+from jaxfeed.recipes.config.run_config import _paths_of
+from jaxfeed.recipes.config.run_config import configure as configure  # its old home
+from jaxfeed.recipes.models import CodePolicy, build_trainer, model_file, resolve_class_weights
+from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     absolute_paths,
@@ -42,68 +51,13 @@ from jaxfeed.recipes.run import (
     load_run_data,
     lock_run_folder,
     model_copy,
+    open_checkpoints,
     outputs_of,
     preprocessing_of,
+    umask_mode,
 )
-from jaxfeed.recipes.schedules import build_schedule
-
-
-def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
-    """The run's options: defaults, then ``config_file``, then ``flags`` (the options given on the
-    command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
-    file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
-    import dataclasses
-
-    config = RunConfig()
-    if flags.get("resume"):
-        if config_file is not None:
-            raise ConfigError("--resume reads the run's own config.json; drop --config")
-        if not flags.get("out"):
-            raise ConfigError("--resume needs --out RUN (the run folder to continue)")
-        out = Path(flags["out"])
-        check_out_folder(out, resume=True)
-        saved = read_run(out).options
-        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
-        wanted = saved.replace(absolute_paths(flags), "command line")
-        fields = {f.name: f for f in dataclasses.fields(RunConfig)}
-        for name in wanted.differences(saved):
-            if not fields[name].metadata["resumable"]:
-                flag = "--" + name.replace("_", "-")
-                allowed = ", ".join(
-                    "--" + f.name.replace("_", "-")
-                    for f in fields.values()
-                    if f.metadata["resumable"]
-                )
-                raise ConfigError(
-                    f"--resume: {flag} {getattr(wanted, name)!r} contradicts the run's saved {name} "
-                    f"{getattr(saved, name)!r} ({out / 'config.json'}); a resumed run keeps its "
-                    f"configuration (only {allowed} may change)"
-                )
-        return wanted
-    if config_file is not None:
-        config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    config = config.replace(flags, "command line")
-    _check_optimizer(config)
-    return config.replace(absolute_paths(_paths_of(config)), "command line")
-
-
-def _paths_of(config: RunConfig) -> dict[str, Any]:
-    return {
-        "data": config.data,
-        "data_dir": config.data_dir,
-        "model": config.model,
-        "tokenizer": config.tokenizer,
-    }
-
-
-def _check_optimizer(config: RunConfig) -> None:
-    """An unknown optax optimizer or schedule is refused before any data is read."""
-    from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
-
-    name, args = config.component("optimizer")
-    if name not in LEGACY_OPTIMIZERS or args:
-        optimizer_factory(name)
-    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read
+from jaxfeed.recipes.spec import TEXT_KINDS, Preprocessing
+from jaxfeed.train.sharding import data_axis, default_mesh, make_mesh
 
 
 @dataclass
@@ -130,10 +84,6 @@ def _default_out(config: RunConfig) -> Path:
 def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int = 1) -> TrainResult:
     """Train the run described by ``config`` (``config.resume``: continue it). ``say`` prints the
     recipe's lines, ``verbose`` the trainer's (0: silent, 1: a line per epoch and a progress bar)."""
-    import jax
-
-    from jaxfeed import distributed
-
     try:
         distributed.initialize(config.coordinator, config.num_processes, config.process_id)
     except ValueError as err:
@@ -166,8 +116,6 @@ def _train(
     config: RunConfig, out: Path, primary: bool, say: Callable[..., None], verbose: int
 ) -> TrainResult:
     """The body of :func:`train`, run while the run folder is locked."""
-    import jax
-
     record = read_run(out) if config.resume else None
     policy = CodePolicy(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code
@@ -270,13 +218,11 @@ def _train(
     if record is not None and "model_code" in record.resolved:
         resolved["model_code"] = record.resolved["model_code"]
     held = {
-        splits.eval_name or "validation": prep.prepare(splits.eval) if selection else None,
-        splits.test_name or "test": None if splits.test is None else prep.prepare(splits.test),
+        splits.eval_name or "validation": prepare(prep, splits.eval) if selection else None,
+        splits.test_name or "test": None if splits.test is None else prepare(prep, splits.test),
     }
     mesh = _mesh(config)
-    loaders = _loaders(prep.prepare(splits.train), held, prep, config, say, mesh)
-    from jaxfeed.recipes.models import build_trainer, resolve_class_weights
-
+    loaders = _loaders(prepare(prep, splits.train), held, prep, config, say, mesh)
     if record is not None:
         resolved["class_weights"] = record.resolved.get("class_weights")
         resolved["lr_logged"] = bool(record.resolved.get("lr_logged", False))
@@ -313,8 +259,6 @@ def _train(
             f"{sorted(monitors)}{did_you_mean(resolved['best_metric'], monitors)}; --metrics adds some"
         )
     if primary:
-        from jaxfeed.files import atomic_write
-
         out.mkdir(parents=True, exist_ok=True)
         if record is None and (code := copy_model_code(config, out)) is not None:
             resolved["model_code"] = code
@@ -400,11 +344,6 @@ def _size(n: int) -> str:
 def _mesh(config: RunConfig) -> Any:
     """The run's device mesh: ``--mesh``, else one ``data`` axis over every device when there
     are several (or a sharding other than replicate asks for one); None for one device."""
-    import jax
-
-    from jaxfeed.recipes.config import parse_mesh_text
-    from jaxfeed.train.sharding import default_mesh, make_mesh
-
     if config.mesh is not None:
         try:
             return make_mesh(parse_mesh_text(config.mesh))
@@ -420,8 +359,6 @@ def _resolved_options(
 ) -> RunConfig:
     """The options as the run resolved them (columns, task, model, image size), so that the saved
     ``config.json`` reproduces the run and a resume can compare flags with what was used."""
-    import dataclasses
-
     size = f"{prep.image_size[0]}x{prep.image_size[1]}" if prep.image_size else config.image_size
     audio = prep.audio if prep.kind == "audio" else {}
     return dataclasses.replace(
@@ -448,11 +385,6 @@ def _loaders(
     """Loaders for one device, or split over the data axis of the mesh (every device of every
     process by default): the train loader, then one per ``held`` split (``{name: dataset or
     None}``; None stays None)."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    from jaxfeed import DataLoader
-    from jaxfeed.train.sharding import data_axis
-
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
     count = 1
     if mesh is not None and mesh.size > 1:
@@ -510,12 +442,6 @@ def _export_best(
     """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
     (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
     restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
-    import jax
-
-    from jaxfeed.checkpoint import CheckpointError
-    from jaxfeed.export import export
-    from jaxfeed.recipes.run import open_checkpoints
-
     manager = open_checkpoints(out, RunRecord(config, resolved))
     try:
         step = manager.best_step if resolved["best_metric"] else manager.latest_step
@@ -560,8 +486,6 @@ def _export_best(
 def follow_umask(folder: Path) -> None:
     """Give ``folder`` and its files the modes the process umask gives new files (writers built
     on ``tempfile`` create them 0700 / 0600)."""
-    from jaxfeed.recipes.run import umask_mode
-
     folder.chmod(umask_mode(0o777))
     for path in folder.rglob("*"):
         path.chmod(umask_mode(0o777 if path.is_dir() else 0o666))
@@ -576,8 +500,6 @@ def _test_once(
     result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
     row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
     if primary:  # one test row: a resumed run's final evaluation replaces the earlier one
-        from jaxfeed.files import atomic_write
-
         path = out / "metrics.jsonl"
         lines = path.read_text().splitlines() if path.is_file() else []
         kept = [line for line in lines if '"kind": "test"' not in line]

@@ -1,0 +1,358 @@
+"""The options of ``jaxfeed train`` as typed sections: data, model, optimisation and run, and
+this process; :class:`~jaxfeed.recipes.config.RunConfig` composes them into one flat config.
+
+Each section is a dataclass of :func:`option` fields; a section is also the option's help group
+(``jaxfeed train --help``). Also here: :class:`ConfigError`, the run folder's format and the task
+and component names. This module imports neither JAX nor pyarrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RUN_FORMAT = "jaxfeed-run"
+RUN_VERSION = 2
+TASKS = ("classification", "regression", "lm")
+COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path, init_args}
+
+
+class ConfigError(ValueError):
+    """A configuration value, file or flag is wrong; the message names it and what was expected."""
+
+
+ConfigError.__module__ = "jaxfeed.recipes.config"  # where it is imported from (and tracebacks say)
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    minimum: float | None = None,
+    exclusive: bool = False,
+    below: float | None = None,
+    metavar: str | None = None,
+    saved: bool = True,
+    resumable: bool = False,
+) -> Any:
+    """A :class:`~jaxfeed.recipes.config.RunConfig` field with what the command line and the
+    checks need.
+
+    ``minimum`` (with ``exclusive``: strictly above) and ``below`` (strictly) bound numbers;
+    ``saved=False`` keeps the field out of ``config.json`` (where this process runs, not what it
+    trains); ``resumable=True`` fields may differ from the saved ones on ``--resume`` (how long to
+    train, how often to report).
+    """
+    meta = {
+        "help": help,
+        "minimum": minimum,
+        "exclusive": exclusive,
+        "below": below,
+        "metavar": metavar,
+        "saved": saved,
+        "resumable": resumable,
+    }
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class DataOptions:
+    """What to learn from: the data, its splits and columns, and how inputs are read."""
+
+    data: str = option(
+        "digits",
+        "an image or audio folder, a CSV/Parquet/JSON Lines/Arrow file, a save_to_disk folder, a "
+        "Hub-layout folder, a built-in name (digits, mnist, fashion_mnist, cifar10) or a cached "
+        "Hub id (default: digits)",
+        metavar="PATH",
+    )
+    data_dir: str | None = option(None, "folder of the files of mnist, fashion_mnist or cifar10")
+    split_train: str = option(
+        "train", "split to train on; slices work: train[:80%] (default: train)"
+    )
+    split_eval: str | None = option(
+        None,
+        "the validation split the best checkpoint is chosen on; split expressions work "
+        "(default: the data's validation split, else --val-split of train); the data's test "
+        "split is held out and read once, at the end",
+    )
+    val_split: float | None = option(
+        None,
+        "carve this fraction of the train split (stratified by class) as the validation split "
+        "the model is selected on, when the data has no validation split (default: 0.1 then); "
+        "0: no validation split, no selection, the last epoch is kept",
+        minimum=0.0,
+        below=1.0,
+        metavar="FRACTION",
+    )
+    input_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "input column(s), comma-separated (default: the first image/array column, or every "
+        "numeric column but the label of a table)",
+        metavar="A,B,C",
+    )
+    label_column: str | None = option(
+        None,
+        "the target column (default: the first ClassLabel column, or a column named label/target)",
+        metavar="NAME",
+    )
+    categorical_columns: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "table columns to one-hot encode as categories (default: text and bool columns, and "
+        "integer columns of at most 10 values)",
+        metavar="A,B,C",
+    )
+    missing: Literal["refuse", "impute"] = option(
+        "refuse",
+        "missing table cells: refuse them naming the column, or impute them (numbers: the "
+        "train mean; categories: the unknown slot) (default: refuse)",
+    )
+    task: Literal["classification", "regression", "lm"] | None = option(
+        None,
+        "default: inferred from the label column (strings, class labels or few integers: "
+        "classification; floats: regression); lm: a causal language model of a text column or "
+        "a .txt corpus (no label)",
+    )
+    text_column: str | None = option(
+        None,
+        "the column of free text to learn from (default: a string column of free text, found "
+        "and announced; a .txt corpus: its lines)",
+        metavar="NAME",
+    )
+    tokenizer: str | None = option(
+        None,
+        "a tokenizer.json (the Hub's tokenizers format) for text (default: a byte-level BPE "
+        "trained on the train split into the run folder)",
+        metavar="FILE",
+    )
+    vocab_size: int = option(
+        8000,
+        "the trained tokenizer's vocabulary size (at most; default: 8000)",
+        minimum=261,
+    )
+    seq_len: int | None = option(
+        None,
+        "tokens: --task lm: the packed row length (default 128); a text column: the longest "
+        "text kept, longer ones cut (default: the longest train text, at most 512)",
+        minimum=2,
+        metavar="N",
+    )
+    image_size: str | None = option(
+        None,
+        "resize images to N or HxW (default: the most common size of the first 64 images)",
+        metavar="N|HxW",
+    )
+    image_mode: Literal["L", "RGB", "same"] | None = option(
+        None,
+        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
+        "widest mode of the images, said when they are mixed)",
+    )
+    sample_rate: int | None = option(
+        None,
+        "audio: resample every clip to this rate in Hz before its log-mel features (default: "
+        "16000)",
+        minimum=1,
+        metavar="HZ",
+    )
+    clip_seconds: float | None = option(
+        None,
+        "audio: crop (at random in training, the centre in evaluation) or pad every clip to this "
+        "many seconds (default: the longest clip of the train split, at most 30)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="SECONDS",
+    )
+
+
+@dataclass
+class ModelOptions:
+    """The model."""
+
+    model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName or "
+        "package.module.ClassName (your own flax.nnx.Module), or {class_path: ..., init_args: "
+        "{...}} with constructor arguments (also --model.init_args.NAME VALUE) (default: cnn for "
+        "images, mlp for tables, audio_cnn for audio, transformer for text)",
+        metavar="NAME|SPEC",
+    )
+    api: Literal["nnx", "linen"] = option("nnx", "Flax API of the built-in CNN (default: nnx)")
+
+
+@dataclass
+class OptimOptions:
+    """Optimisation, checkpoint selection, logging and the device mesh (saved, like data and
+    model)."""
+
+    epochs: int = option(10, "epochs in total (default: 10)", minimum=1, resumable=True)
+    batch_size: int = option(64, "rows per batch (default: 64)", minimum=1)
+    optimizer: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "adamw",
+        "any optax optimizer by name (adamw, adam, sgd, lion, adafactor, ...), or {class_path: "
+        "NAME, init_args: {...}} with its arguments (also --optimizer.init_args.NAME VALUE); it "
+        "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
+        metavar="NAME|SPEC",
+    )
+    lr: float = option(1e-3, "peak learning rate (default: 1e-3)", minimum=0.0, exclusive=True)
+    weight_decay: float = option(
+        1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
+    )
+    schedule: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "constant",
+        "learning-rate schedule: constant, cosine, linear, or any optax schedule by name "
+        "(cosine_decay_schedule, exponential_decay, warmup_cosine_decay_schedule, ...) or "
+        "{class_path: NAME, init_args: {...}} with its arguments (also --schedule.init_args.NAME "
+        "VALUE); --lr, the run's length and --warmup-steps fill the ones left out "
+        "(default: constant)",
+        metavar="NAME|SPEC",
+    )
+    loss: Literal["cross_entropy", "mse", "mae", "huber"] | None = option(
+        None, "training loss (default: cross_entropy for classes, mse for regression)"
+    )
+    metrics: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "metrics besides the loss, comma-separated: accuracy, topK_accuracy, f1, precision, "
+        "recall, auc (classification), mse, mae, rmse, r2 (regression); f1, precision, recall, "
+        "auc, rmse and r2 over the whole split (default: accuracy for classes; mse, mae, rmse, r2 "
+        "for regression)",
+        metavar="A,B,C",
+    )
+    grad_clip: float | None = option(
+        None,
+        "clip gradients to this global norm (optax.clip_by_global_norm) (default: off)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="NORM",
+    )
+    class_weights: str | list[float] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "weigh the loss per class: balanced (rows / (classes x class rows) of the train split), "
+        "or one weight per class, comma-separated (default: equal)",
+        metavar="balanced|W1,W2,...",
+    )
+    warmup_steps: int = option(0, "optimizer steps of linear warmup from 0 (default: 0)", minimum=0)
+    grad_accum: int = option(
+        1,
+        "accumulate gradients over K batches per optimizer step (optax.MultiSteps) (default: 1)",
+        minimum=1,
+        metavar="K",
+    )
+    precision: Literal["float32", "bfloat16"] = option(
+        "float32",
+        "compute dtype of forward and backward passes; parameters stay float32 (default: float32)",
+    )
+    monitor: str = option(
+        "eval_loss",
+        "the validation metric that chooses the best checkpoint (and --patience watches): "
+        "eval_loss, eval_accuracy, eval_f1, eval_auc, eval_r2, ... (default: eval_loss)",
+        metavar="METRIC",
+    )
+    monitor_mode: Literal["min", "max"] | None = option(
+        None, "min or max (default: min for losses and errors, max otherwise)"
+    )
+    patience: int | None = option(
+        None,
+        "stop after P epochs without a better --monitor (default: off)",
+        minimum=0,
+        metavar="P",
+        resumable=True,
+    )
+    max_steps: int | None = option(
+        None,
+        "stop after N optimizer steps in total, whichever of --epochs and --max-steps comes first "
+        "(default: no step limit)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    eval_every: int | None = option(
+        None,
+        "also evaluate every N steps (default: after each epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    log_every: int | None = option(
+        None,
+        "also write a train row (loss, metrics, learning rate) every N steps to metrics.jsonl "
+        "and TensorBoard (default: per epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    checkpoint_every: int | None = option(
+        None,
+        "also checkpoint every N steps (default: after each epoch only)",
+        minimum=1,
+        metavar="N",
+        resumable=True,
+    )
+    tensorboard: bool = option(
+        False,
+        "write TensorBoard event files to RUN/tensorboard (needs: pip install 'jaxfeed[tensorboard]')",
+        resumable=True,
+    )
+    seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
+    deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
+    num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)
+    mesh: str | None = option(
+        None,
+        "device mesh as NAME=SIZE pairs, e.g. data=4,model=2 (one size may be -1: the devices "
+        "left); batches split over its data axis (default: one data axis over every device)",
+        metavar="data=N,model=M",
+        resumable=True,
+    )
+    sharding: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
+        "replicate",
+        "how the model and optimizer state lie on the mesh: replicate, fsdp, or logical axis "
+        'rules as JSON or in a --config file, e.g. {"mlp": "model", "fsdp": true} (default: '
+        "replicate)",
+        metavar="replicate|fsdp|RULES",
+        resumable=True,
+    )
+
+
+@dataclass
+class ProcessOptions:
+    """Where and how this process runs: not saved in ``config.json``."""
+
+    out: str | None = option(None, "run folder (default: runs/DATA-MODEL-TIME)", saved=False)
+    resume: bool = option(
+        False,
+        "continue the run in --out from its latest checkpoint with its saved config.json",
+        saved=False,
+    )
+    trust_code: bool = option(
+        False,
+        "--resume: import the run's own copy of a model file (code/) when the file the run "
+        "names is gone; only for run folders you trust",
+        saved=False,
+    )
+    num_processes: int | None = option(
+        None,
+        "processes of a multi-process run (or JAXFEED_NUM_PROCESSES)",
+        minimum=1,
+        saved=False,
+    )
+    process_id: int | None = option(
+        None,
+        "this process's id, 0-based (or JAXFEED_PROCESS_ID)",
+        minimum=0,
+        saved=False,
+    )
+    coordinator: str | None = option(
+        None,
+        "HOST:PORT of process 0's coordinator (or JAXFEED_COORDINATOR)",
+        saved=False,
+    )
+
+
+# the sections in the order of their fields in RunConfig, by help group (run_config.GROUPS)
+SECTIONS = {
+    "data": DataOptions,
+    "model": ModelOptions,
+    "run": OptimOptions,
+    "process": ProcessOptions,
+}

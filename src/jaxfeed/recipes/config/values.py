@@ -1,0 +1,144 @@
+"""The checks and parsers of single option values: image sizes, meshes, sharding rules, model,
+optimizer and schedule specs, class weights; ``did you mean`` hints. No JAX, no pyarrow."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import typing
+from typing import Any
+
+from jaxfeed.recipes.config.groups import ConfigError
+
+
+def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
+    """`` (did you mean 'x'?)`` for the nearest known name, or nothing.
+
+    >>> did_you_mean("lerning_rate", ["lr", "learning_rate"])
+    " (did you mean 'learning_rate'?)"
+    """
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error never shows a whole value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'"
+
+
+BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
+MODEL_FORMS = f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName or package.module.ClassName"
+
+
+def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
+    """A name, or ``{class_path, init_args}`` (a name alone when there are no arguments)."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"class_path", "init_args"}
+        if unknown or not isinstance(value.get("class_path"), str):
+            raise ConfigError(
+                f"{where}: {name} must be a name or {{class_path: NAME, init_args: {{...}}}}, got "
+                f"keys {sorted(map(str, value))[:5]}"
+            )
+        args = value.get("init_args") or {}
+        if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+            raise ConfigError(f"{where}: {name}.init_args must map argument names to values")
+        path = _component(name, value["class_path"], where)
+        return {"class_path": path, "init_args": dict(args)} if args else path
+    path = str(value).strip()
+    if name == "model" and not (
+        path in BUILTIN_MODELS
+        or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
+        or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
+    ):
+        raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
+    if name in ("optimizer", "schedule") and not re.fullmatch(
+        r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path
+    ):
+        raise ConfigError(
+            f"{where}: {name} must be the name of an optax {name}, got {_short(path)}"
+        )
+    return path
+
+
+def _class_weights(value: Any, where: str) -> str | list[float]:
+    if isinstance(value, str):
+        if value.strip() == "balanced":
+            return "balanced"
+        value = value.split(",")
+    try:
+        weights = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}: class_weights must be balanced or numbers, one per class, got {_short(value)}"
+        ) from None
+    if not weights or any(not (w >= 0) for w in weights):
+        raise ConfigError(f"{where}: class_weights must be numbers >= 0, got {_short(value)}")
+    return weights
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``"N"`` or ``"HxW"`` as ``(height, width)``; anything else raises ``ConfigError``."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(text))
+    if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(2)) < 1):
+        raise ConfigError(
+            f"expected N or HxW with positive integers (e.g. 32 or 24x32), got {_short(text)}"
+        )
+    height = int(m.group(1))
+    return height, int(m.group(2)) if m.group(2) else height
+
+
+def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
+    """``"data=4,model=2"`` as ``{"data": 4, "model": 2}`` (checked; no JAX needed).
+
+    >>> parse_mesh_text("data=-1,model=2")
+    {'data': -1, 'model': 2}
+    """
+    axes: dict[str, int] = {}
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*(-1|[1-9]\d*)\s*", part)
+        if not m or m.group(1) in axes:
+            raise ConfigError(
+                f"{where}: mesh must be NAME=SIZE pairs separated by commas, each name once "
+                f"(e.g. data=4,model=2; one size may be -1), got {text!r}"
+            )
+        axes[m.group(1)] = int(m.group(2))
+    if list(axes.values()).count(-1) > 1:
+        raise ConfigError(f"{where}: at most one mesh axis may have size -1, got {text!r}")
+    return axes
+
+
+def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
+    """``replicate``, ``fsdp``, or a dict (or its JSON text) of logical axis rules: each a mesh
+    axis name, a list of them or null, and ``"fsdp": true|false``.
+
+    >>> parse_sharding('{"mlp": "model", "fsdp": true}', "flag")
+    {'mlp': 'model', 'fsdp': True}
+    """
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
+    if value in ("replicate", "fsdp"):
+        return value
+    if isinstance(value, dict):
+        for key, entry in value.items():
+            if key == "fsdp":
+                ok = isinstance(entry, bool)
+            else:
+                items = entry if isinstance(entry, list) else [entry]
+                ok = entry is None or all(isinstance(i, str) and i for i in items)
+            if not ok:
+                raise ConfigError(
+                    f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
+                    f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {entry!r}"
+                )
+        return dict(value)
+    raise ConfigError(
+        f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
+        f'(e.g. {{"mlp": "model"}}), got {value!r}'
+    )
