@@ -26,7 +26,7 @@ from jaxfeed.features.value import NUMERIC_DTYPES, arrow_type
 
 @dataclass(frozen=True)
 class ArrayXD(Feature):
-    """The base of `Array2D` ... `Array5D`: ``ndims`` fixed dimensions (the first may be ``None``)."""
+    """The base of `Array2D` ... `Array5D`: ``ndims`` dimensions (the first may be ``None``)."""
 
     shape: tuple
     dtype: str

@@ -15,7 +15,7 @@ _BATCH = 1000
 
 
 def tokenizers_module() -> Any:
-    """The ``tokenizers`` package, or a ``MissingExtraError`` naming the ``text`` extra that installs it."""
+    """The ``tokenizers`` package, or a ``MissingExtraError`` naming the ``text`` extra."""
     return require("tokenizers", "text", "jaxfeed.text")
 
 
