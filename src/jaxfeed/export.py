@@ -37,7 +37,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,43 +60,6 @@ LENGTH = "length"  # the symbolic sequence length, for models with `symbolic_len
 
 class ExportError(CheckpointError):
     """An export cannot be written, or a folder is not a valid, intact export."""
-
-
-# ---------------------------------------------------------------------------------- registry
-MODEL_CLASSES: dict[str, Callable[..., Any]] = {}
-
-
-def model_classes() -> dict[str, Callable[..., Any]]:
-    """jaxfeed's built-in models by name: what :func:`rebuild` (and the CLI) can construct."""
-    if not MODEL_CLASSES:
-        from jaxfeed.models import (  # models import flax: only when asked
-            CNN,
-            MLP,
-            AudioCNN,
-            LinenCNN,
-            TransformerClassifier,
-            TransformerLM,
-        )
-
-        MODEL_CLASSES.update({"CNN": CNN, "MLP": MLP, "LinenCNN": LinenCNN, "AudioCNN": AudioCNN,
-                              "TransformerClassifier": TransformerClassifier,
-                              "TransformerLM": TransformerLM})  # fmt: skip
-    return MODEL_CLASSES
-
-
-def model_config(model: Any) -> dict[str, Any]:
-    """``{"class", "kwargs"}`` for a built-in model (``kwargs`` None for any other model)."""
-    from jaxfeed.models import LinenCNN
-
-    if isinstance(model, LinenCNN):
-        kwargs = {"num_classes": model.num_classes, "dropout_rate": model.dropout_rate,
-                  "momentum": model.momentum}  # fmt: skip
-        return {"class": "LinenCNN", "kwargs": kwargs}
-    name = type(model).__name__
-    config = getattr(model, "config", None)
-    if model_classes().get(name) is type(model) and callable(config):
-        return {"class": name, "kwargs": config()}
-    return {"class": name, "kwargs": None}
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -249,6 +212,8 @@ def export(
             f"export takes an NNX module, a Linen module with variables=, or a Trainer; got "
             f"{type(model).__name__}"
         )
+    from jaxfeed.models.registry import model_config  # import cost: jaxfeed.models imports flax
+
     record = dict(config) if config is not None else model_config(model)
     if specs is None and callable(getattr(model, "example_input", None)):
         specs = _input_specs(model.example_input())  # built-in sequence models
@@ -359,6 +324,8 @@ class _RawInputs:
             return cls(trainer, {c: _spec(v) for c, v in example.items()})
         batch = getattr(trainer, "batch_spec", None)
         if batch is None:
+            from jaxfeed.models.registry import model_config  # import cost: flax
+
             shape = (model_config(trainer.model).get("kwargs") or {}).get("input_shape")
             if shape is None or len(inputs.columns) != 1:
                 raise ValueError(
@@ -722,6 +689,8 @@ def rebuild(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     """A built-in model reconstructed by its registry name from an export, in eval mode, and the
     export's config (what ``jaxfeed predict`` uses); any other model: :func:`load_exported`."""
     from flax import nnx
+
+    from jaxfeed.models.registry import model_classes  # import cost: jaxfeed.models imports flax
 
     path = Path(path)
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():

@@ -143,8 +143,8 @@ MUTATIONS = [
     ),
     Mutation(
         "array-shape-check-removed",
-        "src/jaxfeed/features/array.py",
-        "if block.ndim != len(shape) + 1 or not _shape_ok(block.shape[1:], shape):",
+        "src/jaxfeed/features/_nested.py",
+        "if block.ndim != len(shape) + 1 or not shape_ok(block.shape[1:], shape):",
         "if block.ndim != len(shape) + 1:",
         [f"{DATA}::test_promise_array_feature_refuses_wrong_shapes_naming_column_and_row"],
         "no shape check for equal-shape/numpy input (pyarrow's error names no column or row)",

@@ -46,6 +46,7 @@ import numpy as np
 from jax import lax
 
 from jaxfeed.bench._common import machine, save_json
+from jaxfeed.bench._steps import BATCH, SHAPE, ms_per_step, trainer_case
 from jaxfeed.models.conv import im2col_conv
 
 LAYERS = {  # name: (batch, height, in channels, out channels, the step needs the input's gradient)
@@ -233,18 +234,16 @@ def step_cases() -> dict[str, Callable[[int], None]]:
     from flax import nnx
 
     from jaxfeed import Trainer
-    from jaxfeed.bench import train_step as T
-    from jaxfeed.bench.transformer_step import trainer_case
     from jaxfeed.models import CNN
 
     rng = np.random.default_rng(0)
     batch = {
-        "image": jax.device_put(rng.random((T.BATCH, *T.SHAPE), dtype=np.float32)),
-        "label": jax.device_put(rng.integers(0, 10, T.BATCH).astype(np.int32)),
+        "image": jax.device_put(rng.random((BATCH, *SHAPE), dtype=np.float32)),
+        "label": jax.device_put(rng.integers(0, 10, BATCH).astype(np.int32)),
     }
     out = {}
     for name, conv in STEP_LOWERINGS.items():
-        model = CNN(10, input_shape=T.SHAPE, rngs=nnx.Rngs(0))
+        model = CNN(10, input_shape=SHAPE, rngs=nnx.Rngs(0))
         model.conv1.conv_general_dilated = model.conv2.conv_general_dilated = conv
         trainer = Trainer(model, optax.adamw(1e-3, weight_decay=1e-4), verbose=0)
         out[name] = trainer_case(trainer, batch)
@@ -298,8 +297,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = measure(args.repeats, args.iters)
     if args.step:
-        from jaxfeed.bench.train_step import ms_per_step  # starts the Trainer's imports
-
         steps = ms_per_step(step_cases(), 5, args.repeats)
         print(f"\nTrainer CNN step, ms (medians of {args.repeats} x 5 steps, taking turns)")
         for name, ms in steps.items():

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from typing import Any
 
 import flax.linen as nn
@@ -39,24 +37,9 @@ from flax.training import train_state
 from jaxfeed import Array3D, ClassLabel, DataLoader, Dataset, Features, Trainer
 from jaxfeed.bench import transformer_step, xla_flags
 from jaxfeed.bench._common import machine, save_json
+from jaxfeed.bench._steps import BATCH, SHAPE, ms_per_step, torch_cases
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
-
-BATCH, SHAPE = 128, (32, 32, 3)
-
-
-def ms_per_step(cases: dict, steps: int, repeats: int) -> dict[str, float]:
-    """Median ms/step of each case; the cases take turns in every repeat, so a noisy period of
-    the machine hits them all alike."""
-    for run in cases.values():
-        run(3)  # compile and warm up
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, run in cases.items():
-            start = time.perf_counter()
-            run(steps)
-            times[name].append((time.perf_counter() - start) / steps * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 # ---------------------------------------------------------------------------------- the article's code
@@ -242,41 +225,6 @@ def article_functional_case(x, y, tx):
         jax.block_until_ready(loss)
 
     return run
-
-
-def torch_cases(x_np, y_np):
-    try:
-        import torch
-
-        from jaxfeed.bench.torch_cnn import TorchCNN
-    except ImportError:
-        return {}
-    torch.manual_seed(0)
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np.astype(np.int64))
-    out = {}
-    for name in ("eager", "compile"):
-        model = TorchCNN(10, SHAPE)
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        step_model = model
-        if name == "compile":
-            try:
-                step_model = torch.compile(model)
-                step_model(x[:2])
-            except Exception as err:
-                print(f"  torch.compile unavailable here: {type(err).__name__}: {str(err)[:120]}")
-                continue
-
-        def run(n, m=step_model, o=opt, criterion=loss_fn):
-            for _ in range(n):
-                o.zero_grad(set_to_none=True)
-                loss = criterion(m(x), y)
-                loss.backward()
-                o.step()
-
-        out[f"PyTorch {torch.__version__.split('+')[0]} {name}"] = run
-    return out
 
 
 def epoch_wait(rows: int) -> dict[str, float]:

@@ -27,6 +27,7 @@ import optax
 from flax import nnx
 
 from jaxfeed import Trainer
+from jaxfeed.bench._steps import trainer_case
 from jaxfeed.models import TransformerClassifier, TransformerLM
 
 VOCAB, BATCH, LENGTH = 1000, 32, 128
@@ -115,23 +116,6 @@ def hand_lm(batch: dict[str, jax.Array], tx: optax.GradientTransformation) -> Ca
         return nnx.state((model, optimizer)), loss
 
     return _stepper(jax.jit(train_step, donate_argnums=(0,)), state, batch)
-
-
-def trainer_case(trainer: Trainer, batch: dict[str, Any]) -> Callable[[int], None]:
-    """The Trainer's own compiled step, called as ``fit`` calls it."""
-    arrays, n = trainer._batch(batch, "train")
-    core = trainer.core
-    holder = {"sums": trainer._sums(), "step": 0}
-
-    def run(steps: int) -> None:
-        for _ in range(steps):
-            core.state, holder["sums"] = core.train_step(
-                core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-            )
-            holder["step"] += 1
-        jax.block_until_ready(holder["sums"])
-
-    return run
 
 
 def cases(tx: optax.GradientTransformation) -> dict[str, dict[str, Callable[[int], None]]]:

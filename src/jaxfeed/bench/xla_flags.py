@@ -96,7 +96,7 @@ def _probe(model_name: str, steps: int, out: str) -> None:
     from flax import nnx
 
     from jaxfeed import Trainer
-    from jaxfeed.bench import train_step as T
+    from jaxfeed.bench import _steps as T
     from jaxfeed.bench import transformer_step as S
     from jaxfeed.models import CNN, MLP, TransformerClassifier
 
@@ -115,7 +115,7 @@ def _probe(model_name: str, steps: int, out: str) -> None:
         else:
             model = MLP(10, input_shape=T.SHAPE, hidden=(1024, 1024), rngs=nnx.Rngs(0))
         trainer = Trainer(model, tx, verbose=0)
-    run = S.trainer_case(trainer, batch)
+    run = T.trainer_case(trainer, batch)
     core = trainer.core
     run(CHECK_STEPS)
     # the whole training state (parameters and optimizer moments) after the same steps
@@ -131,7 +131,9 @@ def _probe(model_name: str, steps: int, out: str) -> None:
 def _torch_probe(steps: int) -> None:
     import torch
 
-    from jaxfeed.bench import train_step as T
+    from jaxfeed.bench import (
+        _steps as T,  # import cost: the sweep's parent process never starts JAX
+    )
 
     rng = np.random.default_rng(0)
     x_np = rng.random((T.BATCH, *T.SHAPE), dtype=np.float32)

@@ -13,113 +13,21 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.features._nested import (
+    decode_nested,
+    nested_fixed_array,
+    nested_fixed_type,
+    shape_ok,
+    to_block,
+)
 from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
 from jaxfeed.features.value import NUMERIC_DTYPES, arrow_type
 
 
-def nested_fixed_type(value_type: pa.DataType, shape: tuple[int, ...]) -> pa.DataType:
-    """``fixed_size_list(fixed_size_list(value, shape[-1]), ...)`` for ``shape``."""
-    out = value_type
-    for dim in reversed(shape):
-        out = pa.list_(out, dim)
-    return out
-
-
-def nested_fixed_array(block: np.ndarray, pa_value_type: pa.DataType) -> pa.Array:
-    """Wrap a C-contiguous ``(rows, *shape)`` block as nested fixed-size lists (no copy)."""
-    block = np.ascontiguousarray(block)
-    out: pa.Array = pa.array(block.reshape(-1), type=pa_value_type)
-    for dim in reversed(block.shape[1:]):
-        out = pa.FixedSizeListArray.from_arrays(out, dim)
-    return out
-
-
-def to_block(values: Any, shape: tuple[int | None, ...], dtype: str, column: str) -> np.ndarray:
-    """Convert a column of equal-shape values to one ``(rows, *shape)`` array of ``dtype``.
-
-    Raises :class:`FeatureError` naming the first row whose shape or values do not fit.
-    """
-    np_dtype = np.dtype(dtype)
-    expected = f"an array of shape {tuple(shape)} and dtype {dtype}"
-    if isinstance(values, np.ndarray) and values.dtype != object:
-        block = values
-    else:
-        values = list(values)
-        if not values:
-            return np.zeros((0, *(d or 0 for d in shape)), dtype=np_dtype)
-        try:
-            block = np.asarray(values)
-        except (ValueError, TypeError):
-            block = np.empty(0, dtype=object)  # ragged: located below
-        if block.dtype.kind == "f" and np_dtype.kind in "iu":
-            block = _exact_ints(values, block, np_dtype)
-        if block.dtype == object or block.ndim != len(shape) + 1:
-            for row, value in enumerate(values):
-                arr = np.asarray(value) if value is not None else None
-                if arr is None or arr.dtype == object or not _shape_ok(arr.shape, shape):
-                    raise bad_value(column, row, expected, value)
-            raise bad_value(column, 0, expected, values[0] if values else values)
-    if block.ndim != len(shape) + 1 or not _shape_ok(block.shape[1:], shape):
-        row = 0
-        raise bad_value(column, row, expected, f"array of shape {block.shape[1:]}")
-    return cast_checked(block, np_dtype, column, expected)
-
-
-def _exact_ints(values: list, block: np.ndarray, np_dtype: np.dtype) -> np.ndarray:
-    """Python ints past int64 make numpy infer float64: rebuild them exactly, refusing fractions."""
-    try:
-        exact = np.asarray(values, dtype=np_dtype)
-    except (OverflowError, ValueError, TypeError):
-        return block  # cast_checked names the row
-    if exact.shape != block.shape or not (exact.astype(np.float64) == block).all():
-        return block
-    if not all(isinstance(v, int | np.integer) for v in np.asarray(values, dtype=object).ravel()):
-        return block
-    return exact
-
-
-def _shape_ok(got: tuple[int, ...], want: tuple[int | None, ...]) -> bool:
-    return len(got) == len(want) and all(
-        w is None or g == w for g, w in zip(got, want, strict=True)
-    )
-
-
-def cast_checked(block: np.ndarray, np_dtype: np.dtype, column: str, expected: str) -> np.ndarray:
-    """Cast ``block`` to ``np_dtype``, raising on values that would change (overflow, fractions)."""
-    if block.dtype == np_dtype:
-        return block
-    if block.dtype.kind not in "biuf" and not (block.dtype.kind == "U" and np_dtype.kind == "U"):
-        row = 0
-        raise bad_value(column, row, expected, f"values of dtype {block.dtype}")
-    if np.can_cast(block.dtype, np_dtype, casting="safe"):
-        return block.astype(np_dtype)
-    with np.errstate(all="ignore"):
-        out = block.astype(np_dtype)
-        back = out.astype(block.dtype)
-    same = (
-        (back == block) | (np.isnan(block) & np.isnan(back))
-        if block.dtype.kind == "f"
-        else back == block
-    )
-    if np_dtype.kind == "f" and block.dtype.kind == "f":
-        # Narrowing floats loses precision by design (float64 -> float32), but a finite value
-        # that becomes inf (1e300 in float32, 1e6 in float16) is refused.
-        with np.errstate(invalid="ignore"):
-            overflow = np.isfinite(block) & ~np.isfinite(out)
-        if overflow.any():
-            row = int(np.argmax(overflow.reshape(len(block), -1).any(axis=1)))
-            value = block[row] if block.ndim else block
-            raise bad_value(column, row, expected + " (a value overflows to inf)", value)
-        return out
-    if not same.all():
-        flat = same.reshape(len(block), -1).all(axis=1)
-        row = int(np.argmin(flat))
-        raise bad_value(column, row, expected, block[row])
-    return out
-
-
 @dataclass(frozen=True)
-class _ArrayXD(Feature):
+class ArrayXD(Feature):
+    """The base of `Array2D` ... `Array5D`: ``ndims`` dimensions (the first may be ``None``)."""
+
     shape: tuple
     dtype: str
     ndims: ClassVar[int] = 0
@@ -207,7 +115,7 @@ class _ArrayXD(Feature):
         expected = f"an array of strings of shape {self.shape}"
         for row, value in enumerate(values):
             arr = np.asarray(value, dtype=object)
-            if not _shape_ok(arr.shape, self.shape) or not all(
+            if not shape_ok(arr.shape, self.shape) or not all(
                 isinstance(x, str) for x in arr.ravel()
             ):
                 raise bad_value(column, row, expected, value)
@@ -225,8 +133,6 @@ class _ArrayXD(Feature):
         storage = unwrap_storage(array)
         if storage.null_count and not self.variable and self.dtype not in ("string", "bool"):
             return self._with_nans(storage)
-        from jaxfeed.features.sequence import decode_nested
-
         return decode_nested(unwrap_storage(array))
 
     def _with_nans(self, storage: pa.Array) -> np.ndarray:
@@ -248,7 +154,7 @@ class _ArrayXD(Feature):
 
 
 @dataclass(frozen=True, repr=False)
-class Array2D(_ArrayXD):
+class Array2D(ArrayXD):
     """A 2-d array per row.
 
     >>> import numpy as np
@@ -263,7 +169,7 @@ class Array2D(_ArrayXD):
 
 
 @dataclass(frozen=True, repr=False)
-class Array3D(_ArrayXD):
+class Array3D(ArrayXD):
     """A 3-d array per row, e.g. ``Array3D((32, 32, 3), "uint8")`` for colour images.
 
     >>> import numpy as np
@@ -277,7 +183,7 @@ class Array3D(_ArrayXD):
 
 
 @dataclass(frozen=True, repr=False)
-class Array4D(_ArrayXD):
+class Array4D(ArrayXD):
     """A 4-d array per row.
 
     >>> import numpy as np
@@ -291,7 +197,7 @@ class Array4D(_ArrayXD):
 
 
 @dataclass(frozen=True, repr=False)
-class Array5D(_ArrayXD):
+class Array5D(ArrayXD):
     """A 5-d array per row.
 
     >>> import numpy as np
@@ -303,5 +209,7 @@ class Array5D(_ArrayXD):
 
     ndims: ClassVar[int] = 5
 
+
+_ArrayXD = ArrayXD  # the old name: jaxfeed.ops imports it
 
 ARRAY_TYPES = {cls.__name__: cls for cls in (Array2D, Array3D, Array4D, Array5D)}

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from jaxfeed.features._nested import stack_if_same
 from jaxfeed.features.media import DecodeError, MediaFeature, read_source
-from jaxfeed.features.sequence import _stack_if_same
 
 try:  # the fast JPEG decoder (a core dependency; Pillow is the fallback)
     import simplejpeg
@@ -105,7 +105,7 @@ class Image(MediaFeature):
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:
         if not self.decode:
             return self.to_python(array)
-        return _stack_if_same(
+        return stack_if_same(
             [self.decode_value(s, i) for i, s in enumerate(self.iter_stored(array))]
         )
 

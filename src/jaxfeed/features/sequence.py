@@ -13,7 +13,16 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.array import nested_fixed_array, to_block
+from jaxfeed.features._nested import (
+    decode_nested,
+    decode_rows,
+    list_child,
+    nested_fixed_array,
+    to_block,
+)
+from jaxfeed.features._nested import (
+    stack_if_same as _stack_if_same,  # noqa: F401  (the old name: jaxfeed.loader imports it)
+)
 from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
 from jaxfeed.features.struct import (
     FeatureLike,
@@ -213,15 +222,13 @@ class Sequence(Feature):
             isinstance(self.feature, Feature) and not self.requires_decoding
         ):
             return decode_nested(array)
-        return _decode_rows(array, decode_numpy(self.feature, list_child(array)))
+        return decode_rows(array, decode_numpy(self.feature, list_child(array)))
 
     def to_python(self, array: pa.Array) -> list:
         array = unwrap_storage(array)
         if not requires_decoding(self.feature):
             return array.to_pylist()
-        return _decode_rows(
-            array, decode_python(self.feature, list_child(array)), consolidate=False
-        )
+        return decode_rows(array, decode_python(self.feature, list_child(array)), consolidate=False)
 
     def encode_example(self, value: Any) -> Any:
         """One row's list, each item encoded by the inner feature."""
@@ -361,88 +368,3 @@ def _refuse_overflow_flat(source: pa.Array, out: pa.Array) -> None:
 
 def _has_none(values: Any) -> bool:
     return isinstance(values, list) and any(v is None for v in values)
-
-
-def _offsets(array: pa.Array) -> np.ndarray:
-    """Row offsets into :func:`list_child`, starting at 0."""
-    if pa.types.is_fixed_size_list(array.type):
-        return np.arange(len(array) + 1, dtype=np.int64) * array.type.list_size
-    offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return offsets - offsets[0]
-
-
-def list_child(array: pa.Array) -> pa.Array:
-    """The values a (sliced, possibly null-holding) list array refers to, as one zero-copy slice."""
-    if pa.types.is_fixed_size_list(array.type):
-        size = array.type.list_size
-        return array.values.slice(array.offset * size, len(array) * size)
-    offsets = array.offsets
-    start = offsets[0].as_py()
-    return array.values.slice(start, offsets[-1].as_py() - start)
-
-
-def _stack_if_same(items: list) -> np.ndarray | list:
-    """Stack a list of arrays into one when they share shape and dtype, as `datasets` does."""
-    if (
-        items
-        and all(isinstance(x, np.ndarray) for x in items)
-        and all(x.shape == items[0].shape and x.dtype == items[0].dtype for x in items)
-    ):
-        return np.stack(items)
-    return items
-
-
-def _decode_rows(
-    array: pa.Array, child: np.ndarray | list, consolidate: bool = True
-) -> np.ndarray | list:
-    """Split a decoded child column by the list offsets of ``array``."""
-    n = len(array)
-    offsets = _offsets(array)
-    lengths = np.diff(offsets)
-    valid = None if not array.null_count else array.is_valid().to_numpy(zero_copy_only=False)
-    if (
-        consolidate
-        and isinstance(child, np.ndarray)
-        and valid is None
-        and (n == 0 or (lengths == lengths[0]).all())
-    ):
-        width = int(lengths[0]) if n else 0
-        return child[: n * width].reshape((n, width, *child.shape[1:]))
-    rows: list = []
-    for i in range(n):
-        if valid is not None and not valid[i]:
-            rows.append(None)
-            continue
-        part = child[offsets[i] : offsets[i + 1]]
-        if not isinstance(child, np.ndarray):
-            part = _stack_if_same(part) if consolidate else list(part)
-        rows.append(part)
-    return rows
-
-
-def decode_nested(array: pa.Array) -> np.ndarray | list:
-    """Decode (possibly nested) lists of numbers: one ndarray when shapes agree, else lists.
-
-    Runs vectorised over offsets: uniform lengths at every level reshape without copying; only
-    ragged levels split into one array per row.
-    """
-    array = unwrap_storage(array)
-    t = array.type
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _decode_rows(array, decode_nested(list_child(array)))
-    if pa.types.is_struct(t):
-        names = [t.field(i).name for i in range(t.num_fields)]
-        fields = array.flatten()
-        columns = [decode_nested(f) for f in fields]
-        valid = array.is_valid().to_numpy(zero_copy_only=False)
-        return [
-            {name: col[i] for name, col in zip(names, columns, strict=True)} if valid[i] else None
-            for i in range(len(array))
-        ]
-    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not array.null_count:
-        return array.to_numpy(zero_copy_only=True)
-    if pa.types.is_boolean(t) and not array.null_count:
-        return array.to_numpy(zero_copy_only=False)
-    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and array.null_count:
-        return array.to_numpy(zero_copy_only=False).astype(np.float64)
-    return array.to_pylist()

@@ -11,7 +11,7 @@ import pyarrow as pa
 from jaxfeed.dataset import Dataset, DatasetDict
 from jaxfeed.features import Features, List, Value
 from jaxfeed.iterable import IterableDataset, IterableDatasetDict
-from jaxfeed.text.tokenizer import _tokenizers, check_texts
+from jaxfeed.text.tokenizer import check_texts, tokenizers_module
 
 
 class _Encode:
@@ -21,7 +21,7 @@ class _Encode:
     def __init__(
         self, tokenizer: Any, column: str, max_length: int | None, add_special_tokens: bool
     ) -> None:
-        tokenizers = _tokenizers()
+        tokenizers = tokenizers_module()
         tok = tokenizers.Tokenizer.from_str(tokenizer.to_str())  # a copy: settings changed below
         tok.no_padding()
         if max_length is None:
@@ -93,7 +93,7 @@ def tokenize(
     >>> tok.decode(out[0]["input_ids"])
     'the cat sat'
     """
-    _tokenizers()
+    tokenizers_module()
     if isinstance(dataset, DatasetDict | IterableDatasetDict):
         return type(dataset)(
             {

@@ -14,7 +14,8 @@ KINDS = ("bpe", "wordpiece", "unigram")
 _BATCH = 1000
 
 
-def _tokenizers() -> Any:
+def tokenizers_module() -> Any:
+    """The ``tokenizers`` package, or a ``MissingExtraError`` naming the ``text`` extra."""
     return require("tokenizers", "text", "jaxfeed.text")
 
 
@@ -34,7 +35,7 @@ def load_tokenizer(path_or_url: str | os.PathLike, storage_options: dict | None 
     >>> load_tokenizer(path).encode("b c").ids == tok.encode("b c").ids
     True
     """
-    tokenizers = _tokenizers()
+    tokenizers = tokenizers_module()
     path = os.fspath(path_or_url)
     if remote.is_remote(path):
         fs, inner = remote.filesystem(path, storage_options)
@@ -147,7 +148,7 @@ def train_tokenizer(
     >>> tok.encode("the cat").tokens[-1], tok.token_to_id("<pad>")
     ('<eos>', 0)
     """
-    tokenizers = _tokenizers()
+    tokenizers = tokenizers_module()
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     if kind not in KINDS:
