@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 
 from jaxfeed.dataset import Dataset
+from jaxfeed.features._nested import stack_if_same
 from jaxfeed.features.class_label import ClassLabel
 from jaxfeed.features.media import MediaFeature
-from jaxfeed.features.sequence import _stack_if_same
 from jaxfeed.formatting import jax_int_dtype
 from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
 from jaxfeed.reader import ChunkedView
@@ -171,7 +171,7 @@ class _ItemSource:
             if isinstance(values[0], str | bytes) or values[0] is None:
                 out[key] = values
             else:
-                out[key] = _stack_if_same([np.asarray(v) for v in values])
+                out[key] = stack_if_same([np.asarray(v) for v in values])
         return out
 
     def lengths(self, column: str) -> np.ndarray:

@@ -210,6 +210,4 @@ class Array5D(ArrayXD):
     ndims: ClassVar[int] = 5
 
 
-_ArrayXD = ArrayXD  # the old name: jaxfeed.ops imports it
-
 ARRAY_TYPES = {cls.__name__: cls for cls in (Array2D, Array3D, Array4D, Array5D)}

@@ -20,9 +20,6 @@ from jaxfeed.features._nested import (
     nested_fixed_array,
     to_block,
 )
-from jaxfeed.features._nested import (
-    stack_if_same as _stack_if_same,  # noqa: F401  (the old name: jaxfeed.loader imports it)
-)
 from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
 from jaxfeed.features.struct import (
     FeatureLike,

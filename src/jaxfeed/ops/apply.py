@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from jaxfeed.core import DatasetCore
 from jaxfeed.features import FeatureError, Features, Json, LargeList, List, Value
-from jaxfeed.features.array import _ArrayXD as FixedArray
+from jaxfeed.features.array import ArrayXD as FixedArray
 from jaxfeed.features.features import infer_column
 from jaxfeed.features.sequence import Sequence as SequenceFeature
 from jaxfeed.features.struct import FeatureLike, encode_column, pa_type_of

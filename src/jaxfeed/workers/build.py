@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxfeed.calls import _rng, takes_rng
 from jaxfeed.features import DecodeError
+from jaxfeed.features._nested import stack_if_same
 from jaxfeed.features.media import MediaFeature
 
 
@@ -167,7 +168,7 @@ class _Rows:
                 out[key] = self.buffers[key]
             else:
                 values = self.lists[key]
-                out[key] = _stackable(values) or _stack_if_same(values)
+                out[key] = _stackable(values) or stack_if_same(values)
         return out
 
 
@@ -260,16 +261,6 @@ def build_plan(
             raise TypeError(f"transform must return a dict of columns, got {type(batch).__name__}")
         plan = batch
     return plan
-
-
-def _stack_if_same(values: list) -> np.ndarray | list:
-    if (
-        values
-        and all(isinstance(x, np.ndarray) for x in values)
-        and all(x.shape == values[0].shape and x.dtype == values[0].dtype for x in values)
-    ):
-        return np.stack(values)
-    return values
 
 
 def build(recipe: Recipe, job: Job) -> dict[str, Any]:
