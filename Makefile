@@ -67,11 +67,11 @@ mutation: $(VENV)/.installed-dev
 	$(PY) tools/mutation/run.py $(ARGS)
 
 # The documentation site, built in strict mode (a warning, a broken link or a failing notebook
-# fails it) into site/, then opened in headless Chromium (tests/test_docs_site.py: screenshots in
+# fails it) into site/, then opened in headless Chromium (tests/docs/test_docs_site.py: screenshots in
 # site/_screenshots/). The notebooks execute during the build (a minute or two).
 docs: $(VENV)/.installed-docs docs-browser
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean
-	JAXFEED_DOCS_SITE=site $(PY) -m pytest -q -p no:randomly -p no:cacheprovider tests/test_docs_site.py
+	JAXFEED_DOCS_SITE=site $(PY) -m pytest -q -p no:randomly -p no:cacheprovider tests/docs/test_docs_site.py
 
 # Chromium for the browser check: Debian's package, installed where this runs as root with apt
 # (CI); elsewhere the check is skipped when no chromium is found.

@@ -7,7 +7,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +43,20 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+# The suites live in folders that mirror the packages (tests/data, tests/loading, ...); their shared
+# helpers (cli_helpers, datasets_diff, audio_clips, remote_servers) stay in tests/ itself.
+TESTS = Path(__file__).parent / "tests"
+sys.path.insert(0, str(TESTS))
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker."""
+    e2e = TESTS / "e2e"
+    for item in items:
+        if e2e in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
+
 
 # The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.
 collect_ignore = ["src/jaxfeed/bench/torch_cnn.py"]

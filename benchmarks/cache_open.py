@@ -1,5 +1,5 @@
 """``python benchmarks/cache_open.py [--mb 256]``: what checking a cache entry costs when it is
-opened (jaxfeed.io.cache), against mapping the same Arrow file with no check at all.
+opened (jaxfeed.data.formats.cache), against mapping the same Arrow file with no check at all.
 
 Rows: the open of an untouched entry (info digest, size, Arrow footer: no pass over the data),
 the open after the file's change time moved (a full check: CRC-32 of every byte, Arrow buffer
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jaxfeed.bench._common import median_seconds
-from jaxfeed.io import cache
+from jaxfeed.data.formats import cache
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from jaxfeed.bench._common import median_seconds
-from jaxfeed.spectrogram import LOG_FLOOR, log_mel
+from jaxfeed.loading.spectrogram import LOG_FLOOR, log_mel
 
 RATE, MELS, N_FFT, HOP = 16000, 64, 400, 160
 

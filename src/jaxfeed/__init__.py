@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -18,50 +16,51 @@ __version__ = "0.1.0"
 # The public names are imported on first use (PEP 562): ``import jaxfeed`` alone must not start
 # JAX or pyarrow, so that ``jaxfeed --help`` answers at once and tools can read ``__version__``.
 _EXPORTS = {
-    "Column": "jaxfeed.column",
-    "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset",
-    "load_exported": "jaxfeed.export",
-    "Array2D": "jaxfeed.features",
-    "Array3D": "jaxfeed.features",
-    "Array4D": "jaxfeed.features",
-    "Array5D": "jaxfeed.features",
-    "Audio": "jaxfeed.features",
-    "ClassLabel": "jaxfeed.features",
-    "DecodeError": "jaxfeed.features",
-    "FeatureError": "jaxfeed.features",
-    "Features": "jaxfeed.features",
-    "Image": "jaxfeed.features",
-    "Json": "jaxfeed.features",
-    "LargeList": "jaxfeed.features",
-    "List": "jaxfeed.features",
-    "Sequence": "jaxfeed.features",
-    "Translation": "jaxfeed.features",
-    "TranslationVariableLanguages": "jaxfeed.features",
-    "Value": "jaxfeed.features",
-    "load_dataset": "jaxfeed.io",
-    "get_dataset_config_names": "jaxfeed.io",
-    "get_dataset_split_names": "jaxfeed.io",
-    "disable_caching": "jaxfeed.settings",
-    "enable_caching": "jaxfeed.settings",
-    "is_caching_enabled": "jaxfeed.settings",
-    "disable_progress_bars": "jaxfeed.settings",
-    "enable_progress_bars": "jaxfeed.settings",
-    "is_progress_bar_enabled": "jaxfeed.settings",
-    "are_progress_bars_disabled": "jaxfeed.settings",
-    "disable_progress_bar": "jaxfeed.settings",
-    "enable_progress_bar": "jaxfeed.settings",
-    "NamedSplit": "jaxfeed.splits",
-    "Split": "jaxfeed.splits",
-    "load_from_disk": "jaxfeed.dataset",
-    "IterableDataset": "jaxfeed.iterable",
-    "IterableDatasetDict": "jaxfeed.iterable",
-    "split_dataset_by_node": "jaxfeed.iterable",
-    "DataLoader": "jaxfeed.loader",
-    "concatenate_datasets": "jaxfeed.ops",
-    "interleave_datasets": "jaxfeed.ops",
-    "Packing": "jaxfeed.packing",
-    "Padding": "jaxfeed.padding",
+    "Column": "jaxfeed.data.column",
+    "Dataset": "jaxfeed.data.dataset",
+    "DatasetDict": "jaxfeed.data.dataset",
+    "export": "jaxfeed.serve.export",
+    "load_exported": "jaxfeed.serve.export",
+    "Array2D": "jaxfeed.data.features",
+    "Array3D": "jaxfeed.data.features",
+    "Array4D": "jaxfeed.data.features",
+    "Array5D": "jaxfeed.data.features",
+    "Audio": "jaxfeed.data.features",
+    "ClassLabel": "jaxfeed.data.features",
+    "DecodeError": "jaxfeed.data.features",
+    "FeatureError": "jaxfeed.data.features",
+    "Features": "jaxfeed.data.features",
+    "Image": "jaxfeed.data.features",
+    "Json": "jaxfeed.data.features",
+    "LargeList": "jaxfeed.data.features",
+    "List": "jaxfeed.data.features",
+    "Sequence": "jaxfeed.data.features",
+    "Translation": "jaxfeed.data.features",
+    "TranslationVariableLanguages": "jaxfeed.data.features",
+    "Value": "jaxfeed.data.features",
+    "load_dataset": "jaxfeed.data.load",
+    "get_dataset_config_names": "jaxfeed.data.load",
+    "get_dataset_split_names": "jaxfeed.data.load",
+    "disable_caching": "jaxfeed._base.settings",
+    "enable_caching": "jaxfeed._base.settings",
+    "is_caching_enabled": "jaxfeed._base.settings",
+    "disable_progress_bars": "jaxfeed._base.settings",
+    "enable_progress_bars": "jaxfeed._base.settings",
+    "is_progress_bar_enabled": "jaxfeed._base.settings",
+    "are_progress_bars_disabled": "jaxfeed._base.settings",
+    "disable_progress_bar": "jaxfeed._base.settings",
+    "enable_progress_bar": "jaxfeed._base.settings",
+    "NamedSplit": "jaxfeed.data.splits",
+    "Split": "jaxfeed.data.splits",
+    "load_from_disk": "jaxfeed.data.dataset",
+    "IterableDataset": "jaxfeed.data.iterable",
+    "IterableDatasetDict": "jaxfeed.data.iterable",
+    "split_dataset_by_node": "jaxfeed.data.iterable",
+    "DataLoader": "jaxfeed.loading.loader",
+    "concatenate_datasets": "jaxfeed.data.ops",
+    "interleave_datasets": "jaxfeed.data.ops",
+    "Packing": "jaxfeed.loading.packing",
+    "Padding": "jaxfeed.loading.padding",
     "EarlyStopping": "jaxfeed.train",
     "History": "jaxfeed.train",
     "Trainer": "jaxfeed.train",
@@ -70,10 +69,20 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from jaxfeed import logging
-    from jaxfeed.column import Column
-    from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
-    from jaxfeed.export import export, load_exported
-    from jaxfeed.features import (
+    from jaxfeed._base.settings import (
+        are_progress_bars_disabled,
+        disable_caching,
+        disable_progress_bar,
+        disable_progress_bars,
+        enable_caching,
+        enable_progress_bar,
+        enable_progress_bars,
+        is_caching_enabled,
+        is_progress_bar_enabled,
+    )
+    from jaxfeed.data.column import Column
+    from jaxfeed.data.dataset import Dataset, DatasetDict, load_from_disk
+    from jaxfeed.data.features import (
         Array2D,
         Array3D,
         Array4D,
@@ -92,24 +101,14 @@ if TYPE_CHECKING:
         TranslationVariableLanguages,
         Value,
     )
-    from jaxfeed.io import get_dataset_config_names, get_dataset_split_names, load_dataset
-    from jaxfeed.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
-    from jaxfeed.loader import DataLoader
-    from jaxfeed.ops import concatenate_datasets, interleave_datasets
-    from jaxfeed.packing import Packing
-    from jaxfeed.padding import Padding
-    from jaxfeed.settings import (
-        are_progress_bars_disabled,
-        disable_caching,
-        disable_progress_bar,
-        disable_progress_bars,
-        enable_caching,
-        enable_progress_bar,
-        enable_progress_bars,
-        is_caching_enabled,
-        is_progress_bar_enabled,
-    )
-    from jaxfeed.splits import NamedSplit, Split
+    from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict, split_dataset_by_node
+    from jaxfeed.data.load import get_dataset_config_names, get_dataset_split_names, load_dataset
+    from jaxfeed.data.ops import concatenate_datasets, interleave_datasets
+    from jaxfeed.data.splits import NamedSplit, Split
+    from jaxfeed.loading.loader import DataLoader
+    from jaxfeed.loading.packing import Packing
+    from jaxfeed.loading.padding import Padding
+    from jaxfeed.serve.export import export, load_exported
     from jaxfeed.train import EarlyStopping, History, Trainer, plot_history
 
 
@@ -128,24 +127,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_SUBMODULES, "export"])
-
-
-class _Package(types.ModuleType):
-    """``jaxfeed.export`` is the function, as ``from jaxfeed.export import export`` made it when the
-    package imported everything eagerly; importing the submodule ``jaxfeed.export`` (which sets
-    this attribute to the module) must not replace it."""
-
-    @property
-    def export(self) -> Any:
-        return importlib.import_module("jaxfeed.export").export
-
-    @export.setter
-    def export(self, value: Any) -> None:
-        pass  # the import system binding the submodule: the function keeps the name
-
-
-sys.modules[__name__].__class__ = _Package
+    return sorted([*globals(), *_EXPORTS, *_SUBMODULES])
 
 
 __all__ = [

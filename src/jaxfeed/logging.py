@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import os
 
-from jaxfeed.settings import disable_progress_bars as disable_progress_bar
-from jaxfeed.settings import enable_progress_bars as enable_progress_bar
-from jaxfeed.settings import is_progress_bar_enabled
+from jaxfeed._base.settings import disable_progress_bars as disable_progress_bar
+from jaxfeed._base.settings import enable_progress_bars as enable_progress_bar
+from jaxfeed._base.settings import is_progress_bar_enabled
 
 CRITICAL = logging.CRITICAL
 FATAL = logging.FATAL

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DATA = "tests/test_promises_data.py"
-TRAIN = "tests/test_promises_train.py"
-RUN = "tests/test_promises_run.py"
-GUARD = "tests/test_promises_guard.py"
+DATA = "tests/contracts/test_promises_data.py"
+TRAIN = "tests/contracts/test_promises_train.py"
+RUN = "tests/contracts/test_promises_run.py"
+GUARD = "tests/contracts/test_promises_guard.py"
 RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
 
@@ -31,7 +31,7 @@ MUTATIONS = [
     # ------------------------------------------------------------------ issue 18: the 11 + 2 bugs
     Mutation(
         "order-block-cache-stale",
-        "src/jaxfeed/order.py",
+        "src/jaxfeed/loading/order.py",
         "if block != self._block_start:",
         "if self._block is None:",
         [f"{DATA}::test_promise_shuffled_epoch_reads_every_row_exactly_once_past_one_order_block"],
@@ -39,7 +39,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-state-checks-size-only",
-        "src/jaxfeed/loader.py",
+        "src/jaxfeed/loading/loader.py",
         'for key in ("num_rows", "dataset", "batch_size", "shuffle", "drop_last", "seed"):',
         'for key in ("num_rows", "batch_size"):',
         [DATA + "::test_promise_loader_state_is_refused_by_a_loader_that_would_read_other_batches"],
@@ -47,7 +47,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-fingerprint-ignores-content",
-        "src/jaxfeed/sources.py",
+        "src/jaxfeed/loading/sources.py",
         "digest.update(sink.getvalue().to_pybytes())",
         "pass",
         [DATA + "::test_promise_loader_state_is_refused_by_a_loader_that_would_read_other_batches"],
@@ -55,7 +55,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-transform-rng-no-epoch",
-        "src/jaxfeed/workers/build.py",
+        "src/jaxfeed/loading/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.step)",
         "_rng(recipe.seed, job.step)",
         [f"{DATA}::test_promise_transform_rng_is_seeded_by_seed_epoch_and_step"],
@@ -63,7 +63,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-int64-unchecked",
-        "src/jaxfeed/sources.py",
+        "src/jaxfeed/loading/sources.py",
         '("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")',
         '("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32")',
         [f"{DATA}::test_promise_int64_values_past_int32_raise_through_the_loader"],
@@ -143,7 +143,7 @@ MUTATIONS = [
     ),
     Mutation(
         "array-shape-check-removed",
-        "src/jaxfeed/features/_nested.py",
+        "src/jaxfeed/data/features/_nested.py",
         "if block.ndim != len(shape) + 1 or not shape_ok(block.shape[1:], shape):",
         "if block.ndim != len(shape) + 1:",
         [f"{DATA}::test_promise_array_feature_refuses_wrong_shapes_naming_column_and_row"],
@@ -151,7 +151,7 @@ MUTATIONS = [
     ),
     Mutation(
         "files-atomic-write-in-place",
-        "src/jaxfeed/files.py",
+        "src/jaxfeed/_base/files.py",
         'tmp = path.with_name(f".{path.name}.tmp")',
         "tmp = path",
         [
@@ -162,7 +162,7 @@ MUTATIONS = [
     ),
     Mutation(
         "disk-read-into-memory",
-        "src/jaxfeed/saved.py",
+        "src/jaxfeed/data/formats/saved.py",
         "source = pa.memory_map(str(file)) if not keep_in_memory else pa.OSFile(str(file))",
         "source = pa.OSFile(str(file))",
         [f"{DATA}::test_promise_saved_datasets_are_memory_mapped_not_read_into_memory"],
@@ -181,7 +181,7 @@ MUTATIONS = [
     ),
     Mutation(
         "order-seeded-per-process",
-        "src/jaxfeed/order.py",
+        "src/jaxfeed/loading/order.py",
         "Permutation(n, (int(seed), int(epoch)))",
         'Permutation(n, (int(seed) + __import__("jax").process_index(), int(epoch)))',
         [f"{DATA}::test_promise_every_process_computes_the_same_global_order"],
@@ -222,7 +222,7 @@ MUTATIONS = [
     ),
     Mutation(
         "early-stopping-auto-mode-min",
-        "src/jaxfeed/monitor.py",
+        "src/jaxfeed/train/monitor.py",
         'return "min" if "loss" in name or name.endswith(_MINIMISED_SUFFIXES) else "max"',
         'return "min"',
         [f"{TRAIN}::test_promise_early_stopping_mode_and_min_delta"],
@@ -262,7 +262,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-workers-forked",
-        "src/jaxfeed/spawn.py",
+        "src/jaxfeed/_base/spawn.py",
         'context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX',
         'context = multiprocessing.get_context("fork")',
         [f"{DATA}::test_promise_process_workers_are_spawned_not_forked"],
@@ -270,7 +270,7 @@ MUTATIONS = [
     ),
     Mutation(
         "disk-first-shard-only",
-        "src/jaxfeed/saved.py",
+        "src/jaxfeed/data/formats/saved.py",
         '    for entry in entries:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         '    for entry in entries[:1]:\n        if not isinstance(entry, dict) or "filename" not in entry:',
         [f"{DATA}::test_promise_reads_folders_written_by_datasets"],
@@ -278,7 +278,7 @@ MUTATIONS = [
     ),
     Mutation(
         "devices-batch-replicated-not-split",
-        "src/jaxfeed/devices.py",
+        "src/jaxfeed/runtime/devices.py",
         "split = placement if batched else flat",
         "split = flat",
         [f"{DATA}::test_promise_sharded_batches_hold_the_right_rows_on_each_device"],
@@ -286,7 +286,7 @@ MUTATIONS = [
     ),
     Mutation(
         "devices-leaves-swapped",
-        "src/jaxfeed/devices.py",
+        "src/jaxfeed/runtime/devices.py",
         "return _fill(out, iter(placed))",
         "return _fill(out, reversed(list(placed)))",
         [f"{DATA}::test_promise_sharded_batches_hold_the_right_rows_on_each_device"],
@@ -294,7 +294,7 @@ MUTATIONS = [
     ),
     Mutation(
         "checkpoint-pickles-on-save",
-        "src/jaxfeed/checkpoint.py",
+        "src/jaxfeed/train/checkpoint.py",
         "json.dumps(payload)  # fail now, not in a background thread",
         '__import__("pickle").dumps(payload)  # fail now, not in a background thread',
         [f"{RUN}::test_promise_checkpoints_never_pickle_when_saving_or_restoring"],
@@ -302,7 +302,7 @@ MUTATIONS = [
     ),
     Mutation(
         "checkpoint-writes-protocol-0-pickle",
-        "src/jaxfeed/checkpoint.py",
+        "src/jaxfeed/train/checkpoint.py",
         "json.dumps(payload)  # fail now, not in a background thread",
         'Path(self.directory, "meta.pkl").write_bytes(__import__("pickle")._dumps(payload, 0))',
         [f"{RUN}::test_promise_checkpoints_never_pickle_when_saving_or_restoring"],
@@ -311,7 +311,7 @@ MUTATIONS = [
     # ------------------------------------------------------------------ new code on main (issues 11, 15, 16)
     Mutation(
         "workers-row-rng-no-epoch",
-        "src/jaxfeed/workers/build.py",
+        "src/jaxfeed/loading/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.positions[i])",
         "_rng(recipe.seed, job.positions[i])",
         [f"{DATA}::test_promise_row_transform_rng_is_seeded_by_seed_epoch_and_position"],
@@ -319,7 +319,7 @@ MUTATIONS = [
     ),
     Mutation(
         "workers-row-rng-by-row-in-batch",
-        "src/jaxfeed/workers/build.py",
+        "src/jaxfeed/loading/workers/build.py",
         "_rng(recipe.seed, job.epoch, job.positions[i])",
         "_rng(recipe.seed, job.epoch, i)",
         [f"{DATA}::test_promise_row_transform_rng_is_seeded_by_seed_epoch_and_position"],
@@ -335,10 +335,10 @@ MUTATIONS = [
     ),
     Mutation(
         "ops-shard-contiguous-start",
-        "src/jaxfeed/ops/rows.py",
+        "src/jaxfeed/data/ops/rows.py",
         "start = div * index + min(index, mod)",
         "start = div * index",
-        ["tests/test_datasets_api.py::test_unique_sort_shard"],
+        ["tests/contracts/test_datasets_api.py::test_unique_sort_shard"],
         "issue 16: contiguous shards of an uneven split overlap (differs from datasets)",
     ),
     # ------------------------------------------------------------------ new code on main (issues 12, 14)
@@ -360,16 +360,18 @@ MUTATIONS = [
     ),
     Mutation(
         "cache-key-ignores-source-changes",
-        "src/jaxfeed/io/files.py",
+        "src/jaxfeed/data/formats/files.py",
         'return {"path": os.path.abspath(path), "size": st.st_size, "version": version}',
         'return {"path": os.path.abspath(path)}',
-        ["tests/io/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"],
+        [
+            "tests/data/formats/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"
+        ],
         "issue 14: the Arrow cache is reused after its source file changed (stale data)",
     ),
     # ------------------------------------------------------------------ issue 26: bugs an audit found missed
     Mutation(
         "stream-prefetch-rng-step",
-        "src/jaxfeed/stream_loader.py",
+        "src/jaxfeed/loading/stream_loader.py",
         "step = self.step + len(self.ready)",
         "step = self.step",
         [f"{GUARD}::test_stream_transform_draws_do_not_depend_on_prefetch"],
@@ -377,7 +379,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream-resume-offset-last-table",
-        "src/jaxfeed/iterable/sources.py",
+        "src/jaxfeed/data/iterable/sources.py",
         "self.offset += table.num_rows",
         "self.offset = table.num_rows",
         [f"{GUARD}::test_resume_inside_the_second_unit_read_in_several_tables"],
@@ -385,7 +387,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream-split-stride-phase",
-        "src/jaxfeed/iterable/sources.py",
+        "src/jaxfeed/data/iterable/sources.py",
         "first = (rank - start) % world",
         "first = rank",
         [f"{GUARD}::test_split_by_node_over_units_in_several_tables_is_disjoint_and_complete"],
@@ -393,7 +395,7 @@ MUTATIONS = [
     ),
     Mutation(
         "loader-slot-released-while-aliased",
-        "src/jaxfeed/epochs.py",
+        "src/jaxfeed/loading/epochs.py",
         "_release_when_gone(keep, release)",
         "_release_when_gone([], release)",
         [f"{GUARD}::test_batches_kept_from_a_process_worker_stay_intact"],
@@ -401,7 +403,7 @@ MUTATIONS = [
     ),
     Mutation(
         "parallel-shards-ignore-indices",
-        "src/jaxfeed/parallel.py",
+        "src/jaxfeed/data/ops/parallel.py",
         "table = ds._internal.arrow(slice(start, stop))",
         "table = ds.data.slice(start, stop - start)",
         [f"{GUARD}::test_num_proc_after_shuffle_select_and_filter_equals_one_process"],
@@ -409,7 +411,7 @@ MUTATIONS = [
     ),
     Mutation(
         "export-digest-first-kib",
-        "src/jaxfeed/export.py",
+        "src/jaxfeed/serve/export.py",
         "hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()",
         "hashlib.sha256(np.ascontiguousarray(array).tobytes()[:1024]).hexdigest()",
         [f"{GUARD}::test_a_byte_flipped_inside_a_large_tensor_is_refused"],
@@ -417,7 +419,7 @@ MUTATIONS = [
     ),
     Mutation(
         "files-sibling-prefix-inside",
-        "src/jaxfeed/files.py",
+        "src/jaxfeed/_base/files.py",
         "return path == root or path.startswith(root.rstrip(os.sep) + os.sep)",
         "return path.startswith(root.rstrip(os.sep))",
         [f"{GUARD}::test_a_sibling_folder_sharing_the_prefix_is_outside"],
@@ -425,7 +427,7 @@ MUTATIONS = [
     ),
     Mutation(
         "validate-class-id-equal-num-classes",
-        "src/jaxfeed/io/validate.py",
+        "src/jaxfeed/data/formats/validate.py",
         "if low.as_py() >= -1 and high.as_py() < n:",
         "if low.as_py() >= -1 and high.as_py() <= n:",
         [f"{GUARD}::test_a_stored_class_id_equal_to_num_classes_is_refused"],
@@ -441,11 +443,11 @@ MUTATIONS = [
     ),
     Mutation(
         "launch-no-kill-after-grace",
-        "src/jaxfeed/launch.py",
+        "src/jaxfeed/cli/launch.py",
         "                if proc.poll() is None:\n                    proc.kill()\n        for key",
         "                if False:\n                    proc.kill()\n        for key",
         [
-            "tests/test_cli_launch_signals.py::test_a_failed_process_stops_the_others_even_one_ignoring_sigterm"
+            "tests/e2e/test_cli_launch_signals.py::test_a_failed_process_stops_the_others_even_one_ignoring_sigterm"
         ],
         "issue 26: jaxfeed launch waits forever for a process that ignores SIGTERM after another failed",
     ),
@@ -467,7 +469,7 @@ MUTATIONS = [
     ),
     Mutation(
         "launch-catches-ignored-sigint",
-        "src/jaxfeed/launch.py",
+        "src/jaxfeed/cli/launch.py",
         "if signal.getsignal(s) is not signal.SIG_IGN\n    ]",
         "if True\n    ]",
         [IGNORED_SIGINT],
@@ -495,34 +497,36 @@ MUTATIONS = [
     # ------------------------------------------------------------------ issue 23: variable-length data
     Mutation(
         "padding-labels-pad-zero",
-        "src/jaxfeed/padding.py",
+        "src/jaxfeed/loading/padding.py",
         'if column == "labels":\n            return LABEL_PAD',
         'if column == "labels":\n            return 0',
-        ["tests/test_varlen.py::test_padding_to_buckets_labels_and_mask"],
+        ["tests/loading/test_varlen.py::test_padding_to_buckets_labels_and_mask"],
         "issue 23: labels padded with 0 (a real class) instead of -100",
     ),
     Mutation(
         "packing-bins-not-closed-in-plan",
-        "src/jaxfeed/packing.py",
+        "src/jaxfeed/loading/packing.py",
         "    for j in range(num_bins):\n        if bins[j]:\n            close(j)",
         "    pass",
-        ["tests/test_varlen.py::test_packing_keeps_every_token_once_with_segments_and_positions"],
+        [
+            "tests/loading/test_varlen.py::test_packing_keeps_every_token_once_with_segments_and_positions"
+        ],
         "issue 23: the rows left in open bins at the end of an epoch are dropped",
     ),
     Mutation(
         "bucketing-batches-not-shuffled",
-        "src/jaxfeed/bucketing.py",
+        "src/jaxfeed/loading/bucketing.py",
         "        if shuffle and full > 1:",
         "        if False:",
-        ["tests/test_varlen.py::test_bucketing_every_row_once_shuffled_and_less_padding"],
+        ["tests/loading/test_varlen.py::test_bucketing_every_row_once_shuffled_and_less_padding"],
         "issue 23: bucketed batches come sorted by length (no shuffle)",
     ),
     Mutation(
         "stream-regroup-buffer-not-resumed",
-        "src/jaxfeed/stream_loader.py",
+        "src/jaxfeed/loading/stream_loader.py",
         'for table in itertools.chain(resume["pending"] if resume else [], read):',
         "for table in read:",
-        ["tests/test_varlen.py::test_stream_options_and_exact_resume[bucketing]"],
+        ["tests/loading/test_varlen.py::test_stream_options_and_exact_resume[bucketing]"],
         "issue 23: a resumed stream loses the buffered rows not yet handed out",
     ),
 ]

@@ -10,7 +10,7 @@ that is missing raises :class:`MissingExtraError` naming the extra.
 >>> require("no_such_module_xyz", "audio", "decoding audio")
 Traceback (most recent call last):
 ...
-jaxfeed.extras.MissingExtraError: decoding audio needs no_such_module_xyz, an optional part of jaxfeed: pip install 'jaxfeed[audio]'
+jaxfeed._base.extras.MissingExtraError: decoding audio needs no_such_module_xyz, an optional part of jaxfeed: pip install 'jaxfeed[audio]'
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def resolve_inside(root: str | os.PathLike, entry: object, what: str) -> Path:
     >>> resolve_inside(root, "../x.csv", "data file")
     Traceback (most recent call last):
     ...
-    jaxfeed.files.UnsafePathError: data file '../x.csv' points outside ...
+    jaxfeed._base.files.UnsafePathError: data file '../x.csv' points outside ...
     """
     root = Path(root)
     if not isinstance(entry, str | os.PathLike) or not str(entry):
@@ -148,13 +148,13 @@ class FolderLock:
     >>> FolderLock(folder, "run")
     Traceback (most recent call last):
     ...
-    jaxfeed.files.LockedError: the run ... is in use by another process...
+    jaxfeed._base.files.LockedError: the run ... is in use by another process...
     >>> lock.release()
     >>> FolderLock(folder, "run").release()
     """
 
     def __init__(self, folder: str | os.PathLike, what: str, name: str | None = None) -> None:
-        import fcntl  # POSIX only: imported where a lock is taken
+        import fcntl  # noqa: PLC0415 (optional: POSIX-only fcntl, imported where a lock is taken)
 
         self.path = Path(folder) if name is None else Path(folder) / name
         if name is None:
@@ -195,7 +195,7 @@ class FolderLock:
 
 def is_locked(path: str | os.PathLike) -> bool:
     """Whether some live process holds an OS lock on the file ``path`` (False when it is absent)."""
-    import fcntl  # POSIX only
+    import fcntl  # noqa: PLC0415 (optional: POSIX-only fcntl, imported where a lock is tested)
 
     try:
         fd = os.open(path, os.O_RDWR)

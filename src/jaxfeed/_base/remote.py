@@ -5,7 +5,7 @@ protocol fsspec knows) in ``data_files``, ``load_dataset``, ``load_from_disk`` a
 anonymous access, an ``ssl`` context for a private CA. The clients are extras: ``pip install
 jaxfeed[s3]`` (s3fs), ``jaxfeed[gcs]`` (gcsfs), ``jaxfeed[http]`` (aiohttp, for ``https://``) and
 ``jaxfeed[hub]`` (huggingface_hub, for ``hf://``); a missing one raises
-:class:`~jaxfeed.extras.MissingExtraError` naming its extra. ``http(s)://`` is read-only.
+:class:`~jaxfeed._base.extras.MissingExtraError` naming its extra. ``http(s)://`` is read-only.
 
 A server that cannot be reached, or whose TLS certificate cannot be verified, raises
 :class:`ConnectionError` (fsspec's HTTP client reports both as a missing file).
@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import fsspec
 
-from jaxfeed.extras import MissingExtraError
+from jaxfeed._base.extras import MissingExtraError
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 EXTRAS = {

@@ -2,7 +2,7 @@
 goes wrong when a script starts them at import time.
 
 :class:`Spawned` is one such process with a duplex pipe; the DataLoader's process workers
-(:mod:`jaxfeed.workers`) and ``Dataset.map``/``filter`` with ``num_proc`` (:mod:`jaxfeed.parallel`)
+(:mod:`jaxfeed.loading.workers`) and ``Dataset.map``/``filter`` with ``num_proc`` (:mod:`jaxfeed.data.ops.parallel`)
 both start theirs with it. This module imports no other jaxfeed module (and never jax): a spawned
 process imports it to unpickle ``_spawned_main``.
 """

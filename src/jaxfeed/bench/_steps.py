@@ -61,7 +61,7 @@ def torch_cases(x_np, y_np):
     try:
         import torch
 
-        from jaxfeed.bench.torch_cnn import TorchCNN  # optional: it imports torch
+        from jaxfeed.bench.torch_cnn import TorchCNN  # optional: the bench extra (torch)
     except ImportError:
         return {}
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """Augmented JPEG batches: jaxfeed against PyTorch, Grain and HF `datasets`, in one run.
 
 A generated folder of 256x256 JPEGs (photo-like, quality 90); every loader runs the same per-row
-function (:mod:`jaxfeed.transforms`: random-resized-crop to 224, horizontal flip, ImageNet
+function (:mod:`jaxfeed.loading.augment`: random-resized-crop to 224, horizontal flip, ImageNet
 normalisation to float32) in ``--workers`` worker processes, batch 64, and hands the batch over as a
 ``jax.Array`` on the CPU device. Peers decode with Pillow, as their users do; jaxfeed with its
 default decoder. The cases take turns, ``--repeats`` times; each is timed over ``--batches``
@@ -38,7 +38,7 @@ import PIL.Image
 from jaxfeed import DataLoader, Dataset, Features, Image, Value
 from jaxfeed import transforms as T
 from jaxfeed.bench._common import RESULTS, machine, save_json
-from jaxfeed.workers import JOBS_PER_WORKER
+from jaxfeed.loading.workers import JOBS_PER_WORKER
 
 BATCH = 64
 SIZE = 256

@@ -81,7 +81,7 @@ def _digits(rows: int) -> tuple[np.ndarray, np.ndarray]:
 def probe_loader() -> dict[str, float]:
     import jax.numpy as jnp
 
-    from jaxfeed import Array2D, ClassLabel, DataLoader, Dataset, Features
+    from jaxfeed import Array2D, ClassLabel, DataLoader, Dataset, Features  # import cost: JAX
 
     rows, batch = 60_000, 128
     images, labels = _digits(rows)
@@ -105,7 +105,7 @@ def probe_loader() -> dict[str, float]:
 def probe_formatting() -> dict[str, float]:
     import datasets
 
-    from jaxfeed import Array2D, ClassLabel, Dataset, Features
+    from jaxfeed import Array2D, ClassLabel, Dataset, Features  # import cost: pyarrow
 
     images, labels = _digits(12_000)
     data = {"image": images, "label": labels}
@@ -140,9 +140,9 @@ def probe_formatting() -> dict[str, float]:
 
 
 def probe_augment() -> dict[str, float]:
-    from jaxfeed import DataLoader, Dataset, Features, Image, Value
-    from jaxfeed.bench import augment as A
-    from jaxfeed.workers import JOBS_PER_WORKER
+    from jaxfeed import DataLoader, Dataset, Features, Image, Value  # import cost: JAX, pyarrow
+    from jaxfeed.bench import augment as A  # import cost: JAX, Pillow, pyarrow
+    from jaxfeed.loading.workers import JOBS_PER_WORKER  # import cost: pyarrow
 
     workers, batches = 2, 8
     paths, labels = A.listing(A.make_folder(640))
@@ -176,7 +176,7 @@ def probe_augment() -> dict[str, float]:
 
 
 def probe_first_batch() -> dict[str, float]:
-    from jaxfeed.bench import augment as A
+    from jaxfeed.bench import augment as A  # import cost: JAX, Pillow, pyarrow
 
     paths, labels = A.listing(A.make_folder(640))
     for p in paths:  # into the page cache for both
@@ -191,7 +191,7 @@ def probe_first_batch() -> dict[str, float]:
 
 
 def probe_streaming() -> dict[str, float]:
-    from jaxfeed.bench import scale
+    from jaxfeed.bench import scale  # import cost: pyarrow
 
     rows, seconds = 100_000, 4.0
     with tempfile.TemporaryDirectory(prefix="jaxfeed-bench-check-") as work:
@@ -214,7 +214,7 @@ def probe_train_step() -> dict[str, float]:
     import jax
     import optax
 
-    from jaxfeed.bench import train_step as T
+    from jaxfeed.bench import train_step as T  # import cost: JAX, flax, optax
 
     rng = np.random.default_rng(0)
     x = jax.device_put(rng.random((T.BATCH, *T.SHAPE), dtype=np.float32))

@@ -29,9 +29,9 @@ from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Trainer
 from jaxfeed.bench._common import machine, save_json
-from jaxfeed.checkpoint import CheckpointManager, checksums, nnx_pure_state
 from jaxfeed.models import CNN
 from jaxfeed.train import Callback, scale_images
+from jaxfeed.train.checkpoint import CheckpointManager, checksums, nnx_pure_state
 
 
 def timed(fn, repeats: int) -> float:

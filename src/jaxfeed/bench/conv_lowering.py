@@ -45,8 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxfeed import Trainer
 from jaxfeed.bench._common import machine, save_json
 from jaxfeed.bench._steps import BATCH, SHAPE, ms_per_step, trainer_case
+from jaxfeed.models import CNN
 from jaxfeed.models.conv import im2col_conv
 
 LAYERS = {  # name: (batch, height, in channels, out channels, the step needs the input's gradient)
@@ -232,9 +234,6 @@ def step_cases() -> dict[str, Callable[[int], None]]:
     the convolutions' ``conv_general_dilated`` (the same parameters)."""
     import optax  # the step comparison only
     from flax import nnx
-
-    from jaxfeed import Trainer
-    from jaxfeed.models import CNN
 
     rng = np.random.default_rng(0)
     batch = {

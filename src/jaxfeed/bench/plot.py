@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.extras import require
+from jaxfeed._base.extras import require
 
 # the measure of a row, and how the chart labels it; the first key a row has is drawn
 MEASURES = {

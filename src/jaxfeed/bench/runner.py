@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import jaxfeed
+from jaxfeed.bench.plot import plot_results
 from jaxfeed.recipes.config import ConfigError
 
 EXTRA = "pip install 'jaxfeed[bench]'  (from a checkout: pip install -e '.[bench]')"
@@ -48,8 +50,6 @@ BENCHES = {
 
 def _checkout() -> Path | None:
     """The ``benchmarks/`` folder of a source checkout this jaxfeed runs from, if any."""
-    import jaxfeed
-
     folder = Path(jaxfeed.__file__).resolve().parents[2] / "benchmarks"
     return folder if folder.is_dir() else None
 
@@ -116,8 +116,6 @@ def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> 
 
 
 def _plot(name: str, module: str, folder: Path, quick: bool) -> None:
-    from jaxfeed.bench.plot import plot_results  # matplotlib only when charts are asked for
-
     results = folder / f"{module}.json"
     command = f"jaxfeed bench {name}{' --quick' if quick else ''} --plot {folder}"
     chart = plot_results(results, folder, command) if results.is_file() else None

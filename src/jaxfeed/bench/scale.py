@@ -136,7 +136,7 @@ def write_feature_file(path: Path, rows: int) -> None:
 
 
 def write_image_file(path: Path, rows: int) -> None:
-    from jaxfeed import Array2D, ClassLabel, Dataset, Features
+    from jaxfeed import Array2D, ClassLabel, Dataset, Features  # import cost: jaxfeed's data stack
 
     rng = np.random.default_rng(2)
     features = Features(

@@ -51,10 +51,10 @@ def measure(mode: str, width: int, blocks: int, batch: int, steps: int) -> dict:
     from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from jaxfeed import DataLoader, Dataset, Trainer
-    from jaxfeed.models import MLP
-    from jaxfeed.train import Callback
-    from jaxfeed.train.sharding import make_mesh
+    from jaxfeed import DataLoader, Dataset, Trainer  # import cost: JAX, optax, pyarrow
+    from jaxfeed.models import MLP  # import cost: JAX, flax
+    from jaxfeed.train import Callback  # import cost: JAX, optax
+    from jaxfeed.train.sharding import make_mesh  # import cost: JAX
 
     sharding, axes = MODES[mode]
     mesh = make_mesh(axes, jax.devices()[:8])

@@ -5,14 +5,14 @@ The corpus is generated: ``--rows`` texts (100,000 by default) of Zipf-distribut
 their lengths log-normal (median about 150 tokens) clipped to 8..2,048; a byte-level BPE of 8,000
 tokens is trained on 2,000 of them (not timed). Everyone uses that one ``tokenizers`` tokenizer.
 
-(a) Tokenization, rows/s: ``jaxfeed.text.tokenize`` against ``datasets.Dataset.map(batched=True)``
+(a) Tokenization, rows/s: ``jaxfeed.data.text.tokenize`` against ``datasets.Dataset.map(batched=True)``
 calling the same tokenizer's ``encode_batch``, and through ``transformers``'
 ``PreTrainedTokenizerFast`` (the usual way), all truncating at 2,048.
 
 (b) Batches of 64 rows, shuffled, each made a ``jax.Array`` and waited for: real (non-pad)
 tokens/s, the pad fraction and the number of distinct batch shapes over one epoch, for jaxfeed
 padding to the longest row, to 4 lengths (chosen for the corpus by
-``jaxfeed.padding.choose_lengths``), bucketing with the 4 lengths, to the longest row and to
+``jaxfeed.loading.padding.choose_lengths``), bucketing with the 4 lengths, to the longest row and to
 multiples of 128, and packing at 512 (long rows split); against ``transformers``' ``DataCollatorWithPadding`` through a PyTorch
 ``DataLoader`` (0 workers, numpy tensors, then ``jax.device_put``) and Grain's
 ``FirstFitPackIterDataset`` at 512 (rows pre-split to 512, not timed, as Grain requires).
@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxfeed import DataLoader, Dataset, Packing, Padding
 from jaxfeed.bench._common import machine, median_seconds, save_json
-from jaxfeed.padding import choose_lengths
+from jaxfeed.loading.padding import choose_lengths
 from jaxfeed.text import tokenize, train_tokenizer
 
 BATCH = 64
@@ -117,7 +117,7 @@ def main() -> None:
         nonlocal tokenized
         tokenized = tokenize(ds, tok, "text", max_length=MAX_TOKENS, remove_columns=True)
 
-    add_tok("jaxfeed.text.tokenize", median_seconds(ours, repeats))
+    add_tok("jaxfeed.data.text.tokenize", median_seconds(ours, repeats))
     lengths = np.array([len(r) for r in tokenized.with_format("arrow")["input_ids"].to_pylist()])
     print(
         f"  token lengths: median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
@@ -175,7 +175,7 @@ def main() -> None:
     a = np.array(four)
     floor = 1 - lengths.sum() / a[np.searchsorted(a, lengths)].sum()
     print(
-        f"  4 lengths {four} (jaxfeed.padding.choose_lengths): padding each row alone to them "
+        f"  4 lengths {four} (jaxfeed.loading.padding.choose_lengths): padding each row alone to them "
         f"already wastes {floor:.1%}"
     )
 

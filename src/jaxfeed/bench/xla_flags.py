@@ -95,10 +95,10 @@ def _probe(model_name: str, steps: int, out: str) -> None:
     import optax
     from flax import nnx
 
-    from jaxfeed import Trainer
-    from jaxfeed.bench import _steps as T
-    from jaxfeed.bench import transformer_step as S
-    from jaxfeed.models import CNN, MLP, TransformerClassifier
+    from jaxfeed import Trainer  # jax-free: the sweep's parent process
+    from jaxfeed.bench import _steps as T  # jax-free: the sweep's parent process
+    from jaxfeed.bench import transformer_step as S  # jax-free: the sweep's parent process
+    from jaxfeed.models import CNN, MLP, TransformerClassifier  # jax-free: the sweep's parent
 
     rng = np.random.default_rng(0)
     tx = optax.adamw(1e-3, weight_decay=1e-4)
@@ -131,9 +131,7 @@ def _probe(model_name: str, steps: int, out: str) -> None:
 def _torch_probe(steps: int) -> None:
     import torch
 
-    from jaxfeed.bench import (
-        _steps as T,  # import cost: the sweep's parent process never starts JAX
-    )
+    from jaxfeed.bench import _steps as T  # jax-free: the sweep's parent process
 
     rng = np.random.default_rng(0)
     x_np = rng.random((T.BATCH, *T.SHAPE), dtype=np.float32)

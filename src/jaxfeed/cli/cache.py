@@ -53,7 +53,7 @@ def _size(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jaxfeed.io import cache  # imports pyarrow: only when the command runs
+    from jaxfeed.data.formats import cache  # import cost: pyarrow, only when the command runs
 
     root = cache.cache_root(args.cache_dir)
     if args.action == "list":

@@ -11,8 +11,12 @@ import json
 import sys
 from typing import Any
 
+from jaxfeed._base.files import atomic_write
+from jaxfeed.bench.runner import run_benchmarks
+from jaxfeed.cli.launch import launch as run_launch
 from jaxfeed.cli.options import parse_train, print_config, train_parser
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.interrupt import safe_interrupts
 
 
 def _say(*args: object, **kwargs: object) -> None:
@@ -22,13 +26,12 @@ def _say(*args: object, **kwargs: object) -> None:
 def train(args: argparse.Namespace) -> int:
     flags = parse_train(args.train_argv)
     if flags.help:
-        from jaxfeed.cli import EXAMPLES
+        from jaxfeed.cli import EXAMPLES  # cycle: jaxfeed.cli imports this module
 
         print(train_parser(EXAMPLES["train"]).format_help())
         return 0
-    from jaxfeed.recipes.interrupt import safe_interrupts
-    from jaxfeed.recipes.train import configure
-    from jaxfeed.recipes.train import train as run_training
+    from jaxfeed.recipes.configure import configure  # import cost: JAX and pyarrow (not --help)
+    from jaxfeed.recipes.train import train as run_training  # import cost: JAX and pyarrow
 
     config = configure(flags.options, flags.config)
     if flags.print_config:
@@ -43,8 +46,8 @@ def train(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.evaluate import evaluate as run_eval
-    from jaxfeed.recipes.evaluate import format_evaluation
+    from jaxfeed.recipes.evaluate import evaluate as run_eval  # import cost: JAX and pyarrow
+    from jaxfeed.recipes.evaluate import format_evaluation  # import cost: JAX and pyarrow
 
     result = run_eval(
         args.run_dir,
@@ -76,7 +79,7 @@ def predict(args: argparse.Namespace) -> int:
     output = args.output
     if output is not None and not output.lower().endswith(OUTPUT_KINDS):
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
-    from jaxfeed.recipes.evaluate import iter_predictions
+    from jaxfeed.recipes.evaluate import iter_predictions  # import cost: JAX and pyarrow
 
     notes: list[str] = []
     results = iter_predictions(
@@ -106,8 +109,6 @@ def write_predictions(path: str, results: Any) -> int:
     import csv
     import io
 
-    from jaxfeed.files import atomic_write
-
     rows = [_flat(r) for r in results]
     if path.lower().endswith(".jsonl"):
         text = "".join(json.dumps(r) + "\n" for r in rows)
@@ -129,7 +130,7 @@ def _flat(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.text_serve import generate as run_generate
+    from jaxfeed.recipes.text_serve import generate as run_generate  # import cost: JAX, pyarrow
 
     texts = run_generate(
         args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
@@ -146,21 +147,17 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def info(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.info import describe_dataset
+    from jaxfeed.recipes.info import describe_dataset  # import cost: pyarrow
 
     print(describe_dataset(args.dataset, args.data_dir, args.split, args.rows, verify=args.verify))
     return 0
 
 
 def bench(args: argparse.Namespace) -> int:
-    from jaxfeed.bench.runner import run_benchmarks
-
     return run_benchmarks(args.which, quick=args.quick, plot=args.plot)
 
 
 def launch(args: argparse.Namespace) -> int:
-    from jaxfeed.launch import launch as run_launch
-
     try:
         return run_launch(
             args.cmd,

@@ -1,7 +1,7 @@
 """``jaxfeed launch``: start N local processes of one command as a multi-process JAX job.
 
 Each process gets ``JAXFEED_COORDINATOR``, ``JAXFEED_NUM_PROCESSES`` and ``JAXFEED_PROCESS_ID``
-(read by :func:`jaxfeed.distributed.initialize`); their output is prefixed with their index; when
+(read by :func:`jaxfeed.runtime.distributed.initialize`); their output is prefixed with their index; when
 one fails the others are stopped.
 
 Preemption: a SIGTERM sent to the launcher (what schedulers send) is passed on to every process,

@@ -1,9 +1,9 @@
 """The core of a dataset: an Arrow table, its features, an optional index mapping, and an output
 format; reading rows in that format. :class:`jaxfeed.Dataset` adds the operations (``map``,
-``filter``, ``select``, writing files...) on top of it, in :mod:`jaxfeed.dataset`.
+``filter``, ``select``, writing files...) on top of it, in :mod:`jaxfeed.data.dataset`.
 
 Modules that work on datasets (``ops``, ``iterable``, ``parallel``, ``tabular``, ``saved``) use this
-class and its :class:`DatasetInternal` view, so none of them needs :mod:`jaxfeed.dataset`, which sits
+class and its :class:`DatasetInternal` view, so none of them needs :mod:`jaxfeed.data.dataset`, which sits
 above them all. Results keep the class of their input (``type(ds)``).
 """
 
@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.column import Column
-from jaxfeed.extras import require
-from jaxfeed.features import Features, Json
-from jaxfeed.features.base import array_likes_as_numpy
-from jaxfeed.features.features import infer_column
-from jaxfeed.features.struct import encode_column
-from jaxfeed.formatting import Formatter, canonical_format, make_formatter
-from jaxfeed.reader import Rows, TableReader, normalize_rows
-from jaxfeed.splits import NamedSplit
+from jaxfeed._base.extras import require
+from jaxfeed.data.column import Column
+from jaxfeed.data.features import Features, Json
+from jaxfeed.data.features.base import array_likes_as_numpy
+from jaxfeed.data.features.features import infer_column
+from jaxfeed.data.features.struct import encode_column
+from jaxfeed.data.formatting import Formatter, canonical_format, make_formatter
+from jaxfeed.data.reader import Rows, TableReader, normalize_rows
+from jaxfeed.data.splits import NamedSplit
 
 
 def json_columns(ds: DatasetCore) -> list[str]:
@@ -297,7 +297,7 @@ class DatasetCore:
     def __getitem__(self, key: Any) -> Any:
         """Rows (an int, a slice, ints, a bool mask, a pandas Series of them) or a column.
 
-        A column name gives a lazy :class:`~jaxfeed.column.Column`, as `datasets` 4+ does, except
+        A column name gives a lazy :class:`~jaxfeed.data.column.Column`, as `datasets` 4+ does, except
         in the arrow and pandas formats (a ChunkedArray / Series).
         """
         if isinstance(key, str):

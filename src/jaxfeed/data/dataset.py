@@ -1,7 +1,7 @@
 """`Dataset`, `DatasetDict` and ``load_from_disk``: the public API. A :class:`Dataset` is a
-:class:`~jaxfeed.core.DatasetCore` (an Arrow table, its features and an output format) with the
-operations of :mod:`jaxfeed.ops`, the files of :mod:`jaxfeed.tabular`, :mod:`jaxfeed.saved` and the
-cache (:mod:`jaxfeed.io.cache`), and streaming through :mod:`jaxfeed.iterable`; this module sits
+:class:`~jaxfeed.data.core.DatasetCore` (an Arrow table, its features and an output format) with the
+operations of :mod:`jaxfeed.data.ops`, the files of :mod:`jaxfeed.data.formats.tabular`, :mod:`jaxfeed.data.formats.saved` and the
+cache (:mod:`jaxfeed.data.formats.cache`), and streaming through :mod:`jaxfeed.data.iterable`; this module sits
 above all of them. Those readers return tables; the classmethods here wrap them as Datasets.
 Long because ``Dataset`` and ``DatasetDict`` build each other (``train_test_split``,
 ``load_from_disk``): in two modules they would import each other.
@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed import ops, saved, tabular
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.io.cache import CachedTable, load_cached, needs_conversion
-from jaxfeed.io.files import read_tables
-from jaxfeed.iterable import IterableDataset
-from jaxfeed.saved import save_dataset, save_dataset_dict
+from jaxfeed.data import ops
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
+from jaxfeed.data.formats import saved, tabular
+from jaxfeed.data.formats.cache import CachedTable, load_cached, needs_conversion
+from jaxfeed.data.formats.files import read_tables
+from jaxfeed.data.formats.saved import save_dataset, save_dataset_dict
+from jaxfeed.data.iterable import IterableDataset
 
 
 def load_from_disk(
@@ -55,7 +56,7 @@ def load_from_disk(
     [1, 2, 3]
 
     A URL (``s3://bucket/ds``...) is copied once into the local cache (``$JAXFEED_CACHE``), then
-    memory-mapped; ``storage_options`` go to fsspec. The folder is read by :mod:`jaxfeed.saved`.
+    memory-mapped; ``storage_options`` go to fsspec. The folder is read by :mod:`jaxfeed.data.formats.saved`.
     """
     path, is_dict = saved.open_saved(path, storage_options)
     if not is_dict:
@@ -200,15 +201,15 @@ class Dataset(DatasetCore):
 
     @classmethod
     def _from_cached(cls, cached: CachedTable) -> Dataset:
-        """A dataset over a cache entry (:func:`~jaxfeed.io.cache.load_cached`,
-        :func:`~jaxfeed.io.cache.cached_dataset`), listing its file in ``cache_files``."""
+        """A dataset over a cache entry (:func:`~jaxfeed.data.formats.cache.load_cached`,
+        :func:`~jaxfeed.data.formats.cache.cached_dataset`), listing its file in ``cache_files``."""
         ds = cls._wrap(cached.table, cached.features)
         ds._internal.set_cache(cached.cache_dir, cached.cache_files)
         return ds
 
     @classmethod
     def _from_saved(cls, split: saved.SavedSplit) -> Dataset:
-        """A dataset over a folder read by :func:`jaxfeed.saved.read_split`, in its saved state."""
+        """A dataset over a folder read by :func:`jaxfeed.data.formats.saved.read_split`, in its saved state."""
         return saved.restore_state(cls._wrap(split.table, split.features), split)
 
     @classmethod
@@ -400,7 +401,7 @@ class Dataset(DatasetCore):
     ) -> Dataset:
         """Rows for which ``function`` returns True (one bool per row; a list of them if batched).
 
-        ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.parallel`).
+        ``num_proc=N`` runs it in N spawned processes (same result; see :mod:`jaxfeed.data.ops.parallel`).
         ``with_rank=True`` passes the process rank after the indices (None without ``num_proc``).
         ``desc`` titles the progress bar. The result is an index mapping over this dataset's
         table (nothing is written), so `datasets`' ``keep_in_memory``, ``load_from_cache_file``,
@@ -466,7 +467,7 @@ class Dataset(DatasetCore):
         file it is written to; ``desc`` titles the progress bar. ``load_from_cache_file``,
         ``writer_batch_size`` and ``new_fingerprint`` are accepted: jaxfeed has no fingerprint cache,
         so ``map`` always runs the function. ``num_proc=N`` splits the rows into N contiguous
-        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.parallel`);
+        shards mapped in spawned processes, with the same result (see :mod:`jaxfeed.data.ops.parallel`);
         ``with_rank=True`` passes each process's rank after the indices (None without
         ``num_proc``). A new column of values of several types is stored as ``Json`` (as
         `datasets`' default ``on_mixed_types="use_json"``; ``None`` refuses it).

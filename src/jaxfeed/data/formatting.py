@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.extras import require
-from jaxfeed.features.array import ARRAY_TYPES
-from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.struct import requires_decoding
-from jaxfeed.reader import Rows, TableReader
+from jaxfeed._base.extras import require
+from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.features.class_label import ClassLabel
+from jaxfeed.data.features.struct import requires_decoding
+from jaxfeed.data.reader import Rows, TableReader
 
 FORMAT_TYPES = ("python", "numpy", "jax", "arrow", "pandas", "custom")
 _ALIASES = {None: "python", "np": "numpy", "pa": "arrow", "pyarrow": "arrow", "pd": "pandas"}
@@ -80,8 +80,9 @@ class PandasFormatter(Formatter):
             if requires_decoding(feature):
                 df[c] = _object_series(reader.python(c, rows), df.index)
             elif isinstance(feature, tuple(ARRAY_TYPES.values())):
-                # pandas is optional: its array column is imported with the pandas format
-                from jaxfeed.pandas_arrays import ArrayColumn
+                from jaxfeed.data.pandas_arrays import (  # noqa: PLC0415 (optional: pandas extra)
+                    ArrayColumn,
+                )
 
                 df[c] = ArrayColumn.series(reader.numpy(c, rows), df.index)
         return df
@@ -93,7 +94,7 @@ class PandasFormatter(Formatter):
 
 
 def _object_series(values: list, index: Any) -> Any:
-    import pandas as pd  # lazy: only the pandas format needs it
+    import pandas as pd  # noqa: PLC0415 (optional: the pandas extra, only for the pandas format)
 
     out = np.empty(len(values), dtype=object)
     out[:] = values
@@ -171,9 +172,9 @@ class JaxFormatter(Formatter):
     """``jax.Array`` outputs, placed on one device or sharded along the batch dimension."""
 
     def __init__(self, device: Any = None, dtype: Any = None) -> None:
-        # lazy: devices imports JAX, which only the jax format needs (numpy/arrow/pandas datasets
-        # and the num_proc workers that rebuild them never start it)
-        from jaxfeed.devices import resolve_placement
+        from jaxfeed.runtime.devices import (  # noqa: PLC0415 (jax-free: non-jax formats, workers)
+            resolve_placement,
+        )
 
         self.placement = resolve_placement(device)
         self.dtype = None if dtype is None else np.dtype(dtype)
@@ -208,7 +209,10 @@ class JaxFormatter(Formatter):
         native: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
         """Cast numeric leaves on the host, then move them with one transfer call."""
-        from jaxfeed.devices import check_divisible, put_tree  # lazy: imports JAX (see __init__)
+        from jaxfeed.runtime.devices import (  # noqa: PLC0415 (jax-free: see __init__)
+            check_divisible,
+            put_tree,
+        )
 
         def row_of(position: int) -> int:
             return rows.start + position if isinstance(rows, slice) else int(rows[position])
@@ -244,7 +248,7 @@ def _json_scalar(value: Any) -> bool:
 
 
 def jax_int_dtype() -> np.dtype:
-    import jax  # lazy: only the jax format starts JAX
+    import jax  # noqa: PLC0415 (jax-free: only the jax format starts JAX)
 
     return np.dtype(np.int64 if jax.config.jax_enable_x64 else np.int32)
 

@@ -5,7 +5,7 @@ row's shape; rows of different shapes (a ``None`` first dimension) or missing ro
 object per row. Imported only by the pandas format (pandas is an optional dependency).
 
 >>> import numpy as np
->>> from jaxfeed.pandas_arrays import ArrayColumn
+>>> from jaxfeed.data.pandas_arrays import ArrayColumn
 >>> series = ArrayColumn.series(np.zeros((3, 2, 2), np.float32))
 >>> series.to_numpy().shape, series[0].shape, str(series.dtype)
 ((3, 2, 2), (2, 2), 'array[float32]')

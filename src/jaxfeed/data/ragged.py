@@ -1,8 +1,8 @@
 """Ragged columns: the rows of a variable-length column as one flat array plus offsets.
 
 A ``List(Value(...))`` column gathered from Arrow is already a flat values buffer and an offsets
-buffer; keeping it that way lets padding (:mod:`jaxfeed.padding`) and packing
-(:mod:`jaxfeed.packing`) scatter every token of a batch in one vectorised numpy call instead of
+buffer; keeping it that way lets padding (:mod:`jaxfeed.loading.padding`) and packing
+(:mod:`jaxfeed.loading.packing`) scatter every token of a batch in one vectorised numpy call instead of
 one Python step per row. Row ``i`` is ``values[offsets[i]:offsets[i + 1]]``; rows may have
 trailing dimensions (``values`` of shape ``(total, d)``: audio frames).
 """

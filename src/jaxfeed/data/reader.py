@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features import DecodeError, Features
-from jaxfeed.features.struct import decode_numpy, decode_python
+from jaxfeed.data.features import DecodeError, Features
+from jaxfeed.data.features.struct import decode_numpy, decode_python
 
 Rows = slice | np.ndarray
 

@@ -1,6 +1,6 @@
 """Per-row image augmentations for ``DataLoader(..., row_transform=...)``: numpy in, numpy out.
 
-Audio rows have :func:`log_mel` (from :mod:`jaxfeed.spectrogram`): an ``Audio`` column to its
+Audio rows have :func:`log_mel` (from :mod:`jaxfeed.loading.spectrogram`): an ``Audio`` column to its
 log-mel spectrogram, cropped or padded to ``clip_seconds``.
 
 Each function returns a transform ``t`` that works on a row dict (``t(row, rng)`` returns the row
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import PIL.Image
 
-from jaxfeed.calls import takes_rng
-from jaxfeed.spectrogram import log_mel  # audio rows: one transformation per module
+from jaxfeed._base.calls import takes_rng
+from jaxfeed.loading.spectrogram import log_mel  # audio rows: one transformation per module
 
 __all__ = [
     "IMAGENET_MEAN",

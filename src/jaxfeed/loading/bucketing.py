@@ -2,7 +2,7 @@
 
 ``DataLoader(..., bucket_by_length=True)`` reads rows in a :class:`LengthGroupedOrder`, the
 scheme of `transformers`' ``group_by_length``: the epoch's seeded permutation
-(:mod:`jaxfeed.order`) is cut into mega-batches of ``mega_batches`` batches, each sorted by length
+(:mod:`jaxfeed.loading.order`) is cut into mega-batches of ``mega_batches`` batches, each sorted by length
 (longest first), cut into batches, and the full batches are shuffled (a second seeded
 permutation); a last partial batch stays last. Every row comes once per epoch, the order depends
 only on ``(seed, epoch)`` and the lengths, so it is the same in every process and after a resume.
@@ -19,8 +19,8 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.order import Permutation
-from jaxfeed.ragged import arrow_lengths
+from jaxfeed.data.ragged import arrow_lengths
+from jaxfeed.loading.order import Permutation
 
 MEGA_BATCHES = 50  # batches per sorted group, as transformers' LengthGroupedSampler
 

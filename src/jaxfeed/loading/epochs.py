@@ -15,11 +15,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jaxfeed.packing import PackPlan
-from jaxfeed.workers import Cancelled
+from jaxfeed.loading.packing import PackPlan
+from jaxfeed.loading.workers import Cancelled
 
 if TYPE_CHECKING:
-    from jaxfeed.loader import DataLoader
+    from jaxfeed.loading.loader import DataLoader
 
 Batch = dict[str, Any]
 

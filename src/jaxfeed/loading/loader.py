@@ -5,10 +5,10 @@ One batch is built in stages; ``prefetch`` batches are kept ready on the device,
 thread when there is decoding or transforming to overlap, else placed ahead by the iterating
 thread (a gather and a transfer are cheaper than a hand-over between threads under the GIL):
 
-1. **order**: the epoch's rows come from a seeded permutation (:mod:`jaxfeed.order`), O(1) memory;
+1. **order**: the epoch's rows come from a seeded permutation (:mod:`jaxfeed.loading.order`), O(1) memory;
 2. **gather**: fixed-shape and numeric columns are gathered with one ``np.take`` from zero-copy
    views of the (memory-mapped) Arrow buffers; media columns are read still encoded;
-3. **build** (:mod:`jaxfeed.workers`), in ``num_workers`` spawned processes when there is work for
+3. **build** (:mod:`jaxfeed.loading.workers`), in ``num_workers`` spawned processes when there is work for
    them: ``Image``/``Audio`` values are decoded, ``row_transform`` runs on every row (its ``rng``
    seeded by ``(seed, epoch, position in the epoch)``), rows are stacked, ``transform`` runs on
    the batch (``rng`` seeded by ``(seed, epoch, step)``); finished batches come back in reused
@@ -33,18 +33,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxfeed.bucketing import LengthGroupedOrder
-from jaxfeed.devices import Placement, batch_divisor, put_tree, resolve_placement
-from jaxfeed.epochs import Batch, _EpochIterator
-from jaxfeed.formatting import to_host
-from jaxfeed.iterable import IterableDataset
-from jaxfeed.options import LoaderOptions, _BaseLoader
-from jaxfeed.order import EpochOrder
-from jaxfeed.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
-from jaxfeed.padding import Padding, PadStep, variable_columns
-from jaxfeed.sources import _CANONICAL, _ArrowSource, _ItemSource, _make_source
-from jaxfeed.stream_loader import StreamingDataLoader
-from jaxfeed.workers import (
+from jaxfeed.data.formatting import to_host
+from jaxfeed.data.iterable import IterableDataset
+from jaxfeed.loading.bucketing import LengthGroupedOrder
+from jaxfeed.loading.epochs import Batch, _EpochIterator
+from jaxfeed.loading.options import LoaderOptions, _BaseLoader
+from jaxfeed.loading.order import EpochOrder
+from jaxfeed.loading.packing import Packing, PackPlan, PackStep, batch_layout, best_fit
+from jaxfeed.loading.padding import Padding, PadStep, variable_columns
+from jaxfeed.loading.sources import _CANONICAL, _ArrowSource, _ItemSource, _make_source
+from jaxfeed.loading.stream_loader import StreamingDataLoader
+from jaxfeed.loading.workers import (
     InlineBackend,
     Job,
     ProcessBackend,
@@ -52,6 +51,7 @@ from jaxfeed.workers import (
     ThreadBackend,
     takes_rng,
 )
+from jaxfeed.runtime.devices import Placement, batch_divisor, put_tree, resolve_placement
 
 STATE_VERSION = 1
 
@@ -72,7 +72,7 @@ class DataLoader(_BaseLoader):
             values (an ``Image`` is a ``uint8`` array (H, W, C)); ``rng`` is a
             ``numpy.random.Generator`` seeded by ``(seed, epoch, position of the row in the
             epoch)``, so results depend neither on ``num_workers`` nor on resuming. Ready-made
-            ones are in :mod:`jaxfeed.transforms`.
+            ones are in :mod:`jaxfeed.loading.augment`.
         transform: ``fn(batch)`` or ``fn(batch, rng)`` on the numpy batch; ``rng`` is seeded by
             ``(seed, epoch, step)``. Runs in the workers too when there are any.
         prefetch: batches kept ready on the device (0: none), by a background thread; a

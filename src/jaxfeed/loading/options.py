@@ -17,9 +17,9 @@ from typing import Any, Self
 import numpy as np
 from jax.sharding import Sharding
 
-from jaxfeed.devices import batch_divisor
-from jaxfeed.packing import Packing
-from jaxfeed.padding import Padding
+from jaxfeed.loading.packing import Packing
+from jaxfeed.loading.padding import Padding
+from jaxfeed.runtime.devices import batch_divisor
 
 
 def loader_options(

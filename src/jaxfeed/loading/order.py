@@ -18,7 +18,7 @@ ROUNDS = 6
 class Permutation:
     """A bijection of ``[0, n)`` chosen by ``key`` (any sequence of ints, e.g. ``(seed, epoch)``).
 
-    >>> from jaxfeed.order import Permutation
+    >>> from jaxfeed.loading.order import Permutation
     >>> p = Permutation(10, (0, 1))
     >>> sorted(p(np.arange(10)).tolist()) == list(range(10))
     True

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.padding import Padding, check_fits, length_groups, variable_columns
-from jaxfeed.ragged import Ragged, arrow_ragged
+from jaxfeed.data.ragged import Ragged, arrow_ragged
+from jaxfeed.loading.padding import Padding, check_fits, length_groups, variable_columns
 
 SEGMENT_IDS = "segment_ids"
 POSITIONS = "positions"

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.ragged import Ragged
+from jaxfeed.data.ragged import Ragged
 
 LABEL_PAD = -100
 # Columns a tokenizer makes alongside ``input_ids``: a row of another length is a broken row.

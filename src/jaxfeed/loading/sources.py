@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.features._nested import stack_if_same
-from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.media import MediaFeature
-from jaxfeed.formatting import jax_int_dtype
-from jaxfeed.ragged import arrow_lengths, arrow_ragged, is_ragged_type
-from jaxfeed.reader import ChunkedView
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features._nested import stack_if_same
+from jaxfeed.data.features.class_label import ClassLabel
+from jaxfeed.data.features.media import MediaFeature
+from jaxfeed.data.formatting import jax_int_dtype
+from jaxfeed.data.ragged import arrow_lengths, arrow_ragged, is_ragged_type
+from jaxfeed.data.reader import ChunkedView
 
 _CANONICAL = {
     np.dtype(t) for t in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
-from jaxfeed.extras import require
+from jaxfeed._base.extras import require
 
 LOG_FLOOR = 1e-6  # added to the mel power before the log: silence is log(1e-6) = -13.8
 CROPS = ("center", "random")

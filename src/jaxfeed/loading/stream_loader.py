@@ -29,13 +29,11 @@ import jax
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.bucketing import MEGA_BATCHES, bucket_table
-from jaxfeed.calls import takes_rng
-from jaxfeed.dataset import Dataset
-from jaxfeed.devices import Placement, put_tree, resolve_placement, row_placer
-from jaxfeed.features import Features
-from jaxfeed.formatting import to_host
-from jaxfeed.iterable import (
+from jaxfeed._base.calls import takes_rng
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Features
+from jaxfeed.data.formatting import to_host
+from jaxfeed.data.iterable import (
     IterableDataset,
     Lookahead,
     Stream,
@@ -43,11 +41,13 @@ from jaxfeed.iterable import (
     encode_state,
     split_dataset_by_node,
 )
-from jaxfeed.options import LoaderOptions, _BaseLoader
-from jaxfeed.packing import POSITIONS, SEGMENT_IDS, Packing, pack_table
-from jaxfeed.padding import Padding, pad_batch
-from jaxfeed.ragged import is_ragged_type
-from jaxfeed.reader import TableReader
+from jaxfeed.data.ragged import is_ragged_type
+from jaxfeed.data.reader import TableReader
+from jaxfeed.loading.bucketing import MEGA_BATCHES, bucket_table
+from jaxfeed.loading.options import LoaderOptions, _BaseLoader
+from jaxfeed.loading.packing import POSITIONS, SEGMENT_IDS, Packing, pack_table
+from jaxfeed.loading.padding import Padding, pad_batch
+from jaxfeed.runtime.devices import Placement, put_tree, resolve_placement, row_placer
 
 STATE_VERSION = 1
 _CANONICAL = {
@@ -61,15 +61,15 @@ class StreamingDataLoader(_BaseLoader):
     """Batches of a stream on the device, prefetched, resumable.
 
     Made by :class:`jaxfeed.DataLoader` when given an :class:`~jaxfeed.IterableDataset` (same
-    arguments, checked by :class:`jaxfeed.options.LoaderOptions`), and a ``DataLoader`` too
+    arguments, checked by :class:`jaxfeed.loading.options.LoaderOptions`), and a ``DataLoader`` too
     (``isinstance`` holds; both derive from ``options._BaseLoader``). ``shuffle=True`` adds ``dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)``;
     every new iteration is a new epoch (``set_epoch`` reseeds the shuffle). A stream has no
     length, so there is no ``len()``.
 
     ``padding=`` pads each batch as on a ``Dataset``. ``bucket_by_length=True`` and ``packing=``
     work on a bounded buffer: the tables read until ``50 x batch_size`` rows are held are
-    reordered by length (:func:`jaxfeed.bucketing.bucket_table`) or packed in read order
-    (:func:`jaxfeed.packing.pack_table`); the buffer's rows not yet handed out are part of
+    reordered by length (:func:`jaxfeed.loading.bucketing.bucket_table`) or packed in read order
+    (:func:`jaxfeed.loading.packing.pack_table`); the buffer's rows not yet handed out are part of
     ``state_dict()``, so a resumed stream gives the same batches.
 
     >>> import numpy as np
@@ -237,7 +237,7 @@ class StreamingDataLoader(_BaseLoader):
         the position of the epoch's final batch says ``last`` (one batch is held back to know it).
         A batch is a dict of numpy columns for :meth:`_to_device`, or, for a loader that only
         places its batches on one device, ``(place, start, stop)``: rows of the table that
-        ``place`` (:func:`jaxfeed.devices.row_placer`, made once a table) puts on the device.
+        ``place`` (:func:`jaxfeed.runtime.devices.row_placer`, made once a table) puts on the device.
 
         Fixed-shape columns are zero-copy views of the table, and batches are slices of them;
         only a batch spanning two tables is copied.
@@ -509,7 +509,7 @@ class _ReadAhead:
     ``_READ_AHEAD``: epoch ``epoch`` from ``resume``, then the next epochs from their start. So a
     new epoch's first tables are read while the previous epoch's last batches are consumed, within
     the same bounds (the queue, and the stream's decode-ahead of Parquet units, whose
-    :class:`~jaxfeed.iterable.Lookahead` starts the next epoch's first units in its thread pool
+    :class:`~jaxfeed.data.iterable.Lookahead` starts the next epoch's first units in its thread pool
     while this epoch's last ones decode): short epochs start neither from an empty read-ahead nor
     with a core idle. ``items()`` gives one epoch's items, up to and including its end marker
     ``(None, None, position)``.

@@ -1,4 +1,4 @@
-"""`AudioCNN`: a small Flax NNX classifier of log-mel spectrograms (``jaxfeed.transforms.log_mel``)."""
+"""`AudioCNN`: a small Flax NNX classifier of log-mel spectrograms (``jaxfeed.loading.augment.log_mel``)."""
 
 from __future__ import annotations
 

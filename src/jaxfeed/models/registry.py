@@ -1,4 +1,4 @@
-"""jaxfeed's built-in models by name: what ``jaxfeed.export.rebuild`` (and the CLI) can construct.
+"""jaxfeed's built-in models by name: what ``jaxfeed.serve.export.rebuild`` (and the CLI) can construct.
 
 Checkpoints and exports store a model's class *name* and constructor arguments
 (:func:`model_config`), never a module path; :func:`model_classes` turns the name back into the
@@ -26,7 +26,7 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {
 
 
 def model_classes() -> dict[str, Callable[..., Any]]:
-    """jaxfeed's built-in models by name: what ``jaxfeed.export.rebuild`` (and the CLI) can
+    """jaxfeed's built-in models by name: what ``jaxfeed.serve.export.rebuild`` (and the CLI) can
     construct.
 
     >>> sorted(model_classes())

@@ -8,7 +8,7 @@ row and file. :func:`plan_audio` chooses the features (``--sample-rate``, defaul
 the run's :class:`~jaxfeed.recipes.spec.Preprocessing` (``kind="audio"``, the log-mel options
 in ``audio``). :func:`row_transform` is the loaders' ``log_mel`` (a random crop in training, the
 centre otherwise); served models take raw clips through the same options
-(:meth:`jaxfeed.serving.ServingSpec.fit_audio`).
+(:meth:`jaxfeed.serve.spec.ServingSpec.fit_audio`).
 
 >>> prep = Preprocessing("audio", ["audio"], "label", [51, 64],
 ...                      audio={"sample_rate": 8000, "clip_seconds": 0.5, "hop_length": 80})
@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.extras import require
-from jaxfeed.features import Audio
+from jaxfeed._base.extras import require
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Audio
+from jaxfeed.loading.spectrogram import LogMel, LogMelOptions, log_mel
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.spec import Preprocessing
-from jaxfeed.serving import ServingSpec, SpecError
-from jaxfeed.spectrogram import LogMel, LogMelOptions, log_mel
+from jaxfeed.serve.spec import ServingSpec, SpecError
 
 DEFAULT_SAMPLE_RATE = 16000
 MAX_DEFAULT_SECONDS = 30.0  # --clip-seconds defaults to the longest clip, at most this

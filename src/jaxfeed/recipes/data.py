@@ -23,14 +23,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.features import Audio, ClassLabel, Features, Image, Value
-from jaxfeed.features.array import ARRAY_TYPES
-from jaxfeed.io import load_dataset
-from jaxfeed.io.builtin import BUILTIN
-from jaxfeed.io.files import file_format
-from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from jaxfeed.io.load import pick_split  # the split-expression grammar of load_dataset
+from jaxfeed.data.dataset import Dataset, DatasetDict
+from jaxfeed.data.features import Audio, ClassLabel, Features, Image, Value
+from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.formats.files import file_format
+from jaxfeed.data.load import load_dataset
+from jaxfeed.data.load.builtin import BUILTIN
+from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
 

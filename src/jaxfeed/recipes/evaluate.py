@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.export import FUNCTION, ExportError, load_exported
-from jaxfeed.io.files import file_format
-from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed import load_dataset
+from jaxfeed.data.dataset import Dataset, DatasetDict
+from jaxfeed.data.formats.files import file_format
+from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report, text, text_serve
@@ -28,7 +28,8 @@ from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
 from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS
-from jaxfeed.serving import ServingSpec, SpecError
+from jaxfeed.serve.export import FUNCTION, ExportError, load_exported
+from jaxfeed.serve.spec import ServingSpec, SpecError
 
 MODEL_DIR = "model"
 
@@ -424,8 +425,6 @@ def _expand(
 
 
 def _table_batches(path: str, spec: ServingSpec, size: int) -> Iterator[tuple[list[str], Any]]:
-    from jaxfeed import load_dataset
-
     if file_format(Path(path)) is None:
         raise ConfigError(
             f"{path}: this run was trained on a table; give tables (CSV, Parquet, JSON Lines, "

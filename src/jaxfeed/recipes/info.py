@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxfeed.data.dataset import load_from_disk
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 
@@ -54,9 +55,7 @@ def describe_dataset(
 
 def _verify(dataset: str) -> str:
     """Every file of a ``save_to_disk`` folder against the SHA-256 recorded at save time; a
-    difference raises :class:`jaxfeed.files.ChecksumError` naming the file (exit status 1)."""
-    from jaxfeed.io import load_from_disk
-
+    difference raises :class:`jaxfeed._base.files.ChecksumError` naming the file (exit status 1)."""
     folder = Path(dataset)
     if not (folder / "state.json").is_file() and not (folder / "dataset_dict.json").is_file():
         raise ConfigError(f"--verify: {dataset} is not a folder written by save_to_disk")

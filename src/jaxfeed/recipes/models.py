@@ -150,7 +150,7 @@ def build_model(
     if config.api == "linen":
         if name != "cnn":
             raise ConfigError("--api linen supports --model cnn only")
-        from jaxfeed.models import LinenCNN
+        from jaxfeed.models import LinenCNN  # import cost: flax, when a model is built
 
         return LinenCNN(outputs, **init_args)
     rngs = nnx.Rngs(seed)
@@ -169,11 +169,11 @@ def build_model(
             raise ConfigError(
                 f"--model cnn needs images of at least 4x4, the data has {shape}; try --model mlp or --image-size"
             )
-        from jaxfeed.models import CNN
+        from jaxfeed.models import CNN  # import cost: flax, when a model is built
 
         return _construct(CNN, name, init_args, outputs, input_shape=image, rngs=rngs)
     if name == "audio_cnn":
-        from jaxfeed.models import AudioCNN
+        from jaxfeed.models import AudioCNN  # import cost: flax, when a model is built
 
         if prep.kind == "table" or len(shape) != 2:
             raise ConfigError(
@@ -185,7 +185,7 @@ def build_model(
         except ValueError as err:
             raise ConfigError(f"--model audio_cnn: {err}") from None
     if name == "mlp":
-        from jaxfeed.models import MLP
+        from jaxfeed.models import MLP  # import cost: flax, when a model is built
 
         return _construct(MLP, name, init_args, outputs, input_shape=shape, rngs=rngs)
     if name in ("transformer", "transformer_lm"):
@@ -233,7 +233,7 @@ def _text_model(name: str, prep: Preprocessing, outputs: int, init_args: dict[st
     (:class:`~jaxfeed.models.TransformerLM`) over the run's token ids: ``prep.vocab_size``, and
     ``prep.max_length`` (the longest row the data gives) as the context unless
     ``--model.init_args.max_length`` sets it."""
-    from jaxfeed.models import TransformerClassifier, TransformerLM
+    from jaxfeed.models import TransformerClassifier, TransformerLM  # import cost: flax
 
     vocab_size = getattr(prep, "vocab_size", None)
     if not vocab_size:

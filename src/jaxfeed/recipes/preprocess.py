@@ -2,8 +2,8 @@
 
 :class:`Preprocessing` is planned once from the training data (:func:`plan`), then applied by the
 same code everywhere: as the loader's ``transform`` on batches (images resized to one shape;
-table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serving.encode_table`),
-and, declared as a :class:`~jaxfeed.serving.ServingSpec` in the run's export, by ``eval``,
+table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serve.spec.encode_table`),
+and, declared as a :class:`~jaxfeed.serve.spec.ServingSpec` in the run's export, by ``eval``,
 ``predict`` and ``load_exported``. Every image is decoded in the run's colour mode (``L`` or
 ``RGB``) and resized with Pillow's bilinear filter to the run's ``image_size``; integer pixels are
 scaled to [0, 1] on the device in training (by the spec, on the host, when served).
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.features import Image
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Image
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.spec import INPUTS as INPUTS
@@ -33,7 +33,7 @@ from jaxfeed.recipes.spec import TEXT_COLUMNS as TEXT_COLUMNS
 from jaxfeed.recipes.spec import TEXT_KINDS as TEXT_KINDS
 from jaxfeed.recipes.spec import Preprocessing as Preprocessing
 from jaxfeed.recipes.spec import stack_column as stack_column
-from jaxfeed.serving import category_key
+from jaxfeed.serve.spec import category_key
 
 SAMPLE = 64  # images whose headers are read to choose a size and a mode
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")

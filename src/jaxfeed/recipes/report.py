@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed._base.files import atomic_write
+
 
 def _r(value: float) -> float:
     return round(float(value), 4)
@@ -99,8 +101,6 @@ def plot_confusion(matrix: np.ndarray, labels: list[str], path: Path, title: str
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
-
-    from jaxfeed.files import atomic_write
 
     matrix = np.asarray(matrix)
     size = max(4.5, 0.45 * len(labels) + 2)

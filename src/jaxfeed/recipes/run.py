@@ -9,15 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.dataset import DatasetDict
-from jaxfeed.files import FolderLock, LockedError, atomic_write
-from jaxfeed.io.builtin import BUILTIN
+from jaxfeed._base.files import FolderLock, LockedError, atomic_write
+from jaxfeed.data.dataset import DatasetDict
+from jaxfeed.data.load.builtin import BUILTIN
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.spec import TEXT_KINDS, Preprocessing
 
-BEST_METRIC = "eval_loss"  # the default --monitor (jaxfeed.monitor: min, the earliest on ties)
+BEST_METRIC = (
+    "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
+)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def lock_run_folder(out: Path, resume: bool) -> FolderLock:
 
 def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) -> Any:
     """The run's checkpoint manager, ranking steps as the run did."""
-    from jaxfeed.checkpoint import CheckpointManager  # import cost: JAX, for the checkpoints only
+    from jaxfeed.train.checkpoint import CheckpointManager  # import cost: JAX, checkpoints only
 
     metric = record.resolved.get("best_metric", BEST_METRIC) or BEST_METRIC
     folder = run / "checkpoints"
@@ -166,7 +168,7 @@ def selects(record: RunRecord) -> bool:
 
 def checkpoint_step(manager: Any, which: str) -> int:
     """``best``, ``last`` (or ``latest``) or a step number -> a step of ``manager``."""
-    from jaxfeed.checkpoint import CheckpointError  # import cost: JAX, for the checkpoints only
+    from jaxfeed.train.checkpoint import CheckpointError  # import cost: JAX, checkpoints only
 
     name = "latest" if which in ("last", "latest") else which
     try:
@@ -177,7 +179,7 @@ def checkpoint_step(manager: Any, which: str) -> int:
 
 def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str, Any]:
     """Load checkpoint ``which`` of the run into ``trainer``; returns its metadata."""
-    from jaxfeed.checkpoint import CheckpointError  # import cost: JAX, for the checkpoints only
+    from jaxfeed.train.checkpoint import CheckpointError  # import cost: JAX, checkpoints only
 
     manager = open_checkpoints(run, record)
     try:

@@ -3,8 +3,8 @@ the loader's transform applies), the batch keys and the text kinds; no datasets 
 
 :class:`Preprocessing` is planned once from the training data (:func:`plan`), then applied by the
 same code everywhere: as the loader's ``transform`` on batches (images resized to one shape;
-table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serving.encode_table`),
-and, declared as a :class:`~jaxfeed.serving.ServingSpec` in the run's export, by ``eval``,
+table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serve.spec.encode_table`),
+and, declared as a :class:`~jaxfeed.serve.spec.ServingSpec` in the run's export, by ``eval``,
 ``predict`` and ``load_exported``. Every image is decoded in the run's colour mode (``L`` or
 ``RGB``) and resized with Pillow's bilinear filter to the run's ``image_size``; integer pixels are
 scaled to [0, 1] on the device in training (by the spec, on the host, when served).
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.serving import ServingSpec, SpecError, TableColumn, encode_table
+from jaxfeed.serve.spec import ServingSpec, SpecError, TableColumn, encode_table
 
 INPUTS, TARGETS = "x", "y"  # the batch keys the model and the loss read
 TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (jaxfeed.recipes.text)

@@ -27,11 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.features import Value
-from jaxfeed.files import atomic_write
-from jaxfeed.packing import Packing
-from jaxfeed.padding import Padding, choose_lengths
+from jaxfeed._base.files import atomic_write
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Value
+from jaxfeed.data.text.tokenizer import check_texts
+from jaxfeed.loading.packing import Packing
+from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.spec import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
 
@@ -181,7 +182,7 @@ def _rows(rows: np.ndarray, limit: int = 5) -> str:
 # ---------------------------------------------------------------------------------- options
 def load_tokenizer_option(path: str) -> Any:
     """``--tokenizer FILE`` as a ``tokenizers.Tokenizer``, or one clear error naming it."""
-    from jaxfeed.text import load_tokenizer  # jaxfeed.text loads JAX: detection must not
+    from jaxfeed.text import load_tokenizer  # import cost: JAX via jaxfeed.text; detection must not
 
     try:
         return load_tokenizer(path)
@@ -226,7 +227,7 @@ def plan_text(
     """The preprocessing of a text run, planned on the train split: its tokenizer (given, or a
     byte-level BPE trained on ``train``), and the bucket lengths of a classifier's padding or
     the packed row length of a language model."""
-    from jaxfeed.text import tokenize, train_tokenizer  # jaxfeed.text loads JAX
+    from jaxfeed.text import tokenize, train_tokenizer  # import cost: JAX via jaxfeed.text
 
     if task != "lm" and config.component("model")[0] == "transformer_lm":
         raise ConfigError(
@@ -322,7 +323,7 @@ def plan_text(
 def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
     """``ds`` tokenized as the run reads it: ``input_ids`` and ``attention_mask`` (and the label
     of a classifier), the text column dropped; an empty text is refused naming the row."""
-    from jaxfeed.text import tokenize  # jaxfeed.text loads JAX: detection must not
+    from jaxfeed.text import tokenize  # import cost: JAX via jaxfeed.text; detection must not
 
     column = prep.text["column"]
     if column not in ds.features:
@@ -372,7 +373,7 @@ def loader_options(prep: Preprocessing) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- run files
 def attach_tokenizer(prep: Preprocessing, run: Path) -> None:
     """Load the run's ``tokenizer.json`` into ``prep`` (a clear error when it is gone)."""
-    from jaxfeed.text import load_tokenizer  # jaxfeed.text loads JAX: detection must not
+    from jaxfeed.text import load_tokenizer  # import cost: JAX via jaxfeed.text; detection must not
 
     path = Path(run) / prep.text["tokenizer"]
     try:
@@ -417,7 +418,7 @@ def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
     if tokenizer.padding is not None:
         tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
     if (tokenizer.truncation or {}).get("max_length") != cut:
-        tokenizer.enable_truncation(cut)  # as jaxfeed.text.tokenize cut the training texts
+        tokenizer.enable_truncation(cut)  # as jaxfeed.data.text.tokenize cut the training texts
     encoded = [e.ids for e in tokenizer.encode_batch(list(texts))] if texts else []
     length = max(map(len, encoded), default=1)
     ids = np.full((len(texts), length), int(prep.text["pad_id"]), np.int32)
@@ -431,9 +432,7 @@ def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def as_texts(values: Any) -> list[str]:
-    """A column of texts as a list of str (the checks of :func:`jaxfeed.text.tokenize`)."""
-    from jaxfeed.text.tokenizer import check_texts  # jaxfeed.text loads JAX
-
+    """A column of texts as a list of str (the checks of :func:`jaxfeed.data.text.tokenize`)."""
     if isinstance(values, pa.ChunkedArray | pa.Array):
         values = values.to_pylist()
     try:

@@ -19,14 +19,14 @@ import jax
 import numpy as np
 
 from jaxfeed import DataLoader, load_dataset
-from jaxfeed.export import ExportError, load_exported
-from jaxfeed.io.files import file_format
+from jaxfeed.data.formats.files import file_format
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
 from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
 from jaxfeed.recipes.spec import TARGETS, Preprocessing
+from jaxfeed.serve.export import ExportError, load_exported
 from jaxfeed.text import generate as generate_tokens
 
 MODEL_DIR = "model"

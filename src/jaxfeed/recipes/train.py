@@ -24,11 +24,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxfeed import DataLoader, distributed
-from jaxfeed.checkpoint import CheckpointError
-from jaxfeed.export import export
-from jaxfeed.files import atomic_write
-from jaxfeed.monitor import monitor_mode
+from jaxfeed import DataLoader
+from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
@@ -39,8 +36,7 @@ from jaxfeed.recipes.config import (
     parse_mesh_text,
     read_run,
 )
-from jaxfeed.recipes.config.run_config import _paths_of
-from jaxfeed.recipes.config.run_config import configure as configure  # its old home
+from jaxfeed.recipes.configure import paths_of
 from jaxfeed.recipes.models import CodePolicy, build_trainer, model_file, resolve_class_weights
 from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
 from jaxfeed.recipes.run import (
@@ -57,6 +53,10 @@ from jaxfeed.recipes.run import (
     umask_mode,
 )
 from jaxfeed.recipes.spec import TEXT_KINDS, Preprocessing
+from jaxfeed.runtime import distributed
+from jaxfeed.serve.export import export
+from jaxfeed.train.checkpoint import CheckpointError
+from jaxfeed.train.monitor import monitor_mode
 from jaxfeed.train.sharding import data_axis, default_mesh, make_mesh
 
 
@@ -92,7 +92,7 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
     if not primary:
         say = _silent
     out = Path(config.out) if config.out else _default_out(config)
-    config = config.replace(absolute_paths(_paths_of(config)), "the run's options")
+    config = config.replace(absolute_paths(paths_of(config)), "the run's options")
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"

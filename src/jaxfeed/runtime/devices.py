@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ def resolve_placement(device: Any) -> Placement:
     """Resolve ``device`` (None, a string, a ``jax.Device`` or a ``Sharding``) to a placement.
 
     >>> import jax
-    >>> from jaxfeed.devices import resolve_placement
+    >>> from jaxfeed.runtime.devices import resolve_placement
     >>> resolve_placement(str(jax.devices()[0])) == jax.devices()[0]
     True
     """
@@ -102,14 +103,12 @@ _fast_put: Any = None
 def _load_fast_put() -> Any:
     global _fast_put
     if _fast_put is None:
-        import os
-
         _fast_put = False
         if os.environ.get("JAXFEED_PLAIN_DEVICE_PUT", "") not in ("", "0"):
             return _fast_put
         try:
-            from jax._src import core, dtypes
-            from jax._src.lib import xla_client
+            from jax._src import core, dtypes  # noqa: PLC0415 (optional: private JAX API)
+            from jax._src.lib import xla_client  # noqa: PLC0415 (optional: private JAX API)
 
             _fast_put = (xla_client.batched_device_put, core.ShapedArray, dtypes.canonicalize_dtype)
         except (ImportError, AttributeError):
@@ -142,7 +141,7 @@ def device_put(
     ``copy=True`` never lets a CPU array alias the host memory (which the caller will reuse).
 
     >>> import jax, numpy as np
-    >>> from jaxfeed.devices import device_put
+    >>> from jaxfeed.runtime.devices import device_put
     >>> [x] = device_put([np.ones(3, np.float32)], [jax.devices()[0]])
     >>> x.devices() == {jax.devices()[0]}
     True
@@ -203,7 +202,7 @@ def row_placer(
     C-contiguous numpy array in a dtype JAX keeps; use :func:`put_tree` then.
 
     >>> import jax, numpy as np
-    >>> from jaxfeed.devices import row_placer
+    >>> from jaxfeed.runtime.devices import row_placer
     >>> place = row_placer({"x": np.arange(8, dtype=np.int32)}, jax.devices()[0])
     >>> place(2, 5)["x"].tolist()
     [2, 3, 4]

@@ -29,7 +29,7 @@ def initialize(
     else this is a no-op. A process that stops answering for ``heartbeat_timeout_seconds`` makes
     the others fail instead of waiting forever.
 
-    >>> from jaxfeed import distributed
+    >>> from jaxfeed.runtime import distributed
     >>> distributed.initialize()  # nothing set: one process
     False
     """

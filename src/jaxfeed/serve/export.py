@@ -8,7 +8,7 @@ An export is a folder of three files:
 * ``config.json``: format and version, the model's class (and constructor arguments for
   jaxfeed's built-in models, so the CLI can rebuild them by name), the input signature, and the
   dtype, shape and SHA-256 of every weight and of the function file; plus the caller's ``extra``
-  and, when given, the declared preprocessing from raw inputs (:mod:`jaxfeed.serving`: data,
+  and, when given, the declared preprocessing from raw inputs (:mod:`jaxfeed.serve.spec`: data,
   never code);
 * ``model.stablehlo``: the model in eval mode as ``f(weights, *inputs)``, serialised by
   ``jax.export``; the batch dimension is symbolic, so one export serves any batch size (and so
@@ -45,9 +45,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
 
-from jaxfeed.checkpoint import CheckpointError
-from jaxfeed.serving import ServingSpec, SpecError
+from jaxfeed.serve.spec import ServingSpec, SpecError
+from jaxfeed.train.checkpoint import CheckpointError
 from jaxfeed.train.cores import CallConvention
 
 FORMAT = "jaxfeed-export"
@@ -140,7 +142,7 @@ def export(
     dtypes count, and the batch dimension becomes symbolic. Built-in models and trainers know
     their input and need none. ``config`` overrides the ``{"class", "kwargs"}`` record;
     ``extra`` (JSON) is stored next to it, e.g. class names. ``preprocessing`` (a
-    :class:`~jaxfeed.serving.ServingSpec` or its JSON) is the declared preprocessing from raw
+    :class:`~jaxfeed.serve.spec.ServingSpec` or its JSON) is the declared preprocessing from raw
     inputs: with it, the loaded export takes raw images or table rows and returns predictions.
 
     A Trainer's ``preprocess`` (it runs inside the Trainer's compiled steps, so it is
@@ -166,7 +168,7 @@ def export(
     >>> load_exported(folder)(np.ones((5, 3), np.float32)).shape     # any batch size
     (5, 2)
     """
-    from flax import linen, nnx  # flax loads with the first export (start-up time)
+    from flax import linen, nnx  # noqa: PLC0415 (import cost: flax, at the first export)
 
     specs, raw = None, None
     if hasattr(model, "core") and hasattr(model, "placement"):  # a Trainer
@@ -212,7 +214,7 @@ def export(
             f"export takes an NNX module, a Linen module with variables=, or a Trainer; got "
             f"{type(model).__name__}"
         )
-    from jaxfeed.models.registry import model_config  # import cost: jaxfeed.models imports flax
+    from jaxfeed.models.registry import model_config  # noqa: PLC0415 (import cost: flax)
 
     record = dict(config) if config is not None else model_config(model)
     if specs is None and callable(getattr(model, "example_input", None)):
@@ -252,7 +254,6 @@ def export(
     function = bytes(exported.serialize())
     if preprocessing is not None and not isinstance(preprocessing, ServingSpec):
         preprocessing = ServingSpec.from_dict(preprocessing, "preprocessing=")
-    from safetensors.numpy import save  # safetensors loads with the first export
 
     blob = save(tensors, metadata={"format": FORMAT})
     meta = {
@@ -324,7 +325,7 @@ class _RawInputs:
             return cls(trainer, {c: _spec(v) for c, v in example.items()})
         batch = getattr(trainer, "batch_spec", None)
         if batch is None:
-            from jaxfeed.models.registry import model_config  # import cost: flax
+            from jaxfeed.models.registry import model_config  # noqa: PLC0415 (import cost: flax)
 
             shape = (model_config(trainer.model).get("kwargs") or {}).get("input_shape")
             if shape is None or len(inputs.columns) != 1:
@@ -359,7 +360,7 @@ class _RawInputs:
             raise ValueError(
                 f"the Trainer's preprocess cannot be compiled into the export of {model} "
                 f"({first}): jax.export cannot serialise it (e.g. a host callback); declare it "
-                "with preprocessing= (a jaxfeed.serving.ServingSpec), or pass "
+                "with preprocessing= (a jaxfeed.serve.spec.ServingSpec), or pass "
                 "compile_preprocess=False to export the model alone (it then takes "
                 "preprocessed inputs)"
             ) from err
@@ -569,9 +570,6 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 
 def _read_tensors(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError  # safetensors loads with the first export
-    from safetensors.numpy import load
-
     file = path / WEIGHTS
     try:
         tensors = load(file.read_bytes())
@@ -652,7 +650,7 @@ def load_exported(path: str | os.PathLike, like: Any = None) -> Any:
 
 
 def _into(path: Path, tensors: dict[str, np.ndarray], like: Any) -> Any:
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only when an export is rebuilt)
 
     if isinstance(like, nnx.Module):
         state = nnx.state(like, nnx.Not(nnx.RngState))
@@ -688,9 +686,9 @@ def _into(path: Path, tensors: dict[str, np.ndarray], like: Any) -> Any:
 def rebuild(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     """A built-in model reconstructed by its registry name from an export, in eval mode, and the
     export's config (what ``jaxfeed predict`` uses); any other model: :func:`load_exported`."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only when an export is rebuilt)
 
-    from jaxfeed.models.registry import model_classes  # import cost: jaxfeed.models imports flax
+    from jaxfeed.models.registry import model_classes  # noqa: PLC0415 (import cost: flax)
 
     path = Path(path)
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.spectrogram import LogMelOptions, log_mel
+from jaxfeed.loading.spectrogram import LogMelOptions, log_mel
 
 SPEC_FORMAT = "jaxfeed-preprocessing"
 SPEC_VERSION = 1
@@ -107,7 +107,9 @@ class ServingSpec:
     scale: bool = False  # integer inputs are divided by 255 into float32
     target_mean: float | None = None
     target_std: float | None = None
-    audio: dict[str, Any] | None = None  # log_mel's options (jaxfeed.spectrogram.LogMelOptions)
+    audio: dict[str, Any] | None = (
+        None  # log_mel's options (jaxfeed.loading.spectrogram.LogMelOptions)
+    )
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -240,7 +242,7 @@ class ServingSpec:
 
     def fit_image(self, array: np.ndarray, index: int = 0) -> np.ndarray:
         """One image at the spec's size (Pillow's bilinear filter) and mode."""
-        import PIL.Image  # Pillow decodes every image: it is loaded already
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, loaded once images are decoded)
 
         h, w = self.hw
         channels = 3 if self.image_mode == "RGB" else 1
@@ -271,7 +273,7 @@ class ServingSpec:
     def read_audio(self, paths: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Audio files decoded (mono float32, at their own rate: :meth:`fit_audio` resamples),
         and how many will be ``resampled``, ``cropped`` and ``padded``."""
-        from jaxfeed.features import Audio  # decoders load soundfile: only when files are read
+        from jaxfeed.data.features import Audio  # noqa: PLC0415 (import cost: pyarrow, soundfile)
 
         feature, options = Audio(), self.audio or {}
         clips, counts = [], {"resampled": 0, "cropped": 0, "padded": 0}
@@ -294,9 +296,9 @@ class ServingSpec:
     def read_images(self, paths: Sequence[str]) -> tuple[list[np.ndarray], dict[str, int]]:
         """Image files decoded in the spec's mode (as training decoded them), and how many were
         ``converted`` from another mode and will be ``resized``."""
-        import PIL.Image
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when image files are read)
 
-        from jaxfeed.features import Image  # decoders load Pillow: only when files are read
+        from jaxfeed.data.features import Image  # noqa: PLC0415 (import cost: pyarrow, Pillow)
 
         feature = Image(mode=self.image_mode)
         arrays, counts = [], {"converted": 0, "resized": 0}

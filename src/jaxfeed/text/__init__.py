@@ -13,8 +13,8 @@ Built on Hugging Face `tokenizers` (the Rust library behind `transformers`), the
 The ragged ``input_ids`` feed ``DataLoader(padding=...)``, ``bucket_by_length`` and ``packing``.
 """
 
-from jaxfeed.text.generation import generate
-from jaxfeed.text.tokenize import tokenize
-from jaxfeed.text.tokenizer import load_tokenizer, special_tokens, train_tokenizer
+from jaxfeed.data.text.tokenize import tokenize
+from jaxfeed.data.text.tokenizer import load_tokenizer, special_tokens, train_tokenizer
+from jaxfeed.train.generation import generate
 
 __all__ = ["generate", "load_tokenizer", "special_tokens", "tokenize", "train_tokenizer"]

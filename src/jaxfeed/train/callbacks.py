@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from jaxfeed.monitor import DEFAULT_MONITOR, monitor_mode
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode
 
 
 class Trainer(Protocol):
@@ -68,7 +68,7 @@ def overrides(callback: Callback, hook: str) -> bool:
 class EarlyStopping(Callback):
     """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs.
 
-    ``mode`` is "min", "max" or "auto" (the rule of :mod:`jaxfeed.monitor`: min for losses
+    ``mode`` is "min", "max" or "auto" (the rule of :mod:`jaxfeed.train.monitor`: min for losses
     and errors, max otherwise). With
     ``restore_best_weights=True`` the model holds the best epoch's weights when fit returns,
     whether it stopped early or ran to the end (a copy of the state is kept on the device).

@@ -1,4 +1,4 @@
-"""Checkpoints that restore anywhere, built on Orbax (exports for serving: :mod:`jaxfeed.export`).
+"""Checkpoints that restore anywhere, built on Orbax (exports for serving: :mod:`jaxfeed.serve.export`).
 
 A checkpoint step holds two Orbax items:
 
@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfeed.files import check_writable
-from jaxfeed.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed._base.files import check_writable
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
@@ -251,12 +251,12 @@ class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
     ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
 
-    The best step follows the rule of :mod:`jaxfeed.monitor`, as ``History.best`` and
+    The best step follows the rule of :mod:`jaxfeed.train.monitor`, as ``History.best`` and
     ``EarlyStopping`` do: ``best_metric`` defaults to ``eval_loss``, ``best_mode`` to its direction
     (min for losses and errors, max otherwise), and ties go to the earliest step.
 
     >>> import tempfile, jax.numpy as jnp
-    >>> from jaxfeed.checkpoint import CheckpointManager
+    >>> from jaxfeed.train.checkpoint import CheckpointManager
     >>> with CheckpointManager(tempfile.mkdtemp(), async_save=False) as ckpt:
     ...     ckpt.save(1, {"w": jnp.ones(3)}, metrics={"eval_accuracy": 0.5})
     ...     restored = ckpt.restore("latest", state={"w": jnp.zeros(3)})
@@ -275,8 +275,10 @@ class CheckpointManager:
         save_every_epochs: int = 1,
         async_save: bool = True,
     ) -> None:
-        import orbax.checkpoint as ocp
-        from orbax.checkpoint import checkpoint_managers as policies
+        import orbax.checkpoint as ocp  # noqa: PLC0415 (import cost: orbax, when checkpointing)
+        from orbax.checkpoint import (  # noqa: PLC0415 (import cost: orbax, when checkpointing)
+            checkpoint_managers as policies,
+        )
 
         best_mode = monitor_mode(best_metric, best_mode)
         if keep_last < 1:
@@ -649,7 +651,7 @@ def _partial_keys(wanted: Any, saved: Mapping[str, Any]) -> tuple[str, ...]:
 
 def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
     """``{"model": ..., "optimizer": ...}`` as plain nested dicts of arrays."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
     out = {"model": nnx.to_pure_dict(nnx.state(model))}
     if optimizer is not None:
@@ -659,7 +661,7 @@ def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
 
 def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = None) -> None:
     """Write arrays from :func:`nnx_pure_state`'s layout into ``model`` (and ``optimizer``)."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
     for obj, key in ((model, "model"), (optimizer, "optimizer")):
         if obj is None:

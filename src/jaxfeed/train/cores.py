@@ -31,8 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.checkpoint import abstract_like, load_nnx_pure_state, nnx_pure_state
 from jaxfeed.train import tokens
+from jaxfeed.train.checkpoint import (
+    abstract_like,
+    load_nnx_pure_state,
+    nnx_pure_state,
+    restore_linen,
+)
 from jaxfeed.train.losses import Objective
 from jaxfeed.train.sharding import Leaf
 
@@ -366,7 +371,7 @@ class NNXCore:
     api = "nnx"
 
     def __init__(self, model: Any, tx: optax.GradientTransformation, spec: StepSpec) -> None:
-        from flax import nnx  # flax is imported on first use of a trainer (start-up time)
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, on a trainer's first use)
 
         self.model, self.spec = model, spec
         self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -424,7 +429,7 @@ class NNXCore:
         return True
 
     def leaves(self) -> list[Leaf]:
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
         return _annotated_leaves(
             self.state,
@@ -444,7 +449,7 @@ class NNXCore:
     def write_back(self) -> None:
         """Put the trained state into the user's model and optimizer objects (copies, so the next
         donated step cannot invalidate them)."""
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
         nnx.update((self.model, self.optimizer), jax.tree.map(jnp.copy, self.state))
 
@@ -453,7 +458,7 @@ class NNXCore:
         return nnx_pure_state(self.model, self.optimizer)
 
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
         if shardings is None:  # into the shardings the model's arrays have now
             restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
@@ -591,15 +596,13 @@ class LinenCore:
         return self.state
 
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
-        from jaxfeed.checkpoint import restore_linen  # orbax is heavy: only when restoring
-
         target = self.state if shardings is None else abstract_like(self.state, shardings)
         restored = restore_linen(manager, step, target)  # either Linen checkpoint layout
         self.state = restored["state"]
         return restored["meta"]
 
     def leaves(self) -> list[Leaf]:
-        from flax.core import meta
+        from flax.core import meta  # noqa: PLC0415 (import cost: flax, only for Linen models)
 
         def annotation(box: Any) -> Any:
             return getattr(box, "names", None)

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.files import atomic_write
-from jaxfeed.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed._base.files import atomic_write
+from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 
 COLUMNS = [
     "epoch",
@@ -37,7 +37,7 @@ class History(list):
     """
 
     def best(self, metric: str = DEFAULT_MONITOR, mode: str | None = None) -> dict[str, Any] | None:
-        """The epoch with the best ``metric``, by the rule of :mod:`jaxfeed.monitor`
+        """The epoch with the best ``metric``, by the rule of :mod:`jaxfeed.train.monitor`
         (default ``eval_loss``; min for losses and errors, max otherwise, unless ``mode``; the
         earliest on ties); None when no epoch has it."""
         mode = monitor_mode(metric, mode)
@@ -89,10 +89,10 @@ def plot_history(
     >>> out.stat().st_size > 10_000
     True
     """
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (import cost: matplotlib, only when plotted)
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (import cost: matplotlib, only when plotted)
 
     epochs = [r["epoch"] for r in history]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

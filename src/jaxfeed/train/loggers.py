@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from jaxfeed.files import atomic_write
+from jaxfeed._base.files import atomic_write
 
 
 @runtime_checkable
@@ -73,7 +73,9 @@ class TensorBoardLogger:
 
     def __init__(self, log_dir: str | os.PathLike, *, purge_step: int | None = None) -> None:
         try:
-            from tensorboardX import SummaryWriter  # lazy: an optional extra
+            from tensorboardX import (  # noqa: PLC0415 (optional: the tensorboard extra)
+                SummaryWriter,
+            )
         except ImportError as err:
             raise ImportError(
                 "loggers=('tensorboard',) needs tensorboardX: pip install 'jaxfeed[tensorboard]'"
@@ -100,7 +102,7 @@ def check_loggers(specs: Sequence[str | Logger], out_dir: Path | None) -> None:
             if out_dir is None:
                 raise ValueError("loggers=('tensorboard',) writes under out_dir: pass out_dir=")
             try:
-                import tensorboardX  # noqa: F401 - lazy: an optional extra
+                import tensorboardX  # noqa: F401, PLC0415 (optional: the tensorboard extra)
             except ImportError as err:
                 raise ImportError(
                     "loggers=('tensorboard',) needs tensorboardX: pip install 'jaxfeed[tensorboard]'"

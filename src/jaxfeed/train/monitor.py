@@ -5,7 +5,7 @@ A *monitor* is a metric name as the history records it (``eval_loss``, ``eval_ac
 ``eval_f1``, ...). Its direction is ``min`` for losses and errors (names containing ``loss``, or
 ending in ``mse``, ``mae``, ``rmse``, ``error`` or ``huber``) and ``max`` for everything else
 (accuracy, F1, precision, recall, AUC, R²), unless given. Ties go to the earliest. The default
-monitor of :class:`~jaxfeed.checkpoint.CheckpointManager`, :meth:`History.best
+monitor of :class:`~jaxfeed.train.checkpoint.CheckpointManager`, :meth:`History.best
 <jaxfeed.train.History.best>`, :class:`~jaxfeed.train.EarlyStopping` and ``jaxfeed train`` is
 ``eval_loss``.
 

@@ -1,7 +1,7 @@
 """Where the trainer's arrays live: batches on their devices, padded to one size; the model state
 replicated over the batches' devices, or laid out over the trainer's mesh.
 
-The loader already puts batches on devices (``jaxfeed.devices``); :class:`BatchPlacement` only
+The loader already puts batches on devices (``jaxfeed.runtime.devices``); :class:`BatchPlacement` only
 
 * re-wraps batches on meshes with Explicit axes onto the same devices with Auto axes (no copy),
   so XLA propagates shardings through models that reshape;
@@ -25,7 +25,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxfeed.devices import Placement, replicated
+from jaxfeed.runtime.devices import Placement, replicated
 from jaxfeed.train.sharding import Leaf, ShardingPlan, data_axis, state_shardings
 
 

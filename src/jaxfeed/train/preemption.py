@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 SYNC_EVERY = 8  # steps between flag exchanges in multi-process runs
 
@@ -108,7 +109,6 @@ class SignalWatch:
             return self.signum is not None
         if not boundary and step % self.sync_every:
             return False
-        from jax.experimental import multihost_utils  # lazy: multi-process runs only
 
         flags = multihost_utils.process_allgather(np.int32(self.signum or 0))
         signalled = [int(f) for f in np.asarray(flags).reshape(-1) if int(f)]

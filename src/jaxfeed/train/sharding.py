@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxfeed.distributed import data_mesh
+from jaxfeed.runtime.distributed import data_mesh
 
 FSDP_MIN_SIZE = 4096  # elements: arrays smaller than this stay replicated under FSDP
 DATA_AXIS = "data"

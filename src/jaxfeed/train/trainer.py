@@ -3,6 +3,9 @@
 The trainer is the loop: it asks a *core* (:mod:`jaxfeed.train.cores`, NNX or Linen) for compiled
 steps, and :mod:`jaxfeed.train.placement` for batches on their devices; it reports, checks and
 saves what the steps compute.
+
+Long because ``Trainer`` is one class whose fit loop, evaluation, prediction and checkpointing
+share its state; its steps, placement, losses and logs already live in modules of their own.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax._src import xla_bridge
+from tqdm.auto import tqdm
 
-from jaxfeed.checkpoint import CheckpointManager
-from jaxfeed.files import atomic_write, check_writable
+from jaxfeed._base.files import atomic_write, check_writable
 from jaxfeed.train.callbacks import Callback, overrides
+from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.cores import (
     PRECISIONS,
     Core,
@@ -339,7 +344,7 @@ class Trainer:
         checkpoint, saved in the background.
 
         With ``checkpoint_dir`` a checkpoint is also saved after every epoch and where training
-        ends mid-epoch (see :class:`jaxfeed.checkpoint.CheckpointManager`;
+        ends mid-epoch (see :class:`jaxfeed.train.checkpoint.CheckpointManager`;
         ``checkpoint_options`` are its arguments); with ``resume=True`` training continues from
         the latest one there (same step, next batch, RNG and optimizer state, the epoch's
         metrics so far), on any number of processes and devices, or starts fresh when there is
@@ -770,7 +775,6 @@ class Trainer:
     def _progress_bar(self, loader: Iterable, epoch: int, epochs: int | None) -> Any:
         if not self._interactive():
             return None
-        from tqdm.auto import tqdm  # only for terminals
 
         total = len(loader) if hasattr(loader, "__len__") else None
         return tqdm(
@@ -804,7 +808,7 @@ def _rows(outputs: Any, n: int) -> Any:
 
 
 def _is_linen(model: Any) -> bool:
-    from flax import linen  # flax loads with the first trainer (start-up time)
+    from flax import linen  # noqa: PLC0415 (import cost: flax, at the first trainer)
 
     return isinstance(model, linen.Module)
 
@@ -814,8 +818,6 @@ def _require_deterministic_backend() -> None:
     flag = "--xla_gpu_deterministic_ops=true"
     if flag in os.environ.get("XLA_FLAGS", ""):
         return
-    from jax._src import xla_bridge
-
     if not xla_bridge.backends_are_initialized():
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
         return

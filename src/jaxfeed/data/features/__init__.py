@@ -1,16 +1,16 @@
 """Feature types: how each column is stored in Arrow and decoded to numpy."""
 
-from jaxfeed.features.array import Array2D, Array3D, Array4D, Array5D
-from jaxfeed.features.audio import Audio
-from jaxfeed.features.base import Feature, FeatureError
-from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.features import Features, infer_column, register_feature_type
-from jaxfeed.features.image import Image
-from jaxfeed.features.json import Json
-from jaxfeed.features.media import DecodeError
-from jaxfeed.features.sequence import LargeList, List, Sequence
-from jaxfeed.features.translation import Translation, TranslationVariableLanguages
-from jaxfeed.features.value import Value
+from jaxfeed.data.features.array import Array2D, Array3D, Array4D, Array5D
+from jaxfeed.data.features.audio import Audio
+from jaxfeed.data.features.base import Feature, FeatureError
+from jaxfeed.data.features.class_label import ClassLabel
+from jaxfeed.data.features.features import Features, infer_column, register_feature_type
+from jaxfeed.data.features.image import Image
+from jaxfeed.data.features.json import Json
+from jaxfeed.data.features.media import DecodeError
+from jaxfeed.data.features.sequence import LargeList, List, Sequence
+from jaxfeed.data.features.translation import Translation, TranslationVariableLanguages
+from jaxfeed.data.features.value import Value
 
 register_feature_type(Image)
 register_feature_type(Audio)

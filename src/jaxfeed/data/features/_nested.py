@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.base import bad_value, unwrap_storage
+from jaxfeed.data.features.base import bad_value, unwrap_storage
 
 
 def nested_fixed_type(value_type: pa.DataType, shape: tuple[int, ...]) -> pa.DataType:

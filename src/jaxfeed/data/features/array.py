@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features._nested import (
+from jaxfeed.data.features._nested import (
     decode_nested,
     nested_fixed_array,
     nested_fixed_type,
     shape_ok,
     to_block,
 )
-from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
-from jaxfeed.features.value import NUMERIC_DTYPES, arrow_type
+from jaxfeed.data.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
+from jaxfeed.data.features.value import NUMERIC_DTYPES, arrow_type
 
 
 @dataclass(frozen=True)

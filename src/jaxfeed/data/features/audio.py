@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.extras import require
-from jaxfeed.features.media import MediaFeature, read_source
+from jaxfeed._base.extras import require
+from jaxfeed.data.features.media import MediaFeature, read_source
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+from jaxfeed.data.features.base import Feature, bad_value, unwrap_storage
 
 
 class ClassNames(Sequence[str]):
@@ -213,8 +214,6 @@ class ClassLabel(Feature):
                 type=pa.int64(),
             )
         if pa.types.is_integer(storage.type) and len(storage):
-            import pyarrow.compute as pc
-
             top = pc.max(storage).as_py()
             if top is not None and top >= self.num_classes:
                 raise ValueError(

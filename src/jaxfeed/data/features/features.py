@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.array import ARRAY_TYPES
-from jaxfeed.features.base import Feature, FeatureError
-from jaxfeed.features.class_label import ClassLabel
-from jaxfeed.features.json import Json
-from jaxfeed.features.sequence import LargeList, List, Sequence
-from jaxfeed.features.struct import (
+from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.features.base import Feature, FeatureError
+from jaxfeed.data.features.class_label import ClassLabel
+from jaxfeed.data.features.json import Json
+from jaxfeed.data.features.sequence import LargeList, List, Sequence
+from jaxfeed.data.features.struct import (
     FeatureLike,
     encode_column,
     feature_to_dict,
     pa_type_of,
     requires_decoding,
 )
-from jaxfeed.features.translation import Translation, TranslationVariableLanguages
-from jaxfeed.features.value import Value, dtype_name
+from jaxfeed.data.features.translation import Translation, TranslationVariableLanguages
+from jaxfeed.data.features.value import Value, dtype_name
 
 METADATA_KEY = b"huggingface"  # the key `datasets` uses, so either library reads the other's files
 _MEDIA_TYPES: dict[str, type] = {}
@@ -312,8 +313,6 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
 
 
 def _pil_image_hook(value: Any) -> FeatureLike | None:
-    import sys
-
     pil = sys.modules.get("PIL.Image")
     if pil is not None and isinstance(value, pil.Image):
         return _MEDIA_TYPES["Image"]()

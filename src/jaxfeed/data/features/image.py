@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features._nested import stack_if_same
-from jaxfeed.features.media import DecodeError, MediaFeature, read_source
+from jaxfeed.data.features._nested import stack_if_same
+from jaxfeed.data.features.media import DecodeError, MediaFeature, read_source
 
 try:  # the fast JPEG decoder (a core dependency; Pillow is the fallback)
     import simplejpeg
@@ -59,7 +59,7 @@ class Image(MediaFeature):
         return f"Image({', '.join(args)})"
 
     def encode_one(self, value: Any) -> dict[str, Any]:
-        import PIL.Image
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when an image is encoded)
 
         if isinstance(value, str | os.PathLike):
             return {"bytes": None, "path": os.fspath(value)}
@@ -82,14 +82,14 @@ class Image(MediaFeature):
         return "an image (a path, bytes, a PIL image, a uint8 array or a {'bytes', 'path'} dict)"
 
     def decode_one(self, data: bytes | None, path: str | None) -> Any:
-        import PIL.Image
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when an image is decoded)
 
         source = read_source(data, path)
         image = PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
         return self._finish(image)
 
     def _finish(self, image: Any) -> Any:
-        import PIL.ImageOps
+        import PIL.ImageOps  # noqa: PLC0415 (import cost: Pillow, only when an image is decoded)
 
         image.load()
         # EXIF orientation: only formats that carry EXIF are asked (getexif costs ~5 us an image)
@@ -124,7 +124,7 @@ class Image(MediaFeature):
         """One stored image as a uint8 array; ``min_size=(h, w)`` lets a JPEG decode at the
         smallest of 1/2, 1/4, 1/8 scale that keeps both sides at least that big; ``decoder``:
         "auto" (simplejpeg for JPEG when it can, else Pillow) or "pillow"."""
-        import PIL.Image
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when an image is decoded)
 
         if stored is None:
             return None
@@ -175,7 +175,7 @@ def _sixteen_bit(image: Any) -> bool:
 def _scale_to_8_bits(image: Any) -> Any:
     """0..65535 to 0..255, rounded (``v / 257``): a 16-bit image converted to an 8-bit mode keeps
     its contrast instead of Pillow's clipping (which turned 99% of a real 16-bit PNG white)."""
-    import PIL.Image
+    import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only for a 16-bit image)
 
     values = np.asarray(image, dtype=np.uint32)
     return PIL.Image.fromarray(((values + 128) // 257).astype(np.uint8), mode="L")
@@ -201,7 +201,7 @@ def _decode_jpeg(data: bytes, mode: str | None, min_size: tuple[int, int] | None
     if colorspace not in ("Gray", "YCbCr", "RGB") or (mode == "L" and not gray):
         return None
     if b"Exif" in data[:65536]:  # honour an EXIF rotation as the Pillow path does
-        import PIL.Image
+        import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only for a JPEG with EXIF)
 
         orientation = PIL.Image.open(io.BytesIO(data)).getexif().get(0x0112)
         if orientation not in (None, 1):
@@ -233,7 +233,7 @@ def pil_to_array(image: Any) -> np.ndarray:
 
 
 def _array_to_pil(array: np.ndarray) -> Any:
-    import PIL.Image
+    import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when an array is stored)
 
     lossless_2d = (np.dtype(bool), np.dtype(np.int32), np.dtype(np.uint16), np.dtype(np.float32))
     narrower = None  # as `datasets`: int64 (H, W) pixels go to int32, integer (H, W, C) to uint8

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+from jaxfeed.data.features.base import Feature, bad_value, unwrap_storage
 
 
 def _default(value: Any) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+from jaxfeed.data.features.base import Feature, bad_value, unwrap_storage
 
 MEDIA_TYPE = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
 

@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features._nested import (
+from jaxfeed.data.features._nested import (
     decode_nested,
     decode_rows,
     list_child,
     nested_fixed_array,
     to_block,
 )
-from jaxfeed.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
-from jaxfeed.features.struct import (
+from jaxfeed.data.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
+from jaxfeed.data.features.struct import (
     FeatureLike,
     decode_numpy,
     decode_python,
@@ -30,7 +30,7 @@ from jaxfeed.features.struct import (
     pa_type_of,
     requires_decoding,
 )
-from jaxfeed.features.value import Value
+from jaxfeed.data.features.value import Value
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.base import Feature, FeatureError, bad_value, unwrap_storage
+from jaxfeed.data.features.base import Feature, FeatureError, bad_value, unwrap_storage
 
 FeatureLike = Feature | Mapping[str, Any]
 

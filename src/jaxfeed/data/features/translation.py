@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from jaxfeed.features.base import Feature, bad_value, unwrap_storage
-from jaxfeed.features.sequence import List
-from jaxfeed.features.value import Value
+from jaxfeed.data.features.base import Feature, bad_value, unwrap_storage
+from jaxfeed.data.features.sequence import List
+from jaxfeed.data.features.value import Value
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.features.base import Feature, bad_value, unwrap_storage
+from jaxfeed.data.features.base import Feature, bad_value, unwrap_storage
 
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16", "boolean": "bool"}
 NUMERIC_DTYPES = (

@@ -1,7 +1,7 @@
 """Read Parquet, CSV, JSON Lines and Arrow files as a sequence of record batches of bounded size.
 
-Both the out-of-core cache (:mod:`jaxfeed.io.cache`) and streaming (:mod:`jaxfeed.iterable`) read
-files through here, locally or through fsspec (:mod:`jaxfeed.remote`), so neither ever holds a
+Both the out-of-core cache (:mod:`jaxfeed.data.formats.cache`) and streaming (:mod:`jaxfeed.data.iterable`) read
+files through here, locally or through fsspec (:mod:`jaxfeed._base.remote`), so neither ever holds a
 whole file. Parquet is read row group by row group with a small read buffer (``pre_buffer=False``:
 measured +53 MB peak for a 205 MB file instead of +517 MB for ``read_table``); remote Parquet
 fetches only the footer and the column chunks of the row groups asked for.
@@ -26,9 +26,9 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from jaxfeed import remote
-from jaxfeed.io.files import check_batch, file_format, read_table
-from jaxfeed.io.validate import DepthCheckedStream
+from jaxfeed._base import remote
+from jaxfeed.data.formats.files import check_batch, file_format, read_table
+from jaxfeed.data.formats.validate import DepthCheckedStream
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
 READ_BUFFER = 1 << 20  # Parquet read buffer (pre_buffer=False)

@@ -37,7 +37,7 @@ Built-in and folder datasets are written the same way through :func:`cached_data
 what they are made from (every file's path, size and modification time, and the options).
 
 Both return a :class:`CachedTable` (the memory-mapped table, its features and the entry's files),
-never a Dataset: this module sits below :mod:`jaxfeed.dataset`, whose ``Dataset._from_cached``
+never a Dataset: this module sits below :mod:`jaxfeed.data.dataset`, whose ``Dataset._from_cached``
 wraps it.
 """
 
@@ -58,14 +58,15 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from jaxfeed import ops, remote
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.files import FolderLock, atomic_write, is_locked
-from jaxfeed.io.batches import file_batches
-from jaxfeed.io.files import file_format, read_table, source_identity
-from jaxfeed.io.validate import check_arrow_data, check_table
-from jaxfeed.settings import progress
+from jaxfeed._base import remote
+from jaxfeed._base.files import FolderLock, atomic_write, is_locked
+from jaxfeed._base.settings import progress
+from jaxfeed.data import ops
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
+from jaxfeed.data.formats.batches import file_batches
+from jaxfeed.data.formats.files import file_format, read_table, source_identity
+from jaxfeed.data.formats.validate import check_arrow_data, check_table
 
 CACHE_ENV = "JAXFEED_CACHE"
 MAX_GB_ENV = "JAXFEED_CACHE_MAX_GB"

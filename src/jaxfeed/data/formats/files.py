@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
 
-from jaxfeed import remote
-from jaxfeed.features import Features
-from jaxfeed.features.features import METADATA_KEY
-from jaxfeed.files import file_sha256
-from jaxfeed.io.validate import check_arrow_data, check_json_depth, check_table
+from jaxfeed._base import remote
+from jaxfeed._base.files import file_sha256
+from jaxfeed.data.features import Features
+from jaxfeed.data.features.features import METADATA_KEY
+from jaxfeed.data.formats.validate import check_arrow_data, check_json_depth, check_table
 
 FORMATS = {
     ".parquet": "parquet",
@@ -44,7 +47,7 @@ def file_format(path: str | Path) -> str | None:
 
 def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
     """One file as an Arrow table; raises ``ValueError`` naming the file when it cannot be read,
-    and :class:`~jaxfeed.io.validate.FeatureMismatchError` when features stored in its metadata
+    and :class:`~jaxfeed.data.formats.validate.FeatureMismatchError` when features stored in its metadata
     contradict its data."""
     table = _read_table(Path(path), fmt)
     names = table.column_names
@@ -97,12 +100,8 @@ def _read_table(path: Path, fmt: str | None) -> pa.Table:
         raise FileNotFoundError(f"no such data file: {path}")
     try:
         if fmt == "parquet":
-            import pyarrow.parquet as pq
-
             return pq.read_table(path, memory_map=True)
         if fmt == "csv":
-            import pyarrow.csv as pcsv
-
             delimiter = "\t" if ".tsv" in path.name.lower() else ","
             table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
             check_arrow_data(table, str(path))
@@ -142,8 +141,6 @@ def _read_json(path: Path) -> pa.Table:
             field = next((k for k, v in data.items() if isinstance(v, list)), None)
             if field is not None and all(isinstance(v, list) for v in data.values()):
                 return pa.table(data)  # {"col": [...], ...}
-    import pyarrow.json as pjson
-
     check_json_depth(path.read_bytes(), str(path))  # before Arrow's parser recurses into it
     table = pjson.read_json(path)
     check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings

@@ -16,7 +16,7 @@ are saved with the file's bytes, as `datasets` does, so the folder is self-conta
 Reading (``load_from_disk``) reads only files inside the folder; features are checked against the
 data; the sizes recorded at save time are checked, and with ``verify=True`` the SHA-256 of every
 file too. This module sits below ``dataset.py``: it writes through a dataset's internal interface
-and reads folders into tables (:func:`read_split`), which ``jaxfeed.dataset.load_from_disk`` wraps.
+and reads folders into tables (:func:`read_split`), which ``jaxfeed.data.dataset.load_from_disk`` wraps.
 """
 
 from __future__ import annotations
@@ -33,20 +33,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from jaxfeed import remote
-from jaxfeed.core import conform_table
-from jaxfeed.features import Features
-from jaxfeed.features.base import unwrap_storage
-from jaxfeed.features.media import MediaFeature, embed_files
-from jaxfeed.files import (
+from jaxfeed._base import remote
+from jaxfeed._base.files import (
     ChecksumError,
     UnsafePathError,
     check_inside,
     file_sha256,
     resolve_inside,
 )
-from jaxfeed.io.cache import fetch_folder
-from jaxfeed.io.validate import (
+from jaxfeed._base.settings import progress
+from jaxfeed.data.core import conform_table
+from jaxfeed.data.features import Features
+from jaxfeed.data.features.base import unwrap_storage
+from jaxfeed.data.features.media import MediaFeature, embed_files
+from jaxfeed.data.formats.cache import fetch_folder
+from jaxfeed.data.formats.validate import (
     FeatureMismatchError,
     check_arrow_data,
     check_json_depth,
@@ -55,12 +56,11 @@ from jaxfeed.io.validate import (
     holds_media,
     short,
 )
-from jaxfeed.settings import progress
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from jaxfeed.core import DatasetCore as Dataset  # any dataset
+    from jaxfeed.data.core import DatasetCore as Dataset  # any dataset
 
     DatasetDict = Mapping[str, Dataset]
 
@@ -300,7 +300,7 @@ def _save_remote(write: Any, url: str, storage_options: dict | None) -> None:
 
 
 # Reading: the folders written above (or by `datasets`), as tables. ``load_from_disk`` (in
-# jaxfeed.dataset) wraps each split as a Dataset and gives it back its state (restore_state).
+# jaxfeed.data.dataset) wraps each split as a Dataset and gives it back its state (restore_state).
 # Only files inside the folder are read; features are checked against the data; the sizes
 # recorded at save time are checked, and with ``verify=True`` the SHA-256 of every file too.
 

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
 
-from jaxfeed.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
-from jaxfeed.core import DatasetCore as Dataset  # any dataset
-from jaxfeed.extras import require
-from jaxfeed.features import Features
-from jaxfeed.settings import progress
+from jaxfeed._base.extras import require
+from jaxfeed._base.settings import progress
+from jaxfeed.data.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
+from jaxfeed.data.core import DatasetCore as Dataset  # any dataset
+from jaxfeed.data.features import Features
 
 
 def _to_pandas(table: pa.Table, json_columns: Sequence[str] = ()) -> Any:
@@ -118,8 +120,6 @@ def to_parquet(
     batch_size: int | None = None,
     **parquet_writer_kwargs: Any,
 ) -> int:
-    import pyarrow.parquet as pq  # lazy: only Parquet users pay for importing it
-
     schema = ds.features.arrow_schema
     sink = io.BytesIO()
     with (
@@ -148,8 +148,6 @@ def read_parquet(
     path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
     columns: Sequence[str] | None = None,
 ) -> pa.Table:
-    import pyarrow.parquet as pq  # lazy: only Parquet users pay for importing it
-
     tables = []
     for path in paths(path_or_paths):
         try:
@@ -188,8 +186,6 @@ def read_json(
     path_or_paths: str | os.PathLike | Sequence[str | os.PathLike], field: str | None = None
 ) -> pa.Table:
     """JSON Lines, or one JSON document (a list of rows, a dict of columns, or ``field`` of it)."""
-    import pyarrow.json as pjson
-
     tables = []
     for path in paths(path_or_paths):
         table = None

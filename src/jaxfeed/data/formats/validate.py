@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.features import ClassLabel, Features, Sequence, Value
-from jaxfeed.features.array import ARRAY_TYPES
-from jaxfeed.features.base import unwrap_storage
-from jaxfeed.features.media import MediaFeature
-from jaxfeed.files import UnsafePathError
+from jaxfeed._base.files import UnsafePathError
+from jaxfeed.data.features import ClassLabel, Features, Sequence, Value
+from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.features.base import unwrap_storage
+from jaxfeed.data.features.media import MediaFeature
 
 Rows = Callable[[int], int]
 
@@ -48,7 +48,7 @@ def check_table(table: pa.Table, features: Features, source: str) -> None:
     >>> check_table(pa.table({"y": [0, 7]}), Features({"y": ClassLabel(names=["a", "b"])}), "t")
     Traceback (most recent call last):
     ...
-    jaxfeed.io.validate.FeatureMismatchError: t: column 'y', row 1: class id 7 outside [-1, 2) ...
+    jaxfeed.data.formats.validate.FeatureMismatchError: t: column 'y', row 1: class id 7 outside [-1, 2) ...
     """
     names = set(table.column_names)
     missing = [name for name in features if name not in names]
@@ -367,7 +367,7 @@ def confine_media_paths(
 ) -> pa.Table:
     """Image and Audio cells stored as a path only (no bytes) in a file: resolve relative paths
     against ``root`` (the dataset's own folder, or a ``data_dir=`` the user gave) and refuse, with
-    :class:`~jaxfeed.files.UnsafePathError` naming the file, column and row, a path that leads
+    :class:`~jaxfeed._base.files.UnsafePathError` naming the file, column and row, a path that leads
     outside it (absolute, ``..``, a sibling such as ``/d/ds-evil`` of ``/d/ds``, a symlink out, a
     URL). Returns the table with relative paths made absolute; cells holding bytes are decoded
     from their bytes and never read from their path. With ``root`` None every path-only cell is
@@ -375,7 +375,7 @@ def confine_media_paths(
 
     >>> import tempfile, os, pyarrow as pa
     >>> from jaxfeed import Features, Image
-    >>> from jaxfeed.features.media import MEDIA_TYPE
+    >>> from jaxfeed.data.features.media import MEDIA_TYPE
     >>> root = tempfile.mkdtemp()
     >>> cells = pa.array([{"bytes": None, "path": "a.png"}], MEDIA_TYPE)
     >>> out = confine_media_paths(pa.table({"i": cells}), Features({"i": Image()}), root, "t")
@@ -385,7 +385,7 @@ def confine_media_paths(
     >>> confine_media_paths(pa.table({"i": cells}), Features({"i": Image()}), root, "t")
     Traceback (most recent call last):
     ...
-    jaxfeed.files.UnsafePathError: t: column 'i', row 0: image path '../x.png' points outside ...
+    jaxfeed._base.files.UnsafePathError: t: column 'i', row 0: image path '../x.png' points outside ...
     """
     columns = {}
     for name, feature in features.items():

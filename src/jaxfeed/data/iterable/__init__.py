@@ -11,25 +11,25 @@ files or row groups. When there are fewer units than processes, every process re
 and keeps every ``world_size``-th row (as `datasets` does).
 
 >>> from jaxfeed import Dataset
->>> from jaxfeed.iterable import IterableDataset
+>>> from jaxfeed.data.iterable import IterableDataset
 >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": list(range(6))}))
 >>> [r["x"] for r in ids.shuffle(seed=0, buffer_size=2).take(3)]
 [4, 1, 2]
 >>> [b["x"].tolist() for b in ids.with_format("numpy").iter(batch_size=4)]
 [[0, 1, 2, 3], [4, 5]]
 
-The package: :mod:`~jaxfeed.iterable.sources` (units and reading them),
-:mod:`~jaxfeed.iterable.steps` (the ``_Step`` / stage pairs) and :mod:`~jaxfeed.iterable.dataset`
+The package: :mod:`~jaxfeed.data.iterable.sources` (units and reading them),
+:mod:`~jaxfeed.data.iterable.steps` (the ``_Step`` / stage pairs) and :mod:`~jaxfeed.data.iterable.dataset`
 (``IterableDataset``, one pass, its saved state, ``split_dataset_by_node``). Tests that patch a
-reading constant patch it in ``jaxfeed.iterable.sources``, where it is looked up.
+reading constant patch it in ``jaxfeed.data.iterable.sources``, where it is looked up.
 """
 
-from jaxfeed.iterable.dataset import IterableDataset as IterableDataset
-from jaxfeed.iterable.dataset import IterableDatasetDict as IterableDatasetDict
-from jaxfeed.iterable.dataset import Stream as Stream
-from jaxfeed.iterable.dataset import decode_state as decode_state
-from jaxfeed.iterable.dataset import encode_state as encode_state
-from jaxfeed.iterable.dataset import split_dataset_by_node as split_dataset_by_node
-from jaxfeed.iterable.sources import Lookahead as Lookahead
-from jaxfeed.iterable.sources import Source as Source
-from jaxfeed.iterable.sources import Unit as Unit
+from jaxfeed.data.iterable.dataset import IterableDataset as IterableDataset
+from jaxfeed.data.iterable.dataset import IterableDatasetDict as IterableDatasetDict
+from jaxfeed.data.iterable.dataset import Stream as Stream
+from jaxfeed.data.iterable.dataset import decode_state as decode_state
+from jaxfeed.data.iterable.dataset import encode_state as encode_state
+from jaxfeed.data.iterable.dataset import split_dataset_by_node as split_dataset_by_node
+from jaxfeed.data.iterable.sources import Lookahead as Lookahead
+from jaxfeed.data.iterable.sources import Source as Source
+from jaxfeed.data.iterable.sources import Unit as Unit

@@ -14,16 +14,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed import ops
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.features.sequence import List
-from jaxfeed.formatting import make_formatter
-from jaxfeed.io.batches import file_schema
-from jaxfeed.io.files import file_format
-from jaxfeed.io.validate import media_root, short
-from jaxfeed.iterable.sources import READ_ROWS, Lookahead, Source, Unit, _SourceStage
-from jaxfeed.iterable.steps import (
+from jaxfeed.data import ops
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
+from jaxfeed.data.features.sequence import List
+from jaxfeed.data.formats.batches import file_schema
+from jaxfeed.data.formats.files import file_format
+from jaxfeed.data.formats.validate import media_root, short
+from jaxfeed.data.formatting import make_formatter
+from jaxfeed.data.iterable.sources import READ_ROWS, Lookahead, Source, Unit, _SourceStage
+from jaxfeed.data.iterable.steps import (
     _Apply,
     _Batch,
     _BatchBy,
@@ -152,7 +152,7 @@ class IterableDataset:
         :func:`split_dataset_by_node` can give processes disjoint row groups of one file.
         Image/Audio cells stored as a path only are read from inside ``data_dir`` (default: the
         folder holding every local file) and refused elsewhere
-        (:func:`~jaxfeed.io.validate.confine_media_paths`).
+        (:func:`~jaxfeed.data.formats.validate.confine_media_paths`).
         """
         files = [str(f) for f in files]
         features = None if features is None else Features(features)
@@ -287,7 +287,7 @@ class IterableDataset:
         as rows are read; the function sees the dataset's format (numpy: vectorised).
 
         >>> from jaxfeed import Dataset
-        >>> from jaxfeed.iterable import IterableDataset
+        >>> from jaxfeed.data.iterable import IterableDataset
         >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3]}))
         >>> [r["y"] for r in ids.map(lambda b: {"y": [v * 10 for v in b["x"]]}, batched=True)]
         [10, 20, 30]
@@ -418,7 +418,7 @@ class IterableDataset:
         ``by_column``) of a run of successive rows with the same value(s) in those columns.
 
         >>> from jaxfeed import Dataset
-        >>> from jaxfeed.iterable import IterableDataset
+        >>> from jaxfeed.data.iterable import IterableDataset
         >>> ids = IterableDataset.from_dataset(Dataset.from_dict({"x": [1, 2, 3], "k": [0, 0, 1]}))
         >>> list(ids.batch(2))
         [{'x': [1, 2], 'k': [0, 0]}, {'x': [3], 'k': [1]}]

@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jaxfeed import ops
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.features.features import METADATA_KEY
-from jaxfeed.io.batches import file_batches, parquet_file
-from jaxfeed.io.files import file_format, source_identity
-from jaxfeed.io.validate import confine_media_paths, holds_media
+from jaxfeed.data import ops
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
+from jaxfeed.data.features.features import METADATA_KEY
+from jaxfeed.data.formats.batches import file_batches, parquet_file
+from jaxfeed.data.formats.files import file_format, source_identity
+from jaxfeed.data.formats.validate import confine_media_paths, holds_media
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
 READ_AHEAD_UNITS = 2  # Parquet units (row groups, files) decoding in threads ahead of the stream
@@ -275,7 +275,7 @@ class Lookahead:
     pass), and the units of it already decoding, handed from one pass to the next. ``close()``
     stops the pool.
 
-    >>> from jaxfeed.iterable import Lookahead, Unit
+    >>> from jaxfeed.data.iterable import Lookahead, Unit
     >>> lookahead, units = Lookahead(), [Unit(path="a.parquet", row_groups=(0,))]
     >>> lookahead.hand_over(units, {0: lookahead.pool().submit(sum, [1, 2])})
     >>> [f.result() for f in lookahead.adopt(units, 0).values()]  # the pass it was started for

@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed import ops
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.features.sequence import List
-from jaxfeed.iterable.sources import _seed
+from jaxfeed.data import ops
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
+from jaxfeed.data.features.sequence import List
+from jaxfeed.data.iterable.sources import _seed
 
 
 class _Pending:

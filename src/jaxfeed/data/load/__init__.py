@@ -1,50 +1,15 @@
-"""Getting data in: files, folders, the Hub and built-in datasets.
+"""Getting data in, above :class:`~jaxfeed.Dataset`: ``load_dataset`` over files, folders
+(imagefolder, audiofolder, the Hub layout) and built-in datasets (``load``, ``folder``, ``hub``,
+``builtin``). They read through :mod:`jaxfeed.data.formats`, whose readers return tables, and wrap
+the result as datasets.
 
-The package holds readers and writers below :class:`~jaxfeed.Dataset`, which return tables and
-never build a dataset (``files``, ``batches``, ``validate``, ``cache``), and loaders above it that
-build datasets (``load``, ``folder``, ``builtin``, ``hub``). Its public names are imported on first
-use (PEP 562), so importing a reader does not pull in the loaders. ``Dataset`` reads files into
-the cache and folders written by ``save_to_disk`` itself (through ``cache`` and
-:mod:`jaxfeed.saved`): nothing here needs importing first.
+>>> from jaxfeed.data.load import get_dataset_split_names
+>>> get_dataset_split_names("digits")
+['train', 'test']
 """
 
-from __future__ import annotations
+from jaxfeed.data.load.load import get_dataset_config_names as get_dataset_config_names
+from jaxfeed.data.load.load import get_dataset_split_names as get_dataset_split_names
+from jaxfeed.data.load.load import load_dataset as load_dataset
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-_EXPORTS = {
-    "Dataset": "jaxfeed.dataset",
-    "DatasetDict": "jaxfeed.dataset",
-    "get_dataset_config_names": "jaxfeed.io.load",
-    "get_dataset_split_names": "jaxfeed.io.load",
-    "load_dataset": "jaxfeed.io.load",
-    "load_from_disk": "jaxfeed.dataset",
-}
-
-if TYPE_CHECKING:
-    from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
-    from jaxfeed.io.load import get_dataset_config_names, get_dataset_split_names, load_dataset
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jaxfeed.io' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
-
-__all__ = [
-    "Dataset",
-    "DatasetDict",
-    "get_dataset_config_names",
-    "get_dataset_split_names",
-    "load_dataset",
-    "load_from_disk",
-]
+__all__ = ["get_dataset_config_names", "get_dataset_split_names", "load_dataset"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -14,9 +15,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.features import Array2D, Array3D, ClassLabel, Features, Image
-from jaxfeed.io.cache import cached_dataset, source_identity
+from jaxfeed.data.dataset import Dataset, DatasetDict
+from jaxfeed.data.features import Array2D, Array3D, ClassLabel, Features, Image
+from jaxfeed.data.formats.cache import cached_dataset, source_identity
 
 BUILTIN = ("digits", "mnist", "fashion_mnist", "cifar10")
 BUILTIN_VERSION = 1  # bump when the conversion of a built-in dataset changes
@@ -50,7 +51,7 @@ def load_builtin(
 
     ``mnist``, ``fashion_mnist`` and ``cifar10`` are converted from their files in ``data_dir``
     once, a block of rows at a time, into memory-mapped Arrow files under the cache folder (see
-    :func:`jaxfeed.io.cache.cached_dataset`), keyed by the files' paths, sizes and modification
+    :func:`jaxfeed.data.formats.cache.cached_dataset`), keyed by the files' paths, sizes and modification
     times; ``keep_in_memory=True`` builds them in RAM instead. ``digits`` (39 KB, bundled) is
     always built in RAM: a cache would cost a disk write and save nothing.
     """
@@ -95,8 +96,6 @@ DIGITS_FILE = Path(__file__).parent / "data" / "digits.u8.xz"  # licence: data/D
 
 def _bundled_digits() -> tuple[np.ndarray, np.ndarray]:
     """``(images (1797, 8, 8) in 0..16, labels)`` from the bundled file."""
-    import lzma
-
     try:
         table = np.frombuffer(lzma.decompress(DIGITS_FILE.read_bytes()), dtype=np.uint8)
     except (OSError, lzma.LZMAError) as err:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
 import stat
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,11 +29,11 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
-from jaxfeed.dataset import Dataset
-from jaxfeed.features import Audio, ClassLabel, Features, Image
-from jaxfeed.files import check_inside, resolve_inside
-from jaxfeed.io.cache import cached_dataset
-from jaxfeed.io.validate import check_json_depth
+from jaxfeed._base.files import check_inside, resolve_inside
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Audio, ClassLabel, Features, Image
+from jaxfeed.data.formats.cache import cached_dataset
+from jaxfeed.data.formats.validate import check_json_depth
 
 IMAGE_EXTENSIONS = {
     ".png",
@@ -82,7 +84,7 @@ def load_folder(
     """Build the splits of a media folder as ``{split: Dataset}``.
 
     Each split is written once, ``BATCH_ROWS`` rows at a time, into a memory-mapped Arrow file
-    under the cache folder (as :func:`jaxfeed.io.cache.load_cached` does for data files), keyed by
+    under the cache folder (as :func:`jaxfeed.data.formats.cache.load_cached` does for data files), keyed by
     every media file's path, size and modification time, the metadata file's, the labels and
     ``features``: peak memory does not grow with the number of files, a second load maps the
     cache after one walk over the folder, and a file added, changed or removed builds a new one.
@@ -241,10 +243,7 @@ def _image_feature(folder: Path, extensions: set[str], root: Path) -> Image:
     """``Image()``, or ``Image(mode="RGB" | "L")`` when the first images (their headers only)
     mix modes: every image then decodes in the widest mode, so that a batch stacks into one
     array; said once, as a warning."""
-    import itertools
-    import warnings
-
-    import PIL.Image  # Pillow decodes the images: it is a core dependency
+    import PIL.Image  # noqa: PLC0415 (import cost: Pillow, a core dependency; image folders only)
 
     modes: dict[str, str] = {}
     for media in itertools.islice(_walk(folder, extensions, root), MODE_SAMPLE):

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from jaxfeed.extras import require
-from jaxfeed.files import UnsafePathError, check_inside, resolve_inside
-from jaxfeed.io.validate import short
+from jaxfeed._base.extras import require
+from jaxfeed._base.files import UnsafePathError, check_inside, resolve_inside
+from jaxfeed.data.formats.validate import short
 
 PATTERNS = [
     "*.parquet",
@@ -54,7 +54,7 @@ def download(
 ) -> Path:
     """The local folder holding ``repo_id``'s data files (downloaded, or from the cache offline)."""
     huggingface_hub = require("huggingface_hub", "hub", "loading a Hub dataset")
-    from huggingface_hub import constants, errors
+    from huggingface_hub import constants, errors  # noqa: PLC0415 (optional: the hub extra)
 
     kwargs = dict(
         repo_id=repo_id,

@@ -11,26 +11,27 @@ from typing import Any
 
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict, load_from_disk
-from jaxfeed.features import Features
-from jaxfeed.files import check_inside
-from jaxfeed.io.batches import file_batches
-from jaxfeed.io.builtin import BUILTIN, load_builtin
-from jaxfeed.io.cache import load_cached, needs_conversion
-from jaxfeed.io.files import file_format, read_tables
-from jaxfeed.io.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, SPLIT_NAMES, load_folder
-from jaxfeed.io.hub import (
+from jaxfeed._base.files import check_inside
+from jaxfeed._base.remote import expand, filesystem, is_remote, with_hub_token
+from jaxfeed._base.remote import info as remote_info
+from jaxfeed.data.dataset import Dataset, DatasetDict, load_from_disk
+from jaxfeed.data.features import Features
+from jaxfeed.data.formats.batches import file_batches
+from jaxfeed.data.formats.cache import load_cached, needs_conversion
+from jaxfeed.data.formats.files import file_format, read_tables
+from jaxfeed.data.formats.validate import confine_media_paths, holds_media, media_root
+from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.data.load.builtin import BUILTIN, load_builtin
+from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, SPLIT_NAMES, load_folder
+from jaxfeed.data.load.hub import (
+    DatasetNotCachedError,
     choose_config,
     download,
     expand_inside,
     looks_like_repo_id,
     readme_configs,
 )
-from jaxfeed.io.validate import confine_media_paths, holds_media, media_root
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict
-from jaxfeed.ops import concatenate_datasets
-from jaxfeed.remote import expand, filesystem, is_remote, with_hub_token
-from jaxfeed.remote import info as remote_info
+from jaxfeed.data.ops import concatenate_datasets
 
 PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
@@ -67,7 +68,7 @@ def load_dataset(
     files reuse it (a file added, changed or removed makes a new one). Local Arrow files are
     memory-mapped in place. ``keep_in_memory=True`` builds the dataset in RAM instead. Paths
     may be URLs (``s3://``, ``gs://``, ``hf://``, ``https://``) with ``storage_options=`` for
-    fsspec (see :mod:`jaxfeed.remote`). The cache is keyed by each file's size and modification
+    fsspec (see :mod:`jaxfeed._base.remote`). The cache is keyed by each file's size and modification
     time; ``verification_mode="all_checks"`` keys it by the SHA-256 of the files' bytes (read once
     per load), for files rewritten with the same size and their modification time restored.
 
@@ -166,7 +167,7 @@ def _load_files(
 
 def _media_root(path: str, files: Mapping[str, list[str]], data_dir: str | None) -> str | None:
     """The folder path-only Image/Audio cells of these files may name (see
-    :func:`~jaxfeed.io.validate.confine_media_paths`): ``data_dir`` given with a format, the
+    :func:`~jaxfeed.data.formats.validate.confine_media_paths`): ``data_dir`` given with a format, the
     dataset's folder (a local folder, a Hub snapshot), else the folder holding every data file."""
     every = [f for v in files.values() for f in v]
     if path in PACKAGED:
@@ -294,11 +295,7 @@ def _resolve_files(
         return {"train": [str(local)]}, file_format(local)
     if local.is_dir():
         return _local_folder(local, name, data_files, data_dir)
-    from jaxfeed.io.hub import download, looks_like_repo_id
-
     if looks_like_repo_id(path):
-        from jaxfeed.io.hub import DatasetNotCachedError
-
         try:
             folder = download(path, revision, cache_dir, token)
         except DatasetNotCachedError as err:

@@ -1,11 +1,11 @@
-"""Helpers shared by several parts of :mod:`jaxfeed.ops`: column-argument checks."""
+"""Helpers shared by several parts of :mod:`jaxfeed.data.ops`: column-argument checks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jaxfeed.core import DatasetCore
+from jaxfeed.data.core import DatasetCore
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

@@ -2,7 +2,7 @@
 
 ``filter`` only builds an index mapping; reads through it gather rows in bulk. ``map`` writes its
 output record batch by record batch, to an Arrow file next to a disk-backed dataset or in memory
-otherwise. Both hand ``num_proc > 1`` to :mod:`jaxfeed.parallel`.
+otherwise. Both hand ``num_proc > 1`` to :mod:`jaxfeed.data.ops.parallel`.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import FeatureError, Features, Json, LargeList, List, Value
-from jaxfeed.features.array import ArrayXD as FixedArray
-from jaxfeed.features.features import infer_column
-from jaxfeed.features.sequence import Sequence as SequenceFeature
-from jaxfeed.features.struct import FeatureLike, encode_column, pa_type_of
-from jaxfeed.ops._common import _column_list
-from jaxfeed.ops.columns import remove_columns as remove_columns_  # map's argument shadows it
-from jaxfeed.parallel import check_num_proc, parallel_filter, parallel_map
-from jaxfeed.settings import progress
+from jaxfeed._base.settings import progress
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import FeatureError, Features, Json, LargeList, List, Value
+from jaxfeed.data.features.array import ArrayXD as FixedArray
+from jaxfeed.data.features.features import infer_column
+from jaxfeed.data.features.sequence import Sequence as SequenceFeature
+from jaxfeed.data.features.struct import FeatureLike, encode_column, pa_type_of
+from jaxfeed.data.ops._common import _column_list
+from jaxfeed.data.ops.columns import remove_columns as remove_columns_  # map's argument shadows it
+from jaxfeed.data.ops.parallel import check_num_proc, parallel_filter, parallel_map
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

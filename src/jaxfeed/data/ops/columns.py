@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import ClassLabel, FeatureError, Features, Value
-from jaxfeed.features.features import infer_column
-from jaxfeed.features.media import MediaFeature
-from jaxfeed.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
-from jaxfeed.features.value import check_float_overflow
-from jaxfeed.ops._common import _column_list
-from jaxfeed.ops.rows import select
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import ClassLabel, FeatureError, Features, Value
+from jaxfeed.data.features.features import infer_column
+from jaxfeed.data.features.media import MediaFeature
+from jaxfeed.data.features.struct import FeatureLike, decode_python, encode_column, pa_type_of
+from jaxfeed.data.features.value import check_float_overflow
+from jaxfeed.data.ops._common import _column_list
+from jaxfeed.data.ops.rows import select
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

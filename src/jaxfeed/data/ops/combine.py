@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features, Value
-from jaxfeed.features.struct import FeatureLike
-from jaxfeed.ops.rows import select
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features, Value
+from jaxfeed.data.features.struct import FeatureLike
+from jaxfeed.data.ops.rows import select
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

@@ -27,9 +27,9 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features
-from jaxfeed.spawn import Spawned
+from jaxfeed._base.spawn import Spawned
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features
 
 PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
 
@@ -93,7 +93,7 @@ def _ranked(function: Callable, rank: int) -> Callable:
 def _work(payload: bytes) -> tuple:
     """Run one shard (in the worker). Returns ``("ok", result)`` or ``("error", ...)``.
 
-    ``kwargs["run"]`` is the function that maps or filters one dataset (``jaxfeed.ops.map`` /
+    ``kwargs["run"]`` is the function that maps or filters one dataset (``jaxfeed.data.ops.map`` /
     ``filter``, which call this module: passed in, so this module needs nothing above it)."""
     kind, table, features, fmt, offset, kwargs, out_file = cloudpickle.loads(payload)
     run = kwargs.pop("run")

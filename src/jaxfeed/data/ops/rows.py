@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import Features, List
-from jaxfeed.ops._common import _column_list
-from jaxfeed.reader import normalize_rows
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import Features, List
+from jaxfeed.data.ops._common import _column_list
+from jaxfeed.data.reader import normalize_rows
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

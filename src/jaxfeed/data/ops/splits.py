@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jaxfeed.core import DatasetCore
-from jaxfeed.features import ClassLabel
-from jaxfeed.ops.rows import _seed, select
+from jaxfeed.data.core import DatasetCore
+from jaxfeed.data.features import ClassLabel
+from jaxfeed.data.ops.rows import _seed, select
 
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class

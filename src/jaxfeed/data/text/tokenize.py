@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jaxfeed.dataset import Dataset, DatasetDict
-from jaxfeed.features import Features, List, Value
-from jaxfeed.iterable import IterableDataset, IterableDatasetDict
-from jaxfeed.text.tokenizer import check_texts, tokenizers_module
+from jaxfeed.data.dataset import Dataset, DatasetDict
+from jaxfeed.data.features import Features, List, Value
+from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
+from jaxfeed.data.text.tokenizer import check_texts, tokenizers_module
 
 
 class _Encode:

@@ -7,8 +7,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from jaxfeed import remote
-from jaxfeed.extras import require
+from jaxfeed._base import remote
+from jaxfeed._base.extras import require
 
 KINDS = ("bpe", "wordpiece", "unigram")
 _BATCH = 1000
@@ -149,7 +149,14 @@ def train_tokenizer(
     ('<eos>', 0)
     """
     tokenizers = tokenizers_module()
-    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (  # noqa: PLC0415 (optional: the text extra)
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     if kind not in KINDS:
         raise ValueError(f"train_tokenizer: kind must be one of {KINDS}, got {kind!r}")

@@ -9,7 +9,7 @@ numpy columns with the same code in every mode, so results do not depend on wher
 2. ``row_transform(row)`` or ``row_transform(row, rng)`` runs on every row, ``rng`` seeded by
    ``(seed, epoch, position of the row in the epoch)``;
 3. rows are collated (stacked when they share shape and dtype), then the recipe's ``collate``
-   (:mod:`jaxfeed.padding` or :mod:`jaxfeed.packing`) pads or packs variable-length columns;
+   (:mod:`jaxfeed.loading.padding` or :mod:`jaxfeed.loading.packing`) pads or packs variable-length columns;
 4. ``transform(batch)`` or ``transform(batch, rng)`` runs on the batch, ``rng`` seeded by
    ``(seed, epoch, step)``.
 
@@ -30,15 +30,15 @@ starts the workers once the first batch is out; from the first ready worker on, 
 everything. The end of the first epoch waits for every worker, so a worker that cannot start is
 still an error of that epoch.
 
-The parts: :mod:`jaxfeed.workers.build` (jobs, recipes, building a batch),
-:mod:`jaxfeed.workers.shm` (shared-memory room, segments and slots) and
-:mod:`jaxfeed.workers.backends` (the three backends and the worker processes' main function);
-starting a process is :mod:`jaxfeed.spawn`'s, calling a user's function with a generator
-:mod:`jaxfeed.calls`'. This package re-exports the names other modules import from it.
+The parts: :mod:`jaxfeed.loading.workers.build` (jobs, recipes, building a batch),
+:mod:`jaxfeed.loading.workers.shm` (shared-memory room, segments and slots) and
+:mod:`jaxfeed.loading.workers.backends` (the three backends and the worker processes' main function);
+starting a process is :mod:`jaxfeed._base.spawn`'s, calling a user's function with a generator
+:mod:`jaxfeed._base.calls`'. This package re-exports the names other modules import from it.
 """
 
-from jaxfeed.calls import takes_rng
-from jaxfeed.spawn import (
+from jaxfeed._base.calls import takes_rng
+from jaxfeed._base.spawn import (
     NO_MAIN_GUARD_EXIT,
     Cancelled,
     MainGuardError,
@@ -47,20 +47,15 @@ from jaxfeed.spawn import (
     in_spawn_bootstrap,
     main_guard_message,
 )
-from jaxfeed.workers.backends import (
+from jaxfeed.loading.workers.backends import (
     SPAWN_DELAY,
     InlineBackend,
     ProcessBackend,
     ThreadBackend,
     worker_main,
 )
-from jaxfeed.workers.build import (
-    Job,
-    Recipe,
-    build,
-    build_plan,
-)
-from jaxfeed.workers.shm import (
+from jaxfeed.loading.workers.build import Job, Recipe, build, build_plan
+from jaxfeed.loading.workers.shm import (
     JOBS_PER_WORKER,
     SHM_DIR,
     SHM_LIMIT_ENV,

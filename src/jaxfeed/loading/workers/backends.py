@@ -1,9 +1,10 @@
 """Where batches are built: :class:`InlineBackend` (when collected), :class:`ThreadBackend` (a
 thread pool) and :class:`ProcessBackend` (spawned worker processes, batches handed over in shared
-memory), with :func:`worker_main`, the worker processes' side (see :mod:`jaxfeed.workers`)."""
+memory), with :func:`worker_main`, the worker processes' side (see :mod:`jaxfeed.loading.workers`)."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import mmap
 import multiprocessing
@@ -22,9 +23,15 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from jaxfeed.spawn import NO_MAIN_GUARD_EXIT, Cancelled, Spawned, WorkerError, in_spawn_bootstrap
-from jaxfeed.workers.build import Job, Recipe, _materialize, _note, build, build_plan
-from jaxfeed.workers.shm import (
+from jaxfeed._base.spawn import (
+    NO_MAIN_GUARD_EXIT,
+    Cancelled,
+    Spawned,
+    WorkerError,
+    in_spawn_bootstrap,
+)
+from jaxfeed.loading.workers.build import Job, Recipe, _materialize, _note, build, build_plan
+from jaxfeed.loading.workers.shm import (
     JOBS_PER_WORKER,
     _attach,
     _check_room,
@@ -76,8 +83,6 @@ class ThreadBackend:
     """Builds batches in a pool of threads (useful when decoders release the GIL)."""
 
     def __init__(self, recipe: Recipe, num_workers: int) -> None:
-        import concurrent.futures as cf
-
         self.recipe = recipe
         self.pool = cf.ThreadPoolExecutor(num_workers, thread_name_prefix="jaxfeed-worker")
         self.capacity = 2 * num_workers
@@ -91,8 +96,6 @@ class ThreadBackend:
     def collect(
         self, ticket: Any, job: Job, timeout: float | None, cancel: Any = None
     ) -> tuple[dict, Callable | None]:
-        import concurrent.futures as cf
-
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             try:

@@ -1,6 +1,6 @@
 """Building one batch: a :class:`Job` (rows to read) and a :class:`Recipe` (features and the
 user's functions) become numpy columns, with the same code in every worker mode (see
-:mod:`jaxfeed.workers`)."""
+:mod:`jaxfeed.loading.workers`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.calls import _rng, takes_rng
-from jaxfeed.features import DecodeError
-from jaxfeed.features._nested import stack_if_same
-from jaxfeed.features.media import MediaFeature
+from jaxfeed._base.calls import _rng, takes_rng
+from jaxfeed.data.features import DecodeError
+from jaxfeed.data.features._nested import stack_if_same
+from jaxfeed.data.features.media import MediaFeature
 
 
 class Recipe:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed.workers.build import _Stack
+from jaxfeed.loading.workers.build import _Stack
 
 _ALIGN = 64
 # batches queued or being built per process worker, each in a slot of its own: ProcessBackend
@@ -65,7 +65,7 @@ def _attach(name: str, size: int) -> mmap.mmap:
     """Map a worker's segment without registering it with the resource tracker (the worker
     owns it and unlinks it)."""
     if os.name == "posix":
-        import _posixshmem
+        import _posixshmem  # noqa: PLC0415 (platform: POSIX only)
 
         fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0o600)
         try:
@@ -81,7 +81,7 @@ def _unlink(name: str) -> None:
     the resource tracker (see :class:`_Segment`), so there is nothing to tell it: unregistering
     a name it never saw printed a stray ``KeyError`` traceback at exit."""
     with contextlib.suppress(Exception):
-        import _posixshmem
+        import _posixshmem  # noqa: PLC0415 (platform: POSIX only)
 
         _posixshmem.shm_unlink(name)
 
@@ -93,7 +93,7 @@ class _Segment:
     created and killed before the tracker heard of it made the parent's unregister fail."""
 
     def __init__(self, name: str, size: int) -> None:
-        import _posixshmem  # POSIX only (ProcessBackend's workers); the module has no stub
+        import _posixshmem  # noqa: PLC0415 (platform: POSIX only, the workers; no stub)
 
         self.name, self.size = name.lstrip("/"), size
         fd = _posixshmem.shm_open("/" + self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
@@ -119,7 +119,7 @@ class _Segment:
         self._mmap.close()
 
     def unlink(self) -> None:
-        import _posixshmem  # POSIX only
+        import _posixshmem  # noqa: PLC0415 (platform: POSIX only)
 
         with contextlib.suppress(FileNotFoundError):
             _posixshmem.shm_unlink("/" + self.name)

@@ -11,8 +11,8 @@ The run folder keeps the options in ``config.json`` next to what the run resolve
 (task, labels, preprocessing). This package imports neither JAX nor pyarrow.
 
 * :mod:`~jaxfeed.recipes.config.groups`: :class:`ConfigError`, :func:`option`, the sections.
-* :mod:`~jaxfeed.recipes.config.run_config`: :class:`RunConfig`, its parser and checks,
-  :func:`configure`.
+* :mod:`~jaxfeed.recipes.config.run_config`: :class:`RunConfig`, its parser and checks (a run's
+  options from flags, files or a resumed run: :func:`jaxfeed.recipes.configure.configure`).
 * :mod:`~jaxfeed.recipes.config.values`: single values (image size, mesh, sharding, specs).
 * :mod:`~jaxfeed.recipes.config.files`: JSON and YAML config files.
 * :mod:`~jaxfeed.recipes.config.record`: a run folder's ``config.json`` (:func:`read_run`).
@@ -57,12 +57,9 @@ from jaxfeed.recipes.config.record import read_run as read_run
 from jaxfeed.recipes.config.run_config import GROUPS as GROUPS
 from jaxfeed.recipes.config.run_config import RunConfig as RunConfig
 from jaxfeed.recipes.config.run_config import _base as _base
-from jaxfeed.recipes.config.run_config import _check_optimizer as _check_optimizer
 from jaxfeed.recipes.config.run_config import _hints as _hints
-from jaxfeed.recipes.config.run_config import _paths_of as _paths_of
 from jaxfeed.recipes.config.run_config import as_typed as as_typed
 from jaxfeed.recipes.config.run_config import check as check
-from jaxfeed.recipes.config.run_config import configure as configure
 from jaxfeed.recipes.config.run_config import describe as describe
 from jaxfeed.recipes.config.run_config import flag as flag
 from jaxfeed.recipes.config.run_config import new_run_parser as new_run_parser

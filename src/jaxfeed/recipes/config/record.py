@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jaxfeed import __version__
 from jaxfeed.recipes.config.groups import RUN_FORMAT, RUN_VERSION, TASKS, ConfigError
 from jaxfeed.recipes.config.run_config import RunConfig
 
@@ -22,8 +23,6 @@ class RunRecord:
     version: int = RUN_VERSION
 
     def to_json(self) -> str:
-        from jaxfeed import __version__
-
         payload = {
             "format": RUN_FORMAT,
             "version": self.version,

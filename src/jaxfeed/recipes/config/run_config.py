@@ -1,6 +1,6 @@
 """:class:`RunConfig`: the sections of :mod:`~jaxfeed.recipes.config.groups` composed into one
-flat config; its jsonargparse parser, the checks the types cannot say, and :func:`configure` (a
-run's options from defaults, a config file, the command line or a resumed run)."""
+flat config; its jsonargparse parser, and the checks the types cannot say (a run's options from
+defaults, a config file, the command line or a resumed run: :func:`jaxfeed.recipes.configure.configure`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import functools
 import re
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from jaxfeed.recipes.config.groups import (
@@ -268,68 +267,3 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
         if name == "sharding":
             changes[name] = parse_sharding(value, where)
     return dataclasses.replace(config, **changes) if changes else config
-
-
-# ---------------------------------------------------------------------------------- a run's options
-def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
-    """The run's options: defaults, then ``config_file``, then ``flags`` (the options given on the
-    command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
-    file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
-    from jaxfeed.recipes.config.files import read_config_file  # cycle: files -> record -> here
-    from jaxfeed.recipes.config.record import read_run  # cycle: record imports this module
-    from jaxfeed.recipes.run import (  # cycle, and import cost: pyarrow
-        absolute_paths,
-        check_out_folder,
-    )
-
-    config = RunConfig()
-    if flags.get("resume"):
-        if config_file is not None:
-            raise ConfigError("--resume reads the run's own config.json; drop --config")
-        if not flags.get("out"):
-            raise ConfigError("--resume needs --out RUN (the run folder to continue)")
-        out = Path(flags["out"])
-        check_out_folder(out, resume=True)
-        saved = read_run(out).options
-        saved = saved.replace(absolute_paths(_paths_of(saved)), str(out / "config.json"))
-        wanted = saved.replace(absolute_paths(flags), "command line")
-        fields = {f.name: f for f in dataclasses.fields(RunConfig)}
-        for name in wanted.differences(saved):
-            if not fields[name].metadata["resumable"]:
-                flag = "--" + name.replace("_", "-")
-                allowed = ", ".join(
-                    "--" + f.name.replace("_", "-")
-                    for f in fields.values()
-                    if f.metadata["resumable"]
-                )
-                raise ConfigError(
-                    f"--resume: {flag} {getattr(wanted, name)!r} contradicts the run's saved {name} "
-                    f"{getattr(saved, name)!r} ({out / 'config.json'}); a resumed run keeps its "
-                    f"configuration (only {allowed} may change)"
-                )
-        return wanted
-    if config_file is not None:
-        config = config.replace(read_config_file(config_file), f"--config {config_file}")
-    config = config.replace(flags, "command line")
-    _check_optimizer(config)
-    return config.replace(absolute_paths(_paths_of(config)), "command line")
-
-
-def _paths_of(config: RunConfig) -> dict[str, Any]:
-    return {
-        "data": config.data,
-        "data_dir": config.data_dir,
-        "model": config.model,
-        "tokenizer": config.tokenizer,
-    }
-
-
-def _check_optimizer(config: RunConfig) -> None:
-    """An unknown optax optimizer or schedule is refused before any data is read."""
-    from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory  # import cost: optax
-    from jaxfeed.recipes.schedules import build_schedule  # import cost: optax
-
-    name, args = config.component("optimizer")
-    if name not in LEGACY_OPTIMIZERS or args:
-        optimizer_factory(name)
-    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read

@@ -1,0 +1,73 @@
+"""A run's options: defaults, then a config file, then the command line, or a resumed run's own
+``config.json`` (:func:`configure`). It sits above :mod:`jaxfeed.recipes.config` (the options
+themselves) and :mod:`jaxfeed.recipes.run` (run folders), and checks the optimizer and schedule
+against optax before any data is read."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from jaxfeed.recipes.config.files import read_config_file
+from jaxfeed.recipes.config.groups import ConfigError
+from jaxfeed.recipes.config.record import read_run
+from jaxfeed.recipes.config.run_config import RunConfig
+from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
+from jaxfeed.recipes.run import absolute_paths, check_out_folder
+from jaxfeed.recipes.schedules import build_schedule
+
+
+def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
+    """The run's options: defaults, then ``config_file``, then ``flags`` (the options given on the
+    command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
+    file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
+    config = RunConfig()
+    if flags.get("resume"):
+        if config_file is not None:
+            raise ConfigError("--resume reads the run's own config.json; drop --config")
+        if not flags.get("out"):
+            raise ConfigError("--resume needs --out RUN (the run folder to continue)")
+        out = Path(flags["out"])
+        check_out_folder(out, resume=True)
+        saved = read_run(out).options
+        saved = saved.replace(absolute_paths(paths_of(saved)), str(out / "config.json"))
+        wanted = saved.replace(absolute_paths(flags), "command line")
+        fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+        for name in wanted.differences(saved):
+            if not fields[name].metadata["resumable"]:
+                flag = "--" + name.replace("_", "-")
+                allowed = ", ".join(
+                    "--" + f.name.replace("_", "-")
+                    for f in fields.values()
+                    if f.metadata["resumable"]
+                )
+                raise ConfigError(
+                    f"--resume: {flag} {getattr(wanted, name)!r} contradicts the run's saved {name} "
+                    f"{getattr(saved, name)!r} ({out / 'config.json'}); a resumed run keeps its "
+                    f"configuration (only {allowed} may change)"
+                )
+        return wanted
+    if config_file is not None:
+        config = config.replace(read_config_file(config_file), f"--config {config_file}")
+    config = config.replace(flags, "command line")
+    _check_optimizer(config)
+    return config.replace(absolute_paths(paths_of(config)), "command line")
+
+
+def paths_of(config: RunConfig) -> dict[str, Any]:
+    """The options that name files or folders (made absolute when a run starts or resumes)."""
+    return {
+        "data": config.data,
+        "data_dir": config.data_dir,
+        "model": config.model,
+        "tokenizer": config.tokenizer,
+    }
+
+
+def _check_optimizer(config: RunConfig) -> None:
+    """An unknown optax optimizer or schedule is refused before any data is read."""
+    name, args = config.component("optimizer")
+    if name not in LEGACY_OPTIMIZERS or args:
+        optimizer_factory(name)
+    build_schedule(config, 100)  # an unknown schedule or argument, before any data is read
