@@ -77,9 +77,9 @@ def _floats(value: Any) -> Any:
 
 
 def _is_feature(x: Any) -> bool:
-    return type(x).__module__.startswith(("datasets.features", "jaxfeed.features")) and hasattr(
-        x, "_type"
-    )
+    return type(x).__module__.startswith(
+        ("datasets.features", "jaxfeed.data.features")
+    ) and hasattr(x, "_type")
 
 
 def _all_features(x: dict) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import jaxfeed, run_main
 from jaxfeed.recipes.config import ConfigError, RunConfig, read_config_file, read_run
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/
 
 
 NET = '''

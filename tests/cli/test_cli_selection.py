@@ -16,7 +16,7 @@ COUNTING = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from jaxfeed.loader import DataLoader
+    from jaxfeed.loading.loader import DataLoader
     from jaxfeed.train import Trainer
     events = []
     iterate, fit = DataLoader.__iter__, Trainer.fit

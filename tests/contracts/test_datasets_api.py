@@ -1,4 +1,4 @@
-"""Differential tests: the same snippets on Hugging Face `datasets` and on jaxfeed (issue 16).
+"""Differential tests: the same snippets on Hugging Face `datasets` and on jaxfeed.
 
 Each test runs a snippet written against the `datasets` API on both libraries and compares
 values, types and features (see ``datasets_diff.norm``). Formats, construction, export and

@@ -1,4 +1,4 @@
-"""Differential tests (issue 16): map's behaviours, feature types, nulls and media vs `datasets`."""
+"""Differential tests: map's behaviours, feature types, nulls and media vs `datasets`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Differential tests of issue 27, the last mile of `datasets` parity: the module helpers, the
+"""Differential tests of the last mile of `datasets` parity: the module helpers, the
 missing names and the behaviour items, each run on `datasets` 5.2 and on jaxfeed and compared
 (values, types, features; see ``datasets_diff``). Refusals are in ``test_datasets_api_refusals.py``.
 """
@@ -729,7 +729,7 @@ def test_int64_pixels_that_fit_are_stored():
 
 # ------------------------------------------------------------------------------ progress bars
 def test_progress_bars_on_large_jobs(tmp_path, capfd):
-    n = jaxfeed.settings.PROGRESS_MIN_ROWS
+    n = jaxfeed._base.settings.PROGRESS_MIN_ROWS
 
     def jobs(lib, where):
         ds = lib.Dataset.from_dict({"x": list(range(n))})

@@ -1,4 +1,4 @@
-"""Where jaxfeed deliberately refuses a value that `datasets` silently changes (issue 16, 17).
+"""Where jaxfeed deliberately refuses a value that `datasets` silently changes.
 
 Each case runs on both libraries: `datasets` returns a changed value (checked here, so the table
 in the README stays true), jaxfeed raises a clear error naming the column and row.

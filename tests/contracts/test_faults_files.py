@@ -1,4 +1,4 @@
-"""Issue 25: untrusted dataset files that crashed or misled the readers (deep nesting, hostile
+"""Untrusted dataset files that crashed or misled the readers (deep nesting, hostile
 field values, a data file listed twice) get one clear error naming the file and field."""
 
 import json

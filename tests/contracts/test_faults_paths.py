@@ -1,4 +1,4 @@
-"""Issue 25, security: Image/Audio cells stored as a path only in a downloaded file are read only
+"""Security: Image/Audio cells stored as a path only in a downloaded file are read only
 from inside the dataset's folder (or a data_dir= the user gives); saved datasets embed bytes."""
 
 import os
@@ -9,7 +9,7 @@ import PIL.Image
 import pytest
 
 from jaxfeed import Dataset, Features, Image, Value, load_dataset, load_from_disk
-from jaxfeed.files import UnsafePathError
+from jaxfeed._base.files import UnsafePathError
 
 
 def _png(path, value):

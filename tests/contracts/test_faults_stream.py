@@ -1,4 +1,4 @@
-"""Issue 25, silent wrong values: a streaming state is only valid for the files it was saved from
+"""No silent wrong values: a streaming state is only valid for the files it was saved from
 (paths, sizes, modification times or ETags) and for the same stream."""
 
 import os

@@ -1,4 +1,4 @@
-"""Issue 25: process workers on a crowded machine: a /dev/shm without room for a batch slot is a
+"""Process workers on a crowded machine: a /dev/shm without room for a batch slot is a
 clear error saying what to do (not a bare BrokenPipeError), and a worker error leaves no stray
 resource-tracker traceback at exit."""
 

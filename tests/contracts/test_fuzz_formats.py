@@ -76,13 +76,13 @@ CHILD = textwrap.dedent(
             return load_from_disk(path)
         if kind == "checkpoint":
             import jax.numpy as jnp
-            from jaxfeed.checkpoint import CheckpointManager
+            from jaxfeed.train.checkpoint import CheckpointManager
 
             template = {"w": jnp.zeros(300, jnp.float32), "b": jnp.zeros(3, jnp.int32)}
             state = CheckpointManager(path).restore(1, state=template)["state"]
             return {k: np.asarray(v) for k, v in state.items()}
         if kind == "export":
-            from jaxfeed.export import load_exported
+            from jaxfeed import load_exported
 
             return {"out": np.asarray(load_exported(path)(np.ones((2, 4), np.float32)))}
         raise AssertionError(kind)
@@ -245,8 +245,8 @@ def build_export(folder):
     """A served model (jaxfeed.export records the SHA-256 of its weights and function)."""
     from flax import nnx
 
-    from jaxfeed.export import export
     from jaxfeed.models import MLP
+    from jaxfeed.serve.export import export
 
     export(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(SEED)), folder)
     names = ("model.safetensors", "model.stablehlo", "config.json")
@@ -258,7 +258,7 @@ def build_checkpoint(folder):
     import jax
     import jax.numpy as jnp
 
-    from jaxfeed.checkpoint import CheckpointManager
+    from jaxfeed.train.checkpoint import CheckpointManager
 
     state = {"w": jax.random.normal(jax.random.key(SEED), (300,)), "b": jnp.arange(3)}
     with CheckpointManager(folder, async_save=False) as ckpt:

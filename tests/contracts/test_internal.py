@@ -15,57 +15,51 @@ PRIVATE = {"_derive", "_indices", "_table_rows", "_reader", "_cache_dir", "_form
 
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports, function-level and ``TYPE_CHECKING`` ones included
-    (``from jaxfeed import ops`` counts as ``jaxfeed.ops``, ``import jaxfeed`` as ``jaxfeed``)."""
+    (``from jaxfeed.data import ops`` counts as ``jaxfeed.data.ops``)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
-            if node.module == "jaxfeed":
-                names.remove("jaxfeed")
-                names.update(f"jaxfeed.{a.name}" for a in node.names)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
     return names
 
 
-# io's loaders build datasets and sit above Dataset; its readers and writers sit below it
-IO_LOADERS = {"jaxfeed.io", "jaxfeed.io.load", "jaxfeed.io.folder", "jaxfeed.io.builtin"}
-IO_LOADERS |= {"jaxfeed.io.hub"}
-FACES = {"jaxfeed", "jaxfeed.dataset"}  # jaxfeed's names lead to these
+DATA = SRC / "data"
+
+# The floors inside jaxfeed.data: what each part must not import (a name counts with its
+# submodules). Readers and writers return tables and never build a Dataset; the Dataset facade
+# never needs load_dataset; only the facade and the loaders above it know the facade.
+NOT_ABOVE = {
+    "column.py": {"jaxfeed.data.core", "jaxfeed.data.dataset", "jaxfeed.data.ops"},
+    "core.py": {"jaxfeed.data.dataset", "jaxfeed.data.ops", "jaxfeed.data.iterable"},
+    "formats": {"jaxfeed.data.dataset", "jaxfeed.data.load", "jaxfeed.data.iterable"},
+    "ops": {"jaxfeed.data.dataset", "jaxfeed.data.iterable", "jaxfeed.data.load"},
+    "iterable": {"jaxfeed.data.dataset", "jaxfeed.data.load"},
+    "dataset.py": {"jaxfeed.data.load"},
+}
 
 
-def test_dataset_does_not_import_io_loaders():
-    for name in ("dataset.py", "core.py"):
-        assert not _imports(SRC / name) & IO_LOADERS, name
-
-
-def test_readers_and_writers_never_reach_dataset():
-    """Readers and writers below Dataset return tables: they import neither jaxfeed.dataset nor
-    the package's face (whose names lead to it), nor io's loaders (the circle dataset -> jaxfeed
-    -> io -> dataset is gone)."""
-    below = ["saved.py", "tabular.py", "column.py", "core.py"]
-    below += [f"io/{name}.py" for name in ("files", "batches", "validate", "cache")]
-    for name in below:
-        assert not _imports(SRC / name) & (FACES | IO_LOADERS), name
-    assert not (SRC / "io" / "disk.py").exists()  # its reading half is in saved.py
-
-
-def test_no_import_circle_between_dataset_and_its_operations():
-    """core <- ops/parallel/tabular/saved <- iterable <- dataset: nothing below imports above."""
-    below = {
-        "column.py": {"jaxfeed.core", "jaxfeed.dataset", "jaxfeed.ops"},
-        "core.py": {"jaxfeed.dataset", "jaxfeed.ops", "jaxfeed.iterable", "jaxfeed.parallel"},
-        "ops": {"jaxfeed.dataset", "jaxfeed.iterable"},
-        "parallel.py": {"jaxfeed.dataset", "jaxfeed.ops", "jaxfeed.iterable"},
-        "tabular.py": {"jaxfeed.dataset", "jaxfeed.ops"},
-        "saved.py": {"jaxfeed.dataset", "jaxfeed.ops"},
-        "iterable": {"jaxfeed.dataset"},
-    }
-    for name, above in below.items():
-        files = sorted((SRC / name).rglob("*.py")) if (SRC / name).is_dir() else [SRC / name]
+def test_data_floors():
+    """core <- formats/ops <- iterable <- dataset <- load: nothing below imports above, and no
+    part below the facade imports the package's face (``from jaxfeed import Dataset``)."""
+    for name, above in NOT_ABOVE.items():
+        files = sorted((DATA / name).rglob("*.py")) if (DATA / name).is_dir() else [DATA / name]
         for path in files:
-            found = {m for m in _imports(path) for a in above if m == a or m.startswith(a + ".")}
+            imported = _imports(path)
+            found = {m for m in imported for a in above if m == a or m.startswith(a + ".")}
             assert not found, (path.relative_to(SRC), found)
+            assert not _uses_face(path), path.relative_to(SRC)
+
+
+def _uses_face(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "jaxfeed" and not node.level:
+            return True
+        if isinstance(node, ast.Import) and any(a.name == "jaxfeed" for a in node.names):
+            return True
+    return False
 
 
 def test_no_module_reads_dataset_private_attributes():

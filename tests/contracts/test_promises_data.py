@@ -1,7 +1,7 @@
 """Core promises of the data side (order, loader state, transforms, dtypes, files, disk, sharding).
 
 Each test names the promise it guards and is written so that the plausible one-line bug listed
-in issue 18 (and in ``tools/mutation/mutations.py``) makes it fail. They go through public APIs
+in ``tools/mutation/mutations.py`` makes it fail. They go through public APIs
 only, so refactors of the internals keep them valid.
 """
 
@@ -26,8 +26,8 @@ from jaxfeed import (
     Value,
     load_from_disk,
 )
-from jaxfeed.features import FeatureError
-from jaxfeed.files import atomic_write
+from jaxfeed._base.files import atomic_write
+from jaxfeed.data.features import FeatureError
 
 
 def ids_of(loader):
@@ -371,7 +371,7 @@ def test_promise_every_process_computes_the_same_global_order(monkeypatch):
     """Promise: in multi-process JAX every process derives the same global order from (seed,
     epoch) alone and loads its slice of it, so the processes' rows form the single-process batch.
     Here: the batches are the same whatever ``jax.process_index()`` says (the slicing itself is
-    checked by the slow two-process test, tests/test_loader_multiprocess.py)."""
+    checked by the slow two-process test, tests/e2e/test_loader_multiprocess.py)."""
     ds = small_ds(50)
     reference = ids_of(DataLoader(ds, 8, shuffle=True, seed=6))
     monkeypatch.setattr(jax, "process_index", lambda *args, **kwargs: 1)

@@ -1,4 +1,4 @@
-"""Bugs an audit of the promises found the suite missing (issue 26): each test here failed on one
+"""Bugs an audit of the promises found the suite missing: each test here failed on one
 plausible one-line bug (kept in ``tools/mutation/mutations.py``) and passes without it."""
 
 import itertools
@@ -21,10 +21,10 @@ from jaxfeed import (
     load_from_disk,
     split_dataset_by_node,
 )
-from jaxfeed.files import UnsafePathError
-from jaxfeed.io import batches as batches_module
-from jaxfeed.io.batches import file_batches
-from jaxfeed.iterable import sources as iterable_sources
+from jaxfeed._base.files import UnsafePathError
+from jaxfeed.data.formats import batches as batches_module
+from jaxfeed.data.formats.batches import file_batches
+from jaxfeed.data.iterable import sources as iterable_sources
 
 SMALL_TABLES = 1024  # bytes per table read from a file: a few hundred rows make several tables
 
@@ -153,8 +153,8 @@ def test_num_proc_after_shuffle_select_and_filter_equals_one_process():
 def test_a_byte_flipped_inside_a_large_tensor_is_refused(tmp_path):
     from flax import nnx
 
-    from jaxfeed.export import ExportError, export, load_exported
     from jaxfeed.models import MLP
+    from jaxfeed.serve.export import ExportError, export, load_exported
 
     folder = export(MLP(3, (16,), hidden=(64,), rngs=nnx.Rngs(0)), tmp_path / "model")
     weights = (folder / "model.safetensors").read_bytes()

@@ -1,7 +1,7 @@
 """Core promises of a run: the command's exit statuses, ``--debug``, Ctrl-C, and no pickle in
 checkpoints.
 
-The CLI runs in this process through ``jaxfeed.cli.main`` (``tests/test_cli.py`` checks in a
+The CLI runs in this process through ``jaxfeed.cli.main`` (``tests/cli/test_cli.py`` checks in a
 subprocess that its return value is the process's exit status), on the bundled digits data with
 the small MLP.
 """
@@ -16,9 +16,9 @@ import pytest
 from flax import nnx
 
 from jaxfeed import DataLoader, Trainer
-from jaxfeed.checkpoint import CheckpointManager, nnx_pure_state
 from jaxfeed.cli import main
 from jaxfeed.models import MLP
+from jaxfeed.train.checkpoint import CheckpointManager, nnx_pure_state
 
 
 def run_cli(args, capsys):

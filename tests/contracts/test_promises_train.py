@@ -1,8 +1,8 @@
 """Core promises of training: padding, dropout keys, eval mode, non-finite losses, exact resume,
 early stopping.
 
-Each test names the promise it guards and fails on the plausible one-line bug issue 18 lists
-(see ``tools/mutation/mutations.py``). References are computed independently of the trainer
+Each test names the promise it guards and fails on a plausible one-line bug
+(listed in ``tools/mutation/mutations.py``). References are computed independently of the trainer
 (hand-written gradient steps, direct model calls), never by running the trainer twice. Models and
 data are tiny, so the file runs in seconds.
 """
@@ -16,9 +16,9 @@ from flax import linen as nn
 from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, EarlyStopping, Trainer
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import MLP
 from jaxfeed.train import NonFiniteLossError
+from jaxfeed.train.checkpoint import CheckpointManager
 
 
 def data(n, seed=0):

@@ -1,4 +1,4 @@
-"""Issue 17, built-in binary formats: IDX (MNIST) and CIFAR-10 files that are truncated, empty,
+"""Built-in binary formats: IDX (MNIST) and CIFAR-10 files that are truncated, empty,
 not gzip, or decompression bombs give one clear error naming the file."""
 
 import gzip
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxfeed import load_dataset
-from jaxfeed.io.builtin import read_idx
+from jaxfeed.data.load.builtin import read_idx
 
 
 def idx(array, dtype=0x08):

@@ -1,4 +1,4 @@
-"""Issue 17, saved datasets: nothing outside the folder is read, features are checked against the
+"""Saved datasets: nothing outside the folder is read, features are checked against the
 data, and ``verify=True`` detects any changed byte."""
 
 import json
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from jaxfeed import Array2D, ClassLabel, Dataset, DatasetDict, Features, Image, load_from_disk
-from jaxfeed.features import DecodeError
-from jaxfeed.files import ChecksumError, UnsafePathError
-from jaxfeed.io.validate import FeatureMismatchError
+from jaxfeed._base.files import ChecksumError, UnsafePathError
+from jaxfeed.data.features import DecodeError
+from jaxfeed.data.formats.validate import FeatureMismatchError
 
 
 def save(path, n=4):

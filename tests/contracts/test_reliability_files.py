@@ -1,4 +1,4 @@
-"""Issue 17, data files: features stored in Parquet / Arrow metadata are checked against the data."""
+"""Data files: features stored in Parquet / Arrow metadata are checked against the data."""
 
 import json
 
@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import load_dataset
-from jaxfeed.io.validate import FeatureMismatchError
+from jaxfeed.data.formats.validate import FeatureMismatchError
 
 
 def with_features(table, features):

@@ -1,4 +1,4 @@
-"""Issue 17, imagefolder / audiofolder: metadata cannot reach outside the folder, is read as a typed
+"""Imagefolder / audiofolder: metadata cannot reach outside the folder, is read as a typed
 table, and cannot silently replace paths or folder labels."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import soundfile
 
 from jaxfeed import load_dataset
-from jaxfeed.files import UnsafePathError
+from jaxfeed._base.files import UnsafePathError
 
 
 def image(path, value=0):

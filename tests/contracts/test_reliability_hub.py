@@ -1,4 +1,4 @@
-"""Issue 17, folders in the Hub layout: README ``configs`` may only name files inside the folder,
+"""Folders in the Hub layout: README ``configs`` may only name files inside the folder,
 and malformed configs give one clear error naming README.md."""
 
 import pyarrow as pa
@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import load_dataset
-from jaxfeed.files import UnsafePathError
+from jaxfeed._base.files import UnsafePathError
 
 
 def card(folder, yaml):

@@ -76,16 +76,16 @@ def test_device_object_and_strings(transfer_path):
 
 
 def test_one_device_transfer_per_batch(monkeypatch):
-    import jaxfeed.devices
+    import jaxfeed.runtime.devices
 
     calls = []
-    real = jaxfeed.devices.device_put
+    real = jaxfeed.runtime.devices.device_put
 
     def counting(leaves, placements, *args):
         calls.append(len(leaves))
         return real(leaves, placements, *args)
 
-    monkeypatch.setattr(jaxfeed.devices, "device_put", counting)
+    monkeypatch.setattr(jaxfeed.runtime.devices, "device_put", counting)
     ds = Dataset.from_dict(
         {"a": np.zeros((8, 3), np.float32), "b": list(range(8)), "c": [[1], [1, 2]] * 4}
     ).with_format("jax")
@@ -97,13 +97,15 @@ def test_one_device_transfer_per_batch(monkeypatch):
 @pytest.fixture(params=["fast", "public"])
 def transfer_path(request, monkeypatch):
     """Run a test through jaxlib's direct transfer and through the public jax.device_put."""
-    import jaxfeed.devices
+    import jaxfeed.runtime.devices
 
     if request.param == "public":
-        monkeypatch.setattr(jaxfeed.devices, "_fast_put", False)
+        monkeypatch.setattr(jaxfeed.runtime.devices, "_fast_put", False)
     else:
-        monkeypatch.setattr(jaxfeed.devices, "_fast_put", None)
-        assert jaxfeed.devices._load_fast_put(), "jaxlib's batched_device_put is not reachable"
+        monkeypatch.setattr(jaxfeed.runtime.devices, "_fast_put", None)
+        assert jaxfeed.runtime.devices._load_fast_put(), (
+            "jaxlib's batched_device_put is not reachable"
+        )
     return request.param
 
 

@@ -14,7 +14,7 @@ from jaxfeed import (
     load_dataset,
     split_dataset_by_node,
 )
-from jaxfeed.stream_loader import StreamingDataLoader
+from jaxfeed.loading.stream_loader import StreamingDataLoader
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_stream_errors_name_the_problem(files, tmp_path):
 def test_parquet_units_decode_ahead_in_threads_within_the_byte_bound(files, monkeypatch):
     import threading
 
-    from jaxfeed.iterable import sources  # where Source and READ_AHEAD_BYTES live
+    from jaxfeed.data.iterable import sources  # where Source and READ_AHEAD_BYTES live
 
     readers: list[str] = []
     read = sources.Source.read

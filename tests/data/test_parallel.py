@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxfeed import Dataset, load_from_disk
-from jaxfeed.parallel import shard_bounds
+from jaxfeed.data.ops.parallel import shard_bounds
 
 
 def batch_stats(batch, indices):

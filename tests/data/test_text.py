@@ -1,4 +1,4 @@
-"""jaxfeed.text: tokenizers trained, saved, loaded and applied to datasets (issue 23)."""
+"""jaxfeed.text: tokenizers trained, saved, loaded and applied to datasets."""
 
 import fsspec
 import numpy as np

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
-from tests.test_docs_api import SUBMODULES, exports
+from tests.docs.test_docs_api import SUBMODULES, exports
 
 SITE = os.environ.get("JAXFEED_DOCS_SITE")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -90,7 +90,7 @@ def test_the_built_reference_has_every_public_name():
         f"{module}.{name}"
         for module in ("jaxfeed", *SUBMODULES)
         for name in exports(module)
-        # a name shadowed by its submodule (jaxfeed.text.tokenize) is rendered from its module
+        # a name shadowed by its submodule (jaxfeed.data.text.tokenize) is rendered from its module
         if not re.search(rf'id="{re.escape(module)}(\.\w+)?\.{name}"', html[module])
     ]
     assert not missing, f"the built API reference lacks {missing}"

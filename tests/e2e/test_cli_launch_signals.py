@@ -7,7 +7,7 @@ import sys
 import textwrap
 import time
 
-import jaxfeed.launch as launch_module
+import jaxfeed.cli.launch as launch_module
 
 CHILD = textwrap.dedent(
     """

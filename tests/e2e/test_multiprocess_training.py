@@ -13,8 +13,8 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import CNN
+from jaxfeed.train.checkpoint import CheckpointManager
 
 
 def cli(*args, env=None, **kwargs):
@@ -84,7 +84,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
 
 
 def test_initialize_is_a_no_op_for_one_process(monkeypatch):
-    from jaxfeed import distributed
+    from jaxfeed.runtime import distributed
 
     for name in distributed.ENV:
         monkeypatch.delenv(name, raising=False)
@@ -108,7 +108,7 @@ def test_initialize_is_a_no_op_for_one_process(monkeypatch):
     ],
 )
 def test_initialize_rejects_incomplete_settings(monkeypatch, env, message):
-    from jaxfeed import distributed
+    from jaxfeed.runtime import distributed
 
     for name in distributed.ENV:
         monkeypatch.delenv(name, raising=False)

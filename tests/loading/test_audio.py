@@ -11,11 +11,11 @@ from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Padding, Trainer, export, load_exported
 from jaxfeed import transforms as T
-from jaxfeed.export import rebuild
-from jaxfeed.features import Audio, Features, Value
+from jaxfeed.data.features import Audio, Features, Value
+from jaxfeed.loading.spectrogram import hz_to_mel, mel_filterbank, mel_to_hz
 from jaxfeed.models import AudioCNN
-from jaxfeed.serving import ServingSpec, SpecError
-from jaxfeed.spectrogram import hz_to_mel, mel_filterbank, mel_to_hz
+from jaxfeed.serve.export import rebuild
+from jaxfeed.serve.spec import ServingSpec, SpecError
 
 
 def tone(freq, seconds, rate, amplitude=0.5):

@@ -299,7 +299,7 @@ def test_dataloader_of_a_stream_is_a_dataloader():
     """Promise: ``DataLoader(...)`` always returns a DataLoader, also for an IterableDataset (it is
     then the streaming loader, which has no len())."""
     from jaxfeed import IterableDataset
-    from jaxfeed.stream_loader import StreamingDataLoader
+    from jaxfeed.loading.stream_loader import StreamingDataLoader
 
     stream = IterableDataset.from_dataset(make_ds(10))
     loader = DataLoader(stream, batch_size=4, shuffle=True, seed=1)
@@ -331,7 +331,7 @@ def test_loader_options_are_checked_once_for_both_loaders(kwargs, error, message
     """LoaderOptions holds the argument checks: the map-style and the streaming loader raise the
     same errors as LoaderOptions itself (a stream refuses timeout= before any check)."""
     from jaxfeed import IterableDataset, Packing
-    from jaxfeed.options import LoaderOptions
+    from jaxfeed.loading.options import LoaderOptions
 
     with pytest.raises(error, match=message):
         LoaderOptions(**kwargs)
@@ -345,7 +345,7 @@ def test_loader_options_are_checked_once_for_both_loaders(kwargs, error, message
 
 def test_loader_options_keep_normalised_values():
     from jaxfeed import Padding
-    from jaxfeed.options import LoaderOptions
+    from jaxfeed.loading.options import LoaderOptions
 
     options = LoaderOptions(batch_size=np.int64(8), seed=np.int32(3), timeout=2, drop_last=1)
     assert (options.batch_size, options.seed, options.timeout, options.drop_last) == (

@@ -7,7 +7,7 @@ import PIL.Image
 import pytest
 
 from jaxfeed import DataLoader, Dataset, Features, Image
-from jaxfeed.features import image as image_module
+from jaxfeed.data.features import image as image_module
 
 
 def jpeg(array, **kw):

@@ -15,7 +15,7 @@ import PIL.Image
 import pytest
 
 from jaxfeed import DataLoader, Dataset, DecodeError, Features, Image, Value
-from jaxfeed.workers import leftover_segments
+from jaxfeed.loading.workers import leftover_segments
 
 
 def image_ds(n=22, corrupt=None):

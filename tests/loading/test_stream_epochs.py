@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import DataLoader, load_dataset
-from jaxfeed import stream_loader as S
+from jaxfeed.loading import stream_loader as S
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_resume_after_a_read_ahead_epoch_is_exact(stream, prefetch):
 
 
 def test_the_next_epochs_first_units_decode_in_the_pool_during_the_last_ones(stream, monkeypatch):
-    from jaxfeed import iterable
+    from jaxfeed.data import iterable
 
     expected = [fresh_epoch(stream, e) for e in range(3)]
     read = iterable.Source.read
@@ -118,7 +118,7 @@ def test_the_next_epochs_first_units_decode_in_the_pool_during_the_last_ones(str
 
 
 def test_a_lookahead_is_adopted_only_by_the_pass_it_was_started_for():
-    from jaxfeed.iterable import Lookahead, Unit
+    from jaxfeed.data.iterable import Lookahead, Unit
 
     units = [Unit(path="a", row_groups=(0,)), Unit(path="a", row_groups=(1,))]
     lookahead = Lookahead()
@@ -137,7 +137,7 @@ def test_plain_batches_are_placed_row_by_row_as_put_tree_places_them(stream):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from jaxfeed.devices import put_tree, row_placer
+    from jaxfeed.runtime.devices import put_tree, row_placer
 
     device = jax.devices()[1]
     cols = {"x": np.arange(40, dtype=np.float32).reshape(10, 4), "y": np.arange(10, dtype=np.int32)}

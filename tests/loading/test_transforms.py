@@ -1,4 +1,4 @@
-"""jaxfeed.transforms: shapes, determinism, agreement with the obvious reference."""
+"""jaxfeed.loading.augment: shapes, determinism, agreement with the obvious reference."""
 
 import numpy as np
 import pytest

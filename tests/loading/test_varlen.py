@@ -1,4 +1,4 @@
-"""Variable-length data into a jitted step: padding, bucketing by length, packing (issue 23)."""
+"""Variable-length data into a jitted step: padding, bucketing by length, packing."""
 
 import json
 import textwrap
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxfeed import DataLoader, Dataset, Packing, Padding
-from jaxfeed.padding import pad_batch
+from jaxfeed.loading.padding import pad_batch
 
 
 def ragged_dataset(n=60, seed=0, low=1, high=20, extra=True):

@@ -11,12 +11,12 @@ import pytest
 from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Packing, Padding, Trainer, export, load_exported
-from jaxfeed.export import rebuild
 from jaxfeed.models import TransformerClassifier, TransformerLM
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.models import build_model
+from jaxfeed.serve.export import rebuild
 from jaxfeed.text import generate, tokenize, train_tokenizer
-from jaxfeed.text.generation import compilations
+from jaxfeed.train.generation import compilations
 from jaxfeed.train.losses import next_token
 
 SMALL = {"dim": 16, "depth": 2, "num_heads": 2, "max_length": 32}

@@ -1,4 +1,4 @@
-"""Issue 25: a Ctrl-C re-delivery and the end of ``safe_interrupts`` are atomic: a re-delivery
+"""A Ctrl-C re-delivery and the end of ``safe_interrupts`` are atomic: a re-delivery
 already under way is raised by the block, never handed to the restored handler as a second one,
 and the block's handler is put back even then. A re-delivery is never lost."""
 

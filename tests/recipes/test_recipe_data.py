@@ -1,5 +1,6 @@
 """The recipes without the command: data detection, splits, columns, tasks, configs, interrupts."""
 
+import importlib
 import json
 import os
 import signal
@@ -17,10 +18,10 @@ from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
     RunRecord,
-    configure,
     read_config_file,
     read_run,
 )
+from jaxfeed.recipes.configure import configure
 from jaxfeed.recipes.interrupt import in_cleanup, safe_interrupts
 
 
@@ -240,13 +241,17 @@ ONE_ROW = Dataset.from_dict({"x": [1]})  # built before pandas is hidden (pyarro
 @pytest.mark.parametrize(
     ("module", "call", "extra"),
     [
-        ("huggingface_hub", lambda: __import__("jaxfeed.io.hub").io.hub.download("a/b"), "hub"),
+        (
+            "huggingface_hub",
+            lambda: importlib.import_module("jaxfeed.data.load.hub").download("a/b"),
+            "hub",
+        ),
         ("pandas", ONE_ROW.to_pandas, "pandas"),
         ("soundfile", lambda: __import__("jaxfeed").Audio().decode_one(b"RIFF", None), "audio"),
     ],
 )
 def test_a_missing_extra_is_named(module, call, extra, monkeypatch):
-    from jaxfeed.extras import MissingExtraError
+    from jaxfeed._base.extras import MissingExtraError
 
     monkeypatch.setitem(__import__("sys").modules, module, None)  # as if not installed
     with pytest.raises(MissingExtraError, match=rf"pip install 'jaxfeed\[{extra}\]'"):

@@ -12,8 +12,8 @@ from flax import nnx
 from tests.train.article_models import article_models
 
 from jaxfeed import DataLoader, Dataset, Trainer, export, load_dataset, load_exported
-from jaxfeed.export import ExportError, rebuild
 from jaxfeed.models import CNN, MLP
+from jaxfeed.serve.export import ExportError, rebuild
 from jaxfeed.train import scale_images
 
 

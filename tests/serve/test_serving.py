@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 from jaxfeed import export, load_exported
-from jaxfeed.export import ExportError
-from jaxfeed.serving import ServingSpec, SpecError, TableColumn
+from jaxfeed.serve.export import ExportError
+from jaxfeed.serve.spec import ServingSpec, SpecError, TableColumn
 
 SPEC = ServingSpec(
     kind="table", input_shape=(4,), task="classification", labels=("no", "yes"),

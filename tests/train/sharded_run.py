@@ -14,8 +14,9 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxfeed import DataLoader, Dataset, Trainer, distributed
+from jaxfeed import DataLoader, Dataset, Trainer
 from jaxfeed.models import MLP
+from jaxfeed.runtime import distributed
 from jaxfeed.train.sharding import make_mesh
 
 
@@ -62,7 +63,7 @@ def check_shards(t: Trainer, expected: dict[str, np.ndarray]) -> int:
 if __name__ == "__main__":
     ckpt, expected, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     assert distributed.initialize() and jax.process_count() == 2
-    from jaxfeed.checkpoint import CheckpointManager
+    from jaxfeed.train.checkpoint import CheckpointManager
 
     mesh = make_mesh({"data": 8})
     run = trainer(mesh, "fsdp")

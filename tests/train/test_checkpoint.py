@@ -15,10 +15,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointError, CheckpointManager
-from jaxfeed.export import export, rebuild
 from jaxfeed.models import CNN, MLP, LinenCNN
+from jaxfeed.serve.export import export, rebuild
 from jaxfeed.train import EarlyStopping, History, scale_images
+from jaxfeed.train.checkpoint import CheckpointError, CheckpointManager
 
 
 def small():
@@ -51,7 +51,7 @@ def test_restore_into_fresh_objects_and_typed_keys(tmp_path):
     model, opt = small()
     model.noise = nnx.Rngs(7)  # stored typed PRNG keys (key<fry>) must round-trip
     with CheckpointManager(tmp_path, async_save=True) as ckpt:
-        from jaxfeed.checkpoint import nnx_pure_state
+        from jaxfeed.train.checkpoint import nnx_pure_state
 
         ckpt.save(10, nnx_pure_state(model, opt), metrics={"eval_accuracy": 1.0}, meta={"epoch": 1})
     fresh, fresh_opt = MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(5)), None
@@ -80,7 +80,7 @@ def test_saved_sharded_over_8_devices_restores_on_one(tmp_path):
 
 def test_mismatches_and_foreign_directories(tmp_path):
     model, opt = small()
-    from jaxfeed.checkpoint import nnx_pure_state
+    from jaxfeed.train.checkpoint import nnx_pure_state
 
     with CheckpointManager(tmp_path / "a", async_save=False) as ckpt:
         ckpt.save(1, nnx_pure_state(model, opt))
@@ -108,7 +108,7 @@ def test_mismatches_and_foreign_directories(tmp_path):
 def test_no_pickle_anywhere(tmp_path, monkeypatch):
     model, opt = small()
     trainer_dir = tmp_path / "ckpt"
-    from jaxfeed.checkpoint import nnx_pure_state
+    from jaxfeed.train.checkpoint import nnx_pure_state
 
     with CheckpointManager(trainer_dir, async_save=False) as ckpt:
         ckpt.save(1, nnx_pure_state(model, opt), meta={"loader": {"seed": 0}})
@@ -146,7 +146,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys, time
     import jax.numpy as jnp
     from orbax.checkpoint._src.path import async_path
-    from jaxfeed.checkpoint import CheckpointManager
+    from jaxfeed.train.checkpoint import CheckpointManager
     ckpt = CheckpointManager(sys.argv[1], async_save=False)
     ckpt.save(1, {"w": jnp.ones(1000)})
     async def stalled_rename(src, dst):  # the data of step 2 is written; die before it is renamed in

@@ -1,4 +1,4 @@
-"""Issue 25, data loss: fit into another run's checkpoints is refused before writing (or resumes
+"""Nothing saved is lost: fit into another run's checkpoints is refused before writing (or resumes
 when asked), and a run folder is locked while ``jaxfeed train`` writes it."""
 
 import fcntl
@@ -60,8 +60,8 @@ def test_checkpoints_of_the_first_linen_layout_restore_or_are_refused_naming_it(
     import jax
     import numpy as np
 
-    from jaxfeed.checkpoint import CheckpointError, CheckpointManager
     from jaxfeed.models import LinenCNN
+    from jaxfeed.train.checkpoint import CheckpointError, CheckpointManager
 
     digits = load_dataset("digits")
     train = DataLoader(digits["train"].select(range(128)), 64)

@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
     import numpy as np, optax
     from flax import nnx
     from jaxfeed import DataLoader, Dataset, Trainer
-    from jaxfeed.launch import launch
+    from jaxfeed.cli.launch import launch
     from jaxfeed.models import MLP
     from jaxfeed.recipes.interrupt import safe_interrupts
     from jaxfeed.train import Callback, Preempted

@@ -15,9 +15,9 @@ import pytest
 from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import MLP
 from jaxfeed.train import Callback, EarlyStopping, NonFiniteLossError, Preempted, scale_images
+from jaxfeed.train.checkpoint import CheckpointManager
 
 
 @pytest.fixture(scope="module")

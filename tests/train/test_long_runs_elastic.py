@@ -17,10 +17,10 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointManager
-from jaxfeed.distributed import data_mesh
 from jaxfeed.models import MLP
+from jaxfeed.runtime.distributed import data_mesh
 from jaxfeed.train import scale_images
+from jaxfeed.train.checkpoint import CheckpointManager
 
 FINAL = 30  # steps: one epoch of 22 and 8 more
 
@@ -31,7 +31,8 @@ RUN = textwrap.dedent(
     import numpy as np, optax
     from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec
-    from jaxfeed import DataLoader, Trainer, distributed, load_dataset
+    from jaxfeed import DataLoader, Trainer, load_dataset
+    from jaxfeed.runtime import distributed
     from jaxfeed.models import MLP
     from jaxfeed.train import Callback, Preempted, scale_images
 

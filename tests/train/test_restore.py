@@ -6,9 +6,9 @@ import optax
 from flax import nnx
 
 from jaxfeed import DataLoader, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
+from jaxfeed.train.checkpoint import CheckpointManager
 
 
 def test_restore_weights_into_a_fresh_model_without_optimizer(tmp_path):

@@ -13,9 +13,9 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader, Dataset, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import CNN, MLP
 from jaxfeed.train import Callback, scale_images
+from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.sharding import ShardingError, make_mesh
 
 RULES = {"embed": None, "mlp": "model", "conv": "model"}
@@ -113,7 +113,7 @@ def test_memory_is_reported_in_metrics_jsonl(tmp_path):
     # the export gathers the FSDP-split weights into whole tensors
     from safetensors.numpy import load_file
 
-    from jaxfeed.export import export
+    from jaxfeed.serve.export import export
 
     tensors = load_file(str(export(trainer, tmp_path / "model") / "model.safetensors"))
     kernel = trainer.model.layers[0].kernel.get_value()
@@ -163,7 +163,7 @@ def test_checkpoints_restore_across_meshes_sharding_modes_and_processes(tmp_path
 
     import sharded_run as run
 
-    from jaxfeed.checkpoint import CheckpointManager
+    from jaxfeed.train.checkpoint import CheckpointManager
 
     ckpt = tmp_path / "ckpt"
     devices = jax.devices()
@@ -239,7 +239,7 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     assert epochs[-1]["state_bytes_per_device"] > 0
 
     # logical-axis rules from a config file (trained with by the tests above), with FSDP
-    from jaxfeed.recipes.train import configure
+    from jaxfeed.recipes.configure import configure
 
     config = configure({"epochs": 1}, str(rules))
     assert config.mesh == "data=4,model=2"

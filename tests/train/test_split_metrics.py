@@ -7,9 +7,9 @@ import pytest
 from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, EarlyStopping, Trainer, load_dataset
-from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.models import MLP
 from jaxfeed.train import scale_images
+from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.metrics import SplitMetric, f1, precision, r2, recall, roc_auc
 
 

@@ -152,7 +152,8 @@ def test_corrupt_audio(tmp_path):
 
 
 def test_sixteen_bit_pngs_are_kept_or_scaled_never_clipped():
-    """Issue 25: Image(mode="L") of a 16-bit PNG clipped 99% of the pixels to 255."""
+    """Image(mode="L") of a 16-bit PNG keeps or scales its values (clipping sent 99% of the
+    pixels to 255)."""
     import io
 
     import numpy as np

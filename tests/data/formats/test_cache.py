@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import Features, Value, load_dataset
-from jaxfeed.io.cache import cache_root, load_cached
+from jaxfeed.data.formats.cache import cache_root, load_cached
 
 ROW_BYTES = 1000
 BOUND_MB = 70
@@ -82,7 +82,7 @@ def test_cache_is_reused_and_invalidated_when_the_source_changes(tmp_path, monke
     assert ds["x"] == [1, 2, 3]
     folders = list((cache / "datasets").iterdir())
     assert len(folders) == 1 and (folders[0] / "data.arrow").is_file()
-    import jaxfeed.io.cache as cache_module
+    import jaxfeed.data.formats.cache as cache_module
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("the cache should have been reused")
@@ -128,7 +128,7 @@ def test_default_cache_folder_and_environment(tmp_path, monkeypatch):
 def test_a_crash_mid_conversion_leaves_no_cache(tmp_path, monkeypatch):
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"x": list(range(100))}), path)
-    import jaxfeed.io.cache as cache_module
+    import jaxfeed.data.formats.cache as cache_module
 
     real = cache_module._write
 
@@ -145,7 +145,7 @@ def test_a_crash_mid_conversion_leaves_no_cache(tmp_path, monkeypatch):
 
 
 def test_csv_and_json_convert_batch_by_batch_with_late_type_changes(tmp_path, monkeypatch):
-    import jaxfeed.io.cache as cache_module
+    import jaxfeed.data.formats.cache as cache_module
 
     monkeypatch.setattr(cache_module, "CONVERT_BATCH_BYTES", 64)  # many tiny blocks
     lines = [f"{i},name{i}" for i in range(200)] + ["1.5,late float"]

@@ -12,7 +12,7 @@ import pytest
 
 from jaxfeed import ClassLabel, load_dataset
 from jaxfeed.cli import main
-from jaxfeed.io import cache as cache_module
+from jaxfeed.data.formats import cache as cache_module
 
 
 def _parquet(tmp_path, n=200):

@@ -79,7 +79,7 @@ def test_killed_mid_save_leaves_previous_dataset(process_group, tmp_path):
     script = textwrap.dedent(
         f"""
         import os, numpy as np
-        import jaxfeed.saved as disk
+        import jaxfeed.data.formats.saved as disk
         from jaxfeed import Dataset
         real = disk._write_json
         def slow(path, payload):

@@ -13,10 +13,10 @@ import PIL.Image
 import pyarrow as pa
 import pytest
 
-import jaxfeed.io.builtin as builtin
-import jaxfeed.io.folder as folder_module
+import jaxfeed.data.load.builtin as builtin
+import jaxfeed.data.load.folder as folder_module
 from jaxfeed import ClassLabel, Features, Image, Value, load_dataset
-from jaxfeed.io.folder import IMAGE_EXTENSIONS
+from jaxfeed.data.load.folder import IMAGE_EXTENSIONS
 
 BOUND_MB = 16  # measured: 3.3 MB for 16,000 files (19 MB when built in RAM before); 8,000 here
 
@@ -230,8 +230,8 @@ PROBE = textwrap.dedent(
             if line.startswith(key):
                 return int(line.split()[1]) / 1024
     import jaxfeed
-    import jaxfeed.io.folder
-    jaxfeed.io.folder.BATCH_ROWS = 1000
+    import jaxfeed.data.load.folder
+    jaxfeed.data.load.folder.BATCH_ROWS = 1000
     # warm up on a one-file folder, so modules imported lazily are not counted as data
     tiny = tempfile.mkdtemp()
     os.makedirs(tiny + "/d/a")

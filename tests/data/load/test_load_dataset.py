@@ -22,7 +22,7 @@ from jaxfeed import (
     Value,
     load_dataset,
 )
-from jaxfeed.io.hub import DatasetNotCachedError
+from jaxfeed.data.load.hub import DatasetNotCachedError
 
 
 def png(array):

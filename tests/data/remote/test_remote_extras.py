@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from jaxfeed import Dataset, load_dataset, load_from_disk
-from jaxfeed.extras import MissingExtraError
+from jaxfeed._base.extras import MissingExtraError
 
 
 def hide(monkeypatch, scheme: str, *modules: str) -> None:

@@ -156,11 +156,11 @@ def test_streaming_from_s3_reads_only_the_needed_columns_and_row_groups(s3, monk
     part = [r["id"] for r in ids.select_columns("id").shard(4, 2)]
     assert part == list(range(2000, 3000)) and sum(fetched) < 40_000
     with pytest.raises(ImportError, match=r"jaxfeed\[gcs\]"):
-        import jaxfeed.remote
+        import jaxfeed._base.remote
 
         monkeypatch.setattr(
-            jaxfeed.remote.fsspec.core,
+            jaxfeed._base.remote.fsspec.core,
             "url_to_fs",
             lambda *a, **k: (_ for _ in ()).throw(ImportError("gcsfs")),
         )
-        jaxfeed.remote.filesystem("gs://bucket/x.parquet")
+        jaxfeed._base.remote.filesystem("gs://bucket/x.parquet")
