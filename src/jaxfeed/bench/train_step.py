@@ -37,7 +37,7 @@ from flax.training import train_state
 from jaxfeed import Array3D, ClassLabel, DataLoader, Dataset, Features, Trainer
 from jaxfeed.bench import transformer_step, xla_flags
 from jaxfeed.bench._common import machine, save_json
-from jaxfeed.bench._steps import BATCH, SHAPE, ms_per_step, torch_cases
+from jaxfeed.bench._steps import BATCH, SHAPE, ms_per_step, torch_cases, trainer_case
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
 
@@ -180,21 +180,7 @@ def same_model_case(x, y, tx):
 def jaxfeed_case(x, y, tx, model=None):
     """The Trainer's compiled step (jaxfeed's CNN by default, or ``model``)."""
     model = model if model is not None else CNN(10, input_shape=SHAPE, rngs=nnx.Rngs(0))
-    trainer = Trainer(model, tx, verbose=0)
-    batch = {"image": x, "label": y}
-    arrays, n = trainer._batch(batch, "train")
-    core = trainer.core
-    holder = {"sums": trainer._sums(), "step": 0}
-
-    def run(steps):
-        for _ in range(steps):
-            core.state, holder["sums"] = core.train_step(
-                core.state, holder["sums"], arrays, np.int32(n), np.int32(holder["step"])
-            )
-            holder["step"] += 1
-        jax.block_until_ready(holder["sums"])
-
-    return run
+    return trainer_case(Trainer(model, tx, verbose=0), {"image": x, "label": y})
 
 
 def article_functional_case(x, y, tx):

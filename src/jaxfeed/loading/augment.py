@@ -1,27 +1,13 @@
-"""Per-row image augmentations for ``DataLoader(..., row_transform=...)``: numpy in, numpy out.
-
-Audio rows have :func:`log_mel` (from :mod:`jaxfeed.loading.spectrogram`): an ``Audio`` column to its
-log-mel spectrogram, cropped or padded to ``clip_seconds``.
-
-Each function returns a transform ``t`` that works on a row dict (``t(row, rng)`` returns the row
-with ``column`` replaced, every other column kept) or on one image array (``t(image, rng)``).
-Images are ``(H, W)`` or ``(H, W, C)`` arrays; ``uint8`` stays ``uint8`` until :func:`normalize`.
-``rng`` is a ``numpy.random.Generator``: the loader passes one seeded by
-``(seed, epoch, position of the row)``, so augmentations repeat exactly on resume and do not depend
-on the number of workers. :func:`compose` chains transforms into one row transform.
-
-Resizing uses Pillow's resampling (antialiased, as torchvision's ``antialias=True``), with the crop
-and the resize done in one call; crops and flips are numpy views.
+"""Per-row image augmentations, public as :mod:`jaxfeed.transforms` (the contract of a transform,
+its ``rng`` and :func:`compose` are described there). Images are ``(H, W)`` or ``(H, W, C)``
+arrays; ``uint8`` stays ``uint8`` until :func:`normalize`. Resizing uses Pillow's resampling
+(antialiased, as torchvision's ``antialias=True``), with the crop and the resize done in one call;
+crops and flips are numpy views.
 
 >>> import numpy as np
->>> from jaxfeed import transforms as T
->>> augment = T.compose(
-...     T.random_resized_crop(24), T.horizontal_flip(), T.normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)
-... )
->>> row = {"image": np.zeros((32, 40, 3), np.uint8), "label": 3}
->>> out = augment(row, np.random.default_rng(0))
->>> out["image"].shape, out["image"].dtype, out["label"]
-((24, 24, 3), dtype('float32'), 3)
+>>> flip = horizontal_flip(p=1.0)
+>>> flip(np.arange(6).reshape(2, 3), np.random.default_rng(0)).tolist()
+[[2, 1, 0], [5, 4, 3]]
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The data half of a run's preprocessing: :class:`Preprocessing` (what ``config.json`` keeps and
 the loader's transform applies), the batch keys and the text kinds; no datasets are read here.
 
-:class:`Preprocessing` is planned once from the training data (:func:`plan`), then applied by the
-same code everywhere: as the loader's ``transform`` on batches (images resized to one shape;
-table columns standardised, imputed or one-hot encoded by :func:`jaxfeed.serve.spec.encode_table`),
-and, declared as a :class:`~jaxfeed.serve.spec.ServingSpec` in the run's export, by ``eval``,
-``predict`` and ``load_exported``. Every image is decoded in the run's colour mode (``L`` or
-``RGB``) and resized with Pillow's bilinear filter to the run's ``image_size``; integer pixels are
-scaled to [0, 1] on the device in training (by the spec, on the host, when served).
+It is planned from the training data by :func:`jaxfeed.recipes.preprocess.plan` and applied
+by the same code in ``train``, ``eval``, ``predict`` and an export (see that module).
 
 >>> import numpy as np
 >>> p = Preprocessing(kind="image", input_columns=["image"], label_column="label",
