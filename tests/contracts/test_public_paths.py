@@ -2,6 +2,7 @@
 (faces over the layered packages), and the old undocumented paths, which still import for one
 release with a ``DeprecationWarning``."""
 
+import json
 import subprocess
 import sys
 
@@ -61,45 +62,49 @@ def test_documented_modules_are_faces_of_the_same_objects():
     assert jaxfeed.models.MLP.__name__ == "MLP"
 
 
-@pytest.mark.parametrize(
-    ("old", "names"),
-    [
-        ("jaxfeed.iterable", ["IterableDataset", "IterableDatasetDict", "split_dataset_by_node"]),
-        ("jaxfeed.io", ["Dataset", "DatasetDict", "load_dataset", "load_from_disk"]),
-        ("jaxfeed.features", ["Features", "Value", "Image", "ClassLabel", "Sequence"]),
-    ],
-)
-def test_old_paths_import_with_a_deprecation_warning(old, names):
-    """In a fresh interpreter (a module warns once, when first imported): the old path gives the
-    same objects as the face, and says where they moved."""
-    code = (
-        "import warnings, importlib, jaxfeed\n"
-        "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always')\n"
-        f"    module = importlib.import_module({old!r})\n"
-        "moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]\n"
-        "assert len(moved) == 1 and 'moved to jaxfeed.data' in str(moved[0].message), moved\n"
-        f"for name in {names!r}:\n"
-        "    assert getattr(module, name) is getattr(jaxfeed, name), name\n"
-        "print('ok')\n"
-    )
+OLD_PATHS = {
+    "jaxfeed.iterable": ["IterableDataset", "IterableDatasetDict", "split_dataset_by_node"],
+    "jaxfeed.io": ["Dataset", "DatasetDict", "load_dataset", "load_from_disk"],
+    "jaxfeed.features": ["Features", "Value", "Image", "ClassLabel", "Sequence"],
+}
+
+# One fresh interpreter for all the import checks (a module warns once, when first imported):
+# first the package and its documented modules, with a moved-path warning made an error, then each
+# old path, recording its warnings and whether it gives the face's objects.
+PROBE = """
+import importlib, json, warnings
+warnings.filterwarnings("error", message=".*moved to jaxfeed", category=DeprecationWarning)
+import jaxfeed
+from jaxfeed import Dataset, DataLoader, Trainer, load_dataset, export
+import jaxfeed.transforms, jaxfeed.checkpoint, jaxfeed.serving, jaxfeed.text
+import jaxfeed.cli, jaxfeed.recipes.train
+warnings.resetwarnings()
+out = {}
+for old, names in OLD_PATHS.items():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    out[old] = {
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)],
+        "same": [getattr(module, n) is getattr(jaxfeed, n) for n in names],
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def probe():
+    code = f"OLD_PATHS = {OLD_PATHS!r}\n{PROBE}"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]  # the package warned about itself
+    return json.loads(result.stdout)
 
 
-def test_the_package_itself_imports_without_deprecation_warnings():
-    code = (
-        "import warnings\n"
-        "warnings.filterwarnings('error', message='.*moved to jaxfeed', category=DeprecationWarning)\n"
-        "import jaxfeed\n"
-        "from jaxfeed import Dataset, DataLoader, Trainer, load_dataset, export\n"
-        "import jaxfeed.transforms, jaxfeed.checkpoint, jaxfeed.serving, jaxfeed.text\n"
-        "import jaxfeed.cli, jaxfeed.recipes.train\n"
-        "print('ok')\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+@pytest.mark.parametrize("old", sorted(OLD_PATHS))
+def test_old_paths_import_with_a_deprecation_warning(probe, old):
+    """The old path gives the same objects as the face, and says once where they moved."""
+    assert len(probe[old]["warnings"]) == 1, probe[old]
+    assert f"{old} moved to jaxfeed.data" in probe[old]["warnings"][0]
+    assert all(probe[old]["same"]), probe[old]
