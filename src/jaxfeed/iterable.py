@@ -1,5 +1,6 @@
-"""Deprecated: ``jaxfeed.iterable`` moved to :mod:`jaxfeed.data.iterable` (import the names from ``jaxfeed``). This path
-is kept for one release and warns when imported."""
+"""Deprecated: ``jaxfeed.iterable`` moved to :mod:`jaxfeed.data.iterable`; import the names from ``jaxfeed``.
+
+This path is kept for one release and warns when imported."""
 
 from jaxfeed._base.deprecated import moved
 from jaxfeed.data.iterable import IterableDataset as IterableDataset

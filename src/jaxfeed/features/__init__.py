@@ -1,5 +1,6 @@
-"""Deprecated: ``jaxfeed.features`` moved to :mod:`jaxfeed.data.features` (import the names from ``jaxfeed``). This path
-is kept for one release and warns when imported."""
+"""Deprecated: ``jaxfeed.features`` moved to :mod:`jaxfeed.data.features`; import the names from ``jaxfeed``.
+
+This path is kept for one release and warns when imported."""
 
 from jaxfeed._base.deprecated import moved
 from jaxfeed.data.features import Array2D as Array2D

@@ -1,5 +1,6 @@
-"""Deprecated: ``jaxfeed.io`` moved to :mod:`jaxfeed.data.load` (import the names from ``jaxfeed``). This path
-is kept for one release and warns when imported."""
+"""Deprecated: ``jaxfeed.io`` moved to :mod:`jaxfeed.data.load`; import the names from ``jaxfeed``.
+
+This path is kept for one release and warns when imported."""
 
 from jaxfeed._base.deprecated import moved
 from jaxfeed.data.dataset import Dataset as Dataset
