@@ -71,7 +71,9 @@ def inputs(family: str, batch: int = 3, length: int = 7, seed: int = 0) -> dict[
     ids[:, 0] = 0 if family == "roberta" else 2
     out = {"input_ids": ids, "attention_mask": mask}
     if family == "bert":
-        out["token_type_ids"] = (np.arange(length)[None] >= lengths[:, None] // 2).astype(np.int64) * mask
+        out["token_type_ids"] = (np.arange(length)[None] >= lengths[:, None] // 2).astype(
+            np.int64
+        ) * mask
     return out
 
 

@@ -32,7 +32,9 @@ class FakeModelHub:
 
     def __init__(self, repos: dict[str, dict[str, dict[str, bytes]]],
                  refs: dict[str, dict[str, str]] | None = None) -> None:  # fmt: skip
-        self.commits = {repo: {c: Files(f) for c, f in commits.items()} for repo, commits in repos.items()}
+        self.commits = {
+            repo: {c: Files(f) for c, f in commits.items()} for repo, commits in repos.items()
+        }
         self.refs = {repo: {"main": list(commits)[-1]} for repo, commits in repos.items()}
         for repo, named in (refs or {}).items():
             self.refs[repo].update(named)

@@ -11,11 +11,10 @@ hub_constants = pytest.importorskip("huggingface_hub.constants")
 
 from hub_checkpoints import save_checkpoint  # noqa: E402
 from hub_server import FakeModelHub  # noqa: E402
-from remote_servers import closed_port, serve  # noqa: E402
-
 from jaxfeed.models import from_pretrained, preprocessor  # noqa: E402
 from jaxfeed.models.hub import CheckpointNotCachedError  # noqa: E402
 from jaxfeed.models.hub.files import resolve  # noqa: E402
+from remote_servers import closed_port, serve  # noqa: E402
 
 OLD, NEW = "1" * 40, "2" * 40
 
@@ -54,7 +53,7 @@ def logits(model):
 
 
 def test_download_cache_and_offline(hub, monkeypatch):
-    fake, point, tmp = hub
+    fake, point, _ = hub
     with serve(fake) as url:
         point(url)
         first = resolve("hf:org/tiny")
@@ -63,7 +62,9 @@ def test_download_cache_and_offline(hub, monkeypatch):
         assert not (first.folder / "pytorch_model.bin").exists()  # only the allowed patterns
         assert not (first.folder / "modeling_evil.py").exists()
         fetched = {p for m, p in fake.log.requests if "/resolve/" in p}
-        assert fetched and all(f"/resolve/{NEW}/" in p for p in fetched)  # pinned to the resolved commit
+        assert fetched and all(
+            f"/resolve/{NEW}/" in p for p in fetched
+        )  # pinned to the resolved commit
         online = logits(from_pretrained("org/tiny"))
         tagged = resolve("hf:org/tiny", revision="v1")
         assert tagged.commit == OLD
@@ -81,7 +82,10 @@ def test_download_cache_and_offline(hub, monkeypatch):
         fake.log.reset_counts()
         assert resolve("hf:org/tiny").folder == first.folder
         assert fake.log.requests == []
-        with pytest.raises(CheckpointNotCachedError, match=r"'org/other' .*not in the local cache .*HF_HUB_OFFLINE=1"):
+        with pytest.raises(
+            CheckpointNotCachedError,
+            match=r"'org/other' .*not in the local cache .*HF_HUB_OFFLINE=1",
+        ):
             resolve("hf:org/other")
 
 
@@ -89,14 +93,21 @@ def test_unknown_repo_and_revision(hub):
     fake, point, _ = hub
     with serve(fake) as url:
         point(url)
-        with pytest.raises(FileNotFoundError, match=r"model 'org/missing' was not found on the Hub"):
+        with pytest.raises(
+            FileNotFoundError, match=r"model 'org/missing' was not found on the Hub"
+        ):
             from_pretrained("hf:org/missing")
-        with pytest.raises(FileNotFoundError, match=r"revision 'v9' of the Hub model 'org/tiny' does not exist"):
+        with pytest.raises(
+            FileNotFoundError, match=r"revision 'v9' of the Hub model 'org/tiny' does not exist"
+        ):
             resolve("hf:org/tiny", revision="v9")
 
 
 def test_unreachable_hub_without_cache(hub):
     _, point, _ = hub
     point(f"http://127.0.0.1:{closed_port()}")
-    with pytest.raises(CheckpointNotCachedError, match=r"'org/tiny' is not in the local cache .*could not be reached"):
+    with pytest.raises(
+        CheckpointNotCachedError,
+        match=r"'org/tiny' is not in the local cache .*could not be reached",
+    ):
         resolve("hf:org/tiny")

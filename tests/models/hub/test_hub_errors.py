@@ -9,11 +9,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hub_checkpoints import save_checkpoint  # noqa: E402
-
-from jaxfeed.models import from_pretrained, preprocessor  # noqa: E402
-from jaxfeed.models.hub import CheckpointError  # noqa: E402
-from jaxfeed.models.hub.files import write_safetensors  # noqa: E402
+from hub_checkpoints import save_checkpoint
+from jaxfeed.models import from_pretrained, preprocessor
+from jaxfeed.models.hub import CheckpointError
+from jaxfeed.models.hub.files import write_safetensors
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +48,9 @@ def test_missing_folder_names_it(tmp_path):
 def test_unsupported_model_type_lists_the_supported(checkpoint, tmp_path):
     folder = copy(checkpoint, tmp_path)
     edit_config(folder, model_type="t5")
-    with pytest.raises(CheckpointError, match=r"model_type 't5' is not supported; .*bert, distilbert, roberta"):
+    with pytest.raises(
+        CheckpointError, match=r"model_type 't5' is not supported; .*bert, distilbert, roberta"
+    ):
         from_pretrained(folder)
 
 
@@ -65,7 +66,9 @@ def test_pickled_weights_only_are_refused_with_how_to_convert(checkpoint, tmp_pa
     folder = copy(checkpoint, tmp_path)
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")
-    with pytest.raises(CheckpointError, match=r"only pickled .*pytorch_model\.bin.*save_pretrained"):
+    with pytest.raises(
+        CheckpointError, match=r"only pickled .*pytorch_model\.bin.*save_pretrained"
+    ):
         from_pretrained(folder)
 
 
@@ -80,14 +83,20 @@ def test_shape_mismatch_names_the_tensor_and_both_shapes(checkpoint, tmp_path):
 def test_missing_shard_in_index(checkpoint, tmp_path):
     folder = copy(checkpoint, tmp_path)
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
-    header = json.loads((folder / "model-00001-of-00002.safetensors").read_bytes()[8:][
-        : int.from_bytes((folder / "model-00001-of-00002.safetensors").read_bytes()[:8], "little")
-    ])
+    header = json.loads(
+        (folder / "model-00001-of-00002.safetensors").read_bytes()[8:][
+            : int.from_bytes(
+                (folder / "model-00001-of-00002.safetensors").read_bytes()[:8], "little"
+            )
+        ]
+    )
     names = [n for n in header if n != "__metadata__"]
     weight_map = {n: "model-00001-of-00002.safetensors" for n in names}
     weight_map["classifier.weight"] = "model-00002-of-00002.safetensors"
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    with pytest.raises(CheckpointError, match=r"lists the shard 'model-00002-of-00002\.safetensors'.*missing"):
+    with pytest.raises(
+        CheckpointError, match=r"lists the shard 'model-00002-of-00002\.safetensors'.*missing"
+    ):
         from_pretrained(folder)
 
 
@@ -114,7 +123,9 @@ def test_truncated_safetensors(checkpoint, tmp_path):
     folder = copy(checkpoint, tmp_path)
     data = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(data[: len(data) - 100])
-    with pytest.raises(CheckpointError, match=r"model\.safetensors is truncated: tensor '.*' ends at byte"):
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors is truncated: tensor '.*' ends at byte"
+    ):
         from_pretrained(folder)
     (folder / "model.safetensors").write_bytes(data[:5])
     with pytest.raises(CheckpointError, match=r"truncated"):
@@ -124,16 +135,23 @@ def test_truncated_safetensors(checkpoint, tmp_path):
 def test_tokenizer_json_that_is_not_one(checkpoint, tmp_path):
     folder = copy(checkpoint, tmp_path)
     (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 3}')
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json is not a tokenizers tokenizer\.json"):
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.json is not a tokenizers tokenizer\.json"
+    ):
         preprocessor(folder)
     (folder / "tokenizer.json").write_bytes(b"\xff\xfe not json")
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json is not a tokenizers tokenizer\.json"):
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.json is not a tokenizers tokenizer\.json"
+    ):
         preprocessor(folder)
 
 
 def test_num_labels_disagreeing_with_the_head(checkpoint):
-    with pytest.raises(CheckpointError, match=re.escape("num_labels=5 disagrees with the checkpoint's")
-                       + r".*'classifier\.weight'.*\[3, 16\].*\[5, 16\].*ignore_mismatched_sizes=True"):
+    with pytest.raises(
+        CheckpointError,
+        match=re.escape("num_labels=5 disagrees with the checkpoint's")
+        + r".*'classifier\.weight'.*\[3, 16\].*\[5, 16\].*ignore_mismatched_sizes=True",
+    ):
         from_pretrained(checkpoint, num_labels=5)
     with pytest.warns(UserWarning, match=r"classifier\.weight, classifier\.bias newly initialised"):
         model = from_pretrained(checkpoint, num_labels=5, ignore_mismatched_sizes=True)
@@ -142,7 +160,9 @@ def test_num_labels_disagreeing_with_the_head(checkpoint):
 
 
 def test_unknown_task_and_bad_num_labels(checkpoint):
-    with pytest.raises(ValueError, match=r"task 'image-classification' is not available .*masked-lm"):
+    with pytest.raises(
+        ValueError, match=r"task 'image-classification' is not available .*masked-lm"
+    ):
         from_pretrained(checkpoint, task="image-classification")
     with pytest.raises(ValueError, match=r"num_labels must be a positive int, got 0"):
         from_pretrained(checkpoint, num_labels=0)

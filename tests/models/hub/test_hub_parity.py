@@ -11,9 +11,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hub_checkpoints import CONFIGS, HEADS, inputs, reference, save_checkpoint  # noqa: E402
-
-from jaxfeed.models import from_pretrained  # noqa: E402
+from hub_checkpoints import CONFIGS, HEADS, inputs, reference, save_checkpoint
+from jaxfeed.models import from_pretrained
 
 CASES = [(family, task) for family in CONFIGS for task in HEADS]
 

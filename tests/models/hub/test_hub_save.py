@@ -13,7 +13,6 @@ pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hub_checkpoints import inputs, reference, save_checkpoint  # noqa: E402
-
 from jaxfeed.models import from_pretrained, preprocessor, save_pretrained  # noqa: E402
 
 AUTO = {
@@ -29,14 +28,20 @@ def perturb(model, seed=0):
     params = nnx.state(model, nnx.Param)
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
-    leaves = [x + 0.05 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    leaves = [
+        x + 0.05 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=True)
+    ]
     nnx.update(model, jax.tree.unflatten(tree, leaves))
 
 
 @pytest.mark.parametrize(
     ("family", "task"),
-    [("bert", "sequence-classification"), ("roberta", "masked-lm"),
-     ("distilbert", "token-classification"), ("bert", "feature-extraction")],  # fmt: skip
+    [
+        ("bert", "sequence-classification"),
+        ("roberta", "masked-lm"),
+        ("distilbert", "token-classification"),
+        ("bert", "feature-extraction"),
+    ],
 )
 def test_transformers_loads_what_save_pretrained_wrote(tmp_path, family, task):
     save_checkpoint(tmp_path / "in", family, task)

@@ -9,7 +9,6 @@ pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
 from hub_checkpoints import save_checkpoint  # noqa: E402
-
 from jaxfeed.models import preprocessor  # noqa: E402
 
 TEXTS = ["w1 w2 w3", "w4 w5 w6 w7 w8 w9 w10 w11 w12 w13", "w9"]
@@ -18,7 +17,9 @@ TEXTS = ["w1 w2 w3", "w4 w5 w6 w7 w8 w9 w10 w11 w12 w13", "w9"]
 def test_matches_the_transformers_tokenizer(tmp_path):
     save_checkpoint(tmp_path, "bert", "sequence-classification")  # model_max_length 8
     ours = preprocessor(tmp_path).encode_batch(TEXTS)
-    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)(TEXTS, padding=True, truncation=True)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)(
+        TEXTS, padding=True, truncation=True
+    )
     assert [e.ids for e in ours] == theirs["input_ids"]
     assert [e.attention_mask for e in ours] == theirs["attention_mask"]
     assert max(len(e.ids) for e in ours) == 8  # truncated to model_max_length

@@ -139,7 +139,9 @@ def download(repo_id: str, revision: str | None = None) -> Resolved:
             f"model {repo_id!r} was not found on the Hub (nor is it a local folder)"
         ) from err
     except errors.RevisionNotFoundError as err:
-        raise FileNotFoundError(f"revision {revision!r} of the Hub model {repo_id!r} does not exist") from err
+        raise FileNotFoundError(
+            f"revision {revision!r} of the Hub model {repo_id!r} does not exist"
+        ) from err
     except (errors.LocalEntryNotFoundError, errors.HfHubHTTPError, OSError) as err:
         why = "HF_HUB_OFFLINE=1 is set" if offline else f"the Hub could not be reached ({err})"
         raise CheckpointNotCachedError(
