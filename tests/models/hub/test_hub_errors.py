@@ -1,8 +1,8 @@
 """Bad checkpoints: one clear error each, naming the file or tensor and what was expected."""
 
 import json
-import sys
 import re
+import sys
 
 import numpy as np
 import pytest
