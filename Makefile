@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint format bench bench-check install clean docs docs-browser
+.PHONY: demo test lint format bench bench-check install clean docs docs-browser docs-serve
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,12 @@ docs-browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "note: could not install chromium; the browser check will be skipped"; \
 	else echo "note: no chromium (apt-get install chromium); the browser check will be skipped"; fi
+
+# The same site served over HTTP with live reload (http://127.0.0.1:8000; PORT=... to change it).
+# The built site/ also works opened from disk: site/index.html.
+PORT ?= 8000
+docs-serve: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build site src/*.egg-info
