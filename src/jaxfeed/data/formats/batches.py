@@ -1,4 +1,4 @@
-"""Read Parquet, CSV, JSON Lines and Arrow files as a sequence of record batches of bounded size.
+"""Read Parquet, CSV, JSON Lines, Arrow and text files as a sequence of record batches of bounded size.
 
 Both the out-of-core cache (:mod:`jaxfeed.data.formats.cache`) and streaming (:mod:`jaxfeed.data.iterable`) read
 files through here, locally or through fsspec (:mod:`jaxfeed._base.remote`), so neither ever holds a
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from jaxfeed._base import remote
 from jaxfeed.data.formats.files import check_batch, file_format, read_table
+from jaxfeed.data.formats.text import is_text_format, read_text
 from jaxfeed.data.formats.validate import DepthCheckedStream
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
@@ -141,6 +142,8 @@ def file_batches(
             batches = _json(path, batch_bytes, storage_options)
         elif fmt == "arrow":
             batches = _arrow(path, storage_options)
+        elif is_text_format(fmt):
+            batches = _text(path, fmt, storage_options)
         else:
             raise ValueError(
                 f"cannot tell the format of {path}; name it (load_dataset('csv', data_files=...))"
@@ -208,6 +211,13 @@ def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator
         # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
         checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
         yield from pjson.open_json(checked, read_options=pjson.ReadOptions(block_size=batch_bytes))
+
+
+def _text(path: str, fmt: str, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
+    schema = pa.schema([pa.field("text", pa.string())])
+    with open_input(path, storage_options) as stream:
+        for rows in read_text(stream, path, fmt):
+            yield pa.RecordBatch.from_arrays([pa.array(rows, pa.string())], schema=schema)
 
 
 def _one_object(path: str, storage_options: dict | None) -> bool:

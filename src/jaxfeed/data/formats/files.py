@@ -1,4 +1,4 @@
-"""Read Parquet, CSV, JSON / JSON Lines and Arrow files into Arrow tables.
+"""Read Parquet, CSV, JSON / JSON Lines, Arrow and text files into Arrow tables.
 
 Parquet and Arrow files are memory-mapped; features stored in the schema metadata (as `datasets`
 writes them, e.g. ``Image`` and ``ClassLabel`` of a Hub dataset) are kept.
@@ -21,6 +21,7 @@ from jaxfeed._base import remote
 from jaxfeed._base.files import file_sha256
 from jaxfeed.data.features import Features
 from jaxfeed.data.features.features import METADATA_KEY
+from jaxfeed.data.formats.text import is_text_format, read_text
 from jaxfeed.data.formats.validate import check_arrow_data, check_json_depth, check_table
 
 FORMATS = {
@@ -33,6 +34,7 @@ FORMATS = {
     ".arrow": "arrow",
     ".feather": "arrow",
     ".ipc": "arrow",
+    ".txt": "text",  # one row per line (load_dataset("text", sample_by=...) chooses otherwise)
 }
 
 
@@ -111,6 +113,10 @@ def _read_table(path: Path, fmt: str | None) -> pa.Table:
             return table
         if fmt == "json":
             return _read_json(path)
+        if is_text_format(fmt):
+            with pa.input_stream(str(path), compression="detect") as stream:
+                rows = [row for chunk in read_text(stream, str(path), fmt) for row in chunk]
+            return pa.table({"text": pa.array(rows, pa.string())})
         if fmt == "arrow":
             source = pa.memory_map(str(path))
             try:
