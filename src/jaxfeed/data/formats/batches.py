@@ -16,7 +16,7 @@ fetches only the footer and the column chunks of the row groups asked for.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,14 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from jaxfeed._base import remote
-from jaxfeed.data.formats.files import check_batch, file_format, read_table
+from jaxfeed.data.formats import files
+from jaxfeed.data.formats.files import (
+    check_batch,
+    file_format,
+    read_table,
+    row_too_large,
+    straddles,
+)
 from jaxfeed.data.formats.text import is_text_format, read_text
 from jaxfeed.data.formats.validate import DepthCheckedStream
 
@@ -188,15 +195,51 @@ def _parquet(
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
+def _growing_blocks(
+    read: Callable[[int, pa.Schema | None], Iterator[pa.RecordBatch]],
+    path: str,
+    fmt: str,
+    block: int,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``read(block_size, schema)``; when a row is larger than the block (Arrow:
+    "straddling object"), read again with a block 4x larger and the schema of the batches
+    already given, skipping their rows. A row over ``MAX_BLOCK_BYTES`` is named."""
+    done, schema = 0, None
+    while True:
+        skip = done
+        try:
+            for batch in read(block, schema):
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                if skip:
+                    batch, skip = batch.slice(skip), 0
+                schema = schema or batch.schema
+                done += batch.num_rows
+                yield batch
+            return
+        except pa.ArrowInvalid as err:
+            if not straddles(err):
+                raise
+            if block >= files.MAX_BLOCK_BYTES:
+                raise row_too_large(path, fmt, done) from None
+            block = min(4 * block, files.MAX_BLOCK_BYTES)
+
+
 def _csv(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
     delimiter = "\t" if ".tsv" in Path(path).name.lower() else ","
-    with open_input(path, storage_options) as stream:
-        reader = pcsv.open_csv(
-            stream,
-            read_options=pcsv.ReadOptions(block_size=batch_bytes),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter),
-        )
-        yield from reader
+
+    def read(block: int, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        types = None if schema is None else dict(zip(schema.names, schema.types, strict=True))
+        with open_input(path, storage_options) as stream:
+            yield from pcsv.open_csv(
+                stream,
+                read_options=pcsv.ReadOptions(block_size=block),
+                parse_options=pcsv.ParseOptions(delimiter=delimiter),
+                convert_options=pcsv.ConvertOptions(column_types=types),
+            )
+
+    yield from _growing_blocks(read, path, "csv", batch_bytes)
 
 
 def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
@@ -207,10 +250,18 @@ def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator
         table = _whole_json(path, storage_options)
         yield from table.to_batches(max_chunksize=_rows_for(table, batch_bytes))
         return
-    with open_input(path, storage_options) as stream:
-        # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
-        checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
-        yield from pjson.open_json(checked, read_options=pjson.ReadOptions(block_size=batch_bytes))
+
+    def read(block: int, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        with open_input(path, storage_options) as stream:
+            # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
+            checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
+            yield from pjson.open_json(
+                checked,
+                read_options=pjson.ReadOptions(block_size=block),
+                parse_options=pjson.ParseOptions(explicit_schema=schema),
+            )
+
+    yield from _growing_blocks(read, path, "json", batch_bytes)
 
 
 def _text(path: str, fmt: str, storage_options: dict | None) -> Iterator[pa.RecordBatch]:

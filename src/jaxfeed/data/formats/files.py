@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -36,6 +36,67 @@ FORMATS = {
     ".ipc": "arrow",
     ".txt": "text",  # one row per line (load_dataset("text", sample_by=...) chooses otherwise)
 }
+# Arrow reads CSV and JSON Lines in blocks, and a row must fit in one: a row larger than the
+# block is read again with a block 4x larger, up to this (Arrow's own limit is 2 GiB).
+MAX_BLOCK_BYTES = 1 << 30
+_T = TypeVar("_T")
+
+
+def straddles(err: BaseException) -> bool:
+    """Whether Arrow's CSV or JSON reader failed on a row larger than its block."""
+    return isinstance(err, pa.ArrowInvalid) and "straddl" in str(err)
+
+
+class RowTooLargeError(ValueError):
+    """A CSV or JSON Lines row larger than ``MAX_BLOCK_BYTES`` (the message names the file)."""
+
+
+def row_too_large(path: str | Path, fmt: str, after_row: int | None = None) -> RowTooLargeError:
+    """The error for a row larger than ``MAX_BLOCK_BYTES``: names the file and, for a local
+    file, the line where it is."""
+    where = f"a row after row {after_row}" if after_row is not None else "a row"
+    if not remote.is_remote(str(path)):
+        line, size = _longest_line(Path(path))
+        if size > MAX_BLOCK_BYTES:
+            where = f"line {line} ({size / 1e6:,.0f} MB)"
+    return RowTooLargeError(
+        f"cannot read {fmt} file {path}: {where} is larger than {MAX_BLOCK_BYTES >> 20} MB, the "
+        f"most one {fmt.upper()} row may hold; split that cell, or store it in a Parquet file"
+    )
+
+
+def _longest_line(path: Path, chunk: int = 1 << 20) -> tuple[int, int]:
+    """The longest line of ``path`` (1-based) and its length in bytes, read in chunks."""
+    line, size, best = 1, 0, (1, 0)
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                start = 0
+                while (end := block.find(b"\n", start)) != -1:
+                    size += end - start
+                    best = max(best, (line, size), key=lambda b: b[1])
+                    line, size, start = line + 1, 0, end + 1
+                size += len(block) - start
+    except OSError:
+        pass
+    return max(best, (line, size), key=lambda b: b[1])
+
+
+def read_in_blocks(
+    read: Callable[[int], _T], path: str | Path, fmt: str, block: int = 1 << 20
+) -> _T:
+    """``read(block_size)`` of a whole CSV or JSON Lines file, again with a block 4x larger while
+    a row is larger than the block; a row over ``MAX_BLOCK_BYTES`` is named
+    (:func:`row_too_large`)."""
+    while True:
+        try:
+            return read(block)
+        except pa.ArrowInvalid as err:
+            if not straddles(err):
+                raise
+            if block >= MAX_BLOCK_BYTES:
+                raise row_too_large(path, fmt) from None
+            block = min(4 * block, MAX_BLOCK_BYTES)
 
 
 def file_format(path: str | Path) -> str | None:
@@ -105,7 +166,15 @@ def _read_table(path: Path, fmt: str | None) -> pa.Table:
             return pq.read_table(path, memory_map=True)
         if fmt == "csv":
             delimiter = "\t" if ".tsv" in path.name.lower() else ","
-            table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+            table = read_in_blocks(
+                lambda block: pcsv.read_csv(
+                    path,
+                    read_options=pcsv.ReadOptions(block_size=block),
+                    parse_options=pcsv.ParseOptions(delimiter=delimiter),
+                ),
+                path,
+                "csv",
+            )
             check_arrow_data(table, str(path))
             for name, field in zip(table.column_names, table.schema, strict=True):
                 if pa.types.is_binary(field.type):  # Arrow's reader falls back on bytes
@@ -127,7 +196,7 @@ def _read_table(path: Path, fmt: str | None) -> pa.Table:
             check_arrow_data(table, str(path))
             return table
     except (pa.ArrowException, OSError, ValueError, RecursionError) as err:
-        if isinstance(err, FileNotFoundError):
+        if isinstance(err, FileNotFoundError | RowTooLargeError):
             raise
         raise ValueError(f"cannot read {fmt} file {path}: {err}") from err
     raise ValueError(
@@ -148,7 +217,11 @@ def _read_json(path: Path) -> pa.Table:
             if field is not None and all(isinstance(v, list) for v in data.values()):
                 return pa.table(data)  # {"col": [...], ...}
     check_json_depth(path.read_bytes(), str(path))  # before Arrow's parser recurses into it
-    table = pjson.read_json(path)
+    table = read_in_blocks(
+        lambda block: pjson.read_json(path, read_options=pjson.ReadOptions(block_size=block)),
+        path,
+        "json",
+    )
     check_arrow_data(table, str(path))  # Arrow's JSON reader lets invalid UTF-8 into strings
     return table
 
