@@ -278,12 +278,16 @@ def _one_object(path: str, storage_options: dict | None) -> bool:
         _load_json(path, storage_options)
         return True
     except ValueError:
-        return False  # JSON Lines
+        return False  # JSON Lines (or too deep for one document: the depth check names it)
 
 
 def _load_json(path: str, storage_options: dict | None) -> Any:
     with open_input(path, storage_options) as stream:
-        return json.loads(stream.read())
+        raw = stream.read()
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"cannot read json file {path}: it nests too deeply") from None
 
 
 def _whole_json(path: str, storage_options: dict | None) -> pa.Table:

@@ -22,7 +22,12 @@ from jaxfeed._base.files import file_sha256
 from jaxfeed.data.features import Features
 from jaxfeed.data.features.features import METADATA_KEY
 from jaxfeed.data.formats.text import is_text_format, read_text
-from jaxfeed.data.formats.validate import check_arrow_data, check_json_depth, check_table
+from jaxfeed.data.formats.validate import (
+    MAX_JSON_DEPTH,
+    check_arrow_data,
+    check_json_depth,
+    check_table,
+)
 
 FORMATS = {
     ".parquet": "parquet",
@@ -113,6 +118,7 @@ def read_table(path: str | Path, fmt: str | None = None) -> pa.Table:
     and :class:`~jaxfeed.data.formats.validate.FeatureMismatchError` when features stored in its metadata
     contradict its data."""
     table = _read_table(Path(path), fmt)
+    check_nesting(table.schema, path)
     names = table.column_names
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -132,6 +138,7 @@ def check_batch(batch: pa.RecordBatch, path: str, fmt: str | None) -> pa.RecordB
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ValueError(f"{path}: column {dup!r} appears {names.count(dup)} times")
+    check_nesting(batch.schema, path)
     table = pa.Table.from_batches([batch])
     check_arrow_data(table, path)
     if fmt == "csv":
@@ -140,6 +147,26 @@ def check_batch(batch: pa.RecordBatch, path: str, fmt: str | None) -> pa.RecordB
                 raise ValueError(f"{path}: column {field.name!r} is not valid UTF-8 text")
     check_stored_features(table, path)
     return batch
+
+
+def check_nesting(schema: pa.Schema, path: str | Path) -> None:
+    """Refuse a column nesting more than ``MAX_JSON_DEPTH`` lists or structs (a JSON value
+    spread over many lines), naming it, before anything recurses into its type."""
+    for field in schema:
+        if _nesting(field.type) > MAX_JSON_DEPTH:
+            raise ValueError(
+                f"{path}: column {field.name!r} nests more than {MAX_JSON_DEPTH} levels deep"
+            )
+
+
+def _nesting(dtype: pa.DataType) -> int:
+    """How many levels of lists and structs ``dtype`` nests (counted without recursion)."""
+    deepest, todo = 0, [(dtype, 0)]
+    while todo:
+        t, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo.extend((t.field(i).type, depth + 1) for i in range(t.num_fields))
+    return deepest
 
 
 def check_stored_features(table: pa.Table, source: str) -> None:
@@ -230,8 +257,8 @@ def _single_object(path: Path) -> bool:
     try:
         json.loads(path.read_text())
         return True
-    except ValueError:
-        return False  # JSON Lines
+    except (ValueError, RecursionError):
+        return False  # JSON Lines (or too deep for one document: the depth check names it)
 
 
 def read_tables(paths: Sequence[str | Path], fmt: str | None = None) -> pa.Table:

@@ -204,7 +204,7 @@ def read_json(
         if table is None:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as err:
+            except (ValueError, UnicodeDecodeError, RecursionError) as err:
                 raise ValueError(f"cannot read JSON file {path}: {err}") from None
             if field is not None:
                 if not isinstance(data, dict) or field not in data:
