@@ -45,7 +45,8 @@ class Packing:
         long_rows: ``"error"`` (default) for a row longer than ``length``, or ``"split"`` to cut
             it into pieces of ``length`` (each packed as its own segment).
         num_bins: open bins of the best fit (default: 2 x the batch size); more bins, less
-            padding, a slower plan (once per epoch: 0.5 s for 100,000 rows and 128 bins).
+            padding, a slower plan (once per epoch: 0.5 s for 100,000 rows and 128 bins). Bins
+            are opened as rows need them, so a huge value costs nothing for a few rows.
         pad_values: ``{column: value}``; default 0, -100 for ``labels``, the tokenizer's pad id
             for ``input_ids`` with ``tokenizer=``.
         tokenizer: a ``tokenizers.Tokenizer`` whose pad id pads ``input_ids``.
