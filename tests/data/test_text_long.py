@@ -56,15 +56,18 @@ def test_pieces_are_cut_where_words_end():
 
 _MEASURE = textwrap.dedent(
     """
-    import resource, numpy as np
-    from jaxfeed import Dataset
+    import resource, sys, numpy as np
+    from jaxfeed import Dataset, load_dataset
     from jaxfeed.text import tokenize, train_tokenizer
     words = ["the", "cat", "dog", "sat", "on", "a", "mat", "quick", "brown", "fox", "jumps"]
     rng = np.random.default_rng(0)
     small = Dataset.from_dict({"text": [" ".join(rng.choice(words, 20)) for _ in range(100)]})
     tok = train_tokenizer(small, "text", vocab_size=300, kind="bpe")
     line = (" ".join(rng.choice(words, 12_000)) + " ") * 100  # one 5 MB line
-    ds = Dataset.from_dict({"text": [line, "the cat"]})
+    corpus = sys.argv[1] + "/corpus.txt"
+    open(corpus, "w").write("the cat\\n" + line + "\\n")
+    del line
+    ds = load_dataset("text", data_files=corpus, split="train", cache_dir=sys.argv[1] + "/c")
     tokenize(Dataset.from_dict({"text": ["warm up"]}), tok, "text")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = tokenize(ds, tok, "text")
@@ -74,9 +77,9 @@ _MEASURE = textwrap.dedent(
 )
 
 
-def test_a_5mb_line_is_tokenized_in_bounded_memory():
+def test_a_5mb_line_of_a_txt_corpus_is_tokenized_in_bounded_memory(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", _MEASURE], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _MEASURE, str(tmp_path)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     grown_mb, rows = map(int, proc.stdout.split())
