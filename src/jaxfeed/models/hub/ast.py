@@ -26,13 +26,15 @@ the two special tokens; the classifier is LayerNorm then a linear layer. Task
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.audio_features import ASTFeatureExtractor, for_model
+from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.vit import (
     OUTPUTS,
     Encoder,
@@ -44,6 +46,7 @@ from jaxfeed.models.hub.vit import (
     encoder_rules,
     hidden_states,
     positive,
+    processor_for,
 )
 from jaxfeed.models.hub.weights import CONV2D, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
@@ -197,6 +200,12 @@ def architecture(task: str) -> str:
     return "ASTModel" if task == "feature-extraction" else "ASTForAudioClassification"
 
 
+def preprocessor(folder: Path, config: dict) -> ASTFeatureExtractor:
+    """The checkpoint's ``preprocessor_config.json`` as an :class:`ASTFeatureExtractor`, refused
+    when its features do not fit the model (``max_length``, ``num_mel_bins``)."""
+    return processor_for(folder, config, "audio", for_model)
+
+
 FAMILY = Family(
     model_types=(MODEL_TYPE,),
     tasks=TASKS,
@@ -204,6 +213,12 @@ FAMILY = Family(
     build=build,
     rules=rules,
     architecture=architecture,
+    prefix="audio_spectrogram_transformer",
+    preprocessor=preprocessor,
+    tasks_by_architecture=(
+        ("ASTForAudioClassification", "audio-classification"),
+        ("ASTModel", "feature-extraction"),
+    ),
 )
 
 __all__ = ["FAMILY", "ASTForAudioClassification", "ASTModel"]

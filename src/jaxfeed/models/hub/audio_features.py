@@ -40,7 +40,7 @@ def kaldi_mel(freq: np.ndarray | float) -> np.ndarray:
     """Hertz to Kaldi's mel scale, ``1127 ln(1 + f / 700)``.
 
     >>> round(float(kaldi_mel(700.0)), 3)
-    781.157
+    781.177
     """
     return 1127.0 * np.log(1.0 + np.asarray(freq, np.float64) / 700.0)
 
@@ -201,4 +201,20 @@ def _clips(raw_speech: Any) -> list[np.ndarray]:
     return out
 
 
-__all__ = ["ASTFeatureExtractor", "log_mel", "mel_filters"]
+def for_model(values: Mapping[str, Any], config: Mapping[str, Any],
+              where: str = "preprocessor_config.json") -> ASTFeatureExtractor:  # fmt: skip
+    """The extractor of ``preprocessor_config.json`` ``values``, checked against the model's
+    ``config``.
+
+    >>> for_model({"num_mel_bins": 8, "max_length": 10}, {"num_mel_bins": 8, "max_length": 12})
+    Traceback (most recent call last):
+    ...
+    ValueError: preprocessor_config.json: max_length=10 but the model's config.json has \
+max_length=12: the features would not fit the model
+    """
+    extractor = ASTFeatureExtractor.from_dict(values, where)
+    extractor.check_model(config)
+    return extractor
+
+
+__all__ = ["ASTFeatureExtractor", "for_model", "log_mel", "mel_filters"]

@@ -28,13 +28,16 @@ checkpoints use the same tensor names. Every weight carries logical axis names (
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.files import CheckpointError, read_json
+from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
 from jaxfeed.models.hub.weights import CONV2D, IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
 
@@ -223,16 +226,24 @@ class Layer(nnx.Module):
 
 
 class Encoder(nnx.Module):
-    """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm."""
+    """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm. With
+    ``remat`` set (``Trainer(remat=True)``) each block is recomputed in the backward pass
+    (gradient checkpointing)."""
+
+    supports_remat = True
 
     def __init__(self, s: Settings, *, dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
         self.layers = nnx.List([Layer(s, **kw) for _ in range(s.layers)])
         self.layernorm = _norm(s, **kw)
+        self.remat = False
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         for layer in self.layers:
-            x = layer(x, rngs)
+            if self.remat:
+                x = nnx.remat(lambda mod, h, r: mod(h, r))(layer, x, rngs)
+            else:
+                x = layer(x, rngs)
         return self.layernorm(x)
 
 
@@ -456,6 +467,24 @@ def architecture(task: str) -> str:
     return "ViTModel" if task == "feature-extraction" else "ViTForImageClassification"
 
 
+def preprocessor(folder: Path, config: dict) -> ImageProcessor:
+    """The checkpoint's ``preprocessor_config.json`` as an :class:`ImageProcessor`, refused when
+    the size it makes does not fit the model."""
+    return processor_for(folder, config, "image", for_model)
+
+
+def processor_for(folder: Path, config: dict, kind: str, make: Callable) -> Any:
+    """``make(values, config, where)`` of ``folder``'s ``preprocessor_config.json``, or an error
+    naming the folder when it has none."""
+    path = Path(folder) / "preprocessor_config.json"
+    if not path.is_file():
+        raise CheckpointError(
+            f"{folder} has no preprocessor_config.json: the {kind} preprocessing of model_type "
+            f"{config.get('model_type')!r} is read from it"
+        )
+    return make(read_json(path, "preprocessor config"), config, str(path))
+
+
 FAMILY = Family(
     model_types=("vit",),
     tasks=TASKS,
@@ -463,6 +492,12 @@ FAMILY = Family(
     build=build,
     rules=rules,
     architecture=architecture,
+    prefix="vit",
+    preprocessor=preprocessor,
+    tasks_by_architecture=(
+        ("ViTForImageClassification", "image-classification"),
+        ("ViTModel", "feature-extraction"),
+    ),
 )
 
 __all__ = ["FAMILY", "Encoder", "ViTForImageClassification", "ViTModel", "channels_last"]
