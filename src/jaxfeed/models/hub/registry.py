@@ -1,0 +1,44 @@
+"""The model families ``from_pretrained`` knows, by ``config.json`` ``model_type``: one import
+line per family module (each defines ``FAMILY``).
+
+>>> sorted(FAMILIES)[:2]
+['bert', 'distilbert']
+"""
+
+from __future__ import annotations
+
+from jaxfeed.models.hub.bert import FAMILY as BERT
+from jaxfeed.models.hub.distilbert import FAMILY as DISTILBERT
+from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.files import CheckpointError
+from jaxfeed.models.hub.roberta import FAMILY as ROBERTA
+
+_ALL: list[Family] = [
+    BERT,
+    ROBERTA,
+    DISTILBERT,
+]
+FAMILIES: dict[str, Family] = {t: family for family in _ALL for t in family.model_types}
+
+
+def family_of(config: dict, where: object = "config.json") -> Family:
+    """The family of a config's ``model_type``, or an error listing the supported ones.
+
+    >>> family_of({"model_type": "bert"}).default_task
+    'feature-extraction'
+    >>> family_of({"model_type": "t5"})
+    Traceback (most recent call last):
+    ...
+    jaxfeed.models.hub.files.CheckpointError: config.json: model_type 't5' is not supported; jaxfeed loads bert, distilbert, roberta
+    """
+    model_type = config.get("model_type")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise CheckpointError(
+            f"{where}: model_type {model_type!r} is not supported; jaxfeed loads "
+            f"{', '.join(sorted(FAMILIES))}"
+        )
+    return family
+
+
+__all__ = ["FAMILIES", "Family", "family_of"]
