@@ -7,12 +7,14 @@ path (``audio_utils.spectrogram``); that is the reference the front end is compa
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from jaxfeed import Trainer  # noqa: E402
 from jaxfeed.models.hub import from_pretrained, preprocessor, save_pretrained  # noqa: E402
 from jaxfeed.models.hub.audio_features import ASTFeatureExtractor  # noqa: E402
 
@@ -155,3 +157,19 @@ def test_bad_input_is_refused_with_a_clear_error(checkpoints, tmp_path):
     transformers.ASTFeatureExtractor(num_mel_bins=32, max_length=40).save_pretrained(folder)
     with pytest.raises(ValueError, match=r"num_mel_bins=32 but the model's config\.json has"):
         preprocessor(folder)
+
+
+def test_fine_tunes_head_only_in_bfloat16_on_float32_weights(checkpoints):
+    root, _, extractor = checkpoints
+    model = from_pretrained(root / "classifier")
+    x = extractor(waveforms(), sampling_rate=16000, return_tensors="np")["input_values"]
+    batch = {"input_values": x, "label": np.arange(3) % 4}
+    trainer = Trainer(model, optax.adamw(1e-2), inputs={"input_values": "input_values"},
+                      trainable="head", dtype="bfloat16", verbose=0)  # fmt: skip
+    for _ in range(3):
+        trainer.fit([batch], epochs=trainer.epoch + 1)
+    losses = [h["train_loss"] for h in trainer.history]
+    assert trainer.precision == "bfloat16" and np.isfinite(losses).all()
+    assert losses[-1] < losses[0]
+    kernel = model.classifier.dense.kernel[...]
+    assert kernel.dtype == jnp.float32

@@ -7,12 +7,14 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from jaxfeed import Trainer  # noqa: E402
 from jaxfeed.models.hub import from_pretrained, preprocessor, save_pretrained  # noqa: E402
 from jaxfeed.models.hub.image_processing import ImageProcessor  # noqa: E402
 
@@ -200,3 +202,28 @@ def test_config_image_size_not_a_multiple_of_the_patch_is_refused(tmp_path):
     with pytest.raises(ValueError, match="image_size height 30 is not a multiple of patch_size 8"):
         FAMILY.build(config, task="image-classification", num_labels=2, dtype=None,
                      param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+
+
+def flat_params(model):
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    return {".".join(map(str, k)): np.asarray(v.get_value()) for k, v in flat}
+
+
+def test_fine_tunes_with_the_trainer_head_only_with_remat(checkpoints):
+    root, _ = checkpoints
+    plain, model = from_pretrained(root / "classifier"), from_pretrained(root / "classifier")
+    before = flat_params(model)
+    batch = {"pixel_values": pixels(8, seed=4), "label": np.arange(8) % 3}
+    losses = {}
+    for name, m, remat in (("plain", plain, False), ("remat", model, True)):
+        trainer = Trainer(m, optax.adamw(1e-2), inputs={"pixel_values": "pixel_values"},
+                          trainable="head", remat=remat, verbose=0)  # fmt: skip
+        for _ in range(3):
+            trainer.fit([batch], epochs=trainer.epoch + 1)
+        losses[name] = [h["train_loss"] for h in trainer.history]
+    assert model.vit.encoder.remat and not plain.vit.encoder.remat
+    assert losses["remat"][-1] < losses["remat"][0]
+    np.testing.assert_allclose(losses["remat"], losses["plain"], rtol=1e-5)
+    after = flat_params(model)
+    changed = {k for k in before if not np.array_equal(before[k], after[k])}
+    assert changed == {"classifier.kernel", "classifier.bias"}

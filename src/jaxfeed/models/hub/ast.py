@@ -138,6 +138,8 @@ class ASTHead(nnx.Module):
 class ASTForAudioClassification(nnx.Module):
     """AST with its classification head; returns logits ``(batch, labels)``."""
 
+    head_modules = ("classifier",)  # what Trainer(trainable="head") trains
+
     def __init__(self, config: Mapping[str, Any], num_labels: int, *, dtype: Any = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:  # fmt: skip
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}

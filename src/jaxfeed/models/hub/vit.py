@@ -382,6 +382,8 @@ def _check_interpolate(interpolate_pos_encoding: bool | None) -> None:
 class ViTForImageClassification(nnx.Module):
     """ViT with a linear classifier on the ``[CLS]`` token; returns logits ``(batch, labels)``."""
 
+    head_modules = ("classifier",)  # what Trainer(trainable="head") trains
+
     def __init__(self, config: Mapping[str, Any], num_labels: int, *, dtype: Any = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:  # fmt: skip
         s = Settings(config)
@@ -400,6 +402,8 @@ class ViTModel(nnx.Module):
     """The bare ViT encoder (task ``"feature-extraction"``): ``last_hidden_state`` ``(batch, 1 +
     patches, hidden)``, or the pooler's output ``(batch, pooler_output_size)`` with
     ``output="pooler_output"``."""
+
+    head_modules = ("pooler",)
 
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:  # fmt: skip
