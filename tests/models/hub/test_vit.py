@@ -190,8 +190,22 @@ def test_pixel_values_of_another_size_are_refused(checkpoints):
         ValueError, match=r"32x32 images \(config.json image_size\) with 3 channels"
     ):
         model(pixel_values=jnp.zeros((1, 3, 24, 24)))
-    with pytest.raises(NotImplementedError, match="interpolate_pos_encoding"):
-        model(pixel_values=jnp.zeros((1, 3, 32, 32)), interpolate_pos_encoding=True)
+    with pytest.raises(ValueError, match=r"smaller than one 8x8 patch"):
+        model(pixel_values=jnp.zeros((1, 3, 4, 32)), interpolate_pos_encoding=True)
+
+
+@pytest.mark.parametrize("hw", [(48, 48), (40, 56), (16, 16)])
+def test_interpolated_positions_equal_pytorch(checkpoints, hw):
+    """Other image sizes with interpolate_pos_encoding=True: bicubic position embeddings as
+    PyTorch's interpolate computes them."""
+    root, models = checkpoints
+    x = np.random.default_rng(5).standard_normal((2, 3, *hw)).astype(np.float32)
+    with torch.no_grad():
+        reference = models["classifier"](pixel_values=torch.from_numpy(x),
+                                         interpolate_pos_encoding=True).logits.numpy()  # fmt: skip
+    logits = from_pretrained(root / "classifier")(pixel_values=jnp.asarray(x),
+                                                  interpolate_pos_encoding=True)  # fmt: skip
+    assert max_diff(logits, reference) < TOL
 
 
 def test_config_image_size_not_a_multiple_of_the_patch_is_refused(tmp_path):

@@ -8,8 +8,9 @@ encoder (task ``"feature-extraction"``) returns ``last_hidden_state`` ``(batch, 
 hidden)`` or, with ``output="pooler_output"``, the pooler's ``tanh(dense(CLS))``.
 
 ``pixel_values`` is ``(batch, channels, height, width)`` as in ``transformers``, or channels-last
-``(batch, height, width, channels)``; the height and width must be the config's ``image_size``
-(position embeddings are not interpolated).
+``(batch, height, width, channels)``; the height and width must be the config's ``image_size``,
+unless ``interpolate_pos_encoding=True`` resizes the position embeddings to the images' patch
+grid (bicubic, as PyTorch's ``interpolate`` in ``transformers``).
 
 The encoder blocks (:class:`Encoder`) are shared with AST (:mod:`jaxfeed.models.hub.ast`), whose
 checkpoints use the same tensor names. Every weight carries logical axis names (``"embed"``,
@@ -27,12 +28,14 @@ checkpoints use the same tensor names. Every weight carries logical axis names (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxfeed.models.hub.family import Family
@@ -286,9 +289,9 @@ def hidden_states(x: jax.Array, patches: PatchEmbed, tokens: list[jax.Array],
 
 
 # ---------------------------------------------------------------------------------- ViT
-def channels_last(pixel_values: Any, channels: int, size: tuple[int, int]) -> jax.Array:
+def channels_last(pixel_values: Any, channels: int, size: tuple[int, int] | None) -> jax.Array:
     """``(B, C, H, W)`` or ``(B, H, W, C)`` images -> ``(B, H, W, C)``, checked against the
-    model's ``channels`` and ``size``.
+    model's ``channels`` and ``size`` (any size when None: interpolated positions).
 
     >>> channels_last(jnp.zeros((1, 3, 4, 4)), 3, (4, 4)).shape
     (1, 4, 4, 3)
@@ -299,18 +302,65 @@ def channels_last(pixel_values: Any, channels: int, size: tuple[int, int]) -> ja
             f"pixel_values must be (batch, {channels}, height, width) or (batch, height, width, "
             f"{channels}), got shape {tuple(x.shape)}"
         )
-    if x.shape[1] == channels and tuple(x.shape[2:]) == size:
+    first = x.shape[1] == channels and (size is None or tuple(x.shape[2:]) == size)
+    last = x.shape[-1] == channels and (size is None or tuple(x.shape[1:3]) == size)
+    if first:
         x = jnp.transpose(x, (0, 2, 3, 1))
-    elif x.shape[-1] != channels or tuple(x.shape[1:3]) != size:
+    elif not last and size is None:
+        raise ValueError(
+            f"pixel_values of shape {tuple(x.shape)} do not have the model's {channels} channels "
+            f"first or last"
+        )
+    elif not last:
         raise ValueError(
             f"pixel_values of shape {tuple(x.shape)} do not fit the model: it takes "
             f"{size[0]}x{size[1]} images (config.json image_size) with {channels} channels, as "
             f"(batch, {channels}, {size[0]}, {size[1]}) or (batch, {size[0]}, {size[1]}, "
-            f"{channels}); resize them as the checkpoint's preprocessor does"
+            f"{channels}); resize them as the checkpoint's preprocessor does, or pass "
+            "interpolate_pos_encoding=True"
         )
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.float32)
     return x
+
+
+def bicubic_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """``(n_out, n_in)`` weights of PyTorch's bicubic resize (``align_corners=False``, cubic
+    coefficient -0.75, edge samples repeated) along one axis.
+
+    >>> bicubic_matrix(3, 3).round(6).tolist()
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    a = -0.75
+
+    def near(x: float) -> float:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: float) -> float:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    out = np.zeros((n_out, n_in))
+    for d in range(n_out):
+        src = (n_in / n_out) * (d + 0.5) - 0.5
+        i = math.floor(src)
+        t = src - i
+        for k, w in zip(range(i - 1, i + 3), (far(t + 1), near(t), near(1 - t), far(2 - t)),
+                        strict=True):  # fmt: skip
+            out[d, min(max(k, 0), n_in - 1)] += w
+    return out
+
+
+def interpolate_positions(position: jax.Array, grid: tuple[int, int],
+                          new_grid: tuple[int, int]) -> jax.Array:  # fmt: skip
+    """``(1, 1 + gh * gw, D)`` position embeddings (``[CLS]`` first) resized to ``new_grid``
+    patches by bicubic interpolation, as ``transformers``' ``interpolate_pos_encoding``."""
+    if new_grid == grid:
+        return position
+    cls, patches = position[:, :1], position[0, 1:].reshape(*grid, -1)
+    rows = jnp.asarray(bicubic_matrix(grid[0], new_grid[0]), position.dtype)
+    cols = jnp.asarray(bicubic_matrix(grid[1], new_grid[1]), position.dtype)
+    patches = jnp.einsum("hi,ijd,wj->hwd", rows, patches, cols)
+    return jnp.concatenate([cls, patches.reshape(1, -1, patches.shape[-1])], axis=1)
 
 
 class ViTEmbeddings(nnx.Module):
@@ -319,7 +369,7 @@ class ViTEmbeddings(nnx.Module):
     def __init__(self, config: Mapping[str, Any], s: Settings, *, dtype: Any, param_dtype: Any,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
         self.image_size = pair(config.get("image_size", 224), "image_size")
-        patch = pair(config.get("patch_size", 16), "patch_size")
+        self.patch = patch = pair(config.get("patch_size", 16), "patch_size")
         self.channels = positive(config, "num_channels", 3)
         for side, image, p in zip(("height", "width"), self.image_size, patch, strict=True):
             if image % p:
@@ -338,9 +388,22 @@ class ViTEmbeddings(nnx.Module):
         self.dropout = nnx.Dropout(s.dropout, deterministic=False)
 
     def __call__(self, pixel_values: Any, rngs: nnx.Rngs | None) -> jax.Array:
-        x = channels_last(pixel_values, self.channels, self.image_size)
-        return hidden_states(x, self.patch_embeddings, [self.cls_token[...]],
-                             self.position_embeddings[...], self.dropout, rngs)  # fmt: skip
+        return self.embed(pixel_values, False, rngs)
+
+    def embed(self, pixel_values: Any, interpolate: bool | None,
+              rngs: nnx.Rngs | None) -> jax.Array:  # fmt: skip
+        """The tokens of ``pixel_values``; with ``interpolate``, images of any size at least one
+        patch, the position embeddings resized to their patch grid."""
+        x = channels_last(pixel_values, self.channels, None if interpolate else self.image_size)
+        position = self.position_embeddings[...]
+        if interpolate:
+            (h, w), (ph, pw) = x.shape[1:3], self.patch
+            if h < ph or w < pw:
+                raise ValueError(f"pixel_values of {h}x{w} are smaller than one {ph}x{pw} patch")
+            grid = (self.image_size[0] // ph, self.image_size[1] // pw)
+            position = interpolate_positions(position, grid, (h // ph, w // pw))
+        return hidden_states(x, self.patch_embeddings, [self.cls_token[...]], position,
+                             self.dropout, rngs)  # fmt: skip
 
 
 class Pooler(nnx.Module):
@@ -367,16 +430,10 @@ class ViTBody(nnx.Module):
         self.embeddings = ViTEmbeddings(config, s, **kw)
         self.encoder = Encoder(s, **kw)
 
-    def __call__(self, pixel_values: Any, rngs: nnx.Rngs | None) -> jax.Array:
-        return self.encoder(self.embeddings(pixel_values, rngs), rngs)
-
-
-def _check_interpolate(interpolate_pos_encoding: bool | None) -> None:
-    if interpolate_pos_encoding:
-        raise NotImplementedError(
-            "interpolate_pos_encoding=True is not supported: resize the images to the config's "
-            "image_size"
-        )
+    def __call__(self, pixel_values: Any, rngs: nnx.Rngs | None,
+                 interpolate_pos_encoding: bool | None = None) -> jax.Array:  # fmt: skip
+        tokens = self.embeddings.embed(pixel_values, interpolate_pos_encoding, rngs)
+        return self.encoder(tokens, rngs)
 
 
 class ViTForImageClassification(nnx.Module):
@@ -393,8 +450,7 @@ class ViTForImageClassification(nnx.Module):
 
     def __call__(self, pixel_values: Any, *, interpolate_pos_encoding: bool | None = None,
                  rngs: nnx.Rngs | None = None) -> jax.Array:  # fmt: skip
-        _check_interpolate(interpolate_pos_encoding)
-        hidden = self.vit(pixel_values, rngs)
+        hidden = self.vit(pixel_values, rngs, interpolate_pos_encoding)
         return self.classifier(hidden[:, 0]).astype(jnp.float32)
 
 
@@ -416,10 +472,10 @@ class ViTModel(nnx.Module):
     def __call__(self, pixel_values: Any, *, output: str = "last_hidden_state",
                  interpolate_pos_encoding: bool | None = None,
                  rngs: nnx.Rngs | None = None) -> jax.Array:  # fmt: skip
-        _check_interpolate(interpolate_pos_encoding)
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-        hidden = self.encoder(self.embeddings(pixel_values, rngs), rngs)
+        tokens = self.embeddings.embed(pixel_values, interpolate_pos_encoding, rngs)
+        hidden = self.encoder(tokens, rngs)
         return hidden if output == "last_hidden_state" else self.pooler(hidden)
 
 
