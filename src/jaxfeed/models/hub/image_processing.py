@@ -138,9 +138,12 @@ class ImageProcessor:
             return self.size["height"], self.size["width"]
         return None
 
-    def check_model(self, config: Mapping[str, Any]) -> None:
+    def check_model(self, config: Mapping[str, Any], *, interpolate: bool = False,
+                    where: str = WHERE) -> None:  # fmt: skip
         """Raise a ``ValueError`` unless the images this processor makes fit the model of
-        ``config`` (a ViT-like ``config.json``: ``image_size``, ``patch_size``).
+        ``config`` (a ViT-like ``config.json``: ``image_size``, ``patch_size``): its
+        ``image_size``, or with ``interpolate`` (the model called with
+        ``interpolate_pos_encoding=True``) any multiple of the patch size.
 
         >>> ImageProcessor(size=30).check_model({"image_size": 32, "patch_size": 8})
         Traceback (most recent call last):
@@ -148,6 +151,8 @@ class ImageProcessor:
         ValueError: preprocessor_config.json asks for 30x30 images, which the model cannot take: \
 30 is not a multiple of config.json's patch_size 8 (and config.json's image_size is 32x32; \
 position embeddings are not interpolated)
+        >>> ImageProcessor(size=48).check_model({"image_size": 32, "patch_size": 8},
+        ...                                     interpolate=True)
         """
         image = _pair(config.get("image_size", 224))
         patch = _pair(config.get("patch_size", 16))
@@ -155,20 +160,20 @@ position embeddings are not interpolated)
         model = f"config.json's image_size is {image[0]}x{image[1]}"
         if size is None:
             raise ValueError(
-                f"{WHERE} gives images of varying size (size={self.size}, do_center_crop="
+                f"{where} gives images of varying size (size={self.size}, do_center_crop="
                 f"{self.do_center_crop}), but the model takes only {image[0]}x{image[1]} ({model})"
             )
-        if size == image:
+        bad = [(s, p) for s, p in zip(size, patch, strict=True) if s % p]
+        if size == image or (interpolate and not bad):
             return
-        bad = [s for s, p in zip(size, patch, strict=True) if s % p]
         reason = (
-            f"{bad[0]} is not a multiple of config.json's patch_size {patch[0]} (and {model}"
+            f"{bad[0][0]} is not a multiple of config.json's patch_size {bad[0][1]} (and {model}"
             if bad
             else f"{model} ("
         )
         raise ValueError(
-            f"{WHERE} asks for {size[0]}x{size[1]} images, which the model cannot take: {reason}; "
-            "position embeddings are not interpolated)"
+            f"{where} asks for {size[0]}x{size[1]} images, which the model cannot take: {reason}; "
+            f"position embeddings are {'interpolated' if interpolate else 'not interpolated'})"
         )
 
     # ------------------------------------------------------------------------------ apply
@@ -292,16 +297,17 @@ def _center_crop(image: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     return image[top : top + ch, left : left + cw]
 
 
-def for_model(values: Mapping[str, Any], config: Mapping[str, Any],
-              where: str = WHERE) -> ImageProcessor:  # fmt: skip
+def for_model(values: Mapping[str, Any], config: Mapping[str, Any], where: str = WHERE, *,
+              interpolate: bool = False) -> ImageProcessor:  # fmt: skip
     """The processor of ``preprocessor_config.json`` ``values``, checked against the model's
-    ``config``: a size the model cannot take is refused before anything runs.
+    ``config`` (see :meth:`ImageProcessor.check_model`): a size the model cannot take is refused
+    before anything runs.
 
     >>> for_model({"size": 32}, {"image_size": 32, "patch_size": 8}).output_size()
     (32, 32)
     """
     processor = ImageProcessor.from_dict(values, where)
-    processor.check_model(config)
+    processor.check_model(config, interpolate=interpolate, where=where)
     return processor
 
 
