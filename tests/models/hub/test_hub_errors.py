@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -166,3 +167,14 @@ def test_unknown_task_and_bad_num_labels(checkpoint):
         from_pretrained(checkpoint, task="image-classification")
     with pytest.raises(ValueError, match=r"num_labels must be a positive int, got 0"):
         from_pretrained(checkpoint, num_labels=0)
+
+
+def test_missing_extras_are_named(checkpoint, monkeypatch):
+    from jaxfeed._base.extras import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(MissingExtraError, match=r"org/tiny needs huggingface_hub.*jaxfeed\[hub\]"):
+        from_pretrained("hf:org/tiny")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(MissingExtraError, match=r"needs tokenizers.*jaxfeed\[text\]"):
+        preprocessor(checkpoint)
