@@ -412,7 +412,7 @@ class Pooler(nnx.Module):
     def __init__(self, config: Mapping[str, Any], s: Settings, *, dtype: Any, param_dtype: Any,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
         size = config.get("pooler_output_size") or s.hidden
-        self.dense = _dense(s.hidden, size, ("embed", None), s, dtype=dtype,
+        self.dense = _dense(s.hidden, size, (None, "embed"), s, dtype=dtype,
                             param_dtype=param_dtype, rngs=rngs)  # fmt: skip
         self.act = activation({"pooler_act": config.get("pooler_act", "tanh")}, "pooler_act")
 
