@@ -173,3 +173,10 @@ def test_fine_tunes_head_only_in_bfloat16_on_float32_weights(checkpoints):
     assert losses[-1] < losses[0]
     kernel = model.classifier.dense.kernel[...]
     assert kernel.dtype == jnp.float32
+
+
+def test_bare_encoder_has_no_head_to_train(checkpoints):
+    root, _, _ = checkpoints
+    with pytest.raises(ValueError, match=r"the bare AST encoder .* has no head"):
+        Trainer(from_pretrained(root / "bare"), optax.adamw(1e-3), inputs="input_values",
+                trainable="head")  # fmt: skip

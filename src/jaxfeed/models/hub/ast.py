@@ -102,6 +102,14 @@ class ASTModel(nnx.Module):
     """The bare AST encoder (task ``"feature-extraction"``): ``last_hidden_state`` ``(batch, 2 +
     patches, hidden)``, or the mean of the two special tokens with ``output="pooler_output"``."""
 
+    @property
+    def head_modules(self) -> tuple[str, ...]:
+        """The bare encoder has no head: ``Trainer(trainable="head")`` is refused."""
+        raise ValueError(
+            "trainable='head': the bare AST encoder (task 'feature-extraction') has no head; load "
+            "it with task='audio-classification' or pass a regular expression over parameter paths"
+        )
+
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:  # fmt: skip
         s = Settings(config)
