@@ -241,3 +241,19 @@ def test_fine_tunes_with_the_trainer_head_only_with_remat(checkpoints):
     after = flat_params(model)
     changed = {k for k in before if not np.array_equal(before[k], after[k])}
     assert changed == {"classifier.kernel", "classifier.bias"}
+
+
+def test_image_processor_takes_float_grayscale_and_channels_first_images():
+    proc = ImageProcessor(size={"height": 16, "width": 16}, do_convert_rgb=True)
+    rng = np.random.default_rng(6)
+    rgb = rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)
+    as_uint8 = proc(rgb)["pixel_values"]
+    # float images are resized without quantising: equal to the uint8 path up to its rounding
+    as_float = proc(rgb.astype(np.float32))["pixel_values"]
+    assert max_diff(as_float, as_uint8) <= 1 / 255 / 0.5 + 1e-6
+    # channels-first input, and a grayscale image converted to RGB
+    assert max_diff(proc(rgb.transpose(2, 0, 1))["pixel_values"], as_uint8) == 0
+    gray = proc(rgb[..., 0])["pixel_values"]
+    assert gray.shape == (1, 3, 16, 16) and max_diff(gray[:, 0], gray[:, 2]) == 0
+    with pytest.raises(ValueError, match=r"image 1: expected \(height, width"):
+        proc([rgb, np.zeros((5, 6, 7, 8))])
