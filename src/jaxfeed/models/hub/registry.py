@@ -1,22 +1,26 @@
 """The model families ``from_pretrained`` knows, by ``config.json`` ``model_type``: one import
 line per family module (each defines ``FAMILY``).
 
->>> sorted(FAMILIES)[:2]
-['bert', 'distilbert']
+>>> {"bert", "vit", "audio-spectrogram-transformer"} <= set(FAMILIES)
+True
 """
 
 from __future__ import annotations
 
+from jaxfeed.models.hub.ast import FAMILY as AST
 from jaxfeed.models.hub.bert import FAMILY as BERT
 from jaxfeed.models.hub.distilbert import FAMILY as DISTILBERT
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError
 from jaxfeed.models.hub.roberta import FAMILY as ROBERTA
+from jaxfeed.models.hub.vit import FAMILY as VIT
 
 _ALL: list[Family] = [
     BERT,
     ROBERTA,
     DISTILBERT,
+    VIT,
+    AST,
 ]
 FAMILIES: dict[str, Family] = {t: family for family in _ALL for t in family.model_types}
 
@@ -26,10 +30,10 @@ def family_of(config: dict, where: object = "config.json") -> Family:
 
     >>> family_of({"model_type": "bert"}).default_task
     'feature-extraction'
-    >>> family_of({"model_type": "t5"})
+    >>> family_of({"model_type": "t5"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    jaxfeed.models.hub.files.CheckpointError: config.json: model_type 't5' is not supported; jaxfeed loads bert, distilbert, roberta
+    jaxfeed.models.hub.files.CheckpointError: config.json: model_type 't5' is not supported; jaxfeed loads audio-spectrogram-transformer, bert, ...
     """
     model_type = config.get("model_type")
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
