@@ -280,7 +280,15 @@ class ServingSpec:
 
     def fit_audio(self, clips: Any) -> np.ndarray:
         """Log-mel spectrograms ``(n, frames, n_mels)`` of clips (``{"array", "sampling_rate"}``
-        dicts, or waveforms at the spec's rate), centre-cropped or padded to its clip length."""
+        dicts, or waveforms at the spec's rate), centre-cropped or padded to its clip length. A
+        numeric batch already of the model's input shape ``(n, frames, n_mels)`` is features,
+        not ``n`` multichannel waveforms: it goes to the model as it is."""
+        if (
+            isinstance(clips, np.ndarray)
+            and clips.dtype.kind in "iuf"
+            and list(clips.shape[1:]) == list(self.input_shape)
+        ):
+            return clips.astype(np.float32, copy=False)
         try:
             return log_mel_batch(clips, self.audio or {})
         except ValueError as err:
