@@ -92,8 +92,8 @@ def test_a_trainer_export_of_a_text_classifier_checks_its_ids_and_old_exports_to
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
-        (np.array([["3", "4"], ["5", "6"]]), r"takes int32 values \(token ids: tokenize the "
-         r"texts first\), got strings \(<U1\)"),  # fmt: skip
+        (np.array([["3", "4"]]), r"takes int32 values \(token ids: tokenize the texts first\)"),
+        (np.array([["3", "4"]]), r"got strings \(<U1\)"),
         (np.array([[b"3", b"4"]]), r"got bytes \(\|S1\)"),
         (np.array([[None, 1]], dtype=object), r"got Python objects \(object\)"),
         ([[3, 4, 5], [6]], r"is not one rectangular array of int32 \(rows of different lengths"),

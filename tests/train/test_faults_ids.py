@@ -3,6 +3,8 @@ evaluation and prediction name the id, its column, row and position, as a langua
 targets already were; never a non-finite loss that names nothing, nor a silent read of another
 embedding row."""
 
+from typing import ClassVar
+
 import numpy as np
 import optax
 import pytest
@@ -35,11 +37,17 @@ def _trainer(**kwargs):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (_data(bad=20), r"token id 20 in column 'input_ids' \(row 5 of the batch, position 2\) "
-         r"at epoch 1, step 1 of the epoch is outside the model's vocabulary of 20 ids \(0\.\.19\)"),
+        (
+            _data(bad=20),
+            r"token id 20 in column 'input_ids' \(row 5 of the batch, position 2\) "
+            r"at epoch 1, step 1 of the epoch is outside the model's vocabulary of 20 ids \(0\.\.19\)",
+        ),
         (_data(bad=-3), r"token id -3 in column 'input_ids' .* a negative id would read another"),
-        (_data(pad=99), r"the pad id 99 in column 'input_ids' \(row 3 of the batch, position 6, "
-         r"a padding position\) at epoch 1.*pad with an id of the vocabulary"),
+        (
+            _data(pad=99),
+            r"the pad id 99 in column 'input_ids' \(row 3 of the batch, position 6, "
+            r"a padding position\) at epoch 1.*pad with an id of the vocabulary",
+        ),
     ],
     ids=["past the vocabulary", "negative", "pad id"],
 )
@@ -72,7 +80,7 @@ def test_a_language_models_inputs_are_ids_too_and_the_models_that_embed_them_say
     # the protocol: token_id_ranges(), or an int vocab_size with input_ids, or a Hub config
 
     class Hub(nnx.Module):
-        hub_config = {"vocab_size": 100, "type_vocab_size": 2}
+        hub_config: ClassVar[dict] = {"vocab_size": 100, "type_vocab_size": 2}
 
         def __call__(self, input_ids, attention_mask=None, token_type_ids=None): ...
 

@@ -419,8 +419,7 @@ def write_tokenizer(prep: Preprocessing, out: Path) -> None:
     recorded = prep.text.get("sha256")
     if isinstance(recorded, str) and hashlib.sha256(data).hexdigest() != recorded:
         raise ConfigError(
-            f"--tokenizer {source}: the file changed while the run was being prepared; "
-            "train again"
+            f"--tokenizer {source}: the file changed while the run was being prepared; train again"
         )
     atomic_write(target, data)
 

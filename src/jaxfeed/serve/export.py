@@ -611,9 +611,7 @@ class ExportedModel:
             w is not None and w != d for d, w in zip(value.shape[1:], fixed, strict=True)
         ):
             names = ", ".join("length" if w is None else str(w) for w in fixed)
-            raise ValueError(
-                f"{where} must have shape (batch, {names}), got {tuple(value.shape)}"
-            )
+            raise ValueError(f"{where} must have shape (batch, {names}), got {tuple(value.shape)}")
         return value
 
     def _check_together(self, checked: list[tuple[Any, np.ndarray, dict[str, Any]]]) -> None:

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 
 from jaxfeed._base.files import atomic_write, check_writable
 from jaxfeed.runtime.devices import backends_initialized
-from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train import ids
+from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.cores import (
     PRECISIONS,
