@@ -49,6 +49,7 @@ from jax.extend.core import Literal
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
+from jaxfeed.serve import checks
 from jaxfeed.serve.spec import ServingSpec, SpecError
 from jaxfeed.train import ids
 from jaxfeed.train.checkpoint import CheckpointError
@@ -560,8 +561,8 @@ class ExportedModel:
             )
         named = [(i, a, w) for i, (a, w) in enumerate(zip(args, positional, strict=True))]
         named += [(k, v, keywords[k]) for k, v in kwargs.items()]
-        checked = [(name, self._check(name, value, want), want) for name, value, want in named]
-        self._check_together(checked)
+        checked = [(n, checks.check_input(self.path, n, v, w), w) for n, v, w in named]
+        checks.check_together(self.path, self.config, checked)
         args = tuple(v for name, v, _ in checked if isinstance(name, int))
         kwargs = {name: v for name, v, _ in checked if isinstance(name, str)}
         if checked and checked[0][1].shape[0] == 0:  # an empty batch: the outputs of none
@@ -572,122 +573,6 @@ class ExportedModel:
             )  # fmt: skip
             return jax.tree.map(lambda x: x[:0], out)
         return self._exported.call(self.weights, *args, **kwargs)
-
-    def _check(self, name: Any, value: Any, want: dict[str, Any]) -> np.ndarray:
-        where = f"input {name} of {self.path}"
-        try:
-            value = np.asarray(value)
-        except (ValueError, TypeError) as err:  # ragged lists
-            raise ValueError(
-                f"{where} is not one rectangular array of {want['dtype']} (rows of different "
-                f"lengths? pad them to one length): {str(err).splitlines()[0][:60]}"
-            ) from None
-        dtype = jnp.dtype(want["dtype"])
-        numeric = value.dtype == np.bool_ or (
-            jnp.issubdtype(value.dtype, jnp.number)
-            and not jnp.issubdtype(value.dtype, jnp.complexfloating)
-        )
-        if not numeric and value.dtype != dtype:
-            what = {"U": "strings", "S": "bytes", "O": "Python objects", "c": "complex numbers",
-                    "M": "dates", "m": "time spans", "V": "raw bytes"}.get(
-                value.dtype.kind, str(value.dtype))  # fmt: skip
-            hint = (
-                "token ids: tokenize the texts first"
-                if want.get("token_ids") or name == "input_ids"
-                else "numbers"
-            )
-            raise TypeError(
-                f"{where} takes {want['dtype']} values ({hint}), got {what} ({value.dtype})"
-            )
-        if value.dtype != dtype:
-            if jnp.issubdtype(value.dtype, jnp.floating) != jnp.issubdtype(dtype, jnp.floating):
-                raise TypeError(
-                    f"{where} is {want['dtype']}, got {value.dtype} (apply the preprocessing the "
-                    "model was trained with)"
-                )
-            value = value.astype(dtype)
-        fixed = want["shape"][1:]
-        if value.ndim != len(want["shape"]) or any(
-            w is not None and w != d for d, w in zip(value.shape[1:], fixed, strict=True)
-        ):
-            names = ", ".join("length" if w is None else str(w) for w in fixed)
-            raise ValueError(f"{where} must have shape (batch, {names}), got {tuple(value.shape)}")
-        return value
-
-    def _check_together(self, checked: list[tuple[Any, np.ndarray, dict[str, Any]]]) -> None:
-        """One batch size and one sequence length across the inputs; lengths within the
-        model's bound; token ids within its vocabulary."""
-        if not checked:
-            return
-        first, rows = checked[0][0], checked[0][1].shape[0]
-        lengths: dict[Any, int] = {}
-        for name, value, want in checked:
-            if value.shape[0] != rows:
-                raise ValueError(
-                    f"the inputs of {self.path} must have one batch size: input {first} has "
-                    f"{rows} rows, input {name} {value.shape[0]}"
-                )
-            symbolic = [d for d, w in zip(value.shape[1:], want["shape"][1:], strict=True)
-                        if w is None]  # fmt: skip
-            if symbolic:
-                lengths[name] = symbolic[0]
-        if len(set(lengths.values())) > 1:
-            (a, la), (b, lb) = list(lengths.items())[:2]
-            raise ValueError(
-                f"the inputs of {self.path} must have one sequence length: input {a} has {la}, "
-                f"input {b} {lb}"
-            )
-        for name, length in lengths.items():
-            limit = self._limit(name, checked)
-            if length == 0:
-                raise ValueError(
-                    f"input {name} of {self.path} has sequences of length 0: give at least one "
-                    "token per row"
-                )
-            if limit is not None and length > limit:
-                raise ValueError(
-                    f"input {name} of {self.path} has sequences of {length} tokens; the model "
-                    f"takes at most {limit} (its max_length, learned positions): truncate them"
-                )
-            break  # one length for all
-        for name, value, want in checked:
-            count = self._token_ids(name, want)
-            if count is None or value.size == 0:
-                continue
-            bad = (value < 0) | (value >= count)
-            if bad.any():
-                at = np.unravel_index(int(np.argmax(bad)), value.shape)
-                raise ValueError(
-                    f"input {name} of {self.path}: token id {value[at]} (row {at[0]}"
-                    + (f", position {at[1]}" if len(at) > 1 else "")
-                    + f") is outside the model's vocabulary of {count} ids (0..{count - 1})"
-                )
-
-    def _builtin(self) -> dict[str, Any]:
-        """The constructor arguments of an export of a built-in transformer (exports written
-        before inputs recorded their checks are checked by them)."""
-        model = self.config.get("model") or {}
-        kwargs = model.get("kwargs")
-        if model.get("class") in ("TransformerClassifier", "TransformerLM") and isinstance(
-            kwargs, dict
-        ):
-            return kwargs
-        return {}
-
-    def _token_ids(self, name: Any, want: dict[str, Any]) -> int | None:
-        count = want.get("token_ids")
-        if count is None and name in (0, "input_ids"):
-            count = self._builtin().get("vocab_size")
-        return count if isinstance(count, int) and not isinstance(count, bool) else None
-
-    def _limit(self, name: Any, checked: list) -> int | None:
-        want = next(w for n, _, w in checked if n == name)
-        limit = want.get("max_length")
-        if limit is None:
-            kwargs = self._builtin()
-            if kwargs.get("positions", "learned") == "learned":
-                limit = kwargs.get("max_length")
-        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
     def __repr__(self) -> str:
         return f"ExportedModel({str(self.path)!r}, {self.config['model'].get('class')})"

@@ -228,6 +228,11 @@ class ServingSpec:
             x = self.fit_audio(raw)
         else:
             x = np.asarray(raw)
+            if x.dtype.kind not in "biuf":
+                raise SpecError(
+                    f"inputs must be numbers (arrays of shape (batch, "
+                    f"{', '.join(map(str, self.input_shape))})), got {x.dtype} values"
+                )
             if list(x.shape[1:]) != list(self.input_shape):
                 raise SpecError(
                     f"inputs must have shape (batch, {', '.join(map(str, self.input_shape))}), "
