@@ -149,6 +149,12 @@ def test_a_rule_for_a_logical_axis_the_model_lacks_is_refused_with_a_did_you_mea
                        r"a logical axis of that name; did you mean 'heads'\? \(its axes: "
                        r"'classes', 'embed', 'heads', 'mlp', 'vocab'\)"):  # fmt: skip
         Trainer(model, optax.sgd(0.1), mesh=mesh, sharding={"head": "model", "mlp": "model"})
+    with pytest.raises(ShardingError, match=r"sharding rules 'conv', 'pixels': no parameter of "
+                       r"the model has a logical axis of these names, so nothing would be split"):  # fmt: skip
+        Trainer(model, optax.sgd(0.1), mesh=mesh, sharding={"conv": "model", "pixels": "model"})
+    # a rule set shared by several models: a name this one lacks (not a near miss) is ignored
+    with pytest.warns(UserWarning, match=r"sharding rules 'conv' name no logical axis of this"):
+        Trainer(model, optax.sgd(0.1), mesh=mesh, sharding={"conv": "model", "mlp": "model"})
     # the command: exit 2, one line, nothing written
     out = tmp_path / "run"
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -184,8 +185,10 @@ class ShardingPlan:
                     )
 
     def check_names(self, leaves: Sequence[Leaf]) -> None:
-        """Refuse a rule whose logical axis name no variable of the model carries (a typo would
-        leave that axis whole without a word), with the closest names the model has.
+        """Rules whose logical axis name no variable of the model carries: one close to a name
+        the model has is a typo, refused with that name (it would leave the axis whole without
+        a word), and so are rules none of which the model has (nothing would be split); others
+        (a rule set shared by several models) are ignored with a warning.
 
         >>> plan = ShardingPlan.parse({"head": "model"})
         >>> plan.check_names([Leaf("q.kernel", (8, 8), ("embed", "heads"))])
@@ -194,14 +197,27 @@ class ShardingPlan:
         jaxfeed.train.sharding.ShardingError: sharding rule 'head': no parameter of the model has a logical axis of that name; did you mean 'heads'? (its axes: 'embed', 'heads')
         """
         known = sorted({n for leaf in leaves for n in leaf.logical or () if isinstance(n, str)})
-        for name, _ in self.rules or ():
-            if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+        unknown = [name for name, _ in self.rules or () if name not in known]
+        if not unknown:
+            return
+        axes = ", ".join(map(repr, known)) or "none"
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
                 raise ShardingError(
                     f"sharding rule {name!r}: no parameter of the model has a logical axis of "
-                    f"that name{hint} (its axes: {', '.join(map(repr, known)) or 'none'})"
+                    f"that name; did you mean {close[0]!r}? (its axes: {axes})"
                 )
+        if len(unknown) == len(self.rules or ()):
+            raise ShardingError(
+                f"sharding rules {', '.join(map(repr, unknown))}: no parameter of the model has "
+                f"a logical axis of these names, so nothing would be split (its axes: {axes})"
+            )
+        warnings.warn(
+            f"sharding rules {', '.join(map(repr, unknown))} name no logical axis of this model "
+            f"(its axes: {axes}): they are ignored",
+            stacklevel=5,
+        )
 
     def spec(self, name: str, shape: Sequence[int], logical: Sequence[Any] | None,
              mesh: Mesh) -> PartitionSpec:  # fmt: skip
