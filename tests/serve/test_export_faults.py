@@ -140,3 +140,17 @@ def test_an_audio_export_takes_features_of_its_input_shape_as_features(tmp_path)
     # waveforms still go through the log-mel front end
     waves = np.random.default_rng(1).normal(size=(2, 2400)).astype(np.float32)
     assert served(waves).shape == (2, 3)
+
+
+def test_an_export_refuses_positions_past_a_learned_position_table(tmp_path):
+    """The same class as item 7: positions given to a learned-position LM were clamped too."""
+    lm = TransformerLM(40, dim=16, depth=1, num_heads=2, max_length=8, positions="learned",
+                       rngs=nnx.Rngs(0))  # fmt: skip
+    ones = np.ones((1, 4), np.int32)
+    example = {"input_ids": ones, "attention_mask": ones, "segment_ids": ones,
+               "positions": np.arange(4, dtype=np.int32)[None]}  # fmt: skip
+    served = load_exported(export(lm, tmp_path / "lm", example))
+    assert served.call(**example).shape == (1, 4, 40)
+    with pytest.raises(ValueError, match=r"input positions of .*lm: position 9 \(row 0\) is "
+                       r"outside the model's 8 learned positions \(0\.\.7, its max_length\)"):  # fmt: skip
+        served.call(**{**example, "positions": np.array([[0, 1, 2, 9]], np.int32)})

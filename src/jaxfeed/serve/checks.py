@@ -107,6 +107,11 @@ def check_together(
         bad = (value < 0) | (value >= count)
         if bad.any():
             at = np.unravel_index(int(np.argmax(bad)), value.shape)
+            if want.get("argument") == "positions":
+                raise ValueError(
+                    f"input {name} of {path}: position {value[at]} (row {at[0]}) is outside the "
+                    f"model's {count} learned positions (0..{count - 1}, its max_length)"
+                )
             raise ValueError(
                 f"input {name} of {path}: token id {value[at]} (row {at[0]}"
                 + (f", position {at[1]}" if len(at) > 1 else "")

@@ -5,7 +5,8 @@ an out-of-range gather), and a negative one silently reads another row. A model 
 its arguments are ids, and how many there are, with ``token_id_ranges() -> {argument: count}``;
 without it, a model whose ``__call__`` takes ``input_ids`` and that has an int ``vocab_size``
 (or a Hub ``hub_config`` with ``vocab_size``, and ``type_vocab_size`` for ``token_type_ids``)
-embeds ``input_ids``. The compiled steps record the first bad id of an epoch on the device
+embeds ``input_ids``, and one with a ``max_input_length`` (learned positions) embeds its
+``positions`` argument. The compiled steps record the first bad id of an epoch on the device
 (:func:`record`), and the host names it, with its column, row and position (:func:`message`).
 
 >>> import jax.numpy as jnp
@@ -65,6 +66,9 @@ def token_id_ranges(model: Any) -> dict[str, int]:
     types = _count(hub.get("type_vocab_size"))
     if "token_type_ids" in params and types:
         out["token_type_ids"] = types
+    table = _count(getattr(model, "max_input_length", None))  # learned positions: a table too
+    if "positions" in params and table:
+        out["positions"] = table
     return out
 
 
@@ -147,6 +151,12 @@ def message(found: Mapping[str, Any], columns: Columns, where: str) -> str:
     """
     get = {k: int(found.get(k, found.get(f"bad_id_{k}", 0))) for k in KEYS[1:]}
     name, count = columns[get["column"]]
+    if "position" in name:  # the learned position table, not the vocabulary
+        return (
+            f"position {get['id']} in column {name!r} (row {get['row']} of the batch, position "
+            f"{get['position']}) {where} is outside the model's {count} learned positions "
+            f"(0..{count - 1}, its max_length)"
+        )
     what = "the pad id" if get["padding"] else "token id"
     head = (
         f"{what} {get['id']} in column {name!r} (row {get['row']} of the batch, position "
