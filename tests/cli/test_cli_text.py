@@ -264,3 +264,79 @@ def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path)
     ]
     assert run_data.splits.train.num_rows + run_data.splits.eval.num_rows == 398
     assert run_data.columns.kind == "text" and run_data.labels == ["neg", "pos"]
+
+
+# ---------------------------------------------------------------------------------- issue 42
+def _copy_run(text_run, tmp_path):
+    """A copy of the module's run, to damage without touching the others' fixture."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(text_run[0], run)
+    return run
+
+
+def test_a_replaced_tokenizer_is_refused_and_runs_without_a_digest_still_serve(
+    text_run, tmp_path, capsys
+):
+    """Item 5: predict with another tokenizer.json printed NaN or confident nonsense."""
+    import hashlib
+    import shutil
+
+    from jaxfeed import Dataset
+    from jaxfeed.text import train_tokenizer
+
+    out = text_run[0]
+    text = json.loads((out / "config.json").read_text())["preprocess"]["text"]
+    assert text["sha256"] == hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
+    run = _copy_run(text_run, tmp_path)
+    corpus = Dataset.from_dict({"text": [f"entirely other words number {i}" for i in range(50)]})
+    other = train_tokenizer(corpus, "text", vocab_size=270, kind="bpe")
+    assert other.get_vocab_size() != text["vocab_size"]
+    (run / "tokenizer.json").write_text(other.to_str())
+    done = jaxfeed("predict", str(run), "a superb film", timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout
+    assert (
+        f"{run / 'tokenizer.json'} is not the tokenizer this run was trained with (its SHA-256 "
+        "differs from the one in config.json)" in done.stderr
+    )
+    # a run of an earlier jaxfeed recorded no digest: the vocabulary size still tells
+    config = json.loads((run / "config.json").read_text())
+    del config["preprocess"]["text"]["sha256"]
+    (run / "config.json").write_text(json.dumps(config))
+    status, shown, err = run_main(capsys, "predict", str(run), "a superb film")
+    assert status == 2 and not shown
+    assert (
+        f"tokenizer.json has {other.get_vocab_size()} tokens, but the run's model was trained on "
+        f"a vocabulary of {text['vocab_size']}" in err
+    )
+    # and with its own tokenizer it serves as before
+    shutil.copy(out / "tokenizer.json", run / "tokenizer.json")
+    status, shown, err = run_main(capsys, "predict", str(run), "a superb lovely film", "--json")
+    assert status == 0, err
+    assert json.loads(shown)[0]["label"] == "pos"
+
+
+def test_an_image_or_audio_file_given_to_a_text_run_is_named(text_run, tmp_path, capsys):
+    """Item 6: "photo.png: neg (0.559)", the path classified as a text."""
+    import PIL.Image
+    import soundfile
+
+    out = text_run[0]
+    photo = tmp_path / "photo.png"
+    PIL.Image.fromarray(np.zeros((8, 8), np.uint8)).save(photo)
+    done = jaxfeed("predict", str(out), str(photo), timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"jaxfeed predict: error: {photo} is an image; this run reads texts: give a text, .txt "
+        "files (one text a line) or tables with a 'review' column"
+    ]
+    clip = tmp_path / "clip.wav"
+    soundfile.write(clip, np.zeros(800, np.float32), 8000)
+    status, shown, err = run_main(capsys, "predict", str(out), str(clip))
+    assert status == 2 and not shown and f"{clip} is an audio file; this run reads texts" in err
+    other = tmp_path / "notes.pdf"
+    other.write_bytes(b"%PDF-1.4")
+    status, _, err = run_main(capsys, "predict", str(out), str(other))
+    assert status == 2 and f"{other} is a .pdf file; this run reads texts" in err

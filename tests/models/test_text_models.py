@@ -179,8 +179,10 @@ def test_a_per_token_loss_function_is_averaged_over_real_tokens():
 def test_next_token_names_token_ids_outside_the_vocabulary():
     lm = TransformerLM(10, **SMALL, rngs=nnx.Rngs(0))
     ids = np.array([[1, 2, 3], [4, 57, 6]], np.int32)
-    with pytest.raises(
-        ValueError, match=r"label 57 .* outside the model's 10 classes.*'input_ids'"
+    with pytest.raises(  # the input ids are checked first: the id, its column and place
+        ValueError,
+        match=r"token id 57 in column 'input_ids' \(row 1 of the batch, position 1\) in the "
+        r"eval data is outside the model's vocabulary of 10 ids",
     ):
         _trainer_eval(lm, [{"input_ids": ids}], loss="next_token", inputs="input_ids")
 

@@ -97,11 +97,18 @@ def rotary(x: jax.Array, positions: jax.Array, base: float = 10_000.0) -> jax.Ar
     return out.astype(x.dtype)
 
 
-def _as_ids(input_ids: jax.Array) -> jax.Array:
+def _as_ids(input_ids: jax.Array, vocab_size: int) -> jax.Array:
     if input_ids.ndim != 2:
         raise ValueError(
             f"input_ids must be (batch, length) token ids, got shape {input_ids.shape}"
         )
+    if not isinstance(input_ids, jax.core.Tracer) and input_ids.size:  # an eager call: check
+        low, high = int(jnp.min(input_ids)), int(jnp.max(input_ids))  # (jitted: the Trainer does)
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"input_ids holds token id {low if low < 0 else high}, outside the model's "
+                f"vocabulary of {vocab_size} ids (0..{vocab_size - 1})"
+            )
     return input_ids.astype(jnp.int32)
 
 
@@ -292,6 +299,12 @@ class TransformerClassifier(nnx.Module):
         """Constructor arguments (without ``rngs``), for export."""
         return dict(self.settings)
 
+    @property
+    def max_input_length(self) -> int | None:
+        """The longest sequence it takes: ``max_length`` with learned positions (rotary: None);
+        an export declares it."""
+        return self.max_length if self.trunk.learned else None
+
     def example_input(self, length: int = 8) -> tuple[jax.Array, jax.Array]:
         """One batch of ``(input_ids, attention_mask)``, for export."""
         ids = jnp.zeros((1, min(length, self.max_length)), jnp.int32)
@@ -299,7 +312,7 @@ class TransformerClassifier(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                  rngs: nnx.Rngs | None = None) -> jax.Array:  # fmt: skip
-        ids = _as_ids(input_ids)
+        ids = _as_ids(input_ids, self.vocab_size)
         real = _ones(ids) if attention_mask is None else attention_mask.astype(jnp.int32)
         keys = real.astype(bool)[:, None, None, :]  # (B, 1, 1, T): every query sees real keys
         x = self.trunk(ids, keys, real_positions(real), rngs)
@@ -375,6 +388,12 @@ class TransformerLM(nnx.Module):
         """Constructor arguments (without ``rngs``), for export."""
         return dict(self.settings)
 
+    @property
+    def max_input_length(self) -> int | None:
+        """The longest sequence it takes: ``max_length`` with learned positions (rotary: None);
+        an export declares it."""
+        return self.max_length if self.trunk.learned else None
+
     def example_input(self, length: int = 8) -> tuple[jax.Array, jax.Array]:
         """One batch of ``(input_ids, attention_mask)``, for export."""
         ids = jnp.zeros((1, min(length, self.max_length)), jnp.int32)
@@ -383,7 +402,7 @@ class TransformerLM(nnx.Module):
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, positions: jax.Array | None = None, *,
                  rngs: nnx.Rngs | None = None) -> jax.Array:  # fmt: skip
-        ids = _as_ids(input_ids)
+        ids = _as_ids(input_ids, self.vocab_size)
         if segment_ids is not None:
             segments = segment_ids.astype(jnp.int32)
             if attention_mask is not None:

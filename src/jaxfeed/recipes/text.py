@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,7 @@ def plan_text(
         "column": column,
         "tokenizer": TOKENIZER_FILE,
         "source": source,
+        "sha256": hashlib.sha256(_tokenizer_bytes(source, tokenizer)).hexdigest(),
         "vocab_size": int(tokenizer.get_vocab_size()),
         "pad_id": 0 if pad is None else pad,
         "eos_id": eos,
@@ -372,26 +374,54 @@ def loader_options(prep: Preprocessing) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- run files
 def attach_tokenizer(prep: Preprocessing, run: Path) -> None:
-    """Load the run's ``tokenizer.json`` into ``prep`` (a clear error when it is gone)."""
+    """Load the run's ``tokenizer.json`` into ``prep``, checked against the model: the SHA-256
+    that ``config.json`` records (runs of an earlier jaxfeed have none) and the vocabulary size
+    the model was built for; a clear error when it is gone or replaced."""
     from jaxfeed.text import load_tokenizer  # import cost: JAX via jaxfeed.text; detection must not
 
     path = Path(run) / prep.text["tokenizer"]
     try:
+        data = path.read_bytes()
         prep.tokenizer = load_tokenizer(path)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{run}: the run's tokenizer: {err}") from None
+    recorded = prep.text.get("sha256")
+    if isinstance(recorded, str) and hashlib.sha256(data).hexdigest() != recorded:
+        raise ConfigError(
+            f"{path} is not the tokenizer this run was trained with (its SHA-256 differs from "
+            "the one in config.json): put the run's own tokenizer.json back, or train again "
+            "with --tokenizer"
+        )
+    vocab, want = int(prep.tokenizer.get_vocab_size()), int(prep.text["vocab_size"])
+    if vocab != want:
+        raise ConfigError(
+            f"{path} has {vocab:,} tokens, but the run's model was trained on a vocabulary of "
+            f"{want:,} (config.json): it is not the run's tokenizer; put the run's own "
+            "tokenizer.json back"
+        )
+
+
+def _tokenizer_bytes(source: Any, tokenizer: Any) -> bytes:
+    """What ``tokenizer.json`` holds: a copy of ``--tokenizer``'s file, or the trained one."""
+    if source not in (None, "trained") and Path(source).is_file():
+        return Path(source).read_bytes()
+    if tokenizer is None:
+        raise ConfigError("no tokenizer to save")
+    return tokenizer.to_str().encode("utf-8")
 
 
 def write_tokenizer(prep: Preprocessing, out: Path) -> None:
-    """The run's ``tokenizer.json``: a copy of ``--tokenizer``, or the trained one (atomic)."""
+    """The run's ``tokenizer.json``: a copy of ``--tokenizer``, or the trained one (atomic); the
+    bytes whose SHA-256 the plan recorded (a ``--tokenizer`` file changed since is refused)."""
     target = Path(out) / prep.text["tokenizer"]
     source = prep.text.get("source")
-    if source not in (None, "trained") and Path(source).is_file():
-        atomic_write(target, Path(source).read_bytes())
-        return
-    if prep.tokenizer is None:
-        raise ConfigError("no tokenizer to save")
-    atomic_write(target, prep.tokenizer.to_str())
+    data = _tokenizer_bytes(source, prep.tokenizer)
+    recorded = prep.text.get("sha256")
+    if isinstance(recorded, str) and hashlib.sha256(data).hexdigest() != recorded:
+        raise ConfigError(
+            f"--tokenizer {source}: the file changed while the run was being prepared; train again"
+        )
+    atomic_write(target, data)
 
 
 def is_text(prep: Preprocessing) -> bool:

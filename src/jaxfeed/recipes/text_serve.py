@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxfeed import DataLoader, load_dataset
 from jaxfeed.data.formats.files import file_format
+from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
@@ -134,6 +135,18 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
                     yield f"{given}:{number}", line.rstrip("\r")
         elif file and file_format(path) is not None:
             yield from _table_texts(path, column)
+        elif file:  # an existing file is never taken for a text
+            suffix = path.suffix.lower()
+            kind = (
+                "an image" if suffix in IMAGE_EXTENSIONS
+                else "an audio file" if suffix in AUDIO_EXTENSIONS
+                else f"a {suffix} file" if suffix
+                else "a file that is neither .txt nor a table"
+            )  # fmt: skip
+            raise ConfigError(
+                f"{given} is {kind}; this run reads texts: give a text, .txt files (one text a "
+                f"line) or tables with a {column!r} column"
+            )
         elif path.suffix.lower() in (
             *text.CORPUS_SUFFIXES,
             ".csv",

@@ -49,7 +49,9 @@ from jax.extend.core import Literal
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
+from jaxfeed.serve import checks
 from jaxfeed.serve.spec import ServingSpec, SpecError
+from jaxfeed.train import ids
 from jaxfeed.train.checkpoint import CheckpointError
 from jaxfeed.train.cores import CallConvention
 
@@ -83,10 +85,12 @@ def _spec(value: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(value.shape), value.dtype)
 
 
-def _symbolic(specs: Any, length: bool = False) -> Any:
+def _symbolic(specs: Any, length: bool = False, limit: int | None = None) -> Any:
     """The same shapes with a symbolic leading (batch) dimension shared by every input, and with
-    ``length`` a symbolic second (sequence) dimension shared by every input that has one."""
-    batch, seq = jax.export.symbolic_shape(f"{BATCH}, {LENGTH}")
+    ``length`` a symbolic second (sequence) dimension shared by every input that has one (at
+    most ``limit`` when given: the export refuses longer sequences itself)."""
+    bound = (f"{LENGTH} <= {int(limit)}",) if length and limit else ()
+    batch, seq = jax.export.symbolic_shape(f"{BATCH}, {LENGTH}", constraints=bound)
 
     def one(spec: Any) -> jax.ShapeDtypeStruct:
         if not spec.shape:
@@ -108,18 +112,48 @@ def _input_specs(example_input: Any) -> tuple[tuple, dict]:
     return (_spec(jnp.asarray(example_input)),), {}
 
 
-def _describe(specs: tuple[tuple, dict]) -> list[dict[str, Any]]:
-    """Each input's argument, dtype and shape; symbolic dimensions (batch, length) as None."""
+def _describe(specs: tuple[tuple, dict], counts: tuple[list, dict] | None = None,
+              limit: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each input's argument, dtype and shape; symbolic dimensions (batch, length) as None; the
+    number of ids of an input the model embeds (``token_ids``) and the longest sequence of an
+    input with a symbolic length (``max_length``), which :meth:`ExportedModel.call` checks."""
     args, kwargs = specs
-    named = [(None, s) for s in args] + list(kwargs.items())
-    return [
-        {
-            "argument": name,
-            "shape": [None, *(d if isinstance(d, int) else None for d in s.shape[1:])],
-            "dtype": str(s.dtype),
-        }
-        for name, s in named
-    ]
+    given_args, given_kwargs = counts if counts is not None else ([None] * len(args), {})
+    named = [(None, s, c) for s, c in zip(args, given_args, strict=True)]
+    named += [(k, s, given_kwargs.get(k)) for k, s in kwargs.items()]
+    out = []
+    for name, s, count in named:
+        shape = [None, *(d if isinstance(d, int) else None for d in s.shape[1:])]
+        entry: dict[str, Any] = {"argument": name, "shape": shape, "dtype": str(s.dtype)}
+        if count:
+            entry["token_ids"] = int(count)
+        if limit and None in shape[1:]:
+            entry["max_length"] = int(limit)
+        out.append(entry)
+    return out
+
+
+def _id_counts(model: Any, raw: _RawInputs | None, specs: tuple[tuple, dict]) -> tuple[list, dict]:
+    """The number of ids of each export input that reaches an embedding of ``model`` unchanged
+    (None for the others): by the model's own arguments, or through a compiled ``preprocess``
+    that passes the column on as it is."""
+    ranges = ids.token_id_ranges(model)
+    params = ids.call_parameters(model)
+    args, kwargs = specs
+
+    def of_argument(key: int | str) -> int | None:
+        name = params[key] if isinstance(key, int) and key < len(params) else key
+        return ranges.get(name) if isinstance(name, str) else None
+
+    if raw is None:
+        return [of_argument(i) for i in range(len(args))], {k: of_argument(k) for k in kwargs}
+    by_column = {c: of_argument(a) for a, c in raw.passthrough.items()}
+    if raw.same_arguments:
+        return (
+            [by_column.get(c) for c in raw.inputs.positional[: len(args)]],
+            {k: by_column.get(raw.inputs.keywords.get(k, k)) for k in kwargs},
+        )
+    return [None] * len(args), {k: by_column.get(k) for k in kwargs}
 
 
 # ---------------------------------------------------------------------------------- export
@@ -241,7 +275,9 @@ def export(
         return forward(tree, *args, **kwargs)
 
     length = bool(getattr(model, "symbolic_length", False))
-    args, kwargs = _symbolic(specs, length)
+    limit = getattr(model, "max_input_length", None)
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+    args, kwargs = _symbolic(specs, length, limit)
     try:
         exported = jax.export.export(jax.jit(serve))(
             {n: _spec(a) for n, a in tensors.items()}, *args, **kwargs
@@ -261,7 +297,7 @@ def export(
         "format": FORMAT,
         "version": VERSION,
         "model": {**record, "api": api},
-        "inputs": _describe((args, kwargs)),
+        "inputs": _describe((args, kwargs), _id_counts(model, raw, specs), limit),
         "tensors": {
             n: {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": _digest(a)}
             for n, a in tensors.items()
@@ -297,6 +333,7 @@ class _RawInputs:
                 "compile_preprocess=False"
             ) from err
         used = _inputs_used(jaxpr.jaxpr)  # a dict flattens in sorted key order
+        self.passthrough = _passed_on(jaxpr.jaxpr, sorted(batch), self.inputs)
         read = [k for k, u in zip(sorted(batch), used, strict=True) if u]
         columns = self.inputs.columns
         self.same_arguments = set(read) <= set(columns) and set(columns) <= set(batch)
@@ -394,6 +431,26 @@ def _literal(var: Any) -> bool:
     return isinstance(var, Literal)
 
 
+def _passed_on(jaxpr: Any, columns: list[str], inputs: Any) -> dict[Any, str]:
+    """``{model argument: raw column}`` for the model's arguments that are a raw batch column
+    as it is (or only cast): positional arguments by index, keyword arguments by name."""
+    keys: list[Any] = list(range(len(inputs.positional))) + sorted(inputs.keywords)
+    source = dict(zip(jaxpr.invars, columns, strict=True))
+    casts = {
+        eqn.outvars[0]: eqn.invars[0]
+        for eqn in jaxpr.eqns
+        if eqn.primitive.name == "convert_element_type" and not _literal(eqn.invars[0])
+    }
+    out = {}
+    for key, var in zip(keys, jaxpr.outvars, strict=False):
+        if _literal(var):
+            continue
+        var = casts.get(var, var)
+        if var in source:
+            out[key] = source[var]
+    return out
+
+
 def _is_export(path: Path) -> bool:
     """An earlier export (of this or the first version): only export files, a config that says so."""
     names = {p.name for p in path.iterdir()}
@@ -488,7 +545,13 @@ class ExportedModel:
         return self.spec.predictions(self(*args, **kwargs))
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """The exported function on model inputs (after any preprocessing)."""
+        """The exported function on model inputs (after any preprocessing).
+
+        Every input is checked first, and refused naming it: numbers of its dtype's kind (token
+        ids are never strings), its shape, one batch size and one sequence length across the
+        inputs, no zero-length sequences, at most the model's ``max_length`` tokens (learned
+        positions) and token ids inside the model's vocabulary. An empty batch gives an empty
+        result."""
         positional = [i for i in self.inputs if i["argument"] is None]
         keywords = {i["argument"]: i for i in self.inputs if i["argument"] is not None}
         if len(args) != len(positional) or set(kwargs) != set(keywords):
@@ -496,32 +559,20 @@ class ExportedModel:
                 f"the exported model takes {len(positional)} positional input(s) and the keyword "
                 f"input(s) {sorted(keywords)}; got {len(args)} and {sorted(kwargs)}"
             )
-        args = tuple(
-            self._check(i, a, w) for i, (a, w) in enumerate(zip(args, positional, strict=True))
-        )
-        kwargs = {k: self._check(k, v, keywords[k]) for k, v in kwargs.items()}
+        named = [(i, a, w) for i, (a, w) in enumerate(zip(args, positional, strict=True))]
+        named += [(k, v, keywords[k]) for k, v in kwargs.items()]
+        checked = [(n, checks.check_input(self.path, n, v, w), w) for n, v, w in named]
+        checks.check_together(self.path, self.config, checked)
+        args = tuple(v for name, v, _ in checked if isinstance(name, int))
+        kwargs = {name: v for name, v, _ in checked if isinstance(name, str)}
+        if checked and checked[0][1].shape[0] == 0:  # an empty batch: the outputs of none
+            ones = {n: np.zeros((1, *v.shape[1:]), v.dtype) for n, v, _ in checked}
+            out = self._exported.call(
+                self.weights, *(ones[i] for i in range(len(args))),
+                **{k: ones[k] for k in kwargs},
+            )  # fmt: skip
+            return jax.tree.map(lambda x: x[:0], out)
         return self._exported.call(self.weights, *args, **kwargs)
-
-    def _check(self, name: Any, value: Any, want: dict[str, Any]) -> jax.Array:
-        value = jnp.asarray(value)
-        dtype = jnp.dtype(want["dtype"])
-        if value.dtype != dtype:
-            if jnp.issubdtype(value.dtype, jnp.floating) != jnp.issubdtype(dtype, jnp.floating):
-                raise TypeError(
-                    f"input {name} of {self.path} is {want['dtype']}, got {value.dtype} (apply "
-                    "the preprocessing the model was trained with)"
-                )
-            value = value.astype(dtype)
-        fixed = want["shape"][1:]
-        if value.ndim != len(want["shape"]) or any(
-            w is not None and w != d for d, w in zip(value.shape[1:], fixed, strict=True)
-        ):
-            names = ", ".join("length" if w is None else str(w) for w in fixed)
-            raise ValueError(
-                f"input {name} of {self.path} must have shape (batch, {names}), got "
-                f"{tuple(value.shape)}"
-            )
-        return value
 
     def __repr__(self) -> str:
         return f"ExportedModel({str(self.path)!r}, {self.config['model'].get('class')})"

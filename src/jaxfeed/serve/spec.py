@@ -228,6 +228,11 @@ class ServingSpec:
             x = self.fit_audio(raw)
         else:
             x = np.asarray(raw)
+            if x.dtype.kind not in "biuf":
+                raise SpecError(
+                    f"inputs must be numbers (arrays of shape (batch, "
+                    f"{', '.join(map(str, self.input_shape))})), got {x.dtype} values"
+                )
             if list(x.shape[1:]) != list(self.input_shape):
                 raise SpecError(
                     f"inputs must have shape (batch, {', '.join(map(str, self.input_shape))}), "
@@ -280,7 +285,15 @@ class ServingSpec:
 
     def fit_audio(self, clips: Any) -> np.ndarray:
         """Log-mel spectrograms ``(n, frames, n_mels)`` of clips (``{"array", "sampling_rate"}``
-        dicts, or waveforms at the spec's rate), centre-cropped or padded to its clip length."""
+        dicts, or waveforms at the spec's rate), centre-cropped or padded to its clip length. A
+        numeric batch already of the model's input shape ``(n, frames, n_mels)`` is features,
+        not ``n`` multichannel waveforms: it goes to the model as it is."""
+        if (
+            isinstance(clips, np.ndarray)
+            and clips.dtype.kind in "iuf"
+            and list(clips.shape[1:]) == list(self.input_shape)
+        ):
+            return clips.astype(np.float32, copy=False)
         try:
             return log_mel_batch(clips, self.audio or {})
         except ValueError as err:

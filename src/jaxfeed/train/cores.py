@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfeed.train import tokens
+from jaxfeed.train import ids, tokens
 from jaxfeed.train.checkpoint import (
     abstract_like,
     load_nnx_pure_state,
@@ -154,6 +154,7 @@ def empty_sums(metrics: Mapping[str, Any] = ()) -> dict[str, jax.Array]:
         "bad_label_step": jnp.full((), -1, jnp.int32),
         "bad_label": jnp.zeros((), jnp.int32),
         "classes": jnp.zeros((), jnp.int32),
+        **ids.empty(),
     }
     sums.update({f"m_{name}": jnp.zeros((), jnp.float32) for name in metrics})
     return sums
@@ -359,6 +360,7 @@ class StepSpec:
     seed: int
     compute_dtype: Any = None  # None: float32
     trainable: Any = None  # an nnx filter of the trained parameters (None: every nnx.Param)
+    id_columns: ids.Columns = ()  # batch columns of token ids and their counts (checked)
 
 
 # ---------------------------------------------------------------------------------- NNX
@@ -409,6 +411,7 @@ class NNXCore:
             nnx.update(model, _restore_dtypes(new_rest, rest))
             optimizer.update(model, grads, **_extra_args(optimizer.tx, mean))
             sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
+            sums = ids.record(sums, spec.id_columns, batch, n, step)
             return nnx.state((model, optimizer)), sums
 
         def eval_step(state, sums, batch, n):
@@ -417,7 +420,8 @@ class NNXCore:
             batch = spec.preprocess(batch)
             outputs = forward(model, batch, False)
             _, rows = masked_mean(objective, outputs, batch, n)
-            return add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
+            sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
+            return ids.record(sums, spec.id_columns, batch, n, -1)
 
         def predict_step(state, batch):
             model, _ = nnx.merge(graphdef, state)
@@ -537,13 +541,15 @@ class LinenCore:
                 "collections": collections,
                 "opt_state": opt_state,
             }
-            return new, add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
+            sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
+            return new, ids.record(sums, spec.id_columns, batch, n, step)
 
         def eval_step(state, sums, batch, n):
             batch = spec.preprocess(batch)
             outputs, _ = apply(state["params"], state["collections"], batch, False)
             _, rows = masked_mean(objective, outputs, batch, n)
-            return add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
+            sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, -1)
+            return ids.record(sums, spec.id_columns, batch, n, -1)
 
         def predict_step(state, batch):
             return apply(state["params"], state["collections"], spec.preprocess(batch), False)[0]

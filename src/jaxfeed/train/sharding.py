@@ -15,8 +15,9 @@ passes and inserts every collective itself). Three modes, given as the trainer's
   key ``"fsdp": True`` in the dict adds FSDP over the data axis for the dimensions the rules
   leave whole.
 
-Everything is checked before compiling: a rule naming an axis the mesh lacks, or a dimension
-that does not divide by its mesh axes, raises a :class:`ShardingError` naming the parameter.
+Everything is checked before compiling: a rule naming an axis the mesh lacks, a rule whose
+logical name no parameter carries (a typo), or a dimension that does not divide by its mesh axes,
+raises a :class:`ShardingError` naming the rule or the parameter.
 
 >>> import jax
 >>> mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
@@ -29,7 +30,9 @@ P()
 
 from __future__ import annotations
 
+import difflib
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +184,41 @@ class ShardingPlan:
                         f"(its axes: {', '.join(map(repr, mesh.axis_names))})"
                     )
 
+    def check_names(self, leaves: Sequence[Leaf]) -> None:
+        """Rules whose logical axis name no variable of the model carries: one close to a name
+        the model has is a typo, refused with that name (it would leave the axis whole without
+        a word), and so are rules none of which the model has (nothing would be split); others
+        (a rule set shared by several models) are ignored with a warning.
+
+        >>> plan = ShardingPlan.parse({"head": "model"})
+        >>> plan.check_names([Leaf("q.kernel", (8, 8), ("embed", "heads"))])
+        Traceback (most recent call last):
+        ...
+        jaxfeed.train.sharding.ShardingError: sharding rule 'head': no parameter of the model has a logical axis of that name; did you mean 'heads'? (its axes: 'embed', 'heads')
+        """
+        known = sorted({n for leaf in leaves for n in leaf.logical or () if isinstance(n, str)})
+        unknown = [name for name, _ in self.rules or () if name not in known]
+        if not unknown:
+            return
+        axes = ", ".join(map(repr, known)) or "none"
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
+                raise ShardingError(
+                    f"sharding rule {name!r}: no parameter of the model has a logical axis of "
+                    f"that name; did you mean {close[0]!r}? (its axes: {axes})"
+                )
+        if len(unknown) == len(self.rules or ()):
+            raise ShardingError(
+                f"sharding rules {', '.join(map(repr, unknown))}: no parameter of the model has "
+                f"a logical axis of these names, so nothing would be split (its axes: {axes})"
+            )
+        warnings.warn(
+            f"sharding rules {', '.join(map(repr, unknown))} name no logical axis of this model "
+            f"(its axes: {axes}): they are ignored",
+            stacklevel=5,
+        )
+
     def spec(self, name: str, shape: Sequence[int], logical: Sequence[Any] | None,
              mesh: Mesh) -> PartitionSpec:  # fmt: skip
         """The partition spec of the array ``name`` of ``shape`` whose variable is annotated with
@@ -250,6 +288,8 @@ def state_shardings(leaves: Sequence[Leaf], plan: ShardingPlan, mesh: Mesh) -> l
             "annotations (nnx.with_partitioning(init, ('embed', 'mlp')) on its parameters): nothing "
             "would be split; annotate the model, or use sharding='fsdp'"
         )
+    if plan.rules is not None:
+        plan.check_names(leaves)
     return [
         NamedSharding(mesh, plan.spec(leaf.name, leaf.shape, leaf.logical, mesh)) for leaf in leaves
     ]

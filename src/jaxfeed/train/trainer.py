@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from jaxfeed._base.files import atomic_write, check_writable
 from jaxfeed.runtime.devices import backends_initialized
+from jaxfeed.train import ids
 from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.cores import (
@@ -195,14 +196,16 @@ class Trainer:
             _require_deterministic_backend()
         objective = resolve_loss(loss, targets)
         targets = objective.targets or targets  # next_token: "input_ids" unless named
+        columns = Inputs(inputs)
         spec = StepSpec(
             objective=objective,
             metrics=resolve_metrics(metrics, objective, targets),
             preprocess=preprocess or (lambda batch: batch),
-            inputs=Inputs(inputs),
+            inputs=columns,
             seed=int(seed),
             compute_dtype=PRECISIONS[precision],
             trainable=None if trainable == "all" else trainable_filter(model, trainable),
+            id_columns=ids.id_columns(model, columns.positional, columns.keywords),
         )
         self.trainable, self.remat = trainable, bool(remat)
         self.inputs, self.targets = inputs, targets
@@ -241,6 +244,7 @@ class Trainer:
             None  # how to resume, printed on preemption (the CLI sets it)
         )
         self._progress: EpochProgress | None = None  # the epoch in progress
+        self._id_check: Callable | None = None  # predict's check of token ids, compiled once
 
     @classmethod
     def from_linen(
@@ -307,7 +311,7 @@ class Trainer:
     def _sums(self, saved: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
         sums = empty_sums(self.metrics)
         if saved:  # an epoch resumed mid-way continues its totals
-            sums = {k: jnp.asarray(saved.get(k, 0), v.dtype) for k, v in sums.items()}
+            sums = {k: jnp.asarray(saved.get(k, v), v.dtype) for k, v in sums.items()}
         return self.placement.replicate(sums)
 
     def snapshot(self) -> Any:
@@ -562,6 +566,11 @@ class Trainer:
         training loss."""
         host = jax.device_get(sums)
         where = "in the eval data" if epoch is None else f"at epoch {epoch}"
+        if int(host["bad_id_step"]) >= 0:  # before the labels: a next-token target is an id
+            at = where
+            if epoch is not None:
+                at += f", step {int(host['bad_id_step']) - first_step + 1} of the epoch"
+            raise ValueError(ids.message(host, self.core.spec.id_columns, at))
         if int(host["bad_label_step"]) >= 0:
             step = int(host["bad_label_step"])
             if epoch is not None:
@@ -772,14 +781,29 @@ class Trainer:
         (concatenated)."""
         if isinstance(data, dict):
             arrays, n = self._batch(data, "predict")
+            self._check_ids(arrays, n)
             return _rows(self.core.predict_step(self.core.state, arrays), n)
         outputs = []
         for batch in data:
             arrays, n = self._batch(batch, "predict")
+            self._check_ids(arrays, n)
             outputs.append(_rows(self.core.predict_step(self.core.state, arrays), n))
         if not outputs:
             raise ValueError("the loader yielded no batches")
         return jax.tree.map(lambda *parts: jnp.concatenate(parts), *outputs)
+
+    def _check_ids(self, arrays: dict[str, jax.Array], n: int) -> None:
+        """Refuse, naming it, a token id outside the model's vocabulary (after ``preprocess``)."""
+        spec = self.core.spec
+        if not spec.id_columns:
+            return
+        if self._id_check is None:
+            self._id_check = jax.jit(
+                lambda b, n: ids.first_bad(spec.preprocess(b), spec.id_columns, n)
+            )
+        found = jax.device_get(self._id_check(arrays, np.int32(n)))
+        if int(found["found"]):
+            raise ValueError(ids.message(found, spec.id_columns, "in the predict batch"))
 
     # ------------------------------------------------------------------ reporting
     def _interactive(self) -> bool:
