@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from jaxfeed import __version__
 from jaxfeed.cli import cache, commands
@@ -84,13 +85,16 @@ def _step(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected best, last or a step number, got {text!r}")
 
 
-def _count(text: str, low: int) -> int:
+def _count(text: str, low: int, high: int = 2**31 - 1) -> int:
+    """An integer in ``[low, high]`` (every count has a bound: past it, memory or time run out)."""
     try:
         value = int(text)
     except ValueError:
         value = low - 1
     if value < low:
         raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"expected an integer <= {high:,}, got {text!r}")
     return value
 
 
@@ -100,6 +104,16 @@ def _positive(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     return _count(text, 0)
+
+
+def _bounded(low: int, high: int) -> Any:
+    """An argparse type: an integer in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        return _count(text, low, high)
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
 
 
 def _non_negative_float(text: str) -> float:
@@ -153,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         prefix_chars="\0",
     )
-    p.set_defaults(run=commands.train, debug=False)
+    p.set_defaults(run=commands.train)
 
     p = command("eval", "evaluate a run: loss, accuracy, per-class metrics, confusion matrix")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -192,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
     p.add_argument(
-        "--max-new-tokens", type=_positive, default=50, help="tokens to add (default: 50)"
+        "--max-new-tokens", type=_bounded(1, 1 << 20), default=50, help="tokens to add (default: 50)"
     )
     p.add_argument(
         "--temperature",
@@ -202,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--top-k", type=_positive, help="sample among the K likeliest tokens")
     p.add_argument("--top-p", type=_probability, help="sample among the likeliest tokens of mass P")
-    p.add_argument("--seed", type=_non_negative, default=0, help="sampling seed (default: 0)")
+    p.add_argument(
+        "--seed", type=_bounded(0, 2**32 - 1), default=0, help="sampling seed (default: 0)"
+    )
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
     )
@@ -242,16 +258,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cache.run)
 
     p = command("launch", "start N local processes of a command as one multi-process JAX job")
-    p.add_argument("--num-processes", type=_positive, required=True, help="processes to start")
+    p.add_argument(
+        "--num-processes", type=_bounded(1, 1024), required=True, help="processes to start"
+    )
     p.add_argument(
         "--port",
-        type=_non_negative,
+        type=_bounded(0, 65535),
         default=0,
         help="coordinator port on 127.0.0.1 (default: a free one)",
     )
     p.add_argument(
         "--devices-per-process",
-        type=_positive,
+        type=_bounded(1, 4096),
         help="fake CPU devices per process (to try it on one machine)",
     )
     p.add_argument(
