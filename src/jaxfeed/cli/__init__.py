@@ -296,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.train_argv = rest
     if args.command == "train":
         args.debug = args.debug or "--debug" in rest
+    if not args.debug:
+        _quiet_stray_async_errors()
     try:
         return args.run(args)
     except ConfigError as err:
@@ -318,6 +320,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _is_closed_loop_noise(kind: type[BaseException] | None, value: object) -> bool:
+    return (
+        kind is not None
+        and issubclass(kind, RuntimeError)
+        and str(value) in ("Event loop is closed", "no running event loop")
+    )
+
+
+def _quiet_stray_async_errors() -> None:
+    """Silence what a failed checkpoint read leaves behind: TensorStore reads still in flight
+    complete on Orbax's closed event loop and print "Event loop is closed" (or "Exception ignored
+    in: <coroutine ...>") once per array, thousands of lines after the one-line error. Only those
+    are silenced; ``--debug`` shows them."""
+    hook, unraisable = sys.excepthook, sys.unraisablehook
+    if getattr(hook, "jaxfeed_quiet", False):  # installed by an earlier main() in this process
+        return
+
+    def excepthook(kind: Any, value: Any, tb: Any) -> None:
+        if not _is_closed_loop_noise(kind, value):
+            hook(kind, value, tb)
+
+    def unraisablehook(info: Any) -> None:
+        coroutine = type(info.object).__name__ in ("coroutine", "Task", "Future")
+        if not (coroutine or _is_closed_loop_noise(info.exc_type, info.exc_value)):
+            unraisable(info)
+
+    excepthook.jaxfeed_quiet = True  # type: ignore[attr-defined]
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
 
 
 def _quiet_stdout() -> None:
