@@ -206,7 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
     p.add_argument(
-        "--max-new-tokens", type=_bounded(1, 1 << 20), default=50, help="tokens to add (default: 50)"
+        "--max-new-tokens",
+        type=_bounded(1, 1 << 20),
+        default=50,
+        help="tokens to add (default: 50)",
     )
     p.add_argument(
         "--temperature",

@@ -228,7 +228,10 @@ class Trainer:
             None  # how to resume, printed on preemption (the CLI sets it)
         )
         self._progress: EpochProgress | None = None  # the epoch in progress
-        self._last_eval: tuple[int, dict[str, float]] = (-1, {})  # eval_every's latest (step, result)
+        self._last_eval: tuple[int, dict[str, float]] = (
+            -1,
+            {},
+        )  # eval_every's latest (step, result)
 
     @classmethod
     def from_linen(

@@ -360,6 +360,15 @@ class ProcessOptions:
         "continue the run in --out from its latest checkpoint with its saved config.json",
         saved=False,
     )
+    resume_step: int | None = option(
+        None,
+        "--resume: continue from this checkpoint step instead of the latest (when a later one is "
+        "damaged); the later steps are set aside in RUN/set-aside/",
+        minimum=0,
+        maximum=MAX_STEPS,
+        metavar="N",
+        saved=False,
+    )
     trust_code: bool = option(
         False,
         "--resume: import the run's own copy of a model file (code/) when the file the run "
