@@ -10,6 +10,7 @@ shows the Python traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -301,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.debug = args.debug or "--debug" in rest
     if not args.debug:
         _quiet_stray_async_errors()
+        logging.getLogger("absl").setLevel(logging.CRITICAL)  # Orbax's: jaxfeed says what failed
     try:
         return args.run(args)
     except ConfigError as err:

@@ -315,7 +315,7 @@ def _train(
         )
         raise
     except CheckpointError as err:  # a save that failed (a full disk): the earlier steps stay
-        raise ConfigError(str(err)) from None
+        raise CheckpointError(f"{err}; once it can be written, resume with: {trainer.resume_hint}")
     seconds = time.perf_counter() - start
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
