@@ -437,8 +437,8 @@ class CheckpointManager:
             **dict(meta or {}),
         }
         json.dumps(payload)  # fail now, not in a background thread
-        if self._failed is not None:
-            raise self._failed
+        if self._pending is not None:  # Orbax waits for it too: its error is its own
+            self.wait()
         try:
             self._manager.save(
                 int(step),
