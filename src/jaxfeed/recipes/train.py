@@ -315,7 +315,9 @@ def _train(
         )
         raise
     except CheckpointError as err:  # a save that failed (a full disk): the earlier steps stay
-        raise CheckpointError(f"{err}; once it can be written, resume with: {trainer.resume_hint}")
+        raise CheckpointError(
+            f"{err}; once it can be written, resume with: {trainer.resume_hint}"
+        ) from None
     seconds = time.perf_counter() - start
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
