@@ -539,6 +539,10 @@ class CheckpointManager:
             raise CheckpointError(
                 f"cannot read the metadata of step {step} in {self.directory}: {err}"
             ) from err
+        except RecursionError:
+            raise CheckpointError(
+                f"cannot read the metadata of step {step} in {self.directory}: nested too deeply"
+            ) from None
 
     def resolve(self, step: int | str | None) -> int:
         """A step number for ``None``/"latest", "best" or an int; raises when there is none."""

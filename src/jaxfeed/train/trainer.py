@@ -347,8 +347,11 @@ class Trainer:
         loggers; every ``eval_every`` steps an eval row; every ``checkpoint_every`` steps a
         checkpoint, saved in the background.
 
-        With ``checkpoint_dir`` a checkpoint is also saved after every epoch and where training
-        ends mid-epoch (see :class:`jaxfeed.train.checkpoint.CheckpointManager`;
+        Training that stops inside an epoch (``max_steps``, ``stop_training``) evaluates its last
+        state on ``eval_loader`` (an ``eval`` row) and, with ``checkpoint_dir``, saves it with
+        those figures and the epoch's training metrics so far, so it is ranked with the epochs'
+        checkpoints; ``history`` keeps whole epochs. With ``checkpoint_dir`` a checkpoint is also saved after every epoch
+        and where training ends mid-epoch (see :class:`jaxfeed.train.checkpoint.CheckpointManager`;
         ``checkpoint_options`` are its arguments); with ``resume=True`` training continues from
         the latest one there (same step, next batch, RNG and optimizer state, the epoch's
         metrics so far), on any number of processes and devices, or starts fresh when there is
