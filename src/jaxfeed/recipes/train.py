@@ -420,6 +420,11 @@ class _ElasticLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         drop = getattr(self.loader, "drop_last", None)
+        if isinstance(state, dict) and state.get("packing") and state.get("drop_last") != drop:
+            raise ConfigError(
+                "--resume: this language model was trained on several devices with a jaxfeed "
+                "that dropped each epoch's last packed batch there; resume it on several devices"
+            )
         if isinstance(state, dict) and drop is not None and state.get("drop_last") != drop:
             rows, size = int(state["num_rows"]), int(state["batch_size"])
             saved_total = rows // size if state["drop_last"] else -(-rows // size)
@@ -511,8 +516,10 @@ def _loaders(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
     lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
+    # several devices cannot split a last short batch; a packed one is completed with empty rows
+    drop_last = count > 1 and "packing" not in lengths
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last, **kwargs,
         **audiomod.loader_options(prep, train=True), **lengths,
     )  # fmt: skip
     held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
