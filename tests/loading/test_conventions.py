@@ -209,3 +209,88 @@ def test_causal_loss_skips_the_pad_to_first_token_pair_under_left_padding():
     _, valid = next_token_pairs({k: np.asarray(v) for k, v in ours.items()}, "input_ids")
     assert counted_by_transformers == [2, 1]  # row 1: pad -> 5 counted
     assert np.asarray(valid).sum(axis=1).tolist() == [2, 0]
+
+
+# ---------------------------------------------------------------------------------- bfloat16
+def _bf16_rows():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    return bf, {
+        "input_ids": [np.array([1, 2, 3], np.int32), np.array([4], np.int32)] * 2,
+        "w": [np.array([1.5, 2, 3], bf), np.array([-0.25], bf)] * 2,
+    }
+
+
+def test_bfloat16_rows_keep_their_dtype_in_the_dataset():
+    from jaxfeed import Features, Value
+
+    bf, data = _bf16_rows()
+    ds = Dataset.from_dict(
+        {**data, "s": np.array([1.25, 3, 4, 5], bf), "m": [np.ones((2, 3), bf)] * 4}
+    )
+    assert str(ds.features["w"]) == "List(Value('bfloat16'))"
+    assert ds.features["s"] == Value("bfloat16")
+    numpy = ds.with_format("numpy")
+    assert numpy[0]["w"].dtype == bf and numpy[:]["s"].dtype == bf and numpy[:]["m"].dtype == bf
+    assert numpy[0]["w"].tolist() == [1.5, 2.0, 3.0]
+    assert ds.with_format("jax")[:]["s"].dtype == bf
+    assert ds[1]["w"] == [-0.25]  # python: the exact values
+    # a declared bfloat16 column rounds what it stores, as a cast to bfloat16 does
+    declared = Dataset.from_dict({"v": [1.1]}, features=Features({"v": Value("bfloat16")}))
+    assert declared[0]["v"] == float(np.float32(bf(1.1)))
+
+
+def test_bfloat16_rows_keep_their_dtype_through_save_and_load(tmp_path):
+    from jaxfeed import load_from_disk
+
+    bf, data = _bf16_rows()
+    Dataset.from_dict(data).save_to_disk(str(tmp_path / "d"))
+    back = load_from_disk(str(tmp_path / "d")).with_format("numpy")
+    assert back[1]["w"].dtype == bf
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bfloat16_through_the_loader_padding_and_packing(stream):
+    from jaxfeed import DataLoader, Packing
+
+    bf, data = _bf16_rows()
+    ds = Dataset.from_dict(data)
+    source = ds.to_iterable_dataset() if stream else ds
+    padded = next(iter(DataLoader(source, batch_size=2, padding=Padding(), prefetch=0)))
+    assert padded["w"].dtype == bf
+    assert np.asarray(padded["w"]).astype(np.float32).tolist() == [[1.5, 2, 3], [-0.25, 0, 0]]
+    packed = next(iter(DataLoader(source, batch_size=1, packing=Packing(length=8), prefetch=0)))
+    assert packed["w"].dtype == bf and packed["input_ids"].dtype != bf
+
+
+def test_bfloat16_packing_as_grain():
+    """Grain's packing keeps bfloat16 rows bfloat16 with the same values; so does jaxfeed's."""
+    grain = pytest.importorskip("grain")
+    from jaxfeed import DataLoader, Packing
+
+    bf, data = _bf16_rows()
+    rows = [
+        {"input_ids": i, "w": w} for i, w in zip(data["input_ids"][:2], data["w"][:2], strict=True)
+    ]
+    theirs = next(
+        iter(
+            grain.experimental.FirstFitPackIterDataset(
+                grain.MapDataset.source(rows).to_iter_dataset(),
+                length_struct={"input_ids": 8, "w": 8},
+                num_packing_bins=1,
+            )
+        )
+    )
+    ours = next(
+        iter(
+            DataLoader(
+                Dataset.from_dict({k: v[:2] for k, v in data.items()}),
+                batch_size=1,
+                packing=Packing(length=8),
+                prefetch=0,
+            )
+        )
+    )
+    assert theirs["w"].dtype == bf == ours["w"].dtype
+    assert np.asarray(ours["w"])[0].tolist() == theirs["w"].tolist()
+    assert np.asarray(ours["segment_ids"])[0].tolist() == theirs["w_segment_ids"].tolist()
