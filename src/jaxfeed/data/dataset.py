@@ -26,6 +26,7 @@ from jaxfeed.data.formats.cache import CachedTable, load_cached, needs_conversio
 from jaxfeed.data.formats.files import read_tables
 from jaxfeed.data.formats.saved import save_dataset, save_dataset_dict
 from jaxfeed.data.iterable import IterableDataset
+from jaxfeed.data.splits import reader_split
 
 
 def load_from_disk(
@@ -144,6 +145,7 @@ class Dataset(DatasetCore):
         As ``load_dataset``, the files are converted once into the memory-mapped Arrow cache
         under ``cache_dir`` (``keep_in_memory=True``: read into RAM); ``split`` names the split.
         """
+        split = reader_split(split)
         if keep_in_memory:
             table = tabular.read_parquet(path_or_paths, columns=columns)
             return cls._from_table(table, features)._named(split)
@@ -164,6 +166,7 @@ class Dataset(DatasetCore):
         **read_csv_kwargs: Any,
     ) -> Dataset:
         """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`)."""
+        split = reader_split(split)
         table = tabular.read_csv(path_or_paths, **read_csv_kwargs)
         return cls._from_table(table, features)._named(split)
 
@@ -184,6 +187,7 @@ class Dataset(DatasetCore):
         The files are converted once into the memory-mapped Arrow cache under
         ``cache_dir``, as ``load_dataset`` does (``keep_in_memory=True``: read into RAM).
         """
+        split = reader_split(split)
         if keep_in_memory or field is not None:
             table = tabular.read_json(path_or_paths, field=field)
             return cls._from_table(table, features)._named(split)
