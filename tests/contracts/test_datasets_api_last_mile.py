@@ -3,6 +3,8 @@ named after the upstream test that shows it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pandas as pd
 import pytest
 
@@ -59,5 +61,46 @@ def test_dataset_dict_readers_take_split_objects_as_keys(tmp_path):
         files = {datasets.NamedSplit("train"): str(tmp_path / "a.csv")}
         read = lib.DatasetDict.from_csv(files, cache_dir=str(tmp_path / lib.__name__))
         return read, {str(k): repr(v.split) for k, v in read.items()}
+
+    same(snippet)
+
+
+# upstream: tests/test_arrow_dataset.py and tests/test_iterable_dataset.py, test_map_async and
+# test_filter_async (timed there; here the calls are shown to overlap instead)
+@pytest.mark.parametrize("stream", [False, True])
+def test_async_functions_in_map_and_filter(stream):
+    def snippet(lib):
+        ds = lib.Dataset.from_dict({"x": list(range(20))})
+        if stream:
+            ds = ds.to_iterable_dataset()
+        running, most = [0], [0]
+
+        async def overlapping(value):
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            await asyncio.sleep(0.001)
+            running[0] -= 1
+            return value
+
+        async def add(example):
+            return await overlapping({"y": example["x"] * 2})
+
+        async def add_batch(batch):
+            return await overlapping({"y": [x * 2 for x in batch["x"]]})
+
+        async def keep(example, i):
+            return await overlapping(example["x"] % 3 == 0 and i < 15)
+
+        async def keep_batch(batch):
+            return await overlapping([x == 4 for x in batch["x"]])
+
+        outs = [
+            ds.map(add),
+            ds.map(add_batch, batched=True, batch_size=7),
+            ds.filter(keep, with_indices=True),
+            ds.filter(keep_batch, batched=True, batch_size=7),
+        ]
+        rows = [list(o) for o in outs]
+        return rows, most[0] > 1
 
     same(snippet)
