@@ -104,3 +104,114 @@ def test_async_functions_in_map_and_filter(stream):
         return rows, most[0] > 1
 
     same(snippet)
+
+
+def _files(filepaths, n=3):
+    for f in filepaths:
+        for i in range(n):
+            yield {"id": i, "filepath": f}
+
+
+def _split_by_node(lib):
+    if lib is datasets:
+        from datasets.distributed import split_dataset_by_node
+
+        return split_dataset_by_node
+    return lib.split_dataset_by_node
+
+
+# upstream: tests/test_iterable_dataset.py::test_iterable_dataset_shard
+def test_iterable_shard_arguments():
+    def snippet(lib):
+        ds = lib.Dataset.from_dict({"a": list(range(20))}).to_iterable_dataset(num_shards=5)
+        out = [ds.num_shards]
+        for n in (5, 2):
+            out.append([ds.shard(n, i).num_shards for i in range(n)])
+            out.append([list(ds.shard(n, i)) for i in range(n)])
+            out.append([list(ds.shard(num_shards=n, index=i, contiguous=False)) for i in range(n)])
+        return out
+
+    same(snippet)
+
+
+# upstream: test_iterable_dataset_batch_with_table_format
+def test_iterable_batch_with_table_formats():
+    def snippet(lib):
+        ds = lib.IterableDataset.from_dict({"a": [1, 2, 3, 4]})
+        return [
+            (list(ds.with_format(f).batch(2)), list(ds.batch(2).with_format(f)))
+            for f in ("pyarrow", "arrow", "pandas", "numpy")
+        ]
+
+    same(snippet)
+
+
+# upstream: test_iterable_dataset_map_batched_{shrink,expand}_without_all_columns_raises,
+# test_iterable_dataset_map_batched_new_shorter_column_raises
+@pytest.mark.parametrize("kind", ["shrink", "expand", "new_shorter"])
+def test_batched_map_changing_rows_without_all_columns(kind):
+    import pyarrow as pa
+
+    functions = {
+        "shrink": lambda b: {"a": [x for x in b["a"] if x >= 3]},
+        "expand": lambda b: {"a": [x for x in b["a"] for _ in range(2)]},
+        "new_shorter": lambda b: {"c": [x for x in b["a"] if x >= 3]},
+    }
+    rows = [{"a": i, "b": i} for i in range(6)]
+
+    def stream(lib):
+        ds = lib.IterableDataset.from_generator(lambda: iter(rows))
+        list(ds.map(functions[kind], batched=True, batch_size=6))
+
+    hf, jf = same_error(stream)
+    assert "Column lengths mismatch" in str(hf) and "Column lengths mismatch" in str(jf)
+    if kind == "shrink":
+        hf, jf = same_error(
+            lambda lib: lib.Dataset.from_list(rows).map(functions[kind], batched=True, batch_size=6)
+        )
+        assert isinstance(jf, pa.ArrowInvalid) and "expected length" in str(jf)
+
+
+# upstream: test_iterable_dataset_set_epoch_resuming
+def test_iterable_set_epoch_while_resuming():
+    def snippet(lib):
+        ds = lib.IterableDataset.from_generator(_files, gen_kwargs={"filepaths": ["a", "b"]})
+        out = [len(list(ds)), len(list(ds))]
+        ds.load_state_dict(ds.state_dict())
+        out.append(len(list(ds)))
+        ds.set_epoch(1)
+        out.append(len(list(ds)))
+        ds.load_state_dict(ds.state_dict())
+        out.append(len(list(ds)))
+        return out
+
+    assert same(snippet) == [6, 6, 0, 6, 0]
+
+
+# upstream: test_iterable_dataset_skip_or_take_after_split_by_node (and from_generator's shards)
+@pytest.mark.parametrize("method", ["skip", "take"])
+def test_skip_and_take_after_split_dataset_by_node(method):
+    def snippet(lib):
+        split = _split_by_node(lib)
+        files = [f"{i}.txt" for i in range(10)]
+        ds = lib.IterableDataset.from_generator(_files, gen_kwargs={"filepaths": files})
+        out = [ds.num_shards]
+        for count in (2, 5, 11):
+            out.append(list(getattr(split(ds, rank=1, world_size=2), method)(count)))
+            out.append(list(split(getattr(ds, method)(count), rank=1, world_size=2)))
+        return out
+
+    same(snippet)
+
+
+# upstream: test_iterable_dataset_with_features_fill_with_none
+def test_stream_features_fill_missing_columns_with_none():
+    def snippet(lib):
+        def rows():
+            yield {"a": 1}
+            yield {"b": 1}
+
+        features = lib.Features({"a": lib.Value("int32"), "b": lib.Value("int32")})
+        return list(lib.IterableDataset.from_generator(rows, features=features))
+
+    assert same(snippet) == [{"a": 1, "b": None}, {"a": None, "b": 1}]

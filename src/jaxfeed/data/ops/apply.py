@@ -286,6 +286,11 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
     return columns
 
 
+class ColumnLengthError(pa.ArrowInvalid):
+    """A batched ``map`` returned another number of rows while other columns are kept: the
+    ``pyarrow.ArrowInvalid`` (a ``ValueError``) that `datasets` raises there."""
+
+
 def map(
     ds: Dataset,
     function: Callable | None = None,
@@ -424,9 +429,11 @@ def _merge(
     n_out = next(iter(lengths.values()), stop - start)
     stale = [c for c in kept if c not in returned]
     if n_out != stop - start and stale:
-        raise ValueError(
-            f"map: rows {start}:{stop} gave {n_out} rows instead of {stop - start}; a function "
-            f"that changes the number of rows must remove the other columns {stale} (remove_columns=)"
+        raise ColumnLengthError(
+            f"Column lengths mismatch: map: rows {start}:{stop} gave {n_out} rows instead of "
+            f"{stop - start} (the kept columns have the expected length {stop - start}); a "
+            f"function that changes the number of rows must remove the other columns {stale} "
+            "(remove_columns=)"
         )
     inputs = ds._internal.arrow(slice(start, stop), stale) if stale else None
     # `datasets`' writer keeps the input columns' order, then appends the new columns.
