@@ -8,7 +8,7 @@ import asyncio
 import pandas as pd
 import pytest
 
-from datasets_diff import datasets, same, same_error
+from datasets_diff import datasets, jaxfeed, same, same_error
 
 
 # upstream: tests/io/test_csv.py::test_dataset_from_csv_split (and the json/parquet twins)
@@ -215,3 +215,78 @@ def test_stream_features_fill_missing_columns_with_none():
         return list(lib.IterableDataset.from_generator(rows, features=features))
 
     assert same(snippet) == [{"a": 1, "b": None}, {"a": None, "b": 1}]
+
+
+_NUM_PROC_ON_DATASETS = """
+import json, os, sys
+import datasets
+datasets.disable_progress_bars()
+
+
+def crash(row):
+    os.kill(os.getpid(), 9)
+
+
+def main(folder):
+    datasets.Dataset.from_dict({"f": [f"n_{i}" for i in range(6)]}).save_to_disk(folder)
+    ds = datasets.load_from_disk(folder)
+    out = ds.map(lambda x, i: {"name": x["f"][:-2], "id": i}, with_indices=True, num_proc=2)
+    again = out.map(lambda x: {"name": 1}, remove_columns=out.column_names, num_proc=2)
+    try:
+        ds.map(crash, num_proc=2)
+        error = None
+    except Exception as err:
+        error = [type(err).__name__, isinstance(err, RuntimeError), str(err)]
+    print(json.dumps([
+        [os.path.basename(c["filename"]).split("_", 1)[1] for c in out.cache_files],
+        out.to_dict(), again.features.to_dict(), again.to_dict(), error,
+    ]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+"""
+
+
+def _crash(row):
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# upstream: test_map_multiprocessing (cache files per shard), test_map_remove_columns with
+# num_proc, test_map_crash_subprocess (same error type; jaxfeed's message names the worker)
+@pytest.mark.slow  # 6 worker processes and a datasets interpreter
+def test_map_num_proc_cache_files_remove_columns_and_crash(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    hf = subprocess.Popen(  # runs while jaxfeed's workers start (datasets forks: never here)
+        [sys.executable, "-c", _NUM_PROC_ON_DATASETS, str(tmp_path / "hf")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    jaxfeed.Dataset.from_dict({"f": [f"n_{i}" for i in range(6)]}).save_to_disk(tmp_path / "jf")
+    ds = jaxfeed.load_from_disk(str(tmp_path / "jf"))
+    out = ds.map(lambda x, i: {"name": x["f"][:-2], "id": i}, with_indices=True, num_proc=2)
+    again = out.map(lambda x: {"name": 1}, remove_columns=out.column_names, num_proc=2)
+    with pytest.raises(RuntimeError) as crashed:
+        ds.map(_crash, num_proc=2)
+    stdout, stderr = hf.communicate(timeout=300)
+    assert hf.returncode == 0, stderr[-3000:]
+    files, rows, features, again_rows, error = json.loads(stdout.strip().splitlines()[-1])
+    assert [os.path.basename(c["filename"]).split("_", 1)[1] for c in out.cache_files] == files
+    assert files == ["00000_of_00002.arrow", "00001_of_00002.arrow"]
+    assert out.to_dict() == rows
+    assert (
+        json.loads(json.dumps(again.features.to_dict()))
+        == features
+        == {"name": {"dtype": "int64", "_type": "Value"}}
+    )
+    assert again.to_dict() == again_rows
+    assert error[1] is True and "abruptly died" in error[2]
+    assert "killed by signal 9" in str(crashed.value)  # which worker, its pid and how it died

@@ -480,7 +480,7 @@ def _infer_returned(
     on_mixed_types: str | None = "use_json",
 ) -> FeatureLike:
     original = ds.features.get(name)
-    if original is not None and try_original_type:
+    if original is not None and try_original_type and not _text_meets_numbers(original, values):
         try:
             encode_column(original, values, name)
             return original
@@ -501,6 +501,22 @@ def _infer_returned(
     if original is not None and pa_type_of(feature) == pa_type_of(original):
         return original  # same storage: keep the original feature (a ClassLabel stays one)
     return feature
+
+
+def _text_meets_numbers(original: FeatureLike, values: Any) -> bool:
+    """True when returned numbers meet an original text column or returned text an original
+    number column: `datasets`' writer tries the original Arrow type, which takes neither (its
+    declared-feature conversions do not apply there), so the returned type is inferred."""
+    if not isinstance(original, Value):
+        return False
+    first = next((v for v in values if v is not None), None) if isinstance(values, list) else None
+    if first is None:
+        return False
+    text = pa.types.is_string(original.pa_type) or pa.types.is_large_string(original.pa_type)
+    number = isinstance(first, int | float | np.number | bool | np.bool_)
+    if text:
+        return number
+    return original.is_numeric and isinstance(first, str)
 
 
 def as_ragged(feature: FeatureLike) -> FeatureLike:
