@@ -290,3 +290,46 @@ def test_map_num_proc_cache_files_remove_columns_and_crash(tmp_path):
     assert again.to_dict() == again_rows
     assert error[1] is True and "abruptly died" in error[2]
     assert "killed by signal 9" in str(crashed.value)  # which worker, its pid and how it died
+
+
+# upstream: tests/features/test_image.py::test_encode_np_array (the downcasting cases)
+@pytest.mark.parametrize(
+    "shape, dtype, dest", [((4, 4), "int64", "int32"), ((2, 2, 4), "int64", "uint8")]
+)
+def test_image_arrays_downcast_with_datasets_warning(shape, dtype, dest):
+    import numpy as np
+
+    array = np.arange(16).reshape(shape).astype(dtype)
+
+    def snippet(lib):
+        with pytest.warns(UserWarning, match=f"Downcasting array dtype.+{dest}.+"):
+            encoded = lib.Image().encode_example(array)
+        decoded = lib.Image().decode_example(encoded)
+        return encoded["path"], decoded.format, np.asarray(decoded)
+
+    same(snippet)
+
+
+# upstream: test_dataset_with_image_feature_from_pil_image (in-memory images with no filename,
+# and one opened from a file: decoded, it names that file)
+def test_image_from_pil_images(tmp_path):
+    import numpy as np
+    import PIL.Image
+
+    path = tmp_path / "x.png"
+    PIL.Image.fromarray(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)).save(path)
+
+    def snippet(lib):
+        made = PIL.Image.new("RGB", (4, 3), (1, 2, 3))
+        resized = PIL.Image.open(path).resize((2, 2))
+        ds = lib.Dataset.from_dict({"image": [made, resized, PIL.Image.open(path)]})
+        stored = ds.cast_column("image", lib.Image(decode=False))[:2]["image"]
+        images = ds["image"]
+        return (
+            ds.features,
+            stored,
+            [(im.format, im.mode, im.size, np.asarray(im)) for im in images],
+            images[2].filename == str(path),
+        )
+
+    same(snippet)
