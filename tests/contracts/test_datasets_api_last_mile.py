@@ -333,3 +333,73 @@ def test_image_from_pil_images(tmp_path):
         )
 
     same(snippet)
+
+
+# upstream: test_dataset_add_item (items that need an implicit cast, under each transform)
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"col_1": "2", "col_2": 2, "col_3": 2.0},
+        {"col_1": "2", "col_2": "2", "col_3": "2"},
+        {"col_1": 2, "col_2": 2, "col_3": 2},
+        {"col_1": 2.0, "col_2": 2.0, "col_3": 2.0},
+    ],
+)
+@pytest.mark.parametrize("transform", [None, "shuffle", "with_format", "class_encode_column"])
+def test_add_item_with_implicit_casts(item, transform):
+    data = {"col_1": ["0", "1", "2", "3"], "col_2": [0, 1, 2, 3], "col_3": [0.0, 1.0, 2.0, 3.0]}
+    calls = {
+        "shuffle": ("shuffle", (42,)),
+        "with_format": ("with_format", ("pandas",)),
+        "class_encode_column": ("class_encode_column", ("col_2",)),
+    }
+
+    def snippet(lib):
+        ds = lib.Dataset.from_dict(data)
+        if transform is not None:
+            name, args = calls[transform]
+            ds = getattr(ds, name)(*args)
+        out = ds.add_item(item)
+        kind = out.format["type"]
+        out.reset_format()
+        return kind, out
+
+    same(snippet)
+
+
+def test_add_item_casts_that_lose_nothing_and_refusals():
+    data = {"i": [0, 1], "b": [True, False]}
+
+    def snippet(lib):
+        return lib.Dataset.from_dict(data).add_item({"i": 3.0, "b": 1})
+
+    same(snippet)
+    # kept refusals (the differences table): 2.5 into an int column, "False" into a bool column
+    for lib in (datasets, jaxfeed):  # both refuse (ArrowInvalid, FeatureError: ValueErrors)
+        with pytest.raises(ValueError, match=r"2\.5"):
+            lib.Dataset.from_dict(data).add_item({"i": 2.5, "b": True})
+    with pytest.raises(ValueError, match=r"'b'.*'False'"):
+        jaxfeed.Dataset.from_dict(data).add_item({"i": 1, "b": "False"})
+    stored = datasets.Dataset.from_dict(data).add_item({"i": 1, "b": "False"})
+    assert stored["b"][-1] is False  # datasets parses it with Arrow; jaxfeed refuses strings
+
+
+# upstream: test_to_pandas_decode_nested_json, test_to_list_and_to_dict_decode_nested_json
+def test_nested_json_decoded_in_to_pandas_and_to_list():
+    def snippet(lib):
+        features = lib.Features({"col": lib.List(lib.Json()), "s": {"j": lib.Json()}})
+        ds = lib.Dataset.from_dict(
+            {"col": [[{"a": 1}], [{"b": 2}]], "s": [{"j": {"a": [1]}}, {"j": None}]},
+            features=features,
+        )
+        df = ds.to_pandas()
+        batches = list(ds.to_pandas(batched=True, batch_size=1))
+        return (
+            [list(v) for v in df["col"]],
+            list(df["s"]),
+            [list(b["col"].iloc[0]) for b in batches],
+            ds.to_list(),
+            ds.to_dict(),
+        )
+
+    same(snippet)

@@ -237,8 +237,9 @@ class Sequence(Feature):
         if view is not None:
             return view
         array = unwrap_storage(array)
-        if _is_plain(self.feature) or (
-            isinstance(self.feature, Feature) and not self.requires_decoding
+        if not _json_inside(self.feature) and (
+            _is_plain(self.feature)
+            or (isinstance(self.feature, Feature) and not self.requires_decoding)
         ):
             out = decode_nested(array)
             return as_bfloat16(out) if self.bfloat16 else out
@@ -246,7 +247,7 @@ class Sequence(Feature):
 
     def to_python(self, array: pa.Array) -> list:
         array = unwrap_storage(array)
-        if not requires_decoding(self.feature):
+        if not requires_decoding(self.feature) and not _json_inside(self.feature):
             return array.to_pylist()
         return decode_rows(array, decode_python(self.feature, list_child(array)), consolidate=False)
 
@@ -308,6 +309,16 @@ class LargeList(Sequence):
     @property
     def pa_type(self) -> pa.DataType:
         return pa.large_list(pa_type_of(self.feature))
+
+
+def _json_inside(feature: FeatureLike) -> bool:
+    """True when a decoding ``Json`` feature is nested in ``feature``: its text is parsed on
+    read (as `datasets` reads ``List(Json())``)."""
+    if isinstance(feature, Mapping):
+        return any(_json_inside(f) for f in feature.values())
+    if isinstance(feature, Sequence):
+        return _json_inside(feature.feature)
+    return type(feature).__name__ == "Json" and bool(getattr(feature, "decode", False))
 
 
 def _is_plain(feature: FeatureLike) -> bool:
