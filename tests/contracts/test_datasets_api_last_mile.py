@@ -403,3 +403,26 @@ def test_nested_json_decoded_in_to_pandas_and_to_list():
         )
 
     same(snippet)
+
+
+# upstream: test_dataset_dict.py::DatasetDictTest::test_map and test_filter (cache_file_names)
+def test_dataset_dict_map_and_filter_take_cache_file_names(tmp_path):
+    import os
+
+    def snippet(lib):
+        folder = tmp_path / lib.__name__
+        folder.mkdir()
+        dd = lib.DatasetDict(
+            {
+                "train": lib.Dataset.from_dict({"x": [1, 2]}),
+                "test": lib.Dataset.from_dict({"x": [3]}),
+            }
+        )
+        names = {k: str(folder / f"{k}.arrow") for k in dd}
+        mapped = dd.map(lambda r: {"y": r["x"] * 2}, cache_file_names=names)
+        kept = dd.filter(
+            lambda r: r["x"] > 1, cache_file_names={k: str(folder / f"f-{k}.arrow") for k in dd}
+        )
+        return mapped, kept, sorted(f for f in os.listdir(folder) if not f.startswith("f-"))
+
+    same(snippet)

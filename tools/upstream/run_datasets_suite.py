@@ -155,7 +155,7 @@ def main() -> int:
     report = args.out.resolve() / "junit.xml"
     cmd = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-        "-n", "0", "-m", "not integration", f"--timeout={args.timeout}", "--rootdir", str(work),
+        "-n", "0", "-m", "not integration", "--continue-on-collection-errors", f"--timeout={args.timeout}", "--rootdir", str(work),
         f"--junitxml={report}", *[str(work / "tests" / f) for f in args.files],
     ]  # fmt: skip
     subprocess.run(cmd, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

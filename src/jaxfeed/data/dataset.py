@@ -675,13 +675,28 @@ class DatasetDict(dict):
         return DatasetDict({k: getattr(v, method)(*args, **kwargs) for k, v in self.items()})
 
     def map(self, function: Any = None, *args: Any, **kwargs: Any) -> DatasetDict:
-        """Run :meth:`Dataset.map` on every split."""
-        if args:
-            return self._each("map", function, *args, **kwargs)
-        return self._each("map", function, **kwargs)
+        """Run :meth:`Dataset.map` on every split (``cache_file_names={split: path}`` gives each
+        split's ``cache_file_name``, as `datasets`)."""
+        return self._per_split("map", function, args, kwargs)
 
-    def filter(self, function: Any, **kwargs: Any) -> DatasetDict:
-        return self._each("filter", function, **kwargs)
+    def filter(self, function: Any, *args: Any, **kwargs: Any) -> DatasetDict:
+        """Run :meth:`Dataset.filter` on every split (``cache_file_names={split: path}`` as in
+        :meth:`map`)."""
+        return self._per_split("filter", function, args, kwargs)
+
+    def _per_split(self, method: str, function: Any, args: tuple, kwargs: dict) -> DatasetDict:
+        names = kwargs.pop("cache_file_names", None) or {}
+        if not isinstance(names, Mapping):
+            raise TypeError(
+                f"{method}: cache_file_names must be a dict of split -> path, got {names!r}"
+            )
+        out = {}
+        for split, ds in self.items():
+            own = dict(kwargs)
+            if names.get(split) is not None:
+                own["cache_file_name"] = names[split]
+            out[split] = getattr(ds, method)(function, *args, **own)
+        return DatasetDict(out)
 
     def __enter__(self) -> DatasetDict:
         return self
