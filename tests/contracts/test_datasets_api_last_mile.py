@@ -426,3 +426,42 @@ def test_dataset_dict_map_and_filter_take_cache_file_names(tmp_path):
         return mapped, kept, sorted(f for f in os.listdir(folder) if not f.startswith("f-"))
 
     same(snippet)
+
+
+# upstream: test_map_cases (rows returning {} or a subset of the input columns among full rows)
+@pytest.mark.parametrize("subset", [False, True])
+def test_map_rows_returning_fewer_input_columns(subset):
+    def snippet(lib):
+        def f(x):
+            if x["a"] < 2:
+                x["a"] = -1
+                return dict(x)
+            return {"b": x["b"] + "!"} if subset else {}
+
+        ds = lib.Dataset.from_dict({"a": [0, 1, 2, 3], "b": ["w", "x", "y", "z"]})
+        return ds.map(f)
+
+    same(snippet)
+    # a row returning a key the first row did not stays refused (the differences table)
+    with pytest.raises(KeyError):
+        jaxfeed.Dataset.from_dict({"a": [0, 1]}).map(lambda x: {} if x["a"] == 0 else {"c": 1})
+
+
+# upstream: test_repeat, test_select_then_map / test_shard (select's cache arguments),
+# test_dataset_from_generator_split / _fingerprint (from_generator's arguments)
+def test_repeat_select_and_from_generator_arguments(tmp_path):
+    def rows():
+        yield from ({"x": i} for i in range(3))
+
+    def snippet(lib):
+        ds = lib.Dataset.from_dict({"x": [1, 2, 3]})
+        made = lib.Dataset.from_generator(rows, cache_dir=str(tmp_path / lib.__name__), split="foo")
+        return (
+            ds.repeat(-1),
+            ds.repeat(0),
+            ds.select([2, 0], indices_cache_file_name=str(tmp_path / "i.arrow")),
+            made,
+            str(made.split),
+        )
+
+    same(snippet)

@@ -330,9 +330,9 @@ class Dataset(DatasetCore):
         """
         if num_times is None:
             raise ValueError("Map style datasets do not support indefinite repetition.")
-        if not isinstance(num_times, int) or num_times < 0:
-            raise ValueError(f"num_times must be an int >= 0, got {num_times!r}")
-        if num_times == 0:
+        if not isinstance(num_times, int):
+            raise ValueError(f"num_times must be an int, got {num_times!r}")
+        if num_times <= 0:  # as datasets (and a list times a negative number): no rows
             return self.select([])
         return ops.concatenate_datasets([self] * num_times)
 
@@ -361,13 +361,22 @@ class Dataset(DatasetCore):
             )
         return out
 
-    def select(self, indices: Any) -> Dataset:
+    def select(
+        self,
+        indices: Any,
+        keep_in_memory: bool = False,
+        indices_cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
+        new_fingerprint: str | None = None,
+    ) -> Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
+        # keep_in_memory, indices_cache_file_name, writer_batch_size, new_fingerprint: accepted
+        # (datasets' cache arguments; the index mapping is held in memory)
         return ops.select(self, indices)
 
     def shuffle(
@@ -549,7 +558,15 @@ class Dataset(DatasetCore):
 
     @classmethod
     def from_generator(
-        cls, generator: Any, features: Features | None = None, gen_kwargs: dict | None = None
+        cls,
+        generator: Any,
+        features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
+        gen_kwargs: dict | None = None,
+        num_proc: int | None = None,
+        split: str = "train",
+        fingerprint: str | None = None,
     ) -> Dataset:
         """Build a dataset from a function that yields row dicts (read in chunks of 1,000 rows).
 
@@ -559,7 +576,9 @@ class Dataset(DatasetCore):
         >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
-        return ops.from_generator(cls, generator, features, gen_kwargs)
+        # datasets' order of arguments; cache_dir, keep_in_memory, num_proc and fingerprint are
+        # accepted (the rows are read in memory once: there is no fingerprint cache)
+        return ops.from_generator(cls, generator, features, gen_kwargs)._named(reader_split(split))
 
     def save_to_disk(
         self,
