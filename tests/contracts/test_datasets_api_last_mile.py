@@ -465,3 +465,21 @@ def test_repeat_select_and_from_generator_arguments(tmp_path):
         )
 
     same(snippet)
+
+
+# upstream: test_dataset_dict.py::DatasetDictTest::test_serialization (num_proc shards). Only
+# jaxfeed runs here: datasets forks its num_proc workers, never to be done from a process running
+# JAX; the upstream test asserts 2 cache files per split.
+def test_save_to_disk_num_proc_writes_that_many_shards(tmp_path):
+    dd = jaxfeed.DatasetDict(
+        {
+            "train": jaxfeed.Dataset.from_dict({"x": list(range(30))}),
+            "test": jaxfeed.Dataset.from_dict({"x": [1, 2]}),
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "d"), num_proc=2)
+    back = jaxfeed.DatasetDict.load_from_disk(str(tmp_path / "d"))
+    assert {k: len(v.cache_files) for k, v in back.items()} == {"train": 2, "test": 2}
+    assert back["train"]["x"][:] == list(range(30))
+    dd["train"].save_to_disk(str(tmp_path / "one"), num_proc=3)
+    assert len(jaxfeed.load_from_disk(str(tmp_path / "one")).cache_files) == 3

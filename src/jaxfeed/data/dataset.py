@@ -585,15 +585,19 @@ class Dataset(DatasetCore):
         dataset_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: int | None = None,
+        num_proc: int | None = None,
         storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
         """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`).
 
         ``num_shards`` or ``max_shard_size`` (``"500MB"``) split the rows over several
-        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them. ``dataset_path`` may be a
-        URL (``s3://bucket/ds``); ``storage_options`` go to fsspec.
+        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them; ``num_proc`` without
+        ``num_shards`` writes that many shards, as there. ``dataset_path`` may be a URL
+        (``s3://bucket/ds``); ``storage_options`` go to fsspec.
         """
+        if num_shards is None and num_proc and max_shard_size is None:
+            num_shards = max(1, min(int(num_proc), self.num_rows))
         save_dataset(
             self,
             dataset_path,
@@ -854,11 +858,17 @@ class DatasetDict(dict):
         dataset_dict_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: dict[str, int] | None = None,
+        num_proc: int | None = None,
         storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split;
-        a URL too, with ``storage_options``)."""
+        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split,
+        ``num_proc`` shards for the others, as `datasets`; a URL too, with ``storage_options``)."""
+        if num_proc and max_shard_size is None:
+            given = dict(num_shards or {})
+            num_shards = {
+                k: given.get(k, max(1, min(int(num_proc), ds.num_rows))) for k, ds in self.items()
+            }
         save_dataset_dict(
             self,
             dataset_dict_path,
