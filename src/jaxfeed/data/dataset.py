@@ -380,7 +380,14 @@ class Dataset(DatasetCore):
         return ops.select(self, indices)
 
     def shuffle(
-        self, seed: int | None = None, generator: np.random.Generator | None = None
+        self,
+        seed: int | None = None,
+        generator: np.random.Generator | None = None,
+        keep_in_memory: bool = False,
+        load_from_cache_file: bool | None = None,
+        indices_cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
+        new_fingerprint: str | None = None,
     ) -> Dataset:
         """Rows in a random order (an index mapping; reads gather in bulk).
 
@@ -388,6 +395,7 @@ class Dataset(DatasetCore):
         >>> sorted(Dataset.from_dict({"x": [1, 2, 3]}).shuffle(seed=0)["x"])
         [1, 2, 3]
         """
+        # the cache arguments of datasets are accepted: the index mapping is held in memory
         return ops.shuffle(self, seed, generator)
 
     def flatten_indices(self) -> Dataset:
