@@ -28,6 +28,13 @@ EXPECTED = {
         "(2,)",
     ],
     "docs/guide/checkpoints.md": ["(5, 10)"],
+    "docs/guide/loader.md": [
+        "[(8, 100), (8, 100)]",
+        "31 50",
+        "left [[2, 3, 4], [1, 1, 5]]",
+        "[5, 6, 7]",
+        "List(Value('bfloat16')) bfloat16",
+    ],
     "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
     "docs/guide/devices.md": ["P('data', 'model')"],
     "docs/guide/command-text.md": ["True False"],

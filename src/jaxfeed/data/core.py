@@ -25,7 +25,7 @@ from jaxfeed.data.column import Column
 from jaxfeed.data.features import Features, Json
 from jaxfeed.data.features.base import array_likes_as_numpy
 from jaxfeed.data.features.features import infer_column
-from jaxfeed.data.features.struct import encode_column
+from jaxfeed.data.features.struct import decode_python, encode_column
 from jaxfeed.data.formatting import Formatter, canonical_format, make_formatter
 from jaxfeed.data.reader import Rows, TableReader, normalize_rows
 from jaxfeed.data.splits import NamedSplit
@@ -34,6 +34,16 @@ from jaxfeed.data.splits import NamedSplit
 def json_columns(ds: DatasetCore) -> list[str]:
     """The names of ``ds``'s :class:`~jaxfeed.Json` columns (stored as JSON text)."""
     return [name for name, f in ds.features.items() if isinstance(f, Json)]
+
+
+def _holds_json(feature: Any) -> bool:
+    """True when a :class:`~jaxfeed.Json` feature is nested in ``feature`` (lists, dicts)."""
+    if isinstance(feature, Json):
+        return True
+    if isinstance(feature, Mapping):
+        return any(_holds_json(f) for f in feature.values())
+    inner = getattr(feature, "feature", None)
+    return inner is not None and _holds_json(inner)
 
 
 def arrow_batches(ds: DatasetCore, batch_size: int | None) -> Iterator[pa.Table]:
@@ -373,11 +383,14 @@ class DatasetCore:
         {'x': [1, 2]}
         """
         names = json_columns(self)
+        nested = [n for n, f in self.features.items() if n not in names and _holds_json(f)]
 
         def part(table: pa.Table) -> dict[str, list]:
             out = table.to_pydict()
             for name in names:
                 out[name] = [None if v is None else json.loads(v) for v in out[name]]
+            for name in nested:  # Json inside lists and structs: decoded too
+                out[name] = decode_python(self.features[name], table.column(name).combine_chunks())
             return out
 
         if not batched:
@@ -393,11 +406,15 @@ class DatasetCore:
         """A pandas DataFrame of the stored values (``batched=True``: a generator of them)."""
         require("pandas", "pandas", "to_pandas")
         names = json_columns(self)
+        nested = [n for n, f in self.features.items() if n not in names and _holds_json(f)]
 
         def frame(table: pa.Table) -> Any:
             df = table.to_pandas()
             for name in names:  # decoded, as `datasets` gives them
                 df[name] = [None if v is None else json.loads(v) for v in df[name]]
+            for name in nested:  # Json inside lists and structs: those values decoded too
+                column = table.column(name).combine_chunks()
+                df[name] = decode_python(self.features[name], column)
             return df
 
         if not batched:

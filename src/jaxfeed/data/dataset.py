@@ -26,6 +26,7 @@ from jaxfeed.data.formats.cache import CachedTable, load_cached, needs_conversio
 from jaxfeed.data.formats.files import read_tables
 from jaxfeed.data.formats.saved import save_dataset, save_dataset_dict
 from jaxfeed.data.iterable import IterableDataset
+from jaxfeed.data.splits import reader_split
 
 
 def load_from_disk(
@@ -144,6 +145,7 @@ class Dataset(DatasetCore):
         As ``load_dataset``, the files are converted once into the memory-mapped Arrow cache
         under ``cache_dir`` (``keep_in_memory=True``: read into RAM); ``split`` names the split.
         """
+        split = reader_split(split)
         if keep_in_memory:
             table = tabular.read_parquet(path_or_paths, columns=columns)
             return cls._from_table(table, features)._named(split)
@@ -164,6 +166,7 @@ class Dataset(DatasetCore):
         **read_csv_kwargs: Any,
     ) -> Dataset:
         """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`)."""
+        split = reader_split(split)
         table = tabular.read_csv(path_or_paths, **read_csv_kwargs)
         return cls._from_table(table, features)._named(split)
 
@@ -184,6 +187,7 @@ class Dataset(DatasetCore):
         The files are converted once into the memory-mapped Arrow cache under
         ``cache_dir``, as ``load_dataset`` does (``keep_in_memory=True``: read into RAM).
         """
+        split = reader_split(split)
         if keep_in_memory or field is not None:
             table = tabular.read_json(path_or_paths, field=field)
             return cls._from_table(table, features)._named(split)
@@ -326,9 +330,9 @@ class Dataset(DatasetCore):
         """
         if num_times is None:
             raise ValueError("Map style datasets do not support indefinite repetition.")
-        if not isinstance(num_times, int) or num_times < 0:
-            raise ValueError(f"num_times must be an int >= 0, got {num_times!r}")
-        if num_times == 0:
+        if not isinstance(num_times, int):
+            raise ValueError(f"num_times must be an int, got {num_times!r}")
+        if num_times <= 0:  # as datasets (and a list times a negative number): no rows
             return self.select([])
         return ops.concatenate_datasets([self] * num_times)
 
@@ -357,17 +361,33 @@ class Dataset(DatasetCore):
             )
         return out
 
-    def select(self, indices: Any) -> Dataset:
+    def select(
+        self,
+        indices: Any,
+        keep_in_memory: bool = False,
+        indices_cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
+        new_fingerprint: str | None = None,
+    ) -> Dataset:
         """Rows at ``indices`` (an index mapping: nothing is copied).
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [10, 11, 12]}).select([2, 0])["x"][:]
         [12, 10]
         """
+        # keep_in_memory, indices_cache_file_name, writer_batch_size, new_fingerprint: accepted
+        # (datasets' cache arguments; the index mapping is held in memory)
         return ops.select(self, indices)
 
     def shuffle(
-        self, seed: int | None = None, generator: np.random.Generator | None = None
+        self,
+        seed: int | None = None,
+        generator: np.random.Generator | None = None,
+        keep_in_memory: bool = False,
+        load_from_cache_file: bool | None = None,
+        indices_cache_file_name: str | None = None,
+        writer_batch_size: int | None = 1000,
+        new_fingerprint: str | None = None,
     ) -> Dataset:
         """Rows in a random order (an index mapping; reads gather in bulk).
 
@@ -375,6 +395,7 @@ class Dataset(DatasetCore):
         >>> sorted(Dataset.from_dict({"x": [1, 2, 3]}).shuffle(seed=0)["x"])
         [1, 2, 3]
         """
+        # the cache arguments of datasets are accepted: the index mapping is held in memory
         return ops.shuffle(self, seed, generator)
 
     def flatten_indices(self) -> Dataset:
@@ -545,7 +566,15 @@ class Dataset(DatasetCore):
 
     @classmethod
     def from_generator(
-        cls, generator: Any, features: Features | None = None, gen_kwargs: dict | None = None
+        cls,
+        generator: Any,
+        features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
+        gen_kwargs: dict | None = None,
+        num_proc: int | None = None,
+        split: str = "train",
+        fingerprint: str | None = None,
     ) -> Dataset:
         """Build a dataset from a function that yields row dicts (read in chunks of 1,000 rows).
 
@@ -555,22 +584,28 @@ class Dataset(DatasetCore):
         >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
-        return ops.from_generator(cls, generator, features, gen_kwargs)
+        # datasets' order of arguments; cache_dir, keep_in_memory, num_proc and fingerprint are
+        # accepted (the rows are read in memory once: there is no fingerprint cache)
+        return ops.from_generator(cls, generator, features, gen_kwargs)._named(reader_split(split))
 
     def save_to_disk(
         self,
         dataset_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: int | None = None,
+        num_proc: int | None = None,
         storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
         """Write Arrow IPC + JSON to ``dataset_path`` atomically (see :func:`jaxfeed.load_from_disk`).
 
         ``num_shards`` or ``max_shard_size`` (``"500MB"``) split the rows over several
-        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them. ``dataset_path`` may be a
-        URL (``s3://bucket/ds``); ``storage_options`` go to fsspec.
+        ``data-0000i-of-0000n.arrow`` files, as `datasets` names them; ``num_proc`` without
+        ``num_shards`` writes that many shards, as there. ``dataset_path`` may be a URL
+        (``s3://bucket/ds``); ``storage_options`` go to fsspec.
         """
+        if num_shards is None and num_proc and max_shard_size is None:
+            num_shards = max(1, min(int(num_proc), self.num_rows))
         save_dataset(
             self,
             dataset_path,
@@ -671,13 +706,28 @@ class DatasetDict(dict):
         return DatasetDict({k: getattr(v, method)(*args, **kwargs) for k, v in self.items()})
 
     def map(self, function: Any = None, *args: Any, **kwargs: Any) -> DatasetDict:
-        """Run :meth:`Dataset.map` on every split."""
-        if args:
-            return self._each("map", function, *args, **kwargs)
-        return self._each("map", function, **kwargs)
+        """Run :meth:`Dataset.map` on every split (``cache_file_names={split: path}`` gives each
+        split's ``cache_file_name``, as `datasets`)."""
+        return self._per_split("map", function, args, kwargs)
 
-    def filter(self, function: Any, **kwargs: Any) -> DatasetDict:
-        return self._each("filter", function, **kwargs)
+    def filter(self, function: Any, *args: Any, **kwargs: Any) -> DatasetDict:
+        """Run :meth:`Dataset.filter` on every split (``cache_file_names={split: path}`` as in
+        :meth:`map`)."""
+        return self._per_split("filter", function, args, kwargs)
+
+    def _per_split(self, method: str, function: Any, args: tuple, kwargs: dict) -> DatasetDict:
+        names = kwargs.pop("cache_file_names", None) or {}
+        if not isinstance(names, Mapping):
+            raise TypeError(
+                f"{method}: cache_file_names must be a dict of split -> path, got {names!r}"
+            )
+        out = {}
+        for split, ds in self.items():
+            own = dict(kwargs)
+            if names.get(split) is not None:
+                own["cache_file_name"] = names[split]
+            out[split] = getattr(ds, method)(function, *args, **own)
+        return DatasetDict(out)
 
     def __enter__(self) -> DatasetDict:
         return self
@@ -816,11 +866,17 @@ class DatasetDict(dict):
         dataset_dict_path: str | os.PathLike,
         max_shard_size: str | int | None = None,
         num_shards: dict[str, int] | None = None,
+        num_proc: int | None = None,
         storage_options: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split;
-        a URL too, with ``storage_options``)."""
+        """Write every split under ``dataset_dict_path`` atomically (``num_shards`` per split,
+        ``num_proc`` shards for the others, as `datasets`; a URL too, with ``storage_options``)."""
+        if num_proc and max_shard_size is None:
+            given = dict(num_shards or {})
+            num_shards = {
+                k: given.get(k, max(1, min(int(num_proc), ds.num_rows))) for k, ds in self.items()
+            }
         save_dataset_dict(
             self,
             dataset_dict_path,

@@ -319,6 +319,8 @@ def _cast(
         return x.astype(dtype if dtype is not None else np.float32, copy=False)
     if kind == "c":
         return x.astype(np.complex64, copy=False)
+    if x.dtype.name == "bfloat16":  # JAX's own dtype (ml_dtypes): kept unless a dtype is asked
+        return x if dtype is None else x.astype(dtype, copy=False)
     raise TypeError(f"column {column!r}: cannot convert numpy dtype {x.dtype} to a jax.Array")
 
 

@@ -71,7 +71,8 @@ class Ragged:
                     "(DataLoader(columns=[...]))"
                 ) from None
         for i, a in enumerate(arrays):
-            if a.ndim == 0 or a.dtype.hasobject or a.dtype.kind in "USV":
+            bfloat16 = a.dtype.name == "bfloat16"  # JAX's (ml_dtypes): a number dtype of kind V
+            if a.ndim == 0 or a.dtype.hasobject or (a.dtype.kind in "USV" and not bfloat16):
                 row = i if row_ids is None else int(row_ids[i])
                 raise ValueError(
                     f"column {column!r}, row {row}: expected a list of numbers (a variable-length "

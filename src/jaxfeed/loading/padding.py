@@ -10,6 +10,8 @@ Columns whose rows have the same lengths row by row (``input_ids``, ``attention_
 ``labels``) are padded together to one length; ``attention_mask`` (boolean, True on real
 positions) is added when the batch has none. Pad values are 0, -100 for ``labels`` (the
 `transformers` convention), the tokenizer's pad id for ``input_ids`` with ``tokenizer=``.
+Rows are padded on the right, or on the left (``side="left"``, what batched generation needs);
+``side=None`` with a tokenizer follows the tokenizer's padding side.
 """
 
 from __future__ import annotations
@@ -28,6 +30,29 @@ LABEL_PAD = -100
 # Columns a tokenizer makes alongside ``input_ids``: a row of another length is a broken row.
 COMPANIONS = ("attention_mask", "token_type_ids", "special_tokens_mask", "position_ids")
 _PAD_TOKENS = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<PAD>")
+SIDES = ("right", "left")
+
+
+def tokenizer_padding_side(tokenizer: Any) -> str:
+    """The side a tokenizer pads on: ``padding_side`` (a `transformers` tokenizer), else the
+    ``direction`` of its padding setting (``tokenizer.json``), else ``"right"``.
+
+    >>> from tokenizers import Tokenizer, models
+    >>> tok = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1}, unk_token="[UNK]"))
+    >>> tokenizer_padding_side(tok)
+    'right'
+    >>> tok.enable_padding(direction="left", pad_id=1)
+    >>> tokenizer_padding_side(tok)
+    'left'
+    """
+    side = getattr(tokenizer, "padding_side", None)
+    if side is None:
+        padding = getattr(tokenizer, "padding", None)
+        side = padding.get("direction") if isinstance(padding, dict) else None
+    side = str(side or "right").lower()
+    if side not in SIDES:
+        raise ValueError(f"the tokenizer pads on side {side!r}; expected 'right' or 'left'")
+    return side
 
 
 def tokenizer_pad_id(tokenizer: Any) -> int:
@@ -67,6 +92,11 @@ class Padding:
         tokenizer: a ``tokenizers.Tokenizer`` whose pad id pads ``input_ids``.
         columns: the columns to pad (default: every column of numbers whose rows have lengths:
             those the dataset stores as ragged lists and any whose rows differ in length).
+        side: ``"right"`` (pad after the values) or ``"left"`` (pad before them, so every row
+            ends at the last position: what batched generation needs). ``None``: the
+            tokenizer's padding side with ``tokenizer=`` (``padding_side``, or the padding
+            ``direction`` of its ``tokenizer.json``), else ``"right"``. ``truncate=True`` keeps
+            a row's first values on either side.
 
     With neither ``lengths`` nor ``multiple_of`` each batch is padded to its longest row: one
     compilation per new length.
@@ -78,6 +108,8 @@ class Padding:
     ([[5, 6, 7, 0], [8, 0, 0, 0]], [[1, 2, 3, -100], [4, -100, -100, -100]])
     >>> out["attention_mask"].tolist()
     [[True, True, True, False], [True, False, False, False]]
+    >>> pad_batch(batch, Padding(side="left"))["input_ids"].tolist()
+    [[5, 6, 7], [0, 0, 8]]
     """
 
     lengths: Sequence[int] | None = None
@@ -86,8 +118,13 @@ class Padding:
     truncate: bool = False
     tokenizer: Any = field(default=None, repr=False, compare=False)
     columns: Sequence[str] | None = None
+    side: str | None = None
 
     def __post_init__(self) -> None:
+        if self.side is not None and self.side not in SIDES:
+            raise ValueError(
+                f"Padding(side=...) must be 'right', 'left' or None, got {self.side!r}"
+            )
         if self.lengths is not None:
             if isinstance(self.lengths, str | bytes) or not isinstance(self.lengths, Sequence):
                 raise ValueError(
@@ -131,6 +168,20 @@ class Padding:
             raise ValueError(f"Padding(truncate=...) must be True or False, got {self.truncate!r}")
         if self.tokenizer is not None:
             tokenizer_pad_id(self.tokenizer)  # fail now, not in a worker
+            tokenizer_padding_side(self.tokenizer)
+
+    @property
+    def padding_side(self) -> str:
+        """The side rows are padded on: ``side``, else the tokenizer's, else ``"right"``.
+
+        >>> Padding().padding_side, Padding(side="left").padding_side
+        ('right', 'left')
+        """
+        if self.side is not None:
+            return self.side
+        if self.tokenizer is not None:
+            return tokenizer_padding_side(self.tokenizer)
+        return "right"
 
     @property
     def max_length(self) -> int | None:
@@ -270,9 +321,15 @@ def length_groups(
 
 
 def scatter(
-    ragged: Ragged, width: int, fill: Any, dtype: np.dtype | None = None, starts: Any = None
+    ragged: Ragged,
+    width: int,
+    fill: Any,
+    dtype: np.dtype | None = None,
+    starts: Any = None,
+    left: bool = False,
 ) -> np.ndarray:
-    """``(rows, width, ...)`` array: row ``i`` gets ``ragged[i]`` (cut at ``width``), rest ``fill``."""
+    """``(rows, width, ...)`` array: row ``i`` gets ``ragged[i]`` (cut at ``width``), rest ``fill``
+    (after the values, or before them with ``left=True``)."""
     n = len(ragged)
     dtype = ragged.dtype if dtype is None else dtype
     out = np.full((n, width, *ragged.row_shape), fill, dtype=dtype)
@@ -284,7 +341,10 @@ def scatter(
     base = np.repeat(np.cumsum(lengths) - lengths, lengths)
     col_index = np.arange(total) - base
     source = np.repeat(ragged.offsets[:-1], lengths) + col_index
-    out[row_index, col_index] = ragged.values[source]
+    if left:
+        out[row_index, col_index + np.repeat(width - lengths, lengths)] = ragged.values[source]
+    else:
+        out[row_index, col_index] = ragged.values[source]
     return out
 
 
@@ -323,6 +383,7 @@ def pad_batch(
     out = dict(batch)
     mask_lengths: np.ndarray | None = None
     mask_width = 0
+    left = padding.padding_side == "left"
     for members, lengths in length_groups(ragged, rows):
         local = int(lengths.max()) if len(lengths) else 0
         widest = max([local, *((longest or {}).get(c, 0) for c in members)])
@@ -338,11 +399,15 @@ def pad_batch(
         for column in members:
             r = ragged[column]
             fill = check_fits(padding.pad_value(column), r.dtype, column)
-            out[column] = scatter(r, width, fill)
+            out[column] = scatter(r, width, fill, left=left)
         if mask_lengths is None:
             mask_lengths, mask_width = np.minimum(lengths, width), width
     if "attention_mask" not in out and mask_lengths is not None:
-        out["attention_mask"] = np.arange(mask_width)[None, :] < mask_lengths[:, None]
+        positions = np.arange(mask_width)[None, :]
+        if left:
+            out["attention_mask"] = positions >= (mask_width - mask_lengths)[:, None]
+        else:
+            out["attention_mask"] = positions < mask_lengths[:, None]
     return out
 
 

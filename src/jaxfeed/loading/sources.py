@@ -18,8 +18,9 @@ from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features._nested import stack_if_same
 from jaxfeed.data.features.class_label import ClassLabel
 from jaxfeed.data.features.media import MediaFeature
+from jaxfeed.data.features.value import BFLOAT16, numpy_dtype
 from jaxfeed.data.formatting import jax_int_dtype
-from jaxfeed.data.ragged import arrow_lengths, arrow_ragged, is_ragged_type
+from jaxfeed.data.ragged import Ragged, arrow_lengths, arrow_ragged, is_ragged_type
 from jaxfeed.data.reader import ChunkedView
 
 _CANONICAL = {
@@ -52,6 +53,8 @@ class _ArrowSource:
             if not isinstance(ds.features[c], dict) and is_ragged_type(ds.features[c].pa_type)
         )
         self.ragged: tuple[str, ...] = ()  # gathered as flat values + offsets (set by the loader)
+        # bfloat16 lists, stored as float32 (Arrow has no bfloat16): cast back when gathered
+        self.bfloat16 = {c for c in self.variable if getattr(ds.features[c], "bfloat16", False)}
 
     def __len__(self) -> int:
         return self.ds.num_rows
@@ -96,6 +99,8 @@ class _ArrowSource:
         for column in self.columns:
             if column in self.ragged:
                 ragged = arrow_ragged(reader.arrow_column(column, table_rows))
+                if ragged is not None and column in self.bfloat16:
+                    ragged = Ragged(ragged.values.astype(numpy_dtype(BFLOAT16)), ragged.offsets)
                 if ragged is not None:
                     out[column] = ragged
                     continue

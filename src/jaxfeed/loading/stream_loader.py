@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from jaxfeed._base.calls import takes_rng
 from jaxfeed.data.dataset import Dataset
-from jaxfeed.data.features import Features
+from jaxfeed.data.features import Features, List, Value
 from jaxfeed.data.formatting import to_host
 from jaxfeed.data.iterable import (
     IterableDataset,
@@ -391,7 +391,7 @@ class _Reader:
             held, count = [], 0
             if self.packing is not None:
                 bins = self.packing.num_bins or 2 * self.batch_size
-                yield pack_table(group, self.packing, bins)
+                yield _keep_bfloat16(group, pack_table(group, self.packing, bins))
             else:
                 yield bucket_table(
                     group, self._length_column(group), self.batch_size, self.seed, epoch
@@ -450,6 +450,21 @@ class _After:
         rest = None if self.table is None else self.table.slice(self.pos)
         pending = [rest] if rest is not None and rest.num_rows else []
         return {"stream": self.snap, "pending": pending, "last": self.last}
+
+
+def _keep_bfloat16(source: pa.Table, packed: pa.Table) -> pa.Table:
+    """``packed`` with the bfloat16 features of ``source``'s columns (stored as float32, Arrow
+    having no bfloat16), so its packed rows decode as bfloat16 too."""
+    found = Features.from_arrow_schema(source.schema)
+    names = [c for c, f in found.items() if getattr(f, "bfloat16", False)]
+    names = [c for c in names if c in packed.column_names]
+    if not names:
+        return packed
+    features = Features.from_arrow_schema(packed.schema)
+    for c in names:
+        size = packed.schema.field(c).type.list_size
+        features[c] = List(Value("bfloat16"), length=size)
+    return packed.replace_schema_metadata(features.arrow_schema.metadata)
 
 
 def _as_dict(position: dict | _After | None) -> dict | None:

@@ -21,7 +21,14 @@ from jaxfeed.data.features._nested import (
     to_block,
 )
 from jaxfeed.data.features.base import Feature, FeatureError, bad_value, fixed_view, unwrap_storage
-from jaxfeed.data.features.value import NUMERIC_DTYPES, arrow_type
+from jaxfeed.data.features.value import (
+    BFLOAT16,
+    NUMERIC_DTYPES,
+    arrow_type,
+    as_bfloat16,
+    bfloat16_to_float32,
+    numpy_dtype,
+)
 
 
 @dataclass(frozen=True)
@@ -77,24 +84,37 @@ class ArrayXD(Feature):
             return self._encode_with_nulls(list(values), column)
         if self.dtype == "string":
             return self._encode_strings(list(values), column)
+        if self.dtype == BFLOAT16:
+            values = bfloat16_to_float32(values)
         if not self.variable:
-            block = to_block(values, self.shape, self.dtype, column)
+            block = self._block(values, self.shape, column)
             return nested_fixed_array(block, self.value_type)
         values = list(values)
         blocks = []
         lengths = np.zeros(len(values) + 1, dtype=np.int32)
         for row, value in enumerate(values):
             try:
-                block = to_block(value, self.shape[1:], self.dtype, column)
+                block = self._block(value, self.shape[1:], column)
             except FeatureError:
                 expected = f"an array of shape {self.shape} and dtype {self.dtype}"
                 raise bad_value(column, row, expected, value) from None
             blocks.append(block)
             lengths[row + 1] = len(block)
         inner_shape = (0, *self.shape[1:])
-        flat = np.concatenate(blocks) if blocks else np.zeros(inner_shape, np.dtype(self.dtype))
+        flat = (
+            np.concatenate(blocks)
+            if blocks
+            else np.zeros(inner_shape, self.value_type.to_pandas_dtype())
+        )
         inner = nested_fixed_array(flat, self.value_type)
         return pa.ListArray.from_arrays(pa.array(np.cumsum(lengths, dtype=np.int32)), inner)
+
+    def _block(self, values: Any, shape: tuple, column: str) -> np.ndarray:
+        """Equal-shape values as one block of the stored dtype (bfloat16 rounded, kept float32)."""
+        if self.dtype != BFLOAT16:
+            return to_block(values, shape, self.dtype, column)
+        block = to_block(values, shape, "float32", column)
+        return block.astype(numpy_dtype(BFLOAT16)).astype(np.float32)
 
     def _encode_with_nulls(self, values: list, column: str) -> pa.Array:
         """Missing rows (``None``) are stored as nulls, as `datasets` stores them."""
@@ -124,7 +144,8 @@ class ArrayXD(Feature):
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:
         if self.variable or self.dtype == "string":
             return None
-        return fixed_view(array, self.value_type, self.shape)
+        view = fixed_view(array, self.value_type, self.shape)
+        return as_bfloat16(view) if self.dtype == BFLOAT16 and view is not None else view
 
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:
         view = self.numpy_view(array)
@@ -133,12 +154,13 @@ class ArrayXD(Feature):
         storage = unwrap_storage(array)
         if storage.null_count and not self.variable and self.dtype not in ("string", "bool"):
             return self._with_nans(storage)
-        return decode_nested(unwrap_storage(array))
+        out = decode_nested(unwrap_storage(array))
+        return as_bfloat16(out) if self.dtype == BFLOAT16 else out
 
     def _with_nans(self, storage: pa.Array) -> np.ndarray:
         """Missing rows as NaN-filled arrays (ints widen to float64), as `datasets` gives them."""
-        dtype = np.dtype(self.dtype)
-        out_dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+        dtype = numpy_dtype(self.dtype)
+        out_dtype = dtype if dtype.kind == "f" or self.dtype == BFLOAT16 else np.dtype(np.float64)
         out = np.full((len(storage), *self.shape), np.nan, dtype=out_dtype)
         valid = storage.is_valid().to_numpy(zero_copy_only=False)
         filled = storage.filter(pa.array(valid))

@@ -23,7 +23,13 @@ from jaxfeed.data.features.struct import (
     requires_decoding,
 )
 from jaxfeed.data.features.translation import Translation, TranslationVariableLanguages
-from jaxfeed.data.features.value import Value, dtype_name
+from jaxfeed.data.features.value import (
+    BFLOAT16,
+    Value,
+    bfloat16_to_float32,
+    dtype_name,
+    is_bfloat16,
+)
 
 METADATA_KEY = b"huggingface"  # the key `datasets` uses, so either library reads the other's files
 _MEDIA_TYPES: dict[str, type] = {}
@@ -278,7 +284,12 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
 
     ints -> int64, floats -> float64, str -> string, bytes -> binary, bools -> bool, nested lists
     -> Sequence, dicts -> nested features, numpy arrays of one shape -> fixed-shape storage.
+    numpy ``bfloat16`` arrays (JAX's) keep their dtype: ``Value("bfloat16")`` (stored as float32).
     """
+    if _has_bfloat16(values):
+        feature, _ = infer_column(bfloat16_to_float32(values), column)
+        feature = _float32_as_bfloat16(feature)
+        return feature, encode_column(feature, bfloat16_to_float32(values), column)
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if isinstance(values, pa.Array):
@@ -310,6 +321,28 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as err:
         raise _locate_mixed(values, column, err) from None
     return feature_from_arrow_type(array.type), array
+
+
+def _has_bfloat16(values: Any) -> bool:
+    """True when ``values`` is a bfloat16 array, or a list whose first non-None value is (or
+    holds, nested in lists) a bfloat16 array or scalar."""
+    if isinstance(values, np.ndarray | np.generic):
+        return is_bfloat16(values.dtype)
+    if isinstance(values, list | tuple):
+        first = next((v for v in values if v is not None), None)
+        return first is not None and _has_bfloat16(first)
+    return False
+
+
+def _float32_as_bfloat16(feature: FeatureLike) -> FeatureLike:
+    """The feature inferred from bfloat16 values cast to float32, its float leaves as bfloat16."""
+    if isinstance(feature, Value) and feature.dtype in ("float32", "float64"):
+        return Value(BFLOAT16)
+    if isinstance(feature, Sequence):
+        return type(feature)(_float32_as_bfloat16(feature.feature), length=feature.length)
+    if isinstance(feature, tuple(ARRAY_TYPES.values())) and feature.dtype in ("float32", "float64"):
+        return type(feature)(shape=feature.shape, dtype=BFLOAT16)
+    return feature
 
 
 def _pil_image_hook(value: Any) -> FeatureLike | None:

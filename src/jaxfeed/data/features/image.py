@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -86,6 +87,10 @@ class Image(MediaFeature):
 
         source = read_source(data, path)
         image = PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        if isinstance(source, bytes) and path and not image.filename and os.path.isfile(path):
+            # the bytes of a file stored with its path: the image names that file, as an image
+            # `datasets` opens from the path does
+            image.filename = path
         return self._finish(image)
 
     def _finish(self, image: Any) -> Any:
@@ -250,6 +255,11 @@ def _array_to_pil(array: np.ndarray) -> Any:
                 f"they are stored as); `datasets` would wrap them around"
             )
     if narrower is not None:
+        warnings.warn(
+            f"Downcasting array dtype {array.dtype} to {narrower} to be compatible with 'Pillow'",
+            UserWarning,
+            stacklevel=4,
+        )  # the warning `datasets` gives (its values fit: checked above)
         array = array.astype(narrower)
     if array.dtype != np.uint8 and not (array.dtype in lossless_2d and array.ndim == 2):
         raise TypeError(

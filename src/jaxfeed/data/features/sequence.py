@@ -30,7 +30,13 @@ from jaxfeed.data.features.struct import (
     pa_type_of,
     requires_decoding,
 )
-from jaxfeed.data.features.value import Value
+from jaxfeed.data.features.value import (
+    BFLOAT16,
+    Value,
+    as_bfloat16,
+    bfloat16_to_float32,
+    numpy_dtype,
+)
 
 
 @dataclass(frozen=True)
@@ -105,17 +111,31 @@ class Sequence(Feature):
                 return (self.length, *sub[0]), sub[1]
         return None
 
+    @property
+    def bfloat16(self) -> bool:
+        """True when the innermost values are ``Value("bfloat16")`` (stored as float32)."""
+        inner: Any = self.feature
+        while isinstance(inner, Sequence):
+            inner = inner.feature
+        return isinstance(inner, Value) and inner.dtype == BFLOAT16
+
     def encode(self, values: Any, column: str) -> pa.Array:
         fixed = self.fixed_shape
         if isinstance(values, pa.Array | pa.ChunkedArray):
             values = values.to_pylist()
+        if self.bfloat16:
+            values = bfloat16_to_float32(values)
         if (
             fixed is not None
             and fixed[1] != "bool"
             and (isinstance(values, np.ndarray) or not _has_none(values))
         ):
             shape, dtype = fixed
-            block = to_block(values, shape, dtype, column)
+            if dtype == BFLOAT16:
+                block = to_block(values, shape, "float32", column)
+                block = block.astype(numpy_dtype(BFLOAT16)).astype(np.float32)
+            else:
+                block = to_block(values, shape, dtype, column)
             return nested_fixed_array(block, Value(dtype).pa_type)
         if _is_plain(self.feature):
             try:
@@ -183,8 +203,10 @@ class Sequence(Feature):
     def numpy_view(self, array: pa.Array) -> np.ndarray | None:
         fixed = self.fixed_shape
         if fixed is None:
-            return self._uniform_view(array)
-        return fixed_view(array, Value(fixed[1]).pa_type, fixed[0])
+            view = self._uniform_view(array)
+        else:
+            view = fixed_view(array, Value(fixed[1]).pa_type, fixed[0])
+        return as_bfloat16(view) if self.bfloat16 and view is not None else view
 
     def _uniform_view(self, array: pa.Array) -> np.ndarray | None:
         """A zero-copy view of ragged lists that happen to share one length at every level (e.g.
@@ -215,15 +237,17 @@ class Sequence(Feature):
         if view is not None:
             return view
         array = unwrap_storage(array)
-        if _is_plain(self.feature) or (
-            isinstance(self.feature, Feature) and not self.requires_decoding
+        if not _json_inside(self.feature) and (
+            _is_plain(self.feature)
+            or (isinstance(self.feature, Feature) and not self.requires_decoding)
         ):
-            return decode_nested(array)
+            out = decode_nested(array)
+            return as_bfloat16(out) if self.bfloat16 else out
         return decode_rows(array, decode_numpy(self.feature, list_child(array)))
 
     def to_python(self, array: pa.Array) -> list:
         array = unwrap_storage(array)
-        if not requires_decoding(self.feature):
+        if not requires_decoding(self.feature) and not _json_inside(self.feature):
             return array.to_pylist()
         return decode_rows(array, decode_python(self.feature, list_child(array)), consolidate=False)
 
@@ -285,6 +309,16 @@ class LargeList(Sequence):
     @property
     def pa_type(self) -> pa.DataType:
         return pa.large_list(pa_type_of(self.feature))
+
+
+def _json_inside(feature: FeatureLike) -> bool:
+    """True when a decoding ``Json`` feature is nested in ``feature``: its text is parsed on
+    read (as `datasets` reads ``List(Json())``)."""
+    if isinstance(feature, Mapping):
+        return any(_json_inside(f) for f in feature.values())
+    if isinstance(feature, Sequence):
+        return _json_inside(feature.feature)
+    return type(feature).__name__ == "Json" and bool(getattr(feature, "decode", False))
 
 
 def _is_plain(feature: FeatureLike) -> bool:

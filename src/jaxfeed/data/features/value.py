@@ -24,12 +24,64 @@ NUMERIC_DTYPES = (
     "float16",
     "float32",
     "float64",
+    "bfloat16",
 )
+BFLOAT16 = "bfloat16"  # stored as Arrow float32 (exact), decoded as ml_dtypes' bfloat16
+
+
+def is_bfloat16(dtype: Any) -> bool:
+    """True for numpy's ``bfloat16`` dtype (ml_dtypes, as JAX uses) or its name."""
+    return getattr(dtype, "name", dtype) == BFLOAT16
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a dtype name, ``"bfloat16"`` included (ml_dtypes, as JAX).
+
+    >>> numpy_dtype("bfloat16").name, numpy_dtype("int8").name
+    ('bfloat16', 'int8')
+    """
+    if name == BFLOAT16:
+        import ml_dtypes  # noqa: PLC0415 (import cost: about a second, only for bfloat16 columns)
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def as_bfloat16(values: Any) -> Any:
+    """Decoded float values (an ndarray, or nested lists of them) as bfloat16 arrays; the stored
+    float32 values are bfloat16 values, so nothing is rounded."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return values.astype(numpy_dtype(BFLOAT16))
+    if isinstance(values, list):
+        return [as_bfloat16(v) for v in values]
+    return values
+
+
+def bfloat16_to_float32(values: Any) -> Any:
+    """Values to encode with bfloat16 arrays (or scalars) among them as float32 ones (exact):
+    Arrow has no bfloat16 type."""
+    if isinstance(values, np.ndarray | np.generic) and is_bfloat16(values.dtype):
+        return values.astype(np.float32)
+    if isinstance(values, list | tuple) and any(
+        isinstance(v, np.ndarray | np.generic | list | tuple) for v in values
+    ):
+        return [bfloat16_to_float32(v) for v in values]
+    return values
+
+
+def round_to_bfloat16(array: pa.Array) -> pa.Array:
+    """A float32 Arrow array with each value rounded to the nearest bfloat16 (nulls kept)."""
+    rounded = array.to_numpy(zero_copy_only=False).astype(numpy_dtype(BFLOAT16))
+    mask = None if not array.null_count else ~array.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(rounded.astype(np.float32), type=pa.float32(), mask=mask)
 
 
 def arrow_type(dtype: str) -> pa.DataType:
-    """The Arrow type for a dtype name such as ``"int64"``, ``"string"`` or ``"timestamp[s]"``."""
+    """The Arrow type for a dtype name such as ``"int64"``, ``"string"`` or ``"timestamp[s]"``
+    (``"bfloat16"`` is stored as float32: Arrow has no bfloat16)."""
     dtype = _ALIASES.get(dtype, dtype)
+    if dtype == BFLOAT16:
+        return pa.float32()
     try:
         return pa.type_for_alias(dtype)
     except ValueError:
@@ -77,6 +129,12 @@ class Value(Feature):
         return self.dtype in NUMERIC_DTYPES
 
     def encode(self, values: Any, column: str) -> pa.Array:
+        if self.dtype == BFLOAT16:
+            values = bfloat16_to_float32(values)
+            out = encode_scalars(values, self.pa_type, column, "a bfloat16 value")
+            if isinstance(out, pa.ChunkedArray):
+                out = out.combine_chunks()
+            return round_to_bfloat16(out)
         return encode_scalars(values, self.pa_type, column, f"a {self.dtype} value")
 
     def encode_example(self, value: Any) -> Any:
@@ -102,6 +160,8 @@ class Value(Feature):
             return None
         if array.type != self.pa_type:
             return None
+        if self.dtype == BFLOAT16:
+            return array.to_numpy(zero_copy_only=True).astype(numpy_dtype(BFLOAT16))
         return array.to_numpy(zero_copy_only=True)
 
     def to_numpy(self, array: pa.Array) -> np.ndarray | list:

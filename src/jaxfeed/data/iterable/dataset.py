@@ -21,7 +21,7 @@ from jaxfeed.data.features.sequence import List
 from jaxfeed.data.formats.batches import file_schema
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.formats.validate import media_root, short
-from jaxfeed.data.formatting import make_formatter
+from jaxfeed.data.formatting import canonical_format, make_formatter
 from jaxfeed.data.iterable.sources import READ_ROWS, Lookahead, Source, Unit, _SourceStage
 from jaxfeed.data.iterable.steps import (
     _Apply,
@@ -178,6 +178,22 @@ class IterableDataset:
         return cls(source, features=known)
 
     @classmethod
+    def from_dict(
+        cls,
+        mapping: dict,
+        features: Features | None = None,
+        info: Any = None,
+        split: str | None = None,
+    ) -> IterableDataset:
+        """A stream over the columns of ``mapping`` (as ``Dataset.from_dict``), as in `datasets`.
+
+        >>> from jaxfeed import IterableDataset
+        >>> list(IterableDataset.from_dict({"a": [1, 2]}))
+        [{'a': 1}, {'a': 2}]
+        """
+        return cls.from_dataset(DatasetCore.from_dict(mapping, features=features))
+
+    @classmethod
     def from_dataset(
         cls, ds: DatasetCore, rows_per_unit: int = READ_ROWS, num_shards: int | None = None
     ) -> IterableDataset:
@@ -205,7 +221,10 @@ class IterableDataset:
         gen_kwargs: dict | None = None,
     ) -> IterableDataset:
         """Rows from a generator function, read lazily in chunks of 10,000 rows (a resumed
-        stream runs the generator again and skips the rows already read).
+        stream runs the generator again and skips the rows already read). List values of
+        ``gen_kwargs`` (e.g. file names) are shards, as in `datasets`: one unit per item, each
+        running the generator with a one-item list (``num_shards``, ``shard``,
+        ``split_dataset_by_node`` and ``shuffle`` deal them out).
 
         >>> from jaxfeed import IterableDataset
         >>> def rows():
@@ -214,9 +233,18 @@ class IterableDataset:
         [0, 1, 2]
         """
         features = None if features is None else Features(features)
-        source = Source(
-            [Unit(generator=True)], generator=(generator, dict(gen_kwargs or {}), features)
-        )
+        kwargs = dict(gen_kwargs or {})
+        lists = {k: len(v) for k, v in kwargs.items() if isinstance(v, list)}
+        if len(set(lists.values())) > 1:
+            raise ValueError(
+                "Sharding is ambiguous for this dataset: we found several data sources lists of "
+                f"different lengths, and we don't know over which list we should parallelize: "
+                f"{lists}"
+            )
+        count = next(iter(lists.values()), 0)
+        # list-valued gen_kwargs are shards, one per item, as in `datasets`
+        units = [Unit(generator=True, shard=i) for i in range(count)] or [Unit(generator=True)]
+        source = Source(units, generator=(generator, kwargs, features))
         return cls(source, features=features)
 
     def _replace(self, **changes: Any) -> IterableDataset:
@@ -482,7 +510,7 @@ class IterableDataset:
         yield from self._stream
 
     def __iter__(self) -> Iterator[Any]:
-        single = self._fmt[0] not in ("arrow", "pandas")
+        single = self._fmt[0] is None or canonical_format(self._fmt[0]) not in ("arrow", "pandas")
         for table in self._tables():
             self._rows = (table, 0)
             ds = _dataset(table, self._fmt)
@@ -502,7 +530,9 @@ class IterableDataset:
                         yield (
                             batch.slice(i, 1) if hasattr(batch, "slice") else batch.iloc[i : i + 1]
                         )
-        self._stream, self._rows = None, None
+        # the finished pass's stream stays: its state_dict() is the end, so loading it gives an
+        # empty pass, as in `datasets` (the next plain pass, e.g. after set_epoch, reads all)
+        self._rows = None
 
     def source_identity(self) -> dict[str, Any]:
         """The files (path, size, modification time or ETag) and layout this stream reads; saved

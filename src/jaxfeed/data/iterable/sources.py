@@ -39,6 +39,7 @@ class Unit:
     row_groups: tuple[int, ...] | None = None
     rows: tuple[int, int] | None = None
     generator: bool = False
+    shard: int | None = None  # from_generator: the item of the list-valued gen_kwargs it reads
 
 
 @dataclass
@@ -75,7 +76,11 @@ class Source:
             paths = list(dict.fromkeys(u.path for u in self.units))
             content = {"files": [self.file_identity(p) for p in paths]}
         layout = [
-            [[u.path, u.row_groups, u.rows, u.generator] for u in self.units],
+            [
+                [u.path, u.row_groups, u.rows, u.generator]
+                + ([u.shard] if u.shard is not None else [])
+                for u in self.units
+            ],
             self.fmt,
             self.columns,
             self.stride,
@@ -109,7 +114,7 @@ class Source:
         """The unit's rows after its first ``skip`` rows, as tables of a few MB (about
         ``batch_bytes`` for files)."""
         if unit.generator:
-            yield from self._generated(skip)
+            yield from self._generated(skip, unit.shard)
             return
         if unit.rows is not None:
             start, stop = unit.rows
@@ -141,13 +146,21 @@ class Source:
             skip = 0
             yield self._confine(self._cast(table, unit.path), unit.path)
 
-    def _generated(self, skip: int) -> Iterator[pa.Table]:
-        """A generator cannot seek: it is run again and its first ``skip`` rows are dropped."""
+    def _generated(self, skip: int, shard: int | None = None) -> Iterator[pa.Table]:
+        """A generator cannot seek: it is run again and its first ``skip`` rows are dropped.
+        A ``shard`` runs it on that item of its list-valued ``gen_kwargs`` (as `datasets`)."""
         function, kwargs, features = self.generator
+        if shard is not None:
+            kwargs = {
+                k: v[shard : shard + 1] if isinstance(v, list) else v for k, v in kwargs.items()
+            }
         rows: list[dict] = []
         for i, row in enumerate(function(**kwargs)):
             if i < skip:
                 continue
+            if features is not None and isinstance(row, dict) and len(row) < len(features):
+                # a column the features declare but the row lacks is None, as in `datasets`
+                row = {**dict.fromkeys(features), **row}
             rows.append(row)
             if len(rows) >= READ_ROWS:
                 chunk = DatasetCore.from_list(rows, features=features)

@@ -8,6 +8,7 @@ resumes exactly where it stopped."""
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -215,7 +216,11 @@ def _with_arrays(function: Callable, step: _Apply, schema: pa.Schema) -> Callabl
     def call(first: dict, *args: Any, **kwargs: Any) -> Any:
         return record(function(restore(first), *args, **kwargs))
 
-    return call
+    async def call_async(first: dict, *args: Any, **kwargs: Any) -> Any:
+        return record(await function(restore(first), *args, **kwargs))
+
+    # an async function stays one, so map/filter run a chunk's calls concurrently (as datasets)
+    return call_async if inspect.iscoroutinefunction(function) else call
 
 
 def _offset_indices(function: Callable, offset: int, batched: bool) -> Callable:
@@ -224,7 +229,10 @@ def _offset_indices(function: Callable, offset: int, batched: bool) -> Callable:
         moved = [i + offset for i in indices] if batched else indices + offset
         return function(*head, moved, **kwargs)
 
-    return shifted
+    async def shifted_async(*args: Any, **kwargs: Any) -> Any:
+        return await shifted(*args, **kwargs)
+
+    return shifted_async if inspect.iscoroutinefunction(function) else shifted
 
 
 class _ApplyStage:

@@ -249,7 +249,9 @@ class MapOutputError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Table | None:
+def _rows_to_columns(
+    results: list[Any], start: int, inputs: Callable[[str], list] | None = None
+) -> dict[str, list] | pa.Table | None:
     """Per-row results as columns. As in `datasets`, the first row's keys decide the columns: a
     later row missing one is a ``KeyError``; a later row with more keys (which `datasets` drops
     silently) is refused too."""
@@ -274,6 +276,11 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
             columns = {k: [] for k in keys}
         elif set(row) != set(keys):
             missing = sorted(set(keys) - set(row))
+            filled = _fill_from_inputs(row, missing, i, inputs) if set(row) <= set(keys) else None
+            if filled is not None:
+                row = filled
+        if set(row) != set(keys):
+            missing = sorted(set(keys) - set(row))
             raise MapOutputError(
                 f"map: row {start + i} returned keys {sorted(row)}, but row {start} returned "
                 f"{sorted(keys)}" + (f" (missing {missing})" if missing else "")
@@ -284,6 +291,45 @@ def _rows_to_columns(results: list[Any], start: int) -> dict[str, list] | pa.Tab
                 value = np.asarray(value)
             columns[k].append(value)
     return columns
+
+
+def _input_values(
+    ds: Dataset, start: int, stop: int, remove: Sequence[str]
+) -> Callable[[str], list | None]:
+    """The stored values of rows ``start:stop`` of an input column that ``map`` keeps (read on
+    first use), or None for any other name."""
+    cache: dict[str, list] = {}
+
+    def values(column: str) -> list | None:
+        if column not in ds.column_names or column in remove:
+            return None
+        if column not in cache:
+            cache[column] = ds._internal.arrow(slice(start, stop), [column]).column(0).to_pylist()
+        return cache[column]
+
+    return values
+
+
+def _fill_from_inputs(
+    row: dict, missing: list[str], i: int, inputs: Callable[[str], list] | None
+) -> dict | None:
+    """A row that returned fewer keys than the first row, each missing one an input column that
+    ``remove_columns`` keeps: it keeps that input value (`datasets` merges ``{**inputs,
+    **returned}`` row by row, so ``{}`` is "no change"); None when a key is not such a column."""
+    if inputs is None:
+        return None
+    out = dict(row)
+    for key in missing:
+        values = inputs(key)
+        if values is None:
+            return None
+        out[key] = values[i]
+    return out
+
+
+class ColumnLengthError(pa.ArrowInvalid):
+    """A batched ``map`` returned another number of rows while other columns are kept: the
+    ``pyarrow.ArrowInvalid`` (a ``ValueError``) that `datasets` raises there."""
 
 
 def map(
@@ -361,7 +407,11 @@ def map(
             args = (batched, with_indices, columns, fn_kwargs or {}, ranked, strip)
             _, results = _call(ds, function, start, stop, *args)
             bar.update(stop - start)
-            new = _as_columns(results[0], True) if batched else _rows_to_columns(results, start)
+            new = (
+                _as_columns(results[0], True)
+                if batched
+                else _rows_to_columns(results, start, _input_values(ds, start, stop, remove))
+            )
             if new is None:
                 if updated:
                     raise ValueError(
@@ -424,9 +474,11 @@ def _merge(
     n_out = next(iter(lengths.values()), stop - start)
     stale = [c for c in kept if c not in returned]
     if n_out != stop - start and stale:
-        raise ValueError(
-            f"map: rows {start}:{stop} gave {n_out} rows instead of {stop - start}; a function "
-            f"that changes the number of rows must remove the other columns {stale} (remove_columns=)"
+        raise ColumnLengthError(
+            f"Column lengths mismatch: map: rows {start}:{stop} gave {n_out} rows instead of "
+            f"{stop - start} (the kept columns have the expected length {stop - start}); a "
+            f"function that changes the number of rows must remove the other columns {stale} "
+            "(remove_columns=)"
         )
     inputs = ds._internal.arrow(slice(start, stop), stale) if stale else None
     # `datasets`' writer keeps the input columns' order, then appends the new columns.
@@ -473,7 +525,7 @@ def _infer_returned(
     on_mixed_types: str | None = "use_json",
 ) -> FeatureLike:
     original = ds.features.get(name)
-    if original is not None and try_original_type:
+    if original is not None and try_original_type and not _text_meets_numbers(original, values):
         try:
             encode_column(original, values, name)
             return original
@@ -494,6 +546,22 @@ def _infer_returned(
     if original is not None and pa_type_of(feature) == pa_type_of(original):
         return original  # same storage: keep the original feature (a ClassLabel stays one)
     return feature
+
+
+def _text_meets_numbers(original: FeatureLike, values: Any) -> bool:
+    """True when returned numbers meet an original text column or returned text an original
+    number column: `datasets`' writer tries the original Arrow type, which takes neither (its
+    declared-feature conversions do not apply there), so the returned type is inferred."""
+    if not isinstance(original, Value):
+        return False
+    first = next((v for v in values if v is not None), None) if isinstance(values, list) else None
+    if first is None:
+        return False
+    text = pa.types.is_string(original.pa_type) or pa.types.is_large_string(original.pa_type)
+    number = isinstance(first, int | float | np.number | bool | np.bool_)
+    if text:
+        return number
+    return original.is_numeric and isinstance(first, str)
 
 
 def as_ragged(feature: FeatureLike) -> FeatureLike:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -208,9 +209,32 @@ def add_item(ds: Dataset, item: Mapping[str, Any]) -> Dataset:
         for c in out
     ]
     base = pa.Table.from_arrays(columns, schema=out.arrow_schema)
-    row = type(ds).from_dict({k: [item.get(k)] for k in out}, features=out)
+    row = type(ds).from_dict({k: [_as_arrow_casts(item.get(k), out[k])] for k in out}, features=out)
     table = pa.concat_tables([base, row.data])
     return ds._internal.derive(table, features=out, indices=None)
+
+
+def _as_arrow_casts(value: Any, feature: FeatureLike) -> Any:
+    """An ``add_item`` value as `datasets` stores it there (it casts the item's Arrow column to
+    the dataset's type) where nothing is lost: an integral float into an integer or
+    ``ClassLabel`` column as that int (``2.0`` -> ``2``; ``2.5`` stays refused), a float into a
+    string column as Arrow writes it (``2.0`` -> ``"2"``), 0 or 1 into a bool column. A string
+    into a bool column stays refused (``"False"``, ``"no"``: Arrow parses a few spellings only)."""
+    storage = pa_type_of(feature)
+    if (
+        pa.types.is_boolean(storage)
+        and isinstance(value, int | np.integer)
+        and not isinstance(value, bool)
+        and value in (0, 1)
+    ):
+        return bool(value)  # 0 and 1 into a bool column, as Arrow casts them (2 stays refused)
+    if not isinstance(value, float | np.floating) or not np.isfinite(value):
+        return value
+    if pa.types.is_integer(storage) and float(value).is_integer():
+        return int(value)
+    if pa.types.is_string(storage) or pa.types.is_large_string(storage):
+        return pa.array([float(value)], pa.float64()).cast(storage)[0].as_py()
+    return value
 
 
 def flatten(ds: Dataset, max_depth: int = 16) -> Dataset:

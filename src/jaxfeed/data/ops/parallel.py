@@ -31,8 +31,6 @@ from jaxfeed._base.spawn import Spawned
 from jaxfeed.data.core import DatasetCore
 from jaxfeed.data.features import Features
 
-PER_ROW_CHUNK = 1000  # map/filter without batched= read rows in blocks of this size
-
 
 class ParallelWorkerError(RuntimeError):
     """A ``num_proc`` worker died, or raised an exception that cannot be sent back as is."""
@@ -70,7 +68,7 @@ def _unit(kwargs: dict[str, Any]) -> int:
         return int(size)
     if kwargs.get("batched"):  # batch_size=None: one batch of everything, one process
         return 1 << 62
-    return PER_ROW_CHUNK
+    return 1  # rows one by one: num_proc shards of any size, one cache file each (as datasets)
 
 
 def _shifted(function: Callable, offset: int, batched: bool) -> Callable:

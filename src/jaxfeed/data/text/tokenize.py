@@ -44,6 +44,33 @@ def text_pieces(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
+SIDES = ("right", "left")
+
+
+def _truncation_side(tokenizer: Any, side: str | None = None) -> str:
+    """The side ``max_length`` cuts: ``side`` when given, else the tokenizer's
+    ``truncation_side`` (a `transformers` tokenizer), else the ``direction`` of the truncation
+    setting of its ``tokenizer.json``, else ``"right"`` (keep a text's first tokens).
+
+    >>> from tokenizers import Tokenizer, models
+    >>> tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    >>> _truncation_side(tok)
+    'right'
+    >>> tok.enable_truncation(8, direction="left")
+    >>> _truncation_side(tok), _truncation_side(tok, "right")
+    ('left', 'right')
+    """
+    if side is None:
+        side = getattr(tokenizer, "truncation_side", None)
+    if side is None:
+        truncation = getattr(tokenizer, "truncation", None)
+        side = truncation.get("direction") if isinstance(truncation, dict) else None
+    side = str(side or "right").lower()
+    if side not in SIDES:
+        raise ValueError(f"tokenize: truncation side must be 'right' or 'left', got {side!r}")
+    return side
+
+
 class _Encode:
     """The batched ``map`` function: ``encode_batch`` (the tokenizer's Rust threads) on groups of
     texts of about ``GROUP_CHARS`` characters, the ids written straight into Arrow list arrays
@@ -52,7 +79,12 @@ class _Encode:
     special tokens the tokenizer's post-processor adds around one sequence."""
 
     def __init__(
-        self, tokenizer: Any, column: str, max_length: int | None, add_special_tokens: bool
+        self,
+        tokenizer: Any,
+        column: str,
+        max_length: int | None,
+        add_special_tokens: bool,
+        side: str = "right",
     ) -> None:
         tokenizers = tokenizers_module()
         tok = tokenizers.Tokenizer.from_str(tokenizer.to_str())  # a copy: settings changed below
@@ -60,7 +92,7 @@ class _Encode:
         if max_length is None:
             tok.no_truncation()
         else:
-            tok.enable_truncation(max_length)
+            tok.enable_truncation(max_length, direction=side)
         self.tokenizer = tok
         self.column = column
         self.add_special_tokens = add_special_tokens
@@ -205,6 +237,7 @@ def tokenize(
     batch_size: int = 1000,
     add_special_tokens: bool = True,
     remove_columns: bool = False,
+    truncation_side: str | None = None,
 ) -> Dataset | IterableDataset | DatasetDict | IterableDatasetDict:
     """``dataset`` (or every split of a ``DatasetDict``) with ``input_ids`` (int32) and ``attention_mask`` (int8) lists added, one row of
     ids per text of ``column``.
@@ -212,7 +245,10 @@ def tokenize(
     Batches of ``batch_size`` texts are encoded by ``tokenizer.encode_batch`` (its own threads);
     ``num_proc`` also splits the rows over processes (:meth:`Dataset.map`). Special tokens
     (``[CLS]``/``[SEP]``, ``<eos>``...) come from the tokenizer's post-processor; ``max_length``
-    truncates (special tokens included). A ``None``, an empty string, non-UTF-8 bytes or a text
+    truncates (special tokens included) on the tokenizer's truncation side, as `transformers`
+    does: ``"right"`` keeps a text's first tokens, ``"left"`` its last; the side is
+    ``truncation_side=`` when given, else the tokenizer's (its ``truncation_side``, or the
+    truncation ``direction`` in its ``tokenizer.json``), else right. A ``None``, an empty string, non-UTF-8 bytes or a text
     that gives no tokens raises ``ValueError`` naming the column and row. On an
     :class:`~jaxfeed.IterableDataset` the encoding runs as the stream is read.
     ``remove_columns=True`` drops the text column.
@@ -240,6 +276,7 @@ def tokenize(
                     batch_size=batch_size,
                     add_special_tokens=add_special_tokens,
                     remove_columns=remove_columns,
+                    truncation_side=truncation_side,
                 )
                 for split, part in dataset.items()
             }
@@ -267,7 +304,8 @@ def tokenize(
             f"the dataset already has {taken}; remove them first (tokenize adds input_ids and "
             "attention_mask)"
         )
-    encode = _Encode(tokenizer, column, max_length, add_special_tokens)
+    side = _truncation_side(tokenizer, truncation_side)
+    encode = _Encode(tokenizer, column, max_length, add_special_tokens, side)
     removed = [column] if remove_columns else None
     features = None
     if dataset.features is not None:
