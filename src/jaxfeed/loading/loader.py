@@ -228,6 +228,10 @@ class DataLoader(_BaseLoader):
         self._resume = True  # the next iteration starts at (_epoch, _position)
         self._iterator: weakref.ref | None = None
         self._backend: Any = None
+        if self.num_workers and self.worker_mode == "process" and self._worker_work():
+            # the workers start now, not at the first next(): a new loader over the same data
+            # takes over the ready workers of one between epochs (see workers.ProcessBackend)
+            self._get_backend().start_workers()
 
     def _decode_sizes(self, decode_size: Any) -> dict[str, tuple[int, int]]:
         if decode_size is None:
