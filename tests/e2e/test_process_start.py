@@ -103,7 +103,9 @@ def test_a_child_that_dies_at_start_gives_a_clear_error_within_seconds(tmp_path)
             assert outcome == "no error"
             continue
         if name == "loader" and case == "import":
-            assert outcome.startswith("WorkerError: DataLoader worker 0 could not load the "), outcome
+            assert outcome.startswith("WorkerError: DataLoader worker 0 could not load the "), (
+                outcome
+            )
             assert "ImportError: No module named 'only_in_the_parent'" in outcome, outcome
             continue
         if case == "guard":

@@ -7,15 +7,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import numpy as np
 import pytest
-from worker_functions import slow_here, tag
 
 from jaxfeed import DataLoader, Dataset
 from jaxfeed.loading.workers import WorkerError, backends, leftover_segments
+from worker_functions import slow_here, tag
 
 
 def ids_ds(n=64):
@@ -169,8 +168,6 @@ SCRIPT = textwrap.dedent(
 def test_workers_import_no_jax_even_if_the_main_script_would(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
-    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["-", "-"], out.stdout + out.stderr[-2000:]

@@ -37,7 +37,7 @@ from typing import Any
 
 HEAVY = "import torch  # noqa\nimport jax  # noqa\nimport flax  # noqa\n"
 
-SCRIPT = '''
+SCRIPT = """
 {heavy}import json, os, statistics, sys, time
 import numpy as np
 
@@ -128,7 +128,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def write_scripts(folder: Path) -> dict[str, Path]:

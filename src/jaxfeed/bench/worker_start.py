@@ -49,7 +49,7 @@ cloudpickle.loads(payload)
 print(time.perf_counter() - start)
 """
 
-SCRIPT = '''
+SCRIPT = """
 {heavy}import json, sys, time
 import numpy as np
 
@@ -84,7 +84,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def _env(tree: str | None) -> dict[str, str]:
@@ -136,21 +136,29 @@ def measure(repeats: int, tree: str | None) -> dict[str, Any]:
         recipe_payload(folder, payload)
         (Path(tmp) / "recipe.py").write_text(RECIPE)
         scripts = {}
-        for name, heavy in (("heavy", "import torch  # noqa\nimport jax  # noqa\nimport flax  # noqa\n"), ("lazy", "")):
+        for name, heavy in (
+            ("heavy", "import torch  # noqa\nimport jax  # noqa\nimport flax  # noqa\n"),
+            ("lazy", ""),
+        ):
             scripts[name] = Path(tmp) / f"train_{name}.py"
             scripts[name].write_text(textwrap.dedent(SCRIPT).format(heavy=heavy))
         for _ in range(repeats):
             for name, code in PARTS.items():
                 wall, cpu, _ = timed([sys.executable, "-c", code], env)
                 parts[name].append((wall, cpu))
-            wall, cpu, out = timed([sys.executable, str(Path(tmp) / "recipe.py"), str(payload)], env)
+            wall, cpu, out = timed(
+                [sys.executable, str(Path(tmp) / "recipe.py"), str(payload)], env
+            )
             parts["recipe"].append((float(out.strip()), float(out.strip())))
             for name, script in scripts.items():
                 _, _, out = timed([sys.executable, str(script), str(folder)], env)
                 line = next(x for x in out.splitlines() if x.startswith("RESULT "))
                 ends[name].append(json.loads(line[7:]))
     medians = {
-        name: {"wall": statistics.median(w for w, _ in v), "cpu": statistics.median(c for _, c in v)}
+        name: {
+            "wall": statistics.median(w for w, _ in v),
+            "cpu": statistics.median(c for _, c in v),
+        }
         for name, v in parts.items()
     }
     end = {
@@ -184,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:<34}{m['wall']:>8.3f}{m['cpu']:>8.3f}")
     print(f"\n{'script':<8}{'ready s':>9}{'CPU s/worker':>14}{'RSS MB/worker':>15}{'JAX':>6}")
     for name, m in result["end_to_end"].items():
-        print(f"{name:<8}{m['ready']:>9.2f}{m['cpu']:>14.2f}{m['rss_mb']:>15.0f}{str(m['jax']):>6}")
+        print(f"{name:<8}{m['ready']:>9.2f}{m['cpu']:>14.2f}{m['rss_mb']:>15.0f}{m['jax']!s:>6}")
     result["load"] = load
     print(f"wrote {save_json('worker_start', result)}")
 

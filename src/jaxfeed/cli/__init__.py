@@ -314,7 +314,7 @@ def _report(command: str, err: BaseException) -> int:
 def _stdout_closed() -> bool:
     """Whether stdout is a pipe whose reader has gone (only then is a ``BrokenPipeError`` the
     ``| head`` case; one from a worker's pipe is an error to report)."""
-    import select  # noqa: PLC0415 (import cost: only on a broken pipe)
+    import select
 
     try:
         fd = sys.stdout.fileno()

@@ -1,6 +1,6 @@
 """Where batches are built: :class:`InlineBackend` (when collected), :class:`ThreadBackend` (a
 thread pool) and :class:`ProcessBackend` (spawned worker processes, batches handed over in shared
-memory), with :func:`worker_main`, the worker processes' side (see :mod:`jaxfeed.loading.workers`)."""
+memory; the processes' side is :mod:`jaxfeed.loading.workers.worker`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import os
 import queue
 import secrets
 import signal
-import sys
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from collections import deque
@@ -26,7 +24,6 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from jaxfeed._base import spawn as _spawn
 from jaxfeed._base.spawn import (
     NO_MAIN_GUARD_EXIT,
     Cancelled,
@@ -39,23 +36,18 @@ from jaxfeed.loading.workers.shm import (
     JOBS_PER_WORKER,
     _attach,
     _check_room,
-    _SlotAlloc,
-    _Slots,
     _unlink,
-    _write,
     leftover_segments,
 )
+from jaxfeed.loading.workers.worker import worker_main
 
 # Process workers start once the first batch, built in the parent, is out, or this many seconds
 # after the backend was made: a worker's start (a fresh interpreter importing the main script) is
 # a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
 # of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
 SPAWN_DELAY = 0.5
-_WATCHDOG_SECONDS = 0.2
 # a worker start slower than this is explained once per process (see _explain_slow_start)
 SLOW_START_SECONDS = 2.0
-# top-level packages a worker's start is worth blaming on when they appear in it
-_HEAVY = ("torch", "tensorflow", "jax", "flax", "transformers", "sklearn", "pandas", "cv2")
 
 
 class InlineBackend:
@@ -747,66 +739,3 @@ def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
         worker.maps.clear()  # mappings go with their last user (device arrays may alias them)
     for name in leftover_segments(prefix):  # what killed workers could not unlink
         _unlink(name)
-
-
-# ---------------------------------------------------------------------------------- worker side
-def _error_payload(err: BaseException) -> bytes:
-    try:
-        return cloudpickle.dumps(err)
-    except Exception:
-        return cloudpickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
-
-
-def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: Any) -> None:
-    """A worker process: build the batches it is sent until told to stop or its parent dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    slots = _Slots(prefix)
-
-    def watchdog() -> None:
-        while True:
-            time.sleep(_WATCHDOG_SECONDS)
-            if os.getppid() != parent:
-                slots.unlink_all()
-                os._exit(0)
-
-    threading.Thread(target=watchdog, name="jaxfeed-watchdog", daemon=True).start()
-    before, began = set(sys.modules), time.time()
-    try:
-        recipe = cloudpickle.loads(payload)
-    except BaseException:
-        conn.send(("fatal", traceback.format_exc()))
-        return
-    start = {
-        "entered": _spawn.STARTED_AT or began,  # interpreter and worker modules done
-        "recipe": time.time() - began,
-        "heavy": sorted({m.split(".")[0] for m in set(sys.modules) - before} & set(_HEAVY)),
-        "cpu": time.process_time(),
-    }
-    conn.send(("ready", os.getpid(), start))
-    try:
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            if message[0] != "job":
-                break
-            _, job_id, slot, job = message
-            alloc = _SlotAlloc(slots, slot)
-            try:
-                plan = build_plan(recipe, job, progress, alloc)
-                reply = ("batch", job_id, slot, *_write(plan, slots, slot, alloc))
-            except BaseException as err:
-                progress.value = -1
-                reply = ("error", job_id, _error_payload(err), traceback.format_exc(), slot)
-            finally:
-                plan = None  # no view of the slot may outlive the job (see _SlotAlloc.release)
-                alloc.release()
-            try:
-                conn.send(reply)
-            except (BrokenPipeError, OSError):
-                break
-            except Exception as err:  # an unpicklable value in a batch
-                conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
-    finally:
-        slots.unlink_all()
