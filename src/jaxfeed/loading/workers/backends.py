@@ -686,30 +686,26 @@ _explained = False  # the slow-start note is given once per process
 
 
 def _explain_slow_start(workers: list[_Worker]) -> None:
-    """Say once why workers were slow to start (over ``SLOW_START_SECONDS``): the interpreter and
-    jaxfeed, or what reading the loader's functions imported (torch, say)."""
+    """Say once when workers were slow to start (over ``SLOW_START_SECONDS``) because of what
+    reading the loader's functions imported (torch, say): the cure is the user's. A start slow
+    only because the machine is busy is not worth a warning."""
     global _explained
     starts = [w.start for w in workers if "seconds" in w.start]
     if _explained or not starts:
         return
     slowest = max(starts, key=lambda s: s["seconds"])
-    if slowest["seconds"] < SLOW_START_SECONDS:
-        return
-    _explained = True
     heavy = sorted({m for s in starts for m in s.get("heavy", ())})
     recipe = slowest.get("recipe", 0.0)
-    cause = (
-        f"reading the loader's functions and dataset took {recipe:.1f} s"
-        + (f" (they import {', '.join(heavy)})" if heavy else "")
-        + "; import heavy modules inside the functions' bodies only if they need them"
-        if recipe >= slowest["seconds"] / 2
-        else f"the machine is busy (the interpreter and the worker's modules took "
-        f"{slowest['seconds'] - recipe:.1f} s)"
-    )
+    if slowest["seconds"] < SLOW_START_SECONDS or (recipe < SLOW_START_SECONDS / 2 and not heavy):
+        return
+    _explained = True
+    imports = f" (they import {', '.join(heavy)})" if heavy else ""
     warnings.warn(
-        f"DataLoader workers took {slowest['seconds']:.1f} s to start: {cause}. They start once "
-        "per loader and a new loader over the same dataset and functions takes them over, so "
-        "this is paid once",
+        f"DataLoader workers took {slowest['seconds']:.1f} s to start: reading the loader's "
+        f"functions and dataset took {recipe:.1f} s{imports}; import heavy modules inside the "
+        "functions that need them, or keep them out of the module that defines the functions. "
+        "Workers start once per loader, and a new loader over the same dataset and functions "
+        "takes them over, so this is paid once",
         RuntimeWarning,
         stacklevel=2,
     )
