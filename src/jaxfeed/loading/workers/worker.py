@@ -80,7 +80,12 @@ def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: A
                 conn.send(reply)
             except (BrokenPipeError, OSError):
                 break
-            except Exception as err:  # an unpicklable value in a batch
-                conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
+            except Exception as err:  # a value pickle cannot take
+                try:  # an object of a class from the main script, which this process never ran
+                    data = cloudpickle.dumps(reply)
+                except Exception:  # an unpicklable value in a batch
+                    conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
+                else:
+                    conn.send_bytes(data)  # what conn.recv() reads back
     finally:
         slots.unlink_all()
