@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.fft
 
 from jaxfeed._base.extras import require
 
@@ -231,6 +230,8 @@ class LogMel:
 
     def features(self, samples: np.ndarray) -> np.ndarray:
         """Log-mel of a mono float32 waveform already at ``sample_rate`` (no crop)."""
+        import scipy.fft  # noqa: PLC0415 (import cost: 0.5 s in every image worker, via augment)
+
         o = self.options
         half = o.n_fft // 2
         padded = np.pad(samples, (half, half))
