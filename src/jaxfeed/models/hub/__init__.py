@@ -1,0 +1,1 @@
+"""Models from the Hub (PLACEHOLDER until hub-core lands)."""
