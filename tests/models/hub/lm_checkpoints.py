@@ -32,8 +32,8 @@ CONFIGS = {
 
 def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
     """Save a tiny random ``kind`` model with ``transformers`` into ``folder``; return it (eval)."""
-    import torch  # noqa: PLC0415 (import cost: torch, only for the parity tests)
-    import transformers  # noqa: PLC0415 (import cost: transformers)
+    import torch
+    import transformers
 
     config_name, model_name, extra = CONFIGS[kind]
     torch.manual_seed(seed)
@@ -52,11 +52,11 @@ def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
 
 def load(folder: Path):
     """The jaxfeed model of ``folder`` (the hub-core loading layer once it lands)."""
-    from flax import nnx  # noqa: PLC0415 (import cost)
-    from safetensors.numpy import load_file  # noqa: PLC0415 (import cost)
+    from flax import nnx
+    from safetensors.numpy import load_file
 
-    from jaxfeed.models.hub.registry import families  # noqa: PLC0415 (import cost)
-    from jaxfeed.models.hub.weights import load_weights  # noqa: PLC0415 (import cost)
+    from jaxfeed.models.hub.registry import families
+    from jaxfeed.models.hub.weights import load_weights
 
     config = json.loads((Path(folder) / "config.json").read_text())
     family = families()[config["model_type"]]

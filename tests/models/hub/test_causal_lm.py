@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from models.hub.lm_checkpoints import CONFIGS, load, left_padded, save_checkpoint  # noqa: E402
+from models.hub.lm_checkpoints import CONFIGS, left_padded, load, save_checkpoint  # noqa: E402
 
 TOL = 1e-4
 
@@ -75,11 +75,11 @@ def test_packed_rows_equal_each_segment_alone(pair):
 
 
 def test_config_errors_are_clear():
-    from jaxfeed.models.hub import gpt2, llama  # noqa: PLC0415 (after the importorskip)
+    from jaxfeed.models.hub import gpt2, llama
 
     base = {"model_type": "llama", "vocab_size": 50, "hidden_size": 30, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 16}  # fmt: skip
-    with pytest.raises(ValueError, match="hidden size 30 is not a multiple of .* heads 4"):
+    with pytest.raises(ValueError, match=r"hidden size 30 is not a multiple of .* heads 4"):
         llama.spec(base)
     with pytest.raises(
         ValueError, match=r"rope scaling of type 'yarn' .* supported: default, linear, llama3"
