@@ -63,11 +63,15 @@ def _within(path: str, root: str) -> bool:
 
 def _trusted_roots(root: Path) -> list[str]:
     """``root`` itself, plus the ``blobs`` folder of a Hugging Face cache snapshot: its files are
-    symlinks into ``datasets--owner--name/blobs``, which belongs to the same download."""
+    symlinks into ``datasets--owner--name/blobs`` (``models--...`` for models), which belongs to the same download."""
     real = os.path.realpath(root)
     roots = [real]
     parts = Path(real).parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("datasets--"):
+    if (
+        len(parts) >= 3
+        and parts[-2] == "snapshots"
+        and parts[-3].startswith(("datasets--", "models--"))
+    ):
         roots.append(str(Path(real).parent.parent / "blobs"))
     return roots
 

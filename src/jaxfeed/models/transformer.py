@@ -404,7 +404,7 @@ class TransformerLM(nnx.Module):
         :meth:`decode` (:func:`jaxfeed.text.generate` keeps one per call)."""
         first = self.trunk.blocks[0].attention
         shape = (batch, length, first.num_heads, first.head_dim)
-        dtype = self.trunk.embed.embedding.value.dtype
+        dtype = self.trunk.embed.embedding[...].dtype
         return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.trunk.blocks)
 
     def decode(self, input_ids: jax.Array, positions: jax.Array, key_mask: jax.Array,

@@ -3,7 +3,6 @@ folder, and the way to load them in jaxfeed (shared by the parity and generation
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -51,20 +50,10 @@ def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
 
 
 def load(folder: Path):
-    """The jaxfeed model of ``folder`` (the hub-core loading layer once it lands)."""
-    from flax import nnx
-    from safetensors.numpy import load_file
+    """The jaxfeed model of ``folder``, by ``from_pretrained``."""
+    from jaxfeed.models import from_pretrained
 
-    from jaxfeed.models.hub.registry import families
-    from jaxfeed.models.hub.weights import load_weights
-
-    config = json.loads((Path(folder) / "config.json").read_text())
-    family = families()[config["model_type"]]
-    model = family.build(config, task="causal-lm", num_labels=None, dtype=None,
-                         param_dtype=None, rngs=nnx.Rngs(0))  # fmt: skip
-    load_weights(model, load_file(str(Path(folder) / "model.safetensors")),
-                 family.rules(config, "causal-lm"))  # fmt: skip
-    return model
+    return from_pretrained(folder, task="causal-lm")
 
 
 def left_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
 from jaxfeed.models.transformer import run_positions
 
@@ -196,8 +197,8 @@ class Norm(nnx.Module):
             xf = xf - xf.mean(-1, keepdims=True)
         xf = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + self.eps)
         if self.kind == "rms":  # transformers: weight * normed.to(input dtype)
-            return (self.scale.value * xf.astype(x.dtype)).astype(self.dtype or x.dtype)
-        out = xf * self.scale.value + self.bias.value
+            return (self.scale[...] * xf.astype(x.dtype)).astype(self.dtype or x.dtype)
+        out = xf * self.scale[...] + self.bias[...]
         return out.astype(self.dtype or x.dtype)
 
 
@@ -408,7 +409,7 @@ class CausalLM(nnx.Module):
         """Zeroed key and value buffers ``(batch, length, kv_heads, head_dim)`` per layer."""
         s = self.spec
         shape = (batch, length, s.num_kv_heads, s.head_dim)
-        dtype = self.dtype or self.embed.embedding.value.dtype
+        dtype = self.dtype or self.embed.embedding[...].dtype
         return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers)
 
     def decode(self, input_ids: jax.Array, positions: jax.Array, key_mask: jax.Array,
@@ -477,8 +478,6 @@ def layer_windows(config: dict) -> tuple[int | None, ...]:
 
 def llama_like_rules(spec: DecoderSpec, *, prefix: str = "model") -> list:
     """Weight rules of a Llama-shaped checkpoint (``model.layers.N.self_attn.q_proj``...)."""
-    from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule  # noqa: PLC0415 (cycle: weights loads models)
-
     rules = [Rule(f"{prefix}.embed_tokens.weight", "embed.embedding", IDENTITY),
              Rule(f"{prefix}.norm.weight", "norm.scale", IDENTITY)]  # fmt: skip
     if not spec.tie_embeddings:

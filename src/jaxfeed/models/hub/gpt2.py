@@ -4,7 +4,8 @@ stored as ``Conv1D`` (``[in, out]``, already the JAX layout), the tanh GELU, tie
 from __future__ import annotations
 
 from jaxfeed.models.hub.decoder import TASKS, DecoderSpec, build_lm, head_dim_of
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 
 PREFIX = "transformer"
 
@@ -40,8 +41,6 @@ def build(config: dict, *, task: str, num_labels=None, dtype=None, param_dtype=N
 
 
 def rules(config: dict, task: str) -> list:
-    from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule  # noqa: PLC0415 (cycle: weights loads models)
-
     s, p = spec(config), PREFIX
     out = [Rule(f"{p}.wte.weight", "embed.embedding", IDENTITY),
            Rule(f"{p}.wpe.weight", "position.embedding", IDENTITY),
@@ -67,5 +66,12 @@ def rules(config: dict, task: str) -> list:
     return out
 
 
-FAMILY = Family(model_types=("gpt2",), tasks=TASKS, default_task="causal-lm", build=build,
-                rules=rules, architecture=lambda task: "GPT2LMHeadModel")  # fmt: skip
+FAMILY = Family(
+    model_types=("gpt2",),
+    tasks=TASKS,
+    default_task="causal-lm",
+    build=build,
+    rules=rules,
+    prefix="transformer",
+    architecture=lambda task: "GPT2LMHeadModel",
+)

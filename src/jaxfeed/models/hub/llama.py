@@ -5,7 +5,7 @@ embeddings."""
 from __future__ import annotations
 
 from jaxfeed.models.hub.decoder import TASKS, build_lm, llama_like_rules, llama_like_spec
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
 
 
 def spec(config: dict):
@@ -23,5 +23,12 @@ def rules(config: dict, task: str) -> list:
     return llama_like_rules(spec(config))
 
 
-FAMILY = Family(model_types=("llama",), tasks=TASKS, default_task="causal-lm", build=build,
-                rules=rules, architecture=lambda task: "LlamaForCausalLM")  # fmt: skip
+FAMILY = Family(
+    model_types=("llama",),
+    tasks=TASKS,
+    default_task="causal-lm",
+    build=build,
+    rules=rules,
+    prefix="model",
+    architecture=lambda task: "LlamaForCausalLM",
+)

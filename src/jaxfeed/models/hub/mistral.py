@@ -4,7 +4,7 @@ attention over the last ``sliding_window`` tokens when the config sets one."""
 from __future__ import annotations
 
 from jaxfeed.models.hub.decoder import TASKS, build_lm, llama_like_rules, llama_like_spec
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
 
 
 def spec(config: dict):
@@ -24,5 +24,12 @@ def rules(config: dict, task: str) -> list:
     return llama_like_rules(spec(config))
 
 
-FAMILY = Family(model_types=("mistral",), tasks=TASKS, default_task="causal-lm", build=build,
-                rules=rules, architecture=lambda task: "MistralForCausalLM")  # fmt: skip
+FAMILY = Family(
+    model_types=("mistral",),
+    tasks=TASKS,
+    default_task="causal-lm",
+    build=build,
+    rules=rules,
+    prefix="model",
+    architecture=lambda task: "MistralForCausalLM",
+)

@@ -11,7 +11,7 @@ from jaxfeed.models.hub.decoder import (
     llama_like_rules,
     llama_like_spec,
 )
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
 
 
 def spec(config: dict):
@@ -28,5 +28,12 @@ def rules(config: dict, task: str) -> list:
     return llama_like_rules(spec(config))
 
 
-FAMILY = Family(model_types=("qwen2",), tasks=TASKS, default_task="causal-lm", build=build,
-                rules=rules, architecture=lambda task: "Qwen2ForCausalLM")  # fmt: skip
+FAMILY = Family(
+    model_types=("qwen2",),
+    tasks=TASKS,
+    default_task="causal-lm",
+    build=build,
+    rules=rules,
+    prefix="model",
+    architecture=lambda task: "Qwen2ForCausalLM",
+)

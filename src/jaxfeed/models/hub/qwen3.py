@@ -10,7 +10,7 @@ from jaxfeed.models.hub.decoder import (
     llama_like_rules,
     llama_like_spec,
 )
-from jaxfeed.models.hub.registry import Family
+from jaxfeed.models.hub.family import Family
 
 
 def spec(config: dict):
@@ -29,5 +29,12 @@ def rules(config: dict, task: str) -> list:
     return llama_like_rules(spec(config))
 
 
-FAMILY = Family(model_types=("qwen3",), tasks=TASKS, default_task="causal-lm", build=build,
-                rules=rules, architecture=lambda task: "Qwen3ForCausalLM")  # fmt: skip
+FAMILY = Family(
+    model_types=("qwen3",),
+    tasks=TASKS,
+    default_task="causal-lm",
+    build=build,
+    rules=rules,
+    prefix="model",
+    architecture=lambda task: "Qwen3ForCausalLM",
+)

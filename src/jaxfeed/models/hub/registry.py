@@ -1,24 +1,54 @@
-"""PLACEHOLDER until the hub-core branch lands (take hub-core's file on merge): the `Family`
-record of HUB_INTERFACE.md and `families()` keyed by `model_type`."""
+"""The model families ``from_pretrained`` knows, by ``config.json`` ``model_type``: one import
+line per family module (each defines ``FAMILY``).
+
+>>> sorted(FAMILIES)[:2]
+['bert', 'distilbert']
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from jaxfeed.models.hub.bert import FAMILY as BERT
+from jaxfeed.models.hub.distilbert import FAMILY as DISTILBERT
+from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.files import CheckpointError
+from jaxfeed.models.hub.gpt2 import FAMILY as GPT2
+from jaxfeed.models.hub.llama import FAMILY as LLAMA
+from jaxfeed.models.hub.mistral import FAMILY as MISTRAL
+from jaxfeed.models.hub.qwen2 import FAMILY as QWEN2
+from jaxfeed.models.hub.qwen3 import FAMILY as QWEN3
+from jaxfeed.models.hub.roberta import FAMILY as ROBERTA
+
+_ALL: list[Family] = [
+    BERT,
+    ROBERTA,
+    DISTILBERT,
+    GPT2,
+    LLAMA,
+    MISTRAL,
+    QWEN2,
+    QWEN3,
+]
+FAMILIES: dict[str, Family] = {t: family for family in _ALL for t in family.model_types}
 
 
-@dataclass(frozen=True)
-class Family:
-    model_types: tuple[str, ...]
-    tasks: tuple[str, ...]
-    default_task: str
-    build: Callable
-    rules: Callable
-    architecture: Callable
+def family_of(config: dict, where: object = "config.json") -> Family:
+    """The family of a config's ``model_type``, or an error listing the supported ones.
+
+    >>> family_of({"model_type": "bert"}).default_task
+    'feature-extraction'
+    >>> family_of({"model_type": "t5"})
+    Traceback (most recent call last):
+    ...
+    jaxfeed.models.hub.files.CheckpointError: config.json: model_type 't5' is not supported; jaxfeed loads bert, distilbert, roberta
+    """
+    model_type = config.get("model_type")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise CheckpointError(
+            f"{where}: model_type {model_type!r} is not supported; jaxfeed loads "
+            f"{', '.join(sorted(FAMILIES))}"
+        )
+    return family
 
 
-def families() -> dict[str, Family]:
-    """``model_type`` -> family."""
-    from jaxfeed.models.hub import gpt2, llama, mistral, qwen2, qwen3  # noqa: PLC0415 (cycle: families import Family)
-
-    return {t: m.FAMILY for m in (gpt2, llama, mistral, qwen2, qwen3) for t in m.FAMILY.model_types}
+__all__ = ["FAMILIES", "Family", "family_of"]

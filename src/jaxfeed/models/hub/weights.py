@@ -1,57 +1,388 @@
-"""PLACEHOLDER until the hub-core branch lands (take hub-core's file on merge): the `Rule` and
-`Transform` data of HUB_INTERFACE.md and a minimal `load_weights`, so the decoder families of
-hub-lm can be built and tested before the shared loading layer exists."""
+"""Checkpoint tensors to NNX parameters and back, one tensor at a time.
+
+A family maps each checkpoint tensor to a parameter of its NNX model with a :class:`Rule`
+(``hf`` name, dotted ``path`` in the model, and a :class:`Transform` between the two layouts:
+``TRANSPOSE`` for torch ``Linear`` weights, ``CONV2D`` for convolutions). :func:`load_weights`
+fills a model, usually an abstract one (``nnx.eval_shape``) whose arrays do not exist yet: each
+tensor goes from the safetensors memory map straight to its device sharding (every device reads
+only its slice), cast to the parameter's dtype; parameters the checkpoint lacks are initialised
+as ``transformers`` does (normal weights, zero biases, unit scales) and reported.
+:func:`export_weights` is the inverse, for ``save_pretrained``.
+
+>>> import tempfile, numpy as np
+>>> from pathlib import Path
+>>> from flax import nnx
+>>> from jaxfeed.models.hub.files import Weights, write_safetensors
+>>> folder = Path(tempfile.mkdtemp())
+>>> write_safetensors(folder / "model.safetensors",
+...                   {"fc.weight": np.ones((3, 2), np.float32), "fc.bias": np.zeros(3, np.float32)})
+>>> model = nnx.eval_shape(lambda: nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+>>> report = load_weights(model, Weights(folder),
+...                       [Rule("fc.weight", "kernel", TRANSPOSE), Rule("fc.bias", "bias")])
+>>> model.kernel[...].shape, report.newly_initialised
+((2, 3), [])
+>>> sorted(export_weights(model, [Rule("fc.weight", "kernel", TRANSPOSE)]))
+['fc.weight']
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxfeed.models.hub.files import CheckpointError, Weights
 
 
+# ---------------------------------------------------------------------------------- transforms
 @dataclass(frozen=True)
 class Transform:
-    """A pair of numpy functions: checkpoint layout to the model's, and back."""
+    """A pair of numpy functions between a checkpoint tensor and the parameter: ``to_jax``
+    (checkpoint layout -> parameter layout) and ``to_hf`` (its inverse). Both should return views
+    (transposes, reshapes) so no copy is made before the tensor is placed."""
 
     to_jax: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    name: str = "transform"
 
 
-IDENTITY = Transform(lambda a: a, lambda a: a)
-TRANSPOSE = Transform(lambda a: a.T, lambda a: a.T)
+IDENTITY = Transform(lambda x: x, lambda x: x, "identity")
+TRANSPOSE = Transform(lambda x: x.T, lambda x: x.T, "transpose")  # torch Linear [out, in]
+CONV2D = Transform(  # torch Conv2d OIHW <-> flax Conv HWIO
+    lambda x: x.transpose(2, 3, 1, 0), lambda x: x.transpose(3, 2, 0, 1), "conv2d"
+)
+CONV1D = Transform(  # torch Conv1d OIW <-> flax Conv WIO
+    lambda x: x.transpose(2, 1, 0), lambda x: x.transpose(2, 1, 0), "conv1d"
+)
+
+
+def reshape(
+    jax_shape: Sequence[int], hf_shape: Sequence[int], *, transpose: bool = False
+) -> Transform:
+    """A reshape between the two layouts (after transposing a torch ``Linear`` weight when
+    ``transpose``): e.g. ``[heads * head_dim, dim]`` <-> ``[dim, heads, head_dim]``.
+
+    >>> t = reshape((4, 2, 3), (6, 4), transpose=True)
+    >>> t.to_jax(np.zeros((6, 4))).shape, t.to_hf(np.zeros((4, 2, 3))).shape
+    ((4, 2, 3), (6, 4))
+    """
+    jax_shape, hf_shape = tuple(jax_shape), tuple(hf_shape)
+    if transpose:
+        flat = hf_shape[::-1]
+        return Transform(lambda x: x.T.reshape(jax_shape),
+                         lambda x: x.reshape(flat).T, "reshape+transpose")  # fmt: skip
+    return Transform(lambda x: x.reshape(jax_shape), lambda x: x.reshape(hf_shape), "reshape")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Checkpoint tensor ``hf`` goes to the dotted NNX parameter ``path`` through ``transform``."""
+    """Checkpoint tensor ``hf`` is the model's variable at the dotted ``path`` (list indices as
+    numbers: ``"encoder.layers.3.attention.query.kernel"``), through ``transform``."""
 
     hf: str
     path: str
     transform: Transform = IDENTITY
 
 
-def _variable(model: nnx.Module, path: str) -> nnx.Variable:
-    node = model
-    for part in path.split("."):
-        node = node[int(part)] if part.isdigit() else getattr(node, part)
-    return node
+@dataclass
+class LoadReport:
+    """What a load did: checkpoint tensors the rules ask for but the checkpoint lacks
+    (``missing``), checkpoint tensors no rule reads (``unexpected``), and the checkpoint names (or
+    model paths, for variables no rule covers) of the variables given fresh values
+    (``newly_initialised``, which includes the missing ones and mismatched heads)."""
+
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    newly_initialised: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
 
 
-def load_weights(model: nnx.Module, weights: Mapping[str, np.ndarray], rules) -> None:
-    """Copy ``weights`` (name -> array) into ``model`` by ``rules`` (shapes checked)."""
+# ---------------------------------------------------------------------------------- variables
+def variables(model: Any) -> dict[str, nnx.Variable]:
+    """The model's variables by dotted path (list indices as numbers).
+
+    >>> sorted(variables(nnx.Linear(2, 3, rngs=nnx.Rngs(0))))
+    ['bias', 'kernel']
+    """
+    out = {}
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Variable):
+            out[".".join(str(p) for p in path)] = node
+    return out
+
+
+def logical_axes(var: nnx.Variable) -> tuple[Any, ...] | None:
+    """The logical axis names a variable is annotated with (``out_sharding``), or None."""
+    names = var.get_metadata().get("out_sharding")
+    return tuple(names) if names else None
+
+
+def _shape_dtype(var: nnx.Variable) -> tuple[tuple[int, ...], Any]:
+    value = var.get_value()
+    return tuple(value.shape), value.dtype
+
+
+def _abstract(var: nnx.Variable) -> bool:
+    return isinstance(var.get_value(), jax.ShapeDtypeStruct)
+
+
+# ---------------------------------------------------------------------------------- placement
+ShardingFn = Callable[[str, tuple[int, ...], Any], jax.sharding.Sharding]
+FSDP_MIN_SIZE = 4096  # as jaxfeed.train.sharding: arrays smaller stay replicated under FSDP
+
+
+def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
+    """The sharding of each variable for ``from_pretrained(sharding=, mesh=)``: ``"replicate"``,
+    ``"fsdp"`` (split over the data axis along the largest evenly dividing dimension, as
+    ``Trainer(sharding="fsdp")``), a dict of logical axis rules (with ``"fsdp": True``
+    optionally), or any object with ``spec(name, shape, logical, mesh)`` such as
+    ``jaxfeed.train.ShardingPlan``. None for both: the default device.
+
+    >>> mesh = jax.make_mesh((1,), ("data",))
+    >>> plan_shardings("fsdp", mesh)("w", (8, 4096), ("embed", "mlp")).spec
+    P()
+    """
+    if sharding is None and mesh is None:
+        return None
+    if mesh is None:
+        mesh = jax.make_mesh((len(jax.devices()),), ("data",),
+                             axis_types=(jax.sharding.AxisType.Auto,))  # fmt: skip
+    sharding = "replicate" if sharding is None else sharding
+    if hasattr(sharding, "spec") and callable(sharding.spec):
+        return lambda name, shape, logical: NamedSharding(
+            mesh, sharding.spec(name, shape, logical, mesh)
+        )
+    if isinstance(sharding, str):
+        if sharding not in ("replicate", "fsdp"):
+            raise ValueError(
+                f"sharding must be 'replicate', 'fsdp' or a dict of logical axis rules, got "
+                f"{sharding!r}"
+            )
+        rules: dict[str, Any] = {}
+        fsdp = sharding == "fsdp"
+    elif isinstance(sharding, Mapping):
+        rules = dict(sharding)
+        fsdp = bool(rules.pop("fsdp", False))
+    else:
+        raise TypeError(f"sharding must be a string or a dict of rules, got {sharding!r}")
+    axis = "data" if "data" in mesh.axis_names else str(mesh.axis_names[0])
+
+    def spec(name: str, shape: tuple[int, ...], logical: Any) -> jax.sharding.Sharding:
+        entries: list[tuple[str, ...]] = [()] * len(shape)
+        if rules and logical is not None and len(logical) == len(shape):
+            for dim, lname in enumerate(logical):
+                target = rules.get(lname, lname if lname in mesh.axis_names else None)
+                axes = (
+                    ()
+                    if target is None
+                    else (target,)
+                    if isinstance(target, str)
+                    else tuple(target)
+                )
+                ways = math.prod(mesh.shape[a] for a in axes)
+                if shape[dim] % ways:
+                    raise ValueError(
+                        f"{name}: dimension {dim} (size {shape[dim]}, logical axis {lname!r}) does "
+                        f"not split over mesh axes {axes} of size {ways}"
+                    )
+                entries[dim] = axes
+        used = {a for e in entries for a in e}
+        ways = mesh.shape[axis]
+        if fsdp and ways > 1 and axis not in used and math.prod(shape) >= FSDP_MIN_SIZE:
+            free = [d for d in range(len(shape)) if not entries[d] and shape[d] % ways == 0]
+            if free:
+                entries[max(free, key=lambda d: (shape[d], -d))] = (axis,)
+        while entries and not entries[-1]:
+            entries.pop()
+        return NamedSharding(mesh, PartitionSpec(*(e[0] if len(e) == 1 else (e or None)
+                                                   for e in entries)))  # fmt: skip
+
+    return spec
+
+
+def _place(host: np.ndarray, dtype: Any, sharding: jax.sharding.Sharding | None) -> jax.Array:
+    """``host`` (a memory map or a view of one) on ``sharding``, each device reading only its
+    slice, cast to ``dtype`` slice by slice."""
+    if sharding is None:
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def piece(index: Any) -> np.ndarray:
+        return np.asarray(host[index], dtype=dtype)
+
+    return jax.make_array_from_callback(tuple(host.shape), sharding, piece)
+
+
+def _init_value(path: str, shape: tuple[int, ...], dtype: Any, std: float, key: jax.Array,
+                sharding: jax.sharding.Sharding | None) -> jax.Array:  # fmt: skip
+    """A fresh value as ``transformers``' ``_init_weights``: biases 0, norm scales 1, other
+    weights normal with standard deviation ``std``; made on its sharding."""
+    leaf = path.rsplit(".", 1)[-1]
+
+    def make() -> jax.Array:
+        if leaf == "bias" or leaf.endswith("_bias"):
+            return jnp.zeros(shape, dtype)
+        if leaf in ("scale", "weight_scale") or leaf.endswith("_scale"):
+            return jnp.ones(shape, dtype)
+        return (std * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+
+    return jax.jit(make, out_shardings=sharding)()
+
+
+# ---------------------------------------------------------------------------------- load
+def _candidates(name: str, prefix: str) -> list[str]:
+    """Names a tensor may have: with or without the base model's ``prefix``, and with the
+    LayerNorm ``gamma``/``beta`` names older checkpoints use."""
+    names = [name]
+    if prefix and name.startswith(prefix + "."):
+        names.append(name[len(prefix) + 1 :])
+    elif prefix:
+        names.append(f"{prefix}.{name}")
+    for n in list(names):
+        if n.endswith(".weight"):
+            names.append(n[: -len(".weight")] + ".gamma")
+        elif n.endswith(".bias"):
+            names.append(n[: -len(".bias")] + ".beta")
+    return names
+
+
+def _hf_shape(transform: Transform, shape: tuple[int, ...], dtype: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(transform.to_hf(np.broadcast_to(np.zeros((), dtype), shape)).shape)
+    except Exception:  # a transform that cannot run on a view: shape unknown
+        return None
+
+
+def load_weights(
+    model: Any,
+    weights: Weights,
+    rules: Sequence[Rule],
+    *,
+    mesh: Mesh | None = None,
+    shardings: ShardingFn | Mapping[str, jax.sharding.Sharding] | None = None,
+    prefix: str = "",
+    init_std: float = 0.02,
+    seed: int = 0,
+    ignore_mismatched: bool | Callable[[str], bool] = False,
+) -> LoadReport:
+    """Fill ``model``'s variables from ``weights`` by ``rules``, one tensor at a time, straight
+    onto each variable's sharding: ``shardings`` (a function of ``(path, shape, logical_axes)``
+    or a mapping of path to sharding), else replicated on ``mesh``, else the default device.
+
+    A tensor is found under its name, with or without the base model's ``prefix`` (``"bert"``),
+    or under the old LayerNorm names ``gamma``/``beta``. A shape that disagrees raises
+    :class:`CheckpointError` naming the tensor and both shapes, unless ``ignore_mismatched``
+    (True, or a predicate of the checkpoint name) lets it be re-initialised. Variables the
+    checkpoint does not give and that have no value yet (abstract models) are initialised as
+    ``transformers`` does (``init_std``), and reported.
+    """
+    model_vars = variables(model)
+    if isinstance(shardings, Mapping):
+        table = dict(shardings)
+
+        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
+            return table.get(path)
+    elif shardings is not None:
+        sharding_of = shardings
+    elif mesh is not None:
+        replicated = NamedSharding(mesh, PartitionSpec())
+
+        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
+            return replicated
+    else:
+
+        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
+            return None
+
+    report = LoadReport()
+    used: set[str] = set()
+    covered: set[str] = set()
+    key = jax.random.key(seed)
+    for i, rule in enumerate(rules):
+        var = model_vars.get(rule.path)
+        if var is None:
+            raise KeyError(
+                f"rule for {rule.hf!r} names {rule.path!r}, which the model does not have "
+                f"(e.g. {', '.join(list(model_vars)[:4])})"
+            )
+        covered.add(rule.path)
+        shape, dtype = _shape_dtype(var)
+        target = sharding_of(rule.path, shape, logical_axes(var))
+        name = next((n for n in _candidates(rule.hf, prefix) if n in weights), None)
+        fresh = name is None
+        if name is not None:
+            used.add(name)
+            host = rule.transform.to_jax(weights.get(name))
+            if tuple(host.shape) != shape:
+                mismatch = (
+                    ignore_mismatched(rule.hf) if callable(ignore_mismatched) else ignore_mismatched
+                )
+                expected = _hf_shape(rule.transform, shape, dtype)
+                if not mismatch:
+                    raise CheckpointError(
+                        f"tensor {name!r} in {weights.folder} has shape "
+                        f"{list(weights.shape(name))}, but the model built from its config.json "
+                        f"expects {list(expected or shape)} (parameter {rule.path}, "
+                        f"{list(shape)} in jaxfeed's layout)"
+                    )
+                report.mismatched.append(
+                    f"{rule.hf}: {list(weights.shape(name))} -> {list(expected or shape)}"
+                )
+                fresh = True
+            else:
+                var.set_value(_place(host, dtype, target))
+        if fresh:
+            if name is None:
+                report.missing.append(rule.hf)
+            report.newly_initialised.append(rule.hf)
+            var.set_value(_init_value(rule.path, shape, dtype, init_std,
+                                      jax.random.fold_in(key, i), target))  # fmt: skip
+    for j, (path, var) in enumerate(model_vars.items()):
+        if path in covered or not _abstract(var):
+            continue
+        shape, dtype = _shape_dtype(var)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise CheckpointError(f"no rule gives the model's variable {path} ({dtype}) a value")
+        target = sharding_of(path, shape, logical_axes(var))
+        var.set_value(_init_value(path, shape, dtype, init_std,
+                                  jax.random.fold_in(key, len(rules) + j), target))  # fmt: skip
+        report.newly_initialised.append(path)
+    report.unexpected = [n for n in weights.names() if n not in used]
+    return report
+
+
+def export_weights(model: Any, rules: Sequence[Rule]) -> dict[str, np.ndarray]:
+    """The checkpoint tensors of ``model`` by ``rules`` (numpy, checkpoint layout, C order): the
+    inverse of :func:`load_weights`, for ``save_pretrained``."""
+    model_vars = variables(model)
+    out: dict[str, np.ndarray] = {}
     for rule in rules:
-        if rule.hf not in weights:
-            raise KeyError(f"checkpoint has no tensor {rule.hf!r}")
-        var = _variable(model, rule.path)
-        value = rule.transform.to_jax(np.asarray(weights[rule.hf]))
-        if value.shape != var.value.shape:
-            raise ValueError(f"{rule.hf}: shape {value.shape}, model {rule.path} {var.value.shape}")
-        var.value = jnp.asarray(value, var.value.dtype)
+        var = model_vars.get(rule.path)
+        if var is None:
+            raise KeyError(f"rule for {rule.hf!r} names {rule.path!r}, which the model lacks")
+        value = np.asarray(jax.device_get(var.get_value()))
+        out[rule.hf] = np.ascontiguousarray(rule.transform.to_hf(value))
+    return out
 
 
-def export_weights(model: nnx.Module, rules) -> dict[str, np.ndarray]:
-    """The inverse of :func:`load_weights`."""
-    return {r.hf: r.transform.to_hf(np.asarray(_variable(model, r.path).value)) for r in rules}
+__all__ = [
+    "CONV1D",
+    "CONV2D",
+    "IDENTITY",
+    "TRANSPOSE",
+    "LoadReport",
+    "Rule",
+    "Transform",
+    "export_weights",
+    "load_weights",
+    "logical_axes",
+    "plan_shardings",
+    "reshape",
+    "variables",
+]

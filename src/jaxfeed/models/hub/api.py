@@ -1,0 +1,260 @@
+"""``from_pretrained``, ``preprocessor`` and ``save_pretrained``: Hub checkpoints as NNX models.
+
+A checkpoint is a local folder in the Hub's layout or a Hub id (``hf:org/name``, ``org/name``);
+its ``config.json`` ``model_type`` picks the family, its ``architectures`` the default task. The
+model is built abstractly (no array allocated), then each weight goes from the safetensors memory
+map straight to its device sharding; heads the checkpoint lacks are initialised as
+``transformers`` does and reported once (a warning naming them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxfeed._base.files import atomic_write
+from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
+from jaxfeed.models.hub.files import (
+    CheckpointError,
+    Resolved,
+    Weights,
+    read_config,
+    resolve,
+    write_safetensors,
+)
+from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings
+
+# files a saved folder carries over from the checkpoint it came from
+CARRIED = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "preprocessor_config.json",
+    "generation_config.json",
+)
+
+
+def _num_labels(config: dict) -> int | None:
+    labels = config.get("id2label")
+    if isinstance(labels, dict) and labels:
+        return len(labels)
+    value = config.get("num_labels")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _with_labels(config: dict, num_labels: int | None) -> dict:
+    """``config`` with ``num_labels``/``id2label``/``label2id`` set for ``num_labels`` classes
+    (its own labels kept when their count agrees)."""
+    config = dict(config)
+    own = _num_labels(config)
+    n = num_labels if num_labels is not None else own if own is not None else 2
+    if own != n or not isinstance(config.get("id2label"), dict):
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(n)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(n)}
+    config["num_labels"] = n
+    return config
+
+
+def _dtype(value: Any, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return jnp.dtype(value)
+    except TypeError as err:
+        raise ValueError(
+            f"{what} must be a dtype such as 'float32' or 'bfloat16', got {value!r}"
+        ) from err
+
+
+def from_pretrained(
+    name_or_path: str | os.PathLike,
+    *,
+    task: str | None = None,
+    num_labels: int | None = None,
+    dtype: Any = None,
+    revision: str | None = None,
+    mesh: Any = None,
+    sharding: Any = None,
+    param_dtype: Any = None,
+    ignore_mismatched_sizes: bool = False,
+    seed: int = 0,
+) -> nnx.Module:
+    """An NNX model with the ``task``'s head from a Hub checkpoint (a local folder in the Hub's
+    layout, or ``hf:org/name``/``org/name`` downloaded into the ``huggingface_hub`` cache).
+
+    ``task``: ``"sequence-classification"``, ``"token-classification"``, ``"masked-lm"``,
+    ``"feature-extraction"``, ... (default: what ``config.json``'s ``architectures`` names).
+    ``num_labels``: the classes of a classification head (default: the checkpoint's); a head in
+    the checkpoint with another size is refused unless ``ignore_mismatched_sizes=True``, which
+    re-initialises it. ``dtype``: the parameters' and computation's dtype (default float32;
+    ``param_dtype`` sets the parameters' alone). ``mesh``/``sharding`` (``"replicate"``,
+    ``"fsdp"`` or logical axis rules, as the Trainer's): each weight is put straight onto its
+    shards. The model is called with ``transformers``' keyword names and returns float32 logits.
+
+    The model keeps ``hub_config`` (the config dict, with the labels used), ``hub_task`` and
+    ``hub_source`` (:class:`~jaxfeed.models.hub.files.Resolved`) for :func:`save_pretrained`.
+    It comes in evaluation mode, as in ``transformers`` (dropout off; ``model.train()`` or the
+    Trainer turns it on).
+
+    >>> import tempfile, transformers
+    >>> folder = tempfile.mkdtemp()
+    >>> config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+    ...     num_attention_heads=2, intermediate_size=16)
+    >>> transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    >>> model = from_pretrained(folder, num_labels=2)
+    >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
+    (1, 2)
+    """
+    resolved = resolve(name_or_path, revision)
+    folder = resolved.folder
+    config = read_config(folder)
+    family = family_of(config, folder / "config.json")
+    task = family.task_of(config) if task is None else task
+    if task not in family.tasks:
+        raise ValueError(
+            f"task {task!r} is not available for model_type {config['model_type']!r}; choose "
+            f"one of {', '.join(family.tasks)}"
+        )
+    if num_labels is not None and (
+        isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1
+    ):
+        raise ValueError(f"num_labels must be a positive int, got {num_labels!r}")
+    if num_labels is not None and task not in LABEL_TASKS:
+        raise ValueError(f"num_labels applies to classification tasks, not to {task!r}")
+    if task in LABEL_TASKS:
+        config = _with_labels(config, num_labels)
+    weights = Weights(folder)
+    dtype = _dtype(dtype, "dtype")
+    param_dtype = _dtype(param_dtype, "param_dtype") or dtype or jnp.dtype(jnp.float32)
+    model = nnx.eval_shape(
+        lambda: family.build(
+            config,
+            task=task,
+            num_labels=config.get("num_labels"),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=nnx.Rngs(seed),
+        )
+    )
+    try:
+        report = load_weights(
+            model,
+            weights,
+            family.rules(config, task),
+            shardings=plan_shardings(sharding, mesh),
+            prefix=family.prefix,
+            init_std=float(config.get("initializer_range", 0.02)),
+            seed=seed,
+            ignore_mismatched=ignore_mismatched_sizes,
+        )
+    except CheckpointError as err:
+        if num_labels is not None and task in LABEL_TASKS and "expects" in str(err):
+            raise CheckpointError(
+                f"num_labels={num_labels} disagrees with the checkpoint's classification head "
+                f"({err}); pass ignore_mismatched_sizes=True to re-initialise the head for "
+                f"{num_labels} classes"
+            ) from None
+        raise
+    if report.newly_initialised:
+        shown = ", ".join(report.newly_initialised[:6])
+        more = len(report.newly_initialised) - 6
+        warnings.warn(
+            f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
+            f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
+            f"): train the model before using its {task} outputs",
+            stacklevel=2,
+        )
+    model.hub_config = HubConfig(config)
+    model.hub_task = task
+    model.hub_source = resolved
+    model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
+    return model
+
+
+def preprocessor(name_or_path: str | os.PathLike, *, revision: str | None = None) -> Any:
+    """What turns raw inputs into the model's inputs: for text checkpoints a
+    ``tokenizers.Tokenizer`` from ``tokenizer.json`` with the checkpoint's padding and truncation
+    (``model_max_length``, pad token); for image/audio families their preprocessing spec.
+
+    >>> import tempfile
+    >>> preprocessor(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    jaxfeed.models.hub.files.CheckpointError: ... has no config.json: ...
+    """
+    resolved = resolve(name_or_path, revision)
+    config = read_config(resolved.folder)
+    family = family_of(config, resolved.folder / "config.json")
+    if family.preprocessor is not None:
+        return family.preprocessor(resolved.folder, config)
+    from jaxfeed.models.hub.text import text_preprocessor  # noqa: PLC0415 (optional: the text extra)
+
+    return text_preprocessor(resolved.folder, config)
+
+
+def _family(model: Any) -> tuple[Family, dict, str]:
+    config = getattr(model, "hub_config", None)
+    task = getattr(model, "hub_task", None)
+    if not isinstance(config, dict) or not isinstance(task, str):
+        raise TypeError(
+            f"save_pretrained takes a model made by from_pretrained (it keeps hub_config and "
+            f"hub_task), got {type(model).__name__}"
+        )
+    return family_of(config), dict(config), task
+
+
+def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
+                    id2label: dict[int, str] | None = None) -> Path:  # fmt: skip
+    """Write ``model`` (from :func:`from_pretrained`, maybe fine-tuned) as a Hub-format folder:
+    ``config.json`` (its architecture, ``num_labels``/``id2label``), ``model.safetensors`` and
+    the tokenizer/preprocessor files of the checkpoint it came from (or of ``source``), which
+    ``transformers`` loads with the same logits. ``id2label`` names the classes.
+
+    >>> import tempfile, transformers
+    >>> folder = tempfile.mkdtemp()
+    >>> config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+    ...     num_attention_heads=2, intermediate_size=16)
+    >>> transformers.BertForMaskedLM(config).save_pretrained(folder)
+    >>> out = save_pretrained(from_pretrained(folder), tempfile.mkdtemp())
+    >>> sorted(p.name for p in out.iterdir())
+    ['config.json', 'model.safetensors']
+    """
+    family, config, task = _family(model)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    if id2label is not None:
+        labels = {str(int(k)): str(v) for k, v in dict(id2label).items()}
+        config["id2label"] = labels
+        config["label2id"] = {v: int(k) for k, v in labels.items()}
+        config["num_labels"] = len(labels)
+    config["architectures"] = [family.architecture(task)]
+    config.setdefault("dtype", "float32")
+    tensors = export_weights(model, family.rules(config, task))
+    if task == "feature-extraction" and family.prefix:  # a bare encoder's names have no prefix
+        cut = len(family.prefix) + 1
+        tensors = {
+            k[cut:] if k.startswith(family.prefix + ".") else k: v for k, v in tensors.items()
+        }
+    write_safetensors(out / "model.safetensors", tensors, metadata={"format": "pt"})
+    atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    src = Path(source) if source is not None else None
+    if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
+        src = model.hub_source.folder
+    if src is not None and src.resolve() != out.resolve():
+        for name in CARRIED:
+            if (src / name).is_file():
+                tmp = out / f".{name}.tmp"
+                shutil.copyfile(src / name, tmp)
+                os.replace(tmp, out / name)
+    return out
