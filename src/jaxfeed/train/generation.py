@@ -18,7 +18,9 @@ A model without a cache (or ``use_cache=False``) runs the old loop: the whole bu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -171,11 +173,32 @@ def _as_ids(value: Any, name: str) -> list[int]:
     return [int(x) for x in items]
 
 
+def generation_config(model: Any) -> dict:
+    """The model's generation settings: its ``generation_config`` attribute (a dict), else the
+    ``generation_config.json`` of the checkpoint folder it came from (``hub_source``), else {}.
+    The file is read as JSON only."""
+    found = getattr(model, "generation_config", None)
+    if isinstance(found, dict):
+        return found
+    folder = getattr(getattr(model, "hub_source", None), "folder", None)
+    if folder is None:
+        return {}
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"generate: {path} is not valid JSON ({err})") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"generate: {path} holds a {type(loaded).__name__}, expected an object")
+    return loaded
+
+
 def _settings(model: Any, key: str) -> Any:
-    """``key`` from the model's ``generation_config`` (the checkpoint's generation_config.json),
-    else from its ``hub_config`` (config.json), else None."""
-    for source in ("generation_config", "hub_config"):
-        found = getattr(model, source, None)
+    """``key`` from the model's generation config (:func:`generation_config`), else from its
+    ``hub_config`` (config.json), else None."""
+    for found in (generation_config(model), getattr(model, "hub_config", None)):
         if isinstance(found, dict) and found.get(key) is not None:
             return found[key]
     return None
