@@ -24,7 +24,7 @@ CONFIGS = {
         "rope_theta": 500000.0}),
     "mistral": ("MistralConfig", "MistralForCausalLM", {**LLAMA, "sliding_window": 5,
                                                          "head_dim": 16}),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {**LLAMA, "tie_word_embeddings": True}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {**LLAMA, "tie_word_embeddings": False}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**LLAMA, "head_dim": 8}),
 }  # fmt: skip
 
@@ -40,9 +40,10 @@ def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
     config._attn_implementation = "eager"
     model = getattr(transformers, model_name)(config).eval()
     with torch.no_grad():  # bigger than the 0.02 init: logits that differ from token to token
-        for p in model.parameters():
-            if p.ndim >= 1 and p.shape[0] > 1 and p.ndim == 2:
-                p.mul_(3.0)
+        tied = config.tie_word_embeddings  # logits = E . h: keep h from being the input's row
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                p.mul_(0.5 if tied and ("embed" in name or "wte" in name) else 3.0)
             elif p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(folder)
