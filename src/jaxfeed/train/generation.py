@@ -104,11 +104,17 @@ _decode_jit = jax.jit(_decode, static_argnums=(0, 4, 5))
 
 def _pick(logits: jax.Array, i: jax.Array, temperature: jax.Array, top_k: jax.Array,
           top_p: jax.Array, key: jax.Array) -> jax.Array:  # fmt: skip
-    """The next token of every row: argmax when ``temperature <= 0``, else a sample."""
-    greedy = temperature <= 0
-    scaled = _filter_logits(logits / jnp.where(greedy, 1.0, temperature), top_k, top_p)
-    sampled = jax.random.categorical(jax.random.fold_in(key, i), scaled, axis=-1)
-    return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+    """The next token of every row: argmax when ``temperature <= 0``, else a sample (only the
+    branch taken runs: greedy decoding never sorts the vocabulary)."""
+
+    def greedy(logits):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def sample(logits):
+        scaled = _filter_logits(logits / temperature, top_k, top_p)
+        return jax.random.categorical(jax.random.fold_in(key, i), scaled, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(temperature <= 0, greedy, sample, logits)
 
 
 def _decode_cached(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, length: int,
