@@ -31,6 +31,7 @@ EXPECTED = {
     "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
     "docs/guide/devices.md": ["P('data', 'model')"],
     "docs/guide/command-text.md": ["True False"],
+    "docs/guide/hub-models.md": ["(4, 2)", "positive"],
     "docs/guide/text.md": [
         "'train_loss', 'train_perplexity', 'train_token_accuracy']",
         "[' five six seven eight nine ten', ' eight nine ten']",

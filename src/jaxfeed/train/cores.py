@@ -358,6 +358,7 @@ class StepSpec:
     inputs: Inputs
     seed: int
     compute_dtype: Any = None  # None: float32
+    trainable: Any = None  # an nnx filter of the trained parameters (None: every nnx.Param)
 
 
 # ---------------------------------------------------------------------------------- NNX
@@ -374,7 +375,8 @@ class NNXCore:
         from flax import nnx  # noqa: PLC0415 (import cost: flax, on a trainer's first use)
 
         self.model, self.spec = model, spec
-        self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        wrt = nnx.Param if spec.trainable is None else spec.trainable  # frozen: no state
+        self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
         self.graphdef, self.state = nnx.split((model, self.optimizer))
         self.convention = CallConvention.inspect(type(model).__call__)
         convention, graphdef = self.convention, self.graphdef
@@ -392,10 +394,11 @@ class NNXCore:
             model.train()
             batch = spec.preprocess(batch)
             key = jax.random.fold_in(base_key, step)
-            gdef, params, rest = nnx.split(model, nnx.Param, ...)
+            gdef, params, frozen, rest = nnx.split(model, wrt, nnx.Param, ...)
 
             def loss_fn(params):
-                m = nnx.merge(gdef, cast_floats(params, dtype), rest, copy=True)
+                frozen_ = cast_floats(frozen, dtype)  # no gradient flows to frozen parameters
+                m = nnx.merge(gdef, cast_floats(params, dtype), frozen_, rest, copy=True)
                 outputs = forward(m, batch, True, key)
                 mean, rows = masked_mean(objective, outputs, batch, n)
                 return mean, (outputs, rows, nnx.state(m, nnx.Not(nnx.Param)))

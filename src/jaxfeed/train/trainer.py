@@ -40,6 +40,7 @@ from jaxfeed.train.cores import (
     as_transformation,
     empty_sums,
 )
+from jaxfeed.train.freeze import enable_remat, resolve_precision, trainable_filter
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.loggers import Logger, RunLog, check_loggers, make_loggers
 from jaxfeed.train.losses import resolve_loss, resolve_metrics, resolve_split_metrics
@@ -109,7 +110,11 @@ class Trainer:
     for regression. ``optimizer`` is any optax transformation (``optax.MultiSteps`` too);
     transformations taking extra arguments get ``value=`` the loss (``reduce_on_plateau``), and
     an ``inject_hyperparams`` learning rate is logged as ``learning_rate``.
-    ``precision="bfloat16"`` runs forward and backward in bfloat16 on float32 parameters.
+    ``precision="bfloat16"`` (or ``dtype=jnp.bfloat16``) runs forward and backward in bfloat16
+    on float32 master parameters. ``trainable="all" | "head" | <regex over parameter paths>``
+    trains only those parameters (the others get no gradient and no optimizer state; see
+    :mod:`jaxfeed.train.freeze`); ``remat=True`` recomputes each layer's activations in the
+    backward pass (gradient checkpointing) in models whose layer stacks support it.
 
     The train step is compiled once (``jax.jit`` over the split state, buffers donated). A short
     last batch is padded to the batch size and masked out of the loss, gradients and metrics, so
@@ -156,6 +161,9 @@ class Trainer:
         verbose: int = 1,
         deterministic: bool = False,
         precision: str = "float32",
+        dtype: Any = None,
+        trainable: str = "all",
+        remat: bool = False,
         out_dir: str | os.PathLike | None = None,
         loggers: Sequence[str | Logger] = (),
         handle_signals: bool = True,
@@ -178,8 +186,11 @@ class Trainer:
                     stacklevel=2,
                 )
         self.mesh, self.sharding = mesh, plan.describe()
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        precision = resolve_precision(precision, dtype)
+        if (trainable != "all" or remat) and _is_linen(model):
+            raise ValueError("trainable= and remat= apply to NNX models, not Linen modules")
+        if remat:
+            enable_remat(model)
         if deterministic:
             _require_deterministic_backend()
         objective = resolve_loss(loss, targets)
@@ -191,7 +202,9 @@ class Trainer:
             inputs=Inputs(inputs),
             seed=int(seed),
             compute_dtype=PRECISIONS[precision],
+            trainable=None if trainable == "all" else trainable_filter(model, trainable),
         )
+        self.trainable, self.remat = trainable, bool(remat)
         self.inputs, self.targets = inputs, targets
         self.metrics = tuple(spec.metrics)
         self.split_metrics = resolve_split_metrics(metrics)  # over a whole eval split, on the host

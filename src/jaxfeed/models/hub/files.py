@@ -122,39 +122,34 @@ def resolve(name_or_path: str | os.PathLike, revision: str | None = None) -> Res
 
 def download(repo_id: str, revision: str | None = None) -> Resolved:
     """``repo_id``'s config, safetensors, tokenizer and preprocessor files in the
-    ``huggingface_hub`` cache, at the commit ``revision`` (default ``main``) resolves to; from the
-    cache alone when offline (``HF_HUB_OFFLINE=1`` or the Hub unreachable)."""
+    ``huggingface_hub`` cache, every file at the one commit ``revision`` (default ``main``)
+    resolves to; from the cache alone when offline (``HF_HUB_OFFLINE=1``, or the Hub
+    unreachable: then the revision is the commit cached for it)."""
     hub = require("huggingface_hub", "hub", f"downloading the Hub model {repo_id}")
     from huggingface_hub import constants, errors  # noqa: PLC0415 (optional: the hub extra)
 
     flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
     offline = bool(constants.HF_HUB_OFFLINE) or flag in ("1", "ON", "YES", "TRUE")
-    kwargs: dict[str, Any] = {"repo_id": repo_id, "allow_patterns": ALLOW_PATTERNS}
-    if not offline:
-        try:
-            info = hub.HfApi().model_info(repo_id, revision=revision)
-            commit = info.sha or revision
-            folder = Path(hub.snapshot_download(revision=commit, **kwargs))
-            return Resolved(folder, repo_id, folder.name if info.sha is None else info.sha)
-        except errors.RepositoryNotFoundError as err:
-            raise FileNotFoundError(
-                f"model {repo_id!r} was not found on the Hub (nor is it a local folder)"
-            ) from err
-        except errors.RevisionNotFoundError as err:
-            raise FileNotFoundError(
-                f"revision {revision!r} of the Hub model {repo_id!r} does not exist"
-            ) from err
-        except (OSError, errors.HfHubHTTPError, ValueError):
-            pass  # no network: the cache below
     try:
-        folder = Path(hub.snapshot_download(revision=revision, local_files_only=True, **kwargs))
-    except (errors.LocalEntryNotFoundError, FileNotFoundError, OSError) as err:
-        why = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
+        folder = hub.snapshot_download(
+            repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS, local_files_only=offline
+        )
+    except errors.RepositoryNotFoundError as err:
+        raise FileNotFoundError(
+            f"model {repo_id!r} was not found on the Hub (nor is it a local folder)"
+        ) from err
+    except errors.RevisionNotFoundError as err:
+        raise FileNotFoundError(
+            f"revision {revision!r} of the Hub model {repo_id!r} does not exist"
+        ) from err
+    except (errors.LocalEntryNotFoundError, errors.HfHubHTTPError, OSError) as err:
+        why = "HF_HUB_OFFLINE=1 is set" if offline else f"the Hub could not be reached ({err})"
         raise CheckpointNotCachedError(
             f"model {repo_id!r}{'' if revision is None else f' at {revision!r}'} is not in the "
             f"local cache ({constants.HF_HUB_CACHE}) and {why}; connect once to download it, or "
             "give a local folder"
         ) from err
+    folder = Path(folder)
     return Resolved(folder, repo_id, folder.name)
 
 

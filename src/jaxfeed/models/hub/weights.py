@@ -28,6 +28,7 @@ as ``transformers`` does (normal weights, zero biases, unit scales) and reported
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,16 +208,52 @@ def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
     return spec
 
 
+def _put(chunk: np.ndarray, device: Any) -> jax.Array:
+    """One host chunk onto one device (a seam the memory benchmark counts bytes through)."""
+    return jax.device_put(chunk, device)
+
+
 def _place(host: np.ndarray, dtype: Any, sharding: jax.sharding.Sharding | None) -> jax.Array:
-    """``host`` (a memory map or a view of one) on ``sharding``, each device reading only its
-    slice, cast to ``dtype`` slice by slice."""
+    """``host`` (a memory map or a view of one) on ``sharding``: device by device, each reading
+    only its slice into a fresh host copy (never a view of the read-only map) cast to ``dtype``,
+    so at most one slice is in host memory besides what the devices hold."""
     if sharding is None:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shape = tuple(host.shape)
+    pieces = []
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
+        chunk = _copy(host[index], dtype)
+        pieces.append(_put(chunk, device))
+        del chunk
+    return jax.make_array_from_single_device_arrays(shape, sharding, pieces)
 
-    def piece(index: Any) -> np.ndarray:
-        return np.asarray(host[index], dtype=dtype)
 
-    return jax.make_array_from_callback(tuple(host.shape), sharding, piece)
+BLOCK_BYTES = 8 << 20  # of the file read between releases of the memory map's pages
+
+
+def _release(view: np.ndarray) -> None:
+    """Drop the pages of ``view``'s memory map from this process (they stay in the page cache):
+    so touched file pages never add up to more than a block."""
+    mm = getattr(view, "_mmap", None)
+    if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
+def _copy(view: np.ndarray, dtype: Any) -> np.ndarray:
+    """A fresh C-order copy of ``view`` (of a memory map) as ``dtype``, read in blocks along the
+    file's outermost axis, releasing the map's pages after each."""
+    if view.ndim == 0 or view.nbytes <= BLOCK_BYTES or getattr(view, "_mmap", None) is None:
+        out = np.array(view, dtype=dtype, copy=True)
+        _release(view)
+        return out
+    out = np.empty(view.shape, dtype)
+    axis = int(np.argmax(np.abs(view.strides)))  # consecutive file rows run along this axis
+    step = max(1, BLOCK_BYTES // max(1, abs(view.strides[axis])))
+    for start in range(0, view.shape[axis], step):
+        part = (slice(None),) * axis + (slice(start, start + step),)
+        out[part] = view[part]
+        _release(view)
+    return out
 
 
 def _init_value(path: str, shape: tuple[int, ...], dtype: Any, std: float, key: jax.Array,

@@ -1,0 +1,143 @@
+"""Which parameters a Trainer trains (``trainable=``) and gradient checkpointing (``remat=``).
+
+``trainable`` is ``"all"`` (every ``nnx.Param``), ``"head"`` (the model's head: the modules it
+names in ``head_modules``, else its ``head`` attribute, else every top-level module but its
+``encoder``/``backbone``/``trunk``) or a regular expression searched in each parameter's dotted
+path (``"classifier|encoder\\.layers\\.11\\."``). Frozen parameters get no gradient and no
+optimizer state. ``remat=True`` turns on per-layer rematerialisation in every module that
+declares ``supports_remat = True`` (it then recomputes each layer's activations in the backward
+pass instead of keeping them).
+
+>>> from flax import nnx
+>>> class Net(nnx.Module):
+...     def __init__(self):
+...         self.encoder = nnx.Linear(2, 4, rngs=nnx.Rngs(0))
+...         self.classifier = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+>>> sorted(trainable_paths(Net(), "head"))
+['classifier.bias', 'classifier.kernel']
+>>> sorted(trainable_paths(Net(), r"\\.bias$"))
+['classifier.bias', 'encoder.bias']
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+BACKBONES = ("encoder", "backbone", "trunk", "base", "model")
+PRECISION_NAMES = ("float32", "bfloat16")
+
+
+def resolve_precision(precision: str, dtype: Any) -> str:
+    """The Trainer's compute precision from ``precision=`` and ``dtype=`` (the same setting:
+    ``dtype=jnp.bfloat16`` is ``precision="bfloat16"``; parameters stay in their own dtype).
+
+    >>> resolve_precision("float32", "bfloat16")
+    'bfloat16'
+    """
+    if precision not in PRECISION_NAMES:
+        raise ValueError(f"precision must be one of {sorted(PRECISION_NAMES)}, got {precision!r}")
+    if dtype is None:
+        return precision
+    import jax.numpy as jnp  # noqa: PLC0415 (import cost: jax, only when dtype= is given)
+
+    try:
+        name = jnp.dtype(dtype).name
+    except TypeError:
+        name = repr(dtype)
+    if name not in PRECISION_NAMES:
+        raise ValueError(f"dtype must be float32 or bfloat16 (compute dtype), got {dtype!r}")
+    if precision != "float32" and precision != name:
+        raise ValueError(f"precision={precision!r} and dtype={dtype!r} disagree; give one of them")
+    return name
+
+
+def _param_paths(model: Any) -> list[str]:
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    return [
+        ".".join(str(p) for p in path)
+        for path, node in nnx.iter_graph(model)
+        if isinstance(node, nnx.Param)
+    ]
+
+
+def head_modules(model: Any) -> tuple[str, ...]:
+    """The top-level attribute names that make up ``model``'s head (see the module docstring)."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    named = getattr(model, "head_modules", None)
+    if named:
+        return tuple(named)
+    if isinstance(getattr(model, "head", None), nnx.Module):
+        return ("head",)
+    tops = {p.split(".", 1)[0] for p in _param_paths(model)}
+    body = tops & set(BACKBONES)
+    if not body or len(tops) == len(body):
+        raise ValueError(
+            f"trainable='head': {type(model).__name__} does not say which modules are its head "
+            f"(no 'head_modules', 'head' or backbone attribute among {sorted(tops)}); pass a "
+            "regular expression over parameter paths instead"
+        )
+    return tuple(sorted(tops - body))
+
+
+def trainable_paths(model: Any, trainable: str) -> set[str]:
+    """The dotted paths of the parameters ``trainable`` selects; refuses a selection of none."""
+    paths = _param_paths(model)
+    if trainable == "all":
+        return set(paths)
+    if not isinstance(trainable, str):
+        raise TypeError(
+            f"trainable must be 'all', 'head' or a regular expression, got {trainable!r}"
+        )
+    if trainable == "head":
+        heads = head_modules(model)
+        chosen = {p for p in paths if p.split(".", 1)[0] in heads}
+    else:
+        try:
+            pattern = re.compile(trainable)
+        except re.error as err:
+            raise ValueError(
+                f"trainable={trainable!r} is not a regular expression: {err}"
+            ) from None
+        chosen = {p for p in paths if pattern.search(p)}
+    if not chosen:
+        raise ValueError(
+            f"trainable={trainable!r} selects no parameter of {type(model).__name__} "
+            f"(its paths look like {', '.join(paths[:3])}, ...)"
+        )
+    return chosen
+
+
+def trainable_filter(model: Any, trainable: str) -> Any:
+    """An ``nnx`` filter of the trainable parameters (``nnx.Param`` for ``"all"``)."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    if trainable == "all":
+        return nnx.Param
+    chosen = frozenset(trainable_paths(model, trainable))
+
+    def selected(path: tuple, value: Any) -> bool:
+        return isinstance(value, nnx.Param) and ".".join(str(p) for p in path) in chosen
+
+    return selected
+
+
+def enable_remat(model: Any) -> int:
+    """Switch on rematerialisation in every module of ``model`` declaring ``supports_remat``;
+    the number of such modules (a model with none is refused)."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    count = 0
+    for _, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Module) and getattr(type(node), "supports_remat", False):
+            node.remat = True
+            count += 1
+    if not count:
+        raise ValueError(
+            f"remat=True: {type(model).__name__} has no module that supports gradient "
+            "checkpointing (a layer stack with supports_remat = True, as the models of "
+            "jaxfeed.models.from_pretrained have)"
+        )
+    return count
