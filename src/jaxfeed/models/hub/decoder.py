@@ -333,10 +333,11 @@ class CausalLM(nnx.Module):
     """
 
     symbolic_length = True
+    supports_remat = True  # Trainer(remat=True): each layer's activations recomputed
 
     def __init__(self, spec: DecoderSpec, *, dtype: Any = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
-        self.spec = spec
+        self.spec, self.remat = spec, False
         self.vocab_size, self.max_length = spec.vocab_size, spec.max_positions
         self.dtype = dtype
         init = nnx.initializers.normal(0.02)
@@ -382,6 +383,12 @@ class CausalLM(nnx.Module):
         if ids.ndim != 2:
             raise ValueError(f"input_ids must be (batch, length) token ids, got shape {ids.shape}")
         ids = ids.astype(jnp.int32)
+        t = ids.shape[1]
+        if self.position is not None and isinstance(t, int) and t > self.spec.max_positions:
+            raise ValueError(
+                f"sequences of {t} tokens are longer than the model's {self.spec.max_positions} "
+                "learned positions (n_positions): truncate them"
+            )
         if segment_ids is not None:
             segments = jnp.asarray(segment_ids).astype(jnp.int32)
             if attention_mask is not None:
@@ -401,7 +408,11 @@ class CausalLM(nnx.Module):
         )
         x = self._embed(ids, where)
         for layer in self.layers:
-            x = layer(x, _windowed(causal, layer.window, slots, slots), where)
+            mask = _windowed(causal, layer.window, slots, slots)
+            if self.remat:
+                x = nnx.remat(lambda mod, h, m, p: mod(h, m, p))(layer, x, mask, where)
+            else:
+                x = layer(x, mask, where)
         return self._logits(x)
 
     # ------------------------------------------------------------------ generation
