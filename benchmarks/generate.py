@@ -8,8 +8,9 @@ tokens, 128 new tokens, greedy (every row runs the full 128: no end-of-sequence 
 
 * new tokens per second (batch x 128 / wall time of the whole call), median of ``--repeats``;
 * time to the first token (a call with ``max_new_tokens=1``: prefill and one step), median;
-* the old whole-buffer loop (``use_cache=False``) for ``--old-new`` new tokens (default 16; its
-  cost grows with the square of the length, 128 would take minutes).
+* the old whole-buffer loop (``use_cache=False``) for ``--old-new`` new tokens (default 16) at
+  batch 1 (``--old-batches``): its cost grows with the square of the length, 128 new tokens
+  would take minutes; one timed call after the warm-up.
 
 jaxfeed runs through ``jaxfeed.train.generation.generate_ids`` (the token-level core of
 ``jaxfeed.text.generate``: no tokenizer in the loop, as ``transformers`` is given ids). Compile
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                     "torch_ttft_ms": 1e3 * median_time(lambda: hf(1), args.repeats),
                     "greedy_rows_identical": f"{same}/{batch}",
                 }  # fmt: skip
-                if args.old_new:
+                if args.old_new and batch in args.old_batches:
                     old = median_time(lambda: jf(args.old_new, cache=False), 1)
                     row["old_no_cache_tok_s"] = batch * args.old_new / old
                 row["ratio"] = row["jaxfeed_tok_s"] / row["torch_tok_s"]

@@ -64,6 +64,7 @@ def test_greedy_tokens_equal_transformers_generate(pair):
     assert got.steps == steps <= 3  # decoding stopped when every row had ended
 
 
+@pytest.mark.parametrize("pair", ["gpt2", "qwen3"], indirect=True)
 def test_one_program_per_batch_size_and_length_bucket(pair):
     _, _, model = pair
     before = compilations()
@@ -77,6 +78,7 @@ def test_one_program_per_batch_size_and_length_bucket(pair):
     assert compilations() - before == 2  # another batch size
 
 
+@pytest.mark.parametrize("pair", ["llama", "mistral"], indirect=True)
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(pair):
     _, _, model = pair
     first = generate_ids(model, PROMPTS, NEW, temperature=1.5, seed=7)
