@@ -223,6 +223,20 @@ def end_ids(model: Any, tokenizer: Any, eos_token_id: Any = None) -> list[int]:
     return [] if found is None else [found]
 
 
+def _without_padding(tokenizer: Any) -> Any:
+    """``tokenizer``, or a copy with padding and truncation off when it has them on (as a Hub
+    checkpoint's preprocessor does): prompts are never padded or cut at encoding."""
+    if (
+        getattr(tokenizer, "padding", None) is None
+        and getattr(tokenizer, "truncation", None) is None
+    ):
+        return tokenizer
+    copy = type(tokenizer).from_str(tokenizer.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
 class Generated(NamedTuple):
     """New token ids of each row (up to, without, the first end-of-sequence id) and the number
     of decoding steps run (fewer than ``max_new_tokens`` when every row ended early)."""
@@ -417,7 +431,8 @@ def generate(
             raise TypeError(f"generate: prompt {i} is a {type(text).__name__}, expected a str")
     _check_numbers(max_new_tokens, temperature, top_k, top_p)
     special = hasattr(model, "hub_config") if add_special_tokens is None else add_special_tokens
-    encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=special)]
+    plain = _without_padding(tokenizer)
+    encoded = [e.ids for e in plain.encode_batch(texts, add_special_tokens=special)]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"generate: prompt {i} ({texts[i][:40]!r}) encodes to no tokens")

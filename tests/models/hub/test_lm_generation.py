@@ -109,6 +109,11 @@ def test_generate_text_with_generation_config_eos_list_and_stop_strings(tmp_path
     stop = f" t{expected[row][1]}"
     cut = generate(model, tok, prompts[row], NEW, temperature=0, stop=[stop, "never"])
     assert cut == texts[row][: texts[row].index(stop)] and len(cut) < len(texts[row])
+    # a preprocessor's padding and truncation do not reach the prompts
+    tok.enable_padding(pad_id=0, pad_token="<pad>")
+    tok.enable_truncation(max_length=4)
+    assert generate(model, tok, prompts, NEW, temperature=0) == texts
+    assert tok.padding is not None and tok.truncation is not None  # the caller's is unchanged
 
 
 def test_generate_errors_are_clear(tmp_path):
