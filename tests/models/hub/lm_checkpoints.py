@@ -66,3 +66,14 @@ def left_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         ids[i, width - len(r) :] = r
         mask[i, width - len(r) :] = 1
     return ids, mask
+
+
+def word_tokenizer():
+    """Token ``tN`` is id N (0, 1, 2: pad, bos, eos): text and ids map one to one."""
+    import tokenizers
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<pad>", "<s>", "</s>"])
+    return tok

@@ -11,23 +11,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 from jaxfeed.text import generate  # noqa: E402
 from jaxfeed.train.generation import compilations, generate_ids  # noqa: E402
-from models.hub.lm_checkpoints import CONFIGS, VOCAB, left_padded, load, save_checkpoint  # noqa: E402
+from models.hub.lm_checkpoints import (  # noqa: E402
+    CONFIGS,
+    left_padded,
+    load,
+    save_checkpoint,
+    word_tokenizer,
+)
 
 PROMPTS = [[5, 17, 33], [40, 41, 42, 43, 44, 45, 46, 47, 48], [90, 3, 7, 60, 61, 9]]
 NEW = 12
-
-
-def word_tokenizer():
-    """Token ``tN`` is id N (0, 1, 2: pad, bos, eos): text and ids map one to one."""
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<pad>", "<s>", "</s>"])
-    return tok
 
 
 def reference(torch_model, prompts, eos, new=NEW):
