@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--old-new", type=int, default=16, help="new tokens for the old no-cache loop (0: skip it)"
     )
+    parser.add_argument("--old-batches", type=int, nargs="+", default=[1],
+                        help="batch sizes for the old no-cache loop (slow: quadratic)")  # fmt: skip
     parser.add_argument(
         "--threads",
         type=int,
