@@ -51,7 +51,7 @@ def test_logits_equal_transformers_with_left_padding(pair):
     real = mask.astype(bool)
     err = np.abs(got[real] - expected[real]).max()
     assert err < TOL, f"{kind}: max |diff| {err:.2e}"
-    assert np.abs(expected[real]).max() > 0.5  # the comparison is not of near-zero logits
+    assert np.abs(expected[real]).max() > 0.1  # the comparison is not of near-zero logits
 
 
 def test_packed_rows_equal_each_segment_alone(pair):
