@@ -1,12 +1,15 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   create .venv, install jaxfeed, run the main job
 #   make test   create .venv if needed, install the dev extras, run the whole test suite
-PYTHON ?= python3
+# The newest Python 3 here that the newest JAX supports (3.13 or 3.12: jax 0.12, flax 0.12.12),
+# else 3.11 (jax 0.10.2, flax 0.12.8); constraints.txt pins each by python_version.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	$$p -c "" >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint format bench bench-check install clean docs docs-browser
+.PHONY: demo test lint format bench bench-check install clean docs docs-browser docs-serve
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +43,7 @@ SEED := $(shell date +%s)
 endif
 
 test: $(VENV)/.installed-dev
+	@echo "python: $$($(PY) --version) in $(VENV) (chosen from $(PYTHON); PYTHON=... to choose)"
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
@@ -81,6 +85,12 @@ docs-browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "note: could not install chromium; the browser check will be skipped"; \
 	else echo "note: no chromium (apt-get install chromium); the browser check will be skipped"; fi
+
+# The same site served over HTTP with live reload (http://127.0.0.1:8000; PORT=... to change it).
+# The built site/ also works opened from disk: site/index.html.
+PORT ?= 8000
+docs-serve: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build site src/*.egg-info

@@ -98,10 +98,18 @@ def test_promise_loader_state_survives_a_reload_of_the_same_data(tmp_path):
     disk in a new process), so exact resume keeps working."""
     ds = small_ds()
     ds.save_to_disk(tmp_path / "ds")
-    a = DataLoader(ds, 7, shuffle=True, seed=2)
-    next(iter(a))
-    b = DataLoader(load_from_disk(tmp_path / "ds"), 7, shuffle=True, seed=2)
-    b.load_state_dict(a.state_dict())
+    a = DataLoader(ds, 7, shuffle=True, seed=2, prefetch=0)
+    it = iter(a)
+    next(it)
+    state = a.state_dict()
+    b = DataLoader(load_from_disk(tmp_path / "ds"), 7, shuffle=True, seed=2, prefetch=0)
+    b.load_state_dict(state)
+    rest_a, rest_b = list(it), list(b)
+    assert len(rest_b) == len(rest_a) > 0
+    for x, y in zip(rest_a, rest_b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(np.asarray(x[k]), np.asarray(y[k]), err_msg=k)
     a.close()
     b.close()
 

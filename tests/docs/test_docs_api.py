@@ -17,7 +17,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
-SUBMODULES = ("jaxfeed.transforms", "jaxfeed.train", "jaxfeed.text")
+SUBMODULES = (
+    "jaxfeed.transforms",
+    "jaxfeed.train",
+    "jaxfeed.text",
+    "jaxfeed.models",
+    "jaxfeed.checkpoint",
+    "jaxfeed.serving",
+    "jaxfeed.recipes",
+)
 
 
 def exports(module_name: str) -> list[str]:

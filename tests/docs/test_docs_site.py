@@ -31,8 +31,8 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="no chromium (apt-get i
 # page, a text it must show, the name of its screenshot
 PAGES = [
     ("index.html", "Getting started", "home"),
-    ("tutorials/linen-and-nnx/index.html", "train_step_nnx", "tutorial"),
-    ("reference/jaxfeed/index.html", "DataLoader", "api"),
+    ("tutorials/linen-and-nnx.html", "train_step_nnx", "tutorial"),
+    ("reference/jaxfeed.html", "DataLoader", "api"),
 ]
 
 
@@ -59,9 +59,13 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
 
 
 @needs_chromium
+@pytest.mark.parametrize("how", ["http", "file"])
 @pytest.mark.parametrize(("page", "text", "shot"), PAGES, ids=[p[2] for p in PAGES])
-def test_page_loads_without_errors_and_is_not_blank(server, page, text, shot):
+def test_page_loads_without_errors_and_is_not_blank(server, page, text, shot, how):
+    # the README tells people to open site/index.html: the site must work from file:// too
     root, base = server
+    if how == "file":
+        base, shot = root.as_uri() + "/", f"{shot}-file"
     assert (root / page).is_file(), f"the site has no {page}"
     shots = root / "_screenshots"
     shots.mkdir(exist_ok=True)
@@ -84,8 +88,8 @@ def test_page_loads_without_errors_and_is_not_blank(server, page, text, shot):
 
 def test_the_built_reference_has_every_public_name():
     reference = Path(SITE) / "reference"
-    html = {m: (reference / m.split(".")[-1] / "index.html").read_text() for m in SUBMODULES}
-    html["jaxfeed"] = (reference / "jaxfeed" / "index.html").read_text()
+    html = {m: (reference / f"{m.split('.')[-1]}.html").read_text() for m in SUBMODULES}
+    html["jaxfeed"] = (reference / "jaxfeed.html").read_text()
     missing = [
         f"{module}.{name}"
         for module in ("jaxfeed", *SUBMODULES)
@@ -94,3 +98,86 @@ def test_the_built_reference_has_every_public_name():
         if not re.search(rf'id="{re.escape(module)}(\.\w+)?\.{name}"', html[module])
     ]
     assert not missing, f"the built API reference lacks {missing}"
+
+
+def test_links_and_search_work_without_a_server():
+    """Opened from disk, a link to a folder shows a bare listing and a fetched search index is
+    blocked: every internal link names an .html file, and the search index ships as a script."""
+    root = Path(SITE)
+    assert (root / "search" / "search_index.js").is_file(), (
+        "no offline search index (plugin offline)"
+    )
+    for page in (root / "index.html", root / "reference" / "jaxfeed.html"):
+        hrefs = re.findall(r'href="([^"#:?]+)"', page.read_text())
+        folders = [h for h in hrefs if h.endswith("/") or h in (".", "..")]
+        assert not folders, f"{page.name} links to folders: {folders[:5]}"
+
+
+SEARCH_JS = """(async () => {
+  let box = null;
+  for (let k = 0; k < 100 && !(box = document.querySelector('.md-search__input')); k++)
+    await new Promise(r => setTimeout(r, 100));
+  box.focus(); box.value = 'DataLoader';
+  box.dispatchEvent(new Event('input', {bubbles: true}));
+  box.dispatchEvent(new KeyboardEvent('keyup', {key: 'r', bubbles: true}));
+  for (let k = 0; k < 80; k++) {
+    const meta = document.querySelector('.md-search-result__meta').textContent;
+    if (/matching|served/.test(meta)) return meta.trim();
+    await new Promise(r => setTimeout(r, 100));
+  }
+  return document.querySelector('.md-search-result__meta').textContent.trim();
+})()"""
+
+
+async def _search(url: str, profile: Path) -> str:
+    """Type a query into the page's search box (Chrome DevTools protocol) and read the answer."""
+    import asyncio
+
+    import aiohttp
+
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
+         f"--user-data-dir={profile}", "about:blank"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        port_file = profile / "DevToolsActivePort"
+        for _ in range(300):
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            await asyncio.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        async with aiohttp.ClientSession() as http:
+            targets = await (await http.get(f"http://127.0.0.1:{port}/json")).json()
+            page = next(t for t in targets if t["type"] == "page")
+            async with http.ws_connect(page["webSocketDebuggerUrl"]) as ws:
+
+                async def call(n: int, method: str, **params):
+                    await ws.send_json({"id": n, "method": method, "params": params})
+                    while (message := await ws.receive_json()).get("id") != n:
+                        pass
+                    return message["result"]
+
+                await call(1, "Page.enable")
+                await call(2, "Page.navigate", url=url)
+                await asyncio.sleep(3)
+                done = await call(
+                    3, "Runtime.evaluate", expression=SEARCH_JS, awaitPromise=True,
+                    returnByValue=True,
+                )  # fmt: skip
+                return str(done["result"].get("value"))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@needs_chromium
+def test_search_answers_served_and_says_how_to_serve_from_disk(server, tmp_path):
+    import asyncio
+
+    root, base = server
+    served = asyncio.run(_search(base + "index.html", tmp_path / "a"))
+    assert "matching documents" in served, served
+    # from disk, search either works or says plainly how to serve the site; never "Initializing"
+    from_disk = asyncio.run(_search(root.as_uri() + "/index.html", tmp_path / "b"))
+    assert "matching documents" in from_disk or "make docs-serve" in from_disk, from_disk

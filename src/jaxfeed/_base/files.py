@@ -6,7 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
@@ -198,13 +202,16 @@ class FolderLock:
 
 
 def is_locked(path: str | os.PathLike) -> bool:
-    """Whether some live process holds an OS lock on the file ``path`` (False when it is absent)."""
+    """Whether some live process holds an OS lock on the file ``path`` (False when it is absent;
+    True when it cannot be opened to tell, so that a clean-up never takes a live lock for dead)."""
     import fcntl  # noqa: PLC0415 (optional: POSIX-only fcntl, imported where a lock is tested)
 
     try:
         fd = os.open(path, os.O_RDWR)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -212,3 +219,119 @@ def is_locked(path: str | os.PathLike) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+# ------------------------------------------------------------------------------ locked temporaries
+WRITER_LOCK = ".writer.lock"  # inside a temporary folder, locked by the process filling it
+STALE_TMP_SECONDS = 3600  # a temporary folder without a lock file untouched this long is abandoned
+
+
+class LockedTemporary:
+    """A new hidden folder ``.NAME.tmp-XXXXXXXX`` beside ``target``, to fill and then rename into
+    place, locked by this process (an OS lock on ``WRITER_LOCK`` inside it) from the moment the
+    lock file bears its name until the folder is renamed into place or removed: a clean-up by
+    another process (:func:`remove_abandoned`) can never take it for a dead writer's.
+
+    The lock file is locked under another name and renamed to ``WRITER_LOCK`` once held, so the
+    file a clean-up probes is always locked while its writer lives. Once the folder is renamed
+    into place the lock file is removed from it, still held, and the lock dropped last.
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "out"
+    >>> with LockedTemporary(target, "example folder") as writing:
+    ...     _ = (writing.path / "a.txt").write_text("hi")
+    ...     writing.publish()
+    True
+    >>> sorted(p.name for p in target.iterdir()), sorted(p.name for p in target.parent.iterdir())
+    (['a.txt'], ['out'])
+    """
+
+    on_step: ClassVar[Callable[[str, Path], None] | None] = None  # tests: run at each step
+
+    def __init__(self, target: str | os.PathLike, what: str) -> None:
+        self.target = Path(target)
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.path = self.target.parent / f".{self.target.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+        self.lock: FolderLock | None = None
+        try:
+            self.step("created")
+            self.lock = FolderLock(self.path, what, WRITER_LOCK + ".new")
+            self.step("locked aside")
+            os.rename(self.path / (WRITER_LOCK + ".new"), self.path / WRITER_LOCK)
+            self.lock.path = self.path / WRITER_LOCK
+            self.step("locked")
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self, name: str) -> None:
+        """Run the test hook ``LockedTemporary.on_step`` (none outside tests) at step ``name``."""
+        if LockedTemporary.on_step is not None:
+            LockedTemporary.on_step(name, self.path)
+
+    def publish(
+        self, done: str | None = None, move: Callable[[Path, Path], None] = os.replace
+    ) -> bool:
+        """Rename the folder to ``target`` with ``move``; False (and the folder removed on close)
+        when ``target`` already holds the file ``done``: another process finished first."""
+        self.step("renaming")
+        try:
+            move(self.path, self.target)
+        except OSError:
+            if done is None or not (self.target / done).exists():
+                raise
+            return False
+        self.step("renamed")
+        lock_file = self.target / WRITER_LOCK
+        try:  # ours (not a file of a later writer that replaced the folder meanwhile)
+            held = self.lock is not None and self.lock.fd is not None
+            if held and os.stat(lock_file).st_ino == os.fstat(self.lock.fd).st_ino:
+                lock_file.unlink()
+        except FileNotFoundError:
+            pass
+        self.step("published")
+        return True
+
+    def close(self) -> None:
+        """Remove the folder if it was not renamed into place, then drop the lock."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self.lock is not None:
+            self.lock.release()
+        self.step("closed")
+
+    def __enter__(self) -> LockedTemporary:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def abandoned(tmp: Path) -> bool:
+    """Whether the temporary folder ``tmp`` belongs to a dead writer: its lock file exists and
+    nobody holds it, or it has no lock file and is untouched for ``STALE_TMP_SECONDS`` (a writer
+    that died before locking, or a folder being removed)."""
+    try:
+        if (tmp / WRITER_LOCK).exists():
+            return not is_locked(tmp / WRITER_LOCK)
+        return time.time() - tmp.stat().st_mtime > STALE_TMP_SECONDS
+    except OSError:
+        return False
+
+
+def remove_abandoned(parent: str | os.PathLike, prefix: str = ".") -> list[Path]:
+    """Remove the temporary folders (``.NAME.tmp-...``, names starting with ``prefix``) in
+    ``parent`` whose writer is dead (:func:`abandoned`); a live writer's are never touched.
+    Returns the removed folders."""
+    try:
+        candidates = [
+            p for p in Path(parent).iterdir() if p.name.startswith(prefix) and ".tmp-" in p.name
+        ]
+    except OSError:
+        return []
+    removed = []
+    for tmp in candidates:
+        if tmp.name.startswith(".") and abandoned(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed

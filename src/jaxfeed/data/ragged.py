@@ -56,7 +56,20 @@ class Ragged:
     @staticmethod
     def from_rows(rows: Sequence[Any], column: str = "", row_ids: Any = None) -> Ragged:
         """Rows given one by one (arrays or lists of numbers); trailing dimensions must agree."""
-        arrays = [np.asarray(r) for r in rows]
+        arrays = []
+        for i, r in enumerate(rows):
+            try:
+                arrays.append(np.asarray(r))
+            except ValueError:  # numpy: "an inhomogeneous shape" (lists of different lengths)
+                row = i if row_ids is None else int(row_ids[i])
+                inner = [len(x) if hasattr(x, "__len__") else None for x in list(r)[:8]]
+                raise ValueError(
+                    f"column {column!r}, row {row}: a list of lists of different lengths "
+                    f"({inner}{'...' if len(r) > 8 else ''}), a nested ragged column: rows are "
+                    "padded on their first axis only, so the inner lists of a row must have one "
+                    "length; pad or cut them with map first, or leave the column out "
+                    "(DataLoader(columns=[...]))"
+                ) from None
         for i, a in enumerate(arrays):
             if a.ndim == 0 or a.dtype.hasobject or a.dtype.kind in "USV":
                 row = i if row_ids is None else int(row_ids[i])

@@ -45,7 +45,8 @@ class Packing:
         long_rows: ``"error"`` (default) for a row longer than ``length``, or ``"split"`` to cut
             it into pieces of ``length`` (each packed as its own segment).
         num_bins: open bins of the best fit (default: 2 x the batch size); more bins, less
-            padding, a slower plan (once per epoch: 0.5 s for 100,000 rows and 128 bins).
+            padding, a slower plan (once per epoch: 0.5 s for 100,000 rows and 128 bins). Bins
+            are opened as rows need them, so a huge value costs nothing for a few rows.
         pad_values: ``{column: value}``; default 0, -100 for ``labels``, the tokenizer's pad id
             for ``input_ids`` with ``tokenizer=``.
         tokenizer: a ``tokenizers.Tokenizer`` whose pad id pads ``input_ids``.
@@ -132,10 +133,14 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
     out_offset: list[int] = []
     out_segment: list[int] = []
     out_position: list[int] = []
-    room = [length] * num_bins
+    # Bins are opened as rows need them, never more than num_bins: memory follows the rows
+    # present, not num_bins (10**9 bins for 4 rows is 4 bins). The plan is the one of num_bins
+    # empty bins opened at once: an unopened bin (room ``length``, a higher index than every
+    # opened one) is chosen only when no opened bin holds the row, and then always holds it.
+    room: list[int] = []
     # (room left, bin) sorted: the best fit is one bisection away (no numpy call per row)
-    by_room = [(length, j) for j in range(num_bins)]
-    bins: list[list[tuple[int, int, int, int]]] = [[] for _ in range(num_bins)]
+    by_room: list[tuple[int, int]] = []
+    bins: list[list[tuple[int, int, int, int]]] = []
     closed = 0
 
     def close(j: int) -> None:
@@ -183,6 +188,11 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
         k = bisect.bisect_left(by_room, (size, -1))
         if k < len(by_room):
             j = by_room[k][1]  # best fit: the fullest bin that holds the row
+        elif len(bins) < num_bins:  # none does: open a new bin
+            j = len(bins)
+            room.append(length)
+            by_room.append((length, j))  # the highest (room, bin) of all: stays sorted
+            bins.append([])
         else:
             j = by_room[0][1]  # none does: close the fullest and start again there
             close(j)
@@ -190,7 +200,7 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
         set_room(j, room[j] - size)
         if room[j] == 0:
             close(j)
-    for j in range(num_bins):
+    for j in range(len(bins)):
         if bins[j]:
             close(j)
 

@@ -116,6 +116,43 @@ def _load_fast_put() -> Any:
     return _fast_put
 
 
+def backends_initialized() -> bool:
+    """Whether JAX has started its backends (after which XLA flags no longer take effect).
+
+    JAX has no public API for this: ``jax._src.xla_bridge.backends_are_initialized`` is used when
+    present; without it the answer is ``True`` (the safe side: the caller treats flags set now as
+    too late). :func:`private_api_paths` says which path runs.
+
+    >>> isinstance(backends_initialized(), bool)
+    True
+    """
+    probe = _backends_probe()
+    return True if probe is None else bool(probe())
+
+
+def _backends_probe() -> Callable[[], bool] | None:
+    try:
+        from jax._src import xla_bridge  # noqa: PLC0415 (optional: private JAX API)
+
+        return xla_bridge.backends_are_initialized
+    except (ImportError, AttributeError):
+        return None
+
+
+def private_api_paths() -> dict[str, str]:
+    """Which path each use of JAX's private API takes on the installed JAX: the private one, or
+    its public fallback. A JAX release that moves one shows here (and in its test), not as a
+    slowdown or a wrong answer.
+
+    >>> sorted(private_api_paths())
+    ['backends_initialized', 'device_put']
+    """
+    return {
+        "device_put": "jaxlib batched_device_put" if _load_fast_put() else "jax.device_put",
+        "backends_initialized": "jax._src.xla_bridge" if _backends_probe() else "assumed True",
+    }
+
+
 def _shard_indices(sharding: Sharding, shape: tuple[int, ...]) -> tuple[list, list]:
     key = (sharding, shape)
     hit = _INDEX_CACHE.get(key)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.export  # a submodule: older JAX releases do not import it with jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal

@@ -46,7 +46,14 @@ _REQUIRED = object()  # a field without a default
 
 
 class SpecError(ValueError):
-    """A preprocessing spec that cannot be read, or raw inputs it cannot take (named)."""
+    """A preprocessing spec that cannot be read, or raw inputs it cannot take (named).
+
+    >>> try:
+    ...     ServingSpec.from_dict([], where="spec.json")
+    ... except SpecError as e:
+    ...     print(e)
+    spec.json: preprocessing must be an object, got list
+    """
 
 
 def category_key(value: Any) -> str | None:
@@ -77,7 +84,11 @@ class TableColumn:
     """One input column of a table: ``numeric`` (standardised with ``mean`` and ``std``; a
     missing cell becomes ``fill``, or is refused when ``fill`` is None) or ``categorical`` (one-hot
     over ``vocabulary`` plus a last slot for unseen values; a missing cell goes to that slot when
-    ``impute``, else it is refused)."""
+    ``impute``, else it is refused).
+
+    >>> TableColumn("city", "categorical", vocabulary=("lyon", "paris")).width
+    3
+    """
 
     name: str
     kind: str  # "numeric" or "categorical"
@@ -95,7 +106,12 @@ class TableColumn:
 
 @dataclass(frozen=True)
 class ServingSpec:
-    """Raw inputs -> model inputs, and model outputs -> predictions (see the module doc)."""
+    """Raw inputs -> model inputs, and model outputs -> predictions (see the module doc).
+
+    >>> spec = ServingSpec("image", (8, 8, 1), labels=("cat", "dog"), image_mode="L", image_size=(8, 8))
+    >>> ServingSpec.from_dict(spec.to_dict(), where="spec.json") == spec
+    True
+    """
 
     kind: str
     input_shape: tuple[int, ...]

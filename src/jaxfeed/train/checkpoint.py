@@ -50,7 +50,16 @@ TMP_MARK = ".orbax-checkpoint-tmp"
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is missing, foreign, or does not fit the objects it is restored into."""
+    """A checkpoint is missing, foreign, or does not fit the objects it is restored into.
+
+    >>> import tempfile
+    >>> from jaxfeed.checkpoint import CheckpointManager
+    >>> try:
+    ...     CheckpointManager(tempfile.mkdtemp()).restore({"w": 0.0})
+    ... except CheckpointError as e:
+    ...     print("refused:", type(e).__name__)
+    refused: CheckpointError
+    """
 
 
 # ---------------------------------------------------------------------------------- pytrees
@@ -650,7 +659,13 @@ def _partial_keys(wanted: Any, saved: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
-    """``{"model": ..., "optimizer": ...}`` as plain nested dicts of arrays."""
+    """``{"model": ..., "optimizer": ...}`` as plain nested dicts of arrays.
+
+    >>> from flax import nnx
+    >>> pure = nnx_pure_state(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
+    >>> sorted(pure["model"])
+    ['bias', 'kernel']
+    """
     from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
     out = {"model": nnx.to_pure_dict(nnx.state(model))}
@@ -660,7 +675,14 @@ def nnx_pure_state(model: Any, optimizer: Any = None) -> dict[str, Any]:
 
 
 def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = None) -> None:
-    """Write arrays from :func:`nnx_pure_state`'s layout into ``model`` (and ``optimizer``)."""
+    """Write arrays from :func:`nnx_pure_state`'s layout into ``model`` (and ``optimizer``).
+
+    >>> from flax import nnx
+    >>> a, b = nnx.Linear(2, 1, rngs=nnx.Rngs(0)), nnx.Linear(2, 1, rngs=nnx.Rngs(1))
+    >>> load_nnx_pure_state(nnx_pure_state(a), b)
+    >>> bool((a.kernel[...] == b.kernel[...]).all())
+    True
+    """
     from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
     for obj, key in ((model, "model"), (optimizer, "optimizer")):

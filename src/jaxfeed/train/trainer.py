@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax._src import xla_bridge
 from tqdm.auto import tqdm
 
 from jaxfeed._base.files import atomic_write, check_writable
+from jaxfeed.runtime.devices import backends_initialized
 from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.cores import (
@@ -831,7 +831,7 @@ def _require_deterministic_backend() -> None:
     flag = "--xla_gpu_deterministic_ops=true"
     if flag in os.environ.get("XLA_FLAGS", ""):
         return
-    if not xla_bridge.backends_are_initialized():
+    if not backends_initialized():
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
         return
     if jax.default_backend() == "gpu":

@@ -66,3 +66,23 @@ def test_bf16_parameters_and_compute(tmp_path):
     got = np.asarray(model(**{k: jnp.asarray(v) for k, v in batch.items()}))
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, reference(torch_model, batch), atol=5e-2)
+
+
+@pytest.mark.parametrize(
+    ("family", "task", "overrides"),
+    [
+        ("bert", "masked-lm", {"tie_word_embeddings": False, "hidden_act": "gelu_new"}),
+        ("roberta", "masked-lm", {"tie_word_embeddings": False}),
+        (
+            "distilbert",
+            "sequence-classification",
+            {"sinusoidal_pos_embds": True, "activation": "relu"},
+        ),
+    ],
+)
+def test_config_variants(tmp_path, family, task, overrides):
+    torch_model = save_checkpoint(tmp_path, family, task, **overrides)
+    batch = inputs(family)
+    model = from_pretrained(tmp_path)
+    got = np.asarray(model(**{k: jnp.asarray(v) for k, v in batch.items()}))
+    np.testing.assert_allclose(got, reference(torch_model, batch), atol=1e-4, rtol=0)

@@ -77,3 +77,8 @@ def test_blockwise_reads_give_the_same_weights(checkpoint, monkeypatch):
         model = from_pretrained(checkpoint, sharding=sharding)
         for path, var in variables(model).items():
             np.testing.assert_array_equal(np.asarray(var.get_value()), whole[path], err_msg=path)
+
+
+def test_rule_naming_a_missing_mesh_axis(checkpoint):
+    with pytest.raises(ValueError, match=r"rule for 'mlp' names mesh axis 'model', which the mesh"):
+        from_pretrained(checkpoint, mesh=make_mesh({"data": 8}), sharding={"mlp": "model"})

@@ -77,7 +77,7 @@ class Features(dict):
         if METADATA_KEY in meta:
             try:
                 stored = json.loads(meta[METADATA_KEY])["info"]["features"]
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, RecursionError):
                 stored = None
             if stored is not None and set(stored) == set(schema.names):
                 return cls({name: feature_from_dict(stored[name]) for name in schema.names})

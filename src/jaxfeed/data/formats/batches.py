@@ -1,4 +1,4 @@
-"""Read Parquet, CSV, JSON Lines and Arrow files as a sequence of record batches of bounded size.
+"""Read Parquet, CSV, JSON Lines, Arrow and text files as a sequence of record batches of bounded size.
 
 Both the out-of-core cache (:mod:`jaxfeed.data.formats.cache`) and streaming (:mod:`jaxfeed.data.iterable`) read
 files through here, locally or through fsspec (:mod:`jaxfeed._base.remote`), so neither ever holds a
@@ -16,7 +16,7 @@ fetches only the footer and the column chunks of the row groups asked for.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,15 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from jaxfeed._base import remote
-from jaxfeed.data.formats.files import check_batch, file_format, read_table
+from jaxfeed.data.formats import files
+from jaxfeed.data.formats.files import (
+    check_batch,
+    file_format,
+    read_table,
+    row_too_large,
+    straddles,
+)
+from jaxfeed.data.formats.text import is_text_format, read_text
 from jaxfeed.data.formats.validate import DepthCheckedStream
 
 BATCH_BYTES = 8 << 20  # uncompressed bytes per record batch: bounds memory, keeps chunks few
@@ -141,6 +149,8 @@ def file_batches(
             batches = _json(path, batch_bytes, storage_options)
         elif fmt == "arrow":
             batches = _arrow(path, storage_options)
+        elif is_text_format(fmt):
+            batches = _text(path, fmt, storage_options)
         else:
             raise ValueError(
                 f"cannot tell the format of {path}; name it (load_dataset('csv', data_files=...))"
@@ -185,15 +195,51 @@ def _parquet(
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
+def _growing_blocks(
+    read: Callable[[int, pa.Schema | None], Iterator[pa.RecordBatch]],
+    path: str,
+    fmt: str,
+    block: int,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``read(block_size, schema)``; when a row is larger than the block (Arrow:
+    "straddling object"), read again with a block 4x larger and the schema of the batches
+    already given, skipping their rows. A row over ``MAX_BLOCK_BYTES`` is named."""
+    done, schema = 0, None
+    while True:
+        skip = done
+        try:
+            for batch in read(block, schema):
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                if skip:
+                    batch, skip = batch.slice(skip), 0
+                schema = schema or batch.schema
+                done += batch.num_rows
+                yield batch
+            return
+        except pa.ArrowInvalid as err:
+            if not straddles(err):
+                raise
+            if block >= files.MAX_BLOCK_BYTES:
+                raise row_too_large(path, fmt, done) from None
+            block = min(4 * block, files.MAX_BLOCK_BYTES)
+
+
 def _csv(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
     delimiter = "\t" if ".tsv" in Path(path).name.lower() else ","
-    with open_input(path, storage_options) as stream:
-        reader = pcsv.open_csv(
-            stream,
-            read_options=pcsv.ReadOptions(block_size=batch_bytes),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter),
-        )
-        yield from reader
+
+    def read(block: int, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        types = None if schema is None else dict(zip(schema.names, schema.types, strict=True))
+        with open_input(path, storage_options) as stream:
+            yield from pcsv.open_csv(
+                stream,
+                read_options=pcsv.ReadOptions(block_size=block),
+                parse_options=pcsv.ParseOptions(delimiter=delimiter),
+                convert_options=pcsv.ConvertOptions(column_types=types),
+            )
+
+    yield from _growing_blocks(read, path, "csv", batch_bytes)
 
 
 def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
@@ -204,10 +250,25 @@ def _json(path: str, batch_bytes: int, storage_options: dict | None) -> Iterator
         table = _whole_json(path, storage_options)
         yield from table.to_batches(max_chunksize=_rows_for(table, batch_bytes))
         return
+
+    def read(block: int, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        with open_input(path, storage_options) as stream:
+            # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
+            checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
+            yield from pjson.open_json(
+                checked,
+                read_options=pjson.ReadOptions(block_size=block),
+                parse_options=pjson.ParseOptions(explicit_schema=schema),
+            )
+
+    yield from _growing_blocks(read, path, "json", batch_bytes)
+
+
+def _text(path: str, fmt: str, storage_options: dict | None) -> Iterator[pa.RecordBatch]:
+    schema = pa.schema([pa.field("text", pa.string())])
     with open_input(path, storage_options) as stream:
-        # nesting is bounded before Arrow's parser recurses into it (deep nesting crashed it)
-        checked = pa.PythonFile(DepthCheckedStream(stream, path), mode="r")
-        yield from pjson.open_json(checked, read_options=pjson.ReadOptions(block_size=batch_bytes))
+        for rows in read_text(stream, path, fmt):
+            yield pa.RecordBatch.from_arrays([pa.array(rows, pa.string())], schema=schema)
 
 
 def _one_object(path: str, storage_options: dict | None) -> bool:
@@ -217,12 +278,16 @@ def _one_object(path: str, storage_options: dict | None) -> bool:
         _load_json(path, storage_options)
         return True
     except ValueError:
-        return False  # JSON Lines
+        return False  # JSON Lines (or too deep for one document: the depth check names it)
 
 
 def _load_json(path: str, storage_options: dict | None) -> Any:
     with open_input(path, storage_options) as stream:
-        return json.loads(stream.read())
+        raw = stream.read()
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"cannot read json file {path}: it nests too deeply") from None
 
 
 def _whole_json(path: str, storage_options: dict | None) -> pa.Table:

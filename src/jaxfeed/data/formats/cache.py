@@ -59,7 +59,11 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from jaxfeed._base import remote
-from jaxfeed._base.files import FolderLock, atomic_write, is_locked
+from jaxfeed._base.files import (
+    LockedTemporary,
+    atomic_write,
+    remove_abandoned,
+)
 from jaxfeed._base.settings import progress
 from jaxfeed.data import ops
 from jaxfeed.data.core import DatasetCore
@@ -74,10 +78,6 @@ CACHE_VERSION = 2  # 2: info.json records the data's size and CRC-32 and its own
 DATA_FILE = "data.arrow"
 INFO_FILE = "info.json"
 VERIFIED_FILE = "verified.json"
-WRITER_LOCK = ".writer.lock"  # held by the process filling a temporary folder
-STALE_TMP_SECONDS = (
-    3600  # an unlocked temporary folder untouched this long belongs to a dead process
-)
 VERIFICATION_MODES = ("no_checks", "basic_checks", "all_checks")
 
 
@@ -482,33 +482,25 @@ class _Writer:
 
 def _publish(folder: Path, fill: Callable[[Path], dict[str, Any]]) -> None:
     """Build a cache folder atomically: ``fill(tmp)`` writes ``data.arrow`` into a hidden folder
-    (locked by this process while it fills it) and returns the info; the data's size and CRC-32
-    and the info's digest are recorded, the folder is synced and renamed into place (a
-    concurrent process that finished first wins), and removed on any error or interruption.
-    Entries of the same lineage (older versions of the sources) are then removed, and the cache
-    trimmed to ``$JAXFEED_CACHE_MAX_GB``."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    lock = FolderLock(tmp, "cache temporary folder", WRITER_LOCK)
-    try:
+    (:class:`LockedTemporary`: locked by this process from its creation until it is renamed
+    into place or removed, so no other process's clean-up takes it for a dead writer's) and
+    returns the info; the data's size and CRC-32 and the info's digest are recorded, the folder is
+    synced and renamed into place (a concurrent process that finished first wins), and removed
+    on any error or interruption. Entries of the same lineage (older versions of the sources)
+    are then removed, and the cache trimmed to ``$JAXFEED_CACHE_MAX_GB``."""
+    with LockedTemporary(folder, "cache temporary folder") as writing:
+        tmp = writing.path
         info = fill(tmp)
+        writing.step("filled")
         data = tmp / DATA_FILE
         info["data_bytes"] = data.stat().st_size
         info["info_sha256"] = info_digest(info)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
+        writing.step("described")
         _fsync(data)
         (tmp / VERIFIED_FILE).write_text(json.dumps(_stat_key(tmp)))  # written, so checked
-        lock.release()
-        (tmp / WRITER_LOCK).unlink()
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / INFO_FILE).is_file():  # not another process's finished copy
-                raise
-    finally:
-        lock.release()
-        shutil.rmtree(tmp, ignore_errors=True)
+        writing.step("verified")
+        writing.publish(done=INFO_FILE)  # False: another process's finished copy is there
     _evict_lineage(folder, info.get("lineage"))
     limit = os.environ.get(MAX_GB_ENV)
     if limit:
@@ -531,24 +523,10 @@ def _remove_entry(folder: Path) -> None:
 
 
 def _clean_abandoned(datasets: Path) -> None:
-    """Remove the temporary folders of dead writers: unlocked ones (a live writer holds the OS
-    lock inside its folder until it renames it), and ones without a lock untouched for
-    ``STALE_TMP_SECONDS``."""
-    try:
-        candidates = [p for p in datasets.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
-    except OSError:
-        return
-    for tmp in candidates:
-        try:
-            lock = tmp / WRITER_LOCK
-            if lock.exists():
-                dead = not is_locked(lock)
-            else:
-                dead = time.time() - tmp.stat().st_mtime > STALE_TMP_SECONDS
-        except OSError:
-            continue
-        if dead:
-            shutil.rmtree(tmp, ignore_errors=True)
+    """Remove the temporary folders of dead writers (:func:`jaxfeed._base.files.abandoned`: an
+    unlocked lock file, or no lock file and untouched for ``STALE_TMP_SECONDS``); a live writer
+    holds its lock until its folder is renamed into place or removed."""
+    remove_abandoned(datasets)
 
 
 def _evict_lineage(keep: Path, lineage: str | None) -> None:
@@ -765,18 +743,11 @@ def fetch_folder(
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     _clean_abandoned(folder.parent)
-    tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
+    with LockedTemporary(folder, "remote folder copy") as writing:
         for name, _ in found:
-            target = tmp / name[len(inner) :].lstrip("/")
+            target = writing.path / name[len(inner) :].lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(name, str(target))
-        (tmp / ".complete").write_text("")
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / ".complete").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        (writing.path / ".complete").write_text("")
+        writing.publish(done=".complete")  # False: another process's finished copy is there
     return folder

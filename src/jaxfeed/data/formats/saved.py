@@ -36,9 +36,11 @@ import pyarrow as pa
 from jaxfeed._base import remote
 from jaxfeed._base.files import (
     ChecksumError,
+    LockedTemporary,
     UnsafePathError,
     check_inside,
     file_sha256,
+    remove_abandoned,
     resolve_inside,
 )
 from jaxfeed._base.settings import progress
@@ -217,15 +219,6 @@ def _replace(tmp: Path, path: Path) -> None:
     _fsync_dir(path.parent)
 
 
-def _tmp_folder(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a crashed save
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    return tmp
-
-
 def save_dataset(
     ds: Dataset,
     path: str | os.PathLike,
@@ -259,13 +252,11 @@ def _save(
         _save_remote(write, str(path), storage_options)
         return
     path = Path(path)
-    tmp = _tmp_folder(path)
-    try:
-        write(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(path.parent, f".{path.name}.tmp-")  # left by a crashed save, never a live one
+    with LockedTemporary(path, "dataset being saved") as writing:
+        write(writing.path)
+        writing.publish(move=_replace)
 
 
 def _write_dict(

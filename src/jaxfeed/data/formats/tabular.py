@@ -25,6 +25,7 @@ from jaxfeed._base.settings import progress
 from jaxfeed.data.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
 from jaxfeed.data.core import DatasetCore as Dataset  # any dataset
 from jaxfeed.data.features import Features
+from jaxfeed.data.formats.files import read_in_blocks
 
 
 def _to_pandas(table: pa.Table, json_columns: Sequence[str] = ()) -> Any:
@@ -191,13 +192,19 @@ def read_json(
         table = None
         if field is None:
             try:
-                table = pjson.read_json(path)
+                table = read_in_blocks(
+                    lambda block, path=path: pjson.read_json(
+                        path, read_options=pjson.ReadOptions(block_size=block)
+                    ),
+                    path,
+                    "json",
+                )
             except pa.ArrowInvalid:
                 table = None
         if table is None:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as err:
+            except (ValueError, UnicodeDecodeError, RecursionError) as err:
                 raise ValueError(f"cannot read JSON file {path}: {err}") from None
             if field is not None:
                 if not isinstance(data, dict) or field not in data:

@@ -516,10 +516,20 @@ class IterableDataset:
         if saved is None:
             return
         current = self.source_identity()
+        if isinstance(saved, dict) and "shuffle_seed" not in saved:
+            current.pop("shuffle_seed", None)  # saved before the seed was recorded
         if saved == current:
             return
         if not isinstance(saved, dict):
             raise ValueError(f"{what}: the state's 'source' must be an object, got {short(saved)}")
+        if "shuffle_seed" in saved and saved["shuffle_seed"] != current.get("shuffle_seed"):
+            now = current.get("shuffle_seed")
+            raise ValueError(
+                f"{what}: the state was saved for the stream shuffled with seed "
+                f"{short(saved['shuffle_seed'])}, but this one is "
+                f"{'not shuffled' if now is None else f'shuffled with seed {now}'}; shuffle with "
+                f"seed={short(saved['shuffle_seed'])} to resume it"
+            )
         old, new = saved.get("files"), current.get("files")
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             for was, now in zip(old, new, strict=True):

@@ -83,6 +83,8 @@ class Source:
             self.shuffle_seed,
         ]
         digest = hashlib.sha256(json.dumps(layout, default=str).encode()).hexdigest()[:16]
+        if self.shuffle_seed is not None:  # named in the refusal of another seed's state
+            content["shuffle_seed"] = self.shuffle_seed
         return {**content, "layout": digest}
 
     def file_identity(self, path: str) -> list:

@@ -19,6 +19,7 @@ from jaxfeed.data.features import Features
 from jaxfeed.data.formats.batches import file_batches
 from jaxfeed.data.formats.cache import load_cached, needs_conversion
 from jaxfeed.data.formats.files import file_format, read_tables
+from jaxfeed.data.formats.text import is_text_format, text_format
 from jaxfeed.data.formats.validate import confine_media_paths, holds_media, media_root
 from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.data.load.builtin import BUILTIN, load_builtin
@@ -33,7 +34,7 @@ from jaxfeed.data.load.hub import (
 )
 from jaxfeed.data.ops import concatenate_datasets
 
-PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow"}
+PACKAGED = {"parquet": "parquet", "csv": "csv", "json": "json", "arrow": "arrow", "text": "text"}
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
 
 
@@ -51,11 +52,12 @@ def load_dataset(
     keep_in_memory: bool = False,
     storage_options: dict | None = None,
     verification_mode: str | None = None,
+    **config_kwargs: Any,
 ) -> Any:
     """Load a dataset: a ``DatasetDict`` of splits, or one ``Dataset`` when ``split`` is given.
 
     ``path`` is a built-in name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"cifar10"``), a
-    format (``"parquet"``, ``"csv"``, ``"json"``, ``"arrow"`` with ``data_files``), ``"imagefolder"``
+    format (``"parquet"``, ``"csv"``, ``"json"``, ``"arrow"``, ``"text"`` with ``data_files``), ``"imagefolder"``
     or ``"audiofolder"`` (with ``data_dir``), a local file or folder (Hub layout, or a folder
     written by ``save_to_disk``), or a Hub repo id such as ``"ylecun/mnist"``. ``split`` may be
     ``"train"``, ``"train+test"``, ``"train[:10%]"`` or ``"test[100:200]"``. With
@@ -72,14 +74,26 @@ def load_dataset(
     time; ``verification_mode="all_checks"`` keys it by the SHA-256 of the files' bytes (read once
     per load), for files rewritten with the same size and their modification time restored.
 
+    Text files (``"text"``, or ``.txt`` files) become a ``text`` column, as in `datasets`:
+    ``sample_by="line"`` (default), ``"paragraph"`` or ``"document"``, and ``keep_linebreaks``,
+    ``encoding``, ``encoding_errors`` (see :mod:`jaxfeed.data.formats.text`).
+
     >>> from jaxfeed import load_dataset
     >>> ds = load_dataset("digits", split="train").with_format("jax")
     >>> ds[0]["image"].shape, ds.features["label"].num_classes
     ((8, 8), 10)
     """
+    text_options = dict(config_kwargs)
+    if text_options:
+        text_format(**text_options)  # refuse an unknown option or value before any work
     media = _media_folder(path, name, data_files, data_dir)
     if media is not None:  # a local folder of images or audio (with its metadata file)
         path, data_dir = media
+    if text_options and (path in BUILTIN or path in ("imagefolder", "audiofolder")):
+        raise TypeError(
+            f"load_dataset({path!r}) does not take {', '.join(sorted(text_options))}: those "
+            "options are for text files (load_dataset('text', data_files=...))"
+        )
     if path in BUILTIN:
         splits: Any = load_builtin(
             path, name, data_dir, cache_dir=cache_dir, keep_in_memory=keep_in_memory
@@ -96,6 +110,13 @@ def load_dataset(
         files, fmt = _resolve_files(
             path, name, data_files, data_dir, cache_dir, revision, token, storage_options
         )
+        if is_text_format(fmt):
+            fmt = text_format(**text_options)
+        elif text_options:
+            raise TypeError(
+                f"load_dataset({path!r}) does not take {', '.join(sorted(text_options))}: those "
+                "options are for text files (load_dataset('text', data_files=...))"
+            )
         if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
             splits = files if isinstance(files, DatasetDict) else {"train": files}
         elif streaming:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,10 +15,41 @@ from jaxfeed.data.features import Features, List, Value
 from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
 from jaxfeed.data.text.tokenizer import check_texts, tokenizers_module
 
+# A text longer than CHUNK_CHARS is encoded in pieces of about that many characters, and texts
+# are encoded GROUP_CHARS at a time: the tokenizer holds a few hundred bytes per token while it
+# encodes, so one 5 MB line took 2 GB whole; in pieces the peak is bounded by the group.
+CHUNK_CHARS = 1 << 16
+GROUP_CHARS = 1 << 18
+_LAST_WORD_END = re.compile(r".*\S(?=\s)", re.S)  # the last non-space followed by a space
+
+
+def text_pieces(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, each cut where a word
+    ends (before the spaces that follow it, which go with the next word as every pre-tokenizer
+    expects); a stretch of ``size // 2`` characters without a space is cut where it reaches
+    ``size``.
+
+    >>> list(text_pieces("the cat sat on the mat", size=8))
+    ['the cat', ' sat on', ' the mat']
+    >>> "".join(text_pieces("x" * 20, size=8)) == "x" * 20
+    True
+    """
+    start, n = 0, len(text)
+    while n - start > size:
+        end = start + size
+        found = _LAST_WORD_END.match(text, start + size // 2, end + 1)
+        cut = found.end() if found else end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
 
 class _Encode:
-    """The batched ``map`` function: one ``encode_batch`` (the tokenizer's Rust threads) per batch,
-    the ids written straight into Arrow list arrays (no per-row Python lists kept)."""
+    """The batched ``map`` function: ``encode_batch`` (the tokenizer's Rust threads) on groups of
+    texts of about ``GROUP_CHARS`` characters, the ids written straight into Arrow list arrays
+    (no per-row Python lists kept). A text over ``CHUNK_CHARS`` characters is encoded in pieces
+    (:func:`text_pieces`) without special tokens, then cut to ``max_length`` and given the
+    special tokens the tokenizer's post-processor adds around one sequence."""
 
     def __init__(
         self, tokenizer: Any, column: str, max_length: int | None, add_special_tokens: bool
@@ -31,14 +64,112 @@ class _Encode:
         self.tokenizer = tok
         self.column = column
         self.add_special_tokens = add_special_tokens
+        self.max_length = max_length
+        self._plain: Any = None  # the tokenizer without truncation, for the pieces of long texts
+        self._around: tuple[list[int], list[int]] | None = None
+        self._around_checked = False
+
+    def _encode(self, texts: list[str], **kwargs: Any) -> list[list[int]]:
+        tok = kwargs.pop("tokenizer", self.tokenizer)
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+        return [e.ids for e in encode(texts, **kwargs)]
+
+    def _special_around(self) -> tuple[list[int], list[int]] | None:
+        """The ids the post-processor puts before and after one sequence (None when it does
+        something else: such long texts are then encoded whole)."""
+        if not self._around_checked:
+            probe = "a b c"
+            plain = self._encode([probe], tokenizer=self._plain, add_special_tokens=False)[0]
+            full = self._encode([probe], tokenizer=self._plain, add_special_tokens=True)[0]
+            starts = range(len(full) - len(plain) + 1) if plain else range(0)
+            k = next((i for i in starts if full[i : i + len(plain)] == plain), None)
+            self._around = None if k is None else (full[:k], full[k + len(plain) :])
+            self._around_checked = True
+        return self._around
+
+    def _encode_long(self, text: str) -> list[int] | np.ndarray:
+        """One long text encoded piece by piece, a group of pieces at a time."""
+        if self._plain is None:
+            plain = tokenizers_module().Tokenizer.from_str(self.tokenizer.to_str())
+            plain.no_truncation()
+            self._plain = plain
+        around = self._special_around() if self.add_special_tokens else ([], [])
+        if around is None:
+            return self._encode([text], add_special_tokens=self.add_special_tokens)[0]
+        before, after = around
+        keep = (
+            None if self.max_length is None else max(0, self.max_length - len(before) - len(after))
+        )
+        from_end = (self.tokenizer.truncation or {}).get("direction") == "left"
+        pieces = list(text_pieces(text))
+        if from_end:
+            pieces.reverse()
+        parts: list[np.ndarray] = []
+        count, group, size = 0, [], 0
+        for i, piece in enumerate(pieces):
+            group.append(piece)
+            size += len(piece)
+            if size < GROUP_CHARS and i + 1 < len(pieces):
+                continue
+            encoded = self._encode(
+                group[::-1] if from_end else group, tokenizer=self._plain, add_special_tokens=False
+            )
+            for ids in encoded[::-1] if from_end else encoded:
+                parts.append(np.asarray(ids, dtype=np.int32))
+                count += len(ids)
+            group, size = [], 0
+            if keep is not None and count >= keep:
+                break
+        if from_end:
+            parts.reverse()
+        n = count if keep is None else min(count, keep)
+        out = np.empty(len(before) + n + len(after), dtype=np.int32)  # one copy of the ids
+        out[: len(before)] = before
+        out[len(out) - len(after) :] = after
+        at, skip = len(before), count - n if from_end else 0
+        for part in parts:
+            if skip >= len(part):  # left truncation: the first tokens are dropped
+                skip -= len(part)
+                continue
+            part, skip = part[skip:], 0
+            take = min(len(part), len(before) + n - at)
+            out[at : at + take] = part[:take]
+            at += take
+        return out
+
+    def _encode_all(self, texts: list[str]) -> list[list[int] | np.ndarray]:
+        """Every text's ids: short ones in groups of about ``GROUP_CHARS``, long ones in pieces."""
+        out: list[Any] = [None] * len(texts)
+        group: list[int] = []
+        size = 0
+
+        def flush() -> None:
+            encoded = self._encode(
+                [texts[j] for j in group], add_special_tokens=self.add_special_tokens
+            )
+            for j, ids in zip(group, encoded, strict=True):
+                out[j] = ids
+            group.clear()
+
+        for i, text in enumerate(texts):
+            if len(text) > CHUNK_CHARS:
+                out[i] = self._encode_long(text)
+                continue
+            if group and size + len(text) > GROUP_CHARS:
+                flush()
+                size = 0
+            group.append(i)
+            size += len(text)
+        if group:
+            flush()
+        return out
 
     def __call__(self, texts: Any, indices: Any = None) -> dict[str, pa.Array]:
         if isinstance(texts, pa.Array | pa.ChunkedArray):
             texts = texts.to_pylist()
         first = 0 if indices is None else None
         texts = check_texts(texts, self.column, first or 0, indices)
-        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        ids = [e.ids for e in encode(texts, add_special_tokens=self.add_special_tokens)]
+        ids = self._encode_all(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         empty = np.flatnonzero(lengths == 0)
         if empty.size:
@@ -49,7 +180,10 @@ class _Encode:
                 "tokenizer (filter such rows out first)"
             )
         total = int(lengths.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=total)
+        if any(isinstance(row, np.ndarray) for row in ids):  # long texts encoded in pieces
+            flat = np.concatenate([np.asarray(row, dtype=np.int32) for row in ids])
+        else:
+            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=total)
         offsets = np.zeros(len(ids) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         offsets_array = pa.array(offsets)

@@ -58,6 +58,10 @@ def load_tokenizer(path_or_url: str | os.PathLike, storage_options: dict | None 
         spec = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path} is not a tokenizer.json: it is not JSON text ({err})") from None
+    except RecursionError:
+        raise ValueError(
+            f"{path} is not a tokenizer.json: its JSON nests too deeply to be read"
+        ) from None
     if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
         raise ValueError(
             f"{path} is not a tokenizer.json: JSON without the 'model' object of the tokenizers "
@@ -66,6 +70,10 @@ def load_tokenizer(path_or_url: str | os.PathLike, storage_options: dict | None 
     try:
         return tokenizers.Tokenizer.from_str(text)
     except Exception as err:  # the Rust side raises a plain Exception
+        raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from None
+    except BaseException as err:  # a Rust panic (pyo3's PanicException is a BaseException)
+        if type(err).__name__ != "PanicException":
+            raise
         raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from None
 
 

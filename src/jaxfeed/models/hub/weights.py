@@ -187,6 +187,12 @@ def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
                     if isinstance(target, str)
                     else tuple(target)
                 )
+                missing = [a for a in axes if a not in mesh.axis_names]
+                if missing:
+                    raise ValueError(
+                        f"{name}: the rule for {lname!r} names mesh axis {missing[0]!r}, which the "
+                        f"mesh does not have (its axes: {', '.join(mesh.axis_names)})"
+                    )
                 ways = math.prod(mesh.shape[a] for a in axes)
                 if shape[dim] % ways:
                     raise ValueError(

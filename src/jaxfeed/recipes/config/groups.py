@@ -18,7 +18,15 @@ COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path,
 
 
 class ConfigError(ValueError):
-    """A configuration value, file or flag is wrong; the message names it and what was expected."""
+    """A configuration value, file or flag is wrong; the message names it and what was expected.
+
+    >>> from jaxfeed.recipes import RunConfig
+    >>> try:
+    ...     RunConfig.from_dict({"epochs": "many"}, where="run.yaml")
+    ... except ConfigError as e:
+    ...     print(type(e).__name__, "names", "epochs" in str(e) and "run.yaml" in str(e))
+    ConfigError names True
+    """
 
 
 ConfigError.__module__ = "jaxfeed.recipes.config"  # where it is imported from (and tracebacks say)

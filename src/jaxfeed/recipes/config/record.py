@@ -43,6 +43,13 @@ def read_run(run: str | os.PathLike) -> RunRecord:
     """The :class:`RunRecord` of a run folder; a clear ``ConfigError`` for anything else.
 
     Runs written by jaxfeed 0.1's first command (a flat ``config.json``) are read too.
+
+    >>> import tempfile
+    >>> try:
+    ...     read_run(tempfile.mkdtemp())
+    ... except ConfigError as e:
+    ...     print("is not a jaxfeed run folder" in str(e))
+    True
     """
     run = Path(run)
     path = run / "config.json"

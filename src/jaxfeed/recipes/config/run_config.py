@@ -38,6 +38,10 @@ class RunConfig(ProcessOptions, OptimOptions, ModelOptions, DataOptions):
     The sections are listed last first: a dataclass takes its bases' fields in reverse method
     resolution order, so the fields (and the flags, ``--help`` and ``config.json``) run data,
     model, optimisation, process, as :data:`~jaxfeed.recipes.config.groups.SECTIONS` says.
+
+    >>> config = RunConfig(data="digits", epochs=3, lr=3e-3)
+    >>> config.epochs, config.replace({"epochs": 5}, where="--epochs").epochs
+    (3, 5)
     """
 
     # ------------------------------------------------------------------ construction

@@ -1,0 +1,179 @@
+"""Fine-tuning step of Hub-size models: jaxfeed's ``Trainer`` on ``from_pretrained`` against the
+same step in ``transformers`` PyTorch eager, on the same machine in the same run.
+
+``python benchmarks/finetune.py [--models bert vit] [--rounds 3] [--steps 5] [--batch 8]``
+
+* ``bert``: a BERT-base-size random checkpoint (``BertConfig()``: 12 layers, width 768, 110M
+  parameters), sequence classification, batch 8 x 128 tokens;
+* ``vit``: a ViT-Base-size random checkpoint (``ViTConfig()``, 86M), image classification,
+  batch 8 x 224 x 224 x 3 (only once ``jaxfeed.models.hub`` has the ``vit`` family).
+
+Each checkpoint is saved once by ``transformers`` under the temporary folder. Each round runs a
+jaxfeed process then a PyTorch process (alternating, so a noisy period hits both): each loads the
+checkpoint (timed: ``from_pretrained`` against ``transformers``' ``from_pretrained`` on the same
+files), compiles/warms up, then times ``--steps`` AdamW(2e-5) steps ``--repeats`` times. Reported:
+median ms per step over the rounds, the ratio (PyTorch time / jaxfeed time: above 1.0 means jaxfeed
+is faster), load seconds, and each process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SEQ = 128
+IMAGE = 224
+
+
+SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 128}  # --small: a smoke run of the script itself  # fmt: skip
+
+
+def checkpoint(model: str, small: bool = False) -> Path:
+    """The random checkpoint of ``model`` (saved once)."""
+    import transformers
+
+    sizes = SMALL if small else {}
+    folder = Path(tempfile.gettempdir()) / f"jaxfeed-finetune-{model}{'-small' if small else ''}"
+    if (folder / "config.json").is_file():
+        return folder
+    if model == "bert":
+        config = transformers.BertConfig(num_labels=2, **sizes)
+        net = transformers.BertForSequenceClassification(config)
+    else:
+        net = transformers.ViTForImageClassification(transformers.ViTConfig(num_labels=2, **sizes))
+    net.save_pretrained(folder)
+    return folder
+
+
+def batch(model: str, size: int) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = (np.arange(size) % 2).astype(np.int64)
+    if model == "bert":
+        ids = rng.integers(1000, 30000, (size, SEQ)).astype(np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids), "label": labels}
+    return {"pixel_values": rng.standard_normal((size, 3, IMAGE, IMAGE)).astype(np.float32),
+            "label": labels}  # fmt: skip
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_jax(model: str, folder: Path, size: int, steps: int, repeats: int) -> dict:
+    import optax
+
+    from jaxfeed import Trainer
+    from jaxfeed.bench._steps import trainer_case
+    from jaxfeed.models import from_pretrained
+
+    start = time.perf_counter()
+    net = from_pretrained(folder)
+    load = time.perf_counter() - start
+    data = batch(model, size)
+    inputs = ({"input_ids": "input_ids", "attention_mask": "attention_mask"} if model == "bert"
+              else {"pixel_values": "pixel_values"})  # fmt: skip
+    trainer = Trainer(net, optax.adamw(2e-5), inputs=inputs, verbose=0)
+    step = trainer_case(trainer, data)
+    step(2)  # compile, warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step(steps)
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    return {"ms_per_step": statistics.median(times), "load_seconds": load, "peak_rss": peak_rss()}
+
+
+def run_torch(model: str, folder: Path, size: int, steps: int, repeats: int) -> dict:
+    import torch
+    import transformers
+
+    auto = (transformers.AutoModelForSequenceClassification if model == "bert"
+            else transformers.AutoModelForImageClassification)  # fmt: skip
+    start = time.perf_counter()
+    net = auto.from_pretrained(folder)
+    load = time.perf_counter() - start
+    net.train()
+    data = {k: torch.from_numpy(v) for k, v in batch(model, size).items()}
+    data["labels"] = data.pop("label")
+    opt = torch.optim.AdamW(net.parameters(), lr=2e-5)
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            loss = net(**data).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    step(2)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step(steps)
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    return {"ms_per_step": statistics.median(times), "load_seconds": load, "peak_rss": peak_rss()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["bert", "vit"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--small", action="store_true", help="tiny models: check the script runs")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # (jax|torch, model)
+    args = parser.parse_args()
+    if args.worker:
+        kind, model = args.worker
+        run = run_jax if kind == "jax" else run_torch
+        out = run(model, checkpoint(model, args.small), args.batch, args.steps, args.repeats)
+        print(json.dumps(out))
+        return
+    from jaxfeed.models.hub.registry import FAMILIES
+
+    results = {}
+    for model in args.models:
+        if model == "vit" and "vit" not in FAMILIES:
+            print("vit: skipped (jaxfeed.models.hub has no vit family in this checkout)")
+            continue
+        checkpoint(model, args.small)
+        runs: dict[str, list[dict]] = {"jax": [], "torch": []}
+        for _ in range(args.rounds):
+            for kind in ("jax", "torch"):
+                cmd = [sys.executable, __file__, "--worker", kind, model, "--steps", str(args.steps),
+                       "--repeats", str(args.repeats), "--batch", str(args.batch)]  # fmt: skip
+                cmd += ["--small"] if args.small else []
+                done = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                      env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+                runs[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        summary = {
+            kind: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+            for kind, rs in runs.items()
+        }
+        summary["ratio_torch_over_jaxfeed"] = (
+            summary["torch"]["ms_per_step"] / summary["jax"]["ms_per_step"]
+        )
+        results[model] = summary
+        j, t = summary["jax"], summary["torch"]
+        print(
+            f"{model}: jaxfeed {j['ms_per_step']:.0f} ms/step, PyTorch eager "
+            f"{t['ms_per_step']:.0f} ms/step: {summary['ratio_torch_over_jaxfeed']:.2f}x; load "
+            f"{j['load_seconds']:.1f} s vs {t['load_seconds']:.1f} s; peak RSS "
+            f"{j['peak_rss'] / 2**30:.2f} GiB vs {t['peak_rss'] / 2**30:.2f} GiB"
+        )
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
