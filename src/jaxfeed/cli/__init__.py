@@ -48,7 +48,8 @@ EXAMPLES = {
     "generate": """examples:
   jaxfeed generate runs/corpus "Once upon a time" --max-new-tokens 50
   jaxfeed generate runs/corpus "abc" "xyz" --temperature 0.8 --top-k 40 --seed 1
-  jaxfeed generate runs/corpus "abc" --temperature 0                   # greedy""",
+  jaxfeed generate runs/corpus "abc" --temperature 0                   # greedy
+  jaxfeed generate hf:openai-community/gpt2 "Hello" --temperature 0    # a Hub model, no run""",
     "info": """examples:
   jaxfeed info digits
   jaxfeed info ./data --split train
@@ -203,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
-    p = command("generate", "continue prompts with a run's language model (--task lm)")
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p = command("generate", "continue prompts with a run's language model (--task lm) or a Hub one")
+    p.add_argument("run_dir", metavar="RUN_DIR|hf:ORG/NAME|FOLDER",
+                   help="a run, or a pretrained causal LM: a Hub id or a Hub-format folder")  # fmt: skip
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
     p.add_argument(
         "--max-new-tokens",

@@ -136,13 +136,20 @@ def _flat(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate(args: argparse.Namespace) -> int:
+    from jaxfeed.recipes.hub_generate import generate_pretrained, is_pretrained  # import cost
     from jaxfeed.recipes.text_serve import generate as run_generate  # import cost: JAX, pyarrow
 
-    texts = run_generate(
-        args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        checkpoint=args.checkpoint, trust_code=args.trust_code,
-    )  # fmt: skip
+    if is_pretrained(args.run_dir):  # hf:ORG/NAME or a Hub-format folder: no run
+        texts = generate_pretrained(
+            args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        )  # fmt: skip
+    else:
+        texts = run_generate(
+            args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+            checkpoint=args.checkpoint, trust_code=args.trust_code,
+        )  # fmt: skip
     if args.json:
         rows = [{"prompt": p, "text": t} for p, t in zip(args.prompts, texts, strict=True)]
         print(json.dumps(rows, indent=2), flush=True)

@@ -416,3 +416,54 @@ class TransformerLM(nnx.Module):
         if self.head is None:
             return self.trunk.embed.attend(x).astype(jnp.float32)
         return self.head(x).astype(jnp.float32)
+
+    # ------------------------------------------------- generation with a key/value cache
+    def init_cache(self, batch: int, length: int) -> tuple[tuple[jax.Array, jax.Array], ...]:
+        """Zeroed key and value buffers ``(batch, length, heads, head_dim)`` per block, for
+        :meth:`decode` (:func:`jaxfeed.text.generate` keeps one per call)."""
+        first = self.trunk.blocks[0].attention
+        shape = (batch, length, first.num_heads, first.head_dim)
+        dtype = self.trunk.embed.embedding[...].dtype
+        return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.trunk.blocks)
+
+    def decode(self, input_ids: jax.Array, positions: jax.Array, key_mask: jax.Array,
+               cache: tuple[tuple[jax.Array, jax.Array], ...],
+               index: jax.Array) -> tuple[jax.Array, tuple]:  # fmt: skip
+        """Run ``input_ids`` ``(B, T)`` placed at cache slots ``[index, index + T)`` (eval mode:
+        no dropout): each token attends to the earlier slots where ``key_mask`` ``(B, S)`` is
+        set, and to itself. Returns the last token's ``(B, vocab)`` float32 logits and the
+        updated cache (the prompt once, then one token per step)."""
+        trunk, t = self.trunk, input_ids.shape[1]
+        slots = index + jnp.arange(t)
+        mask = (jnp.arange(key_mask.shape[1])[None, :] <= slots[:, None])[None]
+        mask = (mask & key_mask.astype(bool)[:, None, :])[:, None]  # (B, 1, T, S)
+        x = trunk.embed(_as_ids(input_ids))
+        if trunk.position is not None:
+            x = x + trunk.position(jnp.minimum(positions, trunk.max_length - 1))
+        new = []
+        for block, (keys, values) in zip(trunk.blocks, cache, strict=True):
+            x, keys, values = _cached_block(block, x, mask, positions, keys, values, index)
+            new.append((keys, values))
+        x = trunk.norm(x[:, -1:])
+        logits = trunk.embed.attend(x) if self.head is None else self.head(x)
+        return logits[:, 0].astype(jnp.float32), tuple(new)
+
+
+def _cached_block(block: Block, x: jax.Array, mask: jax.Array, positions: jax.Array,
+                  keys: jax.Array, values: jax.Array,
+                  index: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+    """``block`` on new tokens ``x``, their keys and values written into the cache at ``index``."""
+    att = block.attention
+    b, t, dim = x.shape
+    h = block.norm1(x)
+    shape = (b, t, att.num_heads, att.head_dim)
+    q, k, v = (layer(h).reshape(shape) for layer in (att.query, att.key, att.value))
+    if att.rotary:
+        q, k = rotary(q, positions), rotary(k, positions)
+    keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), (0, index, 0, 0))
+    values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), (0, index, 0, 0))
+    x = x + att.out(
+        attend(q, keys.astype(q.dtype), values.astype(q.dtype), mask).reshape(b, t, dim)
+    )
+    x = x + block.mlp_out(nnx.gelu(block.mlp_in(block.norm2(x))))
+    return x, keys, values

@@ -8,7 +8,8 @@ Built on Hugging Face `tokenizers` (the Rust library behind `transformers`), the
   no download;
 - :func:`tokenize` adds ``input_ids`` and ``attention_mask`` columns, encoding batches with the
   tokenizer's own threads (``num_proc=`` splits the rows over processes too);
-- :func:`generate` continues prompts with a causal language model (one compiled loop).
+- :func:`generate` continues prompts with a causal language model (a key/value cache, one
+  compiled loop; Hub models from ``jaxfeed.models.from_pretrained`` too).
 
 The ragged ``input_ids`` feed ``DataLoader(padding=...)``, ``bucket_by_length`` and ``packing``.
 """

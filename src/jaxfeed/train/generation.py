@@ -1,29 +1,35 @@
 """Text generation with a causal language model: one compiled loop for a batch of prompts.
 
-:func:`generate` encodes the prompts, left-pads them into a fixed buffer of
-``prompt length + max_new_tokens`` tokens and runs the whole decoding as one ``jax.lax.while_loop``
-inside one ``jax.jit`` program: each step runs the model over the buffer (a causal model cannot
-see the empty tail), picks the next token of every row and writes it in place. Nothing changes
-shape from one token to the next, so nothing recompiles per token; the program is compiled once
-per (model, batch size, buffer length), with the prompt length rounded up to a multiple of 8 and
-``temperature``, ``top_k``, ``top_p`` and ``seed`` passed as values, not constants.
+:func:`generate` encodes the prompts and left-pads them to a length rounded up to a multiple of
+8. A model with a key/value cache (``init_cache(batch, length)`` and
+``decode(input_ids, positions, key_mask, cache, index)``: :class:`~jaxfeed.models.TransformerLM`
+and the Hub's causal language models) runs the prompts once (prefill), then one token per step
+inside a ``jax.lax.while_loop``, each step reading the fixed-size cache and writing one slot:
+the cost of a token does not grow with the square of the length. The cache has
+``prompt + max_new_tokens`` slots rounded up to a multiple of 8; the number of steps,
+``temperature``, ``top_k``, ``top_p``, ``seed`` and the end-of-sequence ids are values, not
+constants, so the program is compiled once per (model, batch size, prompt bucket, cache bucket)
+(:func:`compilations` counts them). Positions count each row's real tokens from 0, as
+``transformers.generate`` numbers a left-padded row, so greedy decoding gives its tokens.
 
-The model is called as ``model(input_ids, attention_mask=mask)`` in eval mode and returns
-``(batch, length, vocab)`` logits; :class:`~jaxfeed.models.TransformerLM` numbers the real tokens
-of a left-padded row from 0, so a prompt gives the same continuation alone or in a batch.
+A model without a cache (or ``use_cache=False``) runs the old loop: the whole buffer through
+``model(input_ids, attention_mask=mask)`` at every token.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 EOS_TOKENS = ("<eos>", "</s>", "<|endoftext|>", "<|eos|>", "[SEP]")
-ROUND = 8  # the prompt part of the buffer is a multiple of this: fewer programs
+ROUND = 8  # the prompt part of the buffer and the cache are multiples of this: fewer programs
+EOS_SLOTS = 8  # end-of-sequence ids are passed padded to this many (more: rounded up)
 
 
 def eos_id(tokenizer: Any) -> int | None:
@@ -96,10 +102,264 @@ def _decode(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, start
 _decode_jit = jax.jit(_decode, static_argnums=(0, 4, 5))
 
 
+def _pick(logits: jax.Array, i: jax.Array, temperature: jax.Array, top_k: jax.Array,
+          top_p: jax.Array, key: jax.Array) -> jax.Array:  # fmt: skip
+    """The next token of every row: argmax when ``temperature <= 0``, else a sample (only the
+    branch taken runs: greedy decoding never sorts the vocabulary)."""
+
+    def greedy(logits):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def sample(logits):
+        scaled = _filter_logits(logits / temperature, top_k, top_p)
+        return jax.random.categorical(jax.random.fold_in(key, i), scaled, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(temperature <= 0, greedy, sample, logits)
+
+
+def _decode_cached(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, length: int,
+                   steps: jax.Array, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                   top_p: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """Prefill the left-padded prompts ``tokens`` ``(B, start)`` into a cache of ``length``
+    slots, then decode one token per step until ``steps`` or until every row produced one of
+    ``eos``; returns the ``(B, length - start)`` new tokens and the number of steps run."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
+
+    model = nnx.merge(graphdef, state)
+    model.eval()
+    batch, start = tokens.shape
+    key_mask = jnp.concatenate([mask, jnp.ones((batch, length - start), mask.dtype)], axis=1)
+    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
+    logits, cache = model.decode(tokens, positions, key_mask, model.init_cache(batch, length),
+                                 jnp.int32(0))  # fmt: skip
+    following = mask.sum(axis=1).astype(jnp.int32)  # the position of each row's next token
+
+    def step(carry):
+        logits, cache, out, done, i = carry
+        chosen = _pick(logits.astype(jnp.float32), i, temperature, top_k, top_p, key)
+        chosen = jnp.where(done, 0, chosen)
+        out = jax.lax.dynamic_update_index_in_dim(out, chosen, i, axis=1)
+        done = done | (chosen[:, None] == eos[None, :]).any(axis=1)
+        logits, cache = model.decode(chosen[:, None], (following + i)[:, None], key_mask, cache,
+                                     start + i)  # fmt: skip
+        return logits, cache, out, done, i + 1
+
+    def running(carry):
+        *_, done, i = carry
+        return (i < steps) & ~jnp.all(done)
+
+    out = jnp.zeros((batch, length - start), jnp.int32)
+    done = jnp.zeros((batch,), bool)
+    carry = jax.lax.while_loop(running, step, (logits, cache, out, done, jnp.int32(0)))
+    return carry[2], carry[4]
+
+
+_cached_jit = jax.jit(_decode_cached, static_argnums=(0, 4))
+
+
 def compilations() -> int:
     """How many decoding programs :func:`generate` has compiled in this process (one per model
-    structure, batch size and buffer length)."""
-    return _decode_jit._cache_size()
+    structure, batch size, prompt bucket and cache bucket)."""
+    return _decode_jit._cache_size() + _cached_jit._cache_size()
+
+
+def has_cache(model: Any) -> bool:
+    """Whether ``model`` decodes with a key/value cache (``init_cache`` and ``decode``)."""
+    return callable(getattr(model, "init_cache", None)) and callable(getattr(model, "decode", None))
+
+
+def _as_ids(value: Any, name: str) -> list[int]:
+    """An int or a list of ints (``eos_token_id`` in ``generation_config.json`` may be either)."""
+    items = value if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int | np.integer) or item < 0:
+            raise ValueError(
+                f"generate: {name} must be a token id or a list of them, got {value!r}"
+            )
+    return [int(x) for x in items]
+
+
+def generation_config(model: Any) -> dict:
+    """The model's generation settings: its ``generation_config`` attribute (a dict), else the
+    ``generation_config.json`` of the checkpoint folder it came from (``hub_source``), else {}.
+    The file is read as JSON only."""
+    found = getattr(model, "generation_config", None)
+    if isinstance(found, dict):
+        return found
+    folder = getattr(getattr(model, "hub_source", None), "folder", None)
+    if folder is None:
+        return {}
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"generate: {path} is not valid JSON ({err})") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"generate: {path} holds a {type(loaded).__name__}, expected an object")
+    return loaded
+
+
+def _settings(model: Any, key: str) -> Any:
+    """``key`` from the model's generation config (:func:`generation_config`), else from its
+    ``hub_config`` (config.json), else None."""
+    for found in (generation_config(model), getattr(model, "hub_config", None)):
+        if isinstance(found, dict) and found.get(key) is not None:
+            return found[key]
+    return None
+
+
+def end_ids(model: Any, tokenizer: Any, eos_token_id: Any = None) -> list[int]:
+    """The end-of-sequence ids of a generation: ``eos_token_id`` (an id or a list), else the
+    model's ``generation_config.json`` / ``config.json`` ones, else the tokenizer's
+    (:func:`eos_id`); empty when there are none (rows then run to ``max_new_tokens``)."""
+    if eos_token_id is not None:
+        return _as_ids(eos_token_id, "eos_token_id")
+    configured = _settings(model, "eos_token_id")
+    if configured is not None:
+        return _as_ids(configured, "eos_token_id of the model's generation config")
+    found = eos_id(tokenizer)
+    return [] if found is None else [found]
+
+
+def _without_padding(tokenizer: Any) -> Any:
+    """``tokenizer``, or a copy with padding and truncation off when it has them on (as a Hub
+    checkpoint's preprocessor does): prompts are never padded or cut at encoding."""
+    if (
+        getattr(tokenizer, "padding", None) is None
+        and getattr(tokenizer, "truncation", None) is None
+    ):
+        return tokenizer
+    copy = type(tokenizer).from_str(tokenizer.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
+class Generated(NamedTuple):
+    """New token ids of each row (up to, without, the first end-of-sequence id) and the number
+    of decoding steps run (fewer than ``max_new_tokens`` when every row ended early)."""
+
+    tokens: list[list[int]]
+    steps: int
+
+
+def _check_room(lengths: Sequence[int], max_new_tokens: int, context: int | None,
+                texts: Sequence[str] | None) -> None:  # fmt: skip
+    if context is None:
+        return
+    for i, n in enumerate(lengths):
+        label = f"prompt {i}" + (f" ({texts[i][:40]!r})" if texts is not None else "")
+        if n >= context:
+            raise ValueError(
+                f"generate: {label} has {n} tokens; that is longer than the model's context of "
+                f"{context} tokens (max_length), which leaves no room for a new token: shorten "
+                "the prompt"
+            )
+        if n + max_new_tokens > context:
+            raise ValueError(
+                f"generate: {label} has {n} tokens; max_new_tokens={max_new_tokens} is more than "
+                f"the {context - n} tokens left in the model's context of {context} tokens "
+                f"(max_length): ask for at most {context - n} new tokens or shorten the prompt"
+            )
+
+
+def generate_ids(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    *,
+    eos_token_id: int | Sequence[int] | None = None,
+    use_cache: bool = True,
+) -> Generated:
+    """:func:`generate` on token ids: ``prompts`` a list of id lists; returns a
+    :class:`Generated` (new ids per row, cut before the first of ``eos_token_id``, and the
+    number of steps run). ``eos_token_id`` here is only the argument (no tokenizer to ask).
+
+    >>> from flax import nnx
+    >>> from jaxfeed.models import TransformerLM
+    >>> lm = TransformerLM(20, dim=16, depth=1, num_heads=2, max_length=32, rngs=nnx.Rngs(0))
+    >>> out = generate_ids(lm, [[3, 4, 5], [6]], max_new_tokens=4, temperature=0)
+    >>> [len(row) for row in out.tokens], out.steps
+    ([4, 4], 4)
+    >>> generate_ids(lm, [[3, 4, 5], [6]], 4, temperature=0, use_cache=False).tokens == out.tokens
+    True
+    """
+    rows = [list(map(int, ids)) for ids in prompts]
+    if not rows:
+        raise ValueError("generate: no prompts given")
+    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    for i, ids in enumerate(rows):
+        if not ids:
+            raise ValueError(f"generate: prompt {i} has no tokens")
+    _check_room([len(ids) for ids in rows], max_new_tokens, getattr(model, "max_length", None),
+                None)  # fmt: skip
+    eos = [] if eos_token_id is None else _as_ids(eos_token_id, "eos_token_id")
+    return _run(model, rows, max_new_tokens, temperature, top_k, top_p, seed, eos, use_cache)
+
+
+def _check_numbers(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any) -> None:
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise ValueError(f"generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not 0 < float(top_p) <= 1:
+        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+    if float(temperature) < 0:
+        raise ValueError(f"generate: temperature must be >= 0 (0: greedy), got {temperature!r}")
+
+
+def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: float,
+         top_k: int | None, top_p: float | None, seed: int, eos: list[int],
+         use_cache: bool) -> Generated:  # fmt: skip
+    from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
+
+    vocab = getattr(model, "vocab_size", None)
+    for i, ids in enumerate(rows):
+        if vocab is not None and (max(ids) >= vocab or min(ids) < 0):
+            raise ValueError(
+                f"generate: prompt {i} has token id {max(ids)}, outside the model's vocabulary of "
+                f"{vocab}: the tokenizer does not match the model"
+            )
+    longest = max(len(ids) for ids in rows)
+    start = -(-longest // ROUND) * ROUND
+    cached = use_cache and has_cache(model)
+    length = -(-(start + max_new_tokens) // ROUND) * ROUND if cached else start + max_new_tokens
+    width = start if cached else length
+    tokens = np.zeros((len(rows), width), np.int32)
+    mask = np.ones_like(tokens)
+    for i, ids in enumerate(rows):
+        tokens[i, start - len(ids) : start] = ids
+        mask[i, : start - len(ids)] = 0
+    graphdef, state = nnx.split(model)
+    settings = (jnp.float32(temperature), jnp.int32(top_k or 0),
+                jnp.float32(1.0 if top_p is None else top_p), jax.random.key(seed))  # fmt: skip
+    if cached:
+        slots = -(-max(len(eos), 1) // EOS_SLOTS) * EOS_SLOTS
+        ends = np.full((slots,), -1, np.int32)
+        ends[: len(eos)] = eos
+        out, ran = _cached_jit(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), length,
+                               jnp.int32(max_new_tokens), jnp.asarray(ends), *settings)  # fmt: skip
+        new = np.asarray(out)[:, :max_new_tokens]
+    else:
+        out, ran = _decode_jit(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), start,
+                               max_new_tokens, jnp.int32(eos[0] if eos else -1), *settings)  # fmt: skip
+        new = np.asarray(out)[:, start:]
+    results = []
+    for row in new:
+        ids = row.tolist()
+        cut = min((ids.index(e) for e in eos if e in ids), default=len(ids))
+        results.append(ids[:cut])
+    return Generated(results, int(ran))
 
 
 def generate(
@@ -112,27 +372,37 @@ def generate(
     top_p: float | None = None,
     seed: int = 0,
     *,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    stop: str | Sequence[str] | None = None,
+    add_special_tokens: bool | None = None,
+    use_cache: bool = True,
 ) -> str | list[str]:
     """Continue each prompt with up to ``max_new_tokens`` tokens from a causal language model.
 
-    ``model`` is an NNX model called as ``model(input_ids, attention_mask=mask)`` returning
-    ``(batch, length, vocab)`` logits, such as :class:`~jaxfeed.models.TransformerLM`;
-    ``tokenizer`` a ``tokenizers.Tokenizer`` (:func:`~jaxfeed.text.load_tokenizer`,
-    :func:`~jaxfeed.text.train_tokenizer`). Prompts are encoded without special tokens. Returns
-    the continuation of each prompt (without the prompt, decoded without special tokens): a
-    string for a string, a list for a list.
+    ``model`` is an NNX model such as :class:`~jaxfeed.models.TransformerLM` or a Hub causal
+    language model (``jaxfeed.models.from_pretrained(..., task="causal-lm")``); ``tokenizer`` a
+    ``tokenizers.Tokenizer`` (:func:`~jaxfeed.text.load_tokenizer`,
+    :func:`~jaxfeed.text.train_tokenizer`, ``jaxfeed.models.preprocessor``). Prompts are
+    encoded without special tokens, except for Hub models (``add_special_tokens=None``: as their
+    tokenizer says, e.g. Llama's ``<s>``). Returns the continuation of each prompt (without the
+    prompt, decoded without special tokens): a string for a string, a list for a list.
 
-    ``temperature=0`` is greedy decoding (the most likely token: deterministic); otherwise tokens
-    are sampled from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely
-    and to the nucleus of probability ``top_p``, with keys from ``seed`` (the same seed gives the
-    same text). A row stops at the end-of-sequence token (``eos_token_id``, by default the
-    tokenizer's ``<eos>``, ``</s>``, ``<|endoftext|>`` or ``[SEP]``), and the loop ends when every
-    row has. A prompt plus ``max_new_tokens`` longer than the model's context (``max_length``)
-    is an error naming the prompt; nothing is cut silently.
+    ``temperature=0`` is greedy decoding (the most likely token: deterministic, the tokens of
+    ``transformers``' ``generate(do_sample=False)``); otherwise tokens are sampled from
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely and to the
+    nucleus of probability ``top_p``, with keys from ``seed`` (the same seed gives the same
+    text; ``top_k=1`` is greedy). A row ends at an end-of-sequence id: ``eos_token_id`` (an id
+    or a list), else the model's ``generation_config.json`` / ``config.json`` ones, else the
+    tokenizer's ``<eos>``, ``</s>``, ``<|endoftext|>`` or ``[SEP]``; decoding stops when every
+    row has ended. ``stop`` strings (or the checkpoint's ``stop_strings``) cut each
+    continuation before the first one found. A prompt that leaves fewer than
+    ``max_new_tokens`` tokens of room in the model's context (``max_length``) is an error
+    naming both numbers; nothing is cut silently.
 
-    The decoding is one compiled program per model, batch size and buffer length
-    (:func:`compilations` counts them): no recompilation per token, per seed or per setting.
+    Models with a key/value cache decode one token per step (see the module docstring;
+    ``use_cache=False`` runs the old whole-buffer loop). The decoding is one compiled program
+    per model, batch size and length bucket (:func:`compilations` counts them): no
+    recompilation per token, per seed or per setting.
 
     >>> import optax
     >>> from flax import nnx
@@ -146,64 +416,38 @@ def generate(
     >>> len(out), out == generate(lm, tok, ["abc", "a"], max_new_tokens=5, temperature=0)
     (2, True)
     """
+    if prompts is None:
+        raise TypeError("generate: prompts is None; give a str or a list of str to continue")
     single = isinstance(prompts, str)
+    if not single and not isinstance(prompts, Sequence):
+        raise TypeError(
+            f"generate: prompts must be a str or a list of str, got {type(prompts).__name__}"
+        )
     texts = [prompts] if single else list(prompts)
     if not texts:
         raise ValueError("generate: no prompts given")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"generate: prompt {i} is a {type(text).__name__}, expected a str")
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or max_new_tokens < 1
-    ):
-        raise ValueError(f"generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0 < float(top_p) <= 1:
-        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
-    if float(temperature) < 0:
-        raise ValueError(f"generate: temperature must be >= 0 (0: greedy), got {temperature!r}")
-    encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    context = getattr(model, "max_length", None)
-    vocab = getattr(model, "vocab_size", None)
+    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    special = hasattr(model, "hub_config") if add_special_tokens is None else add_special_tokens
+    plain = _without_padding(tokenizer)
+    encoded = [e.ids for e in plain.encode_batch(texts, add_special_tokens=special)]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"generate: prompt {i} ({texts[i][:40]!r}) encodes to no tokens")
-        if context is not None and len(ids) + max_new_tokens > context:
-            raise ValueError(
-                f"generate: prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
-                f"that is {len(ids) + max_new_tokens}, longer than the model's context of "
-                f"{context} tokens (max_length): shorten the prompt or ask for at most "
-                f"{max(context - len(ids), 0)} new tokens"
-            )
-        if vocab is not None and max(ids) >= vocab:
-            raise ValueError(
-                f"generate: prompt {i} has token id {max(ids)}, outside the model's vocabulary of "
-                f"{vocab}: the tokenizer does not match the model"
-            )
-    eos = eos_token_id if eos_token_id is not None else eos_id(tokenizer)
-    longest = max(len(ids) for ids in encoded)
-    start = -(-longest // ROUND) * ROUND
-    tokens = np.zeros((len(texts), start + max_new_tokens), np.int32)
-    mask = np.ones_like(tokens)
-    for i, ids in enumerate(encoded):
-        tokens[i, start - len(ids) : start] = ids
-        mask[i, : start - len(ids)] = 0
-    from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
-
-    graphdef, state = nnx.split(model)
-    out, _ = _decode_jit(
-        graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), start, max_new_tokens,
-        jnp.int32(-1 if eos is None else eos), jnp.float32(temperature),
-        jnp.int32(top_k or 0), jnp.float32(1.0 if top_p is None else top_p),
-        jax.random.key(seed),
-    )  # fmt: skip
+    _check_room([len(ids) for ids in encoded], max_new_tokens, getattr(model, "max_length", None),
+                texts)  # fmt: skip
+    eos = end_ids(model, tokenizer, eos_token_id)
+    stops = _settings(model, "stop_strings") if stop is None else stop
+    stops = [stops] if isinstance(stops, str) else list(stops or [])
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise ValueError(f"generate: stop must be non-empty strings, got {stops!r}")
+    generated = _run(model, encoded, max_new_tokens, temperature, top_k, top_p, seed, eos,
+                     use_cache)  # fmt: skip
     results = []
-    for row in np.asarray(out)[:, start:]:
-        ids = row.tolist()
-        if eos is not None and eos in ids:
-            ids = ids[: ids.index(eos)]
-        results.append(tokenizer.decode(ids, skip_special_tokens=True))
+    for ids in generated.tokens:
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        cut = min((text.index(s) for s in stops if s in text), default=len(text))
+        results.append(text[:cut])
     return results[0] if single else results

@@ -12,6 +12,11 @@ from jaxfeed.models.hub.bert import FAMILY as BERT
 from jaxfeed.models.hub.distilbert import FAMILY as DISTILBERT
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError
+from jaxfeed.models.hub.gpt2 import FAMILY as GPT2
+from jaxfeed.models.hub.llama import FAMILY as LLAMA
+from jaxfeed.models.hub.mistral import FAMILY as MISTRAL
+from jaxfeed.models.hub.qwen2 import FAMILY as QWEN2
+from jaxfeed.models.hub.qwen3 import FAMILY as QWEN3
 from jaxfeed.models.hub.roberta import FAMILY as ROBERTA
 from jaxfeed.models.hub.vit import FAMILY as VIT
 
@@ -21,6 +26,11 @@ _ALL: list[Family] = [
     DISTILBERT,
     VIT,
     AST,
+    GPT2,
+    LLAMA,
+    MISTRAL,
+    QWEN2,
+    QWEN3,
 ]
 FAMILIES: dict[str, Family] = {t: family for family in _ALL for t in family.model_types}
 

@@ -1,0 +1,79 @@
+"""Tiny random causal-LM checkpoints of every family, saved with ``transformers`` (PyTorch) into a
+folder, and the way to load them in jaxfeed (shared by the parity and generation tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+VOCAB = 97
+COMMON = {"vocab_size": VOCAB, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+LLAMA = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+         "rms_norm_eps": 1e-6}  # fmt: skip
+
+CONFIGS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
+             {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {**LLAMA, "tie_word_embeddings": False}),
+    "llama3-tied": ("LlamaConfig", "LlamaForCausalLM", {
+        **LLAMA, "tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+        "rope_theta": 500000.0}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {**LLAMA, "sliding_window": 5,
+                                                         "head_dim": 16}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {**LLAMA, "tie_word_embeddings": False}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**LLAMA, "head_dim": 8}),
+}  # fmt: skip
+
+
+def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
+    """Save a tiny random ``kind`` model with ``transformers`` into ``folder``; return it (eval)."""
+    import torch
+    import transformers
+
+    config_name, model_name, extra = CONFIGS[kind]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_name)(**COMMON, **extra)
+    config._attn_implementation = "eager"
+    model = getattr(transformers, model_name)(config).eval()
+    with torch.no_grad():  # bigger than the 0.02 init: logits that differ from token to token
+        tied = config.tie_word_embeddings  # logits = E . h: keep h from being the input's row
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                p.mul_(0.5 if tied and ("embed" in name or "wte" in name) else 3.0)
+            elif p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    return model
+
+
+def load(folder: Path):
+    """The jaxfeed model of ``folder``, by ``from_pretrained``."""
+    from jaxfeed.models import from_pretrained
+
+    return from_pretrained(folder, task="causal-lm")
+
+
+def left_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` left-padded with 0 into ids and an attention mask."""
+    width = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), np.int64)
+    mask = np.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = r
+        mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+def word_tokenizer():
+    """Token ``tN`` is id N (0, 1, 2: pad, bos, eos): text and ids map one to one."""
+    import tokenizers
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<pad>", "<s>", "</s>"])
+    return tok
