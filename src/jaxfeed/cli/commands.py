@@ -76,6 +76,12 @@ def predict(args: argparse.Namespace) -> int:
         inputs = [line.strip() for line in sys.stdin if line.strip()]
         if not inputs:
             raise ConfigError("- read no paths from stdin")
+    empty = [i for i, text in enumerate(inputs) if not text.strip()]
+    if empty:
+        raise ConfigError(
+            f"INPUT {empty[0] + 1} is empty ({inputs[empty[0]]!r}): give a file, a folder, a text, "
+            "or - to read paths from stdin"
+        )
     output = args.output
     if output is not None and not output.lower().endswith(OUTPUT_KINDS):
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")

@@ -1,8 +1,9 @@
 """``jaxfeed train`` on audio: every clip checked, the log-mel features planned, the loaders' rows.
 
-:func:`scan_clips` reads the header of every clip of every split (soundfile, no full decode)
-before anything is written: a clip that cannot be decoded, a sample rate of 0 (in a WAV header, or
-in a ``sampling_rate``/``sample_rate`` column of the folder's metadata) is refused naming the split,
+:func:`scan_clips` reads the header of every clip of every split and decodes its last frame
+(soundfile, no full decode: a file cut short is found) before anything is written: a clip that
+cannot be decoded, a sample rate of 0 (in a WAV header, or in a ``sampling_rate``/``sample_rate``
+column of the folder's metadata) is refused naming the split,
 row and file. :func:`plan_audio` chooses the features (``--sample-rate``, default 16 kHz;
 ``--clip-seconds``, default the longest clip of the train split up to :data:`MAX_DEFAULT_SECONDS`) and returns
 the run's :class:`~jaxfeed.recipes.spec.Preprocessing` (``kind="audio"``, the log-mel options
@@ -93,6 +94,7 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
             if _header_rate(head) == 0:
                 raise ValueError("its header declares a sample rate of 0 Hz")
             info = soundfile.info(path if data is None else io.BytesIO(data))
+            _read_last_frame(soundfile, path if data is None else io.BytesIO(data), info.frames)
         except (OSError, ValueError, RuntimeError, TypeError) as err:
             raise ConfigError(
                 f"cannot decode the audio of column {column!r} at {where}: "
@@ -108,6 +110,17 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
             )
         seconds[i], rates[i] = info.frames / info.samplerate, info.samplerate
     return ClipScan(seconds, rates)
+
+
+def _read_last_frame(soundfile: Any, source: Any, frames: int) -> None:
+    """Seek to the last frame the header declares and decode it: a file cut short (a truncated
+    FLAC keeps its header) fails here, before training, instead of in the first evaluation."""
+    if frames <= 0:
+        return
+    with soundfile.SoundFile(source) as f:
+        f.seek(frames - 1)
+        if len(f.read(1, dtype="float32")) != 1:
+            raise ValueError(f"it ends before the {frames} frames its header declares")
 
 
 def scan_splits(data: Mapping[str, Dataset], column: str) -> ClipScan:

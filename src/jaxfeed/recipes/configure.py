@@ -23,6 +23,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
     command line); with ``resume`` the run's own ``config.json`` replaces the defaults and the
     file, and a flag that contradicts it is refused (only ``resumable`` options may change)."""
     config = RunConfig()
+    if flags.get("resume_step") is not None and not flags.get("resume"):
+        raise ConfigError("--resume-step continues a run: give it with --resume --out RUN")
     if flags.get("resume"):
         if config_file is not None:
             raise ConfigError("--resume reads the run's own config.json; drop --config")

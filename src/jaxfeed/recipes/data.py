@@ -185,9 +185,16 @@ def describe(source: Source) -> str:
 def select_split(data: DatasetDict, expression: str, flag: str) -> Dataset:
     """A split or split expression (``train``, ``train[:80%]``, ``train+validation``)."""
     try:
-        return pick_split(data, expression)
+        picked = pick_split(data, expression)
     except ValueError as err:
         raise ConfigError(f"{flag} {expression!r}: {err}") from err
+    if picked.num_rows == 0:  # train[50%:10%]: nothing to train on or to evaluate
+        sizes = ", ".join(f"{name} {part.num_rows:,}" for name, part in data.items())
+        raise ConfigError(
+            f"{flag} {expression!r} selects no rows (rows: {sizes}); give a split or a slice "
+            "with rows, e.g. train[:80%]"
+        )
+    return picked
 
 
 @dataclass

@@ -169,6 +169,8 @@ def evaluate(
                 f"--data {source.path} has the splits {sorted(parts)}, none of them test or "
                 "validation: give --split"
             )
+    if ds.num_rows == 0:
+        raise ConfigError(f"split {split_name!r} of {run}'s data has no rows: nothing to evaluate")
     if task == "lm":
         return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
     if prep.kind in TEXT_KINDS:  # raw texts: the served model tokenizes them

@@ -61,6 +61,8 @@ def read_run(run: str | os.PathLike) -> RunRecord:
         values = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise ConfigError(f"{path} is not a run's config.json: nested too deeply to read") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
     if is_legacy_run(values):
