@@ -100,15 +100,16 @@ def no_such_path(text: str) -> str:
     return f"no such file or folder: {text}"
 
 
-def detect(path: str, data_dir: str | None = None) -> Source:
-    """Find out what ``path`` is and load it as a ``DatasetDict``."""
+def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Source:
+    """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
+    ``corpus`` says: see :func:`jaxfeed.recipes.text.read_corpus`)."""
     local = Path(path).expanduser()
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
         kind, loader = "built-in dataset", path
     elif local.is_file() and local.suffix.lower() in text.CORPUS_SUFFIXES:
-        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local)}))
+        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local, corpus)}))
     elif local.is_file():
         fmt = file_format(local)
         if fmt is None:
