@@ -141,7 +141,7 @@ def generate(args: argparse.Namespace) -> int:
     texts = run_generate(
         args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        checkpoint=args.checkpoint, trust_code=args.trust_code,
+        checkpoint=args.checkpoint, trust_code=args.trust_code, stop=args.stop,
     )  # fmt: skip
     if args.json:
         rows = [{"prompt": p, "text": t} for p, t in zip(args.prompts, texts, strict=True)]

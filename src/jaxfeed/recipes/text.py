@@ -36,6 +36,8 @@ from jaxfeed.loading.packing import Packing
 from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.spec import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
+from jaxfeed.serve.spec import SpecError
+from jaxfeed.serve.spec import token_batch as spec_token_batch
 
 MIN_WORDS = 3  # a string column whose median row has this many words is free text
 MIN_DISTINCT = 10  # ... and more distinct values than this (else: a category)
@@ -469,23 +471,16 @@ def describe_inputs(prep: Preprocessing) -> str:
 def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
     """``texts`` tokenized as in training (cut to the run's ``--seq-len`` with the tokenizer's
     own truncation, special tokens kept) and padded with its pad id to the longest of them: the
-    inputs the exported classifier takes (``input_ids`` and ``attention_mask``, int32)."""
-    tokenizer = prep.tokenizer
-    cut = int(prep.text["max_length"])
-    if tokenizer.padding is not None:
-        tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
-    if (tokenizer.truncation or {}).get("max_length") != cut:
-        tokenizer.enable_truncation(cut)  # as jaxfeed.data.text.tokenize cut the training texts
-    encoded = [e.ids for e in tokenizer.encode_batch(list(texts))] if texts else []
-    length = max(map(len, encoded), default=1)
-    ids = np.full((len(texts), length), int(prep.text["pad_id"]), np.int32)
-    mask = np.zeros((len(texts), length), np.int32)
-    for i, row in enumerate(encoded):
-        if not row:
-            raise ConfigError(f"text {i} gives no tokens: {texts[i][:60]!r}")
-        ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+    inputs the exported classifier takes (``input_ids`` and ``attention_mask``, int32), made by
+    the function the export's own preprocessing uses
+    (:func:`jaxfeed.serve.spec.token_batch`)."""
+    try:
+        batch = spec_token_batch(
+            prep.tokenizer, texts, int(prep.text["max_length"]), int(prep.text["pad_id"])
+        )
+    except SpecError as err:
+        raise ConfigError(str(err)) from None
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
 def as_texts(values: Any) -> list[str]:

@@ -587,8 +587,11 @@ def _export_best(
     if text.is_text(prep):  # token ids in (RUN/tokenizer.json makes them): no declared spec
         extra["text"] = {**prep.text, "inputs": dict(trainer.inputs)}
     try:
-        if text.is_text(prep):
-            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra)
+        if text.is_text(prep):  # strings in: the spec and tokenizer.json travel in model/
+            spec = prep.serving(run_data.labels)
+            spec = dataclasses.replace(spec, text=prep.serving_text(dict(trainer.inputs)))
+            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra,
+                   preprocessing=spec, tokenizer=prep.tokenizer)  # fmt: skip
         else:
             export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
