@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
+from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
     ConfigError,
@@ -212,6 +213,11 @@ def _train(
         "test_split": splits.test_name,
         "processes": jax.process_count(),
         "devices": jax.device_count(),
+        "data_fingerprint": (
+            record.resolved.get("data_fingerprint")
+            if record is not None
+            else datamod.data_fingerprint(config.data)
+        ),  # --resume --data NEWPATH: the same files, moved
     }
     if record is not None and "best_metric" in record.resolved and selection:
         resolved["best_metric"] = record.resolved["best_metric"]

@@ -1,0 +1,57 @@
+"""What a new user trips on (issue 41), the command side: a run resumed after its data moved,
+and the choices the command makes said aloud. One small table run, shared by the module."""
+
+import json
+import shutil
+
+import pytest
+
+from cli_helpers import jaxfeed
+
+TINY = ["--model", "mlp", "--epochs", "2", "--batch-size", "16", "--lr", "0.05"]
+
+
+def houses(path, rows=80):
+    lines = ["city,rooms,area,price"]
+    for i in range(rows):
+        city = ("rome", "oslo", "lima")[i % 3]
+        lines.append(f"{city},{1 + i % 4},{40 + 7 * (i % 11)},{'high' if i % 4 > 1 else 'low'}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("choices")
+    data = houses(root / "houses.csv")
+    out = root / "run"
+    result = jaxfeed("train", "--data", str(data), "--label-column", "price", "--out", str(out),
+                     *TINY)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return data, out, result.stdout
+
+
+def test_resume_accepts_the_same_data_moved_and_refuses_other_data(table_run, tmp_path):
+    data, out, _ = table_run
+    saved = json.loads((out / "config.json").read_text())
+    assert list(saved["data_fingerprint"]) == ["houses.csv"]
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    moved = tmp_path / "elsewhere" / "houses.csv"
+    moved.parent.mkdir()
+    shutil.copy(data, moved)
+    changed = tmp_path / "changed.csv"
+    changed.write_text(data.read_text().replace("rome,", "roma,", 1))
+    result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(changed))
+    assert result.returncode == 2
+    assert f"--data {changed} is not the data the run was trained on ({data})" in result.stderr
+    assert "changed.csv: not in the run's data; houses.csv: missing" in result.stderr
+    same_name = tmp_path / "other" / "houses.csv"
+    same_name.parent.mkdir()
+    same_name.write_text(data.read_text().replace("rome,", "roma,", 1))
+    result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(same_name))
+    assert result.returncode == 2 and "houses.csv: content differs (same size" in result.stderr
+    result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(moved), "--epochs", "3")
+    assert result.returncode == 0, result.stderr
+    assert "epoch 3/3" in result.stdout and "epoch 2/3" not in result.stdout
+    assert json.loads((run / "config.json").read_text())["options"]["data"] == str(moved)
