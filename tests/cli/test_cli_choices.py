@@ -55,3 +55,23 @@ def test_resume_accepts_the_same_data_moved_and_refuses_other_data(table_run, tm
     assert result.returncode == 0, result.stderr
     assert "epoch 3/3" in result.stdout and "epoch 2/3" not in result.stdout
     assert json.loads((run / "config.json").read_text())["options"]["data"] == str(moved)
+
+
+def test_unseen_categories_are_counted_per_column_and_strict_refuses_them(table_run, tmp_path):
+    _, out, _ = table_run
+    new = tmp_path / "new.csv"
+    new.write_text("city,rooms,area\nparis,2,50\nrome,9,60\nparis,7,70\noslo,1,80\n")
+    result = jaxfeed("predict", str(out), str(new), "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == 4
+    assert (
+        "note: unseen in training, predicted as unknown (--strict refuses them): 'city' 2 rows "
+        "('paris' 2); 'rooms' 2 rows ('9' 1, '7' 1)" in result.stderr
+    )
+    seen = tmp_path / "seen.csv"
+    seen.write_text("city,rooms,area\nrome,2,50\n")
+    result = jaxfeed("predict", str(out), str(seen))
+    assert result.returncode == 0 and "unseen" not in result.stderr
+    result = jaxfeed("predict", str(out), str(new), "--strict")
+    assert result.returncode == 2
+    assert f"{new}:0: column 'city' has 'paris', a category unseen in training" in result.stderr

@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", metavar="FILE.csv|FILE.jsonl", help="write one row per input to a file"
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a table's category unseen in training (default: predicted as unknown, "
+        "counted per column in a note)",
+    )
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
