@@ -8,7 +8,8 @@ import pytest
 
 from cli_helpers import jaxfeed
 
-TINY = ["--model", "mlp", "--epochs", "2", "--batch-size", "16", "--lr", "0.05"]
+TINY = ["--model", "mlp", "--epochs", "2", "--batch-size", "16", "--lr", "0.05", "--metrics",
+        "accuracy,f1", "--monitor", "eval_f1"]  # fmt: skip
 
 
 def houses(path, rows=80):
@@ -75,3 +76,16 @@ def test_unseen_categories_are_counted_per_column_and_strict_refuses_them(table_
     result = jaxfeed("predict", str(out), str(new), "--strict")
     assert result.returncode == 2
     assert f"{new}:0: column 'city' has 'paris', a category unseen in training" in result.stderr
+
+
+def test_the_summary_shows_the_monitored_metric_and_four_decimals(table_run):
+    _, _, stdout = table_run
+    header, values = stdout.split("\nbest epoch")[1].splitlines()[:2]
+    header = "best epoch" + header
+    columns = [h.strip() for h in header.split("  ") if h.strip()]
+    assert "validation accuracy" in columns and "validation f1" in columns, header
+    figures = values.split()
+    at = columns.index("validation f1")
+    assert len(figures[at].split(".")[1]) == 4, values  # 0.7500, not 0.75
+    assert len(figures[columns.index("validation accuracy")].split(".")[1]) == 4, values
+    assert "highest eval_f1 on the validation split" in stdout

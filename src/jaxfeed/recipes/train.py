@@ -636,6 +636,16 @@ def _test_once(
     return result
 
 
+def _figure(value: float, task: str) -> str:
+    """A summary figure: accuracy and perplexity to 4 decimals (``0.7500``, ``1.0000``), an RMSE
+    in the label's units to 6 significant digits.
+
+    >>> _figure(0.75, "classification"), _figure(1, "classification"), _figure(12345.678, "regression")
+    ('0.7500', '1.0000', '12345.7')
+    """
+    return f"{value:.6g}" if task == "regression" else f"{value:.4f}"
+
+
 def _summary(
     say: Callable,
     history: Any,
@@ -670,12 +680,16 @@ def _summary(
         loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
         if f"eval_{figure}" in best:
-            columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))
+            columns.append((f"{splits.eval_name} {shown}", _figure(best[f"eval_{figure}"], task)))
+        monitored = resolved.get("best_metric")
+        if monitored and monitored not in ("eval_loss", f"eval_{figure}") and monitored in best:
+            name = monitored.removeprefix("eval_").replace("_", " ")
+            columns.append((f"{splits.eval_name} {name}", f"{best[monitored]:.4f}"))
     else:
         columns.append(("train loss", f"{best.get('train_loss', float('nan')):.4f}"))
     if test is not None:
         if f"test_{figure}" in test:
-            columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
+            columns.append((f"{splits.test_name} {shown}", _figure(test[f"test_{figure}"], task)))
         else:
             columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
     if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so
