@@ -89,3 +89,19 @@ def test_the_summary_shows_the_monitored_metric_and_four_decimals(table_run):
     assert len(figures[at].split(".")[1]) == 4, values  # 0.7500, not 0.75
     assert len(figures[columns.index("validation accuracy")].split(".")[1]) == 4, values
     assert "highest eval_f1 on the validation split" in stdout
+
+
+def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(table_run, tmp_path):
+    data, _, _ = table_run
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    args = ["train", "--data", str(data), "--label-column", "price", *TINY, "--epochs", "1"]
+    result = jaxfeed(*args, "--out", str(tmp_path / "r"), "--mesh", "data=4,model=2",
+                     "--sharding", "fsdp", env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "8 devices in 1 process (mesh data=4,model=2" in result.stdout
+    assert "note: mesh axis model=2 is used by nothing" in result.stdout
+    # a mesh the devices cannot make is refused before the data is read (a bad label here)
+    bad = [*args[:3], "--label-column", "nonesuch", *args[5:]]
+    result = jaxfeed(*bad, "--out", str(tmp_path / "b"), "--mesh", "data=16", env=env)
+    assert result.returncode == 2 and "--mesh data=16" in result.stderr, result.stderr
+    assert "nonesuch" not in result.stderr and not (tmp_path / "b").exists()

@@ -102,14 +102,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     text.check_options(config)
+    if config.mesh is not None:
+        _mesh(config)  # a --mesh the devices cannot make is refused before any data is read
     check_out_folder(out, config.resume)
     created = not out.exists()
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         return _train(config, out, primary, say, verbose)
-    except ConfigError:
+    except (ConfigError, ImportError) as err:
         if created and lock is not None and not any(out.iterdir()):
             out.rmdir()  # refused before anything was written: leave no empty run folder
+        if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
+            raise ConfigError(str(err)) from err
         raise
     finally:
         if lock is not None:
@@ -278,13 +282,22 @@ def _train(
             text.write_tokenizer(prep, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
-        f"{jax.device_count()} devices in {jax.process_count()} processes"
+        f"{jax.device_count()} devices in {jax.process_count()} "
+        f"process{'es' if jax.process_count() > 1 else ''}"
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
     if mesh is not None:
         axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
+        unused = unused_axes(mesh, config.sharding)
+        if unused:
+            say(
+                f"note: mesh axis {', '.join(f'{a}={mesh.shape[a]}' for a in unused)} is used by "
+                f"nothing: sharding {json.dumps(config.sharding)} splits batches (and FSDP "
+                f"weights) over {data_axis(mesh)!r} only; its devices hold copies (name the axis in "
+                "--sharding rules, or leave it out of --mesh)"
+            )
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
@@ -460,6 +473,22 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def unused_axes(mesh: Any, sharding: Any) -> list[str]:
+    """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
+    FSDP nor a sharding rule use.
+
+    >>> mesh = make_mesh({"data": 1, "model": 1})
+    >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
+    ([], [])
+    """
+    used = {data_axis(mesh)}
+    if isinstance(sharding, dict):
+        for key, entry in sharding.items():
+            if key != "fsdp" and entry is not None:
+                used.update([entry] if isinstance(entry, str) else list(entry))
+    return [str(a) for a in mesh.axis_names if a not in used and mesh.shape[a] > 1]
 
 
 def _mesh(config: RunConfig) -> Any:
