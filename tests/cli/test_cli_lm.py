@@ -1,8 +1,8 @@
 """The command on a corpus: a character-level language model of a generated corpus (each
-paragraph counts up the alphabet from a random letter, wrapped into lines of 16 letters as prose
-is), trained once per module on the corpus concatenated and cut into windows; its perplexity
-against the corpus's unigram perplexity, eval, generate across line ends, the export and
-resume."""
+paragraph counts up the alphabet from a random letter, a line ending after each z, as prose is
+wrapped), trained once per module on the corpus concatenated and cut into windows; its
+perplexity against the corpus's unigram perplexity, eval, generate across line ends, the export
+and resume."""
 
 import json
 import math
@@ -33,19 +33,16 @@ def alphabet_lines(count=500, seed=0):
     return lines
 
 
-WIDTH = 16  # letters per line of the wrapped corpus
-
-
 def wrapped_corpus(count=160, seed=0):
-    """Paragraphs of 40-80 letters counting up the alphabet, wrapped every :data:`WIDTH` letters,
-    a blank line between them: the alphabet continues across each line end."""
+    """Paragraphs of 40-80 letters counting up the alphabet, a line break after each ``z`` (as
+    prose is wrapped), a blank line between them: the alphabet continues across each line end."""
     rng = random.Random(seed)
     letters = string.ascii_lowercase
     paragraphs = []
     for _ in range(count):
         start, n = rng.randrange(26), rng.randint(40, 80)
         run = "".join(letters[(start + k) % 26] for k in range(n))
-        paragraphs.append("\n".join(run[i : i + WIDTH] for i in range(0, n, WIDTH)))
+        paragraphs.append(run.replace("z", "z\n").rstrip("\n"))
     return "\n\n".join(paragraphs) + "\n"
 
 
@@ -100,7 +97,7 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
     status, shown, err = run_main(capsys, "eval", str(out), "--json")
     assert status == 0, err
     report = json.loads(shown)
-    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 66
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 52
     assert report["windows"] == math.ceil(report["tokens"] / 64)
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
