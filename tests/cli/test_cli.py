@@ -370,6 +370,22 @@ def test_missing_peers_name_the_extra(monkeypatch, capsys):
     assert "pip install 'jaxfeed[bench]'" in capsys.readouterr().out
 
 
+def test_bench_results_go_to_the_cache_not_the_current_folder(tmp_path, monkeypatch, capsys):
+    from jaxfeed.bench import runner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JAXFEED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("JAXFEED_BENCH_RESULTS", raising=False)
+    monkeypatch.setattr(runner, "missing_peers", lambda names: [])
+    write = (
+        "import os, pathlib; pathlib.Path(os.environ['JAXFEED_BENCH_RESULTS']).mkdir(parents=True)"
+    )
+    monkeypatch.setattr(runner, "command", lambda name, quick: [sys.executable, "-c", write])
+    assert runner.run_benchmarks("train") == 0
+    assert f"results: {tmp_path / 'cache' / 'bench-results'}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+
+
 def test_info_verify_checks_a_saved_dataset(tmp_path, capsys):
     from jaxfeed import Dataset
 
