@@ -344,7 +344,12 @@ def test_info(tmp_path, capsys):
     assert status == 0 and "split train: 1,437 rows" in out and "(built-in dataset)" in out
     (tmp_path / "train.csv").write_text("a,b\n1,x\n2,y\n")
     status, out, _ = run_main(capsys, "info", str(tmp_path))
-    assert "MiB on disk in 1 files" in out and "a: Value('int64')" in out
+    assert "MiB on disk in 1 file" in out and "a: Value('int64')" in out
+    assert "1 split, " in out and "split train: 2 rows" in out
+    assert "row 0: {'a': 1, 'b': 'x'}" in out  # values, not numpy reprs (np.int64(1))
+    (tmp_path / "train.csv").write_text("a,b\n1,x\n")
+    status, out, _ = run_main(capsys, "info", str(tmp_path))
+    assert "split train: 1 row\n" in out
 
 
 def test_bench_runs_from_the_package_and_names_the_extra(tmp_path):
