@@ -325,6 +325,19 @@ def test_predict_names_a_decompression_bomb(image_run, tmp_path, capsys, monkeyp
     assert status == 2 and f"cannot read image {bomb}" in err and "decompression bomb" in err
 
 
+def test_predict_of_an_image_run_on_a_table_or_a_non_image_says_so(image_run, tmp_path, capsys):
+    out, _, _ = image_run
+    table = tmp_path / "houses.csv"
+    table.write_text("a,b\n1,2\n")
+    status, _, err = run_main(capsys, "predict", str(out), str(table))
+    assert status == 2 and f"{table} is a table; this run was trained on images" in err
+    fake = tmp_path / "fake.png"
+    fake.write_text("not an image")
+    status, _, err = run_main(capsys, "predict", str(out), str(fake))
+    assert status == 2 and f"cannot read image {fake}: not an image file" in err
+    assert "BytesIO" not in err
+
+
 def test_version_and_help(capsys):
     status, out, _ = run_main(capsys, "--version")
     assert status == 0 and out.startswith("jaxfeed ")

@@ -388,6 +388,16 @@ def choose_columns(
     if label is None:
         label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
         label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
+        if (
+            label is None
+            and features
+            and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
+        ):  # a folder of images (or clips) without class sub-folders
+            raise ConfigError(
+                "the folder's files lie directly in it: a classifier of a folder needs one "
+                "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
+                "with a label column"
+            )
         if label is None:
             raise ConfigError(
                 f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "

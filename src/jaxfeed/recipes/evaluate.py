@@ -439,6 +439,12 @@ def _input_batches(
             spec, kind="image", image_mode=mode, image_size=(shape[0], shape[1])
         )
     paths = _expand(inputs, tables=False)
+    table = next((p for p in paths if file_format(Path(p)) is not None), None)
+    if table is not None:
+        raise ConfigError(
+            f"{table} is a table; this run was trained on images: predict takes image files or "
+            "folders of them"
+        )
     counts = {"converted": 0, "resized": 0}
     for start in range(0, len(paths), size):
         chunk = paths[start : start + size]

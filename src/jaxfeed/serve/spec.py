@@ -334,6 +334,11 @@ class ServingSpec:
                 with PIL.Image.open(io.BytesIO(data)) as probe:
                     counts["converted"] += probe.mode != self.image_mode
                 decoded = feature.decode_value((data, path), 0)
+            except PIL.UnidentifiedImageError:
+                raise SpecError(
+                    f"cannot read image {path}: not an image file (this model takes images: "
+                    "PNG, JPEG, ... files or folders of them)"
+                ) from None
             except (OSError, ValueError, PIL.Image.DecompressionBombError) as err:
                 raise SpecError(f"cannot read image {path}: {err}") from err
             except Exception as err:  # a decoder's own error type: still name the file
