@@ -90,6 +90,11 @@ def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
     best = min(r["eval_perplexity"] for r in rows)
     assert best < PERPLEXITY_BOUND < unigram / 5, (best, unigram)
     assert "validation perplexity" in stdout
+    # curves.png: the loss, token accuracy and perplexity (no empty accuracy panel): 3 panels
+    from PIL import Image
+
+    with Image.open(out / "curves.png") as curves:
+        assert curves.size[0] > 1700, curves.size  # 5.5 inches a panel at 110 dpi
 
 
 def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
