@@ -300,12 +300,14 @@ def plan_text(
                     else "each ended by the end-of-sequence token"
                 )
                 + f") and cut into windows of {seq_len} tokens (--seq-len), as run_clm: "
-                f"{-(-joined // seq_len):,} windows of {joined:,} tokens; attention crosses "
-                "line ends (--sample-by line|paragraph|document: one segment per text instead)"
+                f"{-(-joined // seq_len):,} windows (the packed rows an epoch counts) of "
+                f"{joined:,} tokens; attention crosses line ends (--sample-by "
+                "line|paragraph|document: one segment per text instead)"
             )
         else:
             notes.append(
-                f"packing: rows of {seq_len} tokens (--seq-len), {len(lengths):,} texts (one per "
+                f"packing: rows of {seq_len} tokens (--seq-len; the rows an epoch counts), "
+                f"{len(lengths):,} texts (one per "
                 f"{config.sample_by}, --sample-by) of {int(lengths.sum()):,} tokens (median "
                 f"{np.median(lengths):g}); each text is its own segment (attention never crosses "
                 "one)" + (f"; {longer:,} texts longer than {seq_len} are split" if longer else "")

@@ -203,7 +203,8 @@ def _train(
         sizes.append(f"{splits.eval.num_rows:,} {splits.eval_name}")
     if splits.test is not None:
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
-    say(f"{' / '.join(sizes)} rows; {shown}, {target}")
+    unit = "texts" if run_data.task == "lm" else "rows"  # an LM's epochs count packed rows
+    say(f"{' / '.join(sizes)} {unit}; {shown}, {target}")
     model = config.model or (
         "transformer"
         if text.is_text(prep)
