@@ -487,9 +487,9 @@ def unused_axes(mesh: Any, sharding: Any) -> list[str]:
     """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
     FSDP nor a sharding rule use.
 
-    >>> mesh = make_mesh({"data": 1, "model": 1})
+    >>> mesh = make_mesh({"data": -1, "model": 2})
     >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
-    ([], [])
+    (['model'], [])
     """
     used = {data_axis(mesh)}
     if isinstance(sharding, dict):
