@@ -29,7 +29,8 @@ def is_pretrained(source: str) -> bool:
 
 def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int = 50,
                         temperature: float = 1.0, top_k: int | None = None,
-                        top_p: float | None = None, seed: int = 0) -> list[str]:  # fmt: skip
+                        top_p: float | None = None, seed: int = 0,
+                        stop: list[str] | None = None) -> list[str]:  # fmt: skip
     """Continuations of ``prompts`` by the checkpoint ``source``; bad checkpoints, prompts too
     long for the context and the like are one-line :class:`ConfigError`s."""
     from jaxfeed.models import from_pretrained, preprocessor  # import cost: JAX, Flax
@@ -43,7 +44,8 @@ def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int 
         tokenizer = preprocessor(source)
         return list(
             generate(model, tokenizer, list(prompts), max_new_tokens=max_new_tokens,
-                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                     stop=stop)
         )  # fmt: skip
     except ValueError as err:  # CheckpointError is one; generate's input errors too
         raise ConfigError(str(err)) from None
