@@ -1,6 +1,9 @@
 """Export any Flax model for serving: weights as safetensors, JSON metadata, and the inference
 function serialised with ``jax.export`` (StableHLO) with a symbolic batch dimension.
 
+Long because writing, verifying and loading one folder format share its constants and checks;
+the checks of what an export is called with live in :mod:`jaxfeed.serve.checks`.
+
 An export is a folder of three files:
 
 * ``model.safetensors``: every weight (parameters, BatchNorm statistics, any other variable)
@@ -14,6 +17,8 @@ An export is a folder of three files:
   ``jax.export``; the batch dimension is symbolic, so one export serves any batch size (and so
   is the sequence length of models that declare ``symbolic_length = True``, as
   :class:`~jaxfeed.models.TransformerClassifier` and :class:`~jaxfeed.models.TransformerLM` do).
+
+A text export also carries its ``tokenizer.json`` (data, checksum recorded), applied on load.
 
 Loading runs the StableHLO with the verified weights: no pickle, and nothing named inside the
 files is ever imported or executed. :func:`load_exported` with ``like=model`` puts the weights
