@@ -137,7 +137,10 @@ def test_failed_async_save_is_raised_on_close(tmp_path, monkeypatch):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(ckpt._manager, "check_for_errors", broken)
-    with pytest.raises(RuntimeError, match="disk on fire"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"could not write checkpoint step 1 to .*: RuntimeError: disk on fire$",
+    ):
         ckpt.close()
 
 

@@ -10,9 +10,11 @@ shows the Python traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from jaxfeed import __version__
 from jaxfeed.cli import cache, commands
@@ -84,13 +86,16 @@ def _step(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected best, last or a step number, got {text!r}")
 
 
-def _count(text: str, low: int) -> int:
+def _count(text: str, low: int, high: int = 2**31 - 1) -> int:
+    """An integer in ``[low, high]`` (every count has a bound: past it, memory or time run out)."""
     try:
         value = int(text)
     except ValueError:
         value = low - 1
     if value < low:
         raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"expected an integer <= {high:,}, got {text!r}")
     return value
 
 
@@ -100,6 +105,16 @@ def _positive(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     return _count(text, 0)
+
+
+def _bounded(low: int, high: int) -> Any:
+    """An argparse type: an integer in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        return _count(text, low, high)
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
 
 
 def _non_negative_float(text: str) -> float:
@@ -153,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         prefix_chars="\0",
     )
-    p.set_defaults(run=commands.train, debug=False)
+    p.set_defaults(run=commands.train)
 
     p = command("eval", "evaluate a run: loss, accuracy, per-class metrics, confusion matrix")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -185,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", metavar="FILE.csv|FILE.jsonl", help="write one row per input to a file"
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a table's category unseen in training (default: predicted as unknown, "
+        "counted per column in a note)",
+    )
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
@@ -192,7 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
     p.add_argument(
-        "--max-new-tokens", type=_positive, default=50, help="tokens to add (default: 50)"
+        "--max-new-tokens",
+        type=_bounded(1, 1 << 20),
+        default=50,
+        help="tokens to add (default: 50)",
     )
     p.add_argument(
         "--temperature",
@@ -202,9 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--top-k", type=_positive, help="sample among the K likeliest tokens")
     p.add_argument("--top-p", type=_probability, help="sample among the likeliest tokens of mass P")
-    p.add_argument("--seed", type=_non_negative, default=0, help="sampling seed (default: 0)")
+    p.add_argument(
+        "--seed", type=_bounded(0, 2**32 - 1), default=0, help="sampling seed (default: 0)"
+    )
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        type=_stop_text,
+        help='end a continuation before TEXT (repeatable; "\\n" is a line break; default: only at '
+        "the end-of-sequence token or --max-new-tokens)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
@@ -242,16 +276,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cache.run)
 
     p = command("launch", "start N local processes of a command as one multi-process JAX job")
-    p.add_argument("--num-processes", type=_positive, required=True, help="processes to start")
+    p.add_argument(
+        "--num-processes", type=_bounded(1, 1024), required=True, help="processes to start"
+    )
     p.add_argument(
         "--port",
-        type=_non_negative,
+        type=_bounded(0, 65535),
         default=0,
         help="coordinator port on 127.0.0.1 (default: a free one)",
     )
     p.add_argument(
         "--devices-per-process",
-        type=_positive,
+        type=_bounded(1, 4096),
         help="fake CPU devices per process (to try it on one machine)",
     )
     p.add_argument(
@@ -278,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.train_argv = rest
     if args.command == "train":
         args.debug = args.debug or "--debug" in rest
+    if not args.debug:
+        _quiet_stray_async_errors()
+        logging.getLogger("absl").setLevel(logging.CRITICAL)  # Orbax's: jaxfeed says what failed
     try:
         return args.run(args)
     except ConfigError as err:
@@ -300,6 +339,47 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _is_closed_loop_noise(kind: type[BaseException] | None, value: object) -> bool:
+    return (
+        kind is not None
+        and issubclass(kind, RuntimeError)
+        and str(value) in ("Event loop is closed", "no running event loop")
+    )
+
+
+def _stop_text(value: str) -> str:
+    """A ``--stop`` text, its escapes read (``"\\n"`` typed in a shell is a line break).
+
+    >>> _stop_text("\\\\n"), _stop_text("END")
+    ('\\n', 'END')
+    """
+    if not value:
+        raise argparse.ArgumentTypeError("an empty --stop would end every continuation at once")
+    return value.replace("\\r", "\r").replace("\\n", "\n").replace("\\t", "\t")
+
+
+def _quiet_stray_async_errors() -> None:
+    """Silence what a failed checkpoint read leaves behind: TensorStore reads still in flight
+    complete on Orbax's closed event loop and print "Event loop is closed" (or "Exception ignored
+    in: <coroutine ...>") once per array, thousands of lines after the one-line error. Only those
+    are silenced; ``--debug`` shows them."""
+    hook, unraisable = sys.excepthook, sys.unraisablehook
+    if getattr(hook, "jaxfeed_quiet", False):  # installed by an earlier main() in this process
+        return
+
+    def excepthook(kind: Any, value: Any, tb: Any) -> None:
+        if not _is_closed_loop_noise(kind, value):
+            hook(kind, value, tb)
+
+    def unraisablehook(info: Any) -> None:
+        coroutine = type(info.object).__name__ in ("coroutine", "Task", "Future")
+        if not (coroutine or _is_closed_loop_noise(info.exc_type, info.exc_value)):
+            unraisable(info)
+
+    excepthook.jaxfeed_quiet = True  # type: ignore[attr-defined]
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
 
 
 def _quiet_stdout() -> None:

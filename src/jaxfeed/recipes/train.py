@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
+from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
     ConfigError,
@@ -57,6 +60,7 @@ from jaxfeed.runtime import distributed
 from jaxfeed.serve.export import export
 from jaxfeed.train.checkpoint import CheckpointError
 from jaxfeed.train.monitor import monitor_mode
+from jaxfeed.train.schedule import Schedule
 from jaxfeed.train.sharding import data_axis, default_mesh, make_mesh
 
 
@@ -98,14 +102,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     text.check_options(config)
+    if config.mesh is not None:
+        _mesh(config)  # a --mesh the devices cannot make is refused before any data is read
     check_out_folder(out, config.resume)
     created = not out.exists()
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         return _train(config, out, primary, say, verbose)
-    except ConfigError:
+    except (ConfigError, ImportError) as err:
         if created and lock is not None and not any(out.iterdir()):
             out.rmdir()  # refused before anything was written: leave no empty run folder
+        if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
+            raise ConfigError(str(err)) from err
         raise
     finally:
         if lock is not None:
@@ -209,6 +217,11 @@ def _train(
         "test_split": splits.test_name,
         "processes": jax.process_count(),
         "devices": jax.device_count(),
+        "data_fingerprint": (
+            record.resolved.get("data_fingerprint")
+            if record is not None
+            else datamod.data_fingerprint(config.data)
+        ),  # --resume --data NEWPATH: the same files, moved
     }
     if record is not None and "best_metric" in record.resolved and selection:
         resolved["best_metric"] = record.resolved["best_metric"]
@@ -258,6 +271,9 @@ def _train(
             f"--monitor {resolved['best_metric']}: not among this run's validation metrics "
             f"{sorted(monitors)}{did_you_mean(resolved['best_metric'], monitors)}; --metrics adds some"
         )
+    metric, mode = resolved["best_metric"], resolved["best_mode"]
+    if record is not None:  # the checkpoint and the loader's position checked before any write
+        _resume(trainer, out, config, RunRecord(config, resolved), loaders[0], primary, say)
     if primary:
         out.mkdir(parents=True, exist_ok=True)
         if record is None and (code := copy_model_code(config, out)) is not None:
@@ -266,13 +282,22 @@ def _train(
             text.write_tokenizer(prep, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
-        f"{jax.device_count()} devices in {jax.process_count()} processes"
+        f"{jax.device_count()} devices in {jax.process_count()} "
+        f"process{'es' if jax.process_count() > 1 else ''}"
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
     if mesh is not None:
         axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
+        unused = unused_axes(mesh, config.sharding)
+        if unused:
+            say(
+                f"note: mesh axis {', '.join(f'{a}={mesh.shape[a]}' for a in unused)} is used by "
+                f"nothing: sharding {json.dumps(config.sharding)} splits batches (and FSDP "
+                f"weights) over {data_axis(mesh)!r} only; its devices hold copies (name the axis in "
+                "--sharding rules, or leave it out of --mesh)"
+            )
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
@@ -281,32 +306,37 @@ def _train(
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
         f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {out}"
     )
-    metric, mode = resolved["best_metric"], resolved["best_mode"]
-    trainer.resume_hint = f"jaxfeed train --out {out} --resume"
+    trainer.resume_hint = shlex.join(["jaxfeed", "train", "--out", str(out), "--resume"])
     if config.tensorboard:
-        say(f"TensorBoard: tensorboard --logdir {out / 'tensorboard'}")
+        say(f"TensorBoard: {shlex.join(['tensorboard', '--logdir', str(out / 'tensorboard')])}")
     start = time.perf_counter()
+    schedule = {"epochs": config.epochs, "max_steps": config.max_steps}
     try:
-        history = trainer.fit(
-            loaders[0],
-            loaders[1],
-            epochs=config.epochs,
-            max_steps=config.max_steps,
-            log_every=config.log_every,
-            eval_every=config.eval_every,
-            checkpoint_every=config.checkpoint_every,
-            checkpoint_dir=out / "checkpoints",
-            resume=config.resume,
-            checkpoint_options={"best_metric": metric or BEST_METRIC, "best_mode": mode},
-        )
+        if Schedule.make(**schedule).finished(trainer.step, trainer.epoch):
+            say(
+                f"the run is already complete ({trainer.epoch} epochs, {trainer.step} steps); "
+                "--epochs or --max-steps continue it"
+            )
+            history = trainer.history
+        else:  # a resumed trainer holds its checkpoint's state (restored above)
+            history = trainer.fit(
+                loaders[0], loaders[1], **schedule, log_every=config.log_every,
+                eval_every=config.eval_every, checkpoint_every=config.checkpoint_every,
+                checkpoint_dir=out / "checkpoints",
+                checkpoint_options={"best_metric": metric or BEST_METRIC, "best_mode": mode},
+            )  # fmt: skip
     except KeyboardInterrupt:
         done = trainer.epoch
         print(
             f"\ninterrupted during epoch {done + 1}: checkpoints up to epoch {done} are in "
-            f"{out / 'checkpoints'}; resume with: jaxfeed train --out {out} --resume",
+            f"{out / 'checkpoints'}; resume with: {trainer.resume_hint}",
             file=sys.stderr,
         )
         raise
+    except CheckpointError as err:  # a save that failed (a full disk): the earlier steps stay
+        raise CheckpointError(
+            f"{err}; once it can be written, resume with: {trainer.resume_hint}"
+        ) from None
     seconds = time.perf_counter() - start
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
@@ -321,6 +351,110 @@ def _train(
         )
         _summary(say, history, best, test, seconds, run_data.task, out, splits, resolved, state)
     return TrainResult(out, history, best, seconds, test)
+
+
+def _resume(
+    trainer: Any,
+    out: Path,
+    config: RunConfig,
+    record: RunRecord,
+    loader: Any,
+    primary: bool,
+    say: Callable[..., None],
+) -> None:
+    """Restore the run's latest checkpoint (or ``--resume-step``) into ``trainer`` and the
+    train loader's position, before anything in the run folder is written: a damaged step, data
+    that changed since the checkpoint or a position this loader cannot take is refused here.
+    Steps after ``--resume-step`` are set aside (``RUN/set-aside/``), since this run replaces
+    them. No checkpoint yet: the run starts from the beginning."""
+    folder = out / "checkpoints"
+    if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
+        if config.resume_step is not None:
+            raise ConfigError(f"--resume-step {config.resume_step}: {out} has no checkpoints yet")
+        return
+    manager = open_checkpoints(out, record)
+    steps: list[int] = []
+    try:
+        steps = manager.all_steps
+        step = steps[-1] if config.resume_step is None else config.resume_step
+        if step not in steps:
+            raise ConfigError(
+                f"--resume-step {step}: no such checkpoint in {folder}; steps: {steps}"
+            )
+        meta = manager.meta(step)
+        _check_loader_state(meta.get("loader"), loader, step)
+        trainer.restore_checkpoint(manager, step, _ElasticLoader(loader))
+    except CheckpointError as err:
+        earlier = [s for s in steps if s < step]
+        hint = (
+            f"; resume from step {earlier[-1]} with --resume-step {earlier[-1]}" if earlier else ""
+        )
+        raise ConfigError(f"--resume: {err}{hint}") from None
+    finally:
+        manager.close()
+    later = [s for s in steps if s > step]
+    if later and primary:
+        aside = out / "set-aside"
+        aside.mkdir(exist_ok=True)
+        for s in later:
+            target = aside / f"checkpoint-{s}"
+            if target.exists():
+                shutil.rmtree(target)
+            (folder / str(s)).rename(target)
+        say(
+            f"resuming from step {step}: steps {later} set aside in {aside} (this run replaces them)"
+        )
+
+
+def _check_loader_state(saved: Any, loader: Any, step: int) -> None:
+    """The data the checkpoint was trained on is the data here: the same rows, the same content."""
+    if not isinstance(saved, dict) or not hasattr(loader, "state_dict"):
+        return
+    mine = loader.state_dict()
+    if saved.get("num_rows") != mine["num_rows"]:
+        change = f"train rows {saved.get('num_rows')} -> {mine['num_rows']}"
+    elif saved.get("dataset") != mine["dataset"]:
+        change = (
+            f"the train rows' content (fingerprint {str(saved.get('dataset'))[:16]} -> "
+            f"{str(mine['dataset'])[:16]})"
+        )
+    else:
+        return
+    raise ConfigError(
+        f"--resume: the run's data changed since its checkpoint (step {step}): {change}; resume "
+        "with the data the run was trained on, or start a new run (another --out)"
+    )
+
+
+class _ElasticLoader:
+    """The train loader as a restore sees it: a position saved on another device count (whose
+    train loader kept or dropped the last short batch: several devices drop it) is taken over;
+    the order of the rows does not depend on it."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        return iter(self.loader)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        drop = getattr(self.loader, "drop_last", None)
+        if isinstance(state, dict) and state.get("packing") and state.get("drop_last") != drop:
+            raise ConfigError(
+                "--resume: this language model was trained on several devices with a jaxfeed "
+                "that dropped each epoch's last packed batch there; resume it on several devices"
+            )
+        if isinstance(state, dict) and drop is not None and state.get("drop_last") != drop:
+            rows, size = int(state["num_rows"]), int(state["batch_size"])
+            saved_total = rows // size if state["drop_last"] else -(-rows // size)
+            total = rows // size if drop else -(-rows // size)
+            position = int(state["batches_consumed"])
+            position = total if position >= saved_total else min(position, total)
+            state = {**state, "drop_last": drop, "batches_consumed": position}
+        try:
+            self.loader.load_state_dict(state)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from None
 
 
 def _args(values: dict[str, Any]) -> str:
@@ -339,6 +473,22 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def unused_axes(mesh: Any, sharding: Any) -> list[str]:
+    """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
+    FSDP nor a sharding rule use.
+
+    >>> mesh = make_mesh({"data": 1, "model": 1})
+    >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
+    ([], [])
+    """
+    used = {data_axis(mesh)}
+    if isinstance(sharding, dict):
+        for key, entry in sharding.items():
+            if key != "fsdp" and entry is not None:
+                used.update([entry] if isinstance(entry, str) else list(entry))
+    return [str(a) for a in mesh.axis_names if a not in used and mesh.shape[a] > 1]
 
 
 def _mesh(config: RunConfig) -> Any:
@@ -401,8 +551,10 @@ def _loaders(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
     lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
+    # several devices cannot split a last short batch; a packed one is completed with empty rows
+    drop_last = count > 1 and "packing" not in lengths
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=count > 1, **kwargs,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last, **kwargs,
         **audiomod.loader_options(prep, train=True), **lengths,
     )  # fmt: skip
     held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
@@ -447,7 +599,10 @@ def _export_best(
         step = manager.best_step if resolved["best_metric"] else manager.latest_step
         if step is None:
             return None
-        best = {**manager.metrics(step), "step": step, "epoch": manager.meta(step)["epoch"]}
+        meta = manager.meta(step)
+        best = {**manager.metrics(step), "step": step, "epoch": meta["epoch"]}
+        if meta.get("progress"):  # the run stopped inside an epoch: its last state, evaluated
+            best["epoch_in_progress"] = meta["progress"]["epoch"]
         trainer.restore_checkpoint(manager, step)
     except CheckpointError as err:
         raise ConfigError(f"{out}: {err}") from err
@@ -467,8 +622,11 @@ def _export_best(
     if text.is_text(prep):  # token ids in (RUN/tokenizer.json makes them): no declared spec
         extra["text"] = {**prep.text, "inputs": dict(trainer.inputs)}
     try:
-        if text.is_text(prep):
-            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra)
+        if text.is_text(prep):  # strings in: the spec and tokenizer.json travel in model/
+            spec = prep.serving(run_data.labels)
+            spec = dataclasses.replace(spec, text=prep.serving_text(dict(trainer.inputs)))
+            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra,
+                   preprocessing=spec, tokenizer=prep.tokenizer)  # fmt: skip
         else:
             export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
@@ -507,6 +665,16 @@ def _test_once(
     return result
 
 
+def _figure(value: float, task: str) -> str:
+    """A summary figure: accuracy and perplexity to 4 decimals (``0.7500``, ``1.0000``), an RMSE
+    in the label's units to 6 significant digits.
+
+    >>> _figure(0.75, "classification"), _figure(1, "classification"), _figure(12345.678, "regression")
+    ('0.7500', '1.0000', '12345.7')
+    """
+    return f"{value:.6g}" if task == "regression" else f"{value:.4f}"
+
+
 def _summary(
     say: Callable,
     history: Any,
@@ -532,23 +700,30 @@ def _summary(
         for split in ("eval", "test"):
             if f"{split}_mse" in row and f"{split}_rmse" not in row:
                 row[f"{split}_rmse"] = row[f"{split}_mse"] ** 0.5
-    columns = [("best epoch" if resolved["best_metric"] else "last epoch", f"{best['epoch']}")]
+    shown_epoch = f"{best['epoch']}"
+    if "epoch_in_progress" in best:  # a checkpoint inside an epoch: where the run stopped
+        shown_epoch = f"{best['epoch_in_progress']} (part)"
+    columns = [("best epoch" if resolved["best_metric"] else "last epoch", shown_epoch)]
     columns.append(("step", f"{best['step']}"))
     if splits.eval is not None:
         loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
         if f"eval_{figure}" in best:
-            columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))
+            columns.append((f"{splits.eval_name} {shown}", _figure(best[f"eval_{figure}"], task)))
+        monitored = resolved.get("best_metric")
+        if monitored and monitored not in ("eval_loss", f"eval_{figure}") and monitored in best:
+            name = monitored.removeprefix("eval_").replace("_", " ")
+            columns.append((f"{splits.eval_name} {name}", f"{best[monitored]:.4f}"))
     else:
         columns.append(("train loss", f"{best.get('train_loss', float('nan')):.4f}"))
     if test is not None:
         if f"test_{figure}" in test:
-            columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
+            columns.append((f"{splits.test_name} {shown}", _figure(test[f"test_{figure}"], task)))
         else:
             columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
     if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so
         columns = [(f"{h} (class-weighted)" if h.endswith(" loss") else h, v) for h, v in columns]
-    columns += [("time", f"{seconds:.1f}"), ("rows/s", f"{rows:,.0f}")]
+    columns += [("time", f"{seconds:.1f}")] + ([("rows/s", f"{rows:,.0f}")] if epochs else [])
     widths = [max(len(h), len(v)) + 2 for h, v in columns]
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
     say("".join(f"{v:<{w}}" for (_, v), w in zip(columns, widths, strict=True)).rstrip())
@@ -565,12 +740,18 @@ def _summary(
     say(what + "; eval and predict use it)")
     if state:
         say(f"model and optimizer state: {state}")
-    say(
-        f"\nrun folder: {out}  (config.json, metrics.jsonl, history.csv, curves.png, checkpoints/, model/)"
-    )
+    if "epoch_in_progress" in best:
+        say(
+            f"(the run stopped at step {best['step']}, inside epoch {best['epoch_in_progress']}: "
+            "its last state was evaluated and is a candidate like each epoch's end)"
+        )
+    files = ("config.json", "metrics.jsonl", "history.csv", "curves.png", "checkpoints", "model")
+    found = [f"{n}/" if (out / n).is_dir() else n for n in files if (out / n).exists()]
+    say(f"\nrun folder: {out}  ({', '.join(found)})")
+    quoted = shlex.join([str(out)])  # pasted into a shell: spaces and quotes survive
     use = (
-        f"generate:   jaxfeed generate {out} PROMPT"
+        f"generate:   jaxfeed generate {quoted} PROMPT"
         if task == "lm"
-        else f"predict:    jaxfeed predict {out} FILE..."
+        else f"predict:    jaxfeed predict {quoted} FILE..."
     )
-    say(f"evaluate:   jaxfeed eval {out} --json\n{use}")
+    say(f"evaluate:   jaxfeed eval {quoted} --json\n{use}")

@@ -238,10 +238,10 @@ def _alive(record: Mapping[str, Any]) -> bool | None:
 
 
 @contextlib.contextmanager
-def _quiet_orbax() -> Any:
+def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
     log = logging.getLogger("absl")
     level = log.level
-    log.setLevel(logging.ERROR)
+    log.setLevel(level_while)
     try:
         yield
     finally:
@@ -326,6 +326,8 @@ class CheckpointManager:
         )
         self._ocp = ocp
         self.removed_partial: list[str] = []
+        self._pending: int | None = None  # the step an asynchronous save is writing
+        self._failed: CheckpointError | None = None  # a save that failed (reported once)
         self.writing = False
         self._owner: dict[str, Any] | None = None
         # Until the first save this manager only reads: Orbax's read-only mode writes, creates and
@@ -444,29 +446,71 @@ class CheckpointManager:
             **dict(meta or {}),
         }
         json.dumps(payload)  # fail now, not in a background thread
-        self._manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(_keys_to_data(state)), meta=ocp.args.JsonSave(payload)
-            ),
-            metrics={**metrics, _STEP: int(step)} if metrics else None,
-            force=True,
+        if self._pending is not None:  # Orbax waits for it too: its error is its own
+            self.wait()
+        try:
+            self._manager.save(
+                int(step),
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_keys_to_data(state)),
+                    meta=ocp.args.JsonSave(payload),
+                ),
+                metrics={**metrics, _STEP: int(step)} if metrics else None,
+                force=True,
+            )
+        except Exception as err:  # this save, or the asynchronous one before it, failed
+            raise self._write_failed(self._pending or int(step), err) from None
+        self._pending = int(step)
+
+    def _write_failed(self, step: int, err: BaseException) -> CheckpointError:
+        """One error for a save that failed (Orbax reports it from several threads): the step,
+        the folder and the cause; the steps before it stay as they were."""
+        cause, chain, seen = _first_line(err), [], err
+        while seen is not None and len(chain) < 4:
+            chain.append(str(seen))
+            seen = seen.__cause__ or seen.__context__
+        full = any(
+            mark in " ".join(chain)
+            for mark in ("No space left", "File too large", "Disk quota", "[os_error_code='28'",
+                         "[os_error_code='27'", "[os_error_code='122'")
+        )  # fmt: skip
+        done = [s for s in self.all_steps if s < step]
+        kept = f"; step {done[-1]} is intact" if done else ""
+        self._failed = CheckpointError(
+            f"could not write checkpoint step {step} to {self.directory}: "
+            + ("disk full?" if full else cause)
+            + kept
         )
+        return self._failed
 
     def wait(self) -> None:
-        """Block until pending asynchronous saves are written; raise their errors."""
-        self._manager.wait_until_finished()
-        self._manager.check_for_errors()
+        """Block until pending asynchronous saves are written; raise their errors (once, as a
+        :class:`CheckpointError` naming the step and the folder)."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            with _quiet_orbax(logging.CRITICAL):  # it logs the failure from each thread
+                self._manager.wait_until_finished()
+                self._manager.check_for_errors()
+        except Exception as err:
+            raise self._write_failed(self._pending or 0, err) from None
+        self._pending = None
 
     def close(self) -> None:
         """Wait for pending saves (raising their errors) and release the manager (and the
-        directory, for a writer)."""
+        directory, for a writer: a failed save's partial step is removed)."""
         try:
             if self.writing:
-                self.wait()
-                self._release()
+                try:
+                    self.wait()
+                finally:
+                    self._release()
         finally:
-            self._manager.close()
+            if self._failed is None:
+                self._manager.close()
+            else:  # the failure is reported: Orbax's close would raise it again
+                with contextlib.suppress(Exception), _quiet_orbax(logging.CRITICAL):
+                    self._manager.close()
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -504,6 +548,10 @@ class CheckpointManager:
             raise CheckpointError(
                 f"cannot read the metadata of step {step} in {self.directory}: {err}"
             ) from err
+        except RecursionError:
+            raise CheckpointError(
+                f"cannot read the metadata of step {step} in {self.directory}: nested too deeply"
+            ) from None
 
     def resolve(self, step: int | str | None) -> int:
         """A step number for ``None``/"latest", "best" or an int; raises when there is none."""

@@ -241,6 +241,10 @@ class Trainer:
             None  # how to resume, printed on preemption (the CLI sets it)
         )
         self._progress: EpochProgress | None = None  # the epoch in progress
+        self._last_eval: tuple[int, dict[str, float]] = (
+            -1,
+            {},
+        )  # eval_every's latest (step, result)
 
     @classmethod
     def from_linen(
@@ -356,8 +360,11 @@ class Trainer:
         loggers; every ``eval_every`` steps an eval row; every ``checkpoint_every`` steps a
         checkpoint, saved in the background.
 
-        With ``checkpoint_dir`` a checkpoint is also saved after every epoch and where training
-        ends mid-epoch (see :class:`jaxfeed.train.checkpoint.CheckpointManager`;
+        Training that stops inside an epoch (``max_steps``, ``stop_training``) evaluates its last
+        state on ``eval_loader`` (an ``eval`` row) and, with ``checkpoint_dir``, saves it with
+        those figures and the epoch's training metrics so far, so it is ranked with the epochs'
+        checkpoints; ``history`` keeps whole epochs. With ``checkpoint_dir`` a checkpoint is also saved after every epoch
+        and where training ends mid-epoch (see :class:`jaxfeed.train.checkpoint.CheckpointManager`;
         ``checkpoint_options`` are its arguments); with ``resume=True`` training continues from
         the latest one there (same step, next batch, RNG and optimizer state, the epoch's
         metrics so far), on any number of processes and devices, or starts fresh when there is
@@ -446,6 +453,9 @@ class Trainer:
                 train_loader, eval_loader, self.epoch + 1, schedule, manager, run_log, watch
             )
             if logs is None:  # stopped mid-epoch: max_steps, or a callback's stop_training
+                stopped = self._stop_mid_epoch(eval_loader, run_log)
+                if manager is not None and manager.latest_step != self.step:
+                    self.save_checkpoint(manager, train_loader, stopped)
                 break
             if eval_loader is not None:
                 result = self.evaluate(eval_loader)
@@ -470,6 +480,28 @@ class Trainer:
         if manager is not None and self.step and manager.latest_step != self.step:
             self._check_progress()
             self.save_checkpoint(manager, train_loader)  # ended mid-epoch: resumable from here
+
+    def _stop_mid_epoch(self, eval_loader: Iterable | None, run_log: RunLog) -> dict[str, Any]:
+        """The figures of a fit that stops inside an epoch (``max_steps``, ``stop_training``):
+        the epoch's training metrics so far and, with an eval loader, the last state evaluated
+        (an ``eval`` row; reused when ``eval_every`` fell on this step). They go with the last
+        checkpoint, so that a run shorter than an epoch still has a state to select and export;
+        ``history`` keeps completed epochs only."""
+        progress = self._progress
+        metrics: dict[str, Any] = {}
+        if progress is not None and progress.sums is not None:
+            host = self._check(progress.sums, progress.epoch, progress.first_step)
+            metrics.update({f"train_{k}": v for k, v in host.items()})
+        if eval_loader is not None:
+            step, result = self._last_eval
+            if step != self.step:
+                result = self.evaluate(eval_loader)
+                row = {"step": self.step, "epoch": self.epoch + 1}
+                row.update({f"eval_{k}": v for k, v in result.items()})
+                row["wall_time"] = round(time.time(), 3)
+                run_log.write(row, "eval")
+            metrics.update({f"eval_{k}": v for k, v in result.items()})
+        return metrics
 
     def _train_epoch(
         self,
@@ -628,18 +660,22 @@ class Trainer:
             cb.on_train_batch_end(self, step, logs)
         if last:
             return False
+        stopping = self.stop_training or (
+            schedule.max_steps is not None and step >= schedule.max_steps
+        )
         if eval_loader is not None and schedule.due("eval_every", step):
             result = self.evaluate(eval_loader)
+            self._last_eval = (step, result)
             row = {"step": step, "epoch": progress.epoch}
             row.update({f"eval_{k}": v for k, v in result.items()})
             row["wall_time"] = round(time.time(), 3)
             run_log.write(row, "eval")
-        if manager is not None and schedule.due("checkpoint_every", step):
-            self._check_progress()
+        if manager is not None and schedule.due("checkpoint_every", step) and not stopping:
+            self._check_progress()  # (a stop saves its own checkpoint, with its figures)
             self.save_checkpoint(manager, loader)
         if watch is not None and watch.should_stop(step):
             self._preempt(watch, manager, loader)
-        return self.stop_training or (schedule.max_steps is not None and step >= schedule.max_steps)
+        return stopping
 
     def _step_row(self, progress: EpochProgress) -> dict[str, Any]:
         """Training loss and metrics averaged since the previous row (or the epoch start)."""

@@ -15,6 +15,7 @@ from jaxfeed.recipes.config.record import is_legacy_run, legacy_options
 
 MAX_CONFIG_NODES = 100_000  # values a config file may expand to (YAML aliases count each time)
 MAX_CONFIG_ALIASES = 100
+MAX_CONFIG_BYTES = 16 << 20
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -75,16 +76,32 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     is read by :func:`load_yaml` (no alias bombs)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"--config {path}: {path.stat().st_size:,} bytes; a config file holds at most "
+                f"{MAX_CONFIG_BYTES:,}"
+            )
+        text = path.read_bytes().decode("utf-8")
     except OSError as err:
         raise ConfigError(f"--config {path}: cannot read it: {err.strerror or err}") from err
-    if path.suffix.lower() in (".yaml", ".yml"):
-        values = load_yaml(text, f"--config {path}")
-    else:
-        try:
-            values = json.loads(text)
-        except ValueError as err:
-            raise ConfigError(f"--config {path}: not valid JSON: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--config {path}: not a text file (byte {err.object[err.start]:#04x} at offset "
+            f"{err.start} is not UTF-8); give a JSON or YAML file"
+        ) from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            values = load_yaml(text, f"--config {path}")
+        else:
+            try:
+                values = json.loads(text)
+            except ValueError as err:
+                raise ConfigError(f"--config {path}: not valid JSON: {err}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"--config {path}: nested too deeply to read (run options are at most a few levels "
+            "deep)"
+        ) from None
     _check_size(values, f"--config {path}")
     if not isinstance(values, dict):
         raise ConfigError(

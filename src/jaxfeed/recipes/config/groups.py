@@ -15,6 +15,17 @@ RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
 TASKS = ("classification", "regression", "lm")
 COMPONENTS = ("model", "optimizer", "schedule")  # fields that take {class_path, init_args}
+# Upper bounds of numeric options, checked when the flags are read (before any data): a value
+# past them asks for more memory or time than any run can have, or overflows a counter.
+MAX_STEPS = 2**31 - 1  # steps are counted in int32 on the device
+MAX_SEED = 2**32 - 1  # numpy's and JAX's seeds
+MAX_BATCH = 2**20
+MAX_WORKERS = 256
+MAX_VOCAB = 2**20
+MAX_SEQ_LEN = 32768
+MAX_SAMPLE_RATE = 192_000  # the highest rate audio is commonly recorded at
+MAX_CLIP_SECONDS = 600.0
+MAX_IMAGE_SIDE = 8192
 
 
 class ConfigError(ValueError):
@@ -39,6 +50,7 @@ def option(
     minimum: float | None = None,
     exclusive: bool = False,
     below: float | None = None,
+    maximum: float | None = None,
     metavar: str | None = None,
     saved: bool = True,
     resumable: bool = False,
@@ -46,7 +58,8 @@ def option(
     """A :class:`~jaxfeed.recipes.config.RunConfig` field with what the command line and the
     checks need.
 
-    ``minimum`` (with ``exclusive``: strictly above) and ``below`` (strictly) bound numbers;
+    ``minimum`` (with ``exclusive``: strictly above), ``below`` (strictly) and ``maximum`` bound
+    numbers (every number has an upper bound: a value past it would exhaust memory or time);
     ``saved=False`` keeps the field out of ``config.json`` (where this process runs, not what it
     trains); ``resumable=True`` fields may differ from the saved ones on ``--resume`` (how long to
     train, how often to report).
@@ -56,6 +69,7 @@ def option(
         "minimum": minimum,
         "exclusive": exclusive,
         "below": below,
+        "maximum": maximum,
         "metavar": metavar,
         "saved": saved,
         "resumable": resumable,
@@ -139,6 +153,7 @@ class DataOptions:
         8000,
         "the trained tokenizer's vocabulary size (at most; default: 8000)",
         minimum=261,
+        maximum=MAX_VOCAB,
     )
     seq_len: int | None = option(
         None,
@@ -146,6 +161,13 @@ class DataOptions:
         "text kept, longer ones cut (default: the longest train text, at most 512)",
         minimum=2,
         metavar="N",
+        maximum=MAX_SEQ_LEN,
+    )
+    sample_by: Literal["line", "paragraph", "document"] | None = option(
+        None,
+        "--task lm: one text per line, per paragraph (blank-line separated) or per document of a "
+        ".txt corpus, each its own segment (default: the corpus concatenated, line breaks kept, "
+        "and cut into --seq-len windows, as run_clm)",
     )
     image_size: str | None = option(
         None,
@@ -163,6 +185,7 @@ class DataOptions:
         "16000)",
         minimum=1,
         metavar="HZ",
+        maximum=MAX_SAMPLE_RATE,
     )
     clip_seconds: float | None = option(
         None,
@@ -171,6 +194,7 @@ class DataOptions:
         minimum=0.0,
         exclusive=True,
         metavar="SECONDS",
+        maximum=MAX_CLIP_SECONDS,
     )
 
 
@@ -194,8 +218,10 @@ class OptimOptions:
     """Optimisation, checkpoint selection, logging and the device mesh (saved, like data and
     model)."""
 
-    epochs: int = option(10, "epochs in total (default: 10)", minimum=1, resumable=True)
-    batch_size: int = option(64, "rows per batch (default: 64)", minimum=1)
+    epochs: int = option(
+        10, "epochs in total (default: 10)", minimum=1, maximum=1_000_000, resumable=True
+    )
+    batch_size: int = option(64, "rows per batch (default: 64)", minimum=1, maximum=MAX_BATCH)
     optimizer: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
         "adamw",
         "any optax optimizer by name (adamw, adam, sgd, lion, adafactor, ...), or {class_path: "
@@ -240,12 +266,15 @@ class OptimOptions:
         "or one weight per class, comma-separated (default: equal)",
         metavar="balanced|W1,W2,...",
     )
-    warmup_steps: int = option(0, "optimizer steps of linear warmup from 0 (default: 0)", minimum=0)
+    warmup_steps: int = option(
+        0, "optimizer steps of linear warmup from 0 (default: 0)", minimum=0, maximum=MAX_STEPS
+    )
     grad_accum: int = option(
         1,
         "accumulate gradients over K batches per optimizer step (optax.MultiSteps) (default: 1)",
         minimum=1,
         metavar="K",
+        maximum=4096,
     )
     precision: Literal["float32", "bfloat16"] = option(
         "float32",
@@ -266,6 +295,7 @@ class OptimOptions:
         minimum=0,
         metavar="P",
         resumable=True,
+        maximum=1_000_000,
     )
     max_steps: int | None = option(
         None,
@@ -274,6 +304,7 @@ class OptimOptions:
         minimum=1,
         metavar="N",
         resumable=True,
+        maximum=MAX_STEPS,
     )
     eval_every: int | None = option(
         None,
@@ -281,6 +312,7 @@ class OptimOptions:
         minimum=1,
         metavar="N",
         resumable=True,
+        maximum=MAX_STEPS,
     )
     log_every: int | None = option(
         None,
@@ -289,6 +321,7 @@ class OptimOptions:
         minimum=1,
         metavar="N",
         resumable=True,
+        maximum=MAX_STEPS,
     )
     checkpoint_every: int | None = option(
         None,
@@ -296,15 +329,24 @@ class OptimOptions:
         minimum=1,
         metavar="N",
         resumable=True,
+        maximum=MAX_STEPS,
     )
     tensorboard: bool = option(
         False,
         "write TensorBoard event files to RUN/tensorboard (needs: pip install 'jaxfeed[tensorboard]')",
         resumable=True,
     )
-    seed: int = option(0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0)
+    seed: int = option(
+        0, "seed of initialisation, shuffling and dropout (default: 0)", minimum=0, maximum=MAX_SEED
+    )
     deterministic: bool = option(False, "bitwise-reproducible runs", resumable=True)
-    num_workers: int = option(0, "image decoding processes (default: 0)", minimum=0, resumable=True)
+    num_workers: int = option(
+        0,
+        "image decoding processes (default: 0)",
+        minimum=0,
+        maximum=MAX_WORKERS,
+        resumable=True,
+    )
     mesh: str | None = option(
         None,
         "device mesh as NAME=SIZE pairs, e.g. data=4,model=2 (one size may be -1: the devices "
@@ -332,6 +374,15 @@ class ProcessOptions:
         "continue the run in --out from its latest checkpoint with its saved config.json",
         saved=False,
     )
+    resume_step: int | None = option(
+        None,
+        "--resume: continue from this checkpoint step instead of the latest (when a later one is "
+        "damaged); the later steps are set aside in RUN/set-aside/",
+        minimum=0,
+        maximum=MAX_STEPS,
+        metavar="N",
+        saved=False,
+    )
     trust_code: bool = option(
         False,
         "--resume: import the run's own copy of a model file (code/) when the file the run "
@@ -343,12 +394,14 @@ class ProcessOptions:
         "processes of a multi-process run (or JAXFEED_NUM_PROCESSES)",
         minimum=1,
         saved=False,
+        maximum=65536,
     )
     process_id: int | None = option(
         None,
         "this process's id, 0-based (or JAXFEED_PROCESS_ID)",
         minimum=0,
         saved=False,
+        maximum=65535,
     )
     coordinator: str | None = option(
         None,

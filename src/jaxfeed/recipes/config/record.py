@@ -36,6 +36,7 @@ class RunRecord:
 RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
     "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
+    "data_fingerprint",
 )  # fmt: skip
 
 
@@ -61,6 +62,8 @@ def read_run(run: str | os.PathLike) -> RunRecord:
         values = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise ConfigError(f"{path} is not a run's config.json: nested too deeply to read") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
     if is_legacy_run(values):

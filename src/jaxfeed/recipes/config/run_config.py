@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 import typing
 from dataclasses import dataclass
@@ -236,6 +237,14 @@ def describe(hint: Any) -> str:
     )
 
 
+_WHY_MAXIMUM = {
+    "sample_rate": " (the highest rate audio is recorded at; clips are resampled to it)",
+    "clip_seconds": " (every clip is cropped or padded to it)",
+    "seed": " (a 32-bit seed)",
+    "num_workers": " (worker processes)",
+}
+
+
 def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = None) -> RunConfig:
     """Bounds and forms the types do not say, for fields ``names`` (default: all); normalises
     comma-separated lists and ``{class_path, init_args}`` specs."""
@@ -251,8 +260,17 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
                 raise ConfigError(f"{where}: {name} must be {kind} {sign} {low:g}, got {value!r}")
             if below is not None and value >= below:
                 raise ConfigError(f"{where}: {name} must be {kind} < {below:g}, got {value!r}")
-            if value != value:
-                raise ConfigError(f"{where}: {name} must be a number, got nan")
+            if value != value or value in (math.inf, -math.inf):
+                raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
+            high = f.metadata.get("maximum")
+            if high is not None and value > high:
+                top, got = (
+                    (f"{int(high):,}", f"{value:,}")
+                    if kind == "an integer"
+                    else (f"{high:g}", f"{value:g}")
+                )
+                why = _WHY_MAXIMUM.get(name, "")
+                raise ConfigError(f"{where}: {name} must be {kind} <= {top}, got {got}{why}")
         if name in ("input_columns", "metrics") and isinstance(value, str):
             value = changes[name] = [v.strip() for v in value.split(",") if v.strip()]
             if not value:

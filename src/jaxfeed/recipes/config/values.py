@@ -9,7 +9,7 @@ import re
 import typing
 from typing import Any
 
-from jaxfeed.recipes.config.groups import ConfigError
+from jaxfeed.recipes.config.groups import MAX_IMAGE_SIDE, ConfigError
 
 
 def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
@@ -88,7 +88,10 @@ def parse_image_size(text: str) -> tuple[int, int]:
             f"expected N or HxW with positive integers (e.g. 32 or 24x32), got {_short(text)}"
         )
     height = int(m.group(1))
-    return height, int(m.group(2)) if m.group(2) else height
+    width = int(m.group(2)) if m.group(2) else height
+    if max(height, width) > MAX_IMAGE_SIDE:
+        raise ConfigError(f"expected sides of at most {MAX_IMAGE_SIDE} pixels, got {_short(text)}")
+    return height, width
 
 
 def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
@@ -123,6 +126,8 @@ def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
             value = json.loads(value)
         except ValueError as err:
             raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: sharding rules are nested too deeply") from None
     if value in ("replicate", "fsdp"):
         return value
     if isinstance(value, dict):
