@@ -1,0 +1,232 @@
+"""``jaxfeed train --model ./ckpt`` end to end on tiny random Hub checkpoints saved by
+``transformers`` (no download): one run per modality (stopped by SIGTERM and resumed), then eval,
+predict on raw inputs, the export and ``load_exported`` agreeing with predict, ``jaxfeed export
+--format hf`` loaded by ``transformers`` with equal logits, and bad input refused before anything
+is written to the run folder."""
+
+import contextlib
+import csv
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from cli_helpers import jaxfeed, run_main  # noqa: E402
+from hub_checkpoints import VOCAB, save_checkpoint  # noqa: E402
+from jaxfeed import load_exported  # noqa: E402
+
+MAX_LENGTH = 12  # the tokenizer's model_max_length: texts are cut to it
+
+
+def save_wordpiece(folder: Path, model_max_length: int = MAX_LENGTH) -> None:
+    """A BERT-style tokenizer.json over :data:`VOCAB` (made with ``tokenizers``: the same file
+    ``BertTokenizerFast`` writes) and its tokenizer_config.json."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+    )  # fmt: skip
+    tok.save(str(folder / "tokenizer.json"))
+    settings = {"model_max_length": model_max_length, "pad_token": "[PAD]",
+                "tokenizer_class": "BertTokenizer"}  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+
+
+def text_checkpoint(folder: Path, task: str = "masked-lm", **overrides) -> Path:
+    """A tiny BERT (a masked-LM checkpoint, as bert-base-uncased: the classifier is new)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(folder, "bert", task, tokenizer=False, **overrides)
+    save_wordpiece(folder)
+    return folder
+
+
+def review(rng: random.Random, label: str) -> str:
+    """Filler words w20-w44 and one word that gives the class away (w5-w9 or w10-w14); some
+    rows are longer than the tokenizer's model_max_length."""
+    words = [f"w{rng.randint(20, 44)}" for _ in range(rng.randint(3, 12))]
+    marker = rng.randint(5, 9) if label == "pos" else rng.randint(10, 14)
+    words.insert(rng.randrange(len(words) + 1), f"w{marker}")
+    return " ".join(words)
+
+
+def write_reviews(path: Path, rows: int = 160, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["review", "stars"])
+        for _ in range(rows):
+            label = rng.choice(["neg", "pos"])
+            writer.writerow([review(rng, label), label])
+    return path
+
+
+def train_sigterm_resume(argv: list[str], out: Path, stop_after: str) -> tuple[str, str]:
+    """``jaxfeed train ARGV --out OUT``, stopped by SIGTERM once a line starts with
+    ``stop_after``, then ``--resume``d: the two stdouts."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "jaxfeed.cli", "train", *argv, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+    first = []
+    try:
+        for line in proc.stdout:
+            first.append(line)
+            if line.startswith(stop_after):
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    first_out = "".join(first) + rest
+    assert proc.returncode == 143, first_out + err[-3000:]
+    resumed = jaxfeed("train", "--out", str(out), "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return first_out, resumed.stdout
+
+
+# ---------------------------------------------------------------------------------- text
+@pytest.fixture(scope="module")
+def text_ckpt(tmp_path_factory):
+    return text_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-bert")
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    return write_reviews(tmp_path_factory.mktemp("text") / "reviews.csv")
+
+
+@pytest.fixture(scope="module")
+def text_run(text_ckpt, reviews, tmp_path_factory):
+    """Fine-tune the tiny BERT: stopped by SIGTERM after epoch 1, resumed to epoch 3."""
+    out = tmp_path_factory.mktemp("runs") / "reviews"
+    argv = ["--data", str(reviews), "--text-column", "review", "--label-column", "stars",
+            "--model", str(text_ckpt), "--batch-size", "16", "--lr", "3e-3"]  # fmt: skip
+    first, resumed = train_sigterm_resume(argv, out, "epoch 1/3")
+    return out, first, resumed
+
+
+def test_text_run_uses_the_checkpoint_tokenizer_and_records_the_checkpoint(text_ckpt, text_run):
+    out, first, resumed = text_run
+    assert "tokenizer: the checkpoint's tokenizer.json (50 tokens)" in first
+    assert f"longer than {MAX_LENGTH} tokens are cut" in first, first  # model_max_length
+    # --lr given, --epochs and the warmup the fine-tuning defaults (printed)
+    assert "fine-tuning: --lr 0.003, --epochs 3, --warmup-steps 2 " in first
+    assert f"pretrained: bert from {text_ckpt}" in first
+    assert "epoch 3/3" in resumed and "epoch 1/3" not in resumed
+    saved = json.loads((out / "config.json").read_text())
+    record = saved["pretrained"]
+    assert record["model"] == str(text_ckpt) and record["model_type"] == "bert"
+    assert set(record["sha256"]) == {"model.safetensors", "config.json", "tokenizer.json"}
+    import hashlib
+
+    weights = (text_ckpt / "model.safetensors").read_bytes()
+    assert record["sha256"]["model.safetensors"] == hashlib.sha256(weights).hexdigest()
+    assert saved["options"]["epochs"] == 3 and saved["options"]["lr"] == 0.003
+    # the run carries the tokenizer as data: the checkpoint's own bytes
+    assert (out / "tokenizer.json").read_bytes() == (text_ckpt / "tokenizer.json").read_bytes()
+    assert (
+        saved["preprocess"]["text"]["pad_id"] == 0
+        and saved["preprocess"]["text"]["max_length"] <= MAX_LENGTH
+    )
+
+
+def test_text_eval_predict_and_export_agree(text_run, tmp_path, capsys):
+    out, _, _ = text_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    assert json.loads(shown)["accuracy"] >= 0.0
+    texts = ["w5 w30 w31", "w12 w40 w41 w42", "w7 w7 w20"]
+    status, shown, err = run_main(capsys, "predict", str(out), *texts, "--json")
+    assert status == 0, err
+    predicted = json.loads(shown)
+    served = load_exported(out / "model")
+    labels = served.config["labels"]
+    assert labels == ["neg", "pos"]
+    printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
+               for p in predicted]  # fmt: skip
+    np.testing.assert_allclose(served(texts), printed, atol=1e-6)  # raw texts in, as predict
+
+
+def test_export_hf_loads_in_transformers_with_equal_logits(text_run, tmp_path, capsys):
+    out, _, _ = text_run
+    target = tmp_path / "hf"
+    status, _, err = run_main(capsys, "export", str(out), "--format", "hf", "--out", str(target))
+    assert status == 0, err
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in target.iterdir()
+    }
+    import torch
+
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(target).eval()
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
+    texts = ["w5 w30 w31", "w12 w40 w41 w42 w43 w44"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**batch).logits.numpy()
+    served = load_exported(out / "model")
+    mine = served(input_ids=batch["input_ids"].numpy().astype(np.int32),
+                  attention_mask=batch["attention_mask"].numpy().astype(np.int32))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(mine), reference, atol=1e-4)
+    # a second export into the same folder is refused
+    status, _, err = run_main(capsys, "export", str(out), "--format", "hf", "--out", str(target))
+    assert status == 2 and "exists and is not empty" in err
+
+
+def test_resume_refuses_a_checkpoint_whose_files_changed(text_run, text_ckpt, tmp_path, capsys):
+    out, _, _ = text_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    moved = tmp_path / "ckpt"
+    shutil.copytree(text_ckpt, moved)
+    config = json.loads((run / "config.json").read_text())
+    config["options"]["model"] = config["pretrained"]["model"] = str(moved)
+    (run / "config.json").write_text(json.dumps(config))
+    data = bytearray((moved / "model.safetensors").read_bytes())
+    data[-1] ^= 1  # one weight's last byte
+    (moved / "model.safetensors").write_bytes(bytes(data))
+    before = sorted(p.name for p in run.rglob("*"))
+    status, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--epochs", "4")
+    assert status == 2
+    assert "changed since the run started: model.safetensors (changed)" in err, err
+    assert sorted(p.name for p in run.rglob("*")) == before  # nothing written
+
+
+def test_bad_checkpoints_are_refused_before_anything_is_written(
+    reviews, text_ckpt, tmp_path, capsys
+):
+    base = ["train", "--data", str(reviews), "--label-column", "stars", "--max-steps", "1"]
+    cases = []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append((empty, "has no config.json"))
+    three = text_checkpoint(tmp_path / "three", "sequence-classification")  # a 3-class head
+    cases.append((three, "num_labels=2 disagrees with the checkpoint's classification head "))
+    broken = tmp_path / "broken"
+    shutil.copytree(text_ckpt, broken)
+    (broken / "tokenizer.json").write_text("not a tokenizer")
+    cases.append((broken, "tokenizer.json"))
+    for i, (folder, message) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        status, _, err = run_main(capsys, *base, "--model", str(folder), "--out", str(out))
+        assert status == 2, err
+        assert message in err, err
+        assert not out.exists(), f"{folder}: {sorted(out.iterdir())}"
+        if folder == three:  # says how to ask for a new head
+            assert "--model.init_args.ignore_mismatched_sizes true" in err, err
