@@ -338,6 +338,26 @@ def test_predict_of_an_image_run_on_a_table_or_a_non_image_says_so(image_run, tm
     assert "BytesIO" not in err
 
 
+def test_augment_flip_crop_for_an_image_folder_is_said_and_recorded(image_folder, tmp_path, capsys):
+    out = tmp_path / "aug"
+    args = ["train", "--data", str(image_folder), "--image-size", "12", "--epochs", "1",
+            "--batch-size", "8", "--val-split", "0"]  # fmt: skip
+    status, shown, err = run_main(capsys, *args, "--augment", "flip,crop", "--out", str(out))
+    assert status == 0, err
+    assert (
+        "augment: training images get a random left-right flip (half of them) and a random crop "
+        "of their size after padding each side by an eighth (--augment)" in shown
+    )
+    assert json.loads((out / "config.json").read_text())["options"]["augment"] == ["flip", "crop"]
+    status, _, err = run_main(capsys, *args, "--augment", "rotate", "--out", str(tmp_path / "x"))
+    assert status == 2 and "augment: 'rotate' is not an augmentation; known: flip, crop" in err
+    table = tmp_path / "t.csv"
+    table.write_text("a,label\n" + "1,x\n2,y\n" * 10)
+    status, _, err = run_main(capsys, "train", "--data", str(table), "--augment", "flip",
+                              "--out", str(tmp_path / "t"))  # fmt: skip
+    assert status == 2 and "augmentations are for image inputs; this run's inputs are table" in err
+
+
 def test_version_and_help(capsys):
     status, out, _ = run_main(capsys, "--version")
     assert status == 0 and out.startswith("jaxfeed ")

@@ -300,12 +300,14 @@ def plan_text(
                     else "each ended by the end-of-sequence token"
                 )
                 + f") and cut into windows of {seq_len} tokens (--seq-len), as run_clm: "
-                f"{-(-joined // seq_len):,} windows of {joined:,} tokens; attention crosses "
-                "line ends (--sample-by line|paragraph|document: one segment per text instead)"
+                f"{-(-joined // seq_len):,} windows (the packed rows an epoch counts) of "
+                f"{joined:,} tokens; attention crosses line ends (--sample-by "
+                "line|paragraph|document: one segment per text instead)"
             )
         else:
             notes.append(
-                f"packing: rows of {seq_len} tokens (--seq-len), {len(lengths):,} texts (one per "
+                f"packing: rows of {seq_len} tokens (--seq-len; the rows an epoch counts), "
+                f"{len(lengths):,} texts (one per "
                 f"{config.sample_by}, --sample-by) of {int(lengths.sum()):,} tokens (median "
                 f"{np.median(lengths):g}); each text is its own segment (attention never crosses "
                 "one)" + (f"; {longer:,} texts longer than {seq_len} are split" if longer else "")
@@ -344,10 +346,16 @@ def plan_text(
 def _separator(ds: Dataset, column: str, eos: int | None) -> int | None:
     """What ends each text when a language model's texts are concatenated: nothing when they
     end with their own line break (the lines of a ``.txt`` corpus), else the end-of-sequence
-    token (the rows of a table are separate texts)."""
-    head = ds.select_columns([column]).select(range(min(ds.num_rows, SAMPLE)))
+    token (the rows of a table are separate texts). The last row may lack its line break (a
+    file that does not end with one).
+
+    >>> _separator(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t", 3)
+    >>> _separator(Dataset.from_dict({"t": ["a b", "c d"]}), "t", 3)
+    3
+    """
+    head = ds.select_columns([column]).select(range(min(ds.num_rows - 1, SAMPLE)))
     values = pc.drop_null(head.flatten_indices().data.column(column))
-    if len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py()):
+    if ds.num_rows == 1 or (len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py())):
         return None
     return eos
 

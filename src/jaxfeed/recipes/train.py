@@ -41,7 +41,7 @@ from jaxfeed.recipes.config import (
 )
 from jaxfeed.recipes.configure import paths_of
 from jaxfeed.recipes.models import CodePolicy, build_trainer, model_file, resolve_class_weights
-from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
+from jaxfeed.recipes.preprocess import Augmented, TableOptions, plan, prepare
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     absolute_paths,
@@ -198,6 +198,13 @@ def _train(
             table,
             config.image_mode,
         )
+    if config.augment:
+        if prep.kind != "image" and not (prep.kind == "array" and len(prep.input_shape) in (2, 3)):
+            raise ConfigError(
+                f"--augment {','.join(config.augment)}: augmentations are for image inputs; this "
+                f"run's inputs are {prep.kind} data"
+            )
+        notes.append(Augmented(prep, config.augment).describe())
     for note in notes:
         say(note)
     target = (
@@ -213,7 +220,8 @@ def _train(
         sizes.append(f"{splits.eval.num_rows:,} {splits.eval_name}")
     if splits.test is not None:
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
-    say(f"{' / '.join(sizes)} rows; {shown}, {target}")
+    unit = "texts" if run_data.task == "lm" else "rows"  # an LM's epochs count packed rows
+    say(f"{' / '.join(sizes)} {unit}; {shown}, {target}")
     model = config.model or (
         "transformer"
         if text.is_text(prep)
@@ -580,9 +588,12 @@ def _loaders(
     lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
     # several devices cannot split a last short batch; a packed one is completed with empty rows
     drop_last = count > 1 and "packing" not in lengths
+    train_kwargs = dict(kwargs)
+    if config.augment:  # the train batches only: evaluation sees the images as they are
+        train_kwargs["transform"] = Augmented(prep, config.augment)
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last, **kwargs,
-        **audiomod.loader_options(prep, train=True), **lengths,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last,
+        **train_kwargs, **audiomod.loader_options(prep, train=True), **lengths,
     )  # fmt: skip
     held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
 

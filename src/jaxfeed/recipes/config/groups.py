@@ -174,6 +174,13 @@ class DataOptions:
         "resize images to N or HxW (default: the most common size of the first 64 images)",
         metavar="N|HxW",
     )
+    augment: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "image inputs: random augmentations of the training batches, comma-separated: flip "
+        "(left-right, half of them), crop (a random crop of the image's size after padding each "
+        "side by an eighth) (default: none)",
+        metavar="flip,crop",
+    )
     image_mode: Literal["L", "RGB", "same"] | None = option(
         None,
         "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
