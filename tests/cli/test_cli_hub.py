@@ -230,3 +230,107 @@ def test_bad_checkpoints_are_refused_before_anything_is_written(
         assert not out.exists(), f"{folder}: {sorted(out.iterdir())}"
         if folder == three:  # says how to ask for a new head
             assert "--model.init_args.ignore_mismatched_sizes true" in err, err
+
+
+# ---------------------------------------------------------------------------------- images
+@pytest.fixture(scope="module")
+def vit_ckpt(tmp_path_factory):
+    """A tiny bare ViT (as google/vit-base-patch16-224-in21k: the classifier is new) and its
+    ViTImageProcessor (32x32, ImageNet's 0.5 mean and std)."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("hub") / "tiny-vit"
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=37, image_size=32, patch_size=8)  # fmt: skip
+    transformers.ViTModel(config).save_pretrained(folder)
+    transformers.ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pets(tmp_path_factory):
+    """Two classes of 20 images of mixed sizes, some grey."""
+    import PIL.Image
+
+    root = tmp_path_factory.mktemp("pets")
+    rng = np.random.default_rng(0)
+    for name, level in (("cat", 30), ("dog", 220)):
+        (root / name).mkdir()
+        for i in range(20):
+            h, w = ((24, 24), (40, 30), (32, 36))[i % 3]
+            pixels = np.clip(rng.normal(level, 15, (h, w, 3)), 0, 255).astype(np.uint8)
+            image = PIL.Image.fromarray(pixels)
+            (image.convert("L") if i % 4 == 0 else image).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def image_run(vit_ckpt, pets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "pets"
+    argv = ["--data", str(pets), "--model", str(vit_ckpt), "--batch-size", "8", "--epochs", "6",
+            "--lr", "1e-3"]  # fmt: skip
+    first, resumed = train_sigterm_resume(argv, out, "epoch 1/6")
+    return out, first, resumed
+
+
+def test_image_run_takes_the_checkpoint_size_and_learns(vit_ckpt, image_run):
+    out, first, resumed = image_run
+    assert "inputs [32, 32, 3]" in first  # the preprocessor's 32x32, RGB
+    assert f"pretrained: vit from {vit_ckpt}" in first
+    assert "epoch 6/6" in resumed and "epoch 1/6" not in resumed
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["options"]["image_size"] == "32x32" and saved["options"]["image_mode"] == "RGB"
+    assert set(saved["pretrained"]["sha256"]) == {
+        "model.safetensors", "config.json", "preprocessor_config.json"
+    }  # fmt: skip
+    assert (
+        json.loads((out / "metrics.jsonl").read_text().splitlines()[-1]).get("eval_accuracy", 1.0)
+        >= 0.75
+        or "1.0000" in resumed
+    )
+
+
+def test_image_predict_export_and_hf_agree(image_run, pets, tmp_path, capsys):
+    import PIL.Image
+    import torch
+
+    out, _, _ = image_run
+    files = [pets / "cat" / "1.png", pets / "dog" / "2.png", pets / "dog" / "4.png"]
+    status, shown, err = run_main(capsys, "predict", str(out), *map(str, files), "--json")
+    assert status == 0, err
+    predicted = json.loads(shown)
+    assert [p["label"] for p in predicted] == ["cat", "dog", "dog"]
+    served = load_exported(out / "model")
+    labels = served.config["labels"]
+    printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
+               for p in predicted]  # fmt: skip
+    images = [np.asarray(PIL.Image.open(f)) for f in files]
+    np.testing.assert_allclose(served(images), printed, atol=1e-6)
+    status, shown, err = run_main(capsys, "export", str(out), "--format", "hf", "--out",
+                                  str(tmp_path / "hf"))  # fmt: skip
+    assert status == 0, err
+    model = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    square = [np.random.default_rng(i).integers(0, 256, (32, 32, 3), np.uint8) for i in range(2)]
+    with torch.no_grad():  # 32x32 already: no resize, the rescale and normalisation compared
+        logits = model(**processor(square, return_tensors="pt")).logits.numpy()
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(served(np.stack(square)), expected, atol=1e-5)
+
+
+def test_image_size_other_than_the_checkpoint_is_refused(vit_ckpt, pets, tmp_path, capsys):
+    out = tmp_path / "run"
+    status, _, err = run_main(capsys, "train", "--data", str(pets), "--model", str(vit_ckpt),
+                              "--image-size", "64", "--out", str(out))  # fmt: skip
+    assert status == 2 and "takes 32x32 images (its preprocessor_config.json)" in err, err
+    assert not out.exists()
+    bad = tmp_path / "bad-vit"
+    shutil.copytree(vit_ckpt, bad)
+    config = json.loads((bad / "preprocessor_config.json").read_text())
+    config["size"] = {"height": 30, "width": 30}
+    (bad / "preprocessor_config.json").write_text(json.dumps(config))
+    status, _, err = run_main(capsys, "train", "--data", str(pets), "--model", str(bad),
+                              "--out", str(out))  # fmt: skip
+    assert status == 2 and "asks for 30x30 images, which the model cannot take" in err, err
+    assert not out.exists()

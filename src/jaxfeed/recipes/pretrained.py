@@ -220,6 +220,22 @@ def image_size(checkpoint: Checkpoint) -> str:
     return f"{h}x{w}"
 
 
+def image_options(checkpoint: Checkpoint, config: RunConfig) -> RunConfig:
+    """An image run's ``--image-size`` (the checkpoint's; another one given is refused) and
+    ``--image-mode RGB`` (grey images are converted, as the checkpoint's preprocessor does)."""
+    size = image_size(checkpoint)
+    if config.image_size is not None and config.image_hw() != tuple(map(int, size.split("x"))):
+        raise ConfigError(
+            f"--image-size {config.image_size}: --model {checkpoint.spec} takes {size} images "
+            "(its preprocessor_config.json); drop --image-size"
+        )
+    if config.image_mode not in (None, "RGB"):
+        raise ConfigError(
+            f"--image-mode {config.image_mode}: --model {checkpoint.spec} takes RGB images"
+        )
+    return dataclasses.replace(config, image_size=size, image_mode="RGB")
+
+
 def _image_processor(checkpoint: Checkpoint) -> Any:
 
     try:

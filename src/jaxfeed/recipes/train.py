@@ -154,9 +154,7 @@ def _train(
     if checkpoint is not None:
         pretrained.check_data(checkpoint, columns.kind)
         if record is None and columns.kind == "image":  # the checkpoint's size, RGB
-            config = dataclasses.replace(
-                config, image_size=pretrained.image_size(checkpoint), image_mode="RGB"
-            )
+            config = pretrained.image_options(checkpoint, config)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
