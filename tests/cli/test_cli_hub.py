@@ -284,11 +284,8 @@ def test_image_run_takes_the_checkpoint_size_and_learns(vit_ckpt, image_run):
     assert set(saved["pretrained"]["sha256"]) == {
         "model.safetensors", "config.json", "preprocessor_config.json"
     }  # fmt: skip
-    assert (
-        json.loads((out / "metrics.jsonl").read_text().splitlines()[-1]).get("eval_accuracy", 1.0)
-        >= 0.75
-        or "1.0000" in resumed
-    )
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("eval_accuracy", 0.0) for r in rows) >= 0.75  # dark cats, light dogs
 
 
 def test_image_predict_export_and_hf_agree(image_run, pets, tmp_path, capsys):
