@@ -331,3 +331,25 @@ def test_image_size_other_than_the_checkpoint_is_refused(vit_ckpt, pets, tmp_pat
                               "--out", str(out))  # fmt: skip
     assert status == 2 and "asks for 30x30 images, which the model cannot take" in err, err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------- audio
+def test_an_audio_checkpoint_is_refused_by_name_before_anything_is_written(tmp_path, capsys):
+    """The AST front end is not yet part of the run's audio preprocessing: one clear error."""
+    from audio_clips import make_folder
+
+    folder = tmp_path / "tiny-ast"
+    config = transformers.ASTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                    intermediate_size=37, patch_size=8, max_length=40,
+                                    num_mel_bins=16)  # fmt: skip
+    transformers.ASTModel(config).save_pretrained(folder)
+    extractor = {"feature_extractor_type": "ASTFeatureExtractor", "num_mel_bins": 16,
+                 "max_length": 40, "sampling_rate": 16000}  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps(extractor))
+    clips = make_folder(tmp_path / "clips", per_class=3)
+    out = tmp_path / "run"
+    status, _, err = run_main(capsys, "train", "--data", str(clips), "--model", str(folder),
+                              "--out", str(out))  # fmt: skip
+    assert status == 2, err
+    assert "fine-tuning an audio checkpoint (audio-spectrogram-transformer) from the command" in err
+    assert not out.exists()

@@ -259,6 +259,13 @@ def check_data(checkpoint: Checkpoint, kind: str) -> None:
             f"--model {checkpoint.spec} ({checkpoint.model_type}) cannot learn from {kind} data "
             f"(its tasks: {', '.join(family.tasks)})"
         )
+    if kind == "audio":
+        raise ConfigError(
+            f"--model {checkpoint.spec}: fine-tuning an audio checkpoint ({checkpoint.model_type}) "
+            "from the command is not available yet (its front end is not in the run's audio "
+            "preprocessing); in Python, jaxfeed.models.from_pretrained and preprocessor with "
+            "jaxfeed.Trainer fine-tune it (docs/guide/hub-models.md)"
+        )
 
 
 # ---------------------------------------------------------------------------------- models
