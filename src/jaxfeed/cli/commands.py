@@ -157,7 +157,7 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.pretrained import export_hf  # import cost: JAX, flax and the Hub layer
+    from jaxfeed.recipes.hub_export import export_hf  # import cost: JAX, flax and the Hub layer
 
     out = export_hf(args.run_dir, args.out, args.checkpoint)
     print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))}); load it with "

@@ -147,7 +147,7 @@ def build_model(
     shape = tuple(prep.input_shape)
     name = model_name(config, prep.kind)
     init_args = config.component("model")[1] if config.model is not None else {}
-    from jaxfeed.recipes import pretrained
+    from jaxfeed.recipes import pretrained  # import cost: the Hub layer, when a model is built
 
     if pretrained.is_hub_model(name):
         if config.api == "linen":
