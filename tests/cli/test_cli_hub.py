@@ -281,6 +281,8 @@ def test_image_run_takes_the_checkpoint_size_and_learns(vit_ckpt, image_run):
     assert "epoch 6/6" in resumed and "epoch 1/6" not in resumed
     saved = json.loads((out / "config.json").read_text())
     assert saved["options"]["image_size"] == "32x32" and saved["options"]["image_mode"] == "RGB"
+    processor = (vit_ckpt / "preprocessor_config.json").read_bytes()
+    assert (out / "preprocessor_config.json").read_bytes() == processor  # kept, as data
     assert set(saved["pretrained"]["sha256"]) == {
         "model.safetensors", "config.json", "preprocessor_config.json"
     }  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import from_pretrained, preprocessor
 from jaxfeed.models.hub.files import Weights, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
@@ -33,6 +34,7 @@ from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.spec import Preprocessing
 
 HUB_PREFIX = "hf:"
+PREPROCESSOR_FILE = "preprocessor_config.json"
 # files of a checkpoint the run depends on (hashed into config.json; weights are added)
 RECORDED = ("config.json", "tokenizer.json", "preprocessor_config.json")
 # fine-tuning defaults of the options not given (jaxfeed.recipes.configure)
@@ -264,6 +266,14 @@ def check_data(checkpoint: Checkpoint, kind: str) -> None:
             "preprocessing); in Python, jaxfeed.models.from_pretrained and preprocessor with "
             "jaxfeed.Trainer fine-tune it (docs/guide/hub-models.md)"
         )
+
+
+def copy_preprocessor(checkpoint: Checkpoint, out: Path) -> None:
+    """The checkpoint's ``preprocessor_config.json`` (images, audio) kept in the run folder, as
+    data (text runs keep its ``tokenizer.json``)."""
+    source = checkpoint.folder / PREPROCESSOR_FILE
+    if source.is_file():
+        atomic_write(Path(out) / PREPROCESSOR_FILE, source.read_bytes())
 
 
 # ---------------------------------------------------------------------------------- models

@@ -313,6 +313,8 @@ def _train(
             resolved["model_code"] = code
         if record is None and text.is_text(prep):
             text.write_tokenizer(prep, out)
+        if record is None and checkpoint is not None:  # its preprocessor config, as data
+            pretrained.copy_preprocessor(checkpoint, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} "
