@@ -355,3 +355,39 @@ def test_an_audio_checkpoint_is_refused_by_name_before_anything_is_written(tmp_p
     assert status == 2, err
     assert "fine-tuning an audio checkpoint (audio-spectrogram-transformer) from the command" in err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------- hf: ids
+def test_a_hub_id_is_resolved_pinned_and_recorded(text_ckpt, tmp_path, monkeypatch):
+    """``--model hf:org/tiny`` through a fake Hub on 127.0.0.1: what the run records (id, the
+    resolved commit, each file's SHA-256), and a changed file refused as on --resume."""
+    import hashlib
+
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    from hub_server import FakeModelHub
+    from jaxfeed.recipes.config import ConfigError
+    from jaxfeed.recipes.pretrained import check_unchanged, open_checkpoint
+    from remote_servers import serve
+
+    commit = "3" * 40
+    files = {p.name: p.read_bytes() for p in text_ckpt.iterdir() if p.is_file()}
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with serve(FakeModelHub({"org/tiny": {commit: files}})) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setattr(hub_constants, "ENDPOINT", url)
+        monkeypatch.setattr(hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            url + "/{repo_id}/resolve/{revision}/{filename}")  # fmt: skip
+        checkpoint = open_checkpoint("hf:org/tiny")
+    record = checkpoint.record()
+    assert record["model"] == "hf:org/tiny" and record["repo_id"] == "org/tiny"
+    assert record["commit"] == commit and record["model_type"] == "bert"
+    assert (
+        record["sha256"]["model.safetensors"]
+        == hashlib.sha256(files["model.safetensors"]).hexdigest()
+    )
+    check_unchanged(record, checkpoint)  # the same files: accepted
+    changed = {**record, "sha256": {**record["sha256"], "tokenizer.json": "0" * 64}}
+    with pytest.raises(ConfigError, match=r"changed since the run started: tokenizer.json"):
+        check_unchanged(changed, checkpoint)
