@@ -269,8 +269,8 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
         ),
         (
             ["train", "--model", "resnet"],
-            "model must be cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName or "
-            "package.module.ClassName, got 'resnet'",
+            "model must be cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName, "
+            "package.module.ClassName, hf:ORG/NAME or a checkpoint folder (./folder), got 'resnet'",
         ),
         (["train", "--optimizer", "adamx"], "--optimizer 'adamx' is not an optax optimizer"),
         (["train", "--epoch", "3"], "unknown flag --epoch (did you mean --epochs?)"),

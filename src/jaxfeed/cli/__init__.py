@@ -34,6 +34,8 @@ EXAMPLES = {
   jaxfeed train --config run.yaml --epochs 20                   # flags override the file
   jaxfeed train --config run.yaml --print-config                # the resolved options, as YAML
   jaxfeed train --out runs/mine --resume --epochs 20            # the run's own config.json""",
+    "export": """examples:
+  jaxfeed export runs/reviews --format hf --out reviews-model   # transformers loads it""",
     "eval": """examples:
   jaxfeed eval runs/mine
   jaxfeed eval runs/mine --json --checkpoint last
@@ -245,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.generate)
+
+    p = command("export", "write a run's model in another format (hf: a Hub-format folder)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "--format",
+        choices=["hf"],
+        required=True,
+        help="hf: config.json, model.safetensors and the tokenizer or preprocessor files, as "
+        "transformers' save_pretrained writes them (a run fine-tuned from a Hub model)",
+    )
+    p.add_argument("--out", required=True, help="the folder to write (new, or empty)")
+    p.add_argument("--checkpoint", default="best", help="best (default), last, or a step number")
+    p.set_defaults(run=commands.export)
 
     p = command("info", "splits, rows, features, size and example rows of a dataset")
     p.add_argument("dataset", metavar="DATASET")

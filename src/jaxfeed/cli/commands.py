@@ -164,6 +164,15 @@ def generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def export(args: argparse.Namespace) -> int:
+    from jaxfeed.recipes.hub_export import export_hf  # import cost: JAX, flax and the Hub layer
+
+    out = export_hf(args.run_dir, args.out, args.checkpoint)
+    print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))}); load it with "
+          f"transformers.AutoModel*.from_pretrained({str(out)!r})")  # fmt: skip
+    return 0
+
+
 def info(args: argparse.Namespace) -> int:
     from jaxfeed.recipes.info import describe_dataset  # import cost: pyarrow
 

@@ -14,6 +14,7 @@ from jaxfeed.recipes.config.groups import ConfigError
 from jaxfeed.recipes.config.record import read_run
 from jaxfeed.recipes.config.run_config import RunConfig
 from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
+from jaxfeed.recipes.pretrained import FINE_TUNE, is_hub_model
 from jaxfeed.recipes.run import absolute_paths, check_out_folder
 from jaxfeed.recipes.schedules import build_schedule
 
@@ -54,9 +55,16 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
                     f"configuration (only {allowed} may change)"
                 )
         return wanted
+    given = set(flags)
     if config_file is not None:
-        config = config.replace(read_config_file(config_file), f"--config {config_file}")
+        values = read_config_file(config_file)
+        given |= set(values)
+        config = config.replace(values, f"--config {config_file}")
     config = config.replace(flags, "command line")
+    if is_hub_model(config.component("model")[0]):  # fine-tuning: the options left out
+        config = config.replace(
+            {k: v for k, v in FINE_TUNE.items() if k not in given}, "fine-tuning defaults"
+        )
     _check_optimizer(config)
     return config.replace(absolute_paths(paths_of(config)), "command line")
 

@@ -147,6 +147,12 @@ def build_model(
     shape = tuple(prep.input_shape)
     name = model_name(config, prep.kind)
     init_args = config.component("model")[1] if config.model is not None else {}
+    from jaxfeed.recipes import pretrained  # import cost: the Hub layer, when a model is built
+
+    if pretrained.is_hub_model(name):
+        if config.api == "linen":
+            raise ConfigError(f"--api linen: --model {name} is an nnx model from the Hub")
+        return pretrained.build_model(name, prep, outputs, config)
     if config.api == "linen":
         if name != "cnn":
             raise ConfigError("--api linen supports --model cnn only")

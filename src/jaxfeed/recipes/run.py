@@ -247,7 +247,15 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
                 out[key] = str(local.resolve())
     model = out.get("model")
     spec = model.get("class_path") if isinstance(model, dict) else model
-    if isinstance(spec, str) and ":" in spec and not is_url(spec):
+    if isinstance(spec, str) and ":" not in spec and "/" in spec:  # a Hub checkpoint folder
+        local = Path(spec).expanduser()
+        if local.is_dir():
+            out["model"] = (
+                {**model, "class_path": str(local.resolve())}
+                if isinstance(model, dict)
+                else str(local.resolve())
+            )
+    elif isinstance(spec, str) and ":" in spec and not is_url(spec) and not spec.startswith("hf:"):
         file, _, name = spec.rpartition(":")
         local = Path(file).expanduser()
         if local.is_file():
@@ -262,7 +270,7 @@ def copy_model_code(config: RunConfig, out: Path) -> dict[str, Any] | None:
     """Keep a copy of a user's model file in ``out/code/`` (for reference: imported only with
     ``--trust-code``); returns what ``config.json`` records of it."""
     model = config.component("model")[0] or ""
-    if ":" not in model:
+    if ":" not in model or model.startswith("hf:"):  # no file: a built-in or a Hub model
         return None
     source = Path(model.rpartition(":")[0])
     data = source.read_bytes()

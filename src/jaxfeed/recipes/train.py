@@ -30,7 +30,7 @@ from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import text
+from jaxfeed.recipes import pretrained, text
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -80,7 +80,9 @@ class TrainResult:
 def _default_out(config: RunConfig) -> Path:
     name = Path(config.data).name or "data"
     model = config.component("model")[0] or "auto"
-    if ":" in model:
+    if pretrained.is_hub_model(model):
+        model = Path(model.removeprefix(pretrained.HUB_PREFIX)).name
+    elif ":" in model:
         model = model.rpartition(":")[2]
     return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
 
@@ -129,7 +131,12 @@ def _train(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code
     )
     model_spec = config.component("model")[0] or ""
-    if ":" in model_spec:
+    checkpoint = None
+    if pretrained.is_hub_model(model_spec):  # resolved, hashed and checked before any write
+        checkpoint = pretrained.open_checkpoint(model_spec)
+        if record is not None:
+            pretrained.check_unchanged(record.resolved.get("pretrained") or {}, checkpoint)
+    elif ":" in model_spec:
         model_file(model_spec, policy)  # a missing file or copy is refused before any work
     labels = (
         record.resolved["labels"]
@@ -144,6 +151,10 @@ def _train(
     audiomod.check_flags(columns.kind, config.sample_rate, config.clip_seconds, config.image_size)
     for note in run_data.notes:
         say(note)
+    if checkpoint is not None:
+        pretrained.check_data(checkpoint, columns.kind)
+        if record is None and columns.kind == "image":  # the checkpoint's size, RGB
+            config = pretrained.image_options(checkpoint, config)
     if record is not None:
         prep = preprocessing_of(record, str(out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
@@ -156,6 +167,10 @@ def _train(
             run_data.source.data, columns.inputs[0], columns.label, run_data.task, config.sample_rate,
             config.clip_seconds,
         )  # fmt: skip
+    elif columns.kind in TEXT_KINDS and checkpoint is not None:
+        prep, notes = pretrained.plan_text(
+            checkpoint, splits.train, columns.inputs[0], columns.label, run_data.task, config
+        )
     elif columns.kind in TEXT_KINDS:
         prep, notes = text.plan_text(
             splits.train, columns.inputs[0], columns.label, run_data.task, config
@@ -244,6 +259,16 @@ def _train(
     }
     mesh = _mesh(config)
     loaders = _loaders(prepare(prep, splits.train), held, prep, config, say, mesh)
+    if checkpoint is not None:
+        if record is None:  # a resumed run keeps the options it recorded
+            config, line = pretrained.fine_tune_defaults(config, len(loaders[0]))
+            say(line)
+        resolved["pretrained"] = (
+            record.resolved["pretrained"] if record is not None else checkpoint.record()
+        )
+        where_from = checkpoint.repo_id or str(checkpoint.folder)
+        commit = f" at {checkpoint.commit[:12]}" if checkpoint.commit else ""
+        say(f"pretrained: {checkpoint.model_type} from {where_from}{commit}")
     if record is not None:
         resolved["class_weights"] = record.resolved.get("class_weights")
         resolved["lr_logged"] = bool(record.resolved.get("lr_logged", False))
@@ -288,6 +313,8 @@ def _train(
             resolved["model_code"] = code
         if record is None and text.is_text(prep):
             text.write_tokenizer(prep, out)
+        if record is None and checkpoint is not None:  # its preprocessor config, as data
+            pretrained.copy_preprocessor(checkpoint, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} "

@@ -31,7 +31,10 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
-MODEL_FORMS = f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName or package.module.ClassName"
+MODEL_FORMS = (
+    f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName, package.module.ClassName, hf:ORG/NAME or a "
+    "checkpoint folder (./folder)"
+)
 
 
 def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
@@ -53,6 +56,8 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         path in BUILTIN_MODELS
         or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
         or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
+        or re.fullmatch(r"hf:[\w.-]+(/[\w.-]+)?(@[\w./-]+)?", path)  # a Hub checkpoint
+        or (":" not in path and ("/" in path or path.startswith((".", "~"))))  # its folder
     ):
         raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
     if name in ("optimizer", "schedule") and not re.fullmatch(

@@ -1,0 +1,393 @@
+"""``jaxfeed train --model ./ckpt`` end to end on tiny random Hub checkpoints saved by
+``transformers`` (no download): one run per modality (stopped by SIGTERM and resumed), then eval,
+predict on raw inputs, the export and ``load_exported`` agreeing with predict, ``jaxfeed export
+--format hf`` loaded by ``transformers`` with equal logits, and bad input refused before anything
+is written to the run folder."""
+
+import contextlib
+import csv
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from cli_helpers import jaxfeed, run_main  # noqa: E402
+from hub_checkpoints import VOCAB, save_checkpoint  # noqa: E402
+from jaxfeed import load_exported  # noqa: E402
+
+MAX_LENGTH = 12  # the tokenizer's model_max_length: texts are cut to it
+
+
+def save_wordpiece(folder: Path, model_max_length: int = MAX_LENGTH) -> None:
+    """A BERT-style tokenizer.json over :data:`VOCAB` (made with ``tokenizers``: the same file
+    ``BertTokenizerFast`` writes) and its tokenizer_config.json."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+    )  # fmt: skip
+    tok.save(str(folder / "tokenizer.json"))
+    settings = {"model_max_length": model_max_length, "pad_token": "[PAD]",
+                "tokenizer_class": "BertTokenizer"}  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+
+
+def text_checkpoint(folder: Path, task: str = "masked-lm", **overrides) -> Path:
+    """A tiny BERT (a masked-LM checkpoint, as bert-base-uncased: the classifier is new)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(folder, "bert", task, tokenizer=False, **overrides)
+    save_wordpiece(folder)
+    return folder
+
+
+def review(rng: random.Random, label: str) -> str:
+    """Filler words w20-w44 and one word that gives the class away (w5-w9 or w10-w14); some
+    rows are longer than the tokenizer's model_max_length."""
+    words = [f"w{rng.randint(20, 44)}" for _ in range(rng.randint(3, 12))]
+    marker = rng.randint(5, 9) if label == "pos" else rng.randint(10, 14)
+    words.insert(rng.randrange(len(words) + 1), f"w{marker}")
+    return " ".join(words)
+
+
+def write_reviews(path: Path, rows: int = 160, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["review", "stars"])
+        for _ in range(rows):
+            label = rng.choice(["neg", "pos"])
+            writer.writerow([review(rng, label), label])
+    return path
+
+
+def train_sigterm_resume(argv: list[str], out: Path, stop_after: str) -> tuple[str, str]:
+    """``jaxfeed train ARGV --out OUT``, stopped by SIGTERM once a line starts with
+    ``stop_after``, then ``--resume``d: the two stdouts."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "jaxfeed.cli", "train", *argv, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+    first = []
+    try:
+        for line in proc.stdout:
+            first.append(line)
+            if line.startswith(stop_after):
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    first_out = "".join(first) + rest
+    assert proc.returncode == 143, first_out + err[-3000:]
+    resumed = jaxfeed("train", "--out", str(out), "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return first_out, resumed.stdout
+
+
+# ---------------------------------------------------------------------------------- text
+@pytest.fixture(scope="module")
+def text_ckpt(tmp_path_factory):
+    return text_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-bert")
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    return write_reviews(tmp_path_factory.mktemp("text") / "reviews.csv")
+
+
+@pytest.fixture(scope="module")
+def text_run(text_ckpt, reviews, tmp_path_factory):
+    """Fine-tune the tiny BERT: stopped by SIGTERM after epoch 1, resumed to epoch 3."""
+    out = tmp_path_factory.mktemp("runs") / "reviews"
+    argv = ["--data", str(reviews), "--text-column", "review", "--label-column", "stars",
+            "--model", str(text_ckpt), "--batch-size", "16", "--lr", "3e-3"]  # fmt: skip
+    first, resumed = train_sigterm_resume(argv, out, "epoch 1/3")
+    return out, first, resumed
+
+
+def test_text_run_uses_the_checkpoint_tokenizer_and_records_the_checkpoint(text_ckpt, text_run):
+    out, first, resumed = text_run
+    assert "tokenizer: the checkpoint's tokenizer.json (50 tokens)" in first
+    assert f"longer than {MAX_LENGTH} tokens are cut" in first, first  # model_max_length
+    # --lr given, --epochs and the warmup the fine-tuning defaults (printed)
+    assert "fine-tuning: --lr 0.003, --epochs 3, --warmup-steps 2 " in first
+    assert f"pretrained: bert from {text_ckpt}" in first
+    assert "epoch 3/3" in resumed and "epoch 1/3" not in resumed
+    saved = json.loads((out / "config.json").read_text())
+    record = saved["pretrained"]
+    assert record["model"] == str(text_ckpt) and record["model_type"] == "bert"
+    assert set(record["sha256"]) == {"model.safetensors", "config.json", "tokenizer.json"}
+    import hashlib
+
+    weights = (text_ckpt / "model.safetensors").read_bytes()
+    assert record["sha256"]["model.safetensors"] == hashlib.sha256(weights).hexdigest()
+    assert saved["options"]["epochs"] == 3 and saved["options"]["lr"] == 0.003
+    # the run carries the tokenizer as data: the checkpoint's own bytes
+    assert (out / "tokenizer.json").read_bytes() == (text_ckpt / "tokenizer.json").read_bytes()
+    assert (
+        saved["preprocess"]["text"]["pad_id"] == 0
+        and saved["preprocess"]["text"]["max_length"] <= MAX_LENGTH
+    )
+
+
+def test_text_eval_predict_and_export_agree(text_run, tmp_path, capsys):
+    out, _, _ = text_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    assert json.loads(shown)["accuracy"] >= 0.0
+    texts = ["w5 w30 w31", "w12 w40 w41 w42", "w7 w7 w20"]
+    status, shown, err = run_main(capsys, "predict", str(out), *texts, "--json")
+    assert status == 0, err
+    predicted = json.loads(shown)
+    served = load_exported(out / "model")
+    labels = served.config["labels"]
+    assert labels == ["neg", "pos"]
+    printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
+               for p in predicted]  # fmt: skip
+    np.testing.assert_allclose(served(texts), printed, atol=1e-6)  # raw texts in, as predict
+
+
+def test_export_hf_loads_in_transformers_with_equal_logits(text_run, tmp_path, capsys):
+    out, _, _ = text_run
+    target = tmp_path / "hf"
+    status, _, err = run_main(capsys, "export", str(out), "--format", "hf", "--out", str(target))
+    assert status == 0, err
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in target.iterdir()
+    }
+    import torch
+
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(target).eval()
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
+    texts = ["w5 w30 w31", "w12 w40 w41 w42 w43 w44"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**batch).logits.numpy()
+    served = load_exported(out / "model")
+    mine = served(input_ids=batch["input_ids"].numpy().astype(np.int32),
+                  attention_mask=batch["attention_mask"].numpy().astype(np.int32))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(mine), reference, atol=1e-4)
+    # a second export into the same folder is refused
+    status, _, err = run_main(capsys, "export", str(out), "--format", "hf", "--out", str(target))
+    assert status == 2 and "exists and is not empty" in err
+
+
+def test_resume_refuses_a_checkpoint_whose_files_changed(text_run, text_ckpt, tmp_path, capsys):
+    out, _, _ = text_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    moved = tmp_path / "ckpt"
+    shutil.copytree(text_ckpt, moved)
+    config = json.loads((run / "config.json").read_text())
+    config["options"]["model"] = config["pretrained"]["model"] = str(moved)
+    (run / "config.json").write_text(json.dumps(config))
+    data = bytearray((moved / "model.safetensors").read_bytes())
+    data[-1] ^= 1  # one weight's last byte
+    (moved / "model.safetensors").write_bytes(bytes(data))
+    before = sorted(p.name for p in run.rglob("*"))
+    status, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--epochs", "4")
+    assert status == 2
+    assert "changed since the run started: model.safetensors (changed)" in err, err
+    assert sorted(p.name for p in run.rglob("*")) == before  # nothing written
+
+
+def test_bad_checkpoints_are_refused_before_anything_is_written(
+    reviews, text_ckpt, tmp_path, capsys
+):
+    base = ["train", "--data", str(reviews), "--label-column", "stars", "--max-steps", "1"]
+    cases = []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append((empty, "has no config.json"))
+    three = text_checkpoint(tmp_path / "three", "sequence-classification")  # a 3-class head
+    cases.append((three, "num_labels=2 disagrees with the checkpoint's classification head "))
+    broken = tmp_path / "broken"
+    shutil.copytree(text_ckpt, broken)
+    (broken / "tokenizer.json").write_text("not a tokenizer")
+    cases.append((broken, "tokenizer.json"))
+    for i, (folder, message) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        status, _, err = run_main(capsys, *base, "--model", str(folder), "--out", str(out))
+        assert status == 2, err
+        assert message in err, err
+        assert not out.exists(), f"{folder}: {sorted(out.iterdir())}"
+        if folder == three:  # says how to ask for a new head
+            assert "--model.init_args.ignore_mismatched_sizes true" in err, err
+
+
+# ---------------------------------------------------------------------------------- images
+@pytest.fixture(scope="module")
+def vit_ckpt(tmp_path_factory):
+    """A tiny bare ViT (as google/vit-base-patch16-224-in21k: the classifier is new) and its
+    ViTImageProcessor (32x32, ImageNet's 0.5 mean and std)."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("hub") / "tiny-vit"
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=37, image_size=32, patch_size=8)  # fmt: skip
+    transformers.ViTModel(config).save_pretrained(folder)
+    transformers.ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pets(tmp_path_factory):
+    """Two classes of 20 images of mixed sizes, some grey."""
+    import PIL.Image
+
+    root = tmp_path_factory.mktemp("pets")
+    rng = np.random.default_rng(0)
+    for name, level in (("cat", 30), ("dog", 220)):
+        (root / name).mkdir()
+        for i in range(20):
+            h, w = ((24, 24), (40, 30), (32, 36))[i % 3]
+            pixels = np.clip(rng.normal(level, 15, (h, w, 3)), 0, 255).astype(np.uint8)
+            image = PIL.Image.fromarray(pixels)
+            (image.convert("L") if i % 4 == 0 else image).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def image_run(vit_ckpt, pets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "pets"
+    argv = ["--data", str(pets), "--model", str(vit_ckpt), "--batch-size", "8", "--epochs", "6",
+            "--lr", "1e-3"]  # fmt: skip
+    first, resumed = train_sigterm_resume(argv, out, "epoch 1/6")
+    return out, first, resumed
+
+
+def test_image_run_takes_the_checkpoint_size_and_learns(vit_ckpt, image_run):
+    out, first, resumed = image_run
+    assert "inputs [32, 32, 3]" in first  # the preprocessor's 32x32, RGB
+    assert f"pretrained: vit from {vit_ckpt}" in first
+    assert "epoch 6/6" in resumed and "epoch 1/6" not in resumed
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["options"]["image_size"] == "32x32" and saved["options"]["image_mode"] == "RGB"
+    processor = (vit_ckpt / "preprocessor_config.json").read_bytes()
+    assert (out / "preprocessor_config.json").read_bytes() == processor  # kept, as data
+    assert set(saved["pretrained"]["sha256"]) == {
+        "model.safetensors", "config.json", "preprocessor_config.json"
+    }  # fmt: skip
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("eval_accuracy", 0.0) for r in rows) >= 0.75  # dark cats, light dogs
+
+
+def test_image_predict_export_and_hf_agree(image_run, pets, tmp_path, capsys):
+    import PIL.Image
+    import torch
+
+    out, _, _ = image_run
+    files = [pets / "cat" / "1.png", pets / "dog" / "2.png", pets / "dog" / "4.png"]
+    status, shown, err = run_main(capsys, "predict", str(out), *map(str, files), "--json")
+    assert status == 0, err
+    predicted = json.loads(shown)
+    assert [p["label"] for p in predicted] == ["cat", "dog", "dog"]
+    served = load_exported(out / "model")
+    labels = served.config["labels"]
+    printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
+               for p in predicted]  # fmt: skip
+    images = [np.asarray(PIL.Image.open(f)) for f in files]
+    np.testing.assert_allclose(served(images), printed, atol=1e-6)
+    status, shown, err = run_main(capsys, "export", str(out), "--format", "hf", "--out",
+                                  str(tmp_path / "hf"))  # fmt: skip
+    assert status == 0, err
+    model = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    square = [np.random.default_rng(i).integers(0, 256, (32, 32, 3), np.uint8) for i in range(2)]
+    with torch.no_grad():  # 32x32 already: no resize, the rescale and normalisation compared
+        logits = model(**processor(square, return_tensors="pt")).logits.numpy()
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(served(np.stack(square)), expected, atol=1e-5)
+
+
+def test_image_size_other_than_the_checkpoint_is_refused(vit_ckpt, pets, tmp_path, capsys):
+    out = tmp_path / "run"
+    status, _, err = run_main(capsys, "train", "--data", str(pets), "--model", str(vit_ckpt),
+                              "--image-size", "64", "--out", str(out))  # fmt: skip
+    assert status == 2 and "takes 32x32 images (its preprocessor_config.json)" in err, err
+    assert not out.exists()
+    bad = tmp_path / "bad-vit"
+    shutil.copytree(vit_ckpt, bad)
+    config = json.loads((bad / "preprocessor_config.json").read_text())
+    config["size"] = {"height": 30, "width": 30}
+    (bad / "preprocessor_config.json").write_text(json.dumps(config))
+    status, _, err = run_main(capsys, "train", "--data", str(pets), "--model", str(bad),
+                              "--out", str(out))  # fmt: skip
+    assert status == 2 and "asks for 30x30 images, which the model cannot take" in err, err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------- audio
+def test_an_audio_checkpoint_is_refused_by_name_before_anything_is_written(tmp_path, capsys):
+    """The AST front end is not yet part of the run's audio preprocessing: one clear error."""
+    from audio_clips import make_folder
+
+    folder = tmp_path / "tiny-ast"
+    config = transformers.ASTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                    intermediate_size=37, patch_size=8, max_length=40,
+                                    num_mel_bins=16)  # fmt: skip
+    transformers.ASTModel(config).save_pretrained(folder)
+    extractor = {"feature_extractor_type": "ASTFeatureExtractor", "num_mel_bins": 16,
+                 "max_length": 40, "sampling_rate": 16000}  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps(extractor))
+    clips = make_folder(tmp_path / "clips", per_class=3)
+    out = tmp_path / "run"
+    status, _, err = run_main(capsys, "train", "--data", str(clips), "--model", str(folder),
+                              "--out", str(out))  # fmt: skip
+    assert status == 2, err
+    assert "fine-tuning an audio checkpoint (audio-spectrogram-transformer) from the command" in err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------- hf: ids
+def test_a_hub_id_is_resolved_pinned_and_recorded(text_ckpt, tmp_path, monkeypatch):
+    """``--model hf:org/tiny`` through a fake Hub on 127.0.0.1: what the run records (id, the
+    resolved commit, each file's SHA-256), and a changed file refused as on --resume."""
+    import hashlib
+
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    from hub_server import FakeModelHub
+    from jaxfeed.recipes.config import ConfigError
+    from jaxfeed.recipes.pretrained import check_unchanged, open_checkpoint
+    from remote_servers import serve
+
+    commit = "3" * 40
+    files = {p.name: p.read_bytes() for p in text_ckpt.iterdir() if p.is_file()}
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with serve(FakeModelHub({"org/tiny": {commit: files}})) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setattr(hub_constants, "ENDPOINT", url)
+        monkeypatch.setattr(hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            url + "/{repo_id}/resolve/{revision}/{filename}")  # fmt: skip
+        checkpoint = open_checkpoint("hf:org/tiny")
+    record = checkpoint.record()
+    assert record["model"] == "hf:org/tiny" and record["repo_id"] == "org/tiny"
+    assert record["commit"] == commit and record["model_type"] == "bert"
+    assert (
+        record["sha256"]["model.safetensors"]
+        == hashlib.sha256(files["model.safetensors"]).hexdigest()
+    )
+    check_unchanged(record, checkpoint)  # the same files: accepted
+    changed = {**record, "sha256": {**record["sha256"], "tokenizer.json": "0" * 64}}
+    with pytest.raises(ConfigError, match=r"changed since the run started: tokenizer.json"):
+        check_unchanged(changed, checkpoint)
