@@ -325,6 +325,39 @@ def test_predict_names_a_decompression_bomb(image_run, tmp_path, capsys, monkeyp
     assert status == 2 and f"cannot read image {bomb}" in err and "decompression bomb" in err
 
 
+def test_predict_of_an_image_run_on_a_table_or_a_non_image_says_so(image_run, tmp_path, capsys):
+    out, _, _ = image_run
+    table = tmp_path / "houses.csv"
+    table.write_text("a,b\n1,2\n")
+    status, _, err = run_main(capsys, "predict", str(out), str(table))
+    assert status == 2 and f"{table} is a table; this run was trained on images" in err
+    fake = tmp_path / "fake.png"
+    fake.write_text("not an image")
+    status, _, err = run_main(capsys, "predict", str(out), str(fake))
+    assert status == 2 and f"cannot read image {fake}: not an image file" in err
+    assert "BytesIO" not in err
+
+
+def test_augment_flip_crop_for_an_image_folder_is_said_and_recorded(image_folder, tmp_path, capsys):
+    out = tmp_path / "aug"
+    args = ["train", "--data", str(image_folder), "--image-size", "12", "--epochs", "1",
+            "--batch-size", "8", "--val-split", "0"]  # fmt: skip
+    status, shown, err = run_main(capsys, *args, "--augment", "flip,crop", "--out", str(out))
+    assert status == 0, err
+    assert (
+        "augment: training images get a random left-right flip (half of them) and a random crop "
+        "of their size after padding each side by an eighth (--augment)" in shown
+    )
+    assert json.loads((out / "config.json").read_text())["options"]["augment"] == ["flip", "crop"]
+    status, _, err = run_main(capsys, *args, "--augment", "rotate", "--out", str(tmp_path / "x"))
+    assert status == 2 and "augment: 'rotate' is not an augmentation; known: flip, crop" in err
+    table = tmp_path / "t.csv"
+    table.write_text("a,label\n" + "1,x\n2,y\n" * 10)
+    status, _, err = run_main(capsys, "train", "--data", str(table), "--augment", "flip",
+                              "--out", str(tmp_path / "t"))  # fmt: skip
+    assert status == 2 and "augmentations are for image inputs; this run's inputs are table" in err
+
+
 def test_version_and_help(capsys):
     status, out, _ = run_main(capsys, "--version")
     assert status == 0 and out.startswith("jaxfeed ")
@@ -344,7 +377,12 @@ def test_info(tmp_path, capsys):
     assert status == 0 and "split train: 1,437 rows" in out and "(built-in dataset)" in out
     (tmp_path / "train.csv").write_text("a,b\n1,x\n2,y\n")
     status, out, _ = run_main(capsys, "info", str(tmp_path))
-    assert "MiB on disk in 1 files" in out and "a: Value('int64')" in out
+    assert "MiB on disk in 1 file" in out and "a: Value('int64')" in out
+    assert "1 split, " in out and "split train: 2 rows" in out
+    assert "row 0: {'a': 1, 'b': 'x'}" in out  # values, not numpy reprs (np.int64(1))
+    (tmp_path / "train.csv").write_text("a,b\n1,x\n")
+    status, out, _ = run_main(capsys, "info", str(tmp_path))
+    assert "split train: 1 row\n" in out
 
 
 def test_bench_runs_from_the_package_and_names_the_extra(tmp_path):
@@ -368,6 +406,22 @@ def test_missing_peers_name_the_extra(monkeypatch, capsys):
     monkeypatch.setattr(runner, "command", lambda name, quick: [sys.executable, "-c", "pass"])
     assert runner.run_benchmarks("train") == 0
     assert "pip install 'jaxfeed[bench]'" in capsys.readouterr().out
+
+
+def test_bench_results_go_to_the_cache_not_the_current_folder(tmp_path, monkeypatch, capsys):
+    from jaxfeed.bench import runner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JAXFEED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("JAXFEED_BENCH_RESULTS", raising=False)
+    monkeypatch.setattr(runner, "missing_peers", lambda names: [])
+    write = (
+        "import os, pathlib; pathlib.Path(os.environ['JAXFEED_BENCH_RESULTS']).mkdir(parents=True)"
+    )
+    monkeypatch.setattr(runner, "command", lambda name, quick: [sys.executable, "-c", write])
+    assert runner.run_benchmarks("train") == 0
+    assert f"results: {tmp_path / 'cache' / 'bench-results'}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
 
 
 def test_info_verify_checks_a_saved_dataset(tmp_path, capsys):

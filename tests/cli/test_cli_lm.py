@@ -1,6 +1,8 @@
-"""The command on a corpus: a character-level language model of a generated corpus (each line
-counts up the alphabet from a random letter), trained once per module with packing; its
-perplexity against the corpus's unigram perplexity, eval, generate, the export and resume."""
+"""The command on a corpus: a character-level language model of a generated corpus (each
+paragraph counts up the alphabet from a random letter, a line ending after each z, as prose is
+wrapped), trained once per module on the corpus concatenated and cut into windows; its
+perplexity against the corpus's unigram perplexity, eval, generate across line ends, the export
+and resume."""
 
 import json
 import math
@@ -31,10 +33,23 @@ def alphabet_lines(count=500, seed=0):
     return lines
 
 
+def wrapped_corpus(count=160, seed=0):
+    """Paragraphs of 40-80 letters counting up the alphabet, a line break after each ``z`` (as
+    prose is wrapped), a blank line between them: the alphabet continues across each line end."""
+    rng = random.Random(seed)
+    letters = string.ascii_lowercase
+    paragraphs = []
+    for _ in range(count):
+        start, n = rng.randrange(26), rng.randint(40, 80)
+        run = "".join(letters[(start + k) % 26] for k in range(n))
+        paragraphs.append(run.replace("z", "z\n").rstrip("\n"))
+    return "\n\n".join(paragraphs) + "\n"
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(alphabet_lines()) + "\n")
+    path.write_text(wrapped_corpus())
     return path
 
 
@@ -49,12 +64,10 @@ def lm_run(corpus, tmp_path_factory):
     return out, result.stdout
 
 
-def unigram_perplexity(tokenizer, lines):
-    """The perplexity of each token predicted from its frequency alone (what next_token scores:
-    every token of a line but its first, the end-of-sequence token included)."""
-    counts = Counter()
-    for e in tokenizer.encode_batch(lines):
-        counts.update(e.ids[1:])
+def unigram_perplexity(tokenizer, text):
+    """The perplexity of each token of the concatenated corpus predicted from its frequency
+    alone (line breaks included)."""
+    counts = Counter(tokenizer.encode(text, add_special_tokens=False).ids)
     total = sum(counts.values())
     entropy = -sum(c / total * math.log(c / total) for c in counts.values())
     return math.exp(entropy)
@@ -64,18 +77,26 @@ def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
     out, stdout = lm_run
     assert f"data {corpus}: detected text file" in stdout
     assert "text: column 'text' is free text" not in stdout  # a corpus is text by definition
-    assert "packing: rows of 64 tokens (--seq-len), 450 texts" in stdout
+    assert "text: column 'text', concatenated (--sample-by line|paragraph|document" in stdout
+    assert "texts put end to end (line breaks kept) and cut into windows of 64 tokens" in stdout
     assert "inputs: packed rows of 64 token ids, target: the next token" in stdout
+    assert "464 train / 52 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "windows (the packed rows an epoch counts)" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "lm" and saved["preprocess"]["kind"] == "lm"
     tokenizer = load_tokenizer(out / "tokenizer.json")
     assert tokenizer.get_vocab_size() == 261  # bytes, 4 special tokens and one merge
-    unigram = unigram_perplexity(tokenizer, alphabet_lines())
+    unigram = unigram_perplexity(tokenizer, wrapped_corpus())
     assert 20 < unigram < 30
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = min(r["eval_perplexity"] for r in rows)
     assert best < PERPLEXITY_BOUND < unigram / 5, (best, unigram)
     assert "validation perplexity" in stdout
+    # curves.png: the loss, token accuracy and perplexity (no empty accuracy panel): 3 panels
+    from PIL import Image
+
+    with Image.open(out / "curves.png") as curves:
+        assert curves.size[0] > 1700, curves.size  # 5.5 inches a panel at 110 dpi
 
 
 def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
@@ -83,7 +104,8 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
     status, shown, err = run_main(capsys, "eval", str(out), "--json")
     assert status == 0, err
     report = json.loads(shown)
-    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 50
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 52
+    assert report["windows"] == math.ceil(report["tokens"] / 64)
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
     assert report["perplexity"] == pytest.approx(best["eval_perplexity"], rel=1e-4)
@@ -111,6 +133,42 @@ def test_generate_greedy_continues_the_alphabet_and_the_export_agrees(lm_run, ca
                                segment_ids=np.ones_like(ids),
                                positions=np.arange(ids.shape[1], dtype=np.int32)[None]))  # fmt: skip
     assert tokenizer.decode([int(logits[0, -1].argmax())]) == greedy[0]["text"][0]
+    # ... or strings: its tokenizer.json travels in model/ and makes the same ids
+    assert (out / "model" / "tokenizer.json").is_file()
+    np.testing.assert_allclose(served("defgh"), logits, atol=1e-6)
+    np.testing.assert_allclose(served({"text": ["defgh"]}), logits, atol=1e-6)
+
+
+def test_generate_crosses_line_ends_unless_told_to_stop(lm_run, capsys):
+    """A line-wrapped corpus gives continuations across its line ends (the README's lines), and
+    --stop "\\n" ends them at the first."""
+    out, _ = lm_run
+    args = ["generate", str(out), "cdefghij", "--max-new-tokens", "40", "--temperature", "0"]
+    status, shown, err = run_main(capsys, *args, "--json")
+    assert status == 0, err
+    text = json.loads(shown)[0]["text"]
+    assert "\n" in text.strip("\n"), text  # a line end inside the continuation
+    letters = "".join(text.split("\n")[:2])  # the alphabet goes on across the line end
+    expected = "".join(string.ascii_lowercase[(10 + k) % 26] for k in range(len(letters)))
+    assert letters == expected, text
+    status, shown, err = run_main(capsys, *args, "--stop", "\\n", "--json")
+    assert status == 0, err
+    assert json.loads(shown)[0]["text"] == text.split("\n")[0]
+
+
+def test_sample_by_paragraph_reads_one_text_per_paragraph(corpus):
+    from jaxfeed.recipes.config import RunConfig
+    from jaxfeed.recipes.run import load_run_data
+
+    for sample_by, rows in (("paragraph", 160), ("document", 1), (None, None)):
+        data = load_run_data(
+            RunConfig(data=str(corpus), task="lm", sample_by=sample_by, val_split=0)
+        )
+        texts = data.splits.train["text"][:]
+        if rows is not None:
+            assert len(texts) == rows
+        else:  # concatenated: the rows end to end are the file as written
+            assert "".join(texts) == corpus.read_text()
 
 
 def test_prompts_too_long_and_other_runs_are_refused(lm_run, capsys):

@@ -207,6 +207,7 @@ def test_a_table_of_categories_trains_serves_raw_rows_and_keeps_its_vocabulary(t
             "split 'test', row 1: label 'maybe' of column 'label' is not one of the classes of "
             "the train split (['no', 'yes'])",
         ),
+        (["train", "--data", "flat"], "needs one sub-folder per class (FOLDER/cat/1.png"),
         (  # an image folder's classes are those of all its splits: each must occur in train
             ["train", "--data", "split_imgs"],
             "split 'test', row 0: label 'bird' of column 'label' never occurs in the train split",
@@ -217,6 +218,9 @@ def test_clear_errors(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _images(tmp_path / "imgs")
     _images(tmp_path / "one", classes=("cat",))
+    (tmp_path / "flat").mkdir()  # images with no class sub-folders
+    for i, image in enumerate(sorted((tmp_path / "imgs").rglob("*.*"))):
+        shutil.copy(image, tmp_path / "flat" / f"{i}{image.suffix}")
     _images(tmp_path / "split_imgs" / "train", n=2)
     _images(tmp_path / "split_imgs" / "test", classes=("bird", "cat"), n=2)
     (tmp_path / "unseen").mkdir()

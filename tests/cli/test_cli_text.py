@@ -136,6 +136,13 @@ def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path
         [{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels] for p in predicted
     ]
     np.testing.assert_allclose(probabilities, printed, atol=1e-5)
+    # ... and strings: the export's own tokenizer.json (data) makes the ids, as predict prints
+    assert (out / "model" / "tokenizer.json").is_file()
+    np.testing.assert_allclose(served(texts), printed, atol=1e-6)
+    np.testing.assert_allclose(served({"review": texts, "other": [0] * 4}), printed, atol=1e-6)
+    assert served.predict(texts[:1])[0] == ["pos"]
+    with pytest.raises(ValueError, match="reads the text column 'review'"):
+        served({"body": texts})
     long = "the film was awful and boring " * 12  # longer than a file name may be, and cut
     status, shown, err = run_main(capsys, "predict", str(out), long, "--json")
     assert status == 0, err
@@ -239,6 +246,8 @@ def test_regression_on_text(tmp_path):
     predicted = jaxfeed("predict", str(out), "great superb lovely film", "the film", "--json")
     values = [p["prediction"] for p in json.loads(predicted.stdout)]
     assert values[0] > values[1] + 1.5  # in the label's units: 1.5 a good word
+    served = load_exported(out / "model")  # strings in, the label's units out, as predict
+    np.testing.assert_allclose(served(["great superb lovely film", "the film"]), values, atol=1e-6)
 
 
 def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path):

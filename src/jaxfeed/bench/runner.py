@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jaxfeed
 from jaxfeed.bench.plot import plot_results
+from jaxfeed.data.formats.cache import cache_root
 from jaxfeed.recipes.config import ConfigError
 
 EXTRA = "pip install 'jaxfeed[bench]'  (from a checkout: pip install -e '.[bench]')"
@@ -74,7 +75,9 @@ def missing_peers(names: list[str]) -> list[str]:
 def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> int:
     """Run ``which`` (a name or ``all``); returns the exit status (1 when one failed).
 
-    ``plot``: a folder that receives each benchmark's JSON results and its chart (PNG).
+    ``plot``: a folder that receives each benchmark's JSON results and its chart (PNG); else
+    the results go to ``bench-results/`` in jaxfeed's cache folder (:func:`results_folder`),
+    never into the current folder, and the command says where.
     """
     if which != "all" and which not in BENCHES:
         raise ConfigError(f"unknown benchmark {which!r}; known: {', '.join(BENCHES)} or all")
@@ -88,6 +91,8 @@ def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> 
         )
     status = 0
     folder = _checkout()
+    results = results_folder(plot)
+    print(f"results: {results}", flush=True)
     for name in names:
         cmd = command(name, quick)
         if cmd is None:
@@ -103,16 +108,26 @@ def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> 
             flush=True,
         )
         cwd = folder.parent if folder is not None and cmd[1] != "-m" else None
-        env = (
-            None
-            if plot is None
-            else {**os.environ, "JAXFEED_BENCH_RESULTS": str(Path(plot).resolve())}
-        )
+        env = {**os.environ, "JAXFEED_BENCH_RESULTS": str(results)}
         code = subprocess.call(cmd, cwd=cwd, env=env)
         status |= code
         if plot is not None and code == 0:
             _plot(name, BENCHES[name].module, Path(plot), quick)
     return 1 if status else 0
+
+
+def results_folder(plot: str | None) -> Path:
+    """Where ``jaxfeed bench`` keeps its JSON results: ``--plot DIR``, else
+    ``$JAXFEED_BENCH_RESULTS``, else ``bench-results`` in jaxfeed's cache folder.
+
+    >>> str(results_folder("/tmp/charts"))
+    '/tmp/charts'
+    """
+    if plot is not None:
+        return Path(plot).resolve()
+    if os.environ.get("JAXFEED_BENCH_RESULTS"):
+        return Path(os.environ["JAXFEED_BENCH_RESULTS"]).resolve()
+    return (cache_root() / "bench-results").resolve()
 
 
 def _plot(name: str, module: str, folder: Path, quick: bool) -> None:

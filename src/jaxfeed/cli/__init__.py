@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", metavar="FILE.csv|FILE.jsonl", help="write one row per input to a file"
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a table's category unseen in training (default: predicted as unknown, "
+        "counted per column in a note)",
+    )
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
@@ -225,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        type=_stop_text,
+        help='end a continuation before TEXT (repeatable; "\\n" is a line break; default: only at '
+        "the end-of-sequence token or --max-new-tokens)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
@@ -333,6 +347,17 @@ def _is_closed_loop_noise(kind: type[BaseException] | None, value: object) -> bo
         and issubclass(kind, RuntimeError)
         and str(value) in ("Event loop is closed", "no running event loop")
     )
+
+
+def _stop_text(value: str) -> str:
+    """A ``--stop`` text, its escapes read (``"\\n"`` typed in a shell is a line break).
+
+    >>> _stop_text("\\\\n"), _stop_text("END")
+    ('\\n', 'END')
+    """
+    if not value:
+        raise argparse.ArgumentTypeError("an empty --stop would end every continuation at once")
+    return value.replace("\\r", "\r").replace("\\n", "\n").replace("\\t", "\t")
 
 
 def _quiet_stray_async_errors() -> None:

@@ -52,6 +52,22 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _ago(seconds: float) -> str:
+    """How long ago, in the unit that reads best.
+
+    >>> _ago(5), _ago(600), _ago(3 * 3600), _ago(2.5 * 86400)
+    ('5 s ago', '10 min ago', '3 h ago', '2.5 d ago')
+    """
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.0f} s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.1f} d ago"
+
+
 def run(args: argparse.Namespace) -> int:
     from jaxfeed.data.formats import cache  # import cost: pyarrow, only when the command runs
 
@@ -62,15 +78,17 @@ def run(args: argparse.Namespace) -> int:
         for e in found:
             sources = e["sources"] if isinstance(e["sources"], list) else [e["sources"]]
             shown = ", ".join(str(s) for s in sources[:2]) + (" ..." if len(sources) > 2 else "")
-            days = (now - e["last_used"]) / 86400
+            rows = e["num_rows"]
             print(
-                f"{e['path'].name}  {_size(e['bytes']):>10}  used {days:6.1f} d ago  "
-                f"{e['num_rows']} rows  {shown}",
+                f"{e['path'].name}  {_size(e['bytes']):>10}  used {_ago(now - e['last_used']):>8}  "
+                f"{rows:,} row{'' if rows == 1 else 's'}  {shown}",
                 flush=True,
             )
         total = sum(e["bytes"] for e in found)
-        print(f"{len(found)} entries, {_size(total)} in {root / 'datasets'}", flush=True)
+        count = f"{len(found)} entr{'y' if len(found) == 1 else 'ies'}"
+        print(f"{count}, {_size(total)} in {root / 'datasets'}", flush=True)
         return 0
     removed = cache.clean(root, args.older_than)
-    print(f"removed {len(removed)} entries from {root / 'datasets'}", flush=True)
+    count = f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'}"
+    print(f"removed {count} from {root / 'datasets'}", flush=True)
     return 0

@@ -85,12 +85,12 @@ def predict(args: argparse.Namespace) -> int:
     output = args.output
     if output is not None and not output.lower().endswith(OUTPUT_KINDS):
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
-    from jaxfeed.recipes.evaluate import iter_predictions  # import cost: JAX and pyarrow
+    from jaxfeed.recipes.evaluate import UNSEEN, iter_predictions  # import cost: JAX and pyarrow
 
     notes: list[str] = []
     results = iter_predictions(
         args.run_dir, inputs, checkpoint=args.checkpoint, top_k=args.top_k,
-        trust_code=args.trust_code, notes=notes,
+        trust_code=args.trust_code, notes=notes, strict=args.strict,
     )  # fmt: skip
     if output is not None:
         rows = write_predictions(output, results)
@@ -104,8 +104,12 @@ def predict(args: argparse.Namespace) -> int:
             else:
                 shown = ", ".join(f"{t['label']} ({t['probability']:.3f})" for t in r["top"])
                 print(f"{r['input']}: {shown}", flush=True)
+    said = [n for n in notes if n.startswith(UNSEEN)]  # a choice of predict's own
+    notes = [n for n in notes if not n.startswith(UNSEEN)]
     if notes:
         print("note: " + "; ".join(notes) + " (as in training)", file=sys.stderr)
+    for note in said:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 
@@ -141,7 +145,7 @@ def generate(args: argparse.Namespace) -> int:
     texts = run_generate(
         args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        checkpoint=args.checkpoint, trust_code=args.trust_code,
+        checkpoint=args.checkpoint, trust_code=args.trust_code, stop=args.stop,
     )  # fmt: skip
     if args.json:
         rows = [{"prompt": p, "text": t} for p, t in zip(args.prompts, texts, strict=True)]

@@ -49,6 +49,7 @@ class ClipScan:
 
     seconds: np.ndarray
     rates: np.ndarray
+    channels: np.ndarray | None = None  # channels of each clip (mixed to mono by the run)
 
 
 def _header_rate(data: bytes) -> int | None:
@@ -74,6 +75,7 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
     meta = None if declared is None else ds.select_columns([declared]).data.column(declared)
     meta = None if meta is None else meta.to_pylist()
     seconds, rates = np.empty(len(stored)), np.empty(len(stored), np.int64)
+    channels = np.ones(len(stored), np.int64)
     for i, cell in enumerate(stored):
         path = (cell or {}).get("path")
         where = f"split {split!r}, row {i}" + (f" ({path})" if path else "")
@@ -109,7 +111,8 @@ def scan_clips(ds: Dataset, column: str, split: str) -> ClipScan:
                 f"{info.samplerate} Hz"
             )
         seconds[i], rates[i] = info.frames / info.samplerate, info.samplerate
-    return ClipScan(seconds, rates)
+        channels[i] = int(getattr(info, "channels", 1) or 1)
+    return ClipScan(seconds, rates, channels)
 
 
 def _read_last_frame(soundfile: Any, source: Any, frames: int) -> None:
@@ -183,10 +186,28 @@ def plan_audio(
         f"resampled to {rate:,} Hz (--sample-rate){f': {resampled:,} clips' if resampled else ''}",
         f"clips: {seconds:g} s ({how}); {cropped:,} cropped (at random in training, the centre "
         f"in evaluation), {padded:,} padded with silence",
+        *_channel_note(scan),
         f"features: log-mel, {options.n_mels} bins, {options.n_fft}-sample windows every "
         f"{options.hop_length} samples: {shape[0]} frames x {shape[1]} bins per clip",
     ]
     return prep, notes
+
+
+def _channel_note(scan: ClipScan) -> list[str]:
+    """The line that says clips of several channels are mixed to mono (none when all are mono).
+
+    >>> _channel_note(ClipScan(np.ones(3), np.ones(3), np.array([2, 1, 2])))
+    ['channels: 2 clips of 2 channels mixed to mono (the channels averaged), 1 mono']
+    """
+    if scan.channels is None or not (scan.channels > 1).any():
+        return []
+    many = scan.channels[scan.channels > 1]
+    counts = ", ".join(str(c) for c in sorted(set(many.tolist())))
+    mono = int((scan.channels == 1).sum())
+    return [
+        f"channels: {len(many):,} clip{'s' if len(many) > 1 else ''} of {counts} channels mixed "
+        f"to mono (the channels averaged){f', {mono:,} mono' if mono else ''}"
+    ]
 
 
 def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any) -> None:

@@ -32,11 +32,15 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
             raise ConfigError("--resume needs --out RUN (the run folder to continue)")
         out = Path(flags["out"])
         check_out_folder(out, resume=True)
-        saved = read_run(out).options
+        record = read_run(out)
+        saved = record.options
         saved = saved.replace(absolute_paths(paths_of(saved)), str(out / "config.json"))
         wanted = saved.replace(absolute_paths(flags), "command line")
         fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         for name in wanted.differences(saved):
+            if name == "data":
+                _check_moved_data(wanted.data, saved.data, record.resolved, out)
+                continue
             if not fields[name].metadata["resumable"]:
                 flag = "--" + name.replace("_", "-")
                 allowed = ", ".join(
@@ -55,6 +59,27 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
     config = config.replace(flags, "command line")
     _check_optimizer(config)
     return config.replace(absolute_paths(paths_of(config)), "command line")
+
+
+def _check_moved_data(new: str, old: str, resolved: dict[str, Any], out: Path) -> None:
+    """``--resume --data NEW``: the run's data moved, accepted when NEW has the fingerprint the
+    run recorded (every file's size and SHA-256); refused naming what changed otherwise."""
+    from jaxfeed.recipes.data import data_fingerprint, fingerprint_changes  # import cost: pyarrow
+
+    saved = resolved.get("data_fingerprint")
+    if not isinstance(saved, dict) or not saved:
+        raise ConfigError(
+            f"--resume: --data {new!r} differs from the run's data {old!r}, and the run has no "
+            f"fingerprint of its data to compare ({out / 'config.json'}: a built-in or Hub "
+            "dataset, or a run of an older jaxfeed); resume with its own data"
+        )
+    changes = fingerprint_changes(saved, data_fingerprint(new))
+    if changes:
+        shown = "; ".join(changes[:5]) + (f"; {len(changes) - 5} more" if len(changes) > 5 else "")
+        raise ConfigError(
+            f"--resume: --data {new} is not the data the run was trained on ({old}): {shown}; "
+            "resume with that data, or start a new run (another --out)"
+        )
 
 
 def paths_of(config: RunConfig) -> dict[str, Any]:

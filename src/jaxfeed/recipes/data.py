@@ -100,15 +100,69 @@ def no_such_path(text: str) -> str:
     return f"no such file or folder: {text}"
 
 
-def detect(path: str, data_dir: str | None = None) -> Source:
-    """Find out what ``path`` is and load it as a ``DatasetDict``."""
+def data_fingerprint(path: str) -> dict[str, list[int | str]] | None:
+    """``{file: [size, sha256]}`` of the local data ``path`` (a file, or every file of a folder
+    but hidden ones, named relative to it); None for a built-in or Hub dataset. A run records it
+    so that ``--resume --data NEWPATH`` can tell the same data moved from other data.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.csv").write_text("x,y\\n1,2\\n")
+    >>> data_fingerprint(str(folder / "a.csv"))["a.csv"][0], data_fingerprint("digits")
+    (8, None)
+    """
+    import hashlib
+
+    root = Path(path).expanduser()
+    if path in BUILTIN or not root.exists():
+        return None
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )  # fmt: skip
+    out: dict[str, list[int | str]] = {}
+    for file in files:
+        with open(file, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        name = file.name if root.is_file() else file.relative_to(root).as_posix()
+        out[name] = [file.stat().st_size, digest]
+    return out
+
+
+def fingerprint_changes(saved: dict[str, Any], new: dict[str, Any] | None) -> list[str]:
+    """What differs between two :func:`data_fingerprint` records, named file by file.
+
+    >>> fingerprint_changes({"a": [10, "x"], "b": [2, "y"]}, {"a": [10, "z"], "c": [2, "y"]})
+    ['a: content differs (same size, 10 bytes)', 'b: missing', "c: not in the run's data"]
+    """
+    if new is None:
+        return ["not a local file or folder"]
+    changes = []
+    for name in sorted(set(saved) | set(new)):
+        if name not in new:
+            changes.append(f"{name}: missing")
+        elif name not in saved:
+            changes.append(f"{name}: not in the run's data")
+        elif list(saved[name]) != list(new[name]):
+            was, now = saved[name][0], new[name][0]
+            changes.append(
+                f"{name}: size {was:,} -> {now:,} bytes"
+                if was != now
+                else f"{name}: content differs (same size, {now:,} bytes)"
+            )
+    return changes
+
+
+def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Source:
+    """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
+    ``corpus`` says: see :func:`jaxfeed.recipes.text.read_corpus`)."""
     local = Path(path).expanduser()
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
         kind, loader = "built-in dataset", path
     elif local.is_file() and local.suffix.lower() in text.CORPUS_SUFFIXES:
-        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local)}))
+        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local, corpus)}))
     elif local.is_file():
         fmt = file_format(local)
         if fmt is None:
@@ -334,6 +388,16 @@ def choose_columns(
     if label is None:
         label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
         label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
+        if (
+            label is None
+            and features
+            and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
+        ):  # a folder of images (or clips) without class sub-folders
+            raise ConfigError(
+                "the folder's files lie directly in it: a classifier of a folder needs one "
+                "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
+                "with a label column"
+            )
         if label is None:
             raise ConfigError(
                 f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "

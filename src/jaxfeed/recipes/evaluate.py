@@ -29,7 +29,7 @@ from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
 from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS
 from jaxfeed.serve.export import FUNCTION, ExportError, load_exported
-from jaxfeed.serve.spec import ServingSpec, SpecError
+from jaxfeed.serve.spec import ServingSpec, SpecError, category_key
 
 MODEL_DIR = "model"
 
@@ -302,12 +302,15 @@ def predict(
     checkpoint: str = "best",
     top_k: int = 3,
     trust_code: bool = False,
+    strict: bool = False,
 ) -> tuple[list[dict], list[str]]:
     """Predictions for image files and folders (recursively, in sorted order), or for the rows of
     tables (a run trained on a table), preprocessed as in training; returns them (one per image
-    or row: ``input``, ``label`` and ``score``, or ``prediction``) and notes on what changed."""
+    or row: ``input``, ``label`` and ``score``, or ``prediction``) and notes on what changed
+    (categories unseen in training, counted per column: ``strict`` makes one an error)."""
     return list(iter_predictions(run_dir, inputs, checkpoint=checkpoint, top_k=top_k,
-                                 trust_code=trust_code, notes=(notes := []))), notes  # fmt: skip
+                                 trust_code=trust_code, notes=(notes := []),
+                                 strict=strict)), notes  # fmt: skip
 
 
 def iter_predictions(
@@ -318,6 +321,7 @@ def iter_predictions(
     top_k: int = 3,
     trust_code: bool = False,
     notes: list[str] | None = None,
+    strict: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """:func:`predict` one batch at a time (``notes`` is filled as batches are read)."""
     run = Path(run_dir)
@@ -336,7 +340,10 @@ def iter_predictions(
         if text_run
         else _input_batches(inputs, spec, size, notes)
     )
+    unseen = Unseen(spec, strict) if spec.kind == "table" else None
     for names, raw in batches:
+        if unseen is not None:
+            unseen.count(names, raw)
         outputs = served.outputs(raw)
         if spec.task == "regression":
             for name, value in zip(names, outputs, strict=True):
@@ -352,6 +359,60 @@ def iter_predictions(
                 "top": [{"class": int(i), "label": spec.labels[i], "probability": round(float(p[i]), 6)} for i in top],
                 "checkpoint": which,
             }  # fmt: skip
+    if unseen is not None and unseen.note():
+        notes.append(unseen.note())
+
+
+UNSEEN = "unseen in training"  # the note on categories predict met that the run never saw
+
+
+class Unseen:
+    """Categories of a table's rows that the run never saw (encoded in the column's "unknown"
+    slot), counted per column; ``strict``: the first one is an error naming its row."""
+
+    def __init__(self, spec: ServingSpec, strict: bool) -> None:
+        self.columns = [c for c in spec.columns if c.kind == "categorical"]
+        self.strict = strict
+        self.counts: dict[str, dict[str, int]] = {c.name: {} for c in self.columns}
+
+    def count(self, names: list[str], raw: Any) -> None:
+        for column in self.columns:
+            known = set(column.vocabulary)
+            for name, value in zip(names, np.asarray(raw[column.name], object).tolist(),
+                                   strict=True):  # fmt: skip
+                key = category_key(value)
+                if key is None or key in known:
+                    continue
+                if self.strict:
+                    raise ConfigError(
+                        f"{name}: column {column.name!r} has {key!r}, a category unseen in "
+                        f"training (known: {', '.join(column.vocabulary[:8])}"
+                        f"{', ...' if len(column.vocabulary) > 8 else ''}); drop --strict to "
+                        "predict it as unknown"
+                    )
+                self.counts[column.name][key] = self.counts[column.name].get(key, 0) + 1
+
+    def note(self) -> str | None:
+        """``unseen in training: city 2 rows (paris 1, lyon 1); ...`` or None."""
+        parts = []
+        for column, values in self.counts.items():
+            if values:
+                rows = sum(values.values())
+                shown = ", ".join(f"{v!r} {n}" for v, n in list(values.items())[:5])
+                more = ", ..." if len(values) > 5 else ""
+                parts.append(f"{column!r} {plural(rows, 'row')} ({shown}{more})")
+        if not parts:
+            return None
+        return f"{UNSEEN}, predicted as unknown (--strict refuses them): " + "; ".join(parts)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 row``, ``2 rows``.
+
+    >>> plural(1, "row"), plural(1200, "row")
+    ('1 row', '1,200 rows')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _input_batches(
@@ -378,6 +439,12 @@ def _input_batches(
             spec, kind="image", image_mode=mode, image_size=(shape[0], shape[1])
         )
     paths = _expand(inputs, tables=False)
+    table = next((p for p in paths if file_format(Path(p)) is not None), None)
+    if table is not None:
+        raise ConfigError(
+            f"{table} is a table; this run was trained on images: predict takes image files or "
+            "folders of them"
+        )
     counts = {"converted": 0, "resized": 0}
     for start in range(0, len(paths), size):
         chunk = paths[start : start + size]

@@ -25,17 +25,17 @@ def describe_dataset(
     if local.exists():
         files = [local] if local.is_file() else [p for p in local.rglob("*") if p.is_file()]
         size = sum(p.stat().st_size for p in files)
-        where = f"{size / 2**20:.1f} MiB on disk in {len(files)} files"
+        where = f"{size / 2**20:.1f} MiB on disk in {plural(len(files), 'file')}"
     else:
         size = sum(s.data.nbytes for s in data.values())
         where = f"{size / 2**20:.1f} MiB in Arrow"
-    lines.append(f"dataset {dataset} ({source.kind}): {len(data)} splits, {where}")
+    lines.append(f"dataset {dataset} ({source.kind}): {plural(len(data), 'split')}, {where}")
     if split is not None and split not in data:
         raise ConfigError(f"--split {split!r} is not a split of {dataset}; splits: {sorted(data)}")
     for name, ds in data.items():
         if split and name != split:
             continue
-        lines.append(f"\nsplit {name}: {ds.num_rows:,} rows")
+        lines.append(f"\nsplit {name}: {plural(ds.num_rows, 'row')}")
         for column, feature in ds.features.items():
             lines.append(f"  {column}: {feature!r}")
         n = min(rows, ds.num_rows)
@@ -47,10 +47,30 @@ def describe_dataset(
                 shown[column] = (
                     f"array{tuple(value.shape)} {value.dtype}"
                     if isinstance(value, np.ndarray) and value.ndim
-                    else value
+                    else plain(value)
                 )
             lines.append(f"  row {i}: {shown}")
     return "\n".join(lines)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 split``, ``3 splits``, ``1,437 rows``.
+
+    >>> plural(1, "split"), plural(1437, "row")
+    ('1 split', '1,437 rows')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (``3``, not ``np.int64(3)``).
+
+    >>> plain(np.int64(3)), plain(np.str_("a")), plain(np.array(2.5)), plain([1])
+    (3, 'a', 2.5, [1])
+    """
+    if isinstance(value, np.generic | np.ndarray):
+        return value.item() if value.size == 1 else value.tolist()
+    return value
 
 
 def _verify(dataset: str) -> str:

@@ -20,6 +20,7 @@ import io
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -291,3 +292,49 @@ def _image_choice(
     if any(m.startswith("I;16") or m == "I" for m in modes):
         said += "; 16-bit pixels scaled to 8 bits (round(v / 257)), not clipped"
     return mode, size, f"images: {how}, {said}"
+
+
+# ---------------------------------------------------------------------------------- augment
+class Augmented:
+    """The train loader's ``transform`` with ``--augment``: the run's preprocessing, then each
+    image of the batch flipped left-right (half of them) and/or cropped at random to its own
+    size after zero-padding each side by an eighth, with the loader's seeded ``rng`` (a resumed
+    run draws alike). Evaluation and predict see the images as they are.
+
+    >>> import numpy as np
+    >>> from jaxfeed.recipes.spec import Preprocessing
+    >>> prep = Preprocessing("array", ["x"], "y", [2, 4], "classification")
+    >>> batch = {"x": np.arange(8, dtype=np.float32).reshape(1, 2, 4), "y": np.array([0])}
+    >>> out = Augmented(prep, ["flip"])(batch, np.random.default_rng(2))  # flipped: 0.26 < 0.5
+    >>> out["x"].tolist(), out["y"].tolist()
+    ([[[3.0, 2.0, 1.0, 0.0], [7.0, 6.0, 5.0, 4.0]]], [0])
+    """
+
+    def __init__(self, prep: Any, augment: list[str]) -> None:
+        self.prep, self.flip, self.crop = prep, "flip" in augment, "crop" in augment
+
+    def __call__(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        out = self.prep(batch)
+        x = np.array(out[INPUTS], copy=True)
+        if self.flip:
+            flipped = rng.random(len(x)) < 0.5
+            x[flipped] = x[flipped][:, :, ::-1]
+        if self.crop:
+            height, width = x.shape[1:3]
+            pad_h, pad_w = max(1, height // 8), max(1, width // 8)
+            widths = [(0, 0), (pad_h, pad_h), (pad_w, pad_w)] + [(0, 0)] * (x.ndim - 3)
+            padded = np.pad(x, widths)
+            for i in range(len(x)):
+                top, left = int(rng.integers(0, 2 * pad_h + 1)), int(rng.integers(0, 2 * pad_w + 1))
+                x[i] = padded[i, top : top + height, left : left + width]
+        out[INPUTS] = x
+        return out
+
+    def describe(self) -> str:
+        """The note the run prints."""
+        done = (["a random left-right flip (half of them)"] if self.flip else []) + (
+            ["a random crop of their size after padding each side by an eighth"]
+            if self.crop
+            else []
+        )
+        return f"augment: training images get {' and '.join(done)} (--augment)"

@@ -36,7 +36,8 @@ class RunData:
 
 def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:
     """Detect and load ``config.data``; pick columns and task; encode class labels; split."""
-    source = datamod.detect(config.data, config.data_dir)
+    corpus = config.sample_by or (text.CONCAT if config.task in (None, "lm") else "line")
+    source = datamod.detect(config.data, config.data_dir, corpus)
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
     columns = datamod.choose_columns(
         train_raw, config.input_columns, config.label_column, config.text_column, config.task

@@ -93,7 +93,19 @@ class Preprocessing:
             target_mean=self.target_mean,
             target_std=self.target_std,
             audio=self.audio if self.kind == "audio" else None,
+            text=self.serving_text() if self.kind in TEXT_KINDS else None,
         )
+
+    def serving_text(self, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+        """The ``text`` options of a text run's spec (``inputs``: the model's ``{argument:
+        column}``, the Trainer's ``inputs``)."""
+        text = self.text or {}
+        return {
+            "column": text["column"],
+            "max_length": int(text["max_length"]),
+            "pad_id": int(text.get("pad_id", 0)),
+            "inputs": dict(inputs or text.get("inputs") or {"input_ids": "input_ids"}),
+        }
 
     def __post_init__(self) -> None:
         self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once

@@ -31,11 +31,14 @@ import pyarrow.compute as pc
 from jaxfeed._base.files import atomic_write
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Value
+from jaxfeed.data.load.load import load_dataset
 from jaxfeed.data.text.tokenizer import check_texts
 from jaxfeed.loading.packing import Packing
 from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.spec import TEXT_COLUMNS, TEXT_KINDS, Preprocessing
+from jaxfeed.serve.spec import SpecError
+from jaxfeed.serve.spec import token_batch as spec_token_batch
 
 MIN_WORDS = 3  # a string column whose median row has this many words is free text
 MIN_DISTINCT = 10  # ... and more distinct values than this (else: a category)
@@ -239,7 +242,11 @@ def plan_text(
     if config.text_column is not None:
         said = f"text: column {column!r} (--text-column), median {median:g} words"
     elif task == "lm":
-        said = f"text: column {column!r}, one text per row (a .txt corpus: per line)"
+        said = f"text: column {column!r}" + (
+            f", one text per {config.sample_by} (--sample-by)"
+            if config.sample_by
+            else ", concatenated (--sample-by line|paragraph|document: one text per row)"
+        )
     else:
         said = (
             f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
@@ -282,14 +289,31 @@ def plan_text(
     }
     if task == "lm":
         seq_len = config.seq_len or LM_SEQ_LEN
-        text.update(max_length=seq_len, lengths=[seq_len])
+        text.update(max_length=seq_len, lengths=[seq_len], sample_by=config.sample_by or CONCAT)
         longer = int((lengths > seq_len).sum())
-        notes.append(
-            f"packing: rows of {seq_len} tokens (--seq-len), {len(lengths):,} texts of "
-            f"{int(lengths.sum()):,} tokens (median {np.median(lengths):g}); each text is its own "
-            "segment (attention never crosses one)"
-            + (f"; {longer:,} texts longer than {seq_len} are split" if longer else "")
-        )
+        if config.sample_by is None:
+            text["separator"] = _separator(train, column, eos)
+            joined = int(lengths.sum()) - (len(lengths) if text["separator"] is None else 0)
+            notes.append(
+                f"packing: the {len(lengths):,} texts put end to end ("
+                + (
+                    "line breaks kept"
+                    if text["separator"] is None
+                    else "each ended by the end-of-sequence token"
+                )
+                + f") and cut into windows of {seq_len} tokens (--seq-len), as run_clm: "
+                f"{-(-joined // seq_len):,} windows (the packed rows an epoch counts) of "
+                f"{joined:,} tokens; attention crosses line ends (--sample-by "
+                "line|paragraph|document: one segment per text instead)"
+            )
+        else:
+            notes.append(
+                f"packing: rows of {seq_len} tokens (--seq-len; the rows an epoch counts), "
+                f"{len(lengths):,} texts (one per "
+                f"{config.sample_by}, --sample-by) of {int(lengths.sum()):,} tokens (median "
+                f"{np.median(lengths):g}); each text is its own segment (attention never crosses "
+                "one)" + (f"; {longer:,} texts longer than {seq_len} are split" if longer else "")
+            )
         kind, shape = "lm", [seq_len]
     else:
         cap = config.seq_len or min(int(lengths.max()), MAX_TEXT_TOKENS)
@@ -321,6 +345,38 @@ def plan_text(
     return prep, notes
 
 
+def _separator(ds: Dataset, column: str, eos: int | None) -> int | None:
+    """What ends each text when a language model's texts are concatenated: nothing when they
+    end with their own line break (the lines of a ``.txt`` corpus), else the end-of-sequence
+    token (the rows of a table are separate texts)."""
+    head = ds.select_columns([column]).select(range(min(ds.num_rows, SAMPLE)))
+    values = pc.drop_null(head.flatten_indices().data.column(column))
+    if len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py()):
+        return None
+    return eos
+
+
+def concatenate(ds: Dataset, length: int, separator: int | None) -> Dataset:
+    """The token rows of ``ds`` put end to end (each followed by ``separator`` unless None) and
+    cut into windows of ``length`` tokens, the last one shorter (run_clm's ``group_texts``,
+    the remainder kept).
+
+    >>> ds = Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5]], "attention_mask": [[1] * 3, [1] * 2]})
+    >>> concatenate(ds, 2, None)["input_ids"][:], concatenate(ds, 4, 9)["input_ids"][:]
+    ([[1, 2], [3, 4], [5]], [[1, 2, 3, 9], [4, 5, 9]])
+    """
+    column = ds.select_columns(["input_ids"]).flatten_indices().data.column("input_ids")
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    flat = np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.int32)
+    if separator is not None:
+        ends = np.cumsum(pc.list_value_length(column).to_numpy(zero_copy_only=False))
+        flat = np.insert(flat, ends, np.int32(separator))
+    offsets = np.append(np.arange(0, len(flat), length), len(flat)).astype(np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
+    mask = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(flat), np.int8)))
+    return Dataset(pa.table({"input_ids": ids, "attention_mask": mask}))
+
+
 # ---------------------------------------------------------------------------------- datasets
 def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
     """``ds`` tokenized as the run reads it: ``input_ids`` and ``attention_mask`` (and the label
@@ -343,12 +399,17 @@ def prepare(prep: Preprocessing, ds: Dataset) -> Dataset:
     if prep.tokenizer is None:
         raise ConfigError("the run's tokenizer is not loaded (its tokenizer.json)")
     max_length = None if prep.kind == "lm" else int(prep.text["max_length"])
+    joined = prep.kind == "lm" and prep.text.get("sample_by") == CONCAT
     try:
-        return tokenize(
-            ds.select_columns(keep), prep.tokenizer, column, max_length, remove_columns=True
-        )
+        tokens = tokenize(
+            ds.select_columns(keep), prep.tokenizer, column, max_length, remove_columns=True,
+            add_special_tokens=not joined,
+        )  # fmt: skip
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if joined:
+        return concatenate(tokens, int(prep.text["max_length"]), prep.text.get("separator"))
+    return tokens
 
 
 def loader_options(prep: Preprocessing) -> dict[str, Any]:
@@ -442,23 +503,16 @@ def describe_inputs(prep: Preprocessing) -> str:
 def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
     """``texts`` tokenized as in training (cut to the run's ``--seq-len`` with the tokenizer's
     own truncation, special tokens kept) and padded with its pad id to the longest of them: the
-    inputs the exported classifier takes (``input_ids`` and ``attention_mask``, int32)."""
-    tokenizer = prep.tokenizer
-    cut = int(prep.text["max_length"])
-    if tokenizer.padding is not None:
-        tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
-    if (tokenizer.truncation or {}).get("max_length") != cut:
-        tokenizer.enable_truncation(cut)  # as jaxfeed.data.text.tokenize cut the training texts
-    encoded = [e.ids for e in tokenizer.encode_batch(list(texts))] if texts else []
-    length = max(map(len, encoded), default=1)
-    ids = np.full((len(texts), length), int(prep.text["pad_id"]), np.int32)
-    mask = np.zeros((len(texts), length), np.int32)
-    for i, row in enumerate(encoded):
-        if not row:
-            raise ConfigError(f"text {i} gives no tokens: {texts[i][:60]!r}")
-        ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+    inputs the exported classifier takes (``input_ids`` and ``attention_mask``, int32), made by
+    the function the export's own preprocessing uses
+    (:func:`jaxfeed.serve.spec.token_batch`)."""
+    try:
+        batch = spec_token_batch(
+            prep.tokenizer, texts, int(prep.text["max_length"]), int(prep.text["pad_id"])
+        )
+    except SpecError as err:
+        raise ConfigError(str(err)) from None
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
 def as_texts(values: Any) -> list[str]:
@@ -473,26 +527,32 @@ def as_texts(values: Any) -> list[str]:
 
 # ---------------------------------------------------------------------------------- corpora
 CORPUS_SUFFIXES = (".txt",)
+CONCAT = "concat"  # --task lm by default: the corpus concatenated and cut into windows
+CORPUS_MODES = (CONCAT, "line", "paragraph", "document")
 
 
-def read_corpus(path: Path) -> Dataset:
-    """A ``.txt`` corpus as a ``text`` column, one row per non-blank line; a file that is not
-    UTF-8 is refused naming the line and byte.
+def read_corpus(path: Path, sample_by: str = "line") -> Dataset:
+    """A ``.txt`` corpus as a ``text`` column (``load_dataset("text", sample_by=...)``), blank
+    rows left out: one row per line, paragraph or document; ``"concat"`` keeps every line with
+    its line break (a blank line joins the line before it), so that the rows put end to end are
+    the file as written. A file that is not UTF-8 is refused naming the line and byte.
 
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "c.txt"
     >>> _ = p.write_bytes(b"one line\\n\\nanother\\n")
-    >>> read_corpus(p)["text"][:]
-    ['one line', 'another']
+    >>> read_corpus(p)["text"][:], read_corpus(p, "concat")["text"][:]
+    (['one line', 'another'], ['one line\\n\\n', 'another\\n'])
     >>> _ = p.write_bytes(b"fine\\nbad \\xff byte\\n")
     >>> read_corpus(p)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     jaxfeed.recipes.config.ConfigError: --data ...c.txt: not UTF-8 text: byte 0xff at line 2, column 5 (offset 9); save the corpus as UTF-8
     """
+    if sample_by not in CORPUS_MODES:
+        raise ConfigError(f"--sample-by {sample_by!r}: expected one of line, paragraph, document")
     data = Path(path).read_bytes()
     try:
-        content = data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
@@ -500,11 +560,22 @@ def read_corpus(path: Path) -> Dataset:
             f"--data {path}: not UTF-8 text: byte 0x{data[err.start]:02x} at line {line}, column "
             f"{column} (offset {err.start}); save the corpus as UTF-8"
         ) from None
-    lines = [line.rstrip("\r") for line in content.split("\n")]
-    lines = [line for line in lines if line.strip()]
-    if not lines:
+    mode = "line" if sample_by == CONCAT else sample_by
+    read = load_dataset(
+        "text", data_files=str(path), sample_by=mode, keep_linebreaks=sample_by == CONCAT
+    )["train"]["text"][:]
+    if sample_by == CONCAT:
+        rows: list[str] = []
+        for row in read:
+            if rows and not row.strip():
+                rows[-1] += row  # a blank line stays in the stream, after the line before it
+            elif row.strip() or rows:
+                rows.append(row)
+    else:
+        rows = [row.rstrip("\r") for row in read if row.strip()]
+    if not rows:
         raise ConfigError(f"--data {path}: the corpus has no text (every line is blank)")
-    return Dataset.from_dict({"text": lines})
+    return Dataset.from_dict({"text": rows})
 
 
 # ---------------------------------------------------------------------------------- models

@@ -194,7 +194,8 @@ def evaluate_lm(
     as in training."""
     prep = run_preprocessing(run, record)
     ds, _ = text.check_text_column(ds, prep.text["column"], f"split {split!r}")
-    tokens = prepare(prep, ds)
+    texts = int(ds.num_rows)
+    tokens = prepare(prep, ds)  # concatenated: windows of --seq-len tokens
     trainer, which = lm_trainer(run, record, checkpoint, trust_code)
     size = min(record.options.batch_size, max(tokens.num_rows, 1))
     loader = DataLoader(tokens, size, transform=prep, **text.loader_options(prep))
@@ -205,7 +206,8 @@ def evaluate_lm(
         "checkpoint": which,
         "split": split,
         "task": "lm",
-        "rows": int(tokens.num_rows),
+        "rows": texts,
+        "windows": int(tokens.num_rows),
         "tokens": int(lengths.sum()),
         **{k: round(float(v), 6) for k, v in figures.items()},
     }
@@ -216,6 +218,7 @@ def format_lm(result: dict[str, Any]) -> str:
     head = (
         f"checkpoint step {ck['step']} (epoch {ck['epoch']}, {ck['which']}, from {ck['source']}), "
         f"split {result['split']!r}, {result['rows']:,} texts, {result['tokens']:,} tokens"
+        + (f" in {result['windows']:,} windows" if result.get("windows") else "")
     )
     figures = "  ".join(
         f"{k.replace('_', ' ')} {result[k]:.4f}"
@@ -236,10 +239,12 @@ def generate(
     seed: int = 0,
     checkpoint: str = "best",
     trust_code: bool = False,
+    stop: list[str] | None = None,
 ) -> list[str]:
     """Continuations of ``prompts`` by the run's language model (:func:`jaxfeed.text.generate`
-    on the restored checkpoint); a prompt that does not fit the model's context with
-    ``max_new_tokens`` more is refused naming it."""
+    on the restored checkpoint), each ended before the first of the ``stop`` texts it holds
+    (line breaks included: nothing stops at a line end unless ``stop`` says so); a prompt that
+    does not fit the model's context with ``max_new_tokens`` more is refused naming it."""
     run = Path(run_dir)
     record = read_run(run)
     prep = preprocessing_of(record, str(run / "config.json"))
@@ -261,9 +266,18 @@ def generate(
                 "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
             )
     trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
-    return list(
-        generate_tokens(
-            trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
-            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        )
+    texts = generate_tokens(
+        trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
     )  # fmt: skip
+    return [cut_at(t, stop or []) for t in texts]
+
+
+def cut_at(text: str, stops: list[str]) -> str:
+    """``text`` up to the first of ``stops`` it holds.
+
+    >>> cut_at("one\\ntwo END three", ["END", "\\n"]), cut_at("one two", ["\\n"])
+    ('one', 'one two')
+    """
+    ends = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return text[: min(ends)] if ends else text

@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
+from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
     ConfigError,
@@ -40,7 +41,7 @@ from jaxfeed.recipes.config import (
 )
 from jaxfeed.recipes.configure import paths_of
 from jaxfeed.recipes.models import CodePolicy, build_trainer, model_file, resolve_class_weights
-from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
+from jaxfeed.recipes.preprocess import Augmented, TableOptions, plan, prepare
 from jaxfeed.recipes.run import (
     BEST_METRIC,
     absolute_paths,
@@ -101,14 +102,18 @@ def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int =
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     text.check_options(config)
+    if config.mesh is not None:
+        _mesh(config)  # a --mesh the devices cannot make is refused before any data is read
     check_out_folder(out, config.resume)
     created = not out.exists()
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         return _train(config, out, primary, say, verbose)
-    except ConfigError:
+    except (ConfigError, ImportError) as err:
         if created and lock is not None and not any(out.iterdir()):
             out.rmdir()  # refused before anything was written: leave no empty run folder
+        if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
+            raise ConfigError(str(err)) from err
         raise
     finally:
         if lock is not None:
@@ -176,6 +181,13 @@ def _train(
             table,
             config.image_mode,
         )
+    if config.augment:
+        if prep.kind != "image" and not (prep.kind == "array" and len(prep.input_shape) in (2, 3)):
+            raise ConfigError(
+                f"--augment {','.join(config.augment)}: augmentations are for image inputs; this "
+                f"run's inputs are {prep.kind} data"
+            )
+        notes.append(Augmented(prep, config.augment).describe())
     for note in notes:
         say(note)
     target = (
@@ -191,7 +203,8 @@ def _train(
         sizes.append(f"{splits.eval.num_rows:,} {splits.eval_name}")
     if splits.test is not None:
         sizes.append(f"{splits.test.num_rows:,} {splits.test_name} (held out)")
-    say(f"{' / '.join(sizes)} rows; {shown}, {target}")
+    unit = "texts" if run_data.task == "lm" else "rows"  # an LM's epochs count packed rows
+    say(f"{' / '.join(sizes)} {unit}; {shown}, {target}")
     model = config.model or (
         "transformer"
         if text.is_text(prep)
@@ -212,6 +225,11 @@ def _train(
         "test_split": splits.test_name,
         "processes": jax.process_count(),
         "devices": jax.device_count(),
+        "data_fingerprint": (
+            record.resolved.get("data_fingerprint")
+            if record is not None
+            else datamod.data_fingerprint(config.data)
+        ),  # --resume --data NEWPATH: the same files, moved
     }
     if record is not None and "best_metric" in record.resolved and selection:
         resolved["best_metric"] = record.resolved["best_metric"]
@@ -272,13 +290,22 @@ def _train(
             text.write_tokenizer(prep, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
     where = (
-        f"{jax.device_count()} devices in {jax.process_count()} processes"
+        f"{jax.device_count()} devices in {jax.process_count()} "
+        f"process{'es' if jax.process_count() > 1 else ''}"
         if jax.device_count() > 1
         else str(jax.devices()[0])
     )
     if mesh is not None:
         axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
+        unused = unused_axes(mesh, config.sharding)
+        if unused:
+            say(
+                f"note: mesh axis {', '.join(f'{a}={mesh.shape[a]}' for a in unused)} is used by "
+                f"nothing: sharding {json.dumps(config.sharding)} splits batches (and FSDP "
+                f"weights) over {data_axis(mesh)!r} only; its devices hold copies (name the axis in "
+                "--sharding rules, or leave it out of --mesh)"
+            )
     model_path, model_args = config.component("model")
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
@@ -456,6 +483,22 @@ def _size(n: int) -> str:
     return f"{n:.1f} GB"
 
 
+def unused_axes(mesh: Any, sharding: Any) -> list[str]:
+    """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
+    FSDP nor a sharding rule use.
+
+    >>> mesh = make_mesh({"data": 1, "model": 1})
+    >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
+    ([], [])
+    """
+    used = {data_axis(mesh)}
+    if isinstance(sharding, dict):
+        for key, entry in sharding.items():
+            if key != "fsdp" and entry is not None:
+                used.update([entry] if isinstance(entry, str) else list(entry))
+    return [str(a) for a in mesh.axis_names if a not in used and mesh.shape[a] > 1]
+
+
 def _mesh(config: RunConfig) -> Any:
     """The run's device mesh: ``--mesh``, else one ``data`` axis over every device when there
     are several (or a sharding other than replicate asks for one); None for one device."""
@@ -518,9 +561,12 @@ def _loaders(
     lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
     # several devices cannot split a last short batch; a packed one is completed with empty rows
     drop_last = count > 1 and "packing" not in lengths
+    train_kwargs = dict(kwargs)
+    if config.augment:  # the train batches only: evaluation sees the images as they are
+        train_kwargs["transform"] = Augmented(prep, config.augment)
     train_loader = DataLoader(
-        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last, **kwargs,
-        **audiomod.loader_options(prep, train=True), **lengths,
+        train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last,
+        **train_kwargs, **audiomod.loader_options(prep, train=True), **lengths,
     )  # fmt: skip
     held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
 
@@ -587,8 +633,11 @@ def _export_best(
     if text.is_text(prep):  # token ids in (RUN/tokenizer.json makes them): no declared spec
         extra["text"] = {**prep.text, "inputs": dict(trainer.inputs)}
     try:
-        if text.is_text(prep):
-            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra)
+        if text.is_text(prep):  # strings in: the spec and tokenizer.json travel in model/
+            spec = prep.serving(run_data.labels)
+            spec = dataclasses.replace(spec, text=prep.serving_text(dict(trainer.inputs)))
+            export(trainer, out / "model", text.export_example(prep, trainer.inputs), extra=extra,
+                   preprocessing=spec, tokenizer=prep.tokenizer)  # fmt: skip
         else:
             export(trainer, out / "model", extra=extra, preprocessing=prep.serving(run_data.labels))
     except Exception as err:
@@ -627,6 +676,16 @@ def _test_once(
     return result
 
 
+def _figure(value: float, task: str) -> str:
+    """A summary figure: accuracy and perplexity to 4 decimals (``0.7500``, ``1.0000``), an RMSE
+    in the label's units to 6 significant digits.
+
+    >>> _figure(0.75, "classification"), _figure(1, "classification"), _figure(12345.678, "regression")
+    ('0.7500', '1.0000', '12345.7')
+    """
+    return f"{value:.6g}" if task == "regression" else f"{value:.4f}"
+
+
 def _summary(
     say: Callable,
     history: Any,
@@ -661,12 +720,16 @@ def _summary(
         loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
         if f"eval_{figure}" in best:
-            columns.append((f"{splits.eval_name} {shown}", f"{best[f'eval_{figure}']:.4g}"))
+            columns.append((f"{splits.eval_name} {shown}", _figure(best[f"eval_{figure}"], task)))
+        monitored = resolved.get("best_metric")
+        if monitored and monitored not in ("eval_loss", f"eval_{figure}") and monitored in best:
+            name = monitored.removeprefix("eval_").replace("_", " ")
+            columns.append((f"{splits.eval_name} {name}", f"{best[monitored]:.4f}"))
     else:
         columns.append(("train loss", f"{best.get('train_loss', float('nan')):.4f}"))
     if test is not None:
         if f"test_{figure}" in test:
-            columns.append((f"{splits.test_name} {shown}", f"{test[f'test_{figure}']:.4g}"))
+            columns.append((f"{splits.test_name} {shown}", _figure(test[f"test_{figure}"], task)))
         else:
             columns.append((f"{splits.test_name} loss", f"{test['test_loss']:.4f}"))
     if resolved.get("class_weights") is not None:  # the loss as trained and selected on: say so

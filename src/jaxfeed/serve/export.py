@@ -50,7 +50,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
 from jaxfeed.serve import checks
-from jaxfeed.serve.spec import ServingSpec, SpecError
+from jaxfeed.serve.spec import TEXT_SPEC_KINDS, TOKENIZER_FILE, ServingSpec, SpecError
 from jaxfeed.train import ids
 from jaxfeed.train.checkpoint import CheckpointError
 from jaxfeed.train.cores import CallConvention
@@ -167,6 +167,7 @@ def export(
     extra: Mapping[str, Any] | None = None,
     preprocessing: ServingSpec | Mapping[str, Any] | None = None,
     compile_preprocess: bool = True,
+    tokenizer: Any = None,
 ) -> Path:
     """Write ``model`` in eval mode to the folder ``path`` for :func:`load_exported`.
 
@@ -179,6 +180,9 @@ def export(
     ``extra`` (JSON) is stored next to it, e.g. class names. ``preprocessing`` (a
     :class:`~jaxfeed.serve.spec.ServingSpec` or its JSON) is the declared preprocessing from raw
     inputs: with it, the loaded export takes raw images or table rows and returns predictions.
+    A text spec (``kind="text"`` or ``"lm"``) needs ``tokenizer`` (a ``tokenizers.Tokenizer``
+    or its JSON), written into the folder as ``tokenizer.json`` (data, never code): the loaded
+    export takes strings, or a table with the text column.
 
     A Trainer's ``preprocess`` (it runs inside the Trainer's compiled steps, so it is
     jax-traceable) is compiled into the StableHLO function together with the model: the export
@@ -305,12 +309,22 @@ def export(
         "function": {"file": FUNCTION, "sha256": hashlib.sha256(function).hexdigest()},
         **dict(extra or {}),
     }
+    files = {WEIGHTS: blob, FUNCTION: function}
     if preprocessing is not None:
         meta["preprocessing"] = preprocessing.to_dict()
+        if preprocessing.kind in TEXT_SPEC_KINDS:
+            if tokenizer is None:
+                raise ValueError("a text preprocessing= needs tokenizer= (its tokenizer.json)")
+            data = tokenizer if isinstance(tokenizer, str | bytes) else tokenizer.to_str()
+            files[TOKENIZER_FILE] = data.encode() if isinstance(data, str) else data
+            meta["tokenizer"] = {
+                "file": TOKENIZER_FILE,
+                "sha256": hashlib.sha256(files[TOKENIZER_FILE]).hexdigest(),
+            }
     if raw is not None:
         meta["compiled_preprocess"] = raw.describe()
     text = json.dumps(meta, indent=2)
-    return _write_folder(Path(path), {WEIGHTS: blob, FUNCTION: function, CONFIG: text.encode()})
+    return _write_folder(Path(path), {**files, CONFIG: text.encode()})
 
 
 class _RawInputs:
@@ -456,7 +470,7 @@ def _is_export(path: Path) -> bool:
     names = {p.name for p in path.iterdir()}
     if not names:
         return True
-    if not names <= set(FILES) or CONFIG not in names:
+    if not names <= {*FILES, TOKENIZER_FILE} or CONFIG not in names:
         return False
     try:
         config = json.loads((path / CONFIG).read_text())
@@ -509,20 +523,27 @@ class ExportedModel:
     """
 
     def __init__(self, path: Path, config: dict[str, Any], weights: dict[str, jax.Array],
-                 exported: Any, spec: ServingSpec | None = None) -> None:  # fmt: skip
+                 exported: Any, spec: ServingSpec | None = None,
+                 tokenizer: Any = None) -> None:  # fmt: skip
         self.path, self.config, self.weights, self._exported = path, config, weights, exported
         self.inputs = config.get("inputs", [])
         self.spec = spec
+        self.tokenizer = tokenizer  # a text export's tokenizer.json, loaded
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.spec is None:
-            return self.call(*args, **kwargs)
+        if self.spec is None or (self.spec.kind in TEXT_SPEC_KINDS and kwargs and not args):
+            return self.call(*args, **kwargs)  # model inputs (a text export: token ids by name)
         return self.spec.outputs(self.logits(*args, **kwargs))
 
     def logits(self, raw: Any) -> np.ndarray:
         """The model's outputs for raw inputs (the declared preprocessing applied first)."""
         if self.spec is None:
             raise TypeError(f"{self.path} declares no preprocessing: call it on model inputs")
+        if self.spec.kind in TEXT_SPEC_KINDS:
+            texts = self.spec.texts(raw)
+            if not texts:
+                return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
+            return np.asarray(self.call(**self.spec.token_inputs(self.tokenizer, texts)))
         x = self.spec.model_inputs(raw)
         if len(x) == 0:
             return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
@@ -698,7 +719,32 @@ def load_exported(path: str | os.PathLike, like: Any = None) -> Any:
             spec = ServingSpec.from_dict(config["preprocessing"], str(path / CONFIG))
         except SpecError as err:
             raise ExportError(str(err)) from None
-    return ExportedModel(path, config, weights, exported, spec)
+    tokenizer = None
+    if spec is not None and spec.kind in TEXT_SPEC_KINDS:
+        tokenizer = _read_tokenizer(path, config)
+    return ExportedModel(path, config, weights, exported, spec, tokenizer)
+
+
+def _read_tokenizer(path: Path, config: dict[str, Any]) -> Any:
+    """A text export's ``tokenizer.json``, its checksum verified, read by ``tokenizers`` (data,
+    never code)."""
+    file = path / TOKENIZER_FILE
+    if not file.is_file():
+        raise _fail(file, "is missing: a text export carries its tokenizer")
+    data = file.read_bytes()
+    if hashlib.sha256(data).hexdigest() != (config.get("tokenizer") or {}).get("sha256"):
+        raise _fail(file, "does not match its recorded checksum: the file is corrupted")
+    try:
+        from tokenizers import Tokenizer  # noqa: PLC0415 (optional: the text extra)
+    except ImportError as err:
+        raise ExportError(
+            f"{path} is a text export: reading its tokenizer.json needs the tokenizers package "
+            "(pip install 'jaxfeed[text]')"
+        ) from err
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as err:
+        raise _fail(file, f"is not a tokenizer this tokenizers reads: {err}") from None
 
 
 def _into(path: Path, tensors: dict[str, np.ndarray], like: Any) -> Any:

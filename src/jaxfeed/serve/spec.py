@@ -36,8 +36,10 @@ from jaxfeed.loading.spectrogram import LogMelOptions, log_mel
 
 SPEC_FORMAT = "jaxfeed-preprocessing"
 SPEC_VERSION = 1
-KINDS = ("image", "array", "table", "audio")
-TASKS = ("classification", "regression")
+KINDS = ("image", "array", "table", "audio", "text", "lm")
+TASKS = ("classification", "regression", "lm")
+TEXT_SPEC_KINDS = ("text", "lm")  # raw strings in, through the export's tokenizer.json
+TOKENIZER_FILE = "tokenizer.json"
 IMAGE_MODES = ("L", "RGB")
 MISSING = "missing"  # the name of a missing cell in messages
 
@@ -126,13 +128,17 @@ class ServingSpec:
     audio: dict[str, Any] | None = (
         None  # log_mel's options (jaxfeed.loading.spectrogram.LogMelOptions)
     )
+    # text: {"column", "max_length", "pad_id", "inputs": {argument: column}}; the tokenizer is
+    # the export's tokenizer.json (data for the `tokenizers` library)
+    text: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["columns"] = [dataclasses.asdict(c) for c in self.columns]
-        if out["audio"] is None:  # specs of images and tables read as before
-            del out["audio"]
+        for key in ("audio", "text"):  # specs of images and tables read as before
+            if out[key] is None:
+                del out[key]
         return {"format": SPEC_FORMAT, "version": SPEC_VERSION, **_lists(out)}
 
     @classmethod
@@ -187,6 +193,7 @@ class ServingSpec:
             target_mean=check.number(values, "target_mean", None),
             target_std=check.number(values, "target_std", None, positive=True),
             audio=audio_options(values.get("audio"), where),
+            text=text_options(values.get("text"), where),
         )
         spec._validate(where)
         return spec
@@ -203,6 +210,8 @@ class ServingSpec:
             raise SpecError(f"{where}: preprocessing: an image spec needs image_size [h, w]")
         if self.kind == "audio" and (self.audio is None or self.audio.get("clip_seconds") is None):
             raise SpecError(f"{where}: preprocessing: an audio spec needs audio.clip_seconds")
+        if self.kind in TEXT_SPEC_KINDS and self.text is None:
+            raise SpecError(f"{where}: preprocessing: a text spec needs its text options")
         if self.task == "classification" and not self.labels:
             raise SpecError(f"{where}: preprocessing: a classification spec needs its labels")
         if self.task == "regression" and (self.target_mean is None or self.target_std is None):
@@ -338,6 +347,11 @@ class ServingSpec:
                 with PIL.Image.open(io.BytesIO(data)) as probe:
                     counts["converted"] += probe.mode != self.image_mode
                 decoded = feature.decode_value((data, path), 0)
+            except PIL.UnidentifiedImageError:
+                raise SpecError(
+                    f"cannot read image {path}: not an image file (this model takes images: "
+                    "PNG, JPEG, ... files or folders of them)"
+                ) from None
             except (OSError, ValueError, PIL.Image.DecompressionBombError) as err:
                 raise SpecError(f"cannot read image {path}: {err}") from err
             except Exception as err:  # a decoder's own error type: still name the file
@@ -346,10 +360,59 @@ class ServingSpec:
             arrays.append(decoded)
         return arrays, counts
 
+    def texts(self, raw: Any) -> list[str]:
+        """The texts of ``raw``: a string, a list of strings, or a table (a dict of columns, a
+        pyarrow table, a Dataset) holding the run's text column."""
+        column = str((self.text or {}).get("column", "text"))
+        if isinstance(raw, str):
+            return [raw]
+        if hasattr(raw, "column_names") and not isinstance(raw, Mapping):  # pyarrow, Dataset
+            if column not in raw.column_names:
+                raise SpecError(
+                    f"this model reads the text column {column!r}; the table has "
+                    f"{list(raw.column_names)[:12]}"
+                )
+            raw = {column: raw[column]}
+        if isinstance(raw, Mapping):
+            if column not in raw:
+                raise SpecError(
+                    f"this model reads the text column {column!r}; got the columns {list(raw)[:12]}"
+                )
+            raw = raw[column]
+        if hasattr(raw, "to_pylist"):
+            raw = raw.to_pylist()
+        elif hasattr(raw, "tolist"):
+            raw = raw.tolist()
+        texts = list(raw)
+        for i, value in enumerate(texts):
+            if not isinstance(value, str) or not value:
+                raise SpecError(
+                    f"text {i} of column {column!r} is {value!r}: this model takes non-empty "
+                    "strings (its tokenizer.json makes the token ids)"
+                )
+        return texts
+
+    def token_inputs(self, tokenizer: Any, texts: list[str]) -> dict[str, np.ndarray]:
+        """``texts`` as the model's keyword inputs: :func:`token_batch` with this spec's
+        options, named as the model's arguments."""
+        options = self.text or {}
+        batch = token_batch(
+            tokenizer,
+            texts,
+            int(options["max_length"]),
+            int(options.get("pad_id", 0)),
+            cut=self.kind == "text",
+        )
+        inputs = options.get("inputs") or {"input_ids": "input_ids"}
+        return {str(a): batch[str(c)] for a, c in inputs.items()}
+
     # ------------------------------------------------------------------ outputs
     def outputs(self, logits: Any) -> np.ndarray:
         """Model outputs as ``predict`` prints them: class probabilities ``(n, classes)``, or
-        regression values ``(n,)`` in the label column's units."""
+        regression values ``(n,)`` in the label column's units; a language model's
+        next-token logits ``(n, length, vocab)`` as they are."""
+        if self.task == "lm":
+            return np.asarray(logits)
         logits = np.asarray(logits, np.float64)
         if self.task == "regression":
             return logits.reshape(len(logits), -1)[:, 0] * self.target_std + self.target_mean
@@ -364,6 +427,67 @@ class ServingSpec:
             return [float(v) for v in outputs], None
         best = np.argmax(outputs, axis=-1)
         return [self.labels[i] for i in best], outputs[np.arange(len(best)), best]
+
+
+# ---------------------------------------------------------------------------------- text
+def token_batch(
+    tokenizer: Any, texts: Sequence[str], max_length: int, pad_id: int, cut: bool = True
+) -> dict[str, np.ndarray]:
+    """``texts`` tokenized as in training (cut to ``max_length`` with the tokenizer's own
+    truncation when ``cut``, special tokens kept) and padded with ``pad_id`` to the longest:
+    ``input_ids``, ``attention_mask``, ``segment_ids`` and ``positions`` (int32).
+
+    Uncut texts (a language model's prompts) are encoded without special tokens, as
+    :func:`jaxfeed.text.generate` encodes them. A text that gives no tokens (or, uncut, more
+    than ``max_length``) raises :class:`SpecError` naming it."""
+    if tokenizer.padding is not None:
+        tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
+    if cut and (tokenizer.truncation or {}).get("max_length") != max_length:
+        tokenizer.enable_truncation(max_length)  # as jaxfeed.data.text.tokenize cut the texts
+    if not cut and tokenizer.truncation is not None:
+        tokenizer.no_truncation()
+    encoded = (
+        [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=cut)]
+        if texts
+        else []
+    )
+    length = max(map(len, encoded), default=1)
+    ids = np.full((len(texts), length), pad_id, np.int32)
+    mask = np.zeros((len(texts), length), np.int32)
+    for i, row in enumerate(encoded):
+        if not row:
+            raise SpecError(f"text {i} gives no tokens: {texts[i][:60]!r}")
+        if len(row) > max_length:
+            raise SpecError(
+                f"text {i} ({texts[i][:40]!r}) is {len(row)} tokens, more than the model's "
+                f"{max_length}"
+            )
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": mask, "segment_ids": mask.copy(),
+            "positions": positions}  # fmt: skip
+
+
+def text_options(values: Any, where: str) -> dict[str, Any] | None:
+    """The ``text`` field of a spec, each value checked."""
+    if values is None:
+        return None
+    if not isinstance(values, Mapping):
+        raise SpecError(f"{where}: preprocessing.text must be an object")
+    check = _Checker(f"{where}: preprocessing.text")
+    inputs = values.get("inputs", {"input_ids": "input_ids"})
+    known = ("input_ids", "attention_mask", "segment_ids", "positions")
+    if not isinstance(inputs, Mapping) or not all(
+        isinstance(a, str) and c in known for a, c in inputs.items()
+    ):
+        raise SpecError(f"{where}: preprocessing.text.inputs must map arguments to {known}")
+    return {
+        "column": check.text(values, "column"),
+        "max_length": int(check.number(values, "max_length", _REQUIRED, positive=True)),
+        "pad_id": int(check.number(values, "pad_id", 0)),
+        "inputs": dict(inputs),
+    }
 
 
 # ---------------------------------------------------------------------------------- audio

@@ -78,10 +78,28 @@ class History(list):
         return cls(row for row in rows if "kind" not in row)
 
 
+CURVE_METRICS = ("accuracy", "token_accuracy", "r2", "perplexity", "f1", "rmse", "mae")
+
+
+def curve_metrics(history: list[dict[str, Any]], most: int = 2) -> list[str]:
+    """The metrics ``curves.png`` draws beside the loss: the first ``most`` of
+    :data:`CURVE_METRICS` the history holds (a classifier's accuracy, a language model's token
+    accuracy and perplexity, a regressor's R² and RMSE).
+
+    >>> curve_metrics([{"eval_loss": 1.0, "eval_perplexity": 3.0, "eval_token_accuracy": 0.4}])
+    ['token_accuracy', 'perplexity']
+    >>> curve_metrics([{"train_loss": 1.0, "eval_r2": 0.5, "eval_rmse": 2.0, "eval_mae": 1.0}])
+    ['r2', 'rmse']
+    """
+    found = {k.split("_", 1)[1] for r in history for k in r if k.startswith(("train_", "eval_"))}
+    return [m for m in CURVE_METRICS if m in found][:most]
+
+
 def plot_history(
     history: list[dict[str, Any]], path: str | os.PathLike, title: str | None = None
 ) -> Path:
-    """Write a PNG with two panels, loss and accuracy per epoch, train against eval.
+    """Write a PNG with a panel of the loss per epoch, train against eval, and one for each of
+    :func:`curve_metrics` (accuracy when there is nothing else: an empty panel).
 
     >>> import tempfile, os
     >>> h = [{"epoch": 1, "train_loss": 1.0, "eval_loss": 1.2, "train_accuracy": 0.5, "eval_accuracy": 0.4}]
@@ -95,8 +113,11 @@ def plot_history(
     import matplotlib.pyplot as plt  # noqa: PLC0415 (import cost: matplotlib, only when plotted)
 
     epochs = [r["epoch"] for r in history]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, metric, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
+    metrics = ["loss", *(curve_metrics(history) or ["accuracy"])]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2))
+    names = {"r2": "R²", "rmse": "RMSE", "mae": "MAE", "f1": "F1"}
+    for ax, metric in zip(axes, metrics, strict=True):
+        label = names.get(metric, metric.replace("_", " "))
         for split, style in (("train", "-o"), ("eval", "-s")):
             values = [r.get(f"{split}_{metric}") for r in history]
             if any(v is not None for v in values):

@@ -160,3 +160,17 @@ def test_csv_and_json_convert_batch_by_batch_with_late_type_changes(tmp_path, mo
     with pytest.raises(ValueError, match=r"has columns \['z'\] but .* has \['a', 'b'\]"):
         (tmp_path / "u.jsonl").write_text('{"z": 1}\n')
         load_dataset("json", data_files=[str(tmp_path / "t.jsonl"), str(tmp_path / "u.jsonl")])
+
+
+def test_one_cache_entry_however_the_path_is_spelled(tmp_path, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "t.csv").write_text("a,b\n1,2\n3,4\n")
+    (tmp_path / "link").symlink_to(folder)
+    cache = tmp_path / "cache"
+    monkeypatch.chdir(tmp_path)
+    spellings = [str(folder / "t.csv"), "data/t.csv", "./data/../data/t.csv", "link/t.csv"]
+    for spelling in spellings:
+        ds = load_dataset("csv", data_files=spelling, split="train", cache_dir=str(cache))
+        assert ds.num_rows == 2
+    assert len(list((cache / "datasets").iterdir())) == 1

@@ -150,12 +150,13 @@ def test_cache_command_lists_and_cleans(tmp_path, capsys):
     folder = _entry(cache)
     assert main(["cache", "list", "--cache-dir", str(cache)]) == 0
     out = capsys.readouterr().out
-    assert folder.name in out and "200 rows" in out and "1 entries" in out
+    assert folder.name in out and "200 rows" in out and "1 entry," in out
+    assert " s ago" in out and "0.0 d ago" not in out  # used just now
     assert main(["cache", "clean", "--older-than", "1d", "--cache-dir", str(cache)]) == 0
     assert "removed 0 entries" in capsys.readouterr().out and folder.exists()
     old = folder.stat().st_mtime - 3 * 86400
     os.utime(folder, (old, old))
     assert main(["cache", "clean", "--older-than", "2d", "--cache-dir", str(cache)]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out and not folder.exists()
+    assert "removed 1 entry " in capsys.readouterr().out and not folder.exists()
     assert main(["cache", "list", "--cache-dir", str(cache)]) == 0
     assert "0 entries" in capsys.readouterr().out

@@ -189,7 +189,7 @@ def load_cached(
         {
             "format": fmt,
             "features": None if features is None else features.to_dict(),
-            "sources": [f if remote.is_remote(f) else os.path.abspath(f) for f in files],
+            "sources": [f if remote.is_remote(f) else os.path.realpath(f) for f in files],
         }
     )
     return _open_or_build(

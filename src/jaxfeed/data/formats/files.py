@@ -285,4 +285,4 @@ def source_identity(
     except FileNotFoundError:
         raise FileNotFoundError(f"no such data file: {path}") from None
     version: Any = "sha256:" + file_sha256(path) if content else st.st_mtime_ns
-    return {"path": os.path.abspath(path), "size": st.st_size, "version": version}
+    return {"path": os.path.realpath(path), "size": st.st_size, "version": version}

@@ -163,10 +163,23 @@ class DataOptions:
         metavar="N",
         maximum=MAX_SEQ_LEN,
     )
+    sample_by: Literal["line", "paragraph", "document"] | None = option(
+        None,
+        "--task lm: one text per line, per paragraph (blank-line separated) or per document of a "
+        ".txt corpus, each its own segment (default: the corpus concatenated, line breaks kept, "
+        "and cut into --seq-len windows, as run_clm)",
+    )
     image_size: str | None = option(
         None,
         "resize images to N or HxW (default: the most common size of the first 64 images)",
         metavar="N|HxW",
+    )
+    augment: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "image inputs: random augmentations of the training batches, comma-separated: flip "
+        "(left-right, half of them), crop (a random crop of the image's size after padding each "
+        "side by an eighth) (default: none)",
+        metavar="flip,crop",
     )
     image_mode: Literal["L", "RGB", "same"] | None = option(
         None,

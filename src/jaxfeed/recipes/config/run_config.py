@@ -237,6 +237,7 @@ def describe(hint: Any) -> str:
     )
 
 
+AUGMENTATIONS = ("flip", "crop")  # --augment
 _WHY_MAXIMUM = {
     "sample_rate": " (the highest rate audio is recorded at; clips are resampled to it)",
     "clip_seconds": " (every clip is cropped or padded to it)",
@@ -271,10 +272,17 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
                 )
                 why = _WHY_MAXIMUM.get(name, "")
                 raise ConfigError(f"{where}: {name} must be {kind} <= {top}, got {got}{why}")
-        if name in ("input_columns", "metrics") and isinstance(value, str):
+        if name in ("input_columns", "metrics", "augment") and isinstance(value, str):
             value = changes[name] = [v.strip() for v in value.split(",") if v.strip()]
             if not value:
                 raise ConfigError(f"{where}: {name} must name at least one column or metric")
+        if name == "augment" and value is not None:
+            unknown = [v for v in value if v not in AUGMENTATIONS]
+            if unknown or not isinstance(value, list):
+                raise ConfigError(
+                    f"{where}: augment: {unknown[0] if unknown else value!r} is not an "
+                    f"augmentation; known: {', '.join(AUGMENTATIONS)}"
+                )
         if name == "class_weights" and value is not None:
             changes[name] = _class_weights(value, where)
         if name == "image_size" and value is not None:
