@@ -31,9 +31,10 @@ import numpy as np
 import optax
 
 from jaxfeed.recipes import schedules, text
+from jaxfeed.recipes.budget import ResumableEarlyStopping
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
-from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train import Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
 from jaxfeed.train.sharding import ShardingError
@@ -483,7 +484,11 @@ def build_trainer(
     callbacks = (
         []
         if config.patience is None
-        else [EarlyStopping(config.monitor, config.patience, mode=config.monitor_mode or "auto")]
+        else [
+            ResumableEarlyStopping(
+                config.monitor, config.patience, mode=config.monitor_mode or "auto"
+            )
+        ]
     )
     lm = prep.kind == "lm"
     common: dict[str, Any] = {

@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
+from jaxfeed.recipes import budget as budgetmod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import (
@@ -243,7 +244,20 @@ def _train(
         splits.test_name or "test": None if splits.test is None else prepare(prep, splits.test),
     }
     mesh = _mesh(config)
+    batch_chosen = config.batch_size is None
+    devices = mesh.shape[data_axis(mesh)] if mesh is not None and mesh.size > 1 else 1
+    config = budgetmod.auto_batch(config, splits.train.num_rows, devices)
     loaders = _loaders(prepare(prep, splits.train), held, prep, config, say, mesh)
+    if record is None:  # a resumed run keeps the budget its config.json saved
+        config, budget = budgetmod.resolve(
+            config, batch_chosen, splits.train.num_rows, len(loaders[0]), selection
+        )
+        resolved["budget"] = budget.to_dict()
+        say(budget.describe(config.monitor, unit))
+    else:
+        for key in ("budget", "early_stopping"):
+            if key in record.resolved:
+                resolved[key] = record.resolved[key]
     if record is not None:
         resolved["class_weights"] = record.resolved.get("class_weights")
         resolved["lr_logged"] = bool(record.resolved.get("lr_logged", False))
@@ -346,6 +360,20 @@ def _train(
             f"{err}; once it can be written, resume with: {trainer.resume_hint}"
         ) from None
     seconds = time.perf_counter() - start
+    stopping = next(
+        (c for c in trainer.callbacks if isinstance(c, budgetmod.ResumableEarlyStopping)), None
+    )
+    if stopping is not None:
+        resolved["early_stopping"] = stopping.state()
+        if primary:  # the early-stopping state as the run ended, beside its budget
+            atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
+        if stopping.stopped_epoch is not None:
+            say(
+                f"early stopping: no better {stopping.monitor} for {stopping.patience} epochs after "
+                f"epoch {stopping.best_epoch}; stopped after epoch {stopping.stopped_epoch}"
+            )
+    if (warning := budgetmod.divergence_warning(history)) is not None:
+        say(warning)
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     test = None
