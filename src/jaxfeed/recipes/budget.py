@@ -91,7 +91,13 @@ class Budget:
     def describe(self, monitor: str, unit: str = "rows") -> str:
         """One line: ``108 rows: batch 16, 29 epochs (203 steps), early stopping after ...``."""
         parts = []
-        given = "given" if "batch_size" not in self.chosen else "about a tenth of the rows"
+        given = (
+            "given"
+            if "batch_size" not in self.chosen
+            else f"at most {MAX_AUTO_BATCH}"
+            if self.batch_size == MAX_AUTO_BATCH and self.rows > 10 * MAX_AUTO_BATCH
+            else "about a tenth of the rows"
+        )
         parts.append(f"batch {self.batch_size} ({given})")
         if "epochs" in self.chosen:
             why = (
