@@ -73,9 +73,21 @@ def test_early_stopping_replays_the_history_on_resume():
 
 def test_divergence_warning_only_early_and_sharp():
     early = [
-        {"epoch": 1, "accuracy": 0.9, "eval_accuracy": 0.4},
-        {"epoch": 2, "accuracy": 1, "eval_accuracy": 1},
+        {"epoch": 1, "train_accuracy": 0.9, "eval_accuracy": 0.4},
+        {"epoch": 2, "train_accuracy": 1, "eval_accuracy": 1},
     ]
-    late = [{"epoch": e, "accuracy": 0.9, "eval_accuracy": 0.85} for e in range(1, 4)]
+    late = [{"epoch": e, "train_accuracy": 0.9, "eval_accuracy": 0.85} for e in range(1, 4)]
     assert "diverge early (epoch 1" in budget.divergence_warning(early)
     assert budget.divergence_warning(late) is None
+
+
+def test_the_warning_reads_a_real_history(tmp_path):
+    """The history of the issue's tone folder at BatchNorm momentum 0.9 (validation stuck at
+    chance while training learns) warns; the same run at the budget's momentum does not."""
+    lagging = [(0.44, 0.33), (0.73, 0.33), (0.76, 0.33), (0.91, 0.33), (0.93, 0.42), (0.98, 0.83)]
+    settled = [(0.44, 0.75), (0.73, 0.83), (0.76, 1.0), (0.91, 1.0), (0.93, 1.0), (0.98, 1.0)]
+    rows = lambda pairs: [  # noqa: E731
+        {"epoch": i + 1, "train_accuracy": a, "eval_accuracy": b} for i, (a, b) in enumerate(pairs)
+    ]
+    assert "(epoch 2: train 0.73, validation 0.33)" in budget.divergence_warning(rows(lagging))
+    assert budget.divergence_warning(rows(settled)) is None

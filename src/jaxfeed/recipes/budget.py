@@ -193,18 +193,18 @@ def divergence_warning(history: Any, threshold: float = 0.3) -> str | None:
     """A warning when train and validation accuracy part sharply in the first half of the run
     (evaluation statistics that lag training, or a model that memorises).
 
-    >>> divergence_warning([{"epoch": 1, "accuracy": 0.93, "eval_accuracy": 0.42},
-    ...                     {"epoch": 2, "accuracy": 0.95, "eval_accuracy": 0.9}])
+    >>> divergence_warning([{"epoch": 1, "train_accuracy": 0.93, "eval_accuracy": 0.42},
+    ...                     {"epoch": 2, "train_accuracy": 0.95, "eval_accuracy": 0.9}])
     'warning: train and validation accuracy diverge early (epoch 1: train 0.93, validation 0.42): evaluation-mode statistics (BatchNorm) or memorising; a longer run, --model.init_args.momentum or more data may help'
     """
-    rows = [r for r in history if "accuracy" in r and "eval_accuracy" in r]
+    rows = [r for r in history if "train_accuracy" in r and "eval_accuracy" in r]
     for row in rows[: max(1, (len(rows) + 1) // 2)]:
-        gap = float(row["accuracy"]) - float(row["eval_accuracy"])
-        if gap > threshold:
+        train, held = float(row["train_accuracy"]), float(row["eval_accuracy"])
+        if train - held > threshold:
             return (
                 f"warning: train and validation accuracy diverge early (epoch {row.get('epoch')}: "
-                f"train {float(row['accuracy']):.2f}, validation {float(row['eval_accuracy']):.2f})"
-                ": evaluation-mode statistics (BatchNorm) or memorising; a longer run, "
-                "--model.init_args.momentum or more data may help"
+                f"train {train:.2f}, validation {held:.2f}): evaluation-mode statistics "
+                "(BatchNorm) or memorising; a longer run, --model.init_args.momentum or more data "
+                "may help"
             )
     return None
