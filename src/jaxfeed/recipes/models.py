@@ -465,7 +465,8 @@ def build_trainer(
     (``class_weights``: the run's resolved ``--class-weights``; ``log_lr``: see
     :func:`build_optimizer`); the state laid out on ``mesh`` by ``sharding`` (``--mesh``,
     ``--sharding``: training passes them; evaluation and prediction replicate)."""
-    total = config.epochs * steps_per_epoch
+    epochs = config.epochs if config.epochs is not None else 10  # unresolved: the old default
+    total = epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
     total = max(1, total // config.grad_accum)
