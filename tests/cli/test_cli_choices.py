@@ -2,6 +2,7 @@
 and the choices the command makes said aloud. One small table run, shared by the module."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -105,3 +106,21 @@ def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(table_r
     result = jaxfeed(*bad, "--out", str(tmp_path / "b"), "--mesh", "data=16", env=env)
     assert result.returncode == 2 and "--mesh data=16" in result.stderr, result.stderr
     assert "nonesuch" not in result.stderr and not (tmp_path / "b").exists()
+
+
+def test_a_missing_tokenizers_install_leaves_no_run_folder(tmp_path):
+    fake = tmp_path / "site"
+    (fake / "tokenizers").mkdir(parents=True)  # `import tokenizers` fails as when not installed
+    (fake / "tokenizers" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tokenizers'\", name='tokenizers')\n"
+    )
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line number {i} of the corpus\n" for i in range(40)))
+    out = tmp_path / "run"
+    path = os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
+    result = jaxfeed("train", "--task", "lm", "--data", str(corpus), "--out", str(out),
+                     env={"PYTHONPATH": path})  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("jaxfeed train: error: ") and "tokenizers" in result.stderr
+    assert "Error:" not in result.stderr  # no class name before the message
+    assert not out.exists()

@@ -33,7 +33,7 @@ def alphabet_lines(count=500, seed=0):
     return lines
 
 
-def wrapped_corpus(count=160, seed=0):
+def wrapped_corpus(count=260, seed=0):
     """Paragraphs of 40-80 letters counting up the alphabet, a line break after each ``z`` (as
     prose is wrapped), a blank line between them: the alphabet continues across each line end."""
     rng = random.Random(seed)
@@ -80,7 +80,7 @@ def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
     assert "text: column 'text', concatenated (--sample-by line|paragraph|document" in stdout
     assert "texts put end to end (line breaks kept) and cut into windows of 64 tokens" in stdout
     assert "inputs: packed rows of 64 token ids, target: the next token" in stdout
-    assert "464 train / 52 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "753 train / 84 validation texts; " in stdout  # texts; the epochs count packed rows
     assert "windows (the packed rows an epoch counts)" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "lm" and saved["preprocess"]["kind"] == "lm"
@@ -104,7 +104,7 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
     status, shown, err = run_main(capsys, "eval", str(out), "--json")
     assert status == 0, err
     report = json.loads(shown)
-    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 52
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 84
     assert report["windows"] == math.ceil(report["tokens"] / 64)
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
@@ -160,7 +160,7 @@ def test_sample_by_paragraph_reads_one_text_per_paragraph(corpus):
     from jaxfeed.recipes.config import RunConfig
     from jaxfeed.recipes.run import load_run_data
 
-    for sample_by, rows in (("paragraph", 160), ("document", 1), (None, None)):
+    for sample_by, rows in (("paragraph", 260), ("document", 1), (None, None)):
         data = load_run_data(
             RunConfig(data=str(corpus), task="lm", sample_by=sample_by, val_split=0)
         )

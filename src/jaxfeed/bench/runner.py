@@ -18,7 +18,6 @@ from pathlib import Path
 
 import jaxfeed
 from jaxfeed.bench.plot import plot_results
-from jaxfeed.data.formats.cache import cache_root
 from jaxfeed.recipes.config import ConfigError
 
 EXTRA = "pip install 'jaxfeed[bench]'  (from a checkout: pip install -e '.[bench]')"
@@ -127,6 +126,8 @@ def results_folder(plot: str | None) -> Path:
         return Path(plot).resolve()
     if os.environ.get("JAXFEED_BENCH_RESULTS"):
         return Path(os.environ["JAXFEED_BENCH_RESULTS"]).resolve()
+    from jaxfeed.data.formats.cache import cache_root  # import cost: pyarrow; --help stays light
+
     return (cache_root() / "bench-results").resolve()
 
 

@@ -143,7 +143,8 @@ def evaluate(
                 f"{run} has no test or validation split (trained with --val-split 0); give --split"
             )
     else:
-        source = datamod.detect(data or config.data, data_dir or config.data_dir)
+        corpus = (config.sample_by or "concat") if task == "lm" else "line"  # a .txt: as trained
+        source = datamod.detect(data or config.data, data_dir or config.data_dir, corpus)
         parts: dict[str, Dataset] = dict(source.data)
         wanted = [c for c in [*prep.input_columns, prep.label_column] if c]
         for name, part in parts.items():

@@ -348,10 +348,16 @@ def plan_text(
 def _separator(ds: Dataset, column: str, eos: int | None) -> int | None:
     """What ends each text when a language model's texts are concatenated: nothing when they
     end with their own line break (the lines of a ``.txt`` corpus), else the end-of-sequence
-    token (the rows of a table are separate texts)."""
-    head = ds.select_columns([column]).select(range(min(ds.num_rows, SAMPLE)))
+    token (the rows of a table are separate texts). The last row may lack its line break (a
+    file that does not end with one).
+
+    >>> _separator(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t", 3)
+    >>> _separator(Dataset.from_dict({"t": ["a b", "c d"]}), "t", 3)
+    3
+    """
+    head = ds.select_columns([column]).select(range(min(ds.num_rows - 1, SAMPLE)))
     values = pc.drop_null(head.flatten_indices().data.column(column))
-    if len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py()):
+    if ds.num_rows == 1 or (len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py())):
         return None
     return eos
 

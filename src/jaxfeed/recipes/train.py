@@ -515,9 +515,9 @@ def unused_axes(mesh: Any, sharding: Any) -> list[str]:
     """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
     FSDP nor a sharding rule use.
 
-    >>> mesh = make_mesh({"data": 1, "model": 1})
+    >>> mesh = make_mesh({"data": -1, "model": 2})
     >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
-    ([], [])
+    (['model'], [])
     """
     used = {data_axis(mesh)}
     if isinstance(sharding, dict):
@@ -706,12 +706,12 @@ def _test_once(
 
 def _figure(value: float, task: str) -> str:
     """A summary figure: accuracy and perplexity to 4 decimals (``0.7500``, ``1.0000``), an RMSE
-    in the label's units to 6 significant digits.
+    in the label's units to 4 significant digits.
 
-    >>> _figure(0.75, "classification"), _figure(1, "classification"), _figure(12345.678, "regression")
-    ('0.7500', '1.0000', '12345.7')
+    >>> _figure(0.75, "classification"), _figure(1, "classification"), _figure(5.96496, "regression")
+    ('0.7500', '1.0000', '5.965')
     """
-    return f"{value:.6g}" if task == "regression" else f"{value:.4f}"
+    return f"{value:.4g}" if task == "regression" else f"{value:.4f}"
 
 
 def _summary(
