@@ -69,6 +69,14 @@ def test_early_stopping_replays_the_history_on_resume():
     stop.on_epoch_end(trainer, {"epoch": 3, "eval_loss": 1.1})
     stop.on_epoch_end(trainer, {"epoch": 4, "eval_loss": 1.1})
     assert trainer.stop_training and stop.stopped_epoch == 4
+    # resumed after it stopped: it stays stopped; a larger patience lets it go on
+    trainer.history += [{"epoch": 3, "eval_loss": 1.1}, {"epoch": 4, "eval_loss": 1.1}]
+    trainer.stop_training = False
+    stop.on_fit_start(trainer)
+    assert trainer.stop_training and stop.state()["stopped_epoch"] == 4
+    longer = budget.ResumableEarlyStopping("eval_loss", 5)
+    longer.on_fit_start(trainer)
+    assert not trainer.stop_training and longer.state()["wait"] == 3
 
 
 def test_divergence_warning_only_early_and_sharp():

@@ -169,15 +169,17 @@ def resolve(
 class ResumableEarlyStopping(EarlyStopping):
     """:class:`~jaxfeed.train.callbacks.EarlyStopping` whose state (best value, epochs waited)
     is replayed from the trainer's history when a fit starts, so that ``--resume`` continues it
-    exactly rather than from scratch."""
+    exactly rather than from scratch (a run that had stopped early stays stopped, unless a larger
+    ``--patience`` lets it go on)."""
 
     def on_fit_start(self, trainer: Any) -> None:
         super().on_fit_start(trainer)
         for row in list(getattr(trainer, "history", []) or []):
             if self.monitor in row:
-                stop = trainer.stop_training
                 super().on_epoch_end(trainer, row)
-                trainer.stop_training = stop
+        trainer.stop_training = self.wait > self.patience
+        if not trainer.stop_training:
+            self.stopped_epoch = None
 
     def state(self) -> dict[str, Any]:
         """``{"best", "best_epoch", "wait", "stopped_epoch"}``, for the summary."""
