@@ -274,7 +274,7 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
         ),
         (["train", "--optimizer", "adamx"], "--optimizer 'adamx' is not an optax optimizer"),
         (["train", "--epoch", "3"], "unknown flag --epoch (did you mean --epochs?)"),
-        (["train", "--lr", "fast"], "argument --lr: lr must be a number, got 'fast'"),
+        (["train", "--lr", "fast"], "argument --lr: lr must be a number or auto, got 'fast'"),
         (["train", "--val-split", "1"], "val_split must be a number < 1, got 1.0"),
         (["train", "--image-size", "12by12"], "expected N or HxW"),
         (["train", "--input-column", "pixels"], "--input-columns 'pixels' is not a column"),

@@ -31,7 +31,7 @@ from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import budget as budgetmod
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import text
+from jaxfeed.recipes import lr_finder, text
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -274,19 +274,21 @@ def _train(
         resolved["lr_logged"] = True  # the learning rate is in the optimizer state, logged
     if resolved["class_weights"] is not None:
         say(f"class weights: {resolved['class_weights']}")
-    trainer = build_trainer(
-        config,
-        prep,
-        outputs_of(run_data.task, run_data.labels),
-        len(loaders[0]),
-        out,
-        verbose,
-        policy,
-        class_weights=resolved["class_weights"],
-        log_lr=resolved["lr_logged"],
-        mesh=mesh,
-        sharding=config.sharding,
-    )
+
+    def build(config: RunConfig, out: Path | None = out, verbose: int = verbose) -> Any:
+        return build_trainer(
+            config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out,
+            verbose, policy, class_weights=resolved["class_weights"],
+            log_lr=resolved["lr_logged"], mesh=mesh, sharding=config.sharding,
+        )  # fmt: skip
+
+    config, found = lr_finder.resolve(
+        config, lambda c: build(c, None, 0),
+        lambda: _loaders(prepare(prep, splits.train), {}, prep, config, say, mesh)[0], say,
+    )  # fmt: skip
+    if found is not None:
+        resolved["lr_finder"] = {k: v for k, v in found.items() if k != "curve"}
+    trainer = build(config)
     monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
     if selection and resolved["best_metric"] not in monitors:
         raise ConfigError(
@@ -303,6 +305,8 @@ def _train(
         if record is None and text.is_text(prep):
             text.write_tokenizer(prep, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
+        if found is not None:
+            atomic_write(out / "lr_finder.json", json.dumps(found, indent=1))
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} "
         f"process{'es' if jax.process_count() > 1 else ''}"

@@ -249,7 +249,15 @@ class OptimOptions:
         "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
         metavar="NAME|SPEC",
     )
-    lr: float = option(1e-3, "peak learning rate (default: 1e-3)", minimum=0.0, exclusive=True)
+    lr: float | Literal["auto"] = option(
+        1e-3,
+        "peak learning rate, or auto: a short learning-rate range test before training picks it "
+        "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for every built-in "
+        "model and task)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="LR|auto",
+    )
     weight_decay: float = option(
         1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
     )
