@@ -3,6 +3,9 @@ three pure tones reaches a high test accuracy, the summary says the budget it ch
 ``config.json`` records it (batch size, epochs, patience, BatchNorm momentum, early stopping)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +35,17 @@ def test_defaults_learn_a_small_tone_folder(tmp_path):
     assert saved["budget"]["chosen"] == ["batch_size", "epochs", "patience", "momentum"]
     assert set(saved["early_stopping"]) == {"best", "best_epoch", "wait", "stopped_epoch"}
     assert "diverge early" not in said
+
+
+@pytest.mark.slow
+def test_the_quality_table_s_cheapest_case_clears_its_floor(tmp_path):
+    """benchmarks/quality.py's regression table (the cheapest case) with defaults only: R2 above
+    its floor, exit 0 (a figure below its floor exits 1)."""
+    script = Path(__file__).parents[2] / "benchmarks" / "quality.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--cases", "regression", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    row = done.stdout.splitlines()[-1].split()
+    assert row[:3] == ["regression", "test", "R2"] and float(row[3]) >= 0.8, done.stdout
