@@ -8,8 +8,8 @@ the budget chose, and the wall time of the whole command.
 * ``images``: 240 32x32 grey images of horizontal, vertical or diagonal stripes (201 train, 39 test);
 * ``audio``: 120 + 35 one-second clips of three tones (220, 660, 1,760 Hz) and two chirps
   (rising, falling), mild noise, at 8 kHz;
-* ``text``: a 200-row sentiment CSV (160 train, 40 test) with one or two words of the label's
-  sentiment among filler (one word here; tests/small_data.py has one or two);
+* ``text``: a 200-row sentiment CSV (160 train, 40 test) with one word of the label's sentiment
+  among filler words;
 * ``lm``: a character-level corpus (``--task lm`` on repeated sentences; validation perplexity);
 * ``regression``: 400 rows with two numeric and two categorical columns (R² on 80 test rows).
 
