@@ -171,6 +171,22 @@ def test_sample_by_paragraph_reads_one_text_per_paragraph(corpus):
             assert "".join(texts) == corpus.read_text()
 
 
+def test_sample_by_paragraph_on_the_command_line_is_said_and_recorded(corpus, tmp_path):
+    out = tmp_path / "para"
+    result = jaxfeed(
+        "train", "--task", "lm", "--data", str(corpus), "--sample-by", "paragraph", "--seq-len",
+        "64", "--vocab-size", "261", "--epochs", "1", "--batch-size", "16", "--out", str(out),
+        *SMALL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "text: column 'text', one text per paragraph (--sample-by)" in result.stdout
+    assert "234 train / 26 validation texts" in result.stdout
+    assert "each text is its own segment" in result.stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["options"]["sample_by"] == "paragraph"
+    assert saved["preprocess"]["text"]["sample_by"] == "paragraph"
+
+
 def test_prompts_too_long_and_other_runs_are_refused(lm_run, capsys):
     out, _ = lm_run
     status, _, err = run_main(capsys, "generate", str(out), "abc" * 30, "--max-new-tokens", "50")
