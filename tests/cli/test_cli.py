@@ -125,7 +125,8 @@ def test_resume_with_only_out_and_epochs(image_run, capsys, tmp_path):
     shutil.copytree(image_run[0], out)
     before = (out / "config.json").read_text()
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--model", "mlp")
-    assert status == 2 and "--model 'mlp' contradicts the run's saved model 'cnn'" in err
+    saved = "{'class_path': 'cnn', 'init_args': {'momentum': 0.5}}"  # the budget's momentum
+    assert status == 2 and f"--model 'mlp' contradicts the run's saved model {saved}" in err
     assert (out / "config.json").read_text() == before
     result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "4")
     assert result.returncode == 0, result.stderr
@@ -274,7 +275,7 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
         ),
         (["train", "--optimizer", "adamx"], "--optimizer 'adamx' is not an optax optimizer"),
         (["train", "--epoch", "3"], "unknown flag --epoch (did you mean --epochs?)"),
-        (["train", "--lr", "fast"], "argument --lr: lr must be a number, got 'fast'"),
+        (["train", "--lr", "fast"], "argument --lr: lr must be a number or auto, got 'fast'"),
         (["train", "--val-split", "1"], "val_split must be a number < 1, got 1.0"),
         (["train", "--image-size", "12by12"], "expected N or HxW"),
         (["train", "--input-column", "pixels"], "--input-columns 'pixels' is not a column"),

@@ -72,14 +72,15 @@ def test_train_on_an_audio_folder_then_sigterm_and_resume(clips, audio_run):
         "features: log-mel, 64 bins, 400-sample windows every 160 samples: 16 frames x 64" in first
     )
     assert "45 train / 15 validation rows; inputs [16, 64], label 'label' (3 classes)" in first
-    assert "model audio_cnn (nnx), 8 epochs" in first
+    assert "model audio_cnn(momentum=0.5) (nnx), 8 epochs" in first  # the budget's momentum
     assert len(stopped) == 1 and stopped[0].startswith("SIGTERM: stopped after step "), stopped
     assert f"resume with: jaxfeed train --out {out} --resume" in stopped[0]
     assert "preprocessing: as saved in the run" in resumed and "epoch 8/8" in resumed
     assert "epoch 1/8" not in resumed
     saved = json.loads((out / "config.json").read_text())
     assert saved["options"]["sample_rate"] == 8000 and saved["options"]["clip_seconds"] == 0.3
-    assert saved["options"]["model"] == "audio_cnn" and saved["labels"] == list(CLASSES)
+    assert saved["options"]["model"] == {"class_path": "audio_cnn", "init_args": {"momentum": 0.5}}
+    assert saved["labels"] == list(CLASSES)
     assert saved["preprocess"]["kind"] == "audio" and saved["preprocess"]["input_shape"] == [16, 64]
     assert saved["preprocess"]["audio"]["sample_rate"] == 8000
     best = re.search(r"^(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", resumed, flags=re.M)

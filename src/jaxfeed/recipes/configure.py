@@ -105,4 +105,6 @@ def _check_optimizer(config: RunConfig) -> None:
     name, args = config.component("optimizer")
     if name not in LEGACY_OPTIMIZERS or args:
         optimizer_factory(name)
+    if config.lr == "auto":  # the range test picks it later; any value checks the schedule
+        config = dataclasses.replace(config, lr=1e-3)
     build_schedule(config, 100)  # an unknown schedule or argument, before any data is read

@@ -31,9 +31,10 @@ import numpy as np
 import optax
 
 from jaxfeed.recipes import schedules, text
+from jaxfeed.recipes.budget import ResumableEarlyStopping
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS, Preprocessing
-from jaxfeed.train import EarlyStopping, Trainer
+from jaxfeed.train import Trainer
 from jaxfeed.train.losses import resolve_loss
 from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
 from jaxfeed.train.sharding import ShardingError
@@ -470,7 +471,8 @@ def build_trainer(
     (``class_weights``: the run's resolved ``--class-weights``; ``log_lr``: see
     :func:`build_optimizer`); the state laid out on ``mesh`` by ``sharding`` (``--mesh``,
     ``--sharding``: training passes them; evaluation and prediction replicate)."""
-    total = config.epochs * steps_per_epoch
+    epochs = config.epochs if config.epochs is not None else 10  # unresolved: the old default
+    total = epochs * steps_per_epoch
     if config.max_steps is not None:
         total = min(total, config.max_steps)
     total = max(1, total // config.grad_accum)
@@ -489,7 +491,11 @@ def build_trainer(
     callbacks = (
         []
         if config.patience is None
-        else [EarlyStopping(config.monitor, config.patience, mode=config.monitor_mode or "auto")]
+        else [
+            ResumableEarlyStopping(
+                config.monitor, config.patience, mode=config.monitor_mode or "auto"
+            )
+        ]
     )
     lm = prep.kind == "lm"
     common: dict[str, Any] = {

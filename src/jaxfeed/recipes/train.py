@@ -1,5 +1,9 @@
 """The training recipe: a :class:`RunConfig` in, a run folder out.
 
+Long because it is the one place that orders a run's steps (checks before any write, data,
+budget, pretrained checkpoint, resume, fit, selection, export, summary); each step's logic lives
+in its own module (``budget``, ``pretrained``, ``preprocess``, ``evaluate``, ``report``).
+
 >>> import tempfile
 >>> config = RunConfig(epochs=1, out=tempfile.mkdtemp() + "/run")
 >>> result = train(config, say=lambda *a, **k: None, verbose=0)
@@ -29,8 +33,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import audio as audiomod
+from jaxfeed.recipes import budget as budgetmod
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import pretrained, text
+from jaxfeed.recipes import lr_finder, pretrained, text
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -258,7 +263,20 @@ def _train(
         splits.test_name or "test": None if splits.test is None else prepare(prep, splits.test),
     }
     mesh = _mesh(config)
+    batch_chosen = config.batch_size is None
+    devices = mesh.shape[data_axis(mesh)] if mesh is not None and mesh.size > 1 else 1
+    config = budgetmod.auto_batch(config, splits.train.num_rows, devices)
     loaders = _loaders(prepare(prep, splits.train), held, prep, config, say, mesh)
+    if record is None:  # a resumed run keeps the budget its config.json saved
+        config, budget = budgetmod.resolve(
+            config, batch_chosen, splits.train.num_rows, len(loaders[0]), selection
+        )
+        resolved["budget"] = budget.to_dict()
+        say(budget.describe(config.monitor, unit))
+    else:
+        for key in ("budget", "early_stopping"):
+            if key in record.resolved:
+                resolved[key] = record.resolved[key]
     if checkpoint is not None:
         if record is None:  # a resumed run keeps the options it recorded
             config, line = pretrained.fine_tune_defaults(config, len(loaders[0]))
@@ -285,19 +303,21 @@ def _train(
         resolved["lr_logged"] = True  # the learning rate is in the optimizer state, logged
     if resolved["class_weights"] is not None:
         say(f"class weights: {resolved['class_weights']}")
-    trainer = build_trainer(
-        config,
-        prep,
-        outputs_of(run_data.task, run_data.labels),
-        len(loaders[0]),
-        out,
-        verbose,
-        policy,
-        class_weights=resolved["class_weights"],
-        log_lr=resolved["lr_logged"],
-        mesh=mesh,
-        sharding=config.sharding,
-    )
+
+    def build(config: RunConfig, out: Path | None = out, verbose: int = verbose) -> Any:
+        return build_trainer(
+            config, prep, outputs_of(run_data.task, run_data.labels), len(loaders[0]), out,
+            verbose, policy, class_weights=resolved["class_weights"],
+            log_lr=resolved["lr_logged"], mesh=mesh, sharding=config.sharding,
+        )  # fmt: skip
+
+    config, found = lr_finder.resolve(
+        config, lambda c: build(c, None, 0),
+        lambda: _loaders(prepare(prep, splits.train), {}, prep, config, say, mesh)[0], say,
+    )  # fmt: skip
+    if found is not None:
+        resolved["lr_finder"] = {k: v for k, v in found.items() if k != "curve"}
+    trainer = build(config)
     monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
     if selection and resolved["best_metric"] not in monitors:
         raise ConfigError(
@@ -316,6 +336,8 @@ def _train(
         if record is None and checkpoint is not None:  # its preprocessor config, as data
             pretrained.copy_preprocessor(checkpoint, out)
         atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
+        if found is not None:
+            atomic_write(out / "lr_finder.json", json.dumps(found, indent=1))
     where = (
         f"{jax.device_count()} devices in {jax.process_count()} "
         f"process{'es' if jax.process_count() > 1 else ''}"
@@ -373,6 +395,20 @@ def _train(
             f"{err}; once it can be written, resume with: {trainer.resume_hint}"
         ) from None
     seconds = time.perf_counter() - start
+    stopping = next(
+        (c for c in trainer.callbacks if isinstance(c, budgetmod.ResumableEarlyStopping)), None
+    )
+    if stopping is not None:
+        resolved["early_stopping"] = stopping.state()
+        if primary:  # the early-stopping state as the run ended, beside its budget
+            atomic_write(out / "config.json", RunRecord(config, resolved).to_json())
+        if stopping.stopped_epoch is not None:
+            say(
+                f"early stopping: no better {stopping.monitor} for {stopping.patience} epochs after "
+                f"epoch {stopping.best_epoch}; stopped after epoch {stopping.stopped_epoch}"
+            )
+    if (warning := budgetmod.divergence_warning(history)) is not None:
+        say(warning)
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = _export_best(trainer, out, config, run_data, prep, resolved, primary, say)
     test = None

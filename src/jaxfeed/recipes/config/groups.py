@@ -225,10 +225,23 @@ class OptimOptions:
     """Optimisation, checkpoint selection, logging and the device mesh (saved, like data and
     model)."""
 
-    epochs: int = option(
-        10, "epochs in total (default: 10)", minimum=1, maximum=1_000_000, resumable=True
+    epochs: int | None = option(
+        None,
+        "epochs in total (default: from the data: 10, or as many as make 200 optimizer steps, "
+        "with early stopping on the validation split; the summary says what was chosen)",
+        minimum=1,
+        maximum=1_000_000,
+        resumable=True,
+        metavar="N",
     )
-    batch_size: int = option(64, "rows per batch (default: 64)", minimum=1, maximum=MAX_BATCH)
+    batch_size: int | None = option(
+        None,
+        "rows per batch (default: from the data: a power of two near a tenth of the train rows, "
+        "8 to 64)",
+        minimum=1,
+        maximum=MAX_BATCH,
+        metavar="N",
+    )
     optimizer: str | dict[str, Any] = option(  # noqa: RUF009 (option() returns a field)
         "adamw",
         "any optax optimizer by name (adamw, adam, sgd, lion, adafactor, ...), or {class_path: "
@@ -236,7 +249,15 @@ class OptimOptions:
         "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
         metavar="NAME|SPEC",
     )
-    lr: float = option(1e-3, "peak learning rate (default: 1e-3)", minimum=0.0, exclusive=True)
+    lr: float | Literal["auto"] = option(
+        1e-3,
+        "peak learning rate, or auto: a short learning-rate range test before training picks it "
+        "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for every built-in "
+        "model and task)",
+        minimum=0.0,
+        exclusive=True,
+        metavar="LR|auto",
+    )
     weight_decay: float = option(
         1e-4, "decoupled weight decay (adamw; sgd: L2) (default: 1e-4)", minimum=0.0
     )
@@ -298,7 +319,8 @@ class OptimOptions:
     )
     patience: int | None = option(
         None,
-        "stop after P epochs without a better --monitor (default: off)",
+        "stop after P epochs without a better --monitor (default: a fifth of the epochs, at "
+        "least 3, when the run's length is left to the data; off otherwise)",
         minimum=0,
         metavar="P",
         resumable=True,

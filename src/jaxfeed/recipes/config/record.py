@@ -36,7 +36,7 @@ class RunRecord:
 RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
     "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
-    "data_fingerprint", "pretrained",
+    "data_fingerprint", "pretrained", "budget", "early_stopping", "lr_finder",
 )  # fmt: skip
 
 
@@ -81,7 +81,8 @@ def read_run(run: str | os.PathLike) -> RunRecord:
     options = values.get("options")
     if not isinstance(options, dict):
         raise ConfigError(f'{path}: "options" must be an object of run options')
-    config = RunConfig.from_dict(options, str(path))
+    old_defaults = {"epochs": 10, "batch_size": 64}  # runs saved before the budget followed data
+    config = RunConfig.from_dict({**old_defaults, **options}, str(path))
     resolved = {k: values[k] for k in RESOLVED_KEYS if k in values}
     missing = [k for k in ("task", "labels", "preprocess") if k not in resolved]
     if missing:
@@ -109,7 +110,7 @@ def legacy_options(values: dict[str, Any]) -> dict[str, Any]:
         "data", "data_dir", "split_train", "split_eval", "label_column", "model", "api", "epochs",
         "batch_size", "lr", "weight_decay", "seed", "deterministic", "num_workers",
     )  # fmt: skip
-    out = {k: values[k] for k in keep if k in values}
+    out = {"epochs": 10, "batch_size": 64, **{k: values[k] for k in keep if k in values}}
     out["input_columns"] = [values["input_column"]]
     out["task"] = "classification"
     return out

@@ -223,6 +223,10 @@ def parse_error(err: BaseException) -> str:
 def describe(hint: Any) -> str:
     """What a field's type accepts, in words."""
     base = _base(hint)
+    members = typing.get_args(base)
+    if float in members and any(typing.get_origin(m) is Literal for m in members):
+        words = [a for m in members if typing.get_origin(m) is Literal for a in typing.get_args(m)]
+        return "a number or " + ", ".join(words)  # --lr: a number or auto
     if typing.get_origin(base) is Literal:
         return "one of " + ", ".join(typing.get_args(base))
     simple = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -1,0 +1,212 @@
+"""The run's budget when the command line leaves it open: a batch size and a run length that
+follow the data, early stopping with a patience that follows them, and BatchNorm statistics that
+settle within the first epoch (``jaxfeed train`` with no ``--epochs``, ``--max-steps``,
+``--batch-size``, ``--patience``; an option given always wins).
+
+* batch size: a power of two near a tenth of the train rows, between 8 and 64 (never more
+  than the rows);
+* run length: 10 epochs, or more when 10 epochs make fewer than :data:`STEP_FLOOR` optimizer
+  steps (a small data set gets enough updates to learn);
+* early stopping, with a validation split: after a fifth of the epochs (at least 3) without a
+  better ``--monitor``;
+* BatchNorm momentum of the built-in models (cnn, audio_cnn): low enough that the running
+  statistics forget their initial values within the first epoch (at most Flax's 0.9), so that
+  evaluation matches training on short runs.
+
+>>> choose_batch(108), choose_batch(1437), choose_batch(30)
+(16, 64, 8)
+>>> epochs_for(7, given=None), epochs_for(23, given=None), epochs_for(7, given=3)
+(29, 10, 3)
+>>> round(bn_momentum(7), 3), bn_momentum(200)
+(0.518, 0.9)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from jaxfeed.train.callbacks import EarlyStopping
+
+STEP_FLOOR = 200  # optimizer steps a run gets at least, when its length is not given
+DEFAULT_EPOCHS = 10  # the run length of a data set large enough for the floor
+MAX_AUTO_BATCH = 64
+MIN_AUTO_BATCH = 8
+BATCHNORM_MODELS = ("cnn", "audio_cnn")  # built-in models with a BatchNorm momentum argument
+DEFAULT_MOMENTUM = 0.9
+
+
+def choose_batch(rows: int) -> int:
+    """A batch size for ``rows`` train rows: the power of two at or above a tenth of them, in
+    ``[8, 64]``, and never more than the rows (a tiny set: a batch of half its rows, at least 1).
+
+    >>> [choose_batch(n) for n in (1, 10, 60, 160, 640, 100_000)]
+    [1, 5, 8, 16, 64, 64]
+    """
+    if rows < 2 * MIN_AUTO_BATCH:
+        return max(1, rows // 2)
+    size = 2 ** math.ceil(math.log2(max(rows / 10, 1)))
+    return int(min(MAX_AUTO_BATCH, max(MIN_AUTO_BATCH, size), rows))
+
+
+def epochs_for(steps_per_epoch: int, given: int | None) -> int:
+    """The run's epochs: ``given``, else 10, or as many as :data:`STEP_FLOOR` steps need."""
+    if given is not None:
+        return given
+    return max(DEFAULT_EPOCHS, math.ceil(STEP_FLOOR / max(steps_per_epoch, 1)))
+
+
+def patience_for(epochs: int) -> int:
+    """Epochs without improvement before the run stops: a fifth of them, at least 3."""
+    return max(3, math.ceil(epochs / 5))
+
+
+def bn_momentum(steps_per_epoch: int) -> float:
+    """A BatchNorm momentum whose running statistics keep under 1% of their initial values
+    after one epoch (Flax's convention: ``new = m * old + (1 - m) * batch``), between 0.5 and
+    the default 0.9."""
+    return float(min(DEFAULT_MOMENTUM, max(0.5, 0.01 ** (1 / max(steps_per_epoch, 1)))))
+
+
+@dataclasses.dataclass
+class Budget:
+    """What the run chose and why; recorded in ``config.json`` (``resolved["budget"]``)."""
+
+    rows: int
+    batch_size: int
+    epochs: int
+    steps_per_epoch: int
+    patience: int | None
+    momentum: float | None
+    chosen: list[str]  # the options the data chose (the others were given)
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "steps": self.steps}
+
+    def describe(self, monitor: str, unit: str = "rows") -> str:
+        """One line: ``108 rows: batch 16, 29 epochs (203 steps), early stopping after ...``."""
+        parts = []
+        given = (
+            "given"
+            if "batch_size" not in self.chosen
+            else f"at most {MAX_AUTO_BATCH}"
+            if self.batch_size == MAX_AUTO_BATCH and self.rows > 10 * MAX_AUTO_BATCH
+            else "about a tenth of the rows"
+        )
+        parts.append(f"batch {self.batch_size} ({given})")
+        if "epochs" in self.chosen:
+            why = (
+                f"a floor of {STEP_FLOOR} optimizer steps"
+                if self.epochs > DEFAULT_EPOCHS
+                else f"{DEFAULT_EPOCHS} epochs make at least {STEP_FLOOR} steps"
+            )
+            parts.append(f"at most {self.epochs} epochs = {self.steps} steps ({why})")
+        else:
+            parts.append(f"{self.epochs} epochs = {self.steps} steps (given)")
+        if self.patience is not None:
+            watched = monitor.removeprefix("eval_").replace("_", " ")
+            how = "" if "patience" in self.chosen else " (given)"
+            parts.append(
+                f"early stopping after {self.patience} epochs ({self.patience * self.steps_per_epoch}"
+                f" steps) without improvement on validation {watched}{how}"
+            )
+        if self.momentum is not None:
+            parts.append(
+                f"BatchNorm momentum {self.momentum:.3g} (its statistics settle within an epoch)"
+            )
+        return f"budget: {self.rows:,} train {unit}: " + ", ".join(parts)
+
+
+def auto_batch(config: Any, rows: int, devices: int = 1) -> Any:
+    """``config`` with a batch size: ``--batch-size``, else :func:`choose_batch` of ``rows``
+    rounded up to a multiple of the ``devices`` the batches split over."""
+    if config.batch_size is not None:
+        return config
+    size = choose_batch(rows)
+    return dataclasses.replace(config, batch_size=-(-size // devices) * devices)
+
+
+def resolve(
+    config: Any, batch_chosen: bool, rows: int, batches: int, selection: bool
+) -> tuple[Any, Budget]:
+    """The run's epochs, patience and BatchNorm momentum from its data (``rows`` train rows in
+    ``batches`` batches an epoch), where the options leave them open (``batch_chosen``: the
+    batch size came from :func:`auto_batch`); returns the config with them set (what
+    ``config.json`` saves, so that ``--resume`` continues them) and the budget."""
+    chosen = ["batch_size"] if batch_chosen else []
+    steps = max(1, batches // max(config.grad_accum, 1))  # optimizer steps an epoch
+    if config.epochs is not None:
+        epochs = config.epochs
+    elif config.max_steps is not None:  # --max-steps alone: the epochs do not cut it short
+        epochs = max(DEFAULT_EPOCHS, math.ceil(config.max_steps / steps))
+    else:
+        epochs = epochs_for(steps, None)
+        chosen.append("epochs")
+    patience = config.patience
+    if patience is None and selection and "epochs" in chosen:
+        patience = patience_for(epochs)
+        chosen.append("patience")
+    momentum = None
+    name, args = config.component("model")
+    if name in BATCHNORM_MODELS and "momentum" not in args:
+        momentum = round(bn_momentum(steps), 3)
+        if momentum >= DEFAULT_MOMENTUM:
+            momentum = None
+        else:
+            chosen.append("momentum")
+    changes: dict[str, Any] = {"epochs": epochs, "patience": patience}
+    if momentum is not None:
+        changes["model"] = {"class_path": name, "init_args": {**args, "momentum": momentum}}
+    budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen)
+    return dataclasses.replace(config, **changes), budget
+
+
+class ResumableEarlyStopping(EarlyStopping):
+    """:class:`~jaxfeed.train.callbacks.EarlyStopping` whose state (best value, epochs waited)
+    is replayed from the trainer's history when a fit starts, so that ``--resume`` continues it
+    exactly rather than from scratch (a run that had stopped early stays stopped, unless a larger
+    ``--patience`` lets it go on)."""
+
+    def on_fit_start(self, trainer: Any) -> None:
+        super().on_fit_start(trainer)
+        for row in list(getattr(trainer, "history", []) or []):
+            if self.monitor in row:
+                super().on_epoch_end(trainer, row)
+        trainer.stop_training = self.wait > self.patience
+        if not trainer.stop_training:
+            self.stopped_epoch = None
+
+    def state(self) -> dict[str, Any]:
+        """``{"best", "best_epoch", "wait", "stopped_epoch"}``, for the summary."""
+        return {
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "wait": self.wait,
+            "stopped_epoch": self.stopped_epoch,
+        }
+
+
+def divergence_warning(history: Any, threshold: float = 0.3) -> str | None:
+    """A warning when train and validation accuracy part sharply in the first half of the run
+    (evaluation statistics that lag training, or a model that memorises).
+
+    >>> divergence_warning([{"epoch": 1, "train_accuracy": 0.93, "eval_accuracy": 0.42},
+    ...                     {"epoch": 2, "train_accuracy": 0.95, "eval_accuracy": 0.9}])
+    'warning: train and validation accuracy diverge early (epoch 1: train 0.93, validation 0.42): evaluation-mode statistics (BatchNorm) or memorising; a longer run, --model.init_args.momentum or more data may help'
+    """
+    rows = [r for r in history if "train_accuracy" in r and "eval_accuracy" in r]
+    for row in rows[: max(1, (len(rows) + 1) // 2)]:
+        train, held = float(row["train_accuracy"]), float(row["eval_accuracy"])
+        if train - held > threshold:
+            return (
+                f"warning: train and validation accuracy diverge early (epoch {row.get('epoch')}: "
+                f"train {train:.2f}, validation {held:.2f}): evaluation-mode statistics "
+                "(BatchNorm) or memorising; a longer run, --model.init_args.momentum or more data "
+                "may help"
+            )
+    return None

@@ -1,0 +1,51 @@
+"""``jaxfeed train --data FOLDER`` with no other flag learns small data (issue 40): a folder of
+three pure tones reaches a high test accuracy, the summary says the budget it chose and why, and
+``config.json`` records it (batch size, epochs, patience, BatchNorm momentum, early stopping)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import jaxfeed
+from small_data import tone_folder
+
+
+@pytest.mark.slow
+def test_defaults_learn_a_small_tone_folder(tmp_path):
+    data = tone_folder(tmp_path / "tones", seconds=0.25)  # the issue's 120 + 36 clips, shorter
+    out = tmp_path / "run"
+    done = jaxfeed("train", "--data", str(data), "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout
+    assert (
+        "budget: 108 train rows: batch 16 (about a tenth of the rows), at most 29 epochs = 203 "
+        "steps (a floor of 200 optimizer steps), early stopping after 6 epochs (42 steps) without "
+        "improvement on validation loss, BatchNorm momentum 0.518"
+    ) in said
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    test = next(row for row in rows if row.get("kind") == "test")
+    assert test["test_accuracy"] >= 0.95, said[-3000:]
+    saved = json.loads((out / "config.json").read_text())
+    options = saved["options"]
+    assert (options["batch_size"], options["epochs"], options["patience"]) == (16, 29, 6)
+    assert options["model"] == {"class_path": "audio_cnn", "init_args": {"momentum": 0.518}}
+    assert saved["budget"]["chosen"] == ["batch_size", "epochs", "patience", "momentum"]
+    assert set(saved["early_stopping"]) == {"best", "best_epoch", "wait", "stopped_epoch"}
+    assert "diverge early" not in said
+
+
+@pytest.mark.slow
+def test_the_quality_table_s_cheapest_case_clears_its_floor(tmp_path):
+    """benchmarks/quality.py's regression table (the cheapest case) with defaults only: R2 above
+    its floor, exit 0 (a figure below its floor exits 1)."""
+    script = Path(__file__).parents[2] / "benchmarks" / "quality.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--cases", "regression", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    row = done.stdout.splitlines()[-1].split()
+    assert row[:3] == ["regression", "test", "R2"] and float(row[3]) >= 0.8, done.stdout
