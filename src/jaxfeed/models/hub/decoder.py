@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
 from jaxfeed.models.transformer import run_positions
@@ -532,3 +533,31 @@ def build_lm(spec: DecoderSpec, config: dict, *, task: str, num_labels: int | No
     model.hub_config = dict(config)
     model.hub_task = task
     return model
+
+
+def llama_like_family(model_type: str, spec: Any, architecture: str) -> Family:
+    """The :class:`Family` of a Llama-shaped causal LM whose variant ``spec(config)`` reads from
+    its ``config.json`` (weights under ``model.``, named as Llama's; ``architecture`` is the
+    `transformers` class written to ``architectures``).
+
+    >>> family = llama_like_family("llama", lambda config: None, "LlamaForCausalLM")
+    >>> family.model_types, family.architecture("causal-lm")
+    (('llama',), 'LlamaForCausalLM')
+    """
+
+    def build(config: dict, *, task: str, num_labels=None, dtype=None, param_dtype=None, rngs):
+        return build_lm(spec(config), config, task=task, num_labels=num_labels, dtype=dtype,
+                        param_dtype=param_dtype, rngs=rngs)  # fmt: skip
+
+    def rules(config: dict, task: str) -> list:
+        return llama_like_rules(spec(config))
+
+    return Family(
+        model_types=(model_type,),
+        tasks=TASKS,
+        default_task="causal-lm",
+        build=build,
+        rules=rules,
+        prefix="model",
+        architecture=lambda task: architecture,
+    )

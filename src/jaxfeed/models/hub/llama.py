@@ -4,8 +4,7 @@ embeddings."""
 
 from __future__ import annotations
 
-from jaxfeed.models.hub.decoder import TASKS, build_lm, llama_like_rules, llama_like_spec
-from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.decoder import llama_like_family, llama_like_spec
 
 
 def spec(config: dict):
@@ -14,21 +13,4 @@ def spec(config: dict):
     return llama_like_spec(config, qkv_bias=bias, out_bias=bias)
 
 
-def build(config: dict, *, task: str, num_labels=None, dtype=None, param_dtype=None, rngs):
-    return build_lm(spec(config), config, task=task, num_labels=num_labels, dtype=dtype,
-                    param_dtype=param_dtype, rngs=rngs)  # fmt: skip
-
-
-def rules(config: dict, task: str) -> list:
-    return llama_like_rules(spec(config))
-
-
-FAMILY = Family(
-    model_types=("llama",),
-    tasks=TASKS,
-    default_task="causal-lm",
-    build=build,
-    rules=rules,
-    prefix="model",
-    architecture=lambda task: "LlamaForCausalLM",
-)
+FAMILY = llama_like_family("llama", spec, "LlamaForCausalLM")

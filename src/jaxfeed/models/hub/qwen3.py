@@ -3,14 +3,7 @@
 
 from __future__ import annotations
 
-from jaxfeed.models.hub.decoder import (
-    TASKS,
-    build_lm,
-    layer_windows,
-    llama_like_rules,
-    llama_like_spec,
-)
-from jaxfeed.models.hub.family import Family
+from jaxfeed.models.hub.decoder import layer_windows, llama_like_family, llama_like_spec
 
 
 def spec(config: dict):
@@ -20,21 +13,4 @@ def spec(config: dict):
                            windows=layer_windows(config))  # fmt: skip
 
 
-def build(config: dict, *, task: str, num_labels=None, dtype=None, param_dtype=None, rngs):
-    return build_lm(spec(config), config, task=task, num_labels=num_labels, dtype=dtype,
-                    param_dtype=param_dtype, rngs=rngs)  # fmt: skip
-
-
-def rules(config: dict, task: str) -> list:
-    return llama_like_rules(spec(config))
-
-
-FAMILY = Family(
-    model_types=("qwen3",),
-    tasks=TASKS,
-    default_task="causal-lm",
-    build=build,
-    rules=rules,
-    prefix="model",
-    architecture=lambda task: "Qwen3ForCausalLM",
-)
+FAMILY = llama_like_family("qwen3", spec, "Qwen3ForCausalLM")
