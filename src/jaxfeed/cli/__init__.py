@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -268,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxfeed`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
+    entry = argv is None  # the process's command (not a caller's main([...])): it ends after this
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
@@ -280,12 +282,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.debug = args.debug or "--debug" in rest
     try:
         return args.run(args)
+    except SystemExit as stop:  # a run stopped by a signal (Preempted: 130 or 143), or argparse
+        if entry and stop.code in (130, 143):
+            _stopping()
+        raise
     except ConfigError as err:
         if args.debug:
             raise
         print(f"jaxfeed {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if entry:
+            _stopping()
         print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (| head): end quietly, as SIGPIPE would
@@ -300,6 +308,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _stopping() -> None:
+    """The command was stopped by Ctrl-C (or SIGTERM) and now only exits: ignore Ctrl-C from here.
+
+    Python restores its own SIGINT handler when a block that handled Ctrl-C ends, so another
+    one (a second press, or the re-delivery of ``safe_interrupts``) arriving while the command
+    unwinds raises ``KeyboardInterrupt`` outside every handler; and at interpreter exit Python
+    resets the handlers it installed to the default action. Either way the process died by
+    SIGINT (exit status -2) instead of exiting 130 after its resume line. An ignored SIGINT
+    stays ignored through the interpreter's exit.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _quiet_stdout() -> None:
