@@ -436,3 +436,18 @@ def test_info_verify_checks_a_saved_dataset(tmp_path, capsys):
     assert status == 1 and arrow.name in err and len(err.strip().splitlines()) == 1
     status, _, err = run_main(capsys, "info", "digits", "--verify")
     assert status == 2 and "is not a folder written by save_to_disk" in err
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_quiet_exit(monkeypatch, capsys):
+    """``| head`` closing stdout ends quietly (141); a worker's broken pipe is reported."""
+    from jaxfeed.cli import commands, main
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(commands, "evaluate", broken)
+    assert main(["eval", "somewhere"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jaxfeed eval: error: BrokenPipeError: "), err
+    with pytest.raises(BrokenPipeError):
+        main(["--debug", "eval", "somewhere"])

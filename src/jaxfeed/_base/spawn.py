@@ -14,10 +14,12 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 NO_MAIN_GUARD_EXIT = 86  # a worker's exit status when it found the main script unguarded
+STARTED_AT: float | None = None  # in a spawned child: when its target began (``time.time()``)
 
 
 class Cancelled(Exception):
@@ -50,24 +52,34 @@ def main_guard_message(starter: str, fallback: str) -> str:
 
 
 @contextlib.contextmanager
-def _main_without_file() -> Any:
-    """Spawn re-runs the main script in workers from ``__main__.__file__``; code from stdin or
-    ``-c`` has a ``__file__`` that is no file (which makes every worker die): hide it, as
-    notebooks do (the user's functions reach the workers by value anyway)."""
+def _main_without_file(hide: bool = False) -> Any:
+    """Spawn re-runs the main script in workers from ``__main__.__file__`` (or re-imports the
+    module of ``python -m``). Code from stdin or ``-c`` has a ``__file__`` that is no file (which
+    makes every worker die): hide it, as notebooks do (the user's functions reach the workers by
+    value anyway). With ``hide``, hide the main module whatever it is: the child runs no main
+    script at all."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    hide = (
-        path is not None
-        and getattr(getattr(main, "__spec__", None), "name", None) is None
-        and not os.path.isfile(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
+    spec = getattr(main, "__spec__", None)
+    hide_file = path is not None and (
+        hide
+        or (
+            getattr(spec, "name", None) is None
+            and not os.path.isfile(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
+        )
     )
-    if hide:
+    hide_spec = hide and spec is not None
+    if hide_file:
         del main.__file__
+    if hide_spec:
+        main.__spec__ = None
     try:
         yield
     finally:
-        if hide:
+        if hide_file:
             main.__file__ = path
+        if hide_spec:
+            main.__spec__ = spec
 
 
 def in_spawn_bootstrap() -> bool:
@@ -77,6 +89,8 @@ def in_spawn_bootstrap() -> bool:
 
 def _spawned_main(target: Callable, conn: Any, *args: Any) -> None:
     """A spawned process: read the payload from the pipe, then run ``target(conn, payload, ...)``."""
+    global STARTED_AT
+    STARTED_AT = time.time()
     try:
         payload = conn.recv_bytes()
     except (EOFError, OSError):  # the parent went away before sending it
@@ -99,9 +113,16 @@ class Spawned:
     Called while this process is itself a spawned child re-running an unguarded main script, it
     leaves quietly with :data:`NO_MAIN_GUARD_EXIT` (the parent reports it once, with
     :class:`MainGuardError`, instead of one bootstrapping traceback per child).
+
+    With ``main=False`` the child does not run the main script again at all: it starts from the
+    interpreter, imports ``target``'s module and reads its payload (which must then carry the
+    main script's functions by value, as cloudpickle does). A script that imports torch or JAX
+    at module level then costs its workers nothing, and needs no main guard for them.
     """
 
-    def __init__(self, target: Callable, args: tuple, name: str, payload: bytes) -> None:
+    def __init__(
+        self, target: Callable, args: tuple, name: str, payload: bytes, main: bool = True
+    ) -> None:
         if in_spawn_bootstrap():
             os._exit(NO_MAIN_GUARD_EXIT)
         context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
@@ -110,7 +131,8 @@ class Spawned:
             target=_spawned_main, args=(target, child, *args), name=name, daemon=True
         )
         try:
-            with _main_without_file():
+            self.started_at = time.time()
+            with _main_without_file(hide=not main):
                 self.process.start()
         except BaseException:
             self.conn.close()

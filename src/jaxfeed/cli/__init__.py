@@ -296,18 +296,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stopping()
         print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader went away (| head): end quietly, as SIGPIPE would
-        _quiet_stdout()
-        return 141
+    except BrokenPipeError as err:
+        if _stdout_closed():  # the reader went away (| head): end quietly, as SIGPIPE would
+            _quiet_stdout()
+            return 141
+        if args.debug:  # another pipe (a worker's, a socket): an error like any other
+            raise
+        return _report(args.command, err)
     except Exception as err:
         if args.debug:
             raise
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(
-            f"jaxfeed {args.command}: error: {type(err).__name__}: {message} (--debug shows the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+        return _report(args.command, err)
+
+
+def _report(command: str, err: BaseException) -> int:
+    """Print ``err`` as the command's one-line error; the exit status (1)."""
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    print(
+        f"jaxfeed {command}: error: {type(err).__name__}: {message} (--debug shows the traceback)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (only then is a ``BrokenPipeError`` the
+    ``| head`` case; one from a worker's pipe is an error to report)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # captured, closed, or no poll (Windows)
+        return sys.stdout is None or getattr(sys.stdout, "closed", False)
+    return any(e & (select.POLLERR | select.POLLHUP) for _, e in events)
 
 
 def _stopping() -> None:

@@ -205,6 +205,7 @@ class _EpochIterator:
         # process workers that could not start fail the epoch whose batches were built in this
         # process meanwhile (waited for here, not against the per-batch timeout)
         self.stream.backend.ensure_started()
+        self.stream.backend.epoch_done()  # its workers may serve a new loader over the same data
         self._end()
         self.close()
         raise StopIteration

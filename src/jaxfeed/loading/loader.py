@@ -84,8 +84,10 @@ class DataLoader(_BaseLoader):
             ``NamedSharding(mesh, P("data"))``.
         num_workers: processes (or threads, ``worker_mode="thread"``) that decode, run
             ``row_transform``/``transform`` and stack batches; ``"auto"``: one per available core.
-            Processes are spawned once per loader (not per epoch) and hand batches back through
-            shared memory. A numeric Arrow dataset without transforms is read in this process
+            Processes are spawned when the loader is made, live as long as it does (not one
+            start per epoch), and hand batches back through shared memory; a new loader over
+            the same dataset and functions takes over the workers of one between epochs (one
+            new loader per epoch starts workers once). A numeric Arrow dataset without transforms is read in this process
             (a gather is a memory copy: workers would only add one).
         worker_mode: ``"process"`` (default) or ``"thread"``.
         timeout: seconds to wait for one batch before raising ``TimeoutError`` naming its rows
@@ -120,9 +122,11 @@ class DataLoader(_BaseLoader):
     than int32); 64-bit ints become int32 (int64 with ``jax_enable_x64``, raising if a value does
     not fit) and float64 becomes float32.
 
-    Worker processes are spawned: a script that uses ``num_workers > 0`` needs the usual
-    ``if __name__ == "__main__":`` guard (you get a clear error without it). Functions defined in
-    the script or a notebook are sent to the workers by value (cloudpickle).
+    Worker processes are spawned (never forked: this process may run JAX) and do not run the
+    main script again: functions defined in the script or a notebook are sent to them by value
+    (cloudpickle), so a script that imports torch or JAX at the top costs its workers nothing.
+    They import numpy, the decoders and what your functions import, never JAX by themselves. A
+    start slower than a few seconds is explained once, with what the functions imported.
 
     >>> import numpy as np
     >>> from jaxfeed import Dataset, DataLoader
@@ -228,6 +232,10 @@ class DataLoader(_BaseLoader):
         self._resume = True  # the next iteration starts at (_epoch, _position)
         self._iterator: weakref.ref | None = None
         self._backend: Any = None
+        if self.num_workers and self.worker_mode == "process" and self._worker_work():
+            # the workers start now, not at the first next(): a new loader over the same data
+            # takes over the ready workers of one between epochs (see workers.ProcessBackend)
+            self._get_backend().start_workers()
 
     def _decode_sizes(self, decode_size: Any) -> dict[str, tuple[int, int]]:
         if decode_size is None:

@@ -23,16 +23,21 @@ slot, once that array is garbage (another slot is made meanwhile). Workers ignor
 handles Ctrl-C), exit within a fraction of a second when their parent dies (a watchdog thread),
 and unlink their segments on every exit path; the parent unlinks what a killed worker left.
 
-A spawned worker needs a second or more to start (a fresh interpreter that imports the main script
-again), against a fraction of that for a forked one: meanwhile :class:`ProcessBackend` builds the
-first batches in the main process, with the same code and generators (so the same batches), and
-starts the workers once the first batch is out; from the first ready worker on, the workers build
-everything. The end of the first epoch waits for every worker, so a worker that cannot start is
-still an error of that epoch.
+A worker is spawned but does not run the main script again (the recipe carries the script's
+functions by value): it imports numpy, the decoders and what the user's functions need, never
+JAX. The loader starts its workers when it is made; while they start, :class:`ProcessBackend`
+builds the first batches in the main process, with the same code and generators (so the same
+batches), and from the first ready worker on, the workers build everything. The end of the first
+epoch waits for every worker, so a worker that cannot start is still an error of that epoch.
+Workers live as long as their loader; between epochs they are offered to a new loader over the
+same recipe (a new ``DataLoader`` per epoch over the same data and functions), which takes them
+over instead of starting its own. A start slower than a few seconds is explained once (a
+``RuntimeWarning`` naming what the functions imported).
 
 The parts: :mod:`jaxfeed.loading.workers.build` (jobs, recipes, building a batch),
-:mod:`jaxfeed.loading.workers.shm` (shared-memory room, segments and slots) and
-:mod:`jaxfeed.loading.workers.backends` (the three backends and the worker processes' main function);
+:mod:`jaxfeed.loading.workers.shm` (shared-memory room, segments and slots),
+:mod:`jaxfeed.loading.workers.backends` (the three backends and the pools of worker processes) and
+:mod:`jaxfeed.loading.workers.worker` (the worker processes' main function);
 starting a process is :mod:`jaxfeed._base.spawn`'s, calling a user's function with a generator
 :mod:`jaxfeed._base.calls`'. This package re-exports the names other modules import from it.
 """
@@ -52,7 +57,6 @@ from jaxfeed.loading.workers.backends import (
     InlineBackend,
     ProcessBackend,
     ThreadBackend,
-    worker_main,
 )
 from jaxfeed.loading.workers.build import Job, Recipe, build, build_plan
 from jaxfeed.loading.workers.shm import (
@@ -63,6 +67,7 @@ from jaxfeed.loading.workers.shm import (
     leftover_segments,
     shm_room,
 )
+from jaxfeed.loading.workers.worker import worker_main
 
 __all__ = [
     "JOBS_PER_WORKER",

@@ -1,11 +1,12 @@
 """Where batches are built: :class:`InlineBackend` (when collected), :class:`ThreadBackend` (a
 thread pool) and :class:`ProcessBackend` (spawned worker processes, batches handed over in shared
-memory), with :func:`worker_main`, the worker processes' side (see :mod:`jaxfeed.loading.workers`)."""
+memory; the processes' side is :mod:`jaxfeed.loading.workers.worker`)."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import hashlib
 import mmap
 import multiprocessing
 import os
@@ -14,7 +15,7 @@ import secrets
 import signal
 import threading
 import time
-import traceback
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -35,19 +36,18 @@ from jaxfeed.loading.workers.shm import (
     JOBS_PER_WORKER,
     _attach,
     _check_room,
-    _SlotAlloc,
-    _Slots,
     _unlink,
-    _write,
     leftover_segments,
 )
+from jaxfeed.loading.workers.worker import worker_main
 
 # Process workers start once the first batch, built in the parent, is out, or this many seconds
 # after the backend was made: a worker's start (a fresh interpreter importing the main script) is
 # a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
 # of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
 SPAWN_DELAY = 0.5
-_WATCHDOG_SECONDS = 0.2
+# a worker start slower than this is explained once per process (see _explain_slow_start)
+SLOW_START_SECONDS = 2.0
 
 
 class InlineBackend:
@@ -73,6 +73,9 @@ class InlineBackend:
         pass
 
     def start_workers(self, now: bool = True) -> None:
+        pass
+
+    def epoch_done(self) -> None:
         pass
 
     def close(self, kill: bool = False) -> None:
@@ -116,6 +119,9 @@ class ThreadBackend:
     def start_workers(self, now: bool = True) -> None:
         pass
 
+    def epoch_done(self) -> None:
+        pass
+
     def discard(self) -> None:
         for future in self.pending:
             future.cancel()
@@ -134,6 +140,90 @@ class _Worker:
         self.slots = 2  # slots so far (more are made while the consumer holds batches)
         self.outstanding: deque = deque()  # job ids sent, in order
         self.maps: dict[str, mmap.mmap] = {}
+        self.built = 0  # batches it sent back
+        self.start: dict[str, Any] = {}  # what its "ready" message said of its start
+
+
+class _Pool:
+    """A backend's worker processes, with their shared-memory prefix and readiness. A pool
+    belongs to one :class:`ProcessBackend` at a time; between epochs its backend *parks* it (see
+    :func:`_park`), and a new backend over the same recipe (the same bytes: functions, features,
+    seed) takes it over instead of starting processes of its own."""
+
+    def __init__(self, digest: str, prefix: str, num_workers: int) -> None:
+        self.digest, self.prefix = digest, prefix
+        self.workers: list[_Worker] = []
+        self.ready = [False] * num_workers
+        self.all_ready = False
+        self.holder: Any = None  # the _Claim of the backend that runs it; None while parked
+
+    def reusable(self) -> bool:
+        """Ready, alive, and holding no job (nothing a new owner could mistake for its own)."""
+        return (
+            self.all_ready
+            and bool(self.workers)
+            and all(w.process.is_alive() and not w.outstanding for w in self.workers)
+        )
+
+
+class _Claim:
+    """What a backend's finalizer needs: the pool it runs or parked (never the backend itself)."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self) -> None:
+        self.pool: _Pool | None = None
+
+
+_POOLS_LOCK = threading.Lock()
+_PARKED: dict[str, list[_Pool]] = {}  # pools between epochs, by recipe digest
+
+
+def _park(pool: _Pool) -> None:
+    """Offer ``pool`` (its backend's epoch is over) to a new backend over the same recipe; its
+    backend takes it back at its next epoch unless another took it meanwhile."""
+    with _POOLS_LOCK:
+        pool.holder = None
+        _PARKED.setdefault(pool.digest, []).append(pool)
+
+
+def _unpark(pool: _Pool, claim: _Claim) -> bool:
+    """Take ``pool`` back if it is still parked."""
+    with _POOLS_LOCK:
+        parked = _PARKED.get(pool.digest, [])
+        if pool not in parked:
+            return False
+        parked.remove(pool)
+        pool.holder = claim
+        return True
+
+
+def _take_parked(digest: str, num_workers: int, claim: _Claim) -> _Pool | None:
+    """A parked pool of ``num_workers`` workers for the recipe ``digest`` (None if there is none;
+    parked pools with a dead worker are left to their backends, which report it)."""
+    with _POOLS_LOCK:
+        for pool in _PARKED.get(digest, []):
+            if len(pool.workers) == num_workers and pool.reusable():
+                _PARKED[digest].remove(pool)
+                pool.holder = claim
+                return pool
+    return None
+
+
+def _release(claim: _Claim, kill: bool) -> None:
+    """Stop the workers of ``claim``'s pool (a closed or collected backend), unless another
+    backend runs them now."""
+    pool, claim.pool = claim.pool, None
+    if pool is None:
+        return
+    with _POOLS_LOCK:
+        parked = _PARKED.get(pool.digest, [])
+        if pool in parked:
+            parked.remove(pool)
+        elif pool.holder is not claim:
+            return  # taken over by another backend
+        pool.holder = None
+    _shutdown(pool.workers, pool.prefix, kill)
 
 
 class _Progress:
@@ -241,19 +331,24 @@ class ProcessBackend:
     """``num_workers`` spawned processes, batches returned in shared memory slots (one per queued job,
     more while the consumer holds on to batches that alias a slot).
 
-    Starting a worker takes a fresh interpreter that imports the main script again (its ``jax``
-    too): 1.5 to 3 s, against 0.2 s for a forked PyTorch worker. Meanwhile the first batches are
-    built in this process, in one thread (:class:`_Starter`), with the same code and the same
-    per-row generators, so they are the same batches; the consumer never waits for the workers to
-    start. From the first worker that is ready on, batches go to the workers only. Start-up
-    failures still surface in the first epoch: its end waits for every worker to be ready
-    (:meth:`ensure_started`).
+    A worker starts from a fresh interpreter that does **not** run the main script again (the
+    recipe carries the script's functions by value): it imports the worker modules here (numpy,
+    no JAX) and what the user's functions need, and reads the recipe. The loader starts the
+    workers when it is made. Meanwhile the first batches are built in this process, in one thread
+    (:class:`_Starter`), with the same code and the same per-row generators, so they are the same
+    batches; the consumer never waits for the workers to start. From the first worker that is
+    ready on, batches go to the workers only. Start-up failures still surface in the first epoch:
+    its end waits for every worker to be ready (:meth:`ensure_started`).
+
+    Workers are started once per loader, and at the end of each epoch their pool is parked (see
+    :class:`_Pool`): a new backend over the same recipe (a new ``DataLoader`` per epoch over the
+    same dataset and functions) takes the ready workers over instead of starting its own; the old
+    backend, if it reads another epoch, takes them back or starts new ones.
     """
 
     def __init__(self, recipe: Recipe, num_workers: int, start_timeout: float = 300.0) -> None:
         if in_spawn_bootstrap():  # a worker re-running an unguarded main script: see Spawned
             os._exit(NO_MAIN_GUARD_EXIT)
-        self.prefix = f"/jf{os.getpid()}_{secrets.token_hex(3)}"
         # Batches are collected in order from workers taken in turn, so a worker that finishes
         # early waits for the next job until the slower one's batch is collected: with 2 jobs
         # queued per worker the 2 cores of the augmentation benchmark were busy 1.91 of 2 (median
@@ -261,9 +356,6 @@ class ProcessBackend:
         # one batch.
         self.capacity = JOBS_PER_WORKER * num_workers
         self.recipe = recipe
-        self.workers: list[_Worker] = []
-        self.ready: list[bool] = [False] * num_workers
-        self.all_ready = False
         self.deadline = time.monotonic() + start_timeout
         self.start_timeout = start_timeout
         self.next_id = 0
@@ -276,15 +368,60 @@ class ProcessBackend:
         self.closed = False
         self.num_workers = num_workers
         self.payload = cloudpickle.dumps(recipe)
+        self.digest = hashlib.sha256(self.payload).hexdigest()
         self.spawn_by = time.monotonic() + SPAWN_DELAY
-        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.prefix, True)
+        self.claim = _Claim()
+        self._finalizer = weakref.finalize(self, _release, self.claim, True)
         self.lock = threading.Lock()  # the consuming thread starts the workers (start_workers)
+        self._use(None)
+        pool = _take_parked(self.digest, num_workers, self.claim)
+        if pool is not None:
+            self._use(pool)
+
+    def _use(self, pool: _Pool | None) -> None:
+        """Run jobs on ``pool`` (None: none yet; the next :meth:`start_workers` starts one)."""
+        self.claim.pool = pool
+        self.workers: list[_Worker] = pool.workers if pool is not None else []
+        self.ready: list[bool] = pool.ready if pool is not None else [False] * self.num_workers
+        self.all_ready = pool is not None and pool.all_ready
+        self.prefix = (
+            pool.prefix if pool is not None else f"/jf{os.getpid()}_{secrets.token_hex(3)}"
+        )
+        self.turn = 0
+
+    def _hold(self) -> None:
+        """Make sure this backend runs a pool before it gives out a job: take back the pool it
+        parked at the end of its last epoch or, if a new backend took that over, a parked one or
+        new workers (this backend then builds in this process while they start)."""
+        pool = self.claim.pool
+        if pool is None or pool.holder is self.claim or self.closed:
+            return
+        if _unpark(pool, self.claim):
+            return
+        self._use(_take_parked(self.digest, self.num_workers, self.claim))
+        self.starter = None  # a stopped one: a new one builds while new workers start
+        if not self.workers:
+            self.start_workers()
+
+    def epoch_done(self) -> None:
+        """The epoch is over and every batch collected: park the pool for a new backend over the
+        same recipe (this one takes it back at its next epoch unless one did)."""
+        pool = self.claim.pool
+        with self.lock:
+            if (
+                pool is not None
+                and pool.holder is self.claim
+                and not self.closed
+                and not (self.unsent or self.started_here or self.stale)
+                and pool.reusable()
+            ):
+                _park(pool)
 
     def start_workers(self, now: bool = True) -> None:
         """Start the worker processes, once: ``now``, or (``now=False``) if ``SPAWN_DELAY`` has
-        passed. The loader calls it from the thread that iterates, after the first batch (or while
-        waiting for it): from the main thread, the workers start with SIGINT ignored (inherited),
-        so that a Ctrl-C while they import does not print their tracebacks."""
+        passed. The loader calls it when it is made and from the thread that iterates: from the
+        main thread, the workers start with SIGINT ignored (inherited), so that a Ctrl-C while
+        they import does not print their tracebacks."""
         if self.workers or self.closed or (not now and time.monotonic() < self.spawn_by):
             return
         with self.lock:
@@ -300,6 +437,10 @@ class ProcessBackend:
 
     def _spawn(self) -> None:
         self.deadline = time.monotonic() + self.start_timeout
+        pool = _Pool(self.digest, self.prefix, self.num_workers)
+        pool.holder = self.claim
+        self.claim.pool = pool
+        self.workers, self.ready, self.all_ready = pool.workers, pool.ready, False
         try:
             for w in range(self.num_workers):
                 progress = multiprocessing.get_context("spawn").Value("q", -1, lock=False)
@@ -308,6 +449,7 @@ class ProcessBackend:
                     (f"{self.prefix}_{w}", os.getpid(), progress),
                     f"jaxfeed-worker-{w}",
                     self.payload,
+                    main=False,  # the recipe carries the script's functions by value
                 )
                 self.workers.append(_Worker(spawned, progress))
         except BaseException:
@@ -354,13 +496,26 @@ class ProcessBackend:
                         f"features (they are sent to workers with cloudpickle):\n{message[1]}"
                     )
                 worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
+                info = message[2] if len(message) > 2 else {}
+                began = worker.spawned.started_at
+                worker.start = {
+                    **info,
+                    "boot": info.get("entered", began) - began,
+                    "seconds": time.time() - began,
+                }
                 self.ready[w] = True
         self.all_ready = bool(self.workers) and all(self.ready)
+        if self.all_ready:
+            self.claim.pool.all_ready = True  # type: ignore[union-attr]
+            _explain_slow_start(self.workers)
         if self.all_ready and self.starter is not None:
             self.starter.stop()  # its last jobs finish; nothing more is built in this process
 
     def _raise_dead(self, w: int, doing: str) -> None:
-        raise self.workers[w].spawned.failure(
+        worker = self.workers[w]
+        if self.ready[w] and (not doing or doing == "while starting"):
+            doing = f"after building {worker.built} batches" if worker.built else "while idle"
+        raise worker.spawned.failure(
             f"DataLoader worker {w}", doing, WorkerError, "DataLoader(num_workers=...)",
             "num_workers=0",
         )  # fmt: skip
@@ -395,7 +550,11 @@ class ProcessBackend:
         else:  # every slot holds a batch the consumer still uses (or a stale one): one more
             slot = worker.slots
             worker.slots += 1
-        worker.conn.send(("job", job_id, slot, job))
+        try:
+            worker.conn.send(("job", job_id, slot, job))
+        except OSError:  # BrokenPipeError: it died since its last batch (between epochs, say)
+            worker.process.join(1)
+            self._raise_dead(w, f"before {_describe(job)} (it had built {worker.built} batches)")
         worker.outstanding.append((job_id, slot))
         self.owner[job_id] = w
         self.turn = (w + 1) % len(self.workers)
@@ -421,6 +580,7 @@ class ProcessBackend:
         self.started_here.add(job_id)
 
     def submit(self, job: Job) -> int:
+        self._hold()
         job_id = self.next_id
         self.next_id += 1
         self.unsent.append((job_id, job))
@@ -453,6 +613,7 @@ class ProcessBackend:
                 self._raise_dead(w, "" if job is None else f"while building {_describe(job)}")
             job_id, slot = worker.outstanding.popleft()
             self.owner.pop(job_id, None)
+            worker.built += 1
             if job_id in self.stale:
                 self.stale.discard(job_id)
                 worker.free.append(slot)
@@ -518,7 +679,36 @@ class ProcessBackend:
         self._finalizer.detach()
         if self.starter is not None:
             self.starter.stop()
-        _shutdown(self.workers, self.prefix, kill)
+        _release(self.claim, kill)
+
+
+_explained = False  # the slow-start note is given once per process
+
+
+def _explain_slow_start(workers: list[_Worker]) -> None:
+    """Say once when workers were slow to start (over ``SLOW_START_SECONDS``) because of what
+    reading the loader's functions imported (torch, say): the cure is the user's. A start slow
+    only because the machine is busy is not worth a warning."""
+    global _explained
+    starts = [w.start for w in workers if "seconds" in w.start]
+    if _explained or not starts:
+        return
+    slowest = max(starts, key=lambda s: s["seconds"])
+    heavy = sorted({m for s in starts for m in s.get("heavy", ())})
+    recipe = slowest.get("recipe", 0.0)
+    if slowest["seconds"] < SLOW_START_SECONDS or (recipe < SLOW_START_SECONDS / 2 and not heavy):
+        return
+    _explained = True
+    imports = f" (they import {', '.join(heavy)})" if heavy else ""
+    warnings.warn(
+        f"DataLoader workers took {slowest['seconds']:.1f} s to start: reading the loader's "
+        f"functions and dataset took {recipe:.1f} s{imports}; import heavy modules inside the "
+        "functions that need them, or keep them out of the module that defines the functions. "
+        "Workers start once per loader, and a new loader over the same dataset and functions "
+        "takes them over, so this is paid once",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _describe(job: Job, progress: Any = None) -> str:
@@ -545,59 +735,3 @@ def _shutdown(workers: list[_Worker], prefix: str, kill: bool) -> None:
         worker.maps.clear()  # mappings go with their last user (device arrays may alias them)
     for name in leftover_segments(prefix):  # what killed workers could not unlink
         _unlink(name)
-
-
-# ---------------------------------------------------------------------------------- worker side
-def _error_payload(err: BaseException) -> bytes:
-    try:
-        return cloudpickle.dumps(err)
-    except Exception:
-        return cloudpickle.dumps(RuntimeError(f"{type(err).__name__}: {err}"))
-
-
-def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: Any) -> None:
-    """A worker process: build the batches it is sent until told to stop or its parent dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    slots = _Slots(prefix)
-
-    def watchdog() -> None:
-        while True:
-            time.sleep(_WATCHDOG_SECONDS)
-            if os.getppid() != parent:
-                slots.unlink_all()
-                os._exit(0)
-
-    threading.Thread(target=watchdog, name="jaxfeed-watchdog", daemon=True).start()
-    try:
-        recipe = cloudpickle.loads(payload)
-    except BaseException:
-        conn.send(("fatal", traceback.format_exc()))
-        return
-    conn.send(("ready", os.getpid()))
-    try:
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            if message[0] != "job":
-                break
-            _, job_id, slot, job = message
-            alloc = _SlotAlloc(slots, slot)
-            try:
-                plan = build_plan(recipe, job, progress, alloc)
-                reply = ("batch", job_id, slot, *_write(plan, slots, slot, alloc))
-            except BaseException as err:
-                progress.value = -1
-                reply = ("error", job_id, _error_payload(err), traceback.format_exc(), slot)
-            finally:
-                plan = None  # no view of the slot may outlive the job (see _SlotAlloc.release)
-                alloc.release()
-            try:
-                conn.send(reply)
-            except (BrokenPipeError, OSError):
-                break
-            except Exception as err:  # an unpicklable value in a batch
-                conn.send(("error", job_id, _error_payload(err), traceback.format_exc(), slot))
-    finally:
-        slots.unlink_all()

@@ -1,0 +1,23 @@
+"""Row transforms for worker tests, in a module that imports only numpy: a worker that runs them
+imports this module (they are pickled by reference) and nothing heavier, so it starts quickly and
+shows what jaxfeed itself brings into a worker."""
+
+import multiprocessing
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def tag(row):
+    """The row's id, the pid that built it, and whether JAX or flax was imported there."""
+    heavy = any(m.split(".")[0] in ("jax", "jaxlib", "flax") for m in sys.modules)
+    return {"id": row["id"], "pid": np.int64(os.getpid()), "jax": np.bool_(heavy)}
+
+
+def slow_here(row):
+    """:func:`tag`, slow in the main process only (so workers take over mid-epoch)."""
+    if multiprocessing.parent_process() is None:
+        time.sleep(0.03)
+    return tag(row)
