@@ -278,10 +278,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.train_argv = rest
+    args.entry = entry
     if args.command == "train":
         args.debug = args.debug or "--debug" in rest
     try:
-        return args.run(args)
+        status = args.run(args)
+        if entry and status in (130, 143):  # stopped: nothing but the exit is left
+            _stopping()
+        return status
     except SystemExit as stop:  # a run stopped by a signal (Preempted: 130 or 143), or argparse
         if entry and stop.code in (130, 143):
             _stopping()
@@ -338,11 +342,10 @@ def _stopping() -> None:
     """The command was stopped by Ctrl-C (or SIGTERM) and now only exits: ignore Ctrl-C from here.
 
     Python restores its own SIGINT handler when a block that handled Ctrl-C ends, so another
-    one (a second press, or the re-delivery of ``safe_interrupts``) arriving while the command
-    unwinds raises ``KeyboardInterrupt`` outside every handler; and at interpreter exit Python
-    resets the handlers it installed to the default action. Either way the process died by
-    SIGINT (exit status -2) instead of exiting 130 after its resume line. An ignored SIGINT
-    stays ignored through the interpreter's exit.
+    one (a second press, or one not yet handled when that block ends) arriving while the
+    command unwinds raised ``KeyboardInterrupt`` outside every handler, and once Python resets
+    the handlers it installed at exit, ended the process by SIGINT (-2) instead of 130. An
+    ignored SIGINT stays ignored through the interpreter's exit.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
