@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint format bench bench-check install clean docs docs-browser docs-serve
+.PHONY: demo test test-min test-latest lint format bench bench-check install clean docs docs-browser docs-serve
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,39 @@ test: $(VENV)/.installed-dev
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
 	$(PY) -m pytest -q -n 2 --dist worksteal --durations=20 -p randomly --randomly-seed=$(SEED)
+
+# The fast tier (-m "not slow") on the declared floors and on the newest releases, each in a venv
+# of its own: test-min installs constraints-min.txt (pyproject's floors, pinned exactly) on Python
+# 3.11, the oldest the package supports; test-latest installs with no constraints at all, on the
+# newest Python here. Both print the versions they resolved. FAST=... changes the selection.
+MIN_PYTHON ?= python3.11
+FAST ?= -m "not slow"
+
+.venv-min/.installed-dev: pyproject.toml constraints-min.txt
+	rm -rf .venv-min
+	$(MIN_PYTHON) -m venv .venv-min
+	.venv-min/bin/python -m pip install --disable-pip-version-check -q --upgrade "pip>=24"
+	.venv-min/bin/python -m pip install --disable-pip-version-check -q -c constraints-min.txt -e ".[dev]"
+	touch $@
+
+.venv-latest/.installed-dev: pyproject.toml
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --disable-pip-version-check -q --upgrade "pip>=24"
+	.venv-latest/bin/python -m pip install --disable-pip-version-check -q --upgrade -e ".[dev]"
+	touch $@
+
+RESOLVED := jax|jaxlib|flax|numpy|pyarrow|optax|orbax-checkpoint|matplotlib|pillow|datasets
+
+test-min: .venv-min/.installed-dev
+	@echo "python: $$(.venv-min/bin/python --version) in .venv-min (floors: constraints-min.txt)"
+	@.venv-min/bin/python -m pip list --format=freeze | grep -iE "^($(RESOLVED))==" | tr '\n' ' '; echo
+	.venv-min/bin/python -m pytest -q -n 2 --dist worksteal --durations=20 -p no:randomly $(FAST)
+
+test-latest: .venv-latest/.installed-dev
+	@echo "python: $$(.venv-latest/bin/python --version) in .venv-latest (no constraints)"
+	@.venv-latest/bin/python -m pip list --format=freeze | grep -iE "^($(RESOLVED))==" | tr '\n' ' '; echo
+	.venv-latest/bin/python -m pytest -q -n 2 --dist worksteal --durations=20 -p no:randomly $(FAST)
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
@@ -93,4 +126,4 @@ docs-serve: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(PORT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build site src/*.egg-info
+	rm -rf $(VENV) .venv-min .venv-latest .pytest_cache .ruff_cache build site src/*.egg-info

@@ -2,12 +2,15 @@
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 
 import numpy as np
@@ -232,6 +235,22 @@ def test_help_imports_no_jax_and_takes_under_half_of_import_jax():
     assert statistics.median(helps) < 0.5 * statistics.median(jaxes), (helps, jaxes)
 
 
+def line_starting(stream, prefix, seconds):
+    """Read ``stream`` (a text pipe) until a line starting with ``prefix``, for at most
+    ``seconds``; the lines read so far go in the failure message."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in stream], daemon=True).start()
+    seen, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            seen.append(lines.get(timeout=max(0.0, end - time.monotonic())))
+        except queue.Empty:
+            break
+        if seen[-1].startswith(prefix):
+            return seen[-1]
+    pytest.fail(f"no line starting {prefix!r} within {seconds} s; read: {''.join(seen)[-2000:]}")
+
+
 @pytest.mark.slow
 def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -239,21 +258,67 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
         [sys.executable, "-m", "jaxfeed.cli", "train", "--epochs", "50", "--out", str(tmp_path / "r")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    for line in proc.stdout:
-        if line.startswith("model cnn"):  # the next thing is compiling and the first epoch
-            break
-    time.sleep(0.5)
+    # the line printed just before fit: compiling and the first epoch come next. The Ctrl-C is
+    # sent at once, so it lands anywhere from fit's start (before its own handler) to the
+    # first step: each way must stop the run the same way.
+    line_starting(proc.stdout, "model cnn", 300)
     proc.send_signal(signal.SIGINT)
     try:
         _out, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail("jaxfeed train ignored Ctrl-C")
-    # 130, or death by the SIGINT itself (-2): a shell reports both as exit status 130. The latter
-    # was seen once in ~5 full runs (a late re-delivery at interpreter exit; not yet diagnosed).
+    # 130, or death by SIGINT (-2; a shell reports both as 130): about one run in five under
+    # pytest still ends -2 after the handled Ctrl-C and the resume line, with SIGINT ignored at
+    # exit (so no late signal kills it) and CPython's "unhandled KeyboardInterrupt" flag set
+    # (a Ctrl-C that passed through Python code an extension ran with PyRun_*); not yet closed.
     assert proc.returncode in (130, -signal.SIGINT), err[-2000:]
     assert f"resume with: jaxfeed train --out {tmp_path / 'r'} --resume" in err
     assert "Segmentation" not in err and "Traceback" not in err
+
+
+# A command stopped by Ctrl-C (KeyboardInterrupt) or by its handler (Preempted: SystemExit 130)
+# and then sent another SIGINT while it exits (a second press; the re-delivery of
+# safe_interrupts): it still exits 130. Before, Python's own handler was back by then and the
+# process died by SIGINT (-2) at interpreter exit.
+LATE_SIGINT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from jaxfeed.cli import commands, main
+
+    def stopped(args):
+        if sys.argv[-1] == "preempted":
+            raise SystemExit(130)
+        if sys.argv[-1] == "returned":  # as `jaxfeed train` does: Ctrl-C handled, 130 returned
+            from jaxfeed.recipes.interrupt import safe_interrupts
+
+            with safe_interrupts(ignore_after=args.entry):
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+                except KeyboardInterrupt:
+                    return 130
+        raise KeyboardInterrupt
+
+    commands.info = stopped
+    try:
+        status = main()
+    finally:
+        os.kill(os.getpid(), signal.SIGINT)  # the late one
+        time.sleep(0.2)
+    sys.exit(status)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["interrupted", "preempted", "returned"])
+def test_a_late_ctrl_c_after_the_command_stopped_still_exits_130(how):
+    result = subprocess.run(
+        [sys.executable, "-c", LATE_SIGINT, "info", how],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

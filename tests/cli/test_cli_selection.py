@@ -9,6 +9,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from cli_helpers import jaxfeed
+
 # Runs `jaxfeed train` in this process with the loader and Trainer.fit wrapped: every batch a
 # loader yields is logged with how many of its rows are test rows (test rows carry a marker input
 # far outside the train range), and the moment fit returns is logged too.
@@ -126,3 +128,64 @@ def test_val_split_0_trains_on_all_of_train_without_selection(table_folder, tmp_
     )  # fmt: skip
     report = json.loads(result.stdout)
     assert report["checkpoint"]["epoch"] == 2 and report["split"] == "test"
+
+
+# One run shared by the three tests below: train.csv (200 rows), validation.csv (30) and
+# test.csv (37); trained on train+validation for 2 epochs, selecting with `--monitor eval_loss
+# --monitor-mode max` (the highest loss: the opposite of its own direction), then resumed to 3.
+@pytest.fixture(scope="module")
+def merged_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("merged")
+    data, out = root / "data", root / "run"
+    data.mkdir()
+    rng = np.random.default_rng(1)
+    for name, rows in (("train", 200), ("validation", 30), ("test", 37)):
+        a, b = rng.uniform(0, 1, rows), rng.normal(0, 1, rows)
+        lines = ["a,b,label"] + [
+            f"{x:.4f},{y:.4f},{'yes' if y > 0 else 'no'}" for x, y in zip(a, b, strict=True)
+        ]
+        (data / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    common = ("--batch-size", "16", "--lr", "0.05", "--out", str(out))
+    first = jaxfeed(
+        "train", "--data", str(data), "--label-column", "label", "--split-train",
+        "train+validation", "--monitor", "eval_loss", "--monitor-mode", "max", "--epochs", "2",
+        *common,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    resumed = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "3")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return out, first.stdout, resumed.stdout, rows
+
+
+def test_split_train_with_validation_leaves_no_validation_split_to_select_on(merged_run):
+    out, stdout, _, _ = merged_run
+    # the 30 validation rows are trained on: selection is on 10% carved from the 230 merged rows,
+    # never on the data's own validation split (which would read "200 train / 30 validation")
+    assert "207 train / 23 validation / 37 test (held out) rows" in stdout, stdout
+    assert "validation split: 0.1 of train+validation (23 rows" in stdout
+    assert "the model is selected on it, test is held out" in stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["eval_split"] == "validation" and saved["test_split"] == "test"
+
+
+def test_a_resumed_run_writes_one_test_row(merged_run):
+    _, first, resumed, rows = merged_run
+    assert "epoch 3/3" in resumed and "epoch 1/3" not in resumed
+    assert "test was read once, on it" in first and "test was read once, on it" in resumed
+    kinds = [r.get("kind") for r in rows]
+    assert kinds.count("test") == 1 and kinds[-1] == "test", kinds
+    assert [r["epoch"] for r in rows if "kind" not in r and "eval_loss" in r] == [1, 2, 3]
+
+
+def test_monitor_mode_max_on_a_min_metric_picks_the_highest(merged_run):
+    out, _, resumed, rows = merged_run
+    epochs = {r["epoch"]: r["eval_loss"] for r in rows if "kind" not in r and "eval_loss" in r}
+    highest, lowest = max(epochs, key=epochs.get), min(epochs, key=epochs.get)
+    assert highest != lowest, epochs  # the two directions pick different checkpoints
+    assert rows[-1]["kind"] == "test" and rows[-1]["epoch"] == highest, (rows[-1], epochs)
+    assert "the checkpoint of highest eval_loss on the validation split" in resumed
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["best_metric"] == "eval_loss" and saved["best_mode"] == "max"
+    report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
+    assert report["checkpoint"]["epoch"] == highest and report["split"] == "test"

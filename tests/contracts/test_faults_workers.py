@@ -50,7 +50,7 @@ SCRIPT = textwrap.dedent(
         it = iter(loader)
         next(it)
         # what a worker killed between creating a segment and registering it leaves behind
-        fd = _posixshmem.shm_open(loader._backend.prefix + "_0_99", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = _posixshmem.shm_open(loader.debug_info()["shared_memory_prefix"] + "_0_99", os.O_CREAT | os.O_RDWR, 0o600)
         os.ftruncate(fd, 4096)
         os.close(fd)
         try:

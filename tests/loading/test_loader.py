@@ -102,11 +102,16 @@ def test_resume_at_every_position(prefetch):
         assert rest[: 2 * per_epoch - k] == stream[k:], k
 
 
-def test_prefetched_batches_are_not_consumed():
-    loader = DataLoader(make_ds(), batch_size=4, prefetch=6)
+@pytest.mark.parametrize("transform", [None, dict], ids=["placed-ahead", "prefetch-thread"])
+def test_prefetched_batches_are_not_consumed(transform):
+    # a transform runs the prefetch thread; without one the iterating thread places ahead
+    loader = DataLoader(make_ds(), batch_size=4, prefetch=6, transform=transform)
     it = iter(loader)
     next(it), next(it)
-    time.sleep(0.2)  # let the producer run ahead
+    end = time.monotonic() + 30  # until the producer is as far ahead as it may go
+    while loader.debug_info()["read_ahead"] < 6 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert loader.debug_info()["read_ahead"] == 6 == loader.debug_info()["read_ahead_bound"]
     assert loader.state_dict()["batches_consumed"] == 2
     resumed = DataLoader(make_ds(), batch_size=4)
     resumed.load_state_dict(loader.state_dict())
@@ -251,7 +256,7 @@ def test_decode_error_surfaces_with_row_and_cleans_up(workers):
     loader = DataLoader(ds, batch_size=8, num_workers=workers[0], worker_mode=workers[1])
     with pytest.raises(DecodeError, match="column 'image', row 13"):
         list(loader)
-    assert loader._backend is None and not multiprocessing.active_children()
+    assert loader.debug_info()["backend"] is None and not multiprocessing.active_children()
     deadline = time.time() + 5
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.05)

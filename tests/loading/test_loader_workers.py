@@ -192,7 +192,7 @@ def test_process_workers_match_inline_resume_and_clean_up():
     assert pids[0] == {os.getpid()}
     assert set().union(*pids[:per_epoch]) <= workers | {os.getpid()}
     assert set().union(*pids[per_epoch:]) == workers
-    prefix = loader._backend.prefix
+    prefix = loader.debug_info()["shared_memory_prefix"]
     assert leftover_segments(prefix)  # the reused slots
     for _ in loader:
         break
@@ -204,7 +204,7 @@ def test_process_workers_match_inline_resume_and_clean_up():
     one = make(1)  # one worker, resumed mid-epoch 1
     one.load_state_dict({**loader.state_dict(), "epoch": 1, "batches_consumed": 2})
     same(as_lists(one), reference[len(one) + 2 :])
-    prefix = one._backend.prefix
+    prefix = one.debug_info()["shared_memory_prefix"]
     del one  # garbage collection stops the workers and unlinks their memory
     assert not leftover_segments(prefix) and not multiprocessing.active_children()
 
@@ -261,7 +261,7 @@ def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up(tmp_path, 
     loader = DataLoader(ds, batch_size=4, num_workers=2, row_transform=lambda row: row)
     with pytest.raises(DecodeError, match="column 'image', row 13"):
         list(loader)
-    assert loader._backend is None and not multiprocessing.active_children()
+    assert loader.debug_info()["backend"] is None and not multiprocessing.active_children()
 
     # the first epoch may be built partly in this process while the workers start; the second is
     # built by the workers alone: the functions fail there (armed by a file, seen by the workers)
@@ -284,7 +284,7 @@ def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up(tmp_path, 
     )
     assert len(list(loader)) == 6
     flag.touch()
-    prefix = loader._backend.prefix
+    prefix = loader.debug_info()["shared_memory_prefix"]
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"batch 1 of epoch 1 \(rows 4, 5, 6, 7, stuck at row 5"):
         list(loader)
@@ -303,7 +303,7 @@ def test_the_first_batch_is_built_here_with_its_errors_and_timeout():
     notes = "\n".join(info.value.__notes__)
     assert "row_transform on row 2 (position 2 of epoch 0)" in notes
     assert f"in the main process (pid {os.getpid()})" in notes
-    assert loader._backend is None and not multiprocessing.active_children()
+    assert loader.debug_info()["backend"] is None and not multiprocessing.active_children()
 
     loader = DataLoader(ds, batch_size=4, num_workers=1, row_transform=slow_on_1, timeout=0.5)
     with pytest.raises(TimeoutError) as info:
@@ -323,6 +323,7 @@ SCRIPT = textwrap.dedent(
 
     def stuck(row):  # defined in __main__: reaches the workers by value
         if MODE == "hang" and multiprocessing.parent_process() is not None:
+            open(sys.argv[2], "w").close()  # the test waits for this: a worker is hung
             time.sleep(3600)  # in a worker (this process builds the first batches itself)
         return {"x": row["x"] * 2, "pid": os.getpid()}
 
@@ -361,11 +362,11 @@ def wait_gone(pids, seconds=15):
     return [p for p in pids if alive(p)]
 
 
-def start_script(start, mode):
+def start_script(start, mode, hung="/nonexistent"):
     """The script read from stdin (no file: like a notebook, functions must travel by value), in
     its own process group (``start`` is the ``process_group`` fixture)."""
     proc = start(
-        [sys.executable, "-", mode],
+        [sys.executable, "-", mode, hung],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -409,10 +410,14 @@ def _is_tracker_of(pid, parent):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_hung_worker(process_group):
-    proc, workers = start_script(process_group, "hang")
+def test_ctrl_c_stops_a_hung_worker(process_group, tmp_path):
+    hung = tmp_path / "hung"
+    proc, workers = start_script(process_group, "hang", str(hung))
     assert proc.stdout.readline().strip() == "waiting"
-    time.sleep(1.0)
+    end = time.monotonic() + 60  # until a worker is in the hanging row
+    while not hung.exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert hung.exists(), "no worker reached the hanging row"
     os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole process group
     assert proc.wait(timeout=30) != 0
     err = proc.stderr.read()

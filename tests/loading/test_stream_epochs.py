@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxfeed import DataLoader, load_dataset
-from jaxfeed.loading import stream_loader as S
 
 
 @pytest.fixture
@@ -48,24 +47,25 @@ def test_the_next_epoch_is_read_ahead_and_gives_the_batches_of_a_fresh_read(stre
     others = frozenset(readers())
     loader = DataLoader(stream, 8)
     first = xs(loader)
-    ahead = loader._ahead
-    assert ahead is not None and ahead.next_epoch == 1
+    info = loader.debug_info()
+    assert info["read_ahead_threads"] == 1 and len(readers(others)) == 1
     end = time.monotonic() + 20
-    while ahead.queue.qsize() < S._READ_AHEAD and time.monotonic() < end:
+    while loader.debug_info()["read_ahead"] < info["read_ahead_bound"] and time.monotonic() < end:
         time.sleep(0.01)
-    assert ahead.queue.qsize() == S._READ_AHEAD  # epoch 1 read ahead, no further than the bound
+    # epoch 1 read ahead, no further than the bound
+    assert loader.debug_info()["read_ahead"] == info["read_ahead_bound"] == 2
     second = xs(loader)
-    assert loader._ahead is ahead  # the same thread went on
+    assert loader.debug_info()["read_ahead_threads"] == 1  # the same thread went on
     third = xs(loader)
     assert first == fresh_epoch(stream, 0) and second == fresh_epoch(stream, 1)
     assert third == fresh_epoch(stream, 2) and first != second != third
     assert sorted(sum(second, [])) == list(range(120))
 
     loader.set_epoch(3)  # where the read-ahead already is: kept
-    assert loader._ahead is ahead and xs(loader) == fresh_epoch(stream, 3)
-    loader.set_epoch(7)  # elsewhere: a new one
-    assert xs(loader) == fresh_epoch(stream, 7) and loader._ahead is not ahead
-    assert not ahead.thread.is_alive()
+    assert xs(loader) == fresh_epoch(stream, 3) and loader.debug_info()["read_ahead_threads"] == 1
+    loader.set_epoch(7)  # elsewhere: a new one, and the old one stopped
+    assert xs(loader) == fresh_epoch(stream, 7) and loader.debug_info()["read_ahead_threads"] == 2
+    assert len(readers(others)) == 1
     del loader  # a loader nobody holds stops its read-ahead at once
     end = time.monotonic() + 20
     while readers(others) and time.monotonic() < end:

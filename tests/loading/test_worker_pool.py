@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -33,27 +34,27 @@ def pids(batches):
 def test_workers_start_with_the_loader_and_a_new_loader_takes_them_over():
     ds = ids_ds()
     first = DataLoader(ds, 8, shuffle=True, seed=1, row_transform=tag, num_workers=2)
-    assert len(first._backend.workers) == 2  # started when made, before any next()
+    assert len(first.debug_info()["worker_pids"]) == 2  # started when made, before any next()
     epoch1 = list(first)
-    workers = {w.process.pid for w in first._backend.workers}
+    workers = set(first.debug_info()["worker_pids"])
     # one new loader per epoch, as many scripts do: the ready workers of the first, whose epoch
     # is over, build the second loader's batches (no new process is started)
     second = DataLoader(ds, 8, shuffle=True, seed=1, row_transform=tag, num_workers=2)
-    assert {w.process.pid for w in second._backend.workers} == workers
+    assert set(second.debug_info()["worker_pids"]) == workers
     second.set_epoch(1)
     it = iter(second)
     epoch2 = [next(it)]  # the second loader runs the workers now, mid-epoch
     first.set_epoch(1)  # the old loader reads on meanwhile: it starts workers of its own
     again = list(first)
-    assert {w.process.pid for w in first._backend.workers}.isdisjoint(workers)
+    assert set(first.debug_info()["worker_pids"]).isdisjoint(workers)
     epoch2 += list(it)
     assert set().union(*pids(epoch2)) == workers
     assert not any(np.asarray(b["jax"]).any() for b in epoch2)  # workers never import JAX
     assert rows(again) == rows(epoch2) and sorted(sum(rows(epoch1), [])) == list(range(64))
     # another recipe (another seed) never gets them
     other = DataLoader(ds, 8, shuffle=True, seed=2, row_transform=tag, num_workers=2)
-    assert {w.process.pid for w in other._backend.workers}.isdisjoint(workers)
-    prefixes = [x._backend.prefix for x in (first, second, other)]
+    assert set(other.debug_info()["worker_pids"]).isdisjoint(workers)
+    prefixes = [x.debug_info()["shared_memory_prefix"] for x in (first, second, other)]
     for loader in (first, second, other):
         loader.close()
     assert not multiprocessing.active_children()
@@ -63,7 +64,7 @@ def test_workers_start_with_the_loader_and_a_new_loader_takes_them_over():
 def test_garbage_collection_stops_parked_workers():
     loader = DataLoader(ids_ds(), 16, row_transform=tag, num_workers=1)
     list(loader)  # its pool is parked for a new loader: none comes
-    prefix = loader._backend.prefix
+    prefix = loader.debug_info()["shared_memory_prefix"]
     del loader
     assert not multiprocessing.active_children() and not leftover_segments(prefix)
 
@@ -97,15 +98,17 @@ def test_hand_over_mid_epoch_loses_and_repeats_nothing_and_resumes_exactly():
 def test_a_worker_dead_between_epochs_is_named_with_its_signal():
     loader = DataLoader(ids_ds(), 8, row_transform=tag, num_workers=2)
     list(loader)
-    victim = loader._backend.workers[1].process
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(10)
+    victim = loader.debug_info()["worker_pids"][1]
+    os.kill(victim, signal.SIGKILL)
+    end = time.monotonic() + 10  # until it is reaped (active_children() reaps)
+    while victim in {p.pid for p in multiprocessing.active_children()} and time.monotonic() < end:
+        time.sleep(0.01)
     with pytest.raises(WorkerError) as info:
         list(loader)  # its next job: a BrokenPipeError until now
     message = str(info.value)
-    assert f"DataLoader worker 1 (pid {victim.pid}) was killed by signal 9" in message
+    assert f"DataLoader worker 1 (pid {victim}) was killed by signal 9" in message
     assert "while starting" not in message and "batches" in message, message
-    assert loader._backend is None and not multiprocessing.active_children()
+    assert loader.debug_info()["backend"] is None and not multiprocessing.active_children()
 
 
 def test_a_slow_start_is_explained_once(monkeypatch):

@@ -47,6 +47,20 @@ def test_keeps_last_and_best(tmp_path):
         assert ckpt.best_mode == "max" and ckpt.best_step == 5
 
 
+def test_a_reopened_manager_keeps_the_best_step_of_the_earlier_one(tmp_path):
+    """A resumed run: the best step saved by an earlier manager survives the later saves
+    (Orbax keeps no metrics of its own for steps it did not save in this process)."""
+    for mode, losses, best in (("min", [0.1, 0.5, 0.6], 1), ("max", [0.9, 0.5, 0.2], 1)):
+        folder = tmp_path / mode
+        options = {"keep_last": 1, "best_mode": mode, "async_save": False}
+        with CheckpointManager(folder, **options) as ckpt:
+            ckpt.save(1, {"w": jnp.zeros(1)}, metrics={"eval_loss": losses[0]})
+        with CheckpointManager(folder, **options) as ckpt:
+            for step, loss in zip((2, 3, 4), [*losses[1:], losses[-1]], strict=True):
+                ckpt.save(step, {"w": jnp.zeros(1)}, metrics={"eval_loss": loss})
+            assert ckpt.all_steps == [best, 4] and ckpt.best_step == best, mode
+
+
 def test_restore_into_fresh_objects_and_typed_keys(tmp_path):
     model, opt = small()
     model.noise = nnx.Rngs(7)  # stored typed PRNG keys (key<fry>) must round-trip

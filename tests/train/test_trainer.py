@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jax_compiles import compile_count
 from jaxfeed import DataLoader, EarlyStopping, Trainer, load_dataset, plot_history
 from jaxfeed.models import CNN, MLP, LinenCNN
 from jaxfeed.train import NonFiniteLossError, scale_images
@@ -42,8 +43,8 @@ def test_cnn_learns_digits_and_compiles_once(digits, capsys):
     assert set(history[0]) == {
         "epoch", "train_loss", "train_accuracy", "eval_loss", "eval_accuracy", "seconds", "rows_per_second", "data_wait"
     }  # fmt: skip
-    assert trainer.core.train_step._cache_size() == 1  # the short last batch (1437 % 64) is padded
-    assert trainer.core.eval_step._cache_size() == 1
+    assert compile_count(trainer.core.train_step) == 1  # the short last batch (1437 % 64) is padded
+    assert compile_count(trainer.core.eval_step) == 1
     out = capsys.readouterr().out  # not a terminal: one line per epoch
     assert out.count("\n") == 5 and "epoch 5/5" in out
     result = trainer.evaluate(test)
@@ -82,7 +83,7 @@ def test_linen_trainer_same_keys(digits):
     assert set(history[0]) == set(nnx_trainer.fit(train, test, epochs=1)[0])
     assert history[-1]["eval_accuracy"] > 0.9
     assert set(trainer.variables) == {"params", "batch_stats"}
-    assert trainer.core.train_step._cache_size() == 1
+    assert compile_count(trainer.core.train_step) == 1
 
 
 def test_eval_mode_disables_dropout_and_uses_running_averages(digits):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -321,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxfeed`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
+    entry = argv is None  # the process's command (not a caller's main([...])): it ends after this
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
@@ -329,19 +331,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.train_argv = rest
+    args.entry = entry
     if args.command == "train":
         args.debug = args.debug or "--debug" in rest
     if not args.debug:
         _quiet_stray_async_errors()
         logging.getLogger("absl").setLevel(logging.CRITICAL)  # Orbax's: jaxfeed says what failed
     try:
-        return args.run(args)
+        status = args.run(args)
+        if entry and status in (130, 143):  # stopped: nothing but the exit is left
+            _stopping()
+        return status
+    except SystemExit as stop:  # a run stopped by a signal (Preempted: 130 or 143), or argparse
+        if entry and stop.code in (130, 143):
+            _stopping()
+        raise
     except ConfigError as err:
         if args.debug:
             raise
         print(f"jaxfeed {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if entry:
+            _stopping()
         print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError as err:
@@ -421,6 +433,18 @@ def _quiet_stray_async_errors() -> None:
 
     excepthook.jaxfeed_quiet = True  # type: ignore[attr-defined]
     sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+def _stopping() -> None:
+    """The command was stopped by Ctrl-C (or SIGTERM) and now only exits: ignore Ctrl-C from here.
+
+    Python restores its own SIGINT handler when a block that handled Ctrl-C ends, so another
+    one (a second press, or one not yet handled when that block ends) arriving while the
+    command unwinds raised ``KeyboardInterrupt`` outside every handler, and once Python resets
+    the handlers it installed at exit, ended the process by SIGINT (-2) instead of 130. An
+    ignored SIGINT stays ignored through the interpreter's exit.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _quiet_stdout() -> None:

@@ -37,7 +37,7 @@ def train(args: argparse.Namespace) -> int:
     if flags.print_config:
         print(print_config(config), end="")
         return 0
-    with safe_interrupts():
+    with safe_interrupts(ignore_after=getattr(args, "entry", False)):
         try:
             run_training(config, say=_say)
         except KeyboardInterrupt:

@@ -568,6 +568,45 @@ class DataLoader(_BaseLoader):
                 ]
         return placed, keep
 
+    # ------------------------------------------------------------------ diagnostics
+    def debug_info(self) -> dict[str, Any]:
+        """What the loader runs at this moment, read-only, for diagnostics and tests (the keys
+        are stable; the values change as it iterates):
+
+        * ``backend``: ``"inline"``, ``"thread"``, ``"process"``, or None before the first
+          epoch and after :meth:`close`;
+        * ``shared_memory_prefix``: the name prefix of the worker processes' shared-memory
+          slots (``/dev/shm`` names), None without worker processes;
+        * ``worker_pids``: the worker processes' ids, empty without them;
+        * ``read_ahead``: batches ready ahead of the consumer in the epoch being read;
+          ``read_ahead_bound``: the most there can be (``prefetch``).
+
+        >>> from jaxfeed import Dataset
+        >>> loader = DataLoader(Dataset.from_dict({"x": list(range(8))}), batch_size=2)
+        >>> _ = next(iter(loader))
+        >>> info = loader.debug_info()
+        >>> info["backend"], info["worker_pids"], info["read_ahead_bound"]
+        ('inline', [], 2)
+        """
+        backend = self._backend
+        kinds = {InlineBackend: "inline", ThreadBackend: "thread", ProcessBackend: "process"}
+        workers = getattr(backend, "workers", None) if isinstance(backend, ProcessBackend) else []
+        iterator = self._iterator() if self._iterator is not None else None
+        ahead = 0
+        if iterator is not None and iterator.producer is not None:
+            ahead = iterator.producer.queue.qsize()
+        elif iterator is not None and iterator.ahead is not None:
+            ahead = len(iterator.ahead)
+        return {
+            "backend": None
+            if backend is None
+            else kinds.get(type(backend), type(backend).__name__),
+            "shared_memory_prefix": getattr(backend, "prefix", None),
+            "worker_pids": [w.process.pid for w in workers or []],
+            "read_ahead": ahead,
+            "read_ahead_bound": self.prefetch,
+        }
+
 
 DataLoader.register(StreamingDataLoader)  # DataLoader(iterable_dataset, ...) is a DataLoader
 

@@ -156,6 +156,7 @@ class StreamingDataLoader(_BaseLoader):
         self._iterator: weakref.ref[_Iterator] | None = None
         self._reader = _Reader(self)
         self._ahead: _ReadAhead | None = None  # the read-ahead thread, kept across epochs
+        self._read_aheads = 0  # read-ahead threads started (debug_info)
 
     def _variable_options(self, options: LoaderOptions) -> None:
         padding = options.padding  # checked with packing and bucket_by_length by LoaderOptions
@@ -314,6 +315,7 @@ class StreamingDataLoader(_BaseLoader):
         if ahead is None or resume is not None or ahead.next_epoch != epoch:
             self._drop_ahead()
             ahead = self._ahead = _ReadAhead(self._reader, resume, epoch)
+            self._read_aheads += 1
         return ahead
 
     def _tables(self, resume: dict | None, epoch: int) -> Iterator:
@@ -329,6 +331,33 @@ class StreamingDataLoader(_BaseLoader):
         """Stop the read-ahead thread."""
         self._close()
         self._drop_ahead()
+
+    # ------------------------------------------------------------------ diagnostics
+    def debug_info(self) -> dict[str, Any]:
+        """What the loader runs at this moment, read-only, for diagnostics and tests (the keys
+        are those of :meth:`DataLoader.debug_info <jaxfeed.DataLoader.debug_info>`; a stream
+        has no worker processes), plus ``read_ahead_threads``: how many read-ahead threads this
+        loader has started (the same number after an epoch: the thread went on reading).
+        ``read_ahead`` counts the decoded tables ready ahead (``read_ahead_bound`` of them at
+        most), across epochs.
+
+        >>> from jaxfeed import Dataset
+        >>> stream = Dataset.from_dict({"x": list(range(8))}).to_iterable_dataset()
+        >>> loader = StreamingDataLoader(stream, batch_size=4)
+        >>> _ = list(loader)
+        >>> info = loader.debug_info()
+        >>> info["backend"], info["worker_pids"], info["read_ahead_threads"]
+        ('inline', [], 1)
+        """
+        ahead = self._ahead
+        return {
+            "backend": "inline",
+            "shared_memory_prefix": None,
+            "worker_pids": [],
+            "read_ahead": 0 if ahead is None else ahead.queue.qsize(),
+            "read_ahead_bound": _READ_AHEAD,
+            "read_ahead_threads": self._read_aheads,
+        }
 
 
 class _Reader:

@@ -40,7 +40,7 @@ def in_cleanup(frame: FrameType | None, depth: int = 8) -> bool:
 
 
 @contextlib.contextmanager
-def safe_interrupts() -> Iterator[None]:
+def safe_interrupts(ignore_after: bool = False) -> Iterator[None]:
     """Within the block, SIGINT raises ``KeyboardInterrupt`` at the next safe point (main thread).
 
     A re-delivery and the block's exit are atomic: the timer sends the signal only while holding
@@ -48,6 +48,13 @@ def safe_interrupts() -> Iterator[None]:
     sent it waits (up to ``FLUSH_SECONDS``) for this handler to run before restoring the previous
     one, so a Ctrl-C is raised here once, never handed to the restored handler as a second one.
     A process started with SIGINT ignored (``cmd &`` in a script) keeps ignoring it.
+
+    ``ignore_after``: for a process that only exits once the block is done (the command). When
+    the block raised its ``KeyboardInterrupt``, or is left by a ``SystemExit`` (a run stopped by
+    its signal handler), SIGINT is then ignored instead of handled by the previous handler: a
+    later one (a second press while the run unwinds; a signal not yet handled when the block
+    ends) can neither raise outside every handler nor, once Python resets its handlers at exit,
+    end the process by SIGINT (status -2 instead of 130).
     """
     if (
         threading.current_thread() is not threading.main_thread()
@@ -57,7 +64,7 @@ def safe_interrupts() -> Iterator[None]:
         return
     pid = os.getpid()
     lock = threading.Lock()
-    state = {"pending": False, "active": True, "sent": False}
+    state = {"pending": False, "active": True, "sent": False, "stopped": False}
 
     def redeliver() -> None:
         with lock:
@@ -76,11 +83,15 @@ def safe_interrupts() -> Iterator[None]:
                 timer.start()
             return
         state["pending"] = False
+        state["stopped"] = True
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
         yield
+    except (KeyboardInterrupt, SystemExit):
+        state["stopped"] = True
+        raise
     finally:
         try:
             # no re-delivery starts after this; one sent meanwhile may raise right here, while
@@ -92,4 +103,5 @@ def safe_interrupts() -> Iterator[None]:
                 time.sleep(0.001)
         finally:
             state["active"] = False
-            signal.signal(signal.SIGINT, previous)
+            stopped = ignore_after and state["stopped"]
+            signal.signal(signal.SIGINT, signal.SIG_IGN if stopped else previous)

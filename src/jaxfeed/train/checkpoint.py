@@ -24,6 +24,7 @@ works on a read-only folder.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -256,6 +257,35 @@ def _partial_saves(directory: Path) -> list[Path]:
 _STEP = "_jaxfeed_step"  # the step, beside the metrics Orbax ranks (ties: the earliest is kept)
 
 
+class _MetricsFromMeta:
+    """A preservation policy that gives ``policy`` the metrics of every step.
+
+    Orbax writes a step's metrics to disk only with its own ``best_fn``, so a manager reopened
+    on a folder (a resumed run) sees the earlier steps without metrics, and ``BestN`` would
+    delete the best of them as soon as ``LatestN`` lets go of it. jaxfeed keeps each step's
+    metrics in its ``meta`` item: ``read(step)`` fills them in.
+    """
+
+    def __init__(self, read: Any, policy: Any) -> None:
+        self.read, self.policy = read, policy
+
+    def should_preserve(self, checkpoints: Any, *, context: Any) -> Any:
+        filled = [
+            info if info.metrics is not None else _Info(info.step, self.read(info.step), info.time)
+            for info in checkpoints
+        ]
+        return self.policy.should_preserve(filled, context=context)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Info:
+    """Orbax's ``PolicyCheckpointInfo`` (a protocol): a step, its metrics, its save time."""
+
+    step: int
+    metrics: dict[str, Any] | None
+    time: Any
+
+
 class CheckpointManager:
     """Numbered checkpoints in ``directory``: the last ``keep_last`` and the best ``keep_best`` by
     ``best_metric`` are kept (both, always: the latest is never deleted for not being the best).
@@ -307,7 +337,7 @@ class CheckpointManager:
         if keep_best > 0:
             sign = 1.0 if best_mode == "max" else -1.0
             preserve.append(
-                policies.BestN(
+                _MetricsFromMeta(self._saved_metrics, policies.BestN(
                     # kept: the highest keys; on ties the earliest step (the rule of best_step)
                     get_metric_fn=lambda m: (
                         sign * float(m.get(best_metric, float("nan"))),
@@ -316,8 +346,8 @@ class CheckpointManager:
                     reverse=False,
                     n=keep_best,
                     keep_checkpoints_without_metrics=False,
-                )
-            )
+                ))
+            )  # fmt: skip
         self._options = ocp.CheckpointManagerOptions(
             preservation_policy=policies.AnyPreservationPolicy(preserve),
             enable_async_checkpointing=async_save,
@@ -532,6 +562,14 @@ class CheckpointManager:
     def best_step(self) -> int | None:
         scored = ((s, self.metrics(s).get(self.best_metric)) for s in self.all_steps)
         return pick_best(scored, self.best_mode)
+
+    def _saved_metrics(self, step: int) -> dict[str, float] | None:
+        """What Orbax ranks ``step`` by, read from its ``meta`` (None: no metrics saved)."""
+        try:
+            metrics = self.metrics(step)
+        except CheckpointError:
+            return None
+        return {**metrics, _STEP: int(step)} if metrics else None
 
     def metrics(self, step: int) -> dict[str, float]:
         """The metrics saved with ``step``."""
