@@ -197,10 +197,13 @@ def test_resume_refuses_a_batch_size_or_data_location_change_naming_what_may_cha
     run = _copy(base_run, tmp_path)
     before = _files(run)
     moved = shutil.copy(table, tmp_path / "moved.csv")
-    for flag, value in (("--batch-size", "16"), ("--data", str(moved))):
-        status, _, err = run_main(capsys, "train", "--out", str(run), "--resume", flag, value)
-        assert status == 2 and f"{flag} " in err and "contradicts the run's saved" in err, err
-        assert "--mesh" in err and "--num-workers" in err and "--sharding" in err
+    status, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--batch-size", "16")
+    assert status == 2 and "--batch-size " in err and "contradicts the run's saved" in err, err
+    assert "--mesh" in err and "--num-workers" in err and "--sharding" in err
+    # data elsewhere is taken only when it is the run's data (file names, sizes and digests)
+    status, _, err = run_main(capsys, "train", "--out", str(run), "--resume", "--data", str(moved))
+    assert status == 2 and "is not the data the run was trained on" in err, err
+    assert "moved.csv: not in the run's data" in err and "t.csv: missing" in err, err
     assert _files(run) == before
 
 

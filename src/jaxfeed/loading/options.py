@@ -29,7 +29,7 @@ def loader_options(
     the padding to use (bucketing without one pads to the longest row).
 
     >>> loader_options(None, True, None)
-    Padding(lengths=None, multiple_of=None, pad_values=None, truncate=False, columns=None)
+    Padding(lengths=None, multiple_of=None, pad_values=None, truncate=False, columns=None, side=None)
     """
     if padding is not None and not isinstance(padding, Padding):
         raise TypeError(f"padding must be a jaxfeed.Padding, got {type(padding).__name__}")

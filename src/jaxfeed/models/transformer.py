@@ -437,7 +437,7 @@ class TransformerLM(nnx.Module):
         slots = index + jnp.arange(t)
         mask = (jnp.arange(key_mask.shape[1])[None, :] <= slots[:, None])[None]
         mask = (mask & key_mask.astype(bool)[:, None, :])[:, None]  # (B, 1, T, S)
-        x = trunk.embed(_as_ids(input_ids))
+        x = trunk.embed(_as_ids(input_ids, self.vocab_size))
         if trunk.position is not None:
             x = x + trunk.position(jnp.minimum(positions, trunk.max_length - 1))
         new = []

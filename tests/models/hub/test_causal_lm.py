@@ -98,7 +98,7 @@ def test_config_errors_are_clear():
     with pytest.raises(ValueError, match="hidden size 30 is not a multiple"):
         gpt2.spec({"n_embd": 30, "n_head": 4, "n_layer": 1, "vocab_size": 5, "n_positions": 8})
     with pytest.raises(ValueError, match="tasks causal-lm, not 'masked-lm'"):
-        llama.build({**base, "hidden_size": 32}, task="masked-lm", rngs=nnx.Rngs(0))
+        llama.FAMILY.build({**base, "hidden_size": 32}, task="masked-lm", rngs=nnx.Rngs(0))
 
 
 def test_every_weight_has_logical_axis_names(pair):
