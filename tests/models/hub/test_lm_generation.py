@@ -66,7 +66,7 @@ def test_one_program_per_batch_size_and_length_bucket(pair):
     _, _, model = pair
     before = compilations()
     generate_ids(model, PROMPTS, 12, temperature=0)
-    generate_ids(model, [p[:5] for p in PROMPTS], 10, temperature=0.8, top_k=5, seed=3)
+    generate_ids(model, [[*p, 11] for p in PROMPTS], 10, temperature=0.8, top_k=5, seed=3)
     generate_ids(
         model, [[7] * 10, [8], [9, 9]], 14, temperature=1.0, top_p=0.9, eos_token_id=[4, 5]
     )
