@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from jaxfeed.text import generate  # noqa: E402
+from jaxfeed.train import generation  # noqa: E402
 from jaxfeed.train.generation import compilations, generate_ids  # noqa: E402
 from models.hub.lm_checkpoints import (  # noqa: E402
     CONFIGS,
@@ -64,6 +65,9 @@ def test_greedy_tokens_equal_transformers_generate(pair):
 @pytest.mark.parametrize("pair", ["gpt2", "qwen3"], indirect=True)
 def test_one_program_per_batch_size_and_length_bucket(pair):
     _, _, model = pair
+    # programs are per process: another test may have compiled these shapes already
+    generation._cached_jit.clear_cache()
+    generation._decode_jit.clear_cache()
     before = compilations()
     generate_ids(model, PROMPTS, 12, temperature=0)
     generate_ids(model, [[*p, 11] for p in PROMPTS], 10, temperature=0.8, top_k=5, seed=3)
