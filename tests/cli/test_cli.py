@@ -268,16 +268,46 @@ def test_ctrl_c_before_the_first_epoch_stops_the_run(process_group, tmp_path):
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail("jaxfeed train ignored Ctrl-C")
-    # 130, or death by SIGINT (-2; a shell reports both as 130): about one run in five under
-    # pytest still ends -2 after the handled Ctrl-C and the resume line, with SIGINT ignored at
-    # exit (so no late signal kills it) and CPython's "unhandled KeyboardInterrupt" flag set
-    # (a Ctrl-C that passed through Python code an extension ran with PyRun_*); not yet closed.
-    assert proc.returncode in (130, -signal.SIGINT), err[-2000:]
+    # 130, not death by SIGINT (-2, which a shell also shows as 130): see the test below
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert "Segmentation" not in err and "Traceback" not in err
-    if proc.returncode == -signal.SIGINT and not err.strip():
-        # the same undiagnosed -2 seen before the resume line was written (issue 43, open)
-        return
-    assert f"resume with: jaxfeed train --out {tmp_path / 'r'} --resume" in err
+    # before fit's first line (building the trainer) nothing is saved, and the command says so
+    assert (
+        f"resume with: jaxfeed train --out {tmp_path / 'r'} --resume" in err
+        or err.strip() == "jaxfeed train: interrupted before training started"
+    ), err[-2000:]
+
+
+# A Ctrl-C that lands inside a builtin exec() of a string (dataclasses and namedtuple build their
+# methods so: Orbax's first import, inside fit, was where about one run in six caught it) sets
+# CPython's "unhandled KeyboardInterrupt" flag as it leaves the exec, though the command handles
+# it. Under `python -m` (not `-c`, not the console script) the interpreter then ended by SIGINT
+# (-2) after printing the resume line.
+EXEC_SIGINT = textwrap.dedent(
+    """
+    import sys
+    from jaxfeed.cli import commands, main
+
+    def stopped(args):
+        try:
+            exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(5)")
+        except KeyboardInterrupt:
+            return 130
+        return 0
+
+    commands.info = stopped
+    sys.exit(main())
+    """
+)
+
+
+def test_a_ctrl_c_handled_after_it_left_an_exec_still_exits_130(tmp_path):
+    (tmp_path / "exec_sigint.py").write_text(EXEC_SIGINT)
+    result = subprocess.run(
+        [sys.executable, "-m", "exec_sigint", "info", "digits"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
 
 
 # A command stopped by Ctrl-C (KeyboardInterrupt) or by its handler (Preempted: SystemExit 130)

@@ -443,8 +443,16 @@ def _stopping() -> None:
     command unwinds raised ``KeyboardInterrupt`` outside every handler, and once Python resets
     the handlers it installed at exit, ended the process by SIGINT (-2) instead of 130. An
     ignored SIGINT stays ignored through the interpreter's exit.
+
+    It also clears CPython's "unhandled KeyboardInterrupt" flag. A Ctrl-C that lands inside a
+    builtin ``exec`` of a string (``dataclasses`` and ``namedtuple`` build their methods that
+    way, so any import in flight can be one) sets that flag as the interrupt leaves the
+    ``exec``, even though the command catches it further up; ``python -m jaxfeed.cli`` then
+    ended by SIGINT (-2) at exit instead of with its status. Each ``exec`` of a string resets
+    the flag before it runs, so an empty one clears it (CPython 3.11 to 3.13 alike).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exec("pass")  # a constant: resets the flag described above
 
 
 def _quiet_stdout() -> None:

@@ -40,7 +40,9 @@ def train(args: argparse.Namespace) -> int:
     with safe_interrupts(ignore_after=getattr(args, "entry", False)):
         try:
             run_training(config, say=_say)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
+            if not getattr(stop, "reported", False):  # before fit: nothing saved, nothing said
+                print("jaxfeed train: interrupted before training started", file=sys.stderr)
             return 130
     return 0
 

@@ -382,13 +382,14 @@ def _train(
                 checkpoint_dir=out / "checkpoints",
                 checkpoint_options={"best_metric": metric or BEST_METRIC, "best_mode": mode},
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         done = trainer.epoch
         print(
             f"\ninterrupted during epoch {done + 1}: checkpoints up to epoch {done} are in "
             f"{out / 'checkpoints'}; resume with: {trainer.resume_hint}",
             file=sys.stderr,
         )
+        stop.reported = True  # type: ignore[attr-defined]  # the command adds nothing
         raise
     except CheckpointError as err:  # a save that failed (a full disk): the earlier steps stay
         raise CheckpointError(
