@@ -442,6 +442,8 @@ def map(
         indices=None,
         source_files=None if sink.path is None else {sink.path.name},
     )
+    if sink.path is not None:  # as `datasets`: the output maps the file written (cache_files)
+        out._internal.set_cache(sink.path.parent, [sink.path.name])
     formatted = ds._internal.format_state()["_format_columns"]
     if formatted is not None:  # as `datasets`: new columns join the formatted ones
         fmt = ds.format
@@ -532,7 +534,7 @@ def _infer_returned(
         except (FeatureError, TypeError, ValueError, OverflowError, pa.ArrowException):
             pass
     try:
-        feature = as_ragged(infer_column(values, name)[0])
+        feature = as_ragged(infer_column(values, name, on_mixed_types)[0])
     except FeatureError:
         if on_mixed_types != "use_json":
             raise

@@ -252,7 +252,10 @@ def parallel_map(ds: DatasetCore, num_proc: int, kwargs: dict[str, Any]) -> Data
                 ) from err
         tables.append(table.replace_schema_metadata(features.arrow_schema.metadata))
     table = pa.concat_tables(tables)
-    return ds._internal.derive(table, features=features, indices=None, source_files=names or None)
+    out = ds._internal.derive(table, features=features, indices=None, source_files=names or None)
+    if names:  # the shards' files, also when ``ds`` lives in memory (as `datasets` lists them)
+        out._internal.set_cache(Path(next(iter(out_files))).parent, sorted(names))
+    return out
 
 
 def _output_files(ds: DatasetCore, kwargs: dict[str, Any], shards: int) -> list[str] | None:
