@@ -435,7 +435,9 @@ def map(
             new = (
                 _as_columns(results[0], True)
                 if batched
-                else _rows_to_columns(results, start, _input_values(ds, start, stop, remove, given_rows))
+                else _rows_to_columns(
+                    results, start, _input_values(ds, start, stop, remove, given_rows)
+                )
             )
             if new is None:
                 if updated:
