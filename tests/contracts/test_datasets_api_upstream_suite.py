@@ -98,6 +98,10 @@ def test_map_without_function_writes_and_removes_columns(tmp_path):
                 copied.map(remove_columns=["b"], cache_file_name=str(folder / "three.arrow")),
                 ds.map(keep_in_memory=True),
             )
+        ] + [  # a formatted batch comes back whole: remove_columns has nothing to remove
+            (d.map(remove_columns=["a"]), d.map(cache_file_name=str(folder / f"{fmt}.arrow")))
+            for fmt in ("arrow", "pandas", "numpy")
+            for d in [ds.with_format(fmt)]
         ]
 
     same(snippet)

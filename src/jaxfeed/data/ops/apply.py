@@ -415,7 +415,10 @@ def map(
     if function is None:  # as `datasets`: the rows as they are, less remove_columns, written out
         if not remove and (directory is None and (keep_in_memory or cache_file_name is None)):
             return ds  # nothing to remove and nowhere to write: the same rows, no copy
-        function, batched, with_indices, with_rank, columns = _no_change, True, False, False, []
+        # `datasets` maps ``lambda x: x``: in the python format that is "no change" (the stored
+        # values are kept as Arrow arrays); a formatted batch comes back whole, as there
+        same = _no_change if ds.format["type"] is None else _itself
+        function, batched, with_indices, with_rank, columns = same, True, False, False, []
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
     out_features: Features | None = None
     given = Features(features) if features is not None else None
@@ -483,6 +486,10 @@ def map(
 
 def _no_change(*args: Any, **kwargs: Any) -> dict:
     return {}
+
+
+def _itself(batch: Any, *args: Any, **kwargs: Any) -> Any:
+    return batch
 
 
 def _merge(
