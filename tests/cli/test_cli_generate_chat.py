@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 from cli_helpers import run_main
 from jaxfeed.models import from_pretrained, preprocessor
 from jaxfeed.text import generate
+from models.hub.chat_templates import CHATML, checkpoint
 from models.hub.lm_checkpoints import save_checkpoint
-from recipes.test_hub_chat import CHATML, checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.slow  # two training processes (SIGTERM, resume): about
 from cli_helpers import jaxfeed, run_main  # noqa: E402
 from jaxfeed.models import from_pretrained, preprocessor  # noqa: E402
 from jaxfeed.text import generate  # noqa: E402
-from models.hub.lm_checkpoints import save_checkpoint, word_tokenizer  # noqa: E402
-from recipes.test_hub_chat import checkpoint as with_tokenizer  # noqa: E402
+from models.hub.chat_templates import checkpoint as with_tokenizer  # noqa: E402
+from models.hub.lm_checkpoints import save_checkpoint  # noqa: E402
 
 EPOCHS = 3
 TEMPLATE = "<s>{{ messages[0]['content'] }} t3{% if add_generation_prompt %} t4{% endif %}"

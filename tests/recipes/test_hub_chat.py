@@ -2,46 +2,11 @@
 renders it (one user message, the generation prompt, the special tokens by name), in jinja2's
 sandbox; a checkpoint without one, and a template that fails to render, are one clear error."""
 
-import json
-
 import pytest
 
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.hub_generate import TEMPLATE_FILE, chat_prompts, chat_template
-
-# ChatML (Qwen2) and a Llama 3 style template: namespace, loop controls, raise_exception, a
-# system message by default, {% generation %} blocks
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\nYou are helpful.<|im_end|>\\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-LLAMA3 = (
-    "{% set ns = namespace(n=0) %}{{ bos_token }}"
-    "{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}"
-    "{{ raise_exception('roles are user or assistant') }}{% endif %}"
-    "{% set ns.n = ns.n + 1 %}{% if m['content'] == 'skip' %}{% continue %}{% endif %}"
-    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | trim }}{% endgeneration %}"
-    "{% else %}{{ m['content'] | trim }}{% endif %}{{ eos_token }}{% endfor %}"
-    "{% if tools is not none %}TOOLS{% endif %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
-
-
-def checkpoint(folder, template=None, **extra):
-    """A folder with a word-level tokenizer and a tokenizer_config.json (with ``template``)."""
-    from models.hub.lm_checkpoints import word_tokenizer
-
-    folder.mkdir(parents=True, exist_ok=True)
-    word_tokenizer().save(str(folder / "tokenizer.json"))
-    settings = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
-                "tokenizer_class": "PreTrainedTokenizerFast", **extra}  # fmt: skip
-    if template is not None:
-        settings["chat_template"] = template
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    return folder
+from models.hub.chat_templates import CHATML, LLAMA3, checkpoint
 
 
 @pytest.mark.parametrize("template", [CHATML, LLAMA3], ids=["chatml", "llama3"])
