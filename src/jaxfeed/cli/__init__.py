@@ -28,6 +28,7 @@ EXAMPLES = {
   jaxfeed train --data houses.csv --label-column price          # regression, inferred
   jaxfeed train --data reviews.csv --text-column review --label-column stars   # text
   jaxfeed train --task lm --data corpus.txt --seq-len 128       # a language model
+  jaxfeed train --task lm --data corpus.txt --model hf:openai-community/gpt2 --seq-len 512
   jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
   jaxfeed train --model my_model.py:Net --model.init_args.width 64       # constructor arguments
   jaxfeed train --optimizer lion --optimizer.init_args.b1 0.95 --grad-clip 1.0
