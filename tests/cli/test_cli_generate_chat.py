@@ -20,9 +20,9 @@ from models.hub.lm_checkpoints import save_checkpoint
 @pytest.fixture(scope="module")
 def chat_ckpt(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hub") / "tiny-chat"
-    save_checkpoint("qwen2", folder)
+    save_checkpoint("gpt2", folder)  # absolute positions: a second <s> changes the reply
     return checkpoint(folder, "<s>{{ messages[0]['content'] }} t9{% if add_generation_prompt %}"
-                              " t10{% endif %}")  # fmt: skip
+                              " t10{% endif %}", bos=True)  # fmt: skip
 
 
 def test_chat_renders_the_template_and_prints_the_reply(chat_ckpt, capsys):
@@ -34,6 +34,7 @@ def test_chat_renders_the_template_and_prints_the_reply(chat_ckpt, capsys):
     expected = generate(model, tok, "<s>t5 t6 t9 t10", 5, temperature=0, add_special_tokens=False)
     assert out == expected + "\n"
     assert expected != generate(model, tok, "t5 t6", 5, temperature=0)
+    assert expected != generate(model, tok, "<s>t5 t6 t9 t10", 5, temperature=0)  # <s> <s> t5...
     status, out, err = run_main(capsys, "generate", str(chat_ckpt), "t5 t6", "--chat", "--json",
                                 *args)  # fmt: skip
     assert status == 0 and json.loads(out) == [{"prompt": "t5 t6", "text": expected}]

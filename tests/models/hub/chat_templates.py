@@ -26,10 +26,18 @@ LLAMA3 = (
 )
 
 
-def checkpoint(folder, template=None, **extra):
-    """A folder with a word-level tokenizer and a tokenizer_config.json (with ``template``)."""
+def checkpoint(folder, template=None, *, bos=False, **extra):
+    """A folder with a word-level tokenizer (``bos``: that starts every text with ``<s>``, as
+    Llama's) and a tokenizer_config.json (with ``template``)."""
+    import tokenizers
+
     folder.mkdir(parents=True, exist_ok=True)
-    word_tokenizer().save(str(folder / "tokenizer.json"))
+    tok = word_tokenizer()
+    if bos:
+        tok.post_processor = tokenizers.processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", 1)]
+        )
+    tok.save(str(folder / "tokenizer.json"))
     settings = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
                 "tokenizer_class": "PreTrainedTokenizerFast", **extra}  # fmt: skip
     if template is not None:
