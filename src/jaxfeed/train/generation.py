@@ -72,6 +72,9 @@ def _filter_logits(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax
     return jnp.where(keep, logits, -jnp.inf)
 
 
+_TRACES = [0]  # decoding programs traced in this process (see compilations)
+
+
 def _decode(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, start: int,
             until: jax.Array, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
             top_p: jax.Array, key: jax.Array, done: jax.Array,
@@ -79,6 +82,7 @@ def _decode(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, start
     """The decoding loop without a cache: ``tokens`` ``(B, start + max_new_tokens)`` with the
     prompts left-padded in ``[0, start)``, continued from step ``i`` (rows ``done`` already
     ended) up to step ``until``; returns the buffer, the ended rows and the step reached."""
+    _TRACES[0] += 1  # runs only while jit traces: one program per new signature
     from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
 
     model = nnx.merge(graphdef, state)
@@ -141,6 +145,7 @@ def _decode_cached(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array
     ``carry.i`` until step ``until`` or until every row produced one of ``eos`` (or was
     ``done`` before). The returned :class:`Carry` continues the decoding in another call: one
     program whatever the steps, so that stop strings can be checked between calls."""
+    _TRACES[0] += 1  # runs only while jit traces: one program per new signature
     from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
 
     model = nnx.merge(graphdef, state)
@@ -180,8 +185,9 @@ _cached_jit = jax.jit(_decode_cached, static_argnums=(0, 4))
 
 def compilations() -> int:
     """How many decoding programs :func:`generate` has compiled in this process (one per model
-    structure, batch size, prompt bucket and cache bucket)."""
-    return _decode_jit._cache_size() + _cached_jit._cache_size()
+    structure, batch size, prompt bucket and cache bucket): counted as the loops are traced,
+    which ``jax.jit`` does once per new signature, so no private JAX API is read."""
+    return _TRACES[0]
 
 
 def has_cache(model: Any) -> bool:
