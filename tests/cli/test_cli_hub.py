@@ -341,13 +341,18 @@ AST = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
        "max_length": 40, "num_mel_bins": 16}  # fmt: skip
 
 
-def ast_checkpoint(folder: Path, **extractor) -> Path:
-    """A tiny bare AST (as MIT/ast-finetuned-audioset's encoder: the classifier is new) and its
-    ASTFeatureExtractor (16 kHz, 16 mel bins, 40 frames = 0.415 s)."""
+def ast_checkpoint(folder: Path, labels: int | None = None, **extractor) -> Path:
+    """A tiny bare AST (the classifier is new; ``labels``: an ASTForAudioClassification with that
+    many classes, as MIT/ast-finetuned-audioset's 527) and its ASTFeatureExtractor (16 kHz, 16 mel
+    bins, 40 frames = 0.415 s)."""
     import torch
 
     torch.manual_seed(0)
-    transformers.ASTModel(transformers.ASTConfig(**AST)).save_pretrained(folder)
+    if labels is None:
+        transformers.ASTModel(transformers.ASTConfig(**AST)).save_pretrained(folder)
+    else:
+        config = transformers.ASTConfig(**AST, num_labels=labels)
+        transformers.ASTForAudioClassification(config).save_pretrained(folder)
     options = {"num_mel_bins": 16, "max_length": 40, **extractor}
     transformers.ASTFeatureExtractor(**options).save_pretrained(folder)
     return folder
@@ -438,6 +443,7 @@ def test_audio_checkpoint_errors_before_anything_is_written(ast_ckpt, clips, tmp
 
     base = ["train", "--data", str(clips), "--max-steps", "1"]
     other_bins = ast_checkpoint(tmp_path / "bins", num_mel_bins=24)  # the model takes 16
+    audioset_like = ast_checkpoint(tmp_path / "head", labels=5)  # a head of 5 classes, not 3
     cases = [
         ([*base, "--model", str(ast_ckpt), "--sample-rate", "8000"],
          "--sample-rate 8000: --model " + str(ast_ckpt) + " takes audio at 16,000 Hz"),
@@ -445,6 +451,8 @@ def test_audio_checkpoint_errors_before_anything_is_written(ast_ckpt, clips, tmp
          "--clip-seconds 1: --model " + str(ast_ckpt) + " takes clips of 0.415 s"),
         ([*base, "--model", str(other_bins)],
          "num_mel_bins=24 but the model's config.json has num_mel_bins=16"),
+        ([*base, "--model", str(audioset_like), "--val-split", "0"],  # 3 rows: < 8 devices
+         "--model.init_args.ignore_mismatched_sizes true"),
     ]  # fmt: skip
     short = tmp_path / "short"
     shutil.copytree(clips, short)
