@@ -55,6 +55,12 @@ test: $(VENV)/.installed-dev
 # newest Python here. Both print the versions they resolved. FAST=... changes the selection.
 MIN_PYTHON ?= python3.11
 FAST ?= -m "not slow"
+# test-latest: the newest Python here, including pyenv's installed versions that are not on PATH
+# (the newest jax needs 3.12 or later; make test stays on PYTHON, where torch's CPU build is at
+# hand for the parity tests against transformers).
+LATEST_PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV) $(PYTHON); do \
+	$$p -c "" >/dev/null 2>&1 && { echo $$p; break; }; done)
 
 .venv-min/.installed-dev: pyproject.toml constraints-min.txt
 	rm -rf .venv-min
@@ -65,7 +71,7 @@ FAST ?= -m "not slow"
 
 .venv-latest/.installed-dev: pyproject.toml
 	rm -rf .venv-latest
-	$(PYTHON) -m venv .venv-latest
+	$(LATEST_PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install --disable-pip-version-check -q --upgrade "pip>=24"
 	.venv-latest/bin/python -m pip install --disable-pip-version-check -q --upgrade -e ".[dev]"
 	touch $@

@@ -21,17 +21,22 @@ and the script exits 1. Measured with the machine shared: compare figures, not t
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import subprocess
 import sys
 import tempfile
 import time
-import wave
 from pathlib import Path
 
-import numpy as np
+from jaxfeed.bench.small_data import (
+    SIGNAL,
+    WORDS,
+    audio_folder,
+    corpus,
+    image_folder,
+    regression_table,
+    text_csv,
+)
 
 FLOORS = {  # (figure, floor, higher is better)
     "digits": ("test accuracy", 0.95, True),
@@ -41,124 +46,18 @@ FLOORS = {  # (figure, floor, higher is better)
     "lm": ("validation perplexity", 8.0, False),
     "regression": ("test R2", 0.8, True),
 }
-
-
-def _wav(path: Path, samples: np.ndarray, rate: int) -> None:
-    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-
-
-def audio_folder(root: Path, train: int = 24, test: int = 7, rate: int = 8000) -> Path:
-    """Tones of 220, 660, 1,760 Hz and chirps rising / falling over 300-3,000 Hz, 1 s each."""
-    rng = np.random.default_rng(0)
-    t = np.arange(rate) / rate
-    freqs = {
-        "tone220": lambda: np.full_like(t, 220.0),
-        "tone660": lambda: np.full_like(t, 660.0),
-        "tone1760": lambda: np.full_like(t, 1760.0),
-        "rising": lambda: np.linspace(rng.uniform(300, 600), rng.uniform(2000, 3000), len(t)),
-        "falling": lambda: np.linspace(rng.uniform(2000, 3000), rng.uniform(300, 600), len(t)),
-    }
-    for split, count in (("train", train), ("test", test)):
-        for name, freq in freqs.items():
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                phase = 2 * np.pi * np.cumsum(freq()) / rate + rng.uniform(0, 2 * np.pi)
-                _wav(
-                    folder / f"{i}.wav", 0.4 * np.sin(phase) + 0.05 * rng.normal(size=len(t)), rate
-                )
-    return root
-
-
-def image_folder(root: Path, train: int = 67, test: int = 13, size: int = 32) -> Path:
-    """Noisy grey stripes: horizontal, vertical or diagonal, at a random period and phase."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:size, 0:size]
-    for split, count in (("train", train), ("test", test)):
-        for name in ("horizontal", "vertical", "diagonal"):
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                axis = {"horizontal": y, "vertical": x, "diagonal": (x + y) / math.sqrt(2)}[name]
-                img = np.sin(2 * np.pi * axis / rng.uniform(6, 10) + rng.uniform(0, 2 * np.pi))
-                img = 128 + 80 * img + rng.normal(0, 20, (size, size))
-                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / f"{i}.png")
-    return root
-
-
-def text_csv(root: Path, rows: int = 200, test: int = 40) -> Path:
-    filler = [
-        "the",
-        "a",
-        "movie",
-        "film",
-        "story",
-        "plot",
-        "actor",
-        "scene",
-        "was",
-        "is",
-        "it",
-        "this",
-        "and",
-        "very",
-        "quite",
-    ]
-    signal = {"pos": ["great", "wonderful", "excellent"], "neg": ["awful", "boring", "terrible"]}
-    rng = np.random.default_rng(0)
-    lines = []
-    for i in range(rows):
-        label = ("pos", "neg")[i % 2]
-        words = list(rng.choice(filler, size=rng.integers(5, 12)))
-        words.insert(int(rng.integers(0, len(words) + 1)), str(rng.choice(signal[label])))
-        lines.append((" ".join(words), label))
-    root.mkdir(parents=True, exist_ok=True)
-    order = rng.permutation(rows)
-    for name, part in (("train", order[test:]), ("test", order[:test])):
-        with open(root / f"{name}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerows([("text", "label"), *(lines[j] for j in part)])
-    return root
-
-
-def corpus(root: Path, lines: int = 2000) -> Path:
-    rng = np.random.default_rng(0)
-    subjects, verbs, things = (
-        ["the cat", "a dog", "my friend"],
-        ["sees", "likes"],
-        ["the sun", "a tree"],
-    )
-    text = "\n".join(
-        f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(things)}." for _ in range(lines)
-    )
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "corpus.txt").write_text(text + "\n")
-    return root / "corpus.txt"
-
-
-def regression_table(root: Path, rows: int = 400, test: int = 80) -> Path:
-    rng = np.random.default_rng(0)
-    a, b = rng.normal(size=rows), rng.normal(size=rows)
-    colour = rng.choice(["red", "green", "blue"], size=rows)
-    size = rng.choice(["S", "M", "L", "XL"], size=rows)
-    effect = {"red": 2.0, "green": 0.0, "blue": -2.0, "S": -1.0, "M": 0.0, "L": 1.0, "XL": 2.0}
-    y = 3 * a - 2 * b + np.array([effect[c] + effect[s] for c, s in zip(colour, size, strict=True)])
-    y = y + 0.3 * rng.normal(size=rows)
-    root.mkdir(parents=True, exist_ok=True)
-    for name, part in (("train", slice(test, None)), ("test", slice(0, test))):
-        with open(root / f"{name}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["a", "b", "colour", "size", "target"])
-            for row in zip(a[part], b[part], colour[part], size[part], y[part], strict=True):
-                writer.writerow([f"{row[0]:.4f}", f"{row[1]:.4f}", row[2], row[3], f"{row[4]:.4f}"])
-    return root
+# the data of the cases (jaxfeed.bench.small_data): three kinds of stripes, three tones and two
+# chirps, exactly one sentiment word among 15 filler words
+STRIPES = ("horizontal", "vertical", "diagonal")
+SOUNDS = {
+    "tone220": 220.0,
+    "tone660": 660.0,
+    "tone1760": 1760.0,
+    "rising": "rising",
+    "falling": "falling",
+}
+FILLER = WORDS[:15]
+SENTIMENT = {label: words[:3] for label, words in SIGNAL.items()}
 
 
 def prepare(case: str, work: Path) -> list[str]:
@@ -166,11 +65,14 @@ def prepare(case: str, work: Path) -> list[str]:
     if case == "digits":
         return ["--data", "digits"]
     if case == "images":
-        return ["--data", str(image_folder(work / "images"))]
+        return ["--data", str(image_folder(work / "images", 67, 13, classes=STRIPES))]
     if case == "audio":
-        return ["--data", str(audio_folder(work / "audio"))]
+        return ["--data", str(audio_folder(work / "audio", SOUNDS, train=24, test=7))]
     if case == "text":
-        return ["--data", str(text_csv(work / "text"))]
+        return [
+            "--data",
+            str(text_csv(work / "text", filler=FILLER, signal=SENTIMENT, signal_words=(1, 1))),
+        ]
     if case == "lm":
         return ["--task", "lm", "--data", str(corpus(work / "lm"))]
     if case == "regression":

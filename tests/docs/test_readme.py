@@ -42,6 +42,7 @@ EXPECTED = {
     "docs/guide/text.md": [
         "'train_loss', 'train_perplexity', 'train_token_accuracy']",
         "[' five six seven eight nine ten', ' eight nine ten']",
+        "[' five six seven eight ', ' eight ']\nTrue",
         "(4, 2) [None, None]",
     ],
 }

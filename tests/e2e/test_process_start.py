@@ -73,6 +73,9 @@ SCRIPT = textwrap.dedent(
                     starters[name]()
                     outcome = "no error"
                 except Exception as err:
+                    if type(err).__name__ == "ParallelWorkerError":  # datasets' words; cause: who
+                        assert str(err).startswith("One of the subprocesses has abruptly died")
+                        err = err.__cause__
                     outcome = f"{type(err).__name__}: {err}"
                 print(f"RESULT {case} {name} {time.monotonic() - began:.1f} {outcome!r}", flush=True)
         os.environ["CASE"] = "guard"

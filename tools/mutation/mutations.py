@@ -135,7 +135,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer-nan-global-step",
-        "src/jaxfeed/train/trainer.py",
+        "src/jaxfeed/train/reporting.py",
         "step {bad - first_step + 1} of the",
         "step {bad + 1} of the",
         [f"{TRAIN}::test_promise_a_non_finite_loss_names_its_step_in_the_epoch_and_writes_nothing"],
@@ -170,7 +170,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer-checkpoint-without-loader",
-        "src/jaxfeed/train/trainer.py",
+        "src/jaxfeed/train/checkpointing.py",
         '"loader": loader.state_dict() if hasattr(loader, "state_dict") else None,',
         '"loader": None,',
         [
@@ -352,7 +352,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer-preempted-without-saving",
-        "src/jaxfeed/train/trainer.py",
+        "src/jaxfeed/train/fitting.py",
         "if manager.latest_step != self.step:\n                self.save_checkpoint(manager, loader)",
         "if False:\n                self.save_checkpoint(manager, loader)",
         ["tests/train/test_long_runs.py::test_sigterm_saves_and_resume_is_bitwise_identical"],

@@ -4,9 +4,12 @@ Each mutation in ``mutations.py`` is one plausible bug, written as a code snippe
 occur exactly once in its file) and the text that replaces it. For each, this script copies the
 sources and tests to a temporary folder, applies the mutation there (the working tree is never
 touched), runs the mutation's targeted tests with the copy first on ``PYTHONPATH``, and counts the
-bug as caught when they fail. Before anything runs, every snippet is looked up: one that is
-missing or ambiguous (code moved or changed by a refactor) stops the run with exit status 2, so a
-stale list is noticed instead of silently scoring. The unmutated copy must pass every targeted
+bug as caught when they fail. Before anything runs, every snippet is looked up. A *stale* one,
+whose snippet (or file) no longer exists because the code changed, is reported (``stale: snippet
+not found in FILE``) and skipped; the others run, and the stale ones are listed again at the end
+and make the exit status 2, so a stale list is noticed instead of silently scoring. A list that
+cannot run as written (a snippet found several times, a duplicate id, a mutant that does not
+compile, no tests) stops the run with exit status 2. The unmutated copy must pass every targeted
 test first (a baseline), otherwise a failure would prove nothing.
 
     python tools/mutation/run.py               # all mutations (make mutation)
@@ -15,8 +18,8 @@ test first (a baseline), otherwise a failure would prove nothing.
     python tools/mutation/run.py -k cli,disk   # ... "cli" or "disk"
     python tools/mutation/run.py --jobs 2      # two mutations at a time
 
-Exit status: 0 when every mutation is caught, 1 when one survives, 2 on a stale list or a failing
-baseline.
+Exit status: 0 when every mutation is caught, 1 when one survives, 2 on a stale mutation, a broken
+list, a failing baseline or a mutant whose tests cannot run.
 """
 
 from __future__ import annotations
@@ -40,29 +43,39 @@ COPIED = ("src", "tests", "conftest.py", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 
 
+def stale(mutation: Mutation, root: Path = ROOT) -> str | None:
+    """Why ``mutation`` no longer applies (its file or its snippet is gone), or None."""
+    path = root / mutation.file
+    if not path.is_file():
+        return f"stale: file {mutation.file} does not exist"
+    if mutation.find not in path.read_text():
+        return f"stale: snippet not found in {mutation.file}"
+    return None
+
+
 def check_snippets(mutations: list[Mutation], root: Path = ROOT) -> list[str]:
-    """Problems with the list: files that do not exist, snippets found 0 or several times."""
+    """Problems that stop the run: duplicate ids, snippets found several times, a replacement
+    equal to its snippet, mutants that do not compile, no tests. Stale mutations (:func:`stale`)
+    are not problems here: they are skipped and reported."""
     problems = []
     ids = [m.id for m in mutations]
     problems += [f"duplicate id {i!r}" for i in sorted({i for i in ids if ids.count(i) > 1})]
     for m in mutations:
-        path = root / m.file
-        if not path.is_file():
-            problems.append(f"{m.id}: file {m.file} does not exist")
-            continue
-        count = path.read_text().count(m.find)
-        if count != 1:
-            where = "not found" if count == 0 else f"found {count} times"
-            problems.append(f"{m.id}: snippet {where} in {m.file}:\n    {m.find!r}")
+        if not m.tests:
+            problems.append(f"{m.id}: no tests to run")
         if m.find == m.replace:
             problems.append(f"{m.id}: the replacement equals the snippet")
-        elif count == 1:
+        if stale(m, root):
+            continue
+        path = root / m.file
+        count = path.read_text().count(m.find)
+        if count != 1:
+            problems.append(f"{m.id}: snippet found {count} times in {m.file}:\n    {m.find!r}")
+        elif m.find != m.replace:
             try:  # a mutant that does not compile would be "caught" by any test: refuse it
                 compile(path.read_text().replace(m.find, m.replace), str(path), "exec")
             except SyntaxError as err:
                 problems.append(f"{m.id}: the mutated {m.file} does not compile: {err}")
-        if not m.tests:
-            problems.append(f"{m.id}: no tests to run")
     return problems
 
 
@@ -136,19 +149,25 @@ def main(argv: list[str] | None = None) -> int:
 
     problems = check_snippets(MUTATIONS)
     if problems:
-        print(
-            "the mutation list is stale (code moved or changed); fix tools/mutation/mutations.py:"
-        )
+        print("the mutation list cannot run as written; fix tools/mutation/mutations.py:")
         print("\n".join(f"  {p}" for p in problems))
         return 2
     keywords = args.keyword.split(",")
     chosen = [m for m in MUTATIONS if any(k in m.id for k in keywords)]
-    if args.list:
-        for m in chosen:
-            print(f"{m.id:<34} {m.file:<32} {m.bug}")
-        return 0
     if not chosen:
         print(f"no mutation id contains {args.keyword!r}")
+        return 2
+    stale_ones = {m.id: why for m in chosen if (why := stale(m))}
+    if args.list:
+        for m in chosen:
+            mark = "  (stale)" if m.id in stale_ones else ""
+            print(f"{m.id:<34} {m.file:<32} {m.bug}{mark}")
+        return 0
+    for mutation_id, why in stale_ones.items():
+        print(f"{mutation_id}: {why} (not run)", flush=True)
+    chosen = [m for m in chosen if m.id not in stale_ones]
+    if not chosen:
+        summarize_stale(stale_ones)
         return 2
 
     if not args.no_baseline:
@@ -185,8 +204,19 @@ def main(argv: list[str] | None = None) -> int:
         print("survived: " + ", ".join(survived))
     if errors:
         print("errors (tests not found or not runnable): " + ", ".join(errors))
+    summarize_stale(stale_ones)
+    if errors or stale_ones:
         return 2
     return 1 if survived else 0
+
+
+def summarize_stale(stale_ones: dict[str, str]) -> None:
+    """The stale mutations, at the end of the run: they were not run, and the list needs them
+    updated (or removed) in tools/mutation/mutations.py."""
+    if stale_ones:
+        print(f"\n{len(stale_ones)} stale (not run; update them in tools/mutation/mutations.py):")
+        for mutation_id, why in stale_ones.items():
+            print(f"  {mutation_id}: {why}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ then runs them (``-m "not integration"``: no Hub). A test that fails on ``NotInJ
 ``NotInJaxfeed`` at collection), on a missing attribute (a method or private attribute jaxfeed
 does not have) or on another library's format (torch, tensorflow, polars) exercises API jaxfeed
 does not claim and is left out (listed in ``DIR/left_out.txt``); the rate is
-``passed / (passed + failed)`` over the rest, every failure listed in ``DIR/failures.txt``.
+``passed / (passed + failed)`` over the rest, every failure listed in ``DIR/failures.txt``. A
+test whose fixture fails to download (no network) never reaches jaxfeed: it is counted apart
+(``DIR/offline.txt``), neither passed nor failed.
 """
 
 from __future__ import annotations
@@ -107,6 +109,15 @@ _NOT_CLAIMED = re.compile(
 )
 
 
+# a fixture that downloads (no network here): the test never reached jaxfeed
+_OFFLINE = re.compile(r"URLError|Name or service not known|Temporary failure in name resolution")
+
+
+def _offline(case: ET.Element, bad: ET.Element) -> bool:
+    message = (bad.get("message") or "").splitlines()[0] if bad.get("message") else ""
+    return bad.tag == "error" and "failed on setup" in message and bool(_OFFLINE.search(message))
+
+
 def _not_claimed(message: str, text: str) -> bool:
     first = message.splitlines()[0] if message else ""
     return bool(_NOT_CLAIMED.search(first)) or "NotInJaxfeed" in text
@@ -159,7 +170,7 @@ def main() -> int:
         f"--junitxml={report}", *[str(work / "tests" / f) for f in args.files],
     ]  # fmt: skip
     subprocess.run(cmd, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    passed, failed, left_out, skipped = [], [], [], []
+    passed, failed, left_out, skipped, offline = [], [], [], [], []
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
         bad = case.find("failure")
@@ -169,6 +180,8 @@ def main() -> int:
             skipped.append(name)
         elif bad is None:
             passed.append(name)
+        elif _offline(case, bad):
+            offline.append(name)
         elif _not_claimed(bad.get("message") or "", bad.text or ""):
             left_out.append(name)
         else:
@@ -183,9 +196,11 @@ def main() -> int:
     lines = [f"{n}  {m}" for n, m in failed]
     (args.out / "failures.txt").write_text("\n".join(lines) + "\n")
     (args.out / "left_out.txt").write_text("\n".join(left_out) + "\n")
+    (args.out / "offline.txt").write_text("\n".join(offline) + "\n")
     print(
         f"{len(passed)} passed, {len(failed)} failed ({rate:.1f}% of {total}); "
-        f"{len(left_out)} left out (API jaxfeed does not have), {len(skipped)} skipped"
+        f"{len(left_out)} left out (API jaxfeed does not have), {len(skipped)} skipped, "
+        f"{len(offline)} not run (their fixture downloads; no network)"
     )
     return 0
 

@@ -28,6 +28,7 @@ EXAMPLES = {
   jaxfeed train --data houses.csv --label-column price          # regression, inferred
   jaxfeed train --data reviews.csv --text-column review --label-column stars   # text
   jaxfeed train --task lm --data corpus.txt --seq-len 128       # a language model
+  jaxfeed train --task lm --data corpus.txt --model hf:openai-community/gpt2 --seq-len 512
   jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
   jaxfeed train --model my_model.py:Net --model.init_args.width 64       # constructor arguments
   jaxfeed train --optimizer lion --optimizer.init_args.b1 0.95 --grad-clip 1.0
@@ -52,7 +53,9 @@ EXAMPLES = {
   jaxfeed generate runs/corpus "Once upon a time" --max-new-tokens 50
   jaxfeed generate runs/corpus "abc" "xyz" --temperature 0.8 --top-k 40 --seed 1
   jaxfeed generate runs/corpus "abc" --temperature 0                   # greedy
-  jaxfeed generate hf:openai-community/gpt2 "Hello" --temperature 0    # a Hub model, no run""",
+  jaxfeed generate hf:openai-community/gpt2 "Hello" --temperature 0    # a Hub model, no run
+  jaxfeed generate hf:Qwen/Qwen2.5-0.5B-Instruct "Name three colours" --chat
+  jaxfeed generate runs/tuned "Once" --stop "." --max-new-tokens 200  # stops at the first full stop""",
     "info": """examples:
   jaxfeed info digits
   jaxfeed info ./data --split train
@@ -242,8 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="TEXT",
         type=_stop_text,
-        help='end a continuation before TEXT (repeatable; "\\n" is a line break; default: only at '
+        help='end a continuation before TEXT (repeatable; "\\n" is a line break); a row stops '
+        "decoding once its text holds one (default: a Hub checkpoint's stop_strings, else only "
         "the end-of-sequence token or --max-new-tokens)",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="each PROMPT is a user message in the checkpoint's chat template (its "
+        "tokenizer_config.json chat_template), and the reply is printed (a Hub model or a run "
+        "fine-tuned from one; needs jinja2)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)

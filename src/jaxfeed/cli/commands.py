@@ -149,20 +149,21 @@ def generate(args: argparse.Namespace) -> int:
         texts = generate_pretrained(
             args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            stop=args.stop,
+            stop=args.stop, chat=args.chat,
         )  # fmt: skip
     else:
         texts = run_generate(
             args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            checkpoint=args.checkpoint, trust_code=args.trust_code, stop=args.stop,
+            checkpoint=args.checkpoint, trust_code=args.trust_code, stop=args.stop, chat=args.chat,
         )  # fmt: skip
     if args.json:
         rows = [{"prompt": p, "text": t} for p, t in zip(args.prompts, texts, strict=True)]
         print(json.dumps(rows, indent=2), flush=True)
     else:
         for prompt, continuation in zip(args.prompts, texts, strict=True):
-            print(prompt + continuation, flush=True)  # the prompt, continued
+            # the prompt, continued; --chat: the reply alone
+            print(continuation if args.chat else prompt + continuation, flush=True)
     return 0
 
 

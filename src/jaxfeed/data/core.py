@@ -79,7 +79,7 @@ class DatasetCore:
         self._table = table
         self._features = features
         self._reader = TableReader(table, features)
-        self._indices: np.ndarray | None = None  # row i reads table row _indices[i]
+        self._index_map: np.ndarray | None = None  # row i reads table row _index_map[i]
         self._cache_dir: str | None = None  # set for datasets loaded from disk
         self._source_files: set[str] = set()  # files in _cache_dir that this table maps
         self._split: str | None = None
@@ -98,8 +98,12 @@ class DatasetCore:
         features: Features | None = None,
         info: Any = None,
         split: str | None = None,
+        on_mixed_types: str | None = None,
     ) -> DatasetCore:
         """Build a dataset from a dict of columns (lists or numpy arrays of equal length).
+
+        ``on_mixed_types="use_json"`` stores ``Json`` where a column mixes types (dicts with
+        other keys, ints beside strings), as `datasets`; by default that is a ``FeatureError``.
 
         >>> from jaxfeed import Dataset
         >>> Dataset.from_dict({"x": [1, 2, 3], "y": ["a", "b", "c"]}).features
@@ -118,7 +122,8 @@ class DatasetCore:
             features = Features(features).matching(mapping)
             arrays = [encode_column(features[k], v, k) for k, v in mapping.items()]
         else:
-            inferred = {k: infer_column(v, k) for k, v in mapping.items()}
+            _check_on_mixed_types(on_mixed_types)
+            inferred = {k: infer_column(v, k, on_mixed_types) for k, v in mapping.items()}
             features = Features({k: f for k, (f, _) in inferred.items()})
             arrays = [a for _, a in inferred.values()]
         table = (
@@ -133,6 +138,7 @@ class DatasetCore:
         features: Features | None = None,
         info: Any = None,
         split: str | None = None,
+        on_mixed_types: str | None = None,
     ) -> DatasetCore:
         """Build a dataset from a list of row dicts; the first row names the columns (as in
         `datasets`: a later row's other keys are not columns, its missing ones are None).
@@ -143,7 +149,7 @@ class DatasetCore:
         """
         names = list(rows[0]) if len(rows) else []
         columns = {k: [row.get(k) for row in rows] for k in names}
-        return cls.from_dict(columns, features=features, split=split)
+        return cls.from_dict(columns, features=features, split=split, on_mixed_types=on_mixed_types)
 
     @classmethod
     def from_arrow(
@@ -198,6 +204,14 @@ class DatasetCore:
         return out
 
     @property
+    def _indices(self) -> pa.Table | None:
+        """The index mapping as `datasets` exposes it (a one-column ``indices`` table, no copy),
+        or None when rows are read in table order (code written for `datasets` reads it)."""
+        if self._index_map is None:
+            return None
+        return pa.table({"indices": pa.array(np.asarray(self._index_map, dtype=np.uint64))})
+
+    @property
     def data(self) -> pa.Table:
         """The underlying Arrow table."""
         return self._table
@@ -208,7 +222,7 @@ class DatasetCore:
 
     @property
     def num_rows(self) -> int:
-        return self._table.num_rows if self._indices is None else len(self._indices)
+        return self._table.num_rows if self._index_map is None else len(self._index_map)
 
     @property
     def num_columns(self) -> int:
@@ -327,9 +341,9 @@ class DatasetCore:
 
     def _table_rows(self, rows: Any) -> Any:
         """Map dataset rows (a slice or index array) to table rows through the index mapping."""
-        if self._indices is None:
+        if self._index_map is None:
             return rows
-        return self._indices[rows]
+        return self._index_map[rows]
 
     def __getitems__(self, keys: Sequence[int]) -> list[dict[str, Any]]:
         """Rows for a list of indices (the hook PyTorch's DataLoader uses)."""
@@ -527,7 +541,7 @@ class DatasetInternal:
     @property
     def indices(self) -> np.ndarray | None:
         """The index mapping (row i reads table row indices[i]), or None for table order."""
-        return self._ds._indices
+        return self._ds._index_map
 
     @property
     def cache_dir(self) -> str | None:
@@ -566,7 +580,7 @@ class DatasetInternal:
         """
         ds = self._ds
         out = type(ds)._wrap(table, features if features is not None else ds._features)
-        out._indices = indices
+        out._index_map = indices
         out._cache_dir = ds._cache_dir
         out._source_files = set(ds._source_files if source_files is None else source_files)
         out._split = ds._split
@@ -599,6 +613,11 @@ class DatasetInternal:
             "_format_kwargs": self._ds._formatter.serialize(),
             "_output_all_columns": fmt["output_all_columns"],
         }
+
+
+def _check_on_mixed_types(value: Any) -> None:
+    if value not in (None, "use_json"):
+        raise ValueError(f'on_mixed_types must be None or "use_json", got {value!r}')
 
 
 def _length(values: Any, column: str) -> int:

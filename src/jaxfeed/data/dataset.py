@@ -165,9 +165,12 @@ class Dataset(DatasetCore):
         num_proc: int | None = None,
         **read_csv_kwargs: Any,
     ) -> Dataset:
-        """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`)."""
+        """Read CSV file(s) with ``pandas.read_csv`` (its type inference, as `datasets`), into
+        memory (``keep_in_memory=True``: into Arrow's memory pool, as there)."""
         split = reader_split(split)
         table = tabular.read_csv(path_or_paths, **read_csv_kwargs)
+        if keep_in_memory:
+            table = tabular.in_arrow_memory(table)
         return cls._from_table(table, features)._named(split)
 
     @classmethod
@@ -578,15 +581,20 @@ class Dataset(DatasetCore):
     ) -> Dataset:
         """Build a dataset from a function that yields row dicts (read in chunks of 1,000 rows).
 
+        With ``cache_dir`` (and not ``keep_in_memory``) the rows are written to an Arrow file in
+        that folder as they come and memory-mapped, as `datasets` does; else they stay in memory.
+
         >>> from jaxfeed import Dataset
         >>> def rows():
         ...     yield from ({"x": i} for i in range(3))
         >>> Dataset.from_generator(rows)["x"][:]
         [0, 1, 2]
         """
-        # datasets' order of arguments; cache_dir, keep_in_memory, num_proc and fingerprint are
-        # accepted (the rows are read in memory once: there is no fingerprint cache)
-        return ops.from_generator(cls, generator, features, gen_kwargs)._named(reader_split(split))
+        # datasets' order of arguments; num_proc and fingerprint are accepted (the generator runs
+        # once per call: there is no fingerprint cache)
+        directory = None if keep_in_memory or cache_dir is None else cache_dir
+        out = ops.from_generator(cls, generator, features, gen_kwargs, directory=directory)
+        return out._named(reader_split(split))
 
     def save_to_disk(
         self,

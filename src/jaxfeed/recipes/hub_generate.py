@@ -1,14 +1,47 @@
 """``jaxfeed generate hf:ORG/NAME PROMPT`` (or a local folder in the Hub's layout): continuations
 by a pretrained causal language model, without a run: ``from_pretrained(..., task="causal-lm")``,
 the checkpoint's tokenizer, and :func:`jaxfeed.text.generate` (its ``generation_config.json``
-end-of-sequence ids and stop strings included)."""
+end-of-sequence ids and stop strings included).
+
+``--chat`` (here and on a run fine-tuned from a checkpoint) renders the checkpoint's chat
+template (``chat_template.jinja``, else ``chat_template`` in ``tokenizer_config.json``; a Jinja
+template, read as text and rendered in jinja2's immutable sandbox as ``transformers``'
+``apply_chat_template`` renders it: ``messages=[{"role": "user", "content": PROMPT}]``,
+``add_generation_prompt=True``, the special tokens by name) and continues the rendered text.
+
+>>> render_chat("{{ bos_token }}[{{ messages[0]['content'] }}]{% if add_generation_prompt %}>"
+...             "{% endif %}", {"bos_token": "<s>"}, "hi", "tiny")
+'<s>[hi]>'
+"""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from jaxfeed.recipes.config import ConfigError
+
+TEMPLATE_FILE = "chat_template.jinja"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                  "mask_token")  # fmt: skip
+# what a template may raise while it renders (raise_exception, a bad filter argument...)
+RENDER_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError,
+                 RecursionError)  # fmt: skip
+
+
+JINJA_FLOOR = (3, 1, 6)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"3.1.6"`` as ``(3, 1, 6)`` (a suffix such as ``.dev0`` ignored)."""
+    parts = []
+    for part in text.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
 
 
 def is_pretrained(source: str) -> bool:
@@ -27,25 +60,129 @@ def is_pretrained(source: str) -> bool:
     return isinstance(data, dict) and "model_type" in data
 
 
+def _token(value: Any) -> str | None:
+    """A special token of ``tokenizer_config.json``: a string, or an ``AddedToken`` dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def chat_template(folder: str | Path, name: str) -> tuple[str, dict[str, str]]:
+    """The chat template of the checkpoint in ``folder`` and the special tokens it is rendered
+    with; a :class:`ConfigError` naming ``name`` when it has none."""
+    folder = Path(folder)
+    settings: dict[str, Any] = {}
+    path = folder / TOKENIZER_CONFIG
+    if path.is_file():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--chat: {path} is not valid JSON ({err})") from None
+        settings = loaded if isinstance(loaded, dict) else {}
+    template = None
+    if (folder / TEMPLATE_FILE).is_file():
+        template = (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
+    else:
+        found = settings.get("chat_template")
+        if isinstance(found, list):  # named templates: the default one
+            named = {t.get("name"): t.get("template") for t in found if isinstance(t, dict)}
+            found = named.get("default")
+        template = found if isinstance(found, str) else None
+    if not template:
+        raise ConfigError(
+            f"--chat: {name} has no chat template (no chat_template in its {TOKENIZER_CONFIG}, "
+            f"no {TEMPLATE_FILE}); drop --chat to continue the prompt as plain text"
+        )
+    specials = {k: t for k in SPECIAL_TOKENS if (t := _token(settings.get(k))) is not None}
+    return template, specials
+
+
+def render_chat(template: str, specials: dict[str, str], prompt: str, name: str) -> str:
+    """``template`` rendered for one user message ``prompt`` with the generation prompt, in
+    jinja2's immutable sandbox (nothing in a template reaches Python beyond it); a template
+    that fails to render is a :class:`ConfigError` naming ``name``."""
+    try:
+        import jinja2  # optional: the hub extra
+        import jinja2.ext  # optional: the hub extra
+        from jinja2.sandbox import ImmutableSandboxedEnvironment  # optional: the hub extra
+    except ImportError:
+        raise ConfigError(
+            "--chat needs jinja2 (chat templates are Jinja), an optional part: "
+            "pip install 'jaxfeed[hub]'"
+        ) from None
+    if _version(jinja2.__version__) < JINJA_FLOOR:
+        raise ConfigError(
+            f"--chat needs jinja2 >= 3.1.6 (earlier sandboxes have known escapes; this is "
+            f"{jinja2.__version__}): pip install -U 'jaxfeed[hub]'"
+        )
+
+    class Generation(jinja2.ext.Extension):  # {% generation %}...{% endgeneration %}: as is
+        tags = frozenset({"generation"})
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_keep"), [], [], body).set_lineno(
+                lineno
+            )
+
+        def _keep(self, caller: Any) -> str:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:  # fmt: skip
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)  # fmt: skip
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(str(fmt))
+    try:
+        return env.from_string(template).render(
+            messages=[{"role": "user", "content": prompt}], tools=None, documents=None,
+            add_generation_prompt=True, **specials,
+        )  # fmt: skip
+    except (jinja2.TemplateError, *RENDER_ERRORS) as err:
+        raise ConfigError(
+            f"--chat: the chat template of {name} failed to render: {type(err).__name__}: {err}"
+        ) from None
+
+
+def chat_prompts(folder: str | Path, name: str, prompts: list[str]) -> list[str]:
+    """Each prompt as one user message rendered by the checkpoint's chat template."""
+    template, specials = chat_template(folder, name)
+    return [render_chat(template, specials, p, name) for p in prompts]
+
+
 def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int = 50,
                         temperature: float = 1.0, top_k: int | None = None,
                         top_p: float | None = None, seed: int = 0,
-                        stop: list[str] | None = None) -> list[str]:  # fmt: skip
-    """Continuations of ``prompts`` by the checkpoint ``source``; bad checkpoints, prompts too
-    long for the context and the like are one-line :class:`ConfigError`s."""
+                        stop: list[str] | None = None, chat: bool = False) -> list[str]:  # fmt: skip
+    """Continuations of ``prompts`` by the checkpoint ``source`` (``chat``: replies to them, as
+    user messages in its chat template); bad checkpoints, prompts too long for the context and
+    the like are one-line :class:`ConfigError`s."""
     from jaxfeed.models import from_pretrained, preprocessor  # import cost: JAX, Flax
+    from jaxfeed.models.hub.files import resolve  # import cost: the Hub layer
     from jaxfeed.text import generate  # import cost: JAX
 
     for i, prompt in enumerate(prompts):
         if not prompt:
             raise ConfigError(f"prompt {i} is empty")
     try:
+        if chat:  # the template checked before the model is loaded
+            prompts = chat_prompts(resolve(source).folder, source, list(prompts))
         model = from_pretrained(source, task="causal-lm")
         tokenizer = preprocessor(source)
         return list(
             generate(model, tokenizer, list(prompts), max_new_tokens=max_new_tokens,
                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                     stop=stop)
+                     stop=stop, add_special_tokens=False if chat else None)
         )  # fmt: skip
     except ValueError as err:  # CheckpointError is one; generate's input errors too
         raise ConfigError(str(err)) from None

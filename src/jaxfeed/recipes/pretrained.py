@@ -161,10 +161,7 @@ def plan_text(
     """A text run's preprocessing with the checkpoint's tokenizer: its ``tokenizer.json`` (as
     ``--tokenizer``), its pad id, texts cut to the length the model takes."""
     if task == "lm":
-        raise ConfigError(
-            f"--model {checkpoint.spec} is an encoder ({checkpoint.model_type}): --task lm needs "
-            "a causal language model"
-        )
+        return plan_lm(checkpoint, train, column, config)
     if config.tokenizer is not None:
         raise ConfigError(
             f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop --tokenizer"
@@ -207,6 +204,103 @@ def plan_text(
         prep.text["pad_id"] = int(tokenizer.padding["pad_id"])
     prep.text["pretrained"] = checkpoint.spec
     return prep, notes
+
+
+# ---------------------------------------------------------------------------------- language models
+LM_SEQ_LEN = 1024  # --seq-len of a causal LM by default, at most its context (as run_clm)
+
+
+def context_of(checkpoint: Checkpoint) -> int | None:
+    """The positions a causal LM takes (``max_position_embeddings``, GPT-2's ``n_positions``)."""
+    for key in ("max_position_embeddings", "n_positions"):
+        if isinstance(checkpoint.config.get(key), int):
+            return int(checkpoint.config[key])
+    return None
+
+
+def plan_lm(
+    checkpoint: Checkpoint, train: Any, column: str, config: RunConfig
+) -> tuple[Preprocessing, list[str]]:
+    """``--task lm`` on a causal LM checkpoint: its ``tokenizer.json`` (no tokenizer trained),
+    the texts packed into rows of ``--seq-len`` tokens (default: the context, at most
+    :data:`LM_SEQ_LEN`) as the built-in language model's are."""
+    if config.tokenizer is not None:
+        raise ConfigError(
+            f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop --tokenizer"
+        )
+    try:
+        tokenizer = preprocessor(checkpoint.folder)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
+    if not hasattr(tokenizer, "encode_batch"):
+        raise ConfigError(f"--model {checkpoint.spec}: it has no tokenizer.json")
+    vocab = checkpoint.config.get("vocab_size")
+    if isinstance(vocab, int) and tokenizer.get_vocab_size() > vocab:
+        raise ConfigError(
+            f"--model {checkpoint.spec}: tokenizer.json has {tokenizer.get_vocab_size():,} tokens, "
+            f"more than the model's vocab_size {vocab:,}"
+        )
+    context = context_of(checkpoint)
+    seq_len = config.seq_len or min(LM_SEQ_LEN, context or LM_SEQ_LEN)
+    if context is not None and seq_len > context:
+        raise ConfigError(
+            f"--seq-len {seq_len}: {checkpoint.spec} ({checkpoint.model_type}) takes at most "
+            f"{context} positions (its config.json); give --seq-len {context} or less"
+        )
+    source = str(checkpoint.folder / "tokenizer.json")
+    options = dataclasses.replace(config, tokenizer=source, seq_len=seq_len)
+    prep, notes = text.plan_text(train, column, None, "lm", options)
+    eos = prep.text.get("eos_id")
+    if eos is None and isinstance(checkpoint.config.get("eos_token_id"), int):
+        eos = prep.text["eos_id"] = int(checkpoint.config["eos_token_id"])
+        if "separator" in prep.text:  # the rows of a table end with it when put end to end
+            prep.text["separator"] = text.separator(train, column, eos)
+    pad = (tokenizer.padding or {}).get("pad_id")
+    if pad is None:
+        pad = checkpoint.config.get("pad_token_id")
+    if isinstance(pad, int):
+        prep.text["pad_id"] = pad
+    elif eos is not None:  # GPT-2 has no pad token: padded slots are masked anyway
+        prep.text["pad_id"] = int(eos)
+    notes = [
+        f"tokenizer: the checkpoint's tokenizer.json ({tokenizer.get_vocab_size():,} tokens), "
+        f"copied into the run folder as {text.TOKENIZER_FILE}"
+        if n.startswith("tokenizer:")
+        else n
+        for n in notes
+    ]
+    if config.seq_len is None:
+        notes.append(
+            f"--seq-len {seq_len}: the default for a causal LM (its context of {context} "
+            f"positions, at most {LM_SEQ_LEN})"
+        )
+    prep.text["pretrained"] = checkpoint.spec
+    return prep, notes
+
+
+def before_fine_tuning(trainer: Any, loader: Any, split: str, record: Any,
+                       say: Any) -> dict[str, float] | None:  # fmt: skip
+    """The pretrained language model's loss and perplexity on the validation split, before any
+    step (a resumed run keeps the figures it recorded); None without a validation split."""
+    if record is not None:
+        return record.resolved.get("pretrained_eval")
+    if loader is None:
+        return None
+    figures = {k: float(v) for k, v in trainer.evaluate(loader).items()}
+    shown = f"{figures['perplexity']:.4f}" if "perplexity" in figures else "?"
+    say(f"before fine-tuning: {split} perplexity {shown} (the pretrained model)")
+    return figures
+
+
+def perplexity_line(before: dict[str, Any] | None, best: dict[str, Any] | None,
+                    split: str) -> str | None:  # fmt: skip
+    """The summary's line that compares the validation perplexity before and after."""
+    if not before or not best or "perplexity" not in before or "eval_perplexity" not in best:
+        return None
+    return (
+        f"{split} perplexity: {before['perplexity']:.4f} before fine-tuning (the pretrained "
+        f"model), {best['eval_perplexity']:.4f} after (the chosen checkpoint)"
+    )
 
 
 # ---------------------------------------------------------------------------------- images
@@ -254,8 +348,19 @@ def _image_processor(checkpoint: Checkpoint) -> Any:
 
 def check_data(checkpoint: Checkpoint, kind: str) -> None:
     """The checkpoint's family takes the data's kind (text, image or audio)."""
-    task = TASKS.get("text" if kind in ("text", "lm") else kind)
+    task = "causal-lm" if kind == "lm" else TASKS.get("text" if kind == "text" else kind)
     family = family_of(checkpoint.config)
+    if kind == "lm" and task not in family.tasks:
+        raise ConfigError(
+            f"--model {checkpoint.spec} is an encoder ({checkpoint.model_type}): --task lm needs "
+            "a causal language model (gpt2, llama, mistral, qwen2, qwen3)"
+        )
+    if "causal-lm" in family.tasks and kind != "lm":
+        raise ConfigError(
+            f"--model {checkpoint.spec} is a causal language model ({checkpoint.model_type}): it "
+            f"fine-tunes with --task lm on text (a corpus), not on {kind} data for "
+            "classification or regression; those take an encoder (bert, roberta, vit...)"
+        )
     if task is None or task not in family.tasks:
         raise ConfigError(
             f"--model {checkpoint.spec} ({checkpoint.model_type}) cannot learn from {kind} data "
@@ -310,7 +415,8 @@ def build_model(spec: str, prep: Preprocessing, outputs: int, config: RunConfig)
             f"--model.init_args.{unknown[0]}: a Hub model takes only {', '.join(INIT_ARGS)}"
         )
     kind = "text" if prep.kind in ("text", "lm") else prep.kind
-    task = TASKS.get(kind)
+    task = "causal-lm" if prep.kind == "lm" else TASKS.get(kind)
+    heads = {} if prep.kind == "lm" else {"num_labels": outputs}
     if task is None:
         raise ConfigError(
             f"--model {spec}: a Hub model learns from text, images or audio, not {kind}"
@@ -318,8 +424,7 @@ def build_model(spec: str, prep: Preprocessing, outputs: int, config: RunConfig)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "classifier newly initialised": the run trains it
         try:
-            model = from_pretrained(spec, task=task, num_labels=outputs, seed=config.seed,
-                                    **init_args)  # fmt: skip
+            model = from_pretrained(spec, task=task, seed=config.seed, **heads, **init_args)
         except (OSError, ValueError, TypeError) as err:
             text = str(err).replace("ignore_mismatched_sizes=True", "--model.init_args."
                                     "ignore_mismatched_sizes true")  # fmt: skip

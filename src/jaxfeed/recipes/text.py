@@ -292,7 +292,7 @@ def plan_text(
         text.update(max_length=seq_len, lengths=[seq_len], sample_by=config.sample_by or CONCAT)
         longer = int((lengths > seq_len).sum())
         if config.sample_by is None:
-            text["separator"] = _separator(train, column, eos)
+            text["separator"] = separator(train, column, eos)
             joined = int(lengths.sum()) - (len(lengths) if text["separator"] is None else 0)
             notes.append(
                 f"packing: the {len(lengths):,} texts put end to end ("
@@ -345,14 +345,14 @@ def plan_text(
     return prep, notes
 
 
-def _separator(ds: Dataset, column: str, eos: int | None) -> int | None:
+def separator(ds: Dataset, column: str, eos: int | None) -> int | None:
     """What ends each text when a language model's texts are concatenated: nothing when they
     end with their own line break (the lines of a ``.txt`` corpus), else the end-of-sequence
     token (the rows of a table are separate texts). The last row may lack its line break (a
     file that does not end with one).
 
-    >>> _separator(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t", 3)
-    >>> _separator(Dataset.from_dict({"t": ["a b", "c d"]}), "t", 3)
+    >>> separator(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t", 3)
+    >>> separator(Dataset.from_dict({"t": ["a b", "c d"]}), "t", 3)
     3
     """
     head = ds.select_columns([column]).select(range(min(ds.num_rows - 1, SAMPLE)))

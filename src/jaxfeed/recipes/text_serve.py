@@ -24,6 +24,7 @@ from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
+from jaxfeed.recipes.hub_generate import chat_prompts
 from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
 from jaxfeed.recipes.spec import TARGETS, Preprocessing
@@ -240,11 +241,15 @@ def generate(
     checkpoint: str = "best",
     trust_code: bool = False,
     stop: list[str] | None = None,
+    chat: bool = False,
 ) -> list[str]:
     """Continuations of ``prompts`` by the run's language model (:func:`jaxfeed.text.generate`
     on the restored checkpoint), each ended before the first of the ``stop`` texts it holds
-    (line breaks included: nothing stops at a line end unless ``stop`` says so); a prompt that
-    does not fit the model's context with ``max_new_tokens`` more is refused naming it."""
+    (line breaks included: nothing stops at a line end unless ``stop`` says so; a row stops
+    decoding once its text holds one); a prompt that does not fit the model's context with
+    ``max_new_tokens`` more is refused naming it. A run fine-tuned from a Hub checkpoint
+    generates as the checkpoint does (its context, end ids, special tokens); ``chat`` renders
+    each prompt with the checkpoint's chat template (:mod:`jaxfeed.recipes.hub_generate`)."""
     run = Path(run_dir)
     record = read_run(run)
     prep = preprocessing_of(record, str(run / "config.json"))
@@ -254,30 +259,36 @@ def generate(
             "(jaxfeed train --task lm)"
         )
     text.attach_tokenizer(prep, run)
-    context = int(record.options.component("model")[1].get("max_length", prep.max_length))
     for i, prompt in enumerate(prompts):
         if not prompt:
             raise ConfigError(f"prompt {i} is empty")
-        n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
-        if n + max_new_tokens > context:
+    hub = record.resolved.get("pretrained")
+    if chat:
+        if not isinstance(hub, dict):
             raise ConfigError(
-                f"prompt {i} ({prompt[:40]!r}) is {n} tokens; with --max-new-tokens "
-                f"{max_new_tokens} that is more than the model's context of {context} tokens "
-                "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
+                f"--chat: {run} trained its own language model, which has no chat template (a run "
+                "fine-tuned from a Hub checkpoint that has one takes --chat); drop --chat"
             )
+        prompts = chat_prompts(hub.get("folder") or hub["model"], str(hub["model"]), prompts)
+    if not isinstance(hub, dict):
+        context = int(record.options.component("model")[1].get("max_length", prep.max_length))
+        for i, prompt in enumerate(prompts):
+            n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
+            if n + max_new_tokens > context:
+                raise ConfigError(
+                    f"prompt {i} ({prompt[:40]!r}) is {n} tokens; with --max-new-tokens "
+                    f"{max_new_tokens} that is more than the model's context of {context} tokens "
+                    "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
+                )
     trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
-    texts = generate_tokens(
-        trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
-        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-    )  # fmt: skip
-    return [cut_at(t, stop or []) for t in texts]
-
-
-def cut_at(text: str, stops: list[str]) -> str:
-    """``text`` up to the first of ``stops`` it holds.
-
-    >>> cut_at("one\\ntwo END three", ["END", "\\n"]), cut_at("one two", ["\\n"])
-    ('one', 'one two')
-    """
-    ends = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return text[: min(ends)] if ends else text
+    try:
+        return list(
+            generate_tokens(
+                trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                stop=stop or None,
+                add_special_tokens=False if chat else None,
+            )
+        )  # fmt: skip
+    except ValueError as err:  # a prompt too long for a Hub model's context, and the like
+        raise ConfigError(str(err)) from None

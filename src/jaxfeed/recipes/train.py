@@ -332,6 +332,10 @@ def _train(
     metric, mode = resolved["best_metric"], resolved["best_mode"]
     if record is not None:  # the checkpoint and the loader's position checked before any write
         _resume(trainer, out, config, RunRecord(config, resolved), loaders[0], primary, say)
+    if checkpoint is not None and run_data.task == "lm":  # the pretrained model's perplexity
+        before = pretrained.before_fine_tuning(trainer, loaders[1], splits.eval_name, record, say)
+        if before is not None:
+            resolved["pretrained_eval"] = before
     if primary:
         out.mkdir(parents=True, exist_ok=True)
         if record is None and (code := copy_model_code(config, out)) is not None:
@@ -818,6 +822,9 @@ def _summary(
     if test is not None:
         what += f"; {splits.test_name} was read once, on it"
     say(what + "; eval and predict use it)")
+    before = resolved.get("pretrained_eval")  # a fine-tuned language model: what it gained
+    if (line := pretrained.perplexity_line(before, best, splits.eval_name)) is not None:
+        say(line)
     if state:
         say(f"model and optimizer state: {state}")
     if "epoch_in_progress" in best:

@@ -14,12 +14,17 @@ constants, so the program is compiled once per (model, batch size, prompt bucket
 
 A model without a cache (or ``use_cache=False``) runs the old loop: the whole buffer through
 ``model(input_ids, attention_mask=mask)`` at every token.
+
+Stop strings are text, so they are checked on the host: with ``stop``, the compiled loop runs
+:data:`STOP_CHUNK` steps per call (the same program, carrying the cache from call to call), the
+rows' text is decoded and a row that holds a stop string is finished; decoding ends when every
+row has ended or is finished.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,10 +73,12 @@ def _filter_logits(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax
 
 
 def _decode(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, start: int,
-            steps: int, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
-            top_p: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
-    """The decoding loop: ``tokens`` ``(B, start + steps)`` with the prompts left-padded in
-    ``[0, start)``; returns the filled buffer and the number of steps run."""
+            until: jax.Array, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
+            top_p: jax.Array, key: jax.Array, done: jax.Array,
+            i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+    """The decoding loop without a cache: ``tokens`` ``(B, start + max_new_tokens)`` with the
+    prompts left-padded in ``[0, start)``, continued from step ``i`` (rows ``done`` already
+    ended) up to step ``until``; returns the buffer, the ended rows and the step reached."""
     from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
 
     model = nnx.merge(graphdef, state)
@@ -88,18 +95,16 @@ def _decode(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, start
         chosen = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(tokens.dtype)
         chosen = jnp.where(done, 0, chosen)
         tokens = jax.lax.dynamic_update_index_in_dim(tokens, chosen, start + i, axis=1)
-        return tokens, done | (chosen == eos), i + 1
+        return tokens, done | (chosen[:, None] == eos[None, :]).any(axis=1), i + 1
 
     def running(carry):
         _, done, i = carry
-        return (i < steps) & ~jnp.all(done)
+        return (i < until) & ~jnp.all(done)
 
-    done = jnp.zeros(tokens.shape[:1], bool)
-    tokens, _, ran = jax.lax.while_loop(running, step, (tokens, done, jnp.int32(0)))
-    return tokens, ran
+    return jax.lax.while_loop(running, step, (tokens, done, i))
 
 
-_decode_jit = jax.jit(_decode, static_argnums=(0, 4, 5))
+_decode_jit = jax.jit(_decode, static_argnums=(0, 4))
 
 
 def _pick(logits: jax.Array, i: jax.Array, temperature: jax.Array, top_k: jax.Array,
@@ -117,41 +122,57 @@ def _pick(logits: jax.Array, i: jax.Array, temperature: jax.Array, top_k: jax.Ar
     return jax.lax.cond(temperature <= 0, greedy, sample, logits)
 
 
+class Carry(NamedTuple):
+    """The state of a cached decoding between two calls of the compiled loop: the logits of
+    each row's next token, the cache, the new tokens so far, the rows that ended and the step."""
+
+    logits: jax.Array
+    cache: Any
+    out: jax.Array
+    done: jax.Array
+    i: jax.Array
+
+
 def _decode_cached(graphdef: Any, state: Any, tokens: jax.Array, mask: jax.Array, length: int,
-                   steps: jax.Array, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                   top_p: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
-    """Prefill the left-padded prompts ``tokens`` ``(B, start)`` into a cache of ``length``
-    slots, then decode one token per step until ``steps`` or until every row produced one of
-    ``eos``; returns the ``(B, length - start)`` new tokens and the number of steps run."""
+                   until: jax.Array, eos: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                   top_p: jax.Array, key: jax.Array, carry: Carry) -> Carry:  # fmt: skip
+    """At step 0, prefill the left-padded prompts ``tokens`` ``(B, start)`` into the cache of
+    ``length`` slots (``carry.cache``, zeroed); then decode one token per step from
+    ``carry.i`` until step ``until`` or until every row produced one of ``eos`` (or was
+    ``done`` before). The returned :class:`Carry` continues the decoding in another call: one
+    program whatever the steps, so that stop strings can be checked between calls."""
     from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
 
     model = nnx.merge(graphdef, state)
     model.eval()
     batch, start = tokens.shape
     key_mask = jnp.concatenate([mask, jnp.ones((batch, length - start), mask.dtype)], axis=1)
-    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
-    logits, cache = model.decode(tokens, positions, key_mask, model.init_cache(batch, length),
-                                 jnp.int32(0))  # fmt: skip
     following = mask.sum(axis=1).astype(jnp.int32)  # the position of each row's next token
 
-    def step(carry):
-        logits, cache, out, done, i = carry
-        chosen = _pick(logits.astype(jnp.float32), i, temperature, top_k, top_p, key)
+    def prefill(_):
+        positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
+        logits, cache = model.decode(tokens, positions, key_mask, carry.cache, jnp.int32(0))
+        return logits.astype(jnp.float32), cache
+
+    def kept(_):
+        return carry.logits, carry.cache
+
+    logits, cache = jax.lax.cond(carry.i == 0, prefill, kept, None)
+
+    def step(state):
+        logits, cache, out, done, i = state
+        chosen = _pick(logits, i, temperature, top_k, top_p, key)
         chosen = jnp.where(done, 0, chosen)
         out = jax.lax.dynamic_update_index_in_dim(out, chosen, i, axis=1)
         done = done | (chosen[:, None] == eos[None, :]).any(axis=1)
         logits, cache = model.decode(chosen[:, None], (following + i)[:, None], key_mask, cache,
                                      start + i)  # fmt: skip
-        return logits, cache, out, done, i + 1
+        return Carry(logits.astype(jnp.float32), cache, out, done, i + 1)
 
-    def running(carry):
-        *_, done, i = carry
-        return (i < steps) & ~jnp.all(done)
+    def running(state):
+        return (state.i < until) & ~jnp.all(state.done)
 
-    out = jnp.zeros((batch, length - start), jnp.int32)
-    done = jnp.zeros((batch,), bool)
-    carry = jax.lax.while_loop(running, step, (logits, cache, out, done, jnp.int32(0)))
-    return carry[2], carry[4]
+    return jax.lax.while_loop(running, step, Carry(logits, cache, carry.out, carry.done, carry.i))
 
 
 _cached_jit = jax.jit(_decode_cached, static_argnums=(0, 4))
@@ -276,10 +297,15 @@ def generate_ids(
     *,
     eos_token_id: int | Sequence[int] | None = None,
     use_cache: bool = True,
+    finished: Callable[[list[list[int]]], Sequence[bool]] | None = None,
 ) -> Generated:
     """:func:`generate` on token ids: ``prompts`` a list of id lists; returns a
     :class:`Generated` (new ids per row, cut before the first of ``eos_token_id``, and the
     number of steps run). ``eos_token_id`` here is only the argument (no tokenizer to ask).
+    ``finished``, a function of the new ids of the rows still running (a list per row) to
+    whether each is finished, is called every :data:`STOP_CHUNK` steps: a finished row stops
+    there, and decoding stops once every row has (:func:`generate` checks its ``stop`` strings
+    so).
 
     >>> from flax import nnx
     >>> from jaxfeed.models import TransformerLM
@@ -289,6 +315,8 @@ def generate_ids(
     ([4, 4], 4)
     >>> generate_ids(lm, [[3, 4, 5], [6]], 4, temperature=0, use_cache=False).tokens == out.tokens
     True
+    >>> generate_ids(lm, [[3], [6]], 20, temperature=0, finished=lambda rows: [True] * len(rows)).steps
+    8
     """
     rows = [list(map(int, ids)) for ids in prompts]
     if not rows:
@@ -300,7 +328,8 @@ def generate_ids(
     _check_room([len(ids) for ids in rows], max_new_tokens, getattr(model, "max_length", None),
                 None)  # fmt: skip
     eos = [] if eos_token_id is None else _as_ids(eos_token_id, "eos_token_id")
-    return _run(model, rows, max_new_tokens, temperature, top_k, top_p, seed, eos, use_cache)
+    return _run(model, rows, max_new_tokens, temperature, top_k, top_p, seed, eos, use_cache,
+                finished)  # fmt: skip
 
 
 def _check_numbers(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any) -> None:
@@ -318,9 +347,16 @@ def _check_numbers(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any
         raise ValueError(f"generate: temperature must be >= 0 (0: greedy), got {temperature!r}")
 
 
+STOP_CHUNK = 8  # with stop strings, the steps run between two checks of the decoded text
+
+
 def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: float,
          top_k: int | None, top_p: float | None, seed: int, eos: list[int],
-         use_cache: bool) -> Generated:  # fmt: skip
+         use_cache: bool, finished: Any = None) -> Generated:  # fmt: skip
+    """Decode ``rows``: in one call of the compiled loop, or (``finished``: a function of the
+    new ids of every row, cut at an end id, to whether each row is finished) in calls of
+    :data:`STOP_CHUNK` steps, each followed by ``finished`` on the rows still running; the
+    loop stops when every row has ended or is finished."""
     from flax import nnx  # noqa: PLC0415 (import cost: flax; jaxfeed.text stays light)
 
     vocab = getattr(model, "vocab_size", None)
@@ -343,23 +379,62 @@ def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: fl
     graphdef, state = nnx.split(model)
     settings = (jnp.float32(temperature), jnp.int32(top_k or 0),
                 jnp.float32(1.0 if top_p is None else top_p), jax.random.key(seed))  # fmt: skip
+    slots = -(-max(len(eos), 1) // EOS_SLOTS) * EOS_SLOTS
+    ends = np.full((slots,), -1, np.int32)
+    ends[: len(eos)] = eos
+    tokens, mask, ends = jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(ends)
+    done = np.zeros((len(rows),), bool)
     if cached:
-        slots = -(-max(len(eos), 1) // EOS_SLOTS) * EOS_SLOTS
-        ends = np.full((slots,), -1, np.int32)
-        ends[: len(eos)] = eos
-        out, ran = _cached_jit(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), length,
-                               jnp.int32(max_new_tokens), jnp.asarray(ends), *settings)  # fmt: skip
-        new = np.asarray(out)[:, :max_new_tokens]
+        carry = Carry(jnp.zeros((len(rows), _vocab(model, vocab)), jnp.float32),
+                      model.init_cache(len(rows), length),
+                      jnp.zeros((len(rows), length - start), jnp.int32), jnp.asarray(done),
+                      jnp.int32(0))  # fmt: skip
     else:
-        out, ran = _decode_jit(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), start,
-                               max_new_tokens, jnp.int32(eos[0] if eos else -1), *settings)  # fmt: skip
-        new = np.asarray(out)[:, start:]
+        carry = (tokens, jnp.asarray(done), jnp.int32(0))
+    ran = 0
+    while True:
+        until = max_new_tokens if finished is None else min(max_new_tokens, ran + STOP_CHUNK)
+        if cached:
+            carry = _cached_jit(graphdef, state, tokens, mask, length, jnp.int32(until), ends,
+                                *settings, carry)  # fmt: skip
+            new, ended, ran = carry.out, carry.done, int(carry.i)
+        else:
+            carry = _decode_jit(graphdef, state, carry[0], mask, start, jnp.int32(until), ends,
+                                *settings, carry[1], carry[2])  # fmt: skip
+            new, ended, ran = carry[0][:, start:], carry[1], int(carry[2])
+        done = np.asarray(ended)
+        if ran >= max_new_tokens or done.all() or finished is None:
+            break
+        running = np.flatnonzero(~done)
+        so_far = _cut(np.asarray(new)[running, :ran], eos)
+        done = done.copy()
+        done[running] = np.asarray(finished(so_far), bool)
+        if done.all():
+            break
+        carry = carry._replace(done=jnp.asarray(done)) if cached else (carry[0], jnp.asarray(done),
+                                                                       carry[2])  # fmt: skip
+    return Generated(_cut(np.asarray(new)[:, :max_new_tokens], eos), ran)
+
+
+def _cut(new: np.ndarray, eos: list[int]) -> list[list[int]]:
+    """Each row's ids up to (without) its first end id."""
     results = []
     for row in new:
         ids = row.tolist()
         cut = min((ids.index(e) for e in eos if e in ids), default=len(ids))
         results.append(ids[:cut])
-    return Generated(results, int(ran))
+    return results
+
+
+def _vocab(model: Any, vocab: int | None) -> int:
+    """The width of the model's logits."""
+    if vocab is not None:
+        return int(vocab)
+    probe = jax.eval_shape(lambda: model.decode(jnp.zeros((1, 1), jnp.int32),
+                                                jnp.zeros((1, 1), jnp.int32),
+                                                jnp.ones((1, 8), jnp.int32),
+                                                model.init_cache(1, 8), jnp.int32(0)))  # fmt: skip
+    return int(probe[0].shape[-1])
 
 
 def generate(
@@ -395,7 +470,8 @@ def generate(
     or a list), else the model's ``generation_config.json`` / ``config.json`` ones, else the
     tokenizer's ``<eos>``, ``</s>``, ``<|endoftext|>`` or ``[SEP]``; decoding stops when every
     row has ended. ``stop`` strings (or the checkpoint's ``stop_strings``) cut each
-    continuation before the first one found. A prompt that leaves fewer than
+    continuation before the first one found; a row whose text holds one stops decoding (the
+    text is checked every :data:`STOP_CHUNK` steps), and decoding ends when every row has. A prompt that leaves fewer than
     ``max_new_tokens`` tokens of room in the model's context (``max_length``) is an error
     naming both numbers; nothing is cut silently.
 
@@ -443,8 +519,13 @@ def generate(
     stops = [stops] if isinstance(stops, str) else list(stops or [])
     if any(not isinstance(s, str) or not s for s in stops):
         raise ValueError(f"generate: stop must be non-empty strings, got {stops!r}")
+
+    def finished(rows: list[list[int]]) -> list[bool]:  # a stop string ends a row's decoding
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in rows]
+        return [any(s in text for s in stops) for text in texts]
+
     generated = _run(model, encoded, max_new_tokens, temperature, top_k, top_p, seed, eos,
-                     use_cache)  # fmt: skip
+                     use_cache, finished if stops else None)  # fmt: skip
     results = []
     for ids in generated.tokens:
         text = tokenizer.decode(ids, skip_special_tokens=True)

@@ -14,6 +14,7 @@ from jaxfeed.data.features.array import ARRAY_TYPES
 from jaxfeed.data.features.base import Feature, FeatureError
 from jaxfeed.data.features.class_label import ClassLabel
 from jaxfeed.data.features.json import Json
+from jaxfeed.data.features.mixed import encode_at, json_paths, with_json_at
 from jaxfeed.data.features.sequence import LargeList, List, Sequence
 from jaxfeed.data.features.struct import (
     FeatureLike,
@@ -279,12 +280,16 @@ def feature_from_arrow_type(t: pa.DataType) -> FeatureLike:
     return Value(dtype_name(t))
 
 
-def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
+def infer_column(
+    values: Any, column: str, on_mixed_types: str | None = None
+) -> tuple[FeatureLike, pa.Array]:
     """Infer the feature of a column of Python or numpy values, and encode it.
 
     ints -> int64, floats -> float64, str -> string, bytes -> binary, bools -> bool, nested lists
     -> Sequence, dicts -> nested features, numpy arrays of one shape -> fixed-shape storage.
     numpy ``bfloat16`` arrays (JAX's) keep their dtype: ``Value("bfloat16")`` (stored as float32).
+    ``on_mixed_types="use_json"`` stores ``Json`` where the values mix types (dicts with other
+    keys, dicts or lists beside scalars, ints beside strings), as `datasets` does.
     """
     if _has_bfloat16(values):
         feature, _ = infer_column(bfloat16_to_float32(values), column)
@@ -315,6 +320,16 @@ def infer_column(values: Any, column: str) -> tuple[FeatureLike, pa.Array]:
     for hook in _INFER_HOOKS:
         feature = hook(first)
         if feature is not None:
+            return feature, encode_column(feature, values, column)
+    if on_mixed_types == "use_json":
+        paths = json_paths(values)
+        if paths:
+            encoded = values
+            for path in paths:
+                encoded = [encode_at(v, path) for v in encoded]
+            feature = infer_column(encoded, column)[0]
+            for path in paths:
+                feature = with_json_at(feature, path)
             return feature, encode_column(feature, values, column)
     try:
         array = pa.array(values, from_pandas=False)

@@ -175,6 +175,20 @@ def read_csv(
     return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
 
+def in_arrow_memory(table: pa.Table) -> pa.Table:
+    """``table`` copied into buffers of Arrow's memory pool (one IPC round trip), as `datasets`
+    holds a ``keep_in_memory=True`` dataset: ``pyarrow.total_allocated_bytes()`` counts it.
+
+    >>> import pyarrow as pa
+    >>> in_arrow_memory(pa.table({"x": [1, 2]}))["x"].to_pylist()
+    [1, 2]
+    """
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pa.ipc.open_stream(sink.getvalue()).read_all()
+
+
 def _small_strings(table: pa.Table) -> pa.Table:
     """pandas >= 3 gives large_string columns; `datasets` stores string."""
     schema = pa.schema(

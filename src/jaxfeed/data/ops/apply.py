@@ -26,7 +26,12 @@ from jaxfeed.data.features import FeatureError, Features, Json, LargeList, List,
 from jaxfeed.data.features.array import ArrayXD as FixedArray
 from jaxfeed.data.features.features import infer_column
 from jaxfeed.data.features.sequence import Sequence as SequenceFeature
-from jaxfeed.data.features.struct import FeatureLike, encode_column, pa_type_of
+from jaxfeed.data.features.struct import (
+    FeatureLike,
+    encode_column,
+    pa_type_of,
+    requires_decoding,
+)
 from jaxfeed.data.ops._common import _column_list
 from jaxfeed.data.ops.columns import remove_columns as remove_columns_  # map's argument shadows it
 from jaxfeed.data.ops.parallel import check_num_proc, parallel_filter, parallel_map
@@ -87,7 +92,8 @@ def _call(
 
     ``rank`` (``with_rank=True``) is passed after the indices, as `datasets` passes it. A
     result that is the very dict the function was given (``lambda r: r``) loses the ``strip``
-    columns (``remove_columns``), as there. Returns the batch given and the results.
+    columns (``remove_columns``), as there. Returns what the function was given (the batch, or
+    each row's dict: None with ``input_columns``) and the results.
     """
     batch = ds._internal.read(slice(start, stop), single=False)
     if batched:
@@ -112,7 +118,9 @@ def _call(
         for i, ((given, *_), _kw) in enumerate(calls):
             if results[i] is given and isinstance(given, dict):
                 results[i] = {k: v for k, v in given.items() if k not in strip}
-    return batch, results
+    if batched:
+        return batch, results
+    return [args[0] if not input_columns else None for args, _kw in calls], results
 
 
 def filter(
@@ -294,17 +302,31 @@ def _rows_to_columns(
 
 
 def _input_values(
-    ds: Dataset, start: int, stop: int, remove: Sequence[str]
+    ds: Dataset, start: int, stop: int, remove: Sequence[str], given: list | None = None
 ) -> Callable[[str], list | None]:
-    """The stored values of rows ``start:stop`` of an input column that ``map`` keeps (read on
-    first use), or None for any other name."""
+    """The values of rows ``start:stop`` of an input column that ``map`` keeps (read on first
+    use), or None for any other name: in the python format, the row dicts the function was given
+    (a value it changed in place is kept, as `datasets` merges the row it gave), except columns
+    that decode (images, audio: their stored bytes); else the stored values."""
     cache: dict[str, list] = {}
+    rows = given if given and ds.format["type"] is None else None
+    if rows is not None and not all(isinstance(r, dict) for r in rows):
+        rows = None
 
     def values(column: str) -> list | None:
         if column not in ds.column_names or column in remove:
             return None
         if column not in cache:
-            cache[column] = ds._internal.arrow(slice(start, stop), [column]).column(0).to_pylist()
+            feature = ds.features[column]
+            if (
+                rows is not None
+                and all(column in r for r in rows)
+                and not requires_decoding(feature)
+            ):
+                cache[column] = [r[column] for r in rows]
+            else:
+                table = ds._internal.arrow(slice(start, stop), [column])
+                cache[column] = table.column(0).to_pylist()
         return cache[column]
 
     return values
@@ -389,8 +411,14 @@ def map(
         if out is not None:
             return out
         return ds  # only side effects: unchanged, remove_columns unused (as below, and there)
-    function = function if function is not None else (lambda *args: None)
     directory = None if keep_in_memory else ds._internal.cache_dir
+    if function is None:  # as `datasets`: the rows as they are, less remove_columns, written out
+        if not remove and (directory is None and (keep_in_memory or cache_file_name is None)):
+            return ds  # nothing to remove and nowhere to write: the same rows, no copy
+        # `datasets` maps ``lambda x: x``: in the python format that is "no change" (the stored
+        # values are kept as Arrow arrays); a formatted batch comes back whole, as there
+        same = _no_change if ds.format["type"] is None else _itself
+        function, batched, with_indices, with_rank, columns = same, True, False, False, []
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
     out_features: Features | None = None
     given = Features(features) if features is not None else None
@@ -405,12 +433,14 @@ def map(
             ds, batch_size if batched else 1000, drop_last_batch and batched
         ):
             args = (batched, with_indices, columns, fn_kwargs or {}, ranked, strip)
-            _, results = _call(ds, function, start, stop, *args)
+            given_rows, results = _call(ds, function, start, stop, *args)
             bar.update(stop - start)
             new = (
                 _as_columns(results[0], True)
                 if batched
-                else _rows_to_columns(results, start, _input_values(ds, start, stop, remove))
+                else _rows_to_columns(
+                    results, start, _input_values(ds, start, stop, remove, given_rows)
+                )
             )
             if new is None:
                 if updated:
@@ -442,6 +472,8 @@ def map(
         indices=None,
         source_files=None if sink.path is None else {sink.path.name},
     )
+    if sink.path is not None:  # as `datasets`: the output maps the file written (cache_files)
+        out._internal.set_cache(sink.path.parent, [sink.path.name])
     formatted = ds._internal.format_state()["_format_columns"]
     if formatted is not None:  # as `datasets`: new columns join the formatted ones
         fmt = ds.format
@@ -450,6 +482,14 @@ def map(
         added = [c for c in out.column_names if c not in before]
         out.set_format(fmt["type"], kept + added, fmt["output_all_columns"], **fmt["format_kwargs"])
     return out
+
+
+def _no_change(*args: Any, **kwargs: Any) -> dict:
+    return {}
+
+
+def _itself(batch: Any, *args: Any, **kwargs: Any) -> Any:
+    return batch
 
 
 def _merge(
@@ -532,7 +572,7 @@ def _infer_returned(
         except (FeatureError, TypeError, ValueError, OverflowError, pa.ArrowException):
             pass
     try:
-        feature = as_ragged(infer_column(values, name)[0])
+        feature = as_ragged(infer_column(values, name, on_mixed_types)[0])
     except FeatureError:
         if on_mixed_types != "use_json":
             raise

@@ -4,7 +4,10 @@ a generator (``from_generator``)."""
 from __future__ import annotations
 
 import itertools
+import os
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -207,35 +210,63 @@ def from_generator(
     features: Features | None = None,
     gen_kwargs: dict | None = None,
     chunk_rows: int = 1000,
+    directory: str | os.PathLike | None = None,
 ) -> Dataset:
-    """A ``cls`` dataset of the rows ``generator`` yields, read ``chunk_rows`` at a time."""
+    """A ``cls`` dataset of the rows ``generator`` yields, read ``chunk_rows`` at a time.
+
+    With ``directory``, each chunk is written to an Arrow file there as it comes (memory stays at
+    about one chunk) and the dataset memory-maps it, as `datasets` does; else it is in memory.
+    """
     tables: list[pa.Table] = []
     rows: list[Mapping[str, Any]] = []
     names: list[str] | None = None
+    path = None if directory is None else Path(directory) / f"generator-{uuid.uuid4().hex}.arrow"
+    tmp = None if path is None else path.with_name(f".{path.name}.tmp")
+    writer: pa.ipc.RecordBatchStreamWriter | None = None
 
     def flush() -> None:
-        nonlocal features
+        nonlocal features, writer
         chunk = cls.from_dict({k: [r.get(k) for r in rows] for k in names}, features=features)
         features = chunk.features
-        tables.append(chunk.data)
+        if tmp is None:
+            tables.append(chunk.data)
+        else:
+            if writer is None:
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                writer = pa.ipc.new_stream(str(tmp), chunk.data.schema)
+            writer.write_table(chunk.data)
         rows.clear()
 
-    for i, row in enumerate(generator(**(gen_kwargs or {}))):
-        if not isinstance(row, Mapping):
-            raise TypeError(
-                f"from_generator: item {i} is a {type(row).__name__}, expected a dict of column values"
-            )
-        if names is None:
-            names = list(features) if features is not None else list(row)
-        elif set(row) - set(names):
-            raise ValueError(
-                f"from_generator: item {i} has unknown columns {sorted(set(row) - set(names))}"
-            )
-        rows.append(row)
-        if len(rows) >= chunk_rows:
+    try:
+        for i, row in enumerate(generator(**(gen_kwargs or {}))):
+            if not isinstance(row, Mapping):
+                raise TypeError(
+                    f"from_generator: item {i} is a {type(row).__name__}, expected a dict of "
+                    "column values"
+                )
+            if names is None:
+                names = list(features) if features is not None else list(row)
+            elif set(row) - set(names):
+                raise ValueError(
+                    f"from_generator: item {i} has unknown columns {sorted(set(row) - set(names))}"
+                )
+            rows.append(row)
+            if len(rows) >= chunk_rows:
+                flush()
+        if rows:
             flush()
-    if rows:
-        flush()
+    except BaseException:
+        if writer is not None:
+            writer.close()
+            tmp.unlink(missing_ok=True)
+        raise
+    if writer is not None:
+        writer.close()
+        os.replace(tmp, path)
+        table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+        out = cls(table, features)
+        out._internal.set_cache(path.parent, [path.name])
+        return out
     if not tables:
         if features is None:
             raise ValueError(

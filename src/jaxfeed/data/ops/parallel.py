@@ -33,7 +33,19 @@ from jaxfeed.data.features import Features
 
 
 class ParallelWorkerError(RuntimeError):
-    """A ``num_proc`` worker died, or raised an exception that cannot be sent back as is."""
+    """A ``num_proc`` worker died, or raised an exception that cannot be sent back as is.
+
+    A worker that died gives `datasets`' message; its cause names the worker, its pid and the
+    signal or exit code.
+    """
+
+
+def abrupt_death_message(what: str) -> str:
+    """`datasets`' words for a ``num_proc`` worker that died (code may compare them)."""
+    return (
+        f"One of the subprocesses has abruptly died during {what} operation."
+        "To debug the error, disable multiprocessing."
+    )
 
 
 def check_num_proc(num_proc: Any) -> int:
@@ -168,10 +180,13 @@ def _run_shards(payloads: list[bytes], what: str) -> list[Any]:
                 data = None
             if data is None:  # raised outside the except: one traceback, not two
                 worker.process.join(10)
-                raise worker.failure(
+                died = worker.failure(
                     f"{what} worker {i}", "before sending its result", ParallelWorkerError,
                     f"Dataset.{what}(num_proc=...)", "num_proc=None",
                 )  # fmt: skip
+                if not isinstance(died, ParallelWorkerError):
+                    raise died  # a missing main guard: its own message
+                raise ParallelWorkerError(abrupt_death_message(what)) from died
             worker.process.join()
             results.append(cloudpickle.loads(data))
     finally:
@@ -252,7 +267,10 @@ def parallel_map(ds: DatasetCore, num_proc: int, kwargs: dict[str, Any]) -> Data
                 ) from err
         tables.append(table.replace_schema_metadata(features.arrow_schema.metadata))
     table = pa.concat_tables(tables)
-    return ds._internal.derive(table, features=features, indices=None, source_files=names or None)
+    out = ds._internal.derive(table, features=features, indices=None, source_files=names or None)
+    if names:  # the shards' files, also when ``ds`` lives in memory (as `datasets` lists them)
+        out._internal.set_cache(Path(next(iter(out_files))).parent, sorted(names))
+    return out
 
 
 def _output_files(ds: DatasetCore, kwargs: dict[str, Any], shards: int) -> list[str] | None:

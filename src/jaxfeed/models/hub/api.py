@@ -36,6 +36,7 @@ from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardi
 CARRIED = (
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
     "special_tokens_map.json",
     "vocab.txt",
     "vocab.json",

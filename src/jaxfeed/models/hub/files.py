@@ -53,6 +53,7 @@ ALLOW_PATTERNS = [
     "model.safetensors.index.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
     "special_tokens_map.json",
     "vocab.txt",
     "vocab.json",

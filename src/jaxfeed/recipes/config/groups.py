@@ -157,7 +157,8 @@ class DataOptions:
     )
     seq_len: int | None = option(
         None,
-        "tokens: --task lm: the packed row length (default 128); a text column: the longest "
+        "tokens: --task lm: the packed row length (default 128; a Hub causal LM: its context, "
+        "at most 1024); a text column: the longest "
         "text kept, longer ones cut (default: the longest train text, at most 512)",
         minimum=2,
         metavar="N",
@@ -211,7 +212,9 @@ class ModelOptions:
 
     model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName or "
+        "cnn, mlp, audio_cnn, transformer, transformer_lm, hf:ORG/NAME or a checkpoint folder "
+        "(a Hub model, fine-tuned: an encoder on labelled data, a causal LM with --task lm), "
+        "FILE.py:ClassName or "
         "package.module.ClassName (your own flax.nnx.Module), or {class_path: ..., init_args: "
         "{...}} with constructor arguments (also --model.init_args.NAME VALUE) (default: cnn for "
         "images, mlp for tables, audio_cnn for audio, transformer for text)",

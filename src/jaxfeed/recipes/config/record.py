@@ -36,7 +36,7 @@ class RunRecord:
 RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
     "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
-    "data_fingerprint", "pretrained", "budget", "early_stopping", "lr_finder",
+    "data_fingerprint", "pretrained", "pretrained_eval", "budget", "early_stopping", "lr_finder",
 )  # fmt: skip
 
 

@@ -1,0 +1,76 @@
+"""Stop strings end the decoding loop early: a row whose decoded text holds one is finished, and
+decoding stops once every row is (counted in steps, with and without the key/value cache)."""
+
+import pytest
+from flax import nnx
+
+from jaxfeed import Dataset
+from jaxfeed.models import TransformerLM
+from jaxfeed.text import train_tokenizer
+from jaxfeed.train import generation
+from jaxfeed.train.generation import STOP_CHUNK, compilations, generate, generate_ids
+
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def lm_and_tokenizer():
+    tok = train_tokenizer(Dataset.from_dict({"text": ["abc abd"] * 8}), "text", vocab_size=270)
+    lm = TransformerLM(tok.get_vocab_size(), dim=16, depth=1, num_heads=2, max_length=64,
+                       rngs=nnx.Rngs(0))  # fmt: skip
+    return lm, tok
+
+
+def steps_of(monkeypatch, call):
+    """The steps :func:`generation._run` ran for ``call()``, and what ``call`` returned."""
+    seen = []
+    real = generation._run
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append(out.steps)
+        return out
+
+    monkeypatch.setattr(generation, "_run", spy)
+    result = call()
+    monkeypatch.setattr(generation, "_run", real)
+    return seen[-1], result
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_stop_string_ends_the_loop_early(lm_and_tokenizer, monkeypatch, use_cache):
+    lm, tok = lm_and_tokenizer
+    prompts = ["abc", "ab"]
+    full = generate(lm, tok, prompts, NEW, temperature=0, eos_token_id=[], use_cache=use_cache)
+    steps, _ = steps_of(monkeypatch, lambda: generate(lm, tok, prompts, NEW, temperature=0,
+                                                      eos_token_id=[], use_cache=use_cache))  # fmt: skip
+    assert steps == NEW  # without stop strings: every step
+    # a stop string each row's text holds after its first tokens: the loop ends after a chunk
+    stops = [full[0][:2], full[1][:2]]
+    assert all(stops) and stops[1] not in full[0]
+    steps, cut = steps_of(monkeypatch, lambda: generate(lm, tok, prompts, NEW, temperature=0,
+                                                        eos_token_id=[], stop=stops,
+                                                        use_cache=use_cache))  # fmt: skip
+    assert steps == STOP_CHUNK < NEW
+    assert cut == [t[: min(t.index(s) for s in stops if s in t)] for t in full]
+    # a stop string only row 1 holds: row 0 keeps the loop running to the end
+    steps, cut = steps_of(monkeypatch, lambda: generate(lm, tok, prompts, NEW, temperature=0,
+                                                        eos_token_id=[], stop=stops[1],
+                                                        use_cache=use_cache))  # fmt: skip
+    assert steps == NEW and cut == [full[0], ""]
+
+
+def test_finished_rows_stop_without_a_new_program(lm_and_tokenizer):
+    lm, _ = lm_and_tokenizer
+    generate_ids(lm, [[3, 4], [5]], NEW, temperature=0)
+    before = compilations()
+    calls = []
+
+    def finished(rows):
+        calls.append([len(r) for r in rows])
+        return [len(r) >= 2 * STOP_CHUNK for r in rows]
+
+    out = generate_ids(lm, [[3, 4], [5]], NEW, temperature=0, finished=finished)
+    assert out.steps == 2 * STOP_CHUNK
+    assert calls == [[STOP_CHUNK] * 2, [2 * STOP_CHUNK] * 2]
+    assert compilations() == before  # the chunks run the program of the one-call loop
