@@ -1,12 +1,23 @@
 """Fine-tuning step of Hub-size models: jaxfeed's ``Trainer`` on ``from_pretrained`` against the
 same step in ``transformers`` PyTorch eager, on the same machine in the same run.
 
-``python benchmarks/finetune.py [--models bert vit] [--rounds 3] [--steps 5] [--batch 8]``
+``python benchmarks/finetune.py [--models bert vit load] [--rounds 3] [--steps 5] [--batch 8]
+[--small] [--out results.json]``
 
 * ``bert``: a BERT-base-size random checkpoint (``BertConfig()``: 12 layers, width 768, 110M
   parameters), sequence classification, batch 8 x 128 tokens;
 * ``vit``: a ViT-Base-size random checkpoint (``ViTConfig()``, 86M), image classification,
-  batch 8 x 224 x 224 x 3 (only once ``jaxfeed.models.hub`` has the ``vit`` family).
+  batch 8 x 224 x 224 x 3;
+* ``load``: loading time alone of a ~335M-parameter checkpoint (BERT-large size, 1.3 GB of
+  float32 safetensors, random weights written one tensor at a time by
+  ``benchmarks/hub_load_memory.py``): ``jaxfeed.models.from_pretrained`` (until every weight is
+  on its device) against ``transformers``' ``AutoModelForSequenceClassification.from_pretrained``
+  on the same files, each in a fresh process after its imports.
+
+``--small`` runs tiny sizes (width 64, 2 layers; a 2-layer load checkpoint): a check that the
+script runs, and the first step on a machine whose free memory is unknown (a BERT-base step
+with AdamW needs about 3 GB in each process). ``--out`` writes the results, with the machine's
+cores, memory and library versions, as JSON (``benchmarks/results/``).
 
 Each checkpoint is saved once by ``transformers`` under the temporary folder. Each round runs a
 jaxfeed process then a PyTorch process (alternating, so a noisy period hits both): each loads the
@@ -64,6 +75,63 @@ def batch(model: str, size: int) -> dict:
         return {"input_ids": ids, "attention_mask": np.ones_like(ids), "label": labels}
     return {"pixel_values": rng.standard_normal((size, 3, IMAGE, IMAGE)).astype(np.float32),
             "label": labels}  # fmt: skip
+
+
+LOAD_LAYERS = 24  # BERT-large size: ~335M parameters
+
+
+def load_checkpoint(small: bool = False) -> Path:
+    """The ~335M-parameter random checkpoint of ``load`` (2 layers with ``small``), saved once."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hub_load_memory import make_checkpoint
+
+    layers = 2 if small else LOAD_LAYERS
+    folder = Path(tempfile.gettempdir()) / f"jaxfeed-finetune-load-{layers}"
+    if not (folder / "config.json").is_file():
+        make_checkpoint(folder, layers)
+    return folder
+
+
+def run_jax_load(folder: Path) -> dict:
+    import jax
+    from flax import nnx
+
+    from jaxfeed.models import from_pretrained
+
+    jax.numpy.zeros(8).block_until_ready()  # JAX's backend started before the clock
+    start = time.perf_counter()
+    net = from_pretrained(folder)
+    jax.block_until_ready(nnx.state(net))
+    load = time.perf_counter() - start
+    params = sum(x.size for x in jax.tree.leaves(nnx.state(net, nnx.Param)))
+    return {"load_seconds": load, "parameters": int(params), "peak_rss": peak_rss()}
+
+
+def run_torch_load(folder: Path) -> dict:
+    import torch
+    import transformers
+
+    torch.zeros(8)
+    start = time.perf_counter()
+    net = transformers.AutoModelForSequenceClassification.from_pretrained(folder)
+    load = time.perf_counter() - start
+    params = sum(p.numel() for p in net.parameters())
+    return {"load_seconds": load, "parameters": int(params), "peak_rss": peak_rss()}
+
+
+def machine() -> dict:
+    """Where the figures were measured: cores, memory, library versions."""
+    import importlib.metadata as md
+
+    memory = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                memory[key] = round(int(value.split()[0]) / 2**20, 1)
+    versions = {name: md.version(name) for name in ("jax", "flax", "torch", "transformers")}
+    return {"cores": os.cpu_count(), "memory_gib": memory, "load_average": os.getloadavg(),
+            "versions": versions}  # fmt: skip
 
 
 def peak_rss() -> int:
@@ -126,53 +194,67 @@ def run_torch(model: str, folder: Path, size: int, steps: int, repeats: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["bert", "vit"])
+    parser.add_argument("--models", nargs="+", default=["bert", "vit", "load"],
+                        choices=["bert", "vit", "load"])  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--small", action="store_true", help="tiny models: check the script runs")
+    parser.add_argument("--out", help="write the results (and the machine's figures) as JSON")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # (jax|torch, model)
     args = parser.parse_args()
     if args.worker:
         kind, model = args.worker
-        run = run_jax if kind == "jax" else run_torch
-        out = run(model, checkpoint(model, args.small), args.batch, args.steps, args.repeats)
+        if model == "load":
+            run_load = run_jax_load if kind == "jax" else run_torch_load
+            out = run_load(load_checkpoint(args.small))
+        else:
+            run = run_jax if kind == "jax" else run_torch
+            out = run(model, checkpoint(model, args.small), args.batch, args.steps, args.repeats)
         print(json.dumps(out))
         return
-    from jaxfeed.models.hub.registry import FAMILIES
-
-    results = {}
+    results: dict = {"machine": machine(), "options": vars(args)}
     for model in args.models:
-        if model == "vit" and "vit" not in FAMILIES:
-            print("vit: skipped (jaxfeed.models.hub has no vit family in this checkout)")
-            continue
-        checkpoint(model, args.small)
+        load_checkpoint(args.small) if model == "load" else checkpoint(model, args.small)
         runs: dict[str, list[dict]] = {"jax": [], "torch": []}
         for _ in range(args.rounds):
             for kind in ("jax", "torch"):
                 cmd = [sys.executable, __file__, "--worker", kind, model, "--steps", str(args.steps),
                        "--repeats", str(args.repeats), "--batch", str(args.batch)]  # fmt: skip
                 cmd += ["--small"] if args.small else []
-                done = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                done = subprocess.run(cmd, capture_output=True, text=True,
                                       env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+                if done.returncode != 0:
+                    sys.exit(f"{model} ({kind}) failed ({done.returncode}): {done.stderr[-2000:]}")
                 runs[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        summary = {
+        summary: dict = {
             kind: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
             for kind, rs in runs.items()
         }
-        summary["ratio_torch_over_jaxfeed"] = (
-            summary["torch"]["ms_per_step"] / summary["jax"]["ms_per_step"]
-        )
-        results[model] = summary
+        summary["runs"] = runs
         j, t = summary["jax"], summary["torch"]
-        print(
-            f"{model}: jaxfeed {j['ms_per_step']:.0f} ms/step, PyTorch eager "
-            f"{t['ms_per_step']:.0f} ms/step: {summary['ratio_torch_over_jaxfeed']:.2f}x; load "
-            f"{j['load_seconds']:.1f} s vs {t['load_seconds']:.1f} s; peak RSS "
-            f"{j['peak_rss'] / 2**30:.2f} GiB vs {t['peak_rss'] / 2**30:.2f} GiB"
-        )
-    print(json.dumps(results, indent=2))
+        if model == "load":
+            summary["ratio_torch_over_jaxfeed"] = t["load_seconds"] / j["load_seconds"]
+            print(
+                f"load ({j['parameters'] / 1e6:.0f}M parameters): jaxfeed {j['load_seconds']:.2f} "
+                f"s, transformers {t['load_seconds']:.2f} s: "
+                f"{summary['ratio_torch_over_jaxfeed']:.2f}x; peak RSS "
+                f"{j['peak_rss'] / 2**30:.2f} GiB vs {t['peak_rss'] / 2**30:.2f} GiB"
+            )
+        else:
+            summary["ratio_torch_over_jaxfeed"] = t["ms_per_step"] / j["ms_per_step"]
+            print(
+                f"{model}: jaxfeed {j['ms_per_step']:.0f} ms/step, PyTorch eager "
+                f"{t['ms_per_step']:.0f} ms/step: {summary['ratio_torch_over_jaxfeed']:.2f}x; "
+                f"load {j['load_seconds']:.1f} s vs {t['load_seconds']:.1f} s; peak RSS "
+                f"{j['peak_rss'] / 2**30:.2f} GiB vs {t['peak_rss'] / 2**30:.2f} GiB"
+            )
+        results[model] = summary
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -336,25 +336,148 @@ def test_image_size_other_than_the_checkpoint_is_refused(vit_ckpt, pets, tmp_pat
 
 
 # ---------------------------------------------------------------------------------- audio
-def test_an_audio_checkpoint_is_refused_by_name_before_anything_is_written(tmp_path, capsys):
-    """The AST front end is not yet part of the run's audio preprocessing: one clear error."""
+AST = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+       "intermediate_size": 37, "patch_size": 8, "frequency_stride": 6, "time_stride": 5,
+       "max_length": 40, "num_mel_bins": 16}  # fmt: skip
+
+
+def ast_checkpoint(folder: Path, labels: int | None = None, **extractor) -> Path:
+    """A tiny bare AST (the classifier is new; ``labels``: an ASTForAudioClassification with that
+    many classes, as MIT/ast-finetuned-audioset's 527) and its ASTFeatureExtractor (16 kHz, 16 mel
+    bins, 40 frames = 0.415 s)."""
+    import torch
+
+    torch.manual_seed(0)
+    if labels is None:
+        transformers.ASTModel(transformers.ASTConfig(**AST)).save_pretrained(folder)
+    else:
+        config = transformers.ASTConfig(**AST, num_labels=labels)
+        transformers.ASTForAudioClassification(config).save_pretrained(folder)
+    options = {"num_mel_bins": 16, "max_length": 40, **extractor}
+    transformers.ASTFeatureExtractor(**options).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ast_ckpt(tmp_path_factory):
+    return ast_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-ast")
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Three classes of 8 chirps and tones of 0.3-0.6 s (longer than the checkpoint's 0.415 s:
+    cut), a quarter at 16 kHz, the others at 8 kHz (resampled to the checkpoint's rate)."""
     from audio_clips import make_folder
 
-    folder = tmp_path / "tiny-ast"
-    config = transformers.ASTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                    intermediate_size=37, patch_size=8, max_length=40,
-                                    num_mel_bins=16)  # fmt: skip
-    transformers.ASTModel(config).save_pretrained(folder)
-    extractor = {"feature_extractor_type": "ASTFeatureExtractor", "num_mel_bins": 16,
-                 "max_length": 40, "sampling_rate": 16000}  # fmt: skip
-    (folder / "preprocessor_config.json").write_text(json.dumps(extractor))
-    clips = make_folder(tmp_path / "clips", per_class=3)
-    out = tmp_path / "run"
-    status, _, err = run_main(capsys, "train", "--data", str(clips), "--model", str(folder),
-                              "--out", str(out))  # fmt: skip
-    assert status == 2, err
-    assert "fine-tuning an audio checkpoint (audio-spectrogram-transformer) from the command" in err
-    assert not out.exists()
+    return make_folder(tmp_path_factory.mktemp("clips"), per_class=8, seconds=(0.3, 0.6))
+
+
+@pytest.fixture(scope="module")
+def audio_run(ast_ckpt, clips, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "clips"
+    argv = ["--data", str(clips), "--model", str(ast_ckpt), "--batch-size", "8", "--epochs", "3",
+            "--lr", "1e-3"]  # fmt: skip
+    first, resumed = train_sigterm_resume(argv, out, "epoch 1/3")
+    return out, first, resumed
+
+
+def test_audio_run_uses_the_checkpoint_front_end(ast_ckpt, audio_run):
+    out, first, resumed = audio_run
+    assert "resampled to 16,000 Hz (the checkpoint's rate): 18 clips" in first, first
+    assert "clips: 0.415 s (40 frames, the checkpoint's max_length)" in first
+    assert (
+        "features: the checkpoint's front end (AST's Kaldi-style log-mel filterbank), 16" in first
+    )
+    assert "inputs [40, 16]" in first
+    assert f"pretrained: audio-spectrogram-transformer from {ast_ckpt}" in first
+    assert "epoch 3/3" in resumed and "epoch 1/3" not in resumed
+    saved = json.loads((out / "config.json").read_text())
+    audio = saved["preprocess"]["audio"]
+    assert audio["front_end"] == "ast" and audio["sample_rate"] == 16000
+    assert (audio["num_mel_bins"], audio["max_length"]) == (16, 40)
+    processor = (ast_ckpt / "preprocessor_config.json").read_bytes()
+    assert (out / "preprocessor_config.json").read_bytes() == processor  # kept, as data
+    assert set(saved["pretrained"]["sha256"]) == {
+        "model.safetensors", "config.json", "preprocessor_config.json"
+    }  # fmt: skip
+
+
+def test_audio_eval_predict_export_and_hf_agree(audio_run, clips, tmp_path, capsys):
+    import soundfile
+    import torch
+
+    out, _, _ = audio_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    assert 0.0 <= json.loads(shown)["accuracy"] <= 1.0
+    files = [clips / "rising" / "0.wav", clips / "falling" / "1.wav", clips / "steady" / "4.wav"]
+    status, shown, err = run_main(capsys, "predict", str(out), *map(str, files), "--json")
+    assert status == 0, err
+    predicted = json.loads(shown)
+    served = load_exported(out / "model")
+    labels = served.config["labels"]
+    assert labels == ["falling", "rising", "steady"]
+    assert served.config["preprocessing"]["audio"]["front_end"] == "ast"
+    printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
+               for p in predicted]  # fmt: skip
+    decoded = [soundfile.read(f, dtype="float32") for f in files]  # 16 kHz and 8 kHz clips
+    raw = [{"array": a, "sampling_rate": r} for a, r in decoded]
+    np.testing.assert_allclose(served(raw), printed, atol=1e-6)  # raw clips in, as predict
+    # the Hub-format export, in transformers with its own extractor, on the 16 kHz clips
+    status, _, err = run_main(capsys, "export", str(out), "--format", "hf", "--out",
+                              str(tmp_path / "hf"))  # fmt: skip
+    assert status == 0, err
+    model = transformers.AutoModelForAudioClassification.from_pretrained(tmp_path / "hf").eval()
+    extractor = transformers.AutoFeatureExtractor.from_pretrained(tmp_path / "hf")
+    waves = [a for a, r in decoded if r == 16000] + [decoded[1][0][::2].repeat(2)]
+    assert model.config.id2label == dict(enumerate(labels))
+    with torch.no_grad():
+        batch = extractor(waves, sampling_rate=16000, return_tensors="pt")
+        logits = model(**batch).logits.numpy()
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(served(waves), expected, atol=1e-4)
+
+
+def test_audio_checkpoint_errors_before_anything_is_written(ast_ckpt, clips, tmp_path, capsys):
+    import wave
+
+    base = ["train", "--data", str(clips), "--max-steps", "1"]
+    other_bins = ast_checkpoint(tmp_path / "bins", num_mel_bins=24)  # the model takes 16
+    audioset_like = ast_checkpoint(tmp_path / "head", labels=5)  # a head of 5 classes, not 3
+    cases = [
+        ([*base, "--model", str(ast_ckpt), "--sample-rate", "8000"],
+         "--sample-rate 8000: --model " + str(ast_ckpt) + " takes audio at 16,000 Hz"),
+        ([*base, "--model", str(ast_ckpt), "--clip-seconds", "1"],
+         "--clip-seconds 1: --model " + str(ast_ckpt) + " takes clips of 0.415 s"),
+        ([*base, "--model", str(other_bins)],
+         "num_mel_bins=24 but the model's config.json has num_mel_bins=16"),
+        ([*base, "--model", str(audioset_like), "--val-split", "0"],  # 3 rows: < 8 devices
+         "--model.init_args.ignore_mismatched_sizes true"),
+    ]  # fmt: skip
+    short = tmp_path / "short"
+    shutil.copytree(clips, short)
+    with wave.open(str(short / "rising" / "0.wav"), "wb") as w:  # 20 ms: less than one frame
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(np.zeros(320, "<i2").tobytes())
+    cases.append(
+        (["train", "--data", str(short), "--model", str(ast_ckpt)],
+         "lasts 20.0 ms: --model " + str(ast_ckpt) + "'s front end needs 25 ms at least")
+    )  # fmt: skip
+    zero = tmp_path / "zero"
+    shutil.copytree(clips, zero)
+    data = bytearray((zero / "steady" / "2.wav").read_bytes())
+    data[24:28] = (0).to_bytes(4, "little")  # the header's sample rate
+    (zero / "steady" / "2.wav").write_bytes(bytes(data))
+    cases.append(
+        (["train", "--data", str(zero), "--model", str(ast_ckpt)],
+         "header declares a sample rate of 0 Hz")
+    )  # fmt: skip
+    for i, (argv, message) in enumerate(cases):
+        out = tmp_path / f"run{i}"
+        status, _, err = run_main(capsys, *argv, "--out", str(out))
+        assert status == 2, err
+        assert message in err, err
+        assert not out.exists(), f"{argv}: {sorted(out.iterdir())}"
 
 
 # ---------------------------------------------------------------------------------- hf: ids

@@ -9,7 +9,10 @@ row and file. :func:`plan_audio` chooses the features (``--sample-rate``, defaul
 the run's :class:`~jaxfeed.recipes.spec.Preprocessing` (``kind="audio"``, the log-mel options
 in ``audio``). :func:`row_transform` is the loaders' ``log_mel`` (a random crop in training, the
 centre otherwise); served models take raw clips through the same options
-(:meth:`jaxfeed.serve.spec.ServingSpec.fit_audio`).
+(:meth:`jaxfeed.serve.spec.ServingSpec.fit_audio`). A run of an AST checkpoint (``--model
+hf:MIT/ast-...``) plans the checkpoint's own front end instead (:func:`plan_front_end`:
+its ``preprocessor_config.json``'s rate, mel bins, frames, mean and std); its row transform is
+:class:`~jaxfeed.models.hub.audio_features.ASTFrontEnd`, numpy only, in the loader's workers.
 
 >>> prep = Preprocessing("audio", ["audio"], "label", [51, 64],
 ...                      audio={"sample_rate": 8000, "clip_seconds": 0.5, "hop_length": 80})
@@ -33,6 +36,7 @@ from jaxfeed._base.extras import require
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Audio
 from jaxfeed.loading.spectrogram import LogMel, LogMelOptions, log_mel
+from jaxfeed.models.hub import audio_features
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.serve.spec import ServingSpec, SpecError
@@ -193,6 +197,72 @@ def plan_audio(
     return prep, notes
 
 
+def plan_front_end(
+    data: Mapping[str, Dataset],
+    column: str,
+    label: str,
+    task: str,
+    extractor: audio_features.ASTFeatureExtractor,
+    model: str,
+    sample_rate: int | None = None,
+    clip_seconds: float | None = None,
+) -> tuple[Preprocessing, list[str]]:
+    """The preprocessing of a run that fine-tunes an AST checkpoint (``model``, its ``--model``):
+    the checkpoint's ``extractor`` (every clip of ``data`` checked first), clips resampled to its
+    rate and cut to its ``max_length`` frames. ``--sample-rate`` or ``--clip-seconds`` other than
+    the checkpoint's, and a clip too short for one frame, are refused."""
+    rate, seconds = extractor.sampling_rate, extractor.clip_samples / extractor.sampling_rate
+    if sample_rate is not None and sample_rate != rate:
+        raise ConfigError(
+            f"--sample-rate {sample_rate}: --model {model} takes audio at {rate:,} Hz (its "
+            "preprocessor_config.json; every clip is resampled to it); drop --sample-rate"
+        )
+    if clip_seconds is not None and abs(clip_seconds - seconds) * rate >= 1:
+        raise ConfigError(
+            f"--clip-seconds {clip_seconds:g}: --model {model} takes clips of {seconds:g} s "
+            f"({extractor.max_length} frames, its preprocessor_config.json; longer clips are cut, "
+            "shorter ones padded); drop --clip-seconds"
+        )
+    scan = scan_splits(data, column)
+    short = np.flatnonzero(scan.seconds * rate < audio_features.FRAME_LENGTH)
+    if short.size:
+        i = int(short[0])
+        raise ConfigError(
+            f"the audio of column {column!r} at row {i} of the train split lasts "
+            f"{scan.seconds[i] * 1e3:.1f} ms: --model {model}'s front end needs "
+            f"{audio_features.FRAME_LENGTH / rate * 1e3:g} ms at least (one frame of "
+            f"{audio_features.FRAME_LENGTH} samples at {rate:,} Hz); remove or lengthen it"
+        )
+    options = audio_features.front_end_options(extractor)
+    shape = [extractor.max_length, extractor.num_mel_bins]
+    prep = Preprocessing("audio", [column], label, shape, task, scale=False, audio=options)
+    found = sorted(set(scan.rates.tolist()))
+    rates = ", ".join(f"{r:,}" for r in found[:4]) + (", ..." if len(found) > 4 else "")
+    resampled = int((scan.rates != rate).sum())
+    upsampled = int((scan.rates < rate).sum())
+    longest, shortest = float(scan.seconds.max()), float(scan.seconds.min())
+    cut = int((scan.seconds > seconds + 0.5 / rate).sum())
+    notes = [
+        f"audio: {len(scan.seconds):,} clips of {shortest:.2f}-{longest:.2f} s at {rates} Hz; "
+        f"resampled to {rate:,} Hz (the checkpoint's rate){f': {resampled:,} clips' if resampled else ''}",
+        f"clips: {seconds:g} s ({extractor.max_length} frames, the checkpoint's max_length); {cut:,} "
+        "cut (at random in training, from the start in evaluation, as transformers cuts), "
+        "shorter ones' features padded",
+        *_channel_note(scan),
+        f"features: the checkpoint's front end (AST's Kaldi-style log-mel filterbank), "
+        f"{extractor.num_mel_bins} bins, 25 ms frames every 10 ms, normalised with its mean "
+        f"{extractor.mean:g} and std {extractor.std:g}: {shape[0]} frames x {shape[1]} bins",
+    ]
+    if upsampled:
+        low = min(found)
+        notes.append(
+            f"note: {upsampled:,} clips are sampled below the checkpoint's {rate:,} Hz (down to "
+            f"{low:,} Hz): upsampled, they hold nothing above {low // 2:,} Hz, which the "
+            "checkpoint was trained to hear"
+        )
+    return prep, notes
+
+
 def _channel_note(scan: ClipScan) -> list[str]:
     """The line that says clips of several channels are mixed to mono (none when all are mono).
 
@@ -227,10 +297,15 @@ def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any)
         raise ConfigError("--image-size: the input column holds audio, not images")
 
 
-def row_transform(prep: Preprocessing, *, train: bool) -> LogMel:
+def row_transform(prep: Preprocessing, *, train: bool) -> LogMel | audio_features.ASTFrontEnd:
     """The loaders' ``row_transform`` of an audio run: its ``log_mel``, with a random crop for
-    ``train`` (the loader's per-row ``rng``: a resumed run crops alike) and the centre else."""
-    return log_mel(**prep.audio, crop="random" if train else "center", column=prep.input_columns[0])
+    ``train`` (the loader's per-row ``rng``: a resumed run crops alike) and the centre else; an
+    AST checkpoint's front end (a random crop for ``train``, the start else)."""
+    column = prep.input_columns[0]
+    if audio_features.is_front_end(prep.audio):
+        crop = "random" if train else "start"
+        return audio_features.ASTFrontEnd.from_options(prep.audio, crop, column)
+    return log_mel(**prep.audio, crop="random" if train else "center", column=column)
 
 
 def loader_options(prep: Preprocessing, *, train: bool) -> dict[str, Any]:
@@ -261,7 +336,12 @@ def audio_batches(
         )
     seconds = options.get("clip_seconds")
     if counts["cropped"]:
-        done.append(f"cropped {counts['cropped']} to {seconds} s (the centre)")
-    if counts["padded"]:
+        where = "the start" if audio_features.is_front_end(options) else "the centre"
+        done.append(f"cropped {counts['cropped']} to {seconds:g} s ({where})")
+    if counts["padded"] and audio_features.is_front_end(options):
+        done.append(
+            f"padded {counts['padded']} to {seconds:g} s (their features, as transformers pads)"
+        )
+    elif counts["padded"]:
         done.append(f"padded {counts['padded']} to {seconds} s with silence")
     notes += done

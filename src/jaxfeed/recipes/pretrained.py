@@ -5,7 +5,9 @@ A checkpoint (a Hub id, or a local folder in the Hub's layout: ``config.json``,
 before anything is written to the run folder. Text runs tokenize with the checkpoint's own
 ``tokenizer.json`` (copied into the run folder as data; no tokenizer is trained), image runs are
 resized to the checkpoint's size and normalised with its mean and std (on the device, inside the
-model), and the model is :func:`jaxfeed.models.from_pretrained` with a head for the data's classes.
+model), audio runs go through the checkpoint's own front end (AST's filterbank, in the loader's
+workers: :func:`plan_audio`), and the model is :func:`jaxfeed.models.from_pretrained` with a head
+for the data's classes.
 ``config.json`` records the model id, the resolved commit and the SHA-256 of each file the run
 read from the checkpoint; ``--resume`` refuses a checkpoint whose files changed.
 
@@ -29,7 +31,7 @@ from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import from_pretrained, preprocessor
 from jaxfeed.models.hub.files import Weights, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
-from jaxfeed.recipes import text
+from jaxfeed.recipes import audio, text
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.spec import Preprocessing
 
@@ -364,13 +366,32 @@ def check_data(checkpoint: Checkpoint, kind: str) -> None:
             f"--model {checkpoint.spec} ({checkpoint.model_type}) cannot learn from {kind} data "
             f"(its tasks: {', '.join(family.tasks)})"
         )
-    if kind == "audio":
+
+
+# ---------------------------------------------------------------------------------- audio
+def plan_audio(
+    checkpoint: Checkpoint, data: Any, column: str, label: str, task: str, config: RunConfig
+) -> tuple[Preprocessing, list[str]]:
+    """An audio run's preprocessing: the checkpoint's front end (its ``preprocessor_config.json``,
+    checked against the model), clips resampled to its rate (:func:`audio.plan_front_end`)."""
+    extractor = _audio_processor(checkpoint)
+    return audio.plan_front_end(
+        data, column, label, task, extractor, checkpoint.spec, config.sample_rate,
+        config.clip_seconds,
+    )  # fmt: skip
+
+
+def _audio_processor(checkpoint: Checkpoint) -> Any:
+    try:
+        processor = preprocessor(checkpoint.folder)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
+    if not hasattr(processor, "num_mel_bins"):
         raise ConfigError(
-            f"--model {checkpoint.spec}: fine-tuning an audio checkpoint ({checkpoint.model_type}) "
-            "from the command is not available yet (its front end is not in the run's audio "
-            "preprocessing); in Python, jaxfeed.models.from_pretrained and preprocessor with "
-            "jaxfeed.Trainer fine-tune it (docs/guide/hub-models.md)"
+            f"--model {checkpoint.spec} is a {checkpoint.model_type} model, not an audio model; "
+            "the data is audio"
         )
+    return processor
 
 
 def copy_preprocessor(checkpoint: Checkpoint, out: Path) -> None:
@@ -411,6 +432,8 @@ def build_model(spec: str, prep: Preprocessing, outputs: int, config: RunConfig)
     if kind == "image":
         processor = _image_processor(_light(spec, model))
         return ImageModel(model, processor)
+    if kind == "audio":
+        return AudioModel(model)
     return model
 
 
@@ -423,7 +446,7 @@ def _light(spec: str, model: Any) -> Checkpoint:
 
 def hub_model(model: Any) -> Any:
     """The :func:`from_pretrained` model inside a run's model (for ``save_pretrained``)."""
-    return getattr(model, "model", model) if isinstance(model, ImageModel) else model
+    return getattr(model, "model", model) if isinstance(model, ImageModel | AudioModel) else model
 
 
 class ImageModel(nnx.Module):
@@ -446,3 +469,14 @@ class ImageModel(nnx.Module):
             x = jnp.repeat(x, 3, axis=-1)
         x = (x - jnp.asarray(self.mean, jnp.float32)) / jnp.asarray(self.std, jnp.float32)
         return self.model(pixel_values=x, rngs=rngs)
+
+
+class AudioModel(nnx.Module):
+    """An AST-like model on the run's ``(frames, mel bins)`` features (its checkpoint's front end
+    made them in the loader's workers): ``model(input_values=...)``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, x: Any, *, rngs: Any = None) -> Any:
+        return self.model(input_values=x.astype(jnp.float32), rngs=rngs)

@@ -167,6 +167,11 @@ def _train(
             audiomod.scan_splits(run_data.source.data, prep.input_columns[0])
         if text.is_text(prep):
             text.attach_tokenizer(prep, out)
+    elif columns.kind == "audio" and checkpoint is not None:  # the checkpoint's front end
+        prep, notes = pretrained.plan_audio(
+            checkpoint, run_data.source.data, columns.inputs[0], columns.label, run_data.task,
+            config,
+        )  # fmt: skip
     elif columns.kind == "audio":
         prep, notes = audiomod.plan_audio(
             run_data.source.data, columns.inputs[0], columns.label, run_data.task, config.sample_rate,

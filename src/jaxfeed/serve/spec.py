@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed.loading.spectrogram import LogMelOptions, log_mel
+from jaxfeed.models.hub import audio_features
 
 SPEC_FORMAT = "jaxfeed-preprocessing"
 SPEC_VERSION = 1
@@ -125,9 +126,9 @@ class ServingSpec:
     scale: bool = False  # integer inputs are divided by 255 into float32
     target_mean: float | None = None
     target_std: float | None = None
-    audio: dict[str, Any] | None = (
-        None  # log_mel's options (jaxfeed.loading.spectrogram.LogMelOptions)
-    )
+    # log_mel's options (jaxfeed.loading.spectrogram.LogMelOptions), or an AST checkpoint's front
+    # end ({"front_end": "ast", ...}: jaxfeed.models.hub.audio_features.front_end_options)
+    audio: dict[str, Any] | None = None
     # text: {"column", "max_length", "pad_id", "inputs": {argument: column}}; the tokenizer is
     # the export's tokenizer.json (data for the `tokenizers` library)
     text: dict[str, Any] | None = None
@@ -492,12 +493,19 @@ def text_options(values: Any, where: str) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------------------------- audio
 def audio_options(values: Any, where: str) -> dict[str, Any] | None:
-    """The ``audio`` field of a spec (log_mel's options), each value checked."""
+    """The ``audio`` field of a spec (log_mel's options, or an AST front end's), each value
+    checked."""
     if values is None:
         return None
     if not isinstance(values, Mapping):
         raise SpecError(f"{where}: preprocessing.audio must be an object")
     at = f"{where}: preprocessing.audio"
+    if audio_features.is_front_end(values):
+        try:
+            extractor = audio_features.from_options(values, at)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
+        return audio_features.front_end_options(extractor)
     values = dict(values)
     _known(values, {f.name for f in dataclasses.fields(LogMelOptions)}, at, "audio")
     c = _Checker(at)
@@ -519,8 +527,15 @@ def audio_options(values: Any, where: str) -> dict[str, Any] | None:
 
 
 def log_mel_batch(clips: Any, options: Mapping[str, Any]) -> np.ndarray:
-    """Clips as a batch of centre-cropped log-mel spectrograms (see :func:`audio_options`)."""
-    transform = log_mel(**options, crop="center")
+    """Clips as a batch of centre-cropped log-mel spectrograms, or of an AST checkpoint's
+    features (cut from the start, as ``transformers`` cuts; see :func:`audio_options`)."""
+    if audio_features.is_front_end(options):
+        transform: Any = audio_features.ASTFrontEnd.from_options(options)
+        e = transform.extractor
+        shape = (e.max_length, e.num_mel_bins)
+    else:
+        transform = log_mel(**options, crop="center")
+        shape = (transform.options.frames, transform.options.n_mels)
     if isinstance(clips, np.ndarray) and clips.dtype == object:
         clips = list(clips)
     if isinstance(clips, Mapping) or (isinstance(clips, np.ndarray) and clips.ndim == 1):
@@ -535,7 +550,7 @@ def log_mel_batch(clips: Any, options: Mapping[str, Any]) -> np.ndarray:
         except ValueError as err:
             raise ValueError(f"clip {i}: {err}") from None
     if not out:
-        return np.zeros((0, transform.options.frames, transform.options.n_mels), np.float32)
+        return np.zeros((0, *shape), np.float32)
     return np.stack(out)
 
 

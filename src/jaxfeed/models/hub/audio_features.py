@@ -13,6 +13,14 @@ match at 16 kHz; the tests compare with the numpy path (torchaudio is not a test
 Everything is vectorised over frames (one FFT call per clip); results equal ``transformers``' to
 float32 rounding.
 
+:class:`ASTFrontEnd` is the same front end as a loader's ``row_transform`` (``jaxfeed train
+--model`` an AST checkpoint): an ``Audio`` cell mixed to mono, resampled to the checkpoint's rate
+with soxr, cut to the samples that make ``max_length`` frames (at random in training, from the
+start otherwise, as ``transformers`` cuts), then :class:`ASTFeatureExtractor`'s features. Its
+options are JSON (:func:`front_end_options`: a run's ``config.json`` and an export's serving spec
+keep them). This module imports only numpy (and ``jaxfeed._base``): the loader's worker processes,
+which never import JAX, run it.
+
 >>> import numpy as np
 >>> fe = ASTFeatureExtractor(num_mel_bins=16, max_length=50)
 >>> wave = np.sin(np.arange(8000) * 0.05).astype(np.float32)
@@ -28,12 +36,18 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed._base.extras import require
+
 FRAME_LENGTH = 400  # samples, as transformers' numpy path (25 ms at 16 kHz)
 HOP_LENGTH = 160  # samples (10 ms at 16 kHz)
 FFT_LENGTH = 512
 PREEMPHASIS = 0.97
 MEL_FLOOR = 1.192092955078125e-07  # float32 epsilon, Kaldi's floor before the log
 MIN_FREQUENCY = 20.0
+FRONT_END = "ast"  # the "front_end" of a run's audio options that this module computes
+CROPS = ("start", "random")
+# the JSON options of a run's AST front end (besides "front_end", "sample_rate", "clip_seconds")
+OPTION_KEYS = ("num_mel_bins", "max_length", "do_normalize", "mean", "std")
 
 
 def kaldi_mel(freq: np.ndarray | float) -> np.ndarray:
@@ -156,21 +170,39 @@ class ASTFeatureExtractor:
                 f"{self.sampling_rate} Hz: resample it first"
             )
         filters = mel_filters(self.num_mel_bins, self.sampling_rate)
-        out = np.zeros((len(clips := _clips(raw_speech)), self.max_length, self.num_mel_bins),
-                       np.float32)  # fmt: skip
-        for i, clip in enumerate(clips):
-            if clip.size < FRAME_LENGTH:
-                raise ValueError(
-                    f"clip {i} has {clip.size} samples; AST's front end needs at least "
-                    f"{FRAME_LENGTH} (one 25 ms frame at 16 kHz)"
-                )
-            if not np.isfinite(clip).all():
-                raise ValueError(f"clip {i} holds NaN or infinite samples")
-            features = log_mel(clip, filters)[: self.max_length]
-            out[i, : len(features)] = features
+        clips = _clips(raw_speech)
+        out = np.stack([self.features(clip, filters, f"clip {i}") for i, clip in enumerate(clips)])
+        return {"input_values": out}
+
+    @property
+    def clip_samples(self) -> int:
+        """The samples of a clip that make exactly ``max_length`` frames (more are cut).
+
+        >>> ASTFeatureExtractor(max_length=1024).clip_samples
+        164080
+        """
+        return (self.max_length - 1) * HOP_LENGTH + FRAME_LENGTH
+
+    def features(self, clip: np.ndarray, filters: np.ndarray | None = None,
+                 where: str = "the clip") -> np.ndarray:  # fmt: skip
+        """``(max_length, num_mel_bins)`` float32 features of one mono clip at ``sampling_rate``
+        (``filters``: :func:`mel_filters` of this extractor, made once by a caller of many)."""
+        if filters is None:
+            filters = mel_filters(self.num_mel_bins, self.sampling_rate)
+        if clip.size < FRAME_LENGTH:
+            raise ValueError(
+                f"{where} has {clip.size} samples; AST's front end needs at least "
+                f"{FRAME_LENGTH} ({FRAME_LENGTH / self.sampling_rate * 1e3:g} ms at "
+                f"{self.sampling_rate} Hz)"
+            )
+        if not np.isfinite(clip).all():
+            raise ValueError(f"{where} holds NaN or infinite samples")
+        out = np.zeros((self.max_length, self.num_mel_bins), np.float32)
+        frames = log_mel(clip[: self.clip_samples], filters)[: self.max_length]
+        out[: len(frames)] = frames
         if self.do_normalize:
             out = (out - np.float32(self.mean)) / np.float32(self.std * 2)
-        return {"input_values": out.astype(np.float32)}
+        return out.astype(np.float32, copy=False)
 
 
 def _clips(raw_speech: Any) -> list[np.ndarray]:
@@ -217,4 +249,170 @@ max_length=12: the features would not fit the model
     return extractor
 
 
-__all__ = ["ASTFeatureExtractor", "for_model", "log_mel", "mel_filters"]
+# ---------------------------------------------------------------------------------- front end
+def front_end_options(extractor: ASTFeatureExtractor) -> dict[str, Any]:
+    """The JSON options of ``extractor`` as a run's front end (a run's ``config.json`` and an
+    export's serving spec keep them; :func:`from_options` reads them back).
+
+    >>> front_end_options(ASTFeatureExtractor(num_mel_bins=8, max_length=10))["clip_seconds"]
+    0.115
+    """
+    options: dict[str, Any] = {
+        "front_end": FRONT_END,
+        "sample_rate": extractor.sampling_rate,
+        "clip_seconds": extractor.clip_samples / extractor.sampling_rate,
+    }
+    options.update({key: getattr(extractor, key) for key in OPTION_KEYS})
+    return options
+
+
+def from_options(options: Mapping[str, Any], where: str = "audio") -> ASTFeatureExtractor:
+    """The extractor of :func:`front_end_options`' ``options``, every value checked (a
+    :class:`ValueError` names ``where`` and the field).
+
+    >>> from_options(front_end_options(ASTFeatureExtractor(num_mel_bins=8))).num_mel_bins
+    8
+    """
+    if not isinstance(options, Mapping) or options.get("front_end") != FRONT_END:
+        raise ValueError(f"{where}: not the options of an AST front end")
+    unknown = sorted(set(options) - {"front_end", "sample_rate", "clip_seconds", *OPTION_KEYS})
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} of an AST front end")
+    missing = [k for k in ("sample_rate", *OPTION_KEYS) if k not in options]
+    if missing:
+        raise ValueError(f"{where}: missing field {missing[0]!r} of an AST front end")
+    for key in ("mean", "std"):
+        value = options[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+            raise ValueError(f"{where}: {key} must be a finite number, got {value!r}")
+    if not isinstance(options["do_normalize"], bool):
+        raise ValueError(f"{where}: do_normalize must be true or false")
+    values = {key: options[key] for key in OPTION_KEYS}
+    try:
+        extractor = ASTFeatureExtractor(sampling_rate=options["sample_rate"], **values)
+    except ValueError as err:
+        raise ValueError(
+            f"{where}: {str(err).removeprefix('preprocessor_config.json: ')}"
+        ) from None
+    seconds = options.get("clip_seconds")
+    if seconds is not None and round(seconds * extractor.sampling_rate) != extractor.clip_samples:
+        raise ValueError(
+            f"{where}: clip_seconds {seconds!r} is not the {extractor.clip_samples} samples that "
+            f"make max_length={extractor.max_length} frames"
+        )
+    return extractor
+
+
+def is_front_end(options: Any) -> bool:
+    """Whether a run's (or a spec's) audio options are an AST front end's (else log-mel's).
+
+    >>> is_front_end({"front_end": "ast"}), is_front_end({"n_mels": 64}), is_front_end(None)
+    (True, False, False)
+    """
+    return isinstance(options, Mapping) and "front_end" in options
+
+
+class ASTFrontEnd:
+    """AST's front end as a row transform (see the module doc): ``t(row, rng)`` on a row dict
+    replaces ``column`` by its ``(max_length, num_mel_bins)`` features; ``t(audio)`` on one
+    ``{"array", "sampling_rate"}`` dict or waveform (at the extractor's rate) returns them.
+
+    >>> fe = ASTFrontEnd(ASTFeatureExtractor(sampling_rate=8000, num_mel_bins=8, max_length=20))
+    >>> wave = np.sin(np.arange(4000) * 0.05).astype(np.float32)
+    >>> fe({"audio": {"array": wave, "sampling_rate": 8000}, "label": 1})["audio"].shape
+    (20, 8)
+    """
+
+    def __init__(self, extractor: ASTFeatureExtractor, crop: str = "start",
+                 column: str = "audio") -> None:  # fmt: skip
+        if crop not in CROPS:
+            raise ValueError(f"ASTFrontEnd: crop must be one of {list(CROPS)}, got {crop!r}")
+        self.extractor, self.crop, self.column = extractor, crop, column
+        self.needs_rng = crop == "random"
+        self._filters = mel_filters(extractor.num_mel_bins, extractor.sampling_rate)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], crop: str = "start",
+                     column: str = "audio") -> ASTFrontEnd:  # fmt: skip
+        """The front end of a run's audio options (:func:`front_end_options`)."""
+        return cls(from_options(options), crop, column)
+
+    def __repr__(self) -> str:
+        e = self.extractor
+        return (
+            f"ast_front_end(sampling_rate={e.sampling_rate}, num_mel_bins={e.num_mel_bins}, "
+            f"max_length={e.max_length}, crop={self.crop!r}, column={self.column!r})"
+        )
+
+    def __call__(self, row: Any, rng: np.random.Generator | None = None) -> Any:
+        if self.needs_rng and rng is None:
+            raise ValueError(
+                "ASTFrontEnd(crop='random') is random: call it as t(row, rng) with a "
+                "numpy.random.Generator (the DataLoader passes one to row_transform)"
+            )
+        if isinstance(row, dict) and self.column in row:
+            return {**row, self.column: self.spectrogram(row[self.column], rng)}
+        if isinstance(row, np.ndarray) or (isinstance(row, dict) and "array" in row):
+            return self.spectrogram(row, rng)
+        if isinstance(row, dict):
+            raise KeyError(f"the row has no audio column {self.column!r} (it has {sorted(row)})")
+        raise TypeError(
+            f"AST front end: expected a row dict, an audio dict or a waveform array, got "
+            f"{type(row).__name__}"
+        )
+
+    def waveform(self, audio: Any) -> tuple[np.ndarray, str, bool]:
+        """A mono float32 waveform at the extractor's rate, what to call the clip in errors,
+        and whether it was resampled."""
+        target = self.extractor.sampling_rate
+        rate, where = target, f"column {self.column!r}"
+        if isinstance(audio, dict):
+            if audio.get("path"):
+                where += f" ({audio['path']})"
+            rate = audio.get("sampling_rate")
+            if isinstance(rate, np.integer):
+                rate = int(rate)
+            if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
+                raise ValueError(
+                    f"{where}: the clip's sampling_rate must be a positive int (Hz), got {rate!r}"
+                )
+            audio = audio.get("array")
+        samples = np.asarray(audio)
+        if samples.dtype.kind not in "iuf" or samples.ndim not in (1, 2):
+            raise ValueError(
+                f"{where}: expected a waveform of shape (samples,) or (channels, samples), got "
+                f"{samples.dtype} {samples.shape}"
+            )
+        if samples.dtype.kind in "iu":  # PCM integers to [-1, 1)
+            samples = samples / np.float32(2 ** (8 * samples.dtype.itemsize - 1))
+        samples = samples.astype(np.float32, copy=False)
+        if samples.ndim == 2:
+            samples = samples.mean(axis=0, dtype=np.float32)
+        if samples.size == 0:
+            raise ValueError(f"{where}: the clip is empty (0 samples)")
+        if rate != target:
+            soxr = require("soxr", "audio", "resampling audio")
+            samples = soxr.resample(samples, rate, target).astype(np.float32, copy=False)
+        return samples, where, rate != target
+
+    def spectrogram(self, audio: Any, rng: np.random.Generator | None = None) -> np.ndarray:
+        """The ``(max_length, num_mel_bins)`` features of one clip."""
+        samples, where, _ = self.waveform(audio)
+        n = self.extractor.clip_samples
+        if len(samples) > n:
+            extra = len(samples) - n
+            start = int(rng.integers(0, extra + 1)) if self.crop == "random" else 0
+            samples = samples[start : start + n]
+        return self.extractor.features(samples, self._filters, where)
+
+
+__all__ = [
+    "ASTFeatureExtractor",
+    "ASTFrontEnd",
+    "for_model",
+    "from_options",
+    "front_end_options",
+    "is_front_end",
+    "log_mel",
+    "mel_filters",
+]
