@@ -552,3 +552,13 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_quiet_exit(monkeypat
     assert err.startswith("jaxfeed eval: error: BrokenPipeError: "), err
     with pytest.raises(BrokenPipeError):
         main(["--debug", "eval", "somewhere"])
+
+
+def test_a_held_out_split_with_fewer_rows_than_devices_is_one_clear_line(tmp_path, capsys):
+    # 8 devices (conftest) split every evaluation batch; 2 validation rows cannot be split
+    table = tmp_path / "t.csv"
+    table.write_text("a,label\n" + "".join(f"{i},{'xy'[i % 2]}\n" for i in range(40)))
+    status, _, err = run_main(capsys, "train", "--data", str(table), "--val-split", "0.05",
+                              "--batch-size", "8", "--out", str(tmp_path / "r"))  # fmt: skip
+    assert status == 2, err
+    assert "the validation split has 2 rows, fewer than the 8 devices" in err

@@ -651,6 +651,12 @@ def _loaders(
     def held_loader(name: str, ds: Any) -> Any:
         if ds is None:
             return None
+        if ds.num_rows < count:  # not one row per device: the split would evaluate nothing
+            raise ConfigError(
+                f"the {name} split has {ds.num_rows} rows, fewer than the {count} devices that "
+                "each evaluation batch is split over: give it more rows (--val-split) or run "
+                "on fewer devices"
+            )
         drop = count > 1 and (ds.num_rows % size) % count != 0
         if drop:
             say(
