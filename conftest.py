@@ -3,6 +3,7 @@ a terminal; subprocesses whose whole process group ends with the test."""
 
 import atexit
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -50,12 +51,25 @@ TESTS = Path(__file__).parent / "tests"
 sys.path.insert(0, str(TESTS))
 
 
+# Doctests that compare with transformers' PyTorch models: skipped where torch is not installed
+# (make test-latest on Python 3.12+, where no CPU build of torch is at hand).
+TORCH_DOCTESTS = ("jaxfeed.models.hub.api.",)
+
+
 def pytest_collection_modifyitems(items):
-    """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker."""
+    """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker;
+    :data:`TORCH_DOCTESTS` are skipped without torch."""
     e2e = TESTS / "e2e"
+    no_torch = importlib.util.find_spec("torch") is None
     for item in items:
         if e2e in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
+        if (
+            no_torch
+            and isinstance(item, pytest.DoctestItem)
+            and item.name.startswith(TORCH_DOCTESTS)
+        ):
+            item.add_marker(pytest.mark.skip(reason="needs torch (transformers' models)"))
 
 
 # The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.

@@ -5,6 +5,7 @@ self-contained (its first block imports and makes what the later ones use). Page
 developers add under docs/ are picked up by the glob.
 """
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     for i, block in enumerate(python_blocks(page)):
         try:
             exec(compile(block, f"{name(page)} block {i}", "exec"), namespace)
+        except ImportError as err:
+            if importlib.util.find_spec("torch") is None and "torch" in str(err).lower():
+                pytest.skip(f"{name(page)} block {i} needs torch (transformers' models)")
+            raise AssertionError(
+                f"{name(page)}: python block {i} failed: {err!r}\n{block}"
+            ) from err
         except Exception as err:
             raise AssertionError(
                 f"{name(page)}: python block {i} failed: {err!r}\n{block}"
