@@ -85,11 +85,11 @@ def test_image_folder_by_path_with_val_split_and_image_size(image_folder, image_
     assert (out / "model").stat().st_mode & 0o777 == 0o777 & ~mask
 
 
-def test_eval_json_reports_per_class_metrics_of_the_best_epoch(image_run):
+def test_eval_json_reports_per_class_metrics_of_the_best_epoch(image_run, capsys):
     out, _, best_epoch = image_run
-    result = jaxfeed("eval", str(out), "--json")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")  # in this process: cheaper
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["checkpoint"]["epoch"] == best_epoch and report["split"] == "validation"
     assert set(report["per_class"]) == {"cat", "dog", "fox"}
     assert set(report["per_class"]["cat"]) == {"precision", "recall", "f1", "support"}
@@ -98,18 +98,18 @@ def test_eval_json_reports_per_class_metrics_of_the_best_epoch(image_run):
     assert 0 <= report["accuracy"] <= 1 and report["loss"] > 0
 
 
-def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, tmp_path):
+def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, tmp_path, capsys):
     out, _, best_epoch = image_run
     big = tmp_path / "big dog.png"
     PIL.Image.fromarray(np.full((30, 41, 3), 220, np.uint8)).save(big)
     grey = tmp_path / "grey.png"
     PIL.Image.fromarray(np.full((12, 12), 30, np.uint8)).save(grey)
-    result = jaxfeed("predict", str(out), str(big), str(grey), "--json")
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.strip().splitlines() == [
+    status, shown, err = run_main(capsys, "predict", str(out), str(big), str(grey), "--json")
+    assert status == 0, err
+    assert err.strip().splitlines() == [
         "note: resized 1 of 2 images to 12x12; converted 1 to mode RGB (as in training)"
     ]
-    predictions = json.loads(result.stdout)
+    predictions = json.loads(shown)
     assert [p["input"] for p in predictions] == [str(big), str(grey)]
     assert all(p["checkpoint"]["epoch"] == best_epoch for p in predictions)
     assert abs(sum(t["probability"] for t in predictions[0]["top"]) - 1) < 1e-3
@@ -181,7 +181,9 @@ def test_csv_regression(tmp_path, capsys):
         "city: 2 values), one-hot with an unknown slot" in result.stdout
     )
     assert "target 'price' (regression)" in result.stdout and "validation RMSE" in result.stdout
-    report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["task"] == "regression" and {"mse", "mae", "r2"} <= set(report)
     assert report["r2"] > 0.5 and "accuracy" not in report
     # label units everywhere: the epoch lines, metrics.jsonl, the summary and eval agree

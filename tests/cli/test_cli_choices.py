@@ -5,9 +5,10 @@ import json
 import os
 import shutil
 
+import jax
 import pytest
 
-from cli_helpers import jaxfeed
+from cli_helpers import jaxfeed, run_main
 
 TINY = ["--model", "mlp", "--epochs", "2", "--batch-size", "16", "--lr", "0.05", "--metrics",
         "accuracy,f1", "--monitor", "eval_f1"]  # fmt: skip
@@ -33,7 +34,7 @@ def table_run(tmp_path_factory):
     return data, out, result.stdout
 
 
-def test_resume_accepts_the_same_data_moved_and_refuses_other_data(table_run, tmp_path):
+def test_resume_accepts_the_same_data_moved_and_refuses_other_data(table_run, tmp_path, capsys):
     data, out, _ = table_run
     saved = json.loads((out / "config.json").read_text())
     assert list(saved["data_fingerprint"]) == ["houses.csv"]
@@ -44,39 +45,46 @@ def test_resume_accepts_the_same_data_moved_and_refuses_other_data(table_run, tm
     shutil.copy(data, moved)
     changed = tmp_path / "changed.csv"
     changed.write_text(data.read_text().replace("rome,", "roma,", 1))
-    result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(changed))
-    assert result.returncode == 2
-    assert f"--data {changed} is not the data the run was trained on ({data})" in result.stderr
-    assert "changed.csv: not in the run's data; houses.csv: missing" in result.stderr
+    # the refusals run in this process (cheaper); the resume that trains in a process of its own
+    status, _, err = run_main(
+        capsys, "train", "--out", str(run), "--resume", "--data", str(changed)
+    )
+    assert status == 2, err
+    assert f"--data {changed} is not the data the run was trained on ({data})" in err
+    assert "changed.csv: not in the run's data; houses.csv: missing" in err
     same_name = tmp_path / "other" / "houses.csv"
     same_name.parent.mkdir()
     same_name.write_text(data.read_text().replace("rome,", "roma,", 1))
-    result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(same_name))
-    assert result.returncode == 2 and "houses.csv: content differs (same size" in result.stderr
+    status, _, err = run_main(
+        capsys, "train", "--out", str(run), "--resume", "--data", str(same_name)
+    )
+    assert status == 2 and "houses.csv: content differs (same size" in err, err
     result = jaxfeed("train", "--out", str(run), "--resume", "--data", str(moved), "--epochs", "3")
     assert result.returncode == 0, result.stderr
     assert "epoch 3/3" in result.stdout and "epoch 2/3" not in result.stdout
     assert json.loads((run / "config.json").read_text())["options"]["data"] == str(moved)
 
 
-def test_unseen_categories_are_counted_per_column_and_strict_refuses_them(table_run, tmp_path):
+def test_unseen_categories_are_counted_per_column_and_strict_refuses_them(
+    table_run, tmp_path, capsys
+):
     _, out, _ = table_run
     new = tmp_path / "new.csv"
     new.write_text("city,rooms,area\nparis,2,50\nrome,9,60\nparis,7,70\noslo,1,80\n")
-    result = jaxfeed("predict", str(out), str(new), "--json")
-    assert result.returncode == 0, result.stderr
-    assert len(json.loads(result.stdout)) == 4
+    status, shown, err = run_main(capsys, "predict", str(out), str(new), "--json")  # cheaper here
+    assert status == 0, err
+    assert len(json.loads(shown)) == 4
     assert (
         "note: unseen in training, predicted as unknown (--strict refuses them): 'city' 2 rows "
-        "('paris' 2); 'rooms' 2 rows ('9' 1, '7' 1)" in result.stderr
+        "('paris' 2); 'rooms' 2 rows ('9' 1, '7' 1)" in err
     )
     seen = tmp_path / "seen.csv"
     seen.write_text("city,rooms,area\nrome,2,50\n")
-    result = jaxfeed("predict", str(out), str(seen))
-    assert result.returncode == 0 and "unseen" not in result.stderr
-    result = jaxfeed("predict", str(out), str(new), "--strict")
-    assert result.returncode == 2
-    assert f"{new}:0: column 'city' has 'paris', a category unseen in training" in result.stderr
+    status, _, err = run_main(capsys, "predict", str(out), str(seen))
+    assert status == 0 and "unseen" not in err, err
+    status, _, err = run_main(capsys, "predict", str(out), str(new), "--strict")
+    assert status == 2, err
+    assert f"{new}:0: column 'city' has 'paris', a category unseen in training" in err
 
 
 def test_the_summary_shows_the_monitored_metric_and_four_decimals(table_run):
@@ -92,20 +100,22 @@ def test_the_summary_shows_the_monitored_metric_and_four_decimals(table_run):
     assert "highest eval_f1 on the validation split" in stdout
 
 
-def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(table_run, tmp_path):
+def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(
+    table_run, tmp_path, capsys
+):
     data, _, _ = table_run
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    assert jax.device_count() == 8  # this process has 8 fake CPU devices (conftest.py)
     args = ["train", "--data", str(data), "--label-column", "price", *TINY, "--epochs", "1"]
-    result = jaxfeed(*args, "--out", str(tmp_path / "r"), "--mesh", "data=4,model=2",
-                     "--sharding", "fsdp", env=env)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "8 devices in 1 process (mesh data=4,model=2" in result.stdout
-    assert "note: mesh axis model=2 is used by nothing" in result.stdout
+    status, shown, err = run_main(capsys, *args, "--out", str(tmp_path / "r"), "--mesh",
+                                  "data=4,model=2", "--sharding", "fsdp")  # fmt: skip
+    assert status == 0, err
+    assert "8 devices in 1 process (mesh data=4,model=2" in shown
+    assert "note: mesh axis model=2 is used by nothing" in shown
     # a mesh the devices cannot make is refused before the data is read (a bad label here)
     bad = [*args[:3], "--label-column", "nonesuch", *args[5:]]
-    result = jaxfeed(*bad, "--out", str(tmp_path / "b"), "--mesh", "data=16", env=env)
-    assert result.returncode == 2 and "--mesh data=16" in result.stderr, result.stderr
-    assert "nonesuch" not in result.stderr and not (tmp_path / "b").exists()
+    status, _, err = run_main(capsys, *bad, "--out", str(tmp_path / "b"), "--mesh", "data=16")
+    assert status == 2 and "--mesh data=16" in err, err
+    assert "nonesuch" not in err and not (tmp_path / "b").exists()
 
 
 def test_a_missing_tokenizers_install_leaves_no_run_folder(tmp_path):

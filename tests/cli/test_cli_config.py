@@ -117,7 +117,7 @@ def table(tmp_path_factory):
     return root
 
 
-def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
+def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path, capsys, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
@@ -161,7 +161,10 @@ def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
     assert rates == pytest.approx([float(schedule(r["step"] - 1)) for r in train_rows], rel=1e-5)
     best = max(epochs, key=lambda r: (r["eval_f1"], -r["epoch"]))  # highest F1, the earliest
     assert "highest eval_f1 on the validation split" in result.stdout
-    report = json.loads(jaxfeed("eval", str(out), "--json", cwd=table).stdout)
+    monkeypatch.chdir(table)  # eval and the refusals below run in this process: cheaper
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["checkpoint"]["epoch"] == best["epoch"]
     assert abs(report["macro_avg"]["f1"] - best["eval_f1"]) < 1e-3  # eval: the validation split
     # the loss is the one trained and selected on (class-weighted), said so, the plain one beside
@@ -179,14 +182,16 @@ def test_flags_reach_the_run_and_the_monitor_chooses(table, tmp_path):
 
     # --resume refuses a contradicting new-style flag, before anything is written
     before = (out / "config.json").read_bytes()
-    refused = jaxfeed("train", "--out", str(out), "--resume", "--optimizer", "adamw", cwd=table)
-    assert refused.returncode == 2 and "--optimizer 'adamw' contradicts" in refused.stderr
-    refused = jaxfeed("train", "--out", str(out), "--resume", "--metrics", "f1", cwd=table)
-    assert refused.returncode == 2 and "--metrics ['f1'] contradicts" in refused.stderr
+    status, _, err = run_main(
+        capsys, "train", "--out", str(out), "--resume", "--optimizer", "adamw"
+    )
+    assert status == 2 and "--optimizer 'adamw' contradicts" in err, err
+    status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--metrics", "f1")
+    assert status == 2 and "--metrics ['f1'] contradicts" in err, err
     assert (out / "config.json").read_bytes() == before
 
 
-def test_a_run_folder_of_the_previous_version_resumes(tmp_path):
+def test_a_run_folder_of_the_previous_version_resumes(tmp_path, capsys, monkeypatch):
     """tests/recipes/run-format-2 was written by the previous jaxfeed train (config.json format 2,
     sgd with a cosine schedule, the best epoch by eval_loss); it evaluates and resumes."""
     work = tmp_path / "work"
@@ -195,13 +200,12 @@ def test_a_run_folder_of_the_previous_version_resumes(tmp_path):
     record = read_run(work / "run")
     assert record.options.optimizer == "sgd" and "lr_logged" not in record.resolved
     before = json.loads((work / "run" / "config.json").read_text())
-    report = jaxfeed("eval", "run", "--json", cwd=work)
-    assert report.returncode == 0, report.stderr[-2000:]
-    assert json.loads(report.stdout)["checkpoint"]["step"] == 8
-    refused = jaxfeed("train", "--out", "run", "--resume", "--lr", "0.1", cwd=work)
-    assert refused.returncode == 2 and "--lr 0.1 contradicts the run's saved lr 0.001" in (
-        refused.stderr
-    )
+    monkeypatch.chdir(work)  # eval and the refusal run in this process: cheaper
+    status, shown, err = run_main(capsys, "eval", "run", "--json")
+    assert status == 0, err[-2000:]
+    assert json.loads(shown)["checkpoint"]["step"] == 8
+    status, _, err = run_main(capsys, "train", "--out", "run", "--resume", "--lr", "0.1")
+    assert status == 2 and "--lr 0.1 contradicts the run's saved lr 0.001" in err, err
     result = jaxfeed("train", "--out", "run", "--resume", "--epochs", "3", cwd=work)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "epoch 3/3" in result.stdout and "epoch 1/3" not in result.stdout

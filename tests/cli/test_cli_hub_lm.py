@@ -27,6 +27,7 @@ pytest.importorskip("tokenizers")
 pytestmark = pytest.mark.slow  # two training processes (SIGTERM, resume): about 40 s of CPU
 
 from cli_helpers import jaxfeed, run_main  # noqa: E402
+from jaxfeed.cli import main  # noqa: E402
 from jaxfeed.models import from_pretrained, preprocessor  # noqa: E402
 from jaxfeed.text import generate  # noqa: E402
 from models.hub.chat_templates import checkpoint as with_tokenizer  # noqa: E402
@@ -93,8 +94,7 @@ def lm_run(ckpt, corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(lm_run, tmp_path_factory):
     target = tmp_path_factory.mktemp("export") / "tuned"
-    result = jaxfeed("export", str(lm_run[0]), "--format", "hf", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert main(["export", str(lm_run[0]), "--format", "hf", "--out", str(target)]) == 0  # here
     return target
 
 

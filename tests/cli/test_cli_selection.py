@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from cli_helpers import jaxfeed
+from cli_helpers import jaxfeed, run_main
 
 # Runs `jaxfeed train` in this process with the loader and Trainer.fit wrapped: every batch a
 # loader yields is logged with how many of its rows are test rows (test rows carry a marker input
@@ -73,7 +73,7 @@ def table_folder(tmp_path_factory):
     return root
 
 
-def test_the_test_split_is_read_once_after_selection(table_folder, tmp_path):
+def test_the_test_split_is_read_once_after_selection(table_folder, tmp_path, capsys):
     out = tmp_path / "run"
     stdout, events = counted_train(
         tmp_path, "--data", str(table_folder), "--label-column", "label", "--epochs", "3",
@@ -98,17 +98,15 @@ def test_the_test_split_is_read_once_after_selection(table_folder, tmp_path):
     assert test_row["epoch"] == chosen["epoch"] == int(values.split()[0]), columns
 
     # eval of the run: the held-out test split, on the chosen checkpoint, the same figure
-    result = subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", "eval", str(out), "--json"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    report = json.loads(result.stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")  # in this process: cheaper
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["split"] == "test" and report["rows"] == 37
     assert report["checkpoint"]["epoch"] == chosen["epoch"]
     assert abs(report["accuracy"] - test_row["test_accuracy"]) < 1e-4
 
 
-def test_val_split_0_trains_on_all_of_train_without_selection(table_folder, tmp_path):
+def test_val_split_0_trains_on_all_of_train_without_selection(table_folder, tmp_path, capsys):
     out = tmp_path / "run"
     stdout, events = counted_train(
         tmp_path, "--data", str(table_folder), "--label-column", "label", "--epochs", "2",
@@ -122,11 +120,9 @@ def test_val_split_0_trains_on_all_of_train_without_selection(table_folder, tmp_
     assert "last epoch" in stdout and "no validation split: the last checkpoint is kept" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["best_metric"] is None and saved["eval_split"] is None
-    result = subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", "eval", str(out), "--json"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    report = json.loads(result.stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")  # in this process: cheaper
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["checkpoint"]["epoch"] == 2 and report["split"] == "test"
 
 
@@ -178,7 +174,7 @@ def test_a_resumed_run_writes_one_test_row(merged_run):
     assert [r["epoch"] for r in rows if "kind" not in r and "eval_loss" in r] == [1, 2, 3]
 
 
-def test_monitor_mode_max_on_a_min_metric_picks_the_highest(merged_run):
+def test_monitor_mode_max_on_a_min_metric_picks_the_highest(merged_run, capsys):
     out, _, resumed, rows = merged_run
     epochs = {r["epoch"]: r["eval_loss"] for r in rows if "kind" not in r and "eval_loss" in r}
     highest, lowest = max(epochs, key=epochs.get), min(epochs, key=epochs.get)
@@ -187,5 +183,7 @@ def test_monitor_mode_max_on_a_min_metric_picks_the_highest(merged_run):
     assert "the checkpoint of highest eval_loss on the validation split" in resumed
     saved = json.loads((out / "config.json").read_text())
     assert saved["best_metric"] == "eval_loss" and saved["best_mode"] == "max"
-    report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")  # in this process: cheaper
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["checkpoint"]["epoch"] == highest and report["split"] == "test"

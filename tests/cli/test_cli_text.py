@@ -153,7 +153,9 @@ def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path
     assert status == 2 and "no such file or folder" in err
 
 
-def test_a_given_tokenizer_and_resume_after_sigterm(reviews, text_run, process_group, tmp_path):
+def test_a_given_tokenizer_and_resume_after_sigterm(
+    reviews, text_run, process_group, tmp_path, capsys
+):
     given = text_run[0] / "tokenizer.json"
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -183,11 +185,8 @@ def test_a_given_tokenizer_and_resume_after_sigterm(reviews, text_run, process_g
     assert "preprocessing: as saved in the run" in result.stdout
     again = [json.loads(r) for r in metrics.read_text().splitlines()]
     assert again[-1]["step"] == with_steps[-1] + 12
-    refused = jaxfeed("train", "--out", str(out), "--resume", "--seq-len", "8")
-    assert (
-        refused.returncode == 2
-        and "--seq-len 8 contradicts the run's saved seq_len" in refused.stderr
-    )
+    status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--seq-len", "8")
+    assert status == 2 and "--seq-len 8 contradicts the run's saved seq_len" in err, err
 
 
 def test_bad_text_input_is_refused_before_anything_is_written(reviews, tmp_path, capsys):
@@ -224,7 +223,7 @@ def test_bad_text_input_is_refused_before_anything_is_written(reviews, tmp_path,
         assert not out.exists(), args
 
 
-def test_regression_on_text(tmp_path):
+def test_regression_on_text(tmp_path, capsys):
     rng = random.Random(1)
     path = tmp_path / "scores.jsonl"
     with open(path, "w") as f:
@@ -241,10 +240,15 @@ def test_regression_on_text(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "text: column 'body' (--text-column)" in result.stdout
     assert "target 'score' (regression)" in result.stdout and "validation RMSE" in result.stdout
-    report = json.loads(jaxfeed("eval", str(out), "--json").stdout)
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")  # in this process: cheaper
+    assert status == 0, err
+    report = json.loads(shown)
     assert report["task"] == "regression" and report["r2"] > 0.5, report
-    predicted = jaxfeed("predict", str(out), "great superb lovely film", "the film", "--json")
-    values = [p["prediction"] for p in json.loads(predicted.stdout)]
+    status, shown, err = run_main(
+        capsys, "predict", str(out), "great superb lovely film", "the film", "--json"
+    )
+    assert status == 0, err
+    values = [p["prediction"] for p in json.loads(shown)]
     assert values[0] > values[1] + 1.5  # in the label's units: 1.5 a good word
     served = load_exported(out / "model")  # strings in, the label's units out, as predict
     np.testing.assert_allclose(served(["great superb lovely film", "the film"]), values, atol=1e-6)
