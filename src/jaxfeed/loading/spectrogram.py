@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed._base.extras import require
+from jaxfeed._base.waveform import mono_waveform
 
 LOG_FLOOR = 1e-6  # added to the mel power before the log: silence is log(1e-6) = -13.8
 CROPS = ("center", "random")
@@ -178,37 +178,9 @@ class LogMel:
 
     def waveform(self, audio: Any) -> tuple[np.ndarray, str]:
         """A mono float32 waveform at ``sample_rate`` and what to call the clip in errors."""
-        rate = self.options.sample_rate
-        where = f"column {self.column!r}"
-        if isinstance(audio, dict):
-            if audio.get("path"):
-                where += f" ({audio['path']})"
-            rate = audio.get("sampling_rate")
-            if isinstance(rate, np.integer):
-                rate = int(rate)
-            if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
-                raise ValueError(
-                    f"log_mel: {where}: sampling_rate must be a positive int, got {rate!r}"
-                )
-            audio = audio.get("array")
-        samples = np.asarray(audio)
-        if samples.dtype.kind not in "iuf" or samples.ndim not in (1, 2):
-            raise ValueError(
-                f"log_mel: {where}: expected a waveform of shape (samples,) or (channels, "
-                f"samples), got {samples.dtype} {samples.shape}"
-            )
-        if samples.dtype.kind in "iu":  # PCM integers to [-1, 1)
-            samples = samples / np.float32(2 ** (8 * samples.dtype.itemsize - 1))
-        samples = samples.astype(np.float32, copy=False)
-        if samples.ndim == 2:
-            samples = samples.mean(axis=0, dtype=np.float32)
-        if samples.size == 0:
-            raise ValueError(f"log_mel: {where}: the clip is empty (0 samples)")
-        if rate != self.options.sample_rate:
-            soxr = require("soxr", "audio", "resampling audio")
-            samples = soxr.resample(samples, rate, self.options.sample_rate).astype(
-                np.float32, copy=False
-            )
+        samples, where, _ = mono_waveform(
+            audio, rate=self.options.sample_rate, column=self.column, prefix="log_mel: "
+        )
         return samples, where
 
     def fit(self, samples: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:

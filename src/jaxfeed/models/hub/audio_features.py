@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed._base.extras import require
+from jaxfeed._base.waveform import mono_waveform
 
 FRAME_LENGTH = 400  # samples, as transformers' numpy path (25 ms at 16 kHz)
 HOP_LENGTH = 160  # samples (10 ms at 16 kHz)
@@ -364,36 +364,9 @@ class ASTFrontEnd:
     def waveform(self, audio: Any) -> tuple[np.ndarray, str, bool]:
         """A mono float32 waveform at the extractor's rate, what to call the clip in errors,
         and whether it was resampled."""
-        target = self.extractor.sampling_rate
-        rate, where = target, f"column {self.column!r}"
-        if isinstance(audio, dict):
-            if audio.get("path"):
-                where += f" ({audio['path']})"
-            rate = audio.get("sampling_rate")
-            if isinstance(rate, np.integer):
-                rate = int(rate)
-            if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
-                raise ValueError(
-                    f"{where}: the clip's sampling_rate must be a positive int (Hz), got {rate!r}"
-                )
-            audio = audio.get("array")
-        samples = np.asarray(audio)
-        if samples.dtype.kind not in "iuf" or samples.ndim not in (1, 2):
-            raise ValueError(
-                f"{where}: expected a waveform of shape (samples,) or (channels, samples), got "
-                f"{samples.dtype} {samples.shape}"
-            )
-        if samples.dtype.kind in "iu":  # PCM integers to [-1, 1)
-            samples = samples / np.float32(2 ** (8 * samples.dtype.itemsize - 1))
-        samples = samples.astype(np.float32, copy=False)
-        if samples.ndim == 2:
-            samples = samples.mean(axis=0, dtype=np.float32)
-        if samples.size == 0:
-            raise ValueError(f"{where}: the clip is empty (0 samples)")
-        if rate != target:
-            soxr = require("soxr", "audio", "resampling audio")
-            samples = soxr.resample(samples, rate, target).astype(np.float32, copy=False)
-        return samples, where, rate != target
+        return mono_waveform(
+            audio, rate=self.extractor.sampling_rate, column=self.column, prefix="AST front end: "
+        )
 
     def spectrogram(self, audio: Any, rng: np.random.Generator | None = None) -> np.ndarray:
         """The ``(max_length, num_mel_bins)`` features of one clip."""
