@@ -23,7 +23,9 @@ without (``anonymous``) them.
 ``--reference transformers`` then loads the same files in another fresh process with
 ``transformers``' ``AutoModelForCausalLM`` (``AutoModelForSequenceClassification`` for bert),
 ``dtype`` = the checkpoint's dtype (bfloat16 for llama), sampled the same way: its peak RSS
-growth, and that growth less the bytes of its parameters (its overhead).
+growth (up to and including one read of every parameter after ``from_pretrained`` returns, so
+pages it maps lazily are counted), and that growth less the bytes of its parameters (its
+overhead).
 """
 
 from __future__ import annotations
@@ -168,10 +170,15 @@ def measure_transformers(folder: Path, family: str) -> dict:
     start = time.perf_counter()
     model = auto.from_pretrained(folder, dtype=torch_dtype)
     seconds = time.perf_counter() - start
+    loaded = len(samples)
+    with torch.no_grad():  # read every parameter once: pages it maps lazily come in
+        for p in model.parameters():
+            p.sum()
     stop.set()
     thread.join()
     end = _status()
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    during = samples[:loaded] or [(end["VmRSS"], end["RssAnon"], 0)]
     peak_rss = max(r for r, _, _ in [*samples, (end["VmRSS"], 0, 0)]) - base["VmRSS"]
     peak_anon = max(a for _, a, _ in [*samples, (0, end["RssAnon"], 0)]) - base["RssAnon"]
     return {
@@ -184,7 +191,9 @@ def measure_transformers(folder: Path, family: str) -> dict:
         "peak_anon_growth_bytes": int(peak_anon),
         "peak_overhead_rss_bytes": int(peak_rss - param_bytes),
         "peak_overhead_anon_bytes": int(peak_anon - param_bytes),
+        "peak_rss_growth_in_from_pretrained_bytes": max(r for r, _, _ in during) - base["VmRSS"],
         "rss_growth_bytes": end["VmRSS"] - base["VmRSS"],
+        "anon_growth_bytes": end["RssAnon"] - base["RssAnon"],
         "samples": len(samples),
     }
 
