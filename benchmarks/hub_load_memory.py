@@ -310,7 +310,12 @@ def main() -> None:
         f"{result['peak_overhead_anon_bytes'] / mib:.0f} MiB anonymous "
         f"({result['overhead_anon_vs_largest']:.2f}x)"
     )
-    report = {"jaxfeed": result}
+    with open("/proc/meminfo") as f:
+        memory = {k: round(int(v.split()[0]) / 2**20, 1) for k, _, v in
+                  (line.partition(":") for line in f) if k in ("MemTotal", "MemAvailable")}  # fmt: skip
+    report = {"machine": {"cores": os.cpu_count(), "memory_gib": memory,
+                          "load_average": os.getloadavg()},
+              "command": " ".join(["python", *sys.argv]), "jaxfeed": result}  # fmt: skip
     if args.reference:
         ref = _fresh(args, "transformers")
         report["transformers"] = ref
