@@ -1,13 +1,17 @@
 """Fine-tuning step of Hub-size models: jaxfeed's ``Trainer`` on ``from_pretrained`` against the
 same step in ``transformers`` PyTorch eager, on the same machine in the same run.
 
-``python benchmarks/finetune.py [--models bert vit load] [--rounds 3] [--steps 5] [--batch 8]
+``python benchmarks/finetune.py [--models bert vit llama load] [--rounds 3] [--steps 5] [--batch 8]
 [--small] [--out results.json]``
 
 * ``bert``: a BERT-base-size random checkpoint (``BertConfig()``: 12 layers, width 768, 110M
   parameters), sequence classification, batch 8 x 128 tokens;
 * ``vit``: a ViT-Base-size random checkpoint (``ViTConfig()``, 86M), image classification,
   batch 8 x 224 x 224 x 3;
+* ``llama``: a Llama-shape ~100M random checkpoint (the shape ``benchmarks/generate.py`` uses:
+  8 layers, width 768, MLP 2048, 12 heads / 4 key-value heads, 32000-token vocabulary, untied
+  embeddings: 110M parameters), causal LM with the next-token loss (jaxfeed's
+  ``loss="next_token"``, ``transformers``' ``labels=input_ids``), batch 8 x 128 tokens;
 * ``load``: loading time alone of a ~335M-parameter checkpoint (BERT-large size, 1.3 GB of
   float32 safetensors, random weights written one tensor at a time by
   ``benchmarks/hub_load_memory.py``): ``jaxfeed.models.from_pretrained`` (until every weight is
@@ -46,6 +50,9 @@ IMAGE = 224
 
 SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 128}  # --small: a smoke run of the script itself  # fmt: skip
+LLAMA = {"hidden_size": 768, "num_hidden_layers": 8, "num_attention_heads": 12,
+         "num_key_value_heads": 4, "intermediate_size": 2048, "vocab_size": 32000,
+         "max_position_embeddings": 2048, "tie_word_embeddings": False}  # as benchmarks/generate.py  # fmt: skip
 
 
 def checkpoint(model: str, small: bool = False) -> Path:
@@ -59,6 +66,9 @@ def checkpoint(model: str, small: bool = False) -> Path:
     if model == "bert":
         config = transformers.BertConfig(num_labels=2, **sizes)
         net = transformers.BertForSequenceClassification(config)
+    elif model == "llama":
+        extra = {**sizes, "num_key_value_heads": 1, "vocab_size": 1000} if small else {}
+        net = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**LLAMA, **extra}))
     else:
         net = transformers.ViTForImageClassification(transformers.ViTConfig(num_labels=2, **sizes))
     net.save_pretrained(folder)
@@ -70,6 +80,9 @@ def batch(model: str, size: int) -> dict:
 
     rng = np.random.default_rng(0)
     labels = (np.arange(size) % 2).astype(np.int64)
+    if model == "llama":  # next-token loss: the targets are the ids themselves
+        ids = rng.integers(3, 1000, (size, SEQ)).astype(np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
     if model == "bert":
         ids = rng.integers(1000, 30000, (size, SEQ)).astype(np.int64)
         return {"input_ids": ids, "attention_mask": np.ones_like(ids), "label": labels}
@@ -146,12 +159,13 @@ def run_jax(model: str, folder: Path, size: int, steps: int, repeats: int) -> di
     from jaxfeed.models import from_pretrained
 
     start = time.perf_counter()
-    net = from_pretrained(folder)
+    net = from_pretrained(folder, task="causal-lm" if model == "llama" else None)
     load = time.perf_counter() - start
     data = batch(model, size)
-    inputs = ({"input_ids": "input_ids", "attention_mask": "attention_mask"} if model == "bert"
-              else {"pixel_values": "pixel_values"})  # fmt: skip
-    trainer = Trainer(net, optax.adamw(2e-5), inputs=inputs, verbose=0)
+    inputs = ({"input_ids": "input_ids", "attention_mask": "attention_mask"}
+              if model in ("bert", "llama") else {"pixel_values": "pixel_values"})  # fmt: skip
+    loss = {"loss": "next_token"} if model == "llama" else {}
+    trainer = Trainer(net, optax.adamw(2e-5), inputs=inputs, verbose=0, **loss)
     step = trainer_case(trainer, data)
     step(2)  # compile, warm up
     times = []
@@ -166,14 +180,15 @@ def run_torch(model: str, folder: Path, size: int, steps: int, repeats: int) -> 
     import torch
     import transformers
 
-    auto = (transformers.AutoModelForSequenceClassification if model == "bert"
-            else transformers.AutoModelForImageClassification)  # fmt: skip
+    auto = {"bert": transformers.AutoModelForSequenceClassification,
+            "llama": transformers.AutoModelForCausalLM}.get(
+        model, transformers.AutoModelForImageClassification)  # fmt: skip
     start = time.perf_counter()
     net = auto.from_pretrained(folder)
     load = time.perf_counter() - start
     net.train()
     data = {k: torch.from_numpy(v) for k, v in batch(model, size).items()}
-    data["labels"] = data.pop("label")
+    data["labels"] = data["input_ids"] if model == "llama" else data.pop("label")
     opt = torch.optim.AdamW(net.parameters(), lr=2e-5)
 
     def step(n: int) -> None:
@@ -195,7 +210,7 @@ def run_torch(model: str, folder: Path, size: int, steps: int, repeats: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["bert", "vit", "load"],
-                        choices=["bert", "vit", "load"])  # fmt: skip
+                        choices=["bert", "vit", "llama", "load"])  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
