@@ -61,7 +61,8 @@ def resolve_placement(device: Any) -> Placement:
                     if jax.process_count() == 1
                     else jax.local_devices(backend=devices[0].platform)[0]
                 )
-        available = ", ".join(repr(str(d)) for d in jax.devices())
+        # platform:id, as every JAX release can be given it (str(device) was TFRT_CPU_0 before)
+        available = ", ".join(repr(f"{d.platform}:{d.id}") for d in jax.devices())
         raise ValueError(f"unknown device {device!r}; available devices: {available}")
     raise ValueError(
         f"device must be a device string, a jax.Device or a jax.sharding.Sharding, got {type(device).__name__}"
