@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
-from jaxfeed.models import CNN
+from jaxfeed.models import MLP
 from jaxfeed.train.checkpoint import CheckpointManager
 
 
@@ -31,7 +31,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
     started instead of 7.)"""
     out = tmp_path / "run"
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
-                    "jaxfeed", "train", "--epochs", "50", "--out", str(out))  # fmt: skip
+                    "jaxfeed", "train", "--model", "mlp", "--epochs", "50", "--out", str(out))  # fmt: skip
     proc = process_group(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids, seen = None, []
     for line in proc.stdout:
@@ -53,7 +53,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
         step = ckpt.latest_step
         assert step is not None and ckpt.meta(step)["epoch"] >= 1  # the last complete checkpoint
         done = ckpt.meta(step)["epoch"]
-        model = CNN(10, (8, 8, 1), rngs=nnx.Rngs(0))
+        model = MLP(10, input_shape=(8, 8, 1), rngs=nnx.Rngs(0))
         ckpt.restore(
             model=model,
             optimizer=nnx.Optimizer(  # the command's adamw, its learning rate logged
@@ -64,14 +64,14 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
         )
     epochs = str(done + 1)
     argv, env = cli("launch", "--num-processes", "2", "--devices-per-process", "4", "--",
-                    "jaxfeed", "train", "--epochs", epochs, "--out", str(out), "--resume")  # fmt: skip
+                    "jaxfeed", "train", "--model", "mlp", "--epochs", epochs, "--out", str(out), "--resume")  # fmt: skip
     resumed = process_group.run(argv, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert (
         f"[0] epoch {done + 1}/{done + 1}" in resumed.stdout
         and f"[0] epoch 1/{done + 1}" not in resumed.stdout
     )
-    argv, env = cli("train", "--epochs", epochs, "--out", str(tmp_path / "one"),
+    argv, env = cli("train", "--model", "mlp", "--epochs", epochs, "--out", str(tmp_path / "one"),
                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
     one = process_group.run(argv, env=env, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
