@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-# The differential tests encode the behaviour of datasets 5 (the version jaxfeed follows; pinned in
-# constraints.txt). make test-min's floors (pyarrow 20) resolve the dev extra to datasets 4, whose
+# The differential tests encode the behaviour of datasets 5.2 (the version jaxfeed follows; pinned in
+# constraints.txt). make test-min's floors (pyarrow 21) resolve the dev extra to datasets 5.0, whose
 # behaviour differs in places jaxfeed does not follow: there they are skipped, with this reason.
-datasets = pytest.importorskip("datasets", minversion="5.0")
+datasets = pytest.importorskip("datasets", minversion="5.2")
 datasets.disable_progress_bars()
 
 import jaxfeed  # noqa: E402

@@ -21,6 +21,9 @@ from jaxfeed.data.ops.rows import select
 if TYPE_CHECKING:
     Dataset = DatasetCore  # any dataset: results keep its class
 
+# pyarrow 25 moved null_placement from SortOptions into each sort key
+PER_KEY_NULL_PLACEMENT = int(pa.__version__.split(".")[0]) >= 25
+
 
 def rename_columns(ds: Dataset, mapping: Mapping[str, str]) -> Dataset:
     _column_list(ds, list(mapping), "rename_columns")
@@ -158,11 +161,14 @@ def sort(
             f"null_placement '{null_placement}' is an invalid parameter value. Must be either "
             "'last', 'at_end', 'first' or 'at_start'."
         )
-    keys = [
-        (n, "descending" if r else "ascending", placement)
-        for n, r in zip(names, reverse, strict=True)
-    ]
-    order = pc.sort_indices(ds._internal.arrow(columns=names), sort_keys=keys)
+    orders = ["descending" if r else "ascending" for r in reverse]
+    table = ds._internal.arrow(columns=names)
+    if PER_KEY_NULL_PLACEMENT:  # pyarrow 25+: per key (the SortOptions argument is deprecated)
+        keys = [(n, o, placement) for n, o in zip(names, orders, strict=True)]
+        order = pc.sort_indices(table, sort_keys=keys)
+    else:  # pyarrow 21 to 24 take sort keys as (name, order) pairs only
+        keys = [(n, o) for n, o in zip(names, orders, strict=True)]
+        order = pc.sort_indices(table, sort_keys=keys, null_placement=placement)
     return select(ds, order.to_numpy(zero_copy_only=False))
 
 
