@@ -231,8 +231,8 @@ def pil_to_array(image: Any) -> np.ndarray:
     """
     channels = _CHANNELS.get(image.mode)
     if channels is None:
-        if image.mode == "I" and _sixteen_bit(image):  # older Pillow (10.0) opens 16-bit PNGs as "I"
-            return np.asarray(image).astype(np.uint16)
+        if image.mode == "I" and _sixteen_bit(image):
+            return np.asarray(image).astype(np.uint16)  # Pillow 10.0 opens 16-bit PNGs as "I"
         return np.asarray(image)
     width, height = image.size
     shape = (height, width, channels) if channels else (height, width)
