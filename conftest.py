@@ -30,9 +30,22 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _xla_cache = tempfile.mkdtemp(prefix="jaxfeed-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
     atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
+# Programs that compile in 0.1 s or more are kept. Not the eager operations below that: keeping
+# them too saved 0.6 s of a `jaxfeed train` subprocess, but writing each one made the in-process
+# model tests far slower (the whole suite 709 s -> 1067 s).
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+
+# XLA's CPU backend at optimisation level 1, not the default 2, here and in the processes the tests
+# start: the tests check behaviour and values (to tolerances, or bit for bit between runs compiled
+# alike), not speed, and level 1 compiles the same programs about 10% faster (tests/models: 109 s
+# -> 98 s on 2 workers). Benchmarks and users keep XLA's default. Level 0 is not usable: the CNN's
+# training loss turned non-finite at its third step there (XLA 0.10.2's CPU backend).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=1"
+    ).strip()
 
 # Tests of Ctrl-C rely on SIGINT raising KeyboardInterrupt, here and in the processes they start.
 # A suite started in the background (`nohup make test &`, CI runners) inherits SIGINT *ignored*:
@@ -56,20 +69,47 @@ sys.path.insert(0, str(TESTS))
 TORCH_DOCTESTS = ("jaxfeed.models.hub.api.",)
 
 
-def pytest_collection_modifyitems(items):
+def _module_fixtures(item) -> list[str]:
+    """Names of the module-scoped fixtures ``item`` uses (a trained run, a checkpoint made once)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the fixtures a test uses
+    if info is None:
+        return []
+    defs = info.name2fixturedefs
+    return [name for name in item.fixturenames if name in defs and defs[name][-1].scope == "module"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
     """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker;
-    :data:`TORCH_DOCTESTS` are skipped without torch."""
+    :data:`TORCH_DOCTESTS` are skipped without torch.
+
+    For the suite's time on two workers (``make test`` runs ``--dist loadgroup``):
+    - the tests of a module that share a module-scoped fixture run on one worker (an
+      ``xdist_group`` per module): spread over both, each worker built the fixture again (a
+      command run trained twice: 40 s of every run, in tests/cli/test_cli_hub.py alone);
+    - the long tests (``slow``, ``e2e``, the command's) are handed out first, in the random order
+      pytest-randomly chose among them, so no long test starts last while the other worker idles.
+    """
     e2e = TESTS / "e2e"
     no_torch = importlib.util.find_spec("torch") is None
     for item in items:
         if e2e in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
+        if _module_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
         if (
             no_torch
             and isinstance(item, pytest.DoctestItem)
             and item.name.startswith(TORCH_DOCTESTS)
         ):
             item.add_marker(pytest.mark.skip(reason="needs torch (transformers' models)"))
+    items.sort(key=_handed_out_late)  # stable: the random order stays within each kind
+
+
+def _handed_out_late(item) -> bool:
+    """False for the tests that take longest (``slow``, ``e2e``, the command's): handed out first."""
+    long = item.get_closest_marker("slow") or item.get_closest_marker("e2e")
+    return not (long or TESTS / "cli" in Path(str(item.path)).parents)
 
 
 # The PyTorch twin of the benchmark CNN needs the `bench` extra, which `make test` does not install.

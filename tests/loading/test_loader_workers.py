@@ -334,7 +334,9 @@ SCRIPT = textwrap.dedent(
     batch = next(it)  # built in this process; the workers start once it is out
     children = multiprocessing.active_children()
     print(" ".join(str(p.pid) for p in children), flush=True)
-    if MODE == "exit":
+    if MODE == "exit":  # once the test has found this process's children (the resource tracker
+        while not os.path.exists(sys.argv[2]):  # is re-parented when this process is gone)
+            time.sleep(0.01)
         os._exit(3)
     if MODE == "hang":  # the next batch built by a worker hangs
         print("waiting", flush=True)
@@ -385,13 +387,15 @@ def segments_of(pid):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
-def test_workers_exit_when_the_main_process_dies(process_group, how):
-    proc, workers = start_script(process_group, "exit" if how == "exit" else "sleep")
+def test_workers_exit_when_the_main_process_dies(process_group, tmp_path, how):
+    go = tmp_path / "go"
+    proc, workers = start_script(process_group, "exit" if how == "exit" else "sleep", str(go))
     assert len(workers) >= 1 and all(alive(p) for p in workers)
     tracker = [
         int(p) for p in os.listdir("/proc") if p.isdigit() and _is_tracker_of(int(p), proc.pid)
     ]
     assert len(tracker) == 1  # multiprocessing's resource tracker, which must go too
+    go.touch()  # "exit": the script ends now
     if how == "sigkill":
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
