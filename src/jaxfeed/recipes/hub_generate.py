@@ -8,6 +8,8 @@ template (``chat_template.jinja``, else ``chat_template`` in ``tokenizer_config.
 template, read as text and rendered in jinja2's immutable sandbox as ``transformers``'
 ``apply_chat_template`` renders it: ``messages=[{"role": "user", "content": PROMPT}]``,
 ``add_generation_prompt=True``, the special tokens by name) and continues the rendered text.
+A checkpoint that names no end-of-sequence token is refused with ``--chat`` unless ``--stop``
+is given (:func:`check_reply_ends`): nothing would end the reply.
 
 >>> render_chat("{{ bos_token }}[{{ messages[0]['content'] }}]{% if add_generation_prompt %}>"
 ...             "{% endif %}", {"bos_token": "<s>"}, "hi", "tiny")
@@ -154,6 +156,31 @@ def render_chat(template: str, specials: dict[str, str], prompt: str, name: str)
         ) from None
 
 
+def check_reply_ends(model: Any, tokenizer: Any, stop: list[str] | None, name: str) -> None:
+    """``--chat`` needs to see where the assistant's reply ends: an end-of-sequence id (the
+    ``eos_token_id`` of the checkpoint's ``generation_config.json`` or ``config.json``, else its
+    tokenizer's ``<eos>``, ``</s>``, ``<|endoftext|>``...) or a stop string (``--stop``, or the
+    checkpoint's ``stop_strings``). With none, the reply would run on past the end of its turn
+    to ``--max-new-tokens``: a :class:`ConfigError` naming ``name`` and what to give, raised
+    before any token is generated. (Plain generation without an end runs to
+    ``--max-new-tokens``, as ``transformers`` does.)"""
+    from jaxfeed.train.generation import EOS_TOKENS, end_ids, stop_strings  # import cost: JAX
+
+    try:
+        if end_ids(model, tokenizer) or stop_strings(model, stop or None):
+            return
+    except ValueError as err:  # a malformed eos_token_id or stop string
+        raise ConfigError(str(err)) from None
+    raise ConfigError(
+        f"--chat: {name} has no end-of-sequence token (no eos_token_id in its "
+        f"generation_config.json or config.json, none of {', '.join(EOS_TOKENS)} in its "
+        "tokenizer.json) and no stop_strings, so nothing would end the assistant's reply: it "
+        "would run on past its turn to --max-new-tokens. Give --stop TEXT (plain text that ends "
+        "a reply; special tokens are not in the decoded text), or use a checkpoint whose "
+        "tokenizer or generation_config.json names an end-of-sequence token"
+    )
+
+
 def chat_prompts(folder: str | Path, name: str, prompts: list[str]) -> list[str]:
     """Each prompt as one user message rendered by the checkpoint's chat template."""
     template, specials = chat_template(folder, name)
@@ -179,6 +206,8 @@ def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int 
             prompts = chat_prompts(resolve(source).folder, source, list(prompts))
         model = from_pretrained(source, task="causal-lm")
         tokenizer = preprocessor(source)
+        if chat:
+            check_reply_ends(model, tokenizer, stop, source)
         return list(
             generate(model, tokenizer, list(prompts), max_new_tokens=max_new_tokens,
                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,

@@ -218,12 +218,24 @@ def context_of(checkpoint: Checkpoint) -> int | None:
     return None
 
 
+def config_eos(checkpoint: Checkpoint) -> int | None:
+    """The end-of-sequence id a checkpoint's ``config.json`` sets (``eos_token_id``: an id, or
+    the first of a list, as Llama 3's), or None."""
+    found = checkpoint.config.get("eos_token_id")
+    if isinstance(found, list) and found:
+        found = found[0]
+    return int(found) if isinstance(found, int) and not isinstance(found, bool) else None
+
+
 def plan_lm(
     checkpoint: Checkpoint, train: Any, column: str, config: RunConfig
 ) -> tuple[Preprocessing, list[str]]:
     """``--task lm`` on a causal LM checkpoint: its ``tokenizer.json`` (no tokenizer trained),
     the texts packed into rows of ``--seq-len`` tokens (default: the context, at most
-    :data:`LM_SEQ_LEN`) as the built-in language model's are."""
+    :data:`LM_SEQ_LEN`) as the built-in language model's are. Texts put end to end are
+    separated by the tokenizer's end-of-sequence token, else the one ``config.json`` sets
+    (:func:`config_eos`); with neither, texts that do not end with line breaks are refused
+    (:func:`jaxfeed.recipes.text.no_separator`) before anything is written."""
     if config.tokenizer is not None:
         raise ConfigError(
             f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop --tokenizer"
@@ -249,12 +261,10 @@ def plan_lm(
         )
     source = str(checkpoint.folder / "tokenizer.json")
     options = dataclasses.replace(config, tokenizer=source, seq_len=seq_len)
-    prep, notes = text.plan_text(train, column, None, "lm", options)
+    prep, notes = text.plan_text(train, column, None, "lm", options,
+                                 eos_fallback=config_eos(checkpoint),
+                                 owner=f"--model {checkpoint.spec}")  # fmt: skip
     eos = prep.text.get("eos_id")
-    if eos is None and isinstance(checkpoint.config.get("eos_token_id"), int):
-        eos = prep.text["eos_id"] = int(checkpoint.config["eos_token_id"])
-        if "separator" in prep.text:  # the rows of a table end with it when put end to end
-            prep.text["separator"] = text.separator(train, column, eos)
     pad = (tokenizer.padding or {}).get("pad_id")
     if pad is None:
         pad = checkpoint.config.get("pad_token_id")

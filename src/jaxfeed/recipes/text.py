@@ -48,6 +48,8 @@ LM_SEQ_LEN = 128  # --seq-len of a language model by default
 MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
 BUCKETS = 4  # pad lengths of a classifier's batches
 SAMPLE = 2000  # rows read to tell free text from categories
+# a tokenizer's end-of-sequence token, by name (as jaxfeed.train.generation.EOS_TOKENS)
+EOS_NAMES = ("<eos>", "</s>", "<|endoftext|>", "<|eos|>", "[SEP]")
 
 __all__ = [
     "LM_SEQ_LEN",
@@ -226,11 +228,18 @@ def token_lengths(ds: Dataset) -> np.ndarray:
 
 
 def plan_text(
-    train: Dataset, column: str, label: str | None, task: str, config: RunConfig
-) -> tuple[Preprocessing, list[str]]:
+    train: Dataset, column: str, label: str | None, task: str, config: RunConfig, *,
+    eos_fallback: int | None = None, owner: str | None = None,
+) -> tuple[Preprocessing, list[str]]:  # fmt: skip
     """The preprocessing of a text run, planned on the train split: its tokenizer (given, or a
     byte-level BPE trained on ``train``), and the bucket lengths of a classifier's padding or
-    the packed row length of a language model."""
+    the packed row length of a language model.
+
+    A language model's texts put end to end (no ``--sample-by``) are separated by the
+    tokenizer's end-of-sequence token (``eos_fallback`` when it has none: a checkpoint's
+    ``eos_token_id``) unless they end with their own line breaks; with neither, the plan is
+    refused (:func:`no_separator`; ``owner`` names where the tokenizer came from), before
+    anything is written."""
     from jaxfeed.text import tokenize, train_tokenizer  # import cost: JAX via jaxfeed.text
 
     if task != "lm" and config.component("model")[0] == "transformer_lm":
@@ -272,7 +281,9 @@ def plan_text(
         )
         source = "trained"
     pad = _special(tokenizer, ("<pad>", "[PAD]", "<|pad|>"))
-    eos = _special(tokenizer, ("<eos>", "</s>", "<|endoftext|>", "[SEP]"))
+    eos = _special(tokenizer, EOS_NAMES)
+    if eos is None:
+        eos = eos_fallback
     try:
         tokens = tokenize(train.select_columns([column]), tokenizer, column, remove_columns=True)
     except ValueError as err:
@@ -293,6 +304,8 @@ def plan_text(
         longer = int((lengths > seq_len).sum())
         if config.sample_by is None:
             text["separator"] = separator(train, column, eos)
+            if eos is None and not ends_with_line_breaks(train, column):
+                raise no_separator(config, len(lengths), owner)
             joined = int(lengths.sum()) - (len(lengths) if text["separator"] is None else 0)
             notes.append(
                 f"packing: the {len(lengths):,} texts put end to end ("
@@ -345,21 +358,57 @@ def plan_text(
     return prep, notes
 
 
+def ends_with_line_breaks(ds: Dataset, column: str) -> bool:
+    """Whether the texts of ``ds`` end with their own line break (the lines of a ``.txt``
+    corpus; the last row may lack it, as a file that does not end with one), so that put end to
+    end they stay apart; a single text needs nothing either.
+
+    >>> ends_with_line_breaks(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t")
+    True
+    >>> ends_with_line_breaks(Dataset.from_dict({"t": ["a b", "c d"]}), "t")
+    False
+    """
+    head = ds.select_columns([column]).select(range(min(ds.num_rows - 1, SAMPLE)))
+    values = pc.drop_null(head.flatten_indices().data.column(column))
+    return ds.num_rows == 1 or bool(len(values) and pc.all(pc.ends_with(values, "\n")).as_py())
+
+
 def separator(ds: Dataset, column: str, eos: int | None) -> int | None:
     """What ends each text when a language model's texts are concatenated: nothing when they
-    end with their own line break (the lines of a ``.txt`` corpus), else the end-of-sequence
-    token (the rows of a table are separate texts). The last row may lack its line break (a
-    file that does not end with one).
+    end with their own line break (:func:`ends_with_line_breaks`), else the end-of-sequence
+    token (the rows of a table are separate texts).
 
     >>> separator(Dataset.from_dict({"t": ["a b\\n", "c d"]}), "t", 3)
     >>> separator(Dataset.from_dict({"t": ["a b", "c d"]}), "t", 3)
     3
     """
-    head = ds.select_columns([column]).select(range(min(ds.num_rows - 1, SAMPLE)))
-    values = pc.drop_null(head.flatten_indices().data.column(column))
-    if ds.num_rows == 1 or (len(values) and bool(pc.all(pc.ends_with(values, "\n")).as_py())):
-        return None
-    return eos
+    return None if ends_with_line_breaks(ds, column) else eos
+
+
+def no_separator(config: RunConfig, texts: int, owner: str | None = None) -> ConfigError:
+    """The error of a language model whose texts would be put end to end with nothing between
+    them: texts without their own line breaks, and no end-of-sequence token in the tokenizer
+    (``owner``: the checkpoint it came from, e.g. ``--model hf:ORG/NAME``; else ``--tokenizer``
+    or the trained one)."""
+    names = ", ".join(EOS_NAMES)
+    if owner is not None:
+        who = (
+            f"{owner}: its tokenizer.json has no end-of-sequence token ({names}) and its "
+            "config.json sets no eos_token_id"
+        )
+        other = "a checkpoint whose tokenizer.json or config.json names one"
+    elif config.tokenizer is not None:
+        who = f"--tokenizer {config.tokenizer} has no end-of-sequence token ({names})"
+        other = "a tokenizer.json that has one"
+    else:
+        who = f"the tokenizer has no end-of-sequence token ({names})"
+        other = "a tokenizer.json that has one (--tokenizer)"
+    return ConfigError(
+        f"{who}, and --task lm puts the {texts:,} texts of --data {config.data} end to end (they "
+        "do not end with line breaks, as the lines of a .txt corpus do): each text would run "
+        "into the next with nothing to mark where it ends. Give --sample-by "
+        f"line|paragraph|document (each text its own segment), or {other}"
+    )
 
 
 def concatenate(ds: Dataset, length: int, separator: int | None) -> Dataset:

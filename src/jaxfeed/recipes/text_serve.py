@@ -24,7 +24,7 @@ from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
 from jaxfeed.recipes.data import no_such_path
-from jaxfeed.recipes.hub_generate import chat_prompts
+from jaxfeed.recipes.hub_generate import chat_prompts, check_reply_ends
 from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
 from jaxfeed.recipes.spec import TARGETS, Preprocessing
@@ -281,6 +281,8 @@ def generate(
                     "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
                 )
     trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
+    if chat:
+        check_reply_ends(trainer.model, prep.tokenizer, stop, str(hub["model"]))
     try:
         return list(
             generate_tokens(

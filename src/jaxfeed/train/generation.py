@@ -240,7 +240,10 @@ def _settings(model: Any, key: str) -> Any:
 def end_ids(model: Any, tokenizer: Any, eos_token_id: Any = None) -> list[int]:
     """The end-of-sequence ids of a generation: ``eos_token_id`` (an id or a list), else the
     model's ``generation_config.json`` / ``config.json`` ones, else the tokenizer's
-    (:func:`eos_id`); empty when there are none (rows then run to ``max_new_tokens``)."""
+    (:func:`eos_id`); empty when there are none: rows then run to ``max_new_tokens`` (or a stop
+    string), as ``transformers`` decodes without an ``eos_token_id``. Where the end of a text
+    must be found (a chat reply, texts put end to end for fine-tuning), the recipes refuse a
+    tokenizer without one."""
     if eos_token_id is not None:
         return _as_ids(eos_token_id, "eos_token_id")
     configured = _settings(model, "eos_token_id")
@@ -248,6 +251,20 @@ def end_ids(model: Any, tokenizer: Any, eos_token_id: Any = None) -> list[int]:
         return _as_ids(configured, "eos_token_id of the model's generation config")
     found = eos_id(tokenizer)
     return [] if found is None else [found]
+
+
+def stop_strings(model: Any, stop: str | Sequence[str] | None = None) -> list[str]:
+    """The stop strings of a generation: ``stop`` (a string or a list), else the model's
+    ``stop_strings`` (``generation_config.json``); non-empty strings, else a ``ValueError``.
+
+    >>> stop_strings(object(), "\\n"), stop_strings(object())
+    (['\\n'], [])
+    """
+    stops = _settings(model, "stop_strings") if stop is None else stop
+    stops = [stops] if isinstance(stops, str) else list(stops or [])
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise ValueError(f"generate: stop must be non-empty strings, got {stops!r}")
+    return stops
 
 
 def _without_padding(tokenizer: Any) -> Any:
@@ -475,11 +492,15 @@ def generate(
     text; ``top_k=1`` is greedy). A row ends at an end-of-sequence id: ``eos_token_id`` (an id
     or a list), else the model's ``generation_config.json`` / ``config.json`` ones, else the
     tokenizer's ``<eos>``, ``</s>``, ``<|endoftext|>`` or ``[SEP]``; decoding stops when every
-    row has ended. ``stop`` strings (or the checkpoint's ``stop_strings``) cut each
-    continuation before the first one found; a row whose text holds one stops decoding (the
-    text is checked every :data:`STOP_CHUNK` steps), and decoding ends when every row has. A prompt that leaves fewer than
-    ``max_new_tokens`` tokens of room in the model's context (``max_length``) is an error
-    naming both numbers; nothing is cut silently.
+    row has ended. With none of these (a tokenizer without an end-of-sequence token, and no
+    ``eos_token_id`` given or configured) every row runs to ``max_new_tokens`` or a stop
+    string, as ``transformers`` does without an ``eos_token_id``: not an error here (``jaxfeed
+    generate --chat`` and fine-tuning on texts put end to end refuse it). ``stop`` strings (or
+    the checkpoint's ``stop_strings``) cut each continuation before the first one found; a row
+    whose text holds one stops decoding (the text is checked every :data:`STOP_CHUNK` steps),
+    and decoding ends when every row has. A prompt that leaves fewer than ``max_new_tokens``
+    tokens of room in the model's context (``max_length``) is an error naming both numbers;
+    nothing is cut silently.
 
     Models with a key/value cache decode one token per step (see the module docstring;
     ``use_cache=False`` runs the old whole-buffer loop). The decoding is one compiled program
@@ -521,10 +542,7 @@ def generate(
     _check_room([len(ids) for ids in encoded], max_new_tokens, getattr(model, "max_length", None),
                 texts)  # fmt: skip
     eos = end_ids(model, tokenizer, eos_token_id)
-    stops = _settings(model, "stop_strings") if stop is None else stop
-    stops = [stops] if isinstance(stops, str) else list(stops or [])
-    if any(not isinstance(s, str) or not s for s in stops):
-        raise ValueError(f"generate: stop must be non-empty strings, got {stops!r}")
+    stops = stop_strings(model, stop)
 
     def finished(rows: list[list[int]]) -> list[bool]:  # a stop string ends a row's decoding
         texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in rows]
