@@ -2,9 +2,11 @@ import json
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -193,6 +195,45 @@ def test_killed_mid_save_keeps_previous_and_cleans_up(process_group, tmp_path):
     assert ckpt.removed_partial and ckpt.all_steps == [1]
     ckpt.close()
     assert not (tmp_path / ".jaxfeed-writer.json").exists()
+
+
+def test_two_writers_claiming_at_once_never_remove_each_others_steps(tmp_path, monkeypatch):
+    """Issue 44: a writer removes a dead writer's half-written steps after reading its record. A
+    second writer claiming the folder meanwhile (its own step then in progress) must wait for
+    that claim to end, so the first never removes the second's step."""
+    from jaxfeed.train import checkpoint as module
+
+    dead = {"pid": os.getpid(), "host": socket.gethostname(), "start": "0"}  # a reused pid
+    (tmp_path / module.WRITER_FILE).write_text(json.dumps(dead))
+    (tmp_path / "3.orbax-checkpoint-tmp-1").mkdir()  # the dead writer's half-written step
+    first = CheckpointManager(tmp_path, async_save=False)
+    second = CheckpointManager(tmp_path, async_save=False)
+    live = tmp_path / "5.orbax-checkpoint-tmp-2"
+    claimed = threading.Event()
+
+    def claim_second():
+        second._claim()
+        live.mkdir()  # its save of step 5, under way
+        claimed.set()
+
+    real, racer = module._partial_saves, []
+
+    def partial_saves(directory):  # the first has read the dead record: the second claims now
+        if not racer:
+            racer.append(threading.Thread(target=claim_second))
+            racer[0].start()
+            claimed.wait(timeout=1.0)  # it cannot, while the first holds the claim
+        return real(directory)
+
+    monkeypatch.setattr(module, "_partial_saves", partial_saves)
+    first._claim()
+    racer[0].join(timeout=30)
+    assert claimed.is_set() and live.is_dir()
+    assert not (tmp_path / "3.orbax-checkpoint-tmp-1").exists()
+    assert first.removed_partial == ["3.orbax-checkpoint-tmp-1"]
+    assert not (tmp_path / module.CLAIM_LOCK).exists()
+    first.close()
+    second.close()
 
 
 RESUME_SCRIPT = textwrap.dedent(

@@ -113,3 +113,32 @@ def test_checkpoints_of_the_first_linen_layout_restore_or_are_refused_naming_it(
         ),
     ):
         linen(Plain()).restore_checkpoint(old, "latest")
+
+
+def test_the_run_lock_is_on_the_folder_there_even_when_it_was_removed_meanwhile(
+    tmp_path, monkeypatch
+):
+    """Issue 44: a run refused at its start removes the empty run folder it made, still locked; a
+    second run that opened the folder before, and locks it after, must lock the folder at
+    ``--out`` (made again), not the removed one, which a third run could then lock too."""
+    from jaxfeed.recipes import run
+
+    out = tmp_path / "run"
+    real, calls = run.FolderLock, []
+
+    def lock_then_lose_it(folder, what):
+        lock = real(folder, what)
+        if not calls:  # the folder this lock holds is removed before the caller checks it
+            os.rmdir(folder)
+        calls.append(folder)
+        return lock
+
+    monkeypatch.setattr(run, "FolderLock", lock_then_lose_it)
+    lock = run.lock_run_folder(out, resume=False)
+    try:
+        assert len(calls) == 2 and out.is_dir()
+        assert os.fstat(lock.fd).st_ino == os.stat(out).st_ino
+        with pytest.raises(run.LockedError):  # a third run is refused
+            real(out, "run folder")
+    finally:
+        lock.release()

@@ -3,6 +3,7 @@ dataset's own files resolved inside its folder, and file checksums."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -11,6 +12,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
+
+
+def temporary_file(path: Path) -> Path:
+    """A hidden sibling of ``path`` for this write only (``.NAME.KEY.tmp``): two writers of one
+    file never write, rename or remove each other's temporary file."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
@@ -23,7 +30,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
     'hello'
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary_file(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -334,4 +341,53 @@ def remove_abandoned(parent: str | os.PathLike, prefix: str = ".") -> list[Path]
         if tmp.name.startswith(".") and abandoned(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
+    return removed
+
+
+def set_aside_name(tmp: Path) -> Path:
+    """Where the writer whose temporary folder is ``tmp`` (``.NAME.tmp-KEY``) moves the folder it
+    replaces while it renames ``tmp`` into place: ``.NAME.old-KEY``, named after ``tmp`` so that
+    a recovery can tell whether that writer still lives (:func:`swap_in_progress`)."""
+    head, _, key = tmp.name.rpartition(".tmp-")
+    return tmp.with_name(f"{head}.old-{key}")
+
+
+def swap_in_progress(old: Path) -> bool:
+    """Whether the writer that set ``old`` (``.NAME.old-KEY``) aside may still be between its two
+    renames: its temporary folder ``.NAME.tmp-KEY`` exists and is not :func:`abandoned`."""
+    head, _, key = old.name.rpartition(".old-")
+    tmp = old.with_name(f"{head}.tmp-{key}")
+    return tmp.is_dir() and not abandoned(tmp)
+
+
+def swap_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``target``, an existing folder (set aside under
+    :func:`set_aside_name` first, then removed) or none."""
+    if target.exists():
+        old = set_aside_name(tmp)
+        os.replace(target, old)
+        if LockedTemporary.on_step is not None:  # tests: between the two renames
+            LockedTemporary.on_step("set aside", tmp)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def remove_set_aside(target: str | os.PathLike) -> list[Path]:
+    """Remove the folders ``.NAME.old-*`` that writers replacing ``target`` set aside and never
+    deleted (killed between their two renames), once ``target`` exists again and their writer is
+    dead (:func:`swap_in_progress`). Returns the removed folders."""
+    target = Path(target)
+    if not target.exists():
+        return []  # a set-aside folder may be the only copy left: a reader restores it
+    try:
+        olds = list(target.parent.glob(f".{glob.escape(target.name)}.old-*"))
+    except OSError:
+        return []
+    removed = []
+    for old in olds:
+        if not swap_in_progress(old):
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
     return removed

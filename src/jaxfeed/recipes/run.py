@@ -130,16 +130,32 @@ def check_out_folder(out: Path, resume: bool) -> None:
         )
 
 
+RUN_LOCK_RETRIES = 5  # a run folder removed between its creation and its lock: made again
+
+
 def lock_run_folder(out: Path, resume: bool) -> FolderLock:
     """Create ``out`` and take an OS lock on the folder itself (``flock``: nothing is written, and
     the kernel releases it when the process ends, crashed or not), then check the folder again:
     of two ``jaxfeed train --out SAME`` started together, the second is refused before it writes
-    a byte. The caller releases the lock when training ends."""
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = FolderLock(out, "run folder")
-    except LockedError as err:
-        raise ConfigError(f"--out {out}: {err}") from None
+    a byte. The caller releases the lock when training ends. A folder removed meanwhile (a run
+    refused at its start removes the empty folder it made, still locked) is made and locked
+    again: the lock is always on the folder at ``out``."""
+    for _ in range(RUN_LOCK_RETRIES + 1):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            lock = FolderLock(out, "run folder")
+        except LockedError as err:
+            raise ConfigError(f"--out {out}: {err}") from None
+        except FileNotFoundError:  # removed between the two
+            continue
+        try:
+            if lock.fd is not None and os.stat(out).st_ino == os.fstat(lock.fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.release()  # the lock of a folder removed meanwhile: lock the one there now
+    else:
+        raise ConfigError(f"--out {out}: the folder keeps being removed while it is locked")
     try:
         check_out_folder(out, resume)  # what the other process may have written meanwhile
     except BaseException:

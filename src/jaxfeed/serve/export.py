@@ -40,8 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,13 @@ from jax.extend.core import Literal
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
+from jaxfeed._base.files import (
+    WRITER_LOCK,
+    LockedTemporary,
+    remove_abandoned,
+    remove_set_aside,
+    swap_into_place,
+)
 from jaxfeed.serve import checks
 from jaxfeed.serve.spec import TEXT_SPEC_KINDS, TOKENIZER_FILE, ServingSpec, SpecError
 from jaxfeed.train import ids
@@ -471,8 +476,9 @@ def _passed_on(jaxpr: Any, columns: list[str], inputs: Any) -> dict[Any, str]:
 
 
 def _is_export(path: Path) -> bool:
-    """An earlier export (of this or the first version): only export files, a config that says so."""
-    names = {p.name for p in path.iterdir()}
+    """An earlier export (of this or the first version): only export files, a config that says so
+    (and perhaps the lock file of an export killed just after its rename)."""
+    names = {p.name for p in path.iterdir()} - {WRITER_LOCK}
     if not names:
         return True
     if not names <= {*FILES, TOKENIZER_FILE} or CONFIG not in names:
@@ -488,31 +494,27 @@ def _is_export(path: Path) -> bool:
 
 def _write_folder(path: Path, files: Mapping[str, bytes]) -> Path:
     """Write ``files`` into a new folder beside ``path`` and rename it into place (permissions
-    follow the umask). An earlier export at ``path`` is replaced; anything else is refused."""
+    follow the umask). An earlier export at ``path`` is replaced; anything else is refused.
+
+    The folder is a :class:`LockedTemporary` (locked by this process until renamed or removed):
+    what an export killed midway left beside ``path`` (its temporary folder, or the earlier export
+    it had set aside) is removed by the next export to ``path``, and only once its writer is
+    provably dead, never another live export's."""
     if path.exists() and not (path.is_dir() and _is_export(path)):
         raise FileExistsError(
             f"{path} exists and is not a jaxfeed export: refusing to overwrite it "
             "(export into a new or empty folder)"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    os.mkdir(tmp)  # honours the umask, unlike tempfile.mkdtemp (0700)
-    try:
+    remove_abandoned(path.parent, f".{path.name}.tmp-")
+    with LockedTemporary(path, "export being written") as writing:  # mkdir: honours the umask
         for name, data in files.items():
-            with open(tmp / name, "wb") as f:
+            with open(writing.path / name, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        writing.publish(move=swap_into_place)
+    remove_set_aside(path)
     return path
 
 

@@ -47,6 +47,7 @@ from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
 WRITER_FILE = ".jaxfeed-writer.json"
+CLAIM_LOCK = ".jaxfeed-writer.lock"  # flock'd while a process reads, checks and writes WRITER_FILE
 TMP_MARK = ".orbax-checkpoint-tmp"
 
 
@@ -249,6 +250,42 @@ def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
         log.setLevel(level)
 
 
+@contextlib.contextmanager
+def _claiming(directory: Path) -> Any:
+    """Hold an OS lock (``flock``, blocking) on the directory's ``CLAIM_LOCK`` while the writer
+    record is read, checked and written, and half-written steps removed: two processes that claim
+    the directory at once do so one after the other, so the second sees the first's record (and
+    is refused) instead of removing the first's steps in progress. The lock file is removed
+    before the lock is dropped (a process that locked it meanwhile sees it gone and tries again).
+    Where the file system has no locks, the record alone decides, as before."""
+    import fcntl  # noqa: PLC0415 (POSIX-only fcntl, imported where a lock is taken)
+
+    path = directory / CLAIM_LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # no locks on this file system (ENOLCK, EOPNOTSUPP)
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            yield
+            return
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the file its holder removed: lock the one there now
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+
+
 def _partial_saves(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir() and TMP_MARK in p.name)
 
@@ -389,6 +426,10 @@ class CheckpointManager:
         self.writing = True
 
     def _claim(self) -> None:
+        with _claiming(self.directory):
+            self._claim_locked()
+
+    def _claim_locked(self) -> None:
         record_path = self.directory / WRITER_FILE
         me = _identity()
         try:
@@ -426,7 +467,7 @@ class CheckpointManager:
         if self._owner is None:
             return
         record_path = self.directory / WRITER_FILE
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError), _claiming(self.directory):
             if json.loads(record_path.read_text()).get("pid") == self._owner["pid"]:
                 for path in _partial_saves(self.directory):
                     shutil.rmtree(path, ignore_errors=True)

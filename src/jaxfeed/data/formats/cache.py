@@ -197,20 +197,31 @@ def load_cached(
     )
 
 
+REMOVED_RETRIES = 3  # builds of an entry that another process's clean-up keeps removing
+
+
 def _open_or_build(folder: Path, build: Callable[[], None]) -> CachedTable:
     """The entry at ``folder``, built first when absent, rebuilt (with a warning naming it) when
-    its files are damaged."""
+    its files are damaged, and rebuilt quietly when another process's clean-up (``trim``,
+    ``clean``, a newer version's eviction) removed it between its publication, or the check
+    that it exists, and its opening."""
     _clean_abandoned(folder.parent)
-    if not (folder / INFO_FILE).is_file():
-        build()
-        return _open(folder)
-    try:
-        return _open(folder)
-    except CacheDamagedError as err:
-        warnings.warn(f"{err}; rebuilding it from its sources", stacklevel=3)
-        _remove_entry(folder)
-        build()
-        return _open(folder)
+    damaged = False
+    for attempt in range(REMOVED_RETRIES + 1):
+        if not (folder / INFO_FILE).is_file():
+            build()
+        try:
+            return _open(folder)
+        except CacheDamagedError as err:
+            if folder.exists():  # there, yet unreadable: damaged (once), not removed meanwhile
+                if damaged or attempt == REMOVED_RETRIES:
+                    raise
+                damaged = True
+                warnings.warn(f"{err}; rebuilding it from its sources", stacklevel=3)
+                _remove_entry(folder)
+            elif attempt == REMOVED_RETRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def info_digest(info: dict) -> str:
@@ -256,10 +267,14 @@ def _open(folder: Path) -> CachedTable:
             "(truncated or changed)"
         )
     full = _verified_key(folder) != key
-    if full and file_crc32(data) != info.get("data_crc32"):
-        raise CacheDamagedError(f"{where}: {DATA_FILE} differs from what was written (CRC-32)")
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(data))).read_all()
+        if full and file_crc32(data) != info.get("data_crc32"):
+            raise CacheDamagedError(f"{where}: {DATA_FILE} differs from what was written (CRC-32)")
+        source = pa.memory_map(str(data))
+    except OSError as err:  # removed meanwhile by another process's clean-up, or unreadable
+        raise CacheDamagedError(f"{where}: {DATA_FILE} cannot be read ({err})") from None
+    try:
+        table = pa.ipc.open_file(source).read_all()
         features = Features.from_dict(info["features"])
         if table.num_rows != info.get("num_rows") or not table.schema.equals(
             features.arrow_schema, check_metadata=False

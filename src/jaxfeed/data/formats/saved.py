@@ -21,11 +21,13 @@ and reads folders into tables (:func:`read_split`), which ``jaxfeed.data.dataset
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +43,10 @@ from jaxfeed._base.files import (
     check_inside,
     file_sha256,
     remove_abandoned,
+    remove_set_aside,
     resolve_inside,
+    swap_in_progress,
+    swap_into_place,
 )
 from jaxfeed._base.settings import progress
 from jaxfeed.data.core import conform_table
@@ -204,18 +209,12 @@ def _is_dataset_folder(path: Path) -> bool:
 
 def _replace(tmp: Path, path: Path) -> None:
     """Move the finished folder ``tmp`` to ``path``, replacing a dataset saved there before."""
-    if path.exists():
-        if not path.is_dir() or (any(path.iterdir()) and not _is_dataset_folder(path)):
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(
-                f"{path} exists and is not a saved dataset: refusing to overwrite it"
-            )
-        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+    if path.exists() and (
+        not path.is_dir() or (any(path.iterdir()) and not _is_dataset_folder(path))
+    ):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FileExistsError(f"{path} exists and is not a saved dataset: refusing to overwrite it")
+    swap_into_place(tmp, path)  # the old one set aside as .NAME.old-KEY, KEY that of tmp
     _fsync_dir(path.parent)
 
 
@@ -257,6 +256,7 @@ def _save(
     with LockedTemporary(path, "dataset being saved") as writing:
         write(writing.path)
         writing.publish(move=_replace)
+    remove_set_aside(path)  # left by a save killed between its two renames, never a live one's
 
 
 def _write_dict(
@@ -350,13 +350,36 @@ def read_splits(
         yield name, read_split(folder, keep_in_memory, verify, data_dir)
 
 
+RECOVER_WAIT_SECONDS = 10.0  # how long a reader waits for a live save between its two renames
+
+
 def _recover(path: Path) -> None:
-    """Finish a save that crashed between its two renames (the old folder is still beside it)."""
-    if path.exists():
-        return
-    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if olds:
-        os.replace(olds[-1], path)
+    """Finish a save that crashed between its two renames (the old folder is still beside it).
+    A live save between them (its temporary folder still locked) is left to finish: the reader
+    waits up to ``RECOVER_WAIT_SECONDS`` for it, never moving the old folder back under it."""
+    deadline = time.monotonic() + RECOVER_WAIT_SECONDS
+    while not path.exists():
+        olds = [(_mtime(p), p) for p in path.parent.glob(f".{glob.escape(path.name)}.old-*")]
+        olds = sorted((t, p) for t, p in olds if t is not None)
+        if not olds:
+            return
+        if not any(swap_in_progress(p) for _, p in olds):
+            try:
+                os.replace(olds[-1][1], path)
+            except OSError:  # another reader restored it first, or its writer finished
+                if not path.exists():
+                    raise
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None  # gone meanwhile (its writer finished and removed it)
 
 
 def _read_arrow(file: Path, keep_in_memory: bool) -> pa.Table:

@@ -21,6 +21,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from jaxfeed._base.extras import require
+from jaxfeed._base.files import temporary_file
 from jaxfeed._base.settings import progress
 from jaxfeed.data.core import DEFAULT_BATCH_SIZE, arrow_batches, json_columns
 from jaxfeed.data.core import DatasetCore as Dataset  # any dataset
@@ -40,7 +41,7 @@ def _write(path_or_buf: str | os.PathLike | BinaryIO, chunks: Iterator[bytes]) -
     if hasattr(path_or_buf, "write"):
         return sum(path_or_buf.write(chunk) for chunk in chunks)
     path = Path(path_or_buf)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary_file(path)
     written = 0
     try:
         with open(tmp, "wb") as f:

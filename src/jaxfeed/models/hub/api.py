@@ -19,7 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxfeed._base.files import atomic_write
+from jaxfeed._base.files import atomic_write, temporary_file
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
 from jaxfeed.models.hub.files import (
     CheckpointError,
@@ -255,7 +255,7 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     if src is not None and src.resolve() != out.resolve():
         for name in CARRIED:
             if (src / name).is_file():
-                tmp = out / f".{name}.tmp"
+                tmp = temporary_file(out / name)
                 shutil.copyfile(src / name, tmp)
                 os.replace(tmp, out / name)
     return out

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed._base.extras import require
-from jaxfeed._base.files import check_inside
+from jaxfeed._base.files import check_inside, temporary_file
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -286,7 +286,7 @@ def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any] | Iter
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary_file(path)
     try:
         with open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(raw)) + raw)
