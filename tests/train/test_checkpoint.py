@@ -202,6 +202,7 @@ def test_two_writers_claiming_at_once_never_remove_each_others_steps(tmp_path, m
     second writer claiming the folder meanwhile (its own step then in progress) must wait for
     that claim to end, so the first never removes the second's step."""
     from jaxfeed.train import checkpoint as module
+    from jaxfeed.train import writer_record
 
     dead = {"pid": os.getpid(), "host": socket.gethostname(), "start": "0"}  # a reused pid
     (tmp_path / module.WRITER_FILE).write_text(json.dumps(dead))
@@ -216,7 +217,7 @@ def test_two_writers_claiming_at_once_never_remove_each_others_steps(tmp_path, m
         live.mkdir()  # its save of step 5, under way
         claimed.set()
 
-    real, racer = module._partial_saves, []
+    real, racer = module.partial_saves, []
 
     def partial_saves(directory):  # the first has read the dead record: the second claims now
         if not racer:
@@ -225,13 +226,13 @@ def test_two_writers_claiming_at_once_never_remove_each_others_steps(tmp_path, m
             claimed.wait(timeout=1.0)  # it cannot, while the first holds the claim
         return real(directory)
 
-    monkeypatch.setattr(module, "_partial_saves", partial_saves)
+    monkeypatch.setattr(module, "partial_saves", partial_saves)
     first._claim()
     racer[0].join(timeout=30)
     assert claimed.is_set() and live.is_dir()
     assert not (tmp_path / "3.orbax-checkpoint-tmp-1").exists()
     assert first.removed_partial == ["3.orbax-checkpoint-tmp-1"]
-    assert not (tmp_path / module.CLAIM_LOCK).exists()
+    assert not (tmp_path / writer_record.CLAIM_LOCK).exists()
     first.close()
     second.close()
 

@@ -30,9 +30,7 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,12 +41,16 @@ import numpy as np
 
 from jaxfeed._base.files import check_writable
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.train.writer_record import (
+    WRITER_FILE,
+    claiming,
+    identity,
+    partial_saves,
+    writer_alive,
+)
 
 FORMAT = "jaxfeed-checkpoint"
 VERSION = 1
-WRITER_FILE = ".jaxfeed-writer.json"
-CLAIM_LOCK = ".jaxfeed-writer.lock"  # flock'd while a process reads, checks and writes WRITER_FILE
-TMP_MARK = ".orbax-checkpoint-tmp"
 
 
 class CheckpointError(ValueError):
@@ -201,44 +203,6 @@ def _first_line(err: BaseException) -> str:
     return f"{type(causes[0]).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
-# ---------------------------------------------------------------------------------- writer record
-def _start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, Linux): tells a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _identity() -> dict[str, Any]:
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "start": _start_time(os.getpid()),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
-def _alive(record: Mapping[str, Any]) -> bool | None:
-    """Whether the recorded writer still runs: True, False, or None when it cannot be known
-    (another host, an unreadable record)."""
-    if not isinstance(record, Mapping) or record.get("host") != socket.gethostname():
-        return None
-    try:
-        pid = int(record["pid"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, owned by someone else
-    start = _start_time(pid)
-    return not (record.get("start") and start and start != record["start"])  # else: pid reused
-
-
 @contextlib.contextmanager
 def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
     log = logging.getLogger("absl")
@@ -248,46 +212,6 @@ def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
         yield
     finally:
         log.setLevel(level)
-
-
-@contextlib.contextmanager
-def _claiming(directory: Path) -> Any:
-    """Hold an OS lock (``flock``, blocking) on the directory's ``CLAIM_LOCK`` while the writer
-    record is read, checked and written, and half-written steps removed: two processes that claim
-    the directory at once do so one after the other, so the second sees the first's record (and
-    is refused) instead of removing the first's steps in progress. The lock file is removed
-    before the lock is dropped (a process that locked it meanwhile sees it gone and tries again).
-    Where the file system has no locks, the record alone decides, as before."""
-    import fcntl  # noqa: PLC0415 (POSIX-only fcntl, imported where a lock is taken)
-
-    path = directory / CLAIM_LOCK
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # no locks on this file system (ENOLCK, EOPNOTSUPP)
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            yield
-            return
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)  # the file its holder removed: lock the one there now
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        os.close(fd)
-
-
-def _partial_saves(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.is_dir() and TMP_MARK in p.name)
 
 
 # ---------------------------------------------------------------------------------- manager
@@ -426,26 +350,26 @@ class CheckpointManager:
         self.writing = True
 
     def _claim(self) -> None:
-        with _claiming(self.directory):
+        with claiming(self.directory):
             self._claim_locked()
 
     def _claim_locked(self) -> None:
         record_path = self.directory / WRITER_FILE
-        me = _identity()
+        me = identity()
         try:
             previous = json.loads(record_path.read_text())
         except FileNotFoundError:
             previous = None
         except (OSError, ValueError):
             previous = {}
-        alive = None if previous is None else _alive(previous)
+        alive = None if previous is None else writer_alive(previous)
         if alive and previous.get("pid") != me["pid"]:
             raise CheckpointError(
                 f"{self.directory} is being written by process {previous.get('pid')} on "
                 f"{previous.get('host')} (since {previous.get('since')}); one run writes a checkpoint "
                 "directory at a time: stop it, or use another directory"
             )
-        partial = _partial_saves(self.directory)
+        partial = partial_saves(self.directory)
         if alive is False:  # its writer is gone: its half-written steps can never complete
             for path in partial:
                 shutil.rmtree(path, ignore_errors=True)
@@ -467,9 +391,9 @@ class CheckpointManager:
         if self._owner is None:
             return
         record_path = self.directory / WRITER_FILE
-        with contextlib.suppress(OSError, ValueError), _claiming(self.directory):
+        with contextlib.suppress(OSError, ValueError), claiming(self.directory):
             if json.loads(record_path.read_text()).get("pid") == self._owner["pid"]:
-                for path in _partial_saves(self.directory):
+                for path in partial_saves(self.directory):
                     shutil.rmtree(path, ignore_errors=True)
                 record_path.unlink()
         self._owner = None
