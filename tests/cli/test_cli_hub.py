@@ -295,6 +295,11 @@ def test_image_predict_export_and_hf_agree(image_run, pets, tmp_path, capsys):
     import torch
 
     out, _, _ = image_run
+    status, shown, err = run_main(capsys, "eval", str(out), "--json")
+    assert status == 0, err
+    evaluated = json.loads(shown)  # the held-out rows of a folder without test/: validation
+    assert evaluated["split"] == "validation" and evaluated["checkpoint"]["which"] == "best"
+    assert evaluated["labels"] == ["cat", "dog"] and evaluated["accuracy"] >= 0.75
     files = [pets / "cat" / "1.png", pets / "dog" / "2.png", pets / "dog" / "4.png"]
     status, shown, err = run_main(capsys, "predict", str(out), *map(str, files), "--json")
     assert status == 0, err
