@@ -72,15 +72,15 @@ MUTATIONS = [
     Mutation(
         "cores-metric-loss-unmasked",
         "src/jaxfeed/train/cores.py",
-        "loss = jnp.sum(jnp.where(weight, per_example, 0.0))",
-        "loss = jnp.sum(per_example)",
+        "loss = jnp.sum(jnp.where(counts, rows.values * weight, 0.0))",
+        "loss = jnp.sum(rows.values)",
         [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
         "padding rows counted in the loss sums (evaluate, train_loss)",
     ),
     Mutation(
         "cores-metric-values-unmasked",
         "src/jaxfeed/train/cores.py",
-        'sums[f"m_{name}"] + jnp.sum(jnp.where(weight, values, 0.0))',
+        'sums[f"m_{name}"] + jnp.sum(jnp.where(counts, values * weight, 0.0))',
         'sums[f"m_{name}"] + jnp.sum(values)',
         [f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once"],
         "padding rows counted in the metrics (accuracy)",
@@ -88,8 +88,8 @@ MUTATIONS = [
     Mutation(
         "cores-train-loss-unmasked",
         "src/jaxfeed/train/cores.py",
-        "return total / jnp.maximum(jnp.sum(weight), 1), per_example",
-        "return jnp.mean(per_example), per_example",
+        "return total / jnp.maximum(jnp.sum(rows.weight), 1e-9), rows",
+        "return jnp.mean(rows.values), rows",
         [
             f"{TRAIN}::test_promise_a_padded_last_batch_trains_on_its_real_rows_only[nnx]",
             f"{TRAIN}::test_promise_a_padded_last_batch_trains_on_its_real_rows_only[linen]",
@@ -99,8 +99,8 @@ MUTATIONS = [
     Mutation(
         "cores-padding-rows-real",
         "src/jaxfeed/train/cores.py",
-        "real = jnp.arange(per_example.shape[0]) < n",
-        "real = jnp.arange(per_example.shape[0]) >= 0",
+        "real = jnp.arange(values.shape[0]) < n",
+        "real = jnp.arange(values.shape[0]) >= 0",
         [
             f"{TRAIN}::test_promise_a_padded_last_batch_trains_on_its_real_rows_only[nnx]",
             f"{TRAIN}::test_promise_evaluate_counts_each_real_row_once",
@@ -152,7 +152,7 @@ MUTATIONS = [
     Mutation(
         "files-atomic-write-in-place",
         "src/jaxfeed/_base/files.py",
-        'tmp = path.with_name(f".{path.name}.tmp")',
+        "tmp = temporary_file(path)",
         "tmp = path",
         [
             f"{DATA}::test_promise_an_interrupted_write_keeps_the_old_file",
@@ -191,8 +191,8 @@ MUTATIONS = [
     Mutation(
         "cli-failure-exit-0",
         "src/jaxfeed/cli/__init__.py",
-        '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 1',
-        '(--debug shows the traceback)",\n            file=sys.stderr,\n        )\n        return 0',
+        '(--debug shows the traceback)",\n        file=sys.stderr,\n    )\n    return 1',
+        '(--debug shows the traceback)",\n        file=sys.stderr,\n    )\n    return 0',
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
         "a failure exits with status 0",
     ),
@@ -207,7 +207,7 @@ MUTATIONS = [
     Mutation(
         "cli-ctrl-c-no-resume-hint",
         "src/jaxfeed/recipes/train.py",
-        '; resume with: jaxfeed train --out {out} --resume",',
+        '; resume with: {trainer.resume_hint}",',
         '; resume with --resume",',
         [f"{RUN}::test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint"],
         "Ctrl-C does not say how to resume",
@@ -361,8 +361,8 @@ MUTATIONS = [
     Mutation(
         "cache-key-ignores-source-changes",
         "src/jaxfeed/data/formats/files.py",
-        'return {"path": os.path.abspath(path), "size": st.st_size, "version": version}',
-        'return {"path": os.path.abspath(path)}',
+        'return {"path": os.path.realpath(path), "size": st.st_size, "version": version}',
+        'return {"path": os.path.realpath(path)}',
         [
             "tests/data/formats/test_cache.py::test_cache_is_reused_and_invalidated_when_the_source_changes"
         ],
@@ -506,7 +506,7 @@ MUTATIONS = [
     Mutation(
         "packing-bins-not-closed-in-plan",
         "src/jaxfeed/loading/packing.py",
-        "    for j in range(num_bins):\n        if bins[j]:\n            close(j)",
+        "    for j in range(len(bins)):\n        if bins[j]:\n            close(j)",
         "    pass",
         [
             "tests/loading/test_varlen.py::test_packing_keeps_every_token_once_with_segments_and_positions"
