@@ -48,7 +48,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=20 -p randomly --randomly-seed=$(SEED)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
 
 # The fast tier (-m "not slow") on the declared floors and on the newest releases, each in a venv
 # of its own: test-min installs constraints-min.txt (pyproject's floors, pinned exactly) on Python
@@ -82,12 +82,12 @@ RESOLVED := jax|jaxlib|flax|numpy|pyarrow|optax|orbax-checkpoint|matplotlib|pill
 test-min: .venv-min/.installed-dev
 	@echo "python: $$(.venv-min/bin/python --version) in .venv-min (floors: constraints-min.txt)"
 	@.venv-min/bin/python -m pip list --format=freeze | grep -iE "^($(RESOLVED))==" | tr '\n' ' '; echo
-	.venv-min/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 -p no:randomly $(FAST)
+	.venv-min/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p no:randomly $(FAST)
 
 test-latest: .venv-latest/.installed-dev
 	@echo "python: $$(.venv-latest/bin/python --version) in .venv-latest (no constraints)"
 	@.venv-latest/bin/python -m pip list --format=freeze | grep -iE "^($(RESOLVED))==" | tr '\n' ' '; echo
-	.venv-latest/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 -p no:randomly $(FAST)
+	.venv-latest/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p no:randomly $(FAST)
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks tools conftest.py

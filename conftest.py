@@ -69,34 +69,25 @@ sys.path.insert(0, str(TESTS))
 TORCH_DOCTESTS = ("jaxfeed.models.hub.api.",)
 
 
-def _module_fixtures(item) -> list[str]:
-    """Names of the module-scoped fixtures ``item`` uses (a trained run, a checkpoint made once)."""
-    info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the fixtures a test uses
-    if info is None:
-        return []
-    defs = info.name2fixturedefs
-    return [name for name in item.fixturenames if name in defs and defs[name][-1].scope == "module"]
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker;
     :data:`TORCH_DOCTESTS` are skipped without torch.
 
-    For the suite's time on two workers (``make test`` runs ``--dist loadgroup``):
-    - the tests of a module that share a module-scoped fixture run on one worker (an
-      ``xdist_group`` per module): spread over both, each worker built the fixture again (a
-      command run trained twice: 40 s of every run, in tests/cli/test_cli_hub.py alone);
-    - the long tests (``slow``, ``e2e``, the command's) are handed out first, in the random order
-      pytest-randomly chose among them, so no long test starts last while the other worker idles.
+    For the suite's time on two workers, ``make test`` hands out whole files
+    (``--dist loadfile``): a module-scoped fixture (a command run trained once for a file's tests)
+    is built once, where tests of one file spread over both workers built it on each (40 s of
+    every run in tests/cli/test_cli_hub.py alone). Files go out in collection order
+    (``--no-loadscope-reorder``), and the files of the long tests (``slow``, ``e2e``, the
+    command's) come first here, in the random order pytest-randomly chose, so no long file starts
+    last while the other worker idles. (``--dist loadgroup`` would group only the files with such
+    fixtures, but pytest-xdist 3.8 renames the node ids through an attribute pytest 9.2 no longer
+    reads, and the groups are lost.)
     """
     e2e = TESTS / "e2e"
     no_torch = importlib.util.find_spec("torch") is None
     for item in items:
         if e2e in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
-        if _module_fixtures(item):
-            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
         if (
             no_torch
             and isinstance(item, pytest.DoctestItem)
