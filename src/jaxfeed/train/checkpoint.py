@@ -214,6 +214,20 @@ def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
         log.setLevel(level)
 
 
+class _ReportedFragments(logging.Filter):
+    """Drops asyncio's "... exception was never retrieved" for Orbax's write fragments. When a
+    save fails (a full disk), each fragment's task fails; one is reported as the
+    :class:`CheckpointError`, the others were logged with a traceback when collected, after the
+    command's one-line error. Installed on the ``asyncio`` logger by the first failed save."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("exception was never retrieved" in text.split("\n")[0] and "orbax" in text)
+
+
+_REPORTED_FRAGMENTS = _ReportedFragments()
+
+
 # ---------------------------------------------------------------------------------- manager
 _STEP = "_jaxfeed_step"  # the step, beside the metrics Orbax ranks (ties: the earliest is kept)
 
@@ -469,6 +483,7 @@ class CheckpointManager:
             for mark in ("No space left", "File too large", "Disk quota", "[os_error_code='28'",
                          "[os_error_code='27'", "[os_error_code='122'")
         )  # fmt: skip
+        logging.getLogger("asyncio").addFilter(_REPORTED_FRAGMENTS)  # once: a set of filters
         done = [s for s in self.all_steps if s < step]
         kept = f"; step {done[-1]} is intact" if done else ""
         self._failed = CheckpointError(
