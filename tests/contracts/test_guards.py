@@ -143,8 +143,8 @@ def test_a_regression_export_adds_the_mean_back_and_unseen_categories_go_to_the_
     model = MLP(4, (1,), hidden=(), rngs=nnx.Rngs(0))
     kernel = np.zeros((4, 1), np.float32)
     kernel[3, 0] = 1.0  # the output is the "unknown city" slot
-    model.head.kernel.value = jnp.asarray(kernel)
-    model.head.bias.value = jnp.zeros((1,))
+    model.head.kernel.set_value(jnp.asarray(kernel))
+    model.head.bias.set_value(jnp.zeros((1,)))
     served = load_exported(
         export(model, tmp_path / "m", np.zeros((1, 4), np.float32), preprocessing=spec)
     )
