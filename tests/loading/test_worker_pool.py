@@ -61,6 +61,24 @@ def test_workers_start_with_the_loader_and_a_new_loader_takes_them_over():
     assert not any(leftover_segments(p) for p in prefixes)
 
 
+@pytest.mark.parametrize("at_once", [1, 2])
+def test_no_more_workers_import_at_once_than_the_cores_beside_the_parent(monkeypatch, at_once):
+    """With one core to spare (a 2-core machine), worker 1 gets its payload, and only then
+    imports, once worker 0 is ready: the first batches, built in this process meanwhile, are not
+    slowed by two imports at once. With two to spare, both start together."""
+    monkeypatch.setattr(backends, "starts_at_once", lambda: at_once)
+    loader = DataLoader(ids_ds(), 8, seed=3, shuffle=True, row_transform=tag, num_workers=2)
+    assert sorted(sum(rows(list(loader)), [])) == list(range(64))
+    first, second = loader.debug_info()["worker_starts"]
+    assert (
+        second["released_at"] >= first["ready_at"]
+        if at_once == 1
+        else (second["released_at"] < first["ready_at"])
+    ), (first, second)
+    assert first["queued"] < 0.5 and all(s["seconds"] > 0 for s in (first, second))
+    loader.close()
+
+
 def test_garbage_collection_stops_parked_workers():
     loader = DataLoader(ids_ds(), 16, row_transform=tag, num_workers=1)
     list(loader)  # its pool is parked for a new loader: none comes

@@ -10,6 +10,7 @@ process imports it to unpickle ``_spawned_main``.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import sys
@@ -18,8 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+WAIT_POLL_SECONDS = 0.005  # how often a held-back payload checks whether its turn has come
 NO_MAIN_GUARD_EXIT = 86  # a worker's exit status when it found the main script unguarded
 STARTED_AT: float | None = None  # in a spawned child: when its target began (``time.time()``)
+RECEIVED_AT: float | None = None  # in a spawned child: when its payload arrived
 
 
 class Cancelled(Exception):
@@ -87,15 +90,31 @@ def in_spawn_bootstrap() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def _spawned_main(target: Callable, conn: Any, *args: Any) -> None:
-    """A spawned process: read the payload from the pipe, then run ``target(conn, payload, ...)``."""
-    global STARTED_AT
+def _spawned_main(target: Callable | str, conn: Any, *args: Any) -> None:
+    """A spawned process: read the payload from the pipe, then run ``target(conn, payload, ...)``.
+
+    ``target`` may be named (``"module:function"``): its module is imported only once the payload
+    arrives, so a process whose parent holds the payload back (see :class:`Spawned`'s ``wait``)
+    idles instead of importing while it waits its turn."""
+    global STARTED_AT, RECEIVED_AT
     STARTED_AT = time.time()
     try:
         payload = conn.recv_bytes()
     except (EOFError, OSError):  # the parent went away before sending it
         return
+    RECEIVED_AT = time.time()
+    if isinstance(target, str):
+        module, name = target.split(":")
+        target = getattr(importlib.import_module(module), name)
     target(conn, payload, *args)
+
+
+def _named(target: Callable) -> Callable | str:
+    """``target`` as ``"module:function"`` when it can be imported by that name, else itself."""
+    module, name = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
+    if module and module != "__main__" and name.isidentifier():
+        return f"{module}:{name}"
+    return target
 
 
 class Spawned:
@@ -115,20 +134,32 @@ class Spawned:
     :class:`MainGuardError`, instead of one bootstrapping traceback per child).
 
     With ``main=False`` the child does not run the main script again at all: it starts from the
-    interpreter, imports ``target``'s module and reads its payload (which must then carry the
-    main script's functions by value, as cloudpickle does). A script that imports torch or JAX
-    at module level then costs its workers nothing, and needs no main guard for them.
+    interpreter, reads its payload and imports ``target``'s module (the payload must then carry
+    the main script's functions by value, as cloudpickle does). A script that imports torch or
+    JAX at module level then costs its workers nothing, and needs no main guard for them.
+
+    With ``wait``, the payload is held back until ``wait()`` is true (or the child died), and the
+    child, having started only its interpreter, idles until then: its imports wait their turn.
+    A pool of workers uses it so that no more of them import at once than the machine has cores
+    to spare beside the parent.
     """
 
     def __init__(
-        self, target: Callable, args: tuple, name: str, payload: bytes, main: bool = True
+        self,
+        target: Callable,
+        args: tuple,
+        name: str,
+        payload: bytes,
+        main: bool = True,
+        wait: Callable[[], bool] | None = None,
     ) -> None:
         if in_spawn_bootstrap():
             os._exit(NO_MAIN_GUARD_EXIT)
         context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
         self.conn, child = context.Pipe(duplex=True)
+        self.released_at: float | None = None  # when the payload was let go (after ``wait``)
         self.process = context.Process(
-            target=_spawned_main, args=(target, child, *args), name=name, daemon=True
+            target=_spawned_main, args=(_named(target), child, *args), name=name, daemon=True
         )
         try:
             self.started_at = time.time()
@@ -140,11 +171,14 @@ class Spawned:
         finally:
             child.close()  # the child's end lives in the child only: its death is end-of-file
         self._sender = threading.Thread(
-            target=self._send, args=(payload,), name=f"{name}-payload", daemon=True
+            target=self._send, args=(payload, wait), name=f"{name}-payload", daemon=True
         )
         self._sender.start()
 
-    def _send(self, payload: bytes) -> None:
+    def _send(self, payload: bytes, wait: Callable[[], bool] | None) -> None:
+        while wait is not None and not wait() and self.process.is_alive():
+            time.sleep(WAIT_POLL_SECONDS)
+        self.released_at = time.time()
         with contextlib.suppress(OSError):  # the child died: the parent sees its exit status
             self.conn.send_bytes(payload)
 

@@ -578,6 +578,11 @@ class DataLoader(_BaseLoader):
         * ``shared_memory_prefix``: the name prefix of the worker processes' shared-memory
           slots (``/dev/shm`` names), None without worker processes;
         * ``worker_pids``: the worker processes' ids, empty without them;
+        * ``worker_starts``: per worker, what its start cost once it said it was ready (an empty
+          dict before): ``queued`` (seconds it waited for its turn to import: at most one fewer
+          worker than the usable cores import at once), ``seconds`` (from then to ready),
+          ``modules``, ``recipe`` (reading the functions and dataset), ``cpu`` (its CPU
+          seconds), ``heavy`` (large libraries that reading the recipe imported), ``ready_at``;
         * ``read_ahead``: batches ready ahead of the consumer in the epoch being read;
           ``read_ahead_bound``: the most there can be (``prefetch``).
 
@@ -603,6 +608,7 @@ class DataLoader(_BaseLoader):
             else kinds.get(type(backend), type(backend).__name__),
             "shared_memory_prefix": getattr(backend, "prefix", None),
             "worker_pids": [w.process.pid for w in workers or []],
+            "worker_starts": [dict(w.start) for w in workers or []],
             "read_ahead": ahead,
             "read_ahead_bound": self.prefetch,
         }

@@ -354,6 +354,7 @@ class StreamingDataLoader(_BaseLoader):
             "backend": "inline",
             "shared_memory_prefix": None,
             "worker_pids": [],
+            "worker_starts": [],
             "read_ahead": 0 if ahead is None else ahead.queue.qsize(),
             "read_ahead_bound": _READ_AHEAD,
             "read_ahead_threads": self._read_aheads,

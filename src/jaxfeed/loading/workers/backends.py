@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import hashlib
 import mmap
 import multiprocessing
@@ -39,7 +40,7 @@ from jaxfeed.loading.workers.shm import (
     _unlink,
     leftover_segments,
 )
-from jaxfeed.loading.workers.worker import worker_main
+from jaxfeed.loading.workers.worker import STARTING, worker_main
 
 # Process workers start once the first batch, built in the parent, is out, or this many seconds
 # after the backend was made: a worker's start (a fresh interpreter importing the main script) is
@@ -441,15 +442,20 @@ class ProcessBackend:
         pool.holder = self.claim
         self.claim.pool = pool
         self.workers, self.ready, self.all_ready = pool.workers, pool.ready, False
+        at_once = starts_at_once()
         try:
             for w in range(self.num_workers):
-                progress = multiprocessing.get_context("spawn").Value("q", -1, lock=False)
+                progress = multiprocessing.get_context("spawn").Value("q", STARTING, lock=False)
+                # worker w imports once worker w - at_once is ready (or dead): on a small machine
+                # the workers' imports do not take the cores the first batches are built on
+                turn = self.workers[w - at_once] if w >= at_once else None
                 spawned = Spawned(
                     worker_main,
                     (f"{self.prefix}_{w}", os.getpid(), progress),
                     f"jaxfeed-worker-{w}",
                     self.payload,
                     main=False,  # the recipe carries the script's functions by value
+                    wait=None if turn is None else functools.partial(_started, turn),
                 )
                 self.workers.append(_Worker(spawned, progress))
         except BaseException:
@@ -498,10 +504,13 @@ class ProcessBackend:
                 worker.spawned.sent()  # the worker read the payload: the pipe is free for jobs
                 info = message[2] if len(message) > 2 else {}
                 began = worker.spawned.started_at
+                released = worker.spawned.released_at or began
                 worker.start = {
                     **info,
                     "boot": info.get("entered", began) - began,
-                    "seconds": time.time() - began,
+                    "released_at": released,
+                    "queued": released - began,  # waiting for its turn to import
+                    "seconds": time.time() - released,
                 }
                 self.ready[w] = True
         self.all_ready = bool(self.workers) and all(self.ready)
@@ -709,6 +718,25 @@ def _explain_slow_start(workers: list[_Worker]) -> None:
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+def starts_at_once() -> int:
+    """How many workers may import at the same time: the cores this process may use, less one
+    for the parent, which builds the first batches while they start (at least 1).
+
+    >>> starts_at_once() >= 1
+    True
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def _started(worker: _Worker) -> bool:
+    """Whether ``worker`` is past its start (ready, or dead: either way the next one may go)."""
+    return worker.progress.value != STARTING or not worker.process.is_alive()
 
 
 def _describe(job: Job, progress: Any = None) -> str:

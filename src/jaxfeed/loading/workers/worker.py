@@ -20,6 +20,7 @@ from jaxfeed.loading.workers.build import build_plan
 from jaxfeed.loading.workers.shm import _SlotAlloc, _Slots, _write
 
 _WATCHDOG_SECONDS = 0.2
+STARTING = -2  # a worker's progress value until it is ready (then -1: idle, or the row it builds)
 # top-level packages a worker's start is worth blaming on when they appear in it
 HEAVY = ("torch", "tensorflow", "jax", "flax", "transformers", "sklearn", "pandas", "cv2")
 
@@ -51,11 +52,14 @@ def worker_main(conn: Any, payload: bytes, prefix: str, parent: int, progress: A
         conn.send(("fatal", traceback.format_exc()))
         return
     start = {
-        "entered": _spawn.STARTED_AT or began,  # interpreter and worker modules done
+        "entered": _spawn.STARTED_AT or began,  # the interpreter is up
+        "modules": began - (_spawn.RECEIVED_AT or began),  # importing this module's imports
         "recipe": time.time() - began,
         "heavy": sorted({m.split(".")[0] for m in set(sys.modules) - before} & set(HEAVY)),
         "cpu": time.process_time(),
+        "ready_at": time.time(),
     }
+    progress.value = -1  # ready: the next worker may start importing
     conn.send(("ready", os.getpid(), start))
     try:
         while True:
