@@ -326,6 +326,11 @@ class _Normalize(Transform):
         self.scale, self.dtype, self.column = scale, np.dtype(dtype), column
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # factors tiled over a row
 
+    def __getstate__(self) -> dict:
+        # without the cache: a used transform pickles to the same bytes as a fresh one, so a new
+        # DataLoader with it recognises the recipe of the last one and takes over its workers
+        return {**self.__dict__, "_rows": {}}
+
     def apply(self, image, rng):
         scale = self.scale
         if scale is None:
