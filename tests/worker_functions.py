@@ -21,3 +21,13 @@ def slow_here(row):
     if multiprocessing.parent_process() is None:
         time.sleep(0.03)
     return tag(row)
+
+
+def blas_threads(row):
+    """The row's id and the OPENBLAS_NUM_THREADS and OMP_NUM_THREADS the building process has (0:
+    unset)."""
+    return {
+        "id": row["id"],
+        "openblas": np.int64(os.environ.get("OPENBLAS_NUM_THREADS", "0")),
+        "omp": np.int64(os.environ.get("OMP_NUM_THREADS", "0")),
+    }

@@ -90,7 +90,9 @@ def in_spawn_bootstrap() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def _spawned_main(target: Callable | str, conn: Any, *args: Any) -> None:
+def _spawned_main(
+    target: Callable | str, conn: Any, *args: Any, env: dict[str, str] | None = None
+) -> None:
     """A spawned process: read the payload from the pipe, then run ``target(conn, payload, ...)``.
 
     ``target`` may be named (``"module:function"``): its module is imported only once the payload
@@ -103,6 +105,8 @@ def _spawned_main(target: Callable | str, conn: Any, *args: Any) -> None:
     except (EOFError, OSError):  # the parent went away before sending it
         return
     RECEIVED_AT = time.time()
+    for name, value in (env or {}).items():  # before the target's imports (numpy reads them)
+        os.environ.setdefault(name, value)
     if isinstance(target, str):
         module, name = target.split(":")
         target = getattr(importlib.import_module(module), name)
@@ -142,6 +146,9 @@ class Spawned:
     child, having started only its interpreter, idles until then: its imports wait their turn.
     A pool of workers uses it so that no more of them import at once than the machine has cores
     to spare beside the parent.
+
+    ``env`` holds environment variables the child sets, unless it inherited them, before it
+    imports ``target``'s module (a named target's: see :func:`_spawned_main`).
     """
 
     def __init__(
@@ -152,6 +159,7 @@ class Spawned:
         payload: bytes,
         main: bool = True,
         wait: Callable[[], bool] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         if in_spawn_bootstrap():
             os._exit(NO_MAIN_GUARD_EXIT)
@@ -159,7 +167,11 @@ class Spawned:
         self.conn, child = context.Pipe(duplex=True)
         self.released_at: float | None = None  # when the payload was let go (after ``wait``)
         self.process = context.Process(
-            target=_spawned_main, args=(_named(target), child, *args), name=name, daemon=True
+            target=_spawned_main,
+            args=(_named(target), child, *args),
+            kwargs={"env": env},
+            name=name,
+            daemon=True,
         )
         try:
             self.started_at = time.time()

@@ -47,6 +47,20 @@ from jaxfeed.loading.workers.worker import STARTING, worker_main
 # a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
 # of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
 SPAWN_DELAY = 0.5
+# A worker is one core's worth of work: its BLAS and OpenMP run one thread, as PyTorch's
+# DataLoader sets torch.set_num_threads(1) in its workers (unless the user set these variables).
+# OpenBLAS's thread pool alone doubled a worker's start-up CPU (0.27 -> 0.14 s importing numpy
+# and jaxfeed's worker modules on the 2-core machine).
+ONE_THREAD = {
+    name: "1"
+    for name in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    )
+}
 # a worker start slower than this is explained once per process (see _explain_slow_start)
 SLOW_START_SECONDS = 2.0
 
@@ -456,6 +470,7 @@ class ProcessBackend:
                     self.payload,
                     main=False,  # the recipe carries the script's functions by value
                     wait=None if turn is None else functools.partial(_started, turn),
+                    env=ONE_THREAD,
                 )
                 self.workers.append(_Worker(spawned, progress))
         except BaseException:
