@@ -240,8 +240,8 @@ class _EpochIterator:
             raise
         self.step += 1
         self.loader._position = self.step
-        # process workers start from the iterating thread once the first batch (built in this
-        # process) is out, so that they do not slow it down (see workers.ProcessBackend)
+        # process workers not started when the loader was made start from the iterating thread
+        # once the first batch (built in this process) is out (see workers.SPAWN_DELAY)
         self.stream.backend.start_workers()
         return batch
 

@@ -42,10 +42,11 @@ from jaxfeed.loading.workers.shm import (
 )
 from jaxfeed.loading.workers.worker import STARTING, worker_main
 
-# Process workers start once the first batch, built in the parent, is out, or this many seconds
-# after the backend was made: a worker's start (a fresh interpreter importing the main script) is
-# a burst of CPU that, on the loaded 2-core machine, made that first batch 1.7x slower (medians
-# of 5 alternating runs: 1.57 s when spawned at once, 0.91 s with the delay).
+# A DataLoader starts its workers when it is made (see start_workers). A backend that has none
+# when it is iterated starts them once the first batch, built in the parent, is out, or this many
+# seconds after it was made: when workers re-ran the main script, their start made that first
+# batch 1.7x slower (loaded 2-core machine, medians of 5 alternating runs: 1.57 s spawned at
+# once, 0.91 s with the delay). Workers that do start together take turns (starts_at_once).
 SPAWN_DELAY = 0.5
 # A worker is one core's worth of work: its BLAS and OpenMP run one thread, as PyTorch's
 # DataLoader sets torch.set_num_threads(1) in its workers (unless the user set these variables).
