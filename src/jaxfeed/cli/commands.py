@@ -13,6 +13,7 @@ from typing import Any
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.bench.runner import run_benchmarks
+from jaxfeed.cli.examples import EXAMPLES
 from jaxfeed.cli.launch import launch as run_launch
 from jaxfeed.cli.options import parse_train, print_config, train_parser
 from jaxfeed.recipes.config import ConfigError
@@ -26,8 +27,6 @@ def _say(*args: object, **kwargs: object) -> None:
 def train(args: argparse.Namespace) -> int:
     flags = parse_train(args.train_argv)
     if flags.help:
-        from jaxfeed.cli import EXAMPLES  # cycle: jaxfeed.cli imports this module
-
         print(train_parser(EXAMPLES["train"]).format_help())
         return 0
     from jaxfeed.recipes.configure import configure  # import cost: JAX and pyarrow (not --help)
