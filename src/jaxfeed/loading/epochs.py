@@ -3,6 +3,10 @@ worker backend and collected in order (:class:`_Stream`), run in a prefetch thre
 (:class:`_Producer`) or placed ahead by the iterating thread, and handed out by the iterator that
 ``iter(loader)`` returns (:class:`_EpochIterator`). A batch that aliases a worker's shared-memory
 slot gives the slot back only once its arrays are gone (:func:`_release_when_gone`).
+
+An epoch sees its loader only through :class:`EpochHost` (the loader imports this module, never
+the other way round): it asks for orders, jobs and placed batches, and reports how far it got,
+instead of writing the loader's position.
 """
 
 from __future__ import annotations
@@ -12,16 +16,63 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sized
+from typing import Any, Protocol
 
 from jaxfeed.loading.packing import PackPlan
-from jaxfeed.loading.workers import Cancelled
-
-if TYPE_CHECKING:
-    from jaxfeed.loading.loader import DataLoader
+from jaxfeed.loading.workers import Cancelled, Job
 
 Batch = dict[str, Any]
+
+
+class EpochHost(Protocol):
+    """What an epoch needs of its loader (:class:`~jaxfeed.DataLoader` is one): its settings,
+    four package-private methods that make batches, and three through which the epoch reports
+    back. The loader's state (epoch, position, iterator, backend) stays the loader's to change."""
+
+    batch_size: int
+    prefetch: int
+    timeout: float | None
+    source: Sized
+
+    def __len__(self) -> int:
+        """The batches of the loader's current epoch."""
+        ...
+
+    def _order(self, epoch: int) -> Any:
+        """What says which rows each batch of ``epoch`` reads (``rows(start, stop)``, or a
+        :class:`~jaxfeed.loading.packing.PackPlan`)."""
+        ...
+
+    def _num_batches(self, epoch: int) -> int:
+        """The batches of ``epoch``."""
+        ...
+
+    def _job(self, order: Any, epoch: int, step: int) -> Job:
+        """Order and gather of batch ``step``: what a worker needs to build it."""
+        ...
+
+    def _place(self, batch: Batch, job: Job, shared: bool) -> tuple[Batch, list]:
+        """The built batch on the device(s), and the device arrays that alias a worker's slot."""
+        ...
+
+    def _worker_work(self) -> bool:
+        """Whether workers have anything to do (decoding, transforms, a generic source)."""
+        ...
+
+    def _consumed(self, position: int) -> None:
+        """The consumer has received ``position`` batches of the epoch being read."""
+        ...
+
+    def _epoch_ended(self, iterator: object, epoch: int) -> None:
+        """``iterator`` read ``epoch`` to its end: the next iteration starts the next epoch
+        (unless a newer iterator is the loader's by now)."""
+        ...
+
+    def _epoch_closed(self, backend: Any, failed: bool, left_early: bool) -> None:
+        """An epoch over ``backend`` closed: one that ``failed`` stops its workers, one
+        ``left_early`` gives its pending batches up (nothing if the loader has another backend)."""
+        ...
 
 
 def _release_when_gone(arrays: list, release: Callable[[], None]) -> None:
@@ -55,7 +106,7 @@ class _Stream:
     """The batches ``start..`` of one epoch: jobs submitted ahead to the backend, collected in
     order, placed on the device."""
 
-    def __init__(self, loader: DataLoader, backend: Any, epoch: int, start: int) -> None:
+    def __init__(self, loader: EpochHost, backend: Any, epoch: int, start: int) -> None:
         self.loader, self.backend, self.epoch = loader, backend, epoch
         self.order = loader._order(epoch)
         self.next_step = start
@@ -162,7 +213,7 @@ class _Producer:
 class _EpochIterator:
     """One epoch of batches; closing it (``break``, garbage collection, errors) stops its thread."""
 
-    def __init__(self, loader: DataLoader, epoch: int, start: int, backend: Any) -> None:
+    def __init__(self, loader: EpochHost, epoch: int, start: int, backend: Any) -> None:
         self.loader = loader
         self.epoch = epoch
         self.step = start
@@ -197,9 +248,7 @@ class _EpochIterator:
 
     def _end(self) -> None:
         self.done = True
-        if self.loader._iterator is None or self.loader._iterator() in (self, None):
-            self.loader._epoch, self.loader._position = self.epoch + 1, 0
-            self.loader._resume = True
+        self.loader._epoch_ended(self, self.epoch)
 
     def _finish(self) -> None:
         # process workers that could not start fail the epoch whose batches were built in this
@@ -239,7 +288,7 @@ class _EpochIterator:
             self.close(failed=True)
             raise
         self.step += 1
-        self.loader._position = self.step
+        self.loader._consumed(self.step)
         # process workers not started when the loader was made start from the iterating thread
         # once the first batch (built in this process) is out (see workers.SPAWN_DELAY)
         self.stream.backend.start_workers()
@@ -274,12 +323,9 @@ class _EpochIterator:
             self.producer = None
         left_early = not self.done
         self.done = True
-        backend = self.loader._backend
-        if backend is not None and backend is self.stream.backend:
-            if failed or not stopped:
-                self.loader._drop_backend(kill=True)
-            elif left_early:
-                backend.discard()
+        self.loader._epoch_closed(
+            self.stream.backend, failed=failed or not stopped, left_early=left_early
+        )
 
     def __del__(self) -> None:
         try:  # noqa: SIM105 - contextlib may already be gone at interpreter shutdown

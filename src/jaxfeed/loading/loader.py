@@ -471,6 +471,24 @@ class DataLoader(_BaseLoader):
                 self._backend = ProcessBackend(recipe, self.num_workers)
         return self._backend
 
+    # ------------------------------------------------------------------ what an epoch reports
+    # (jaxfeed.loading.epochs.EpochHost: an epoch changes the loader's state only through these)
+    def _consumed(self, position: int) -> None:
+        self._position = position
+
+    def _epoch_ended(self, iterator: object, epoch: int) -> None:
+        if self._iterator is None or self._iterator() in (iterator, None):
+            self._epoch, self._position = epoch + 1, 0
+            self._resume = True
+
+    def _epoch_closed(self, backend: Any, failed: bool, left_early: bool) -> None:
+        if self._backend is None or self._backend is not backend:
+            return
+        if failed:
+            self._drop_backend(kill=True)
+        elif left_early:
+            backend.discard()
+
     def _drop_backend(self, kill: bool) -> None:
         backend, self._backend = self._backend, None
         if backend is not None:
