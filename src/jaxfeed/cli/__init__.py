@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jaxfeed import __version__
@@ -26,6 +26,9 @@ TRUST_HELP = (
     "import the run's model file (only for another --checkpoint than best, or a run without "
     "model/): it is code, for run folders you trust"
 )
+
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 class UsageError(ConfigError):
@@ -97,29 +100,21 @@ def _probability(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
+    """The ``jaxfeed`` command's parser: one subcommand each, examples in its ``--help``.
+
+    >>> args = build_parser().parse_args(["info", "digits"])
+    >>> args.command, args.rows, args.split
+    ('info', 3, None)
+    """
     parser = _Parser(
         prog="jaxfeed",
         description="Datasets in Apache Arrow as jax.Array, a fast loader, and Flax training.",
         epilog="run 'jaxfeed COMMAND --help' for a command's flags and examples",
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     parser.add_argument("--version", action="version", version=f"jaxfeed {__version__}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    debug = argparse.ArgumentParser(add_help=False)
-    debug.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="show Python tracebacks on errors",
-    )
-
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name, parents=[debug], help=help, epilog=EXAMPLES[name], formatter_class=formatter
-        )
-
     # train's flags are RunConfig's jsonargparse parser (jaxfeed.cli.options): main passes them on
     p = sub.add_parser(
         "train",
@@ -128,8 +123,28 @@ def build_parser() -> argparse.ArgumentParser:
         prefix_chars="\0",
     )
     p.set_defaults(run=commands.train)
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show Python tracebacks on errors",
+    )
+    for name, summary, add_arguments in _COMMANDS:
+        add_arguments(
+            sub.add_parser(
+                name,
+                parents=[debug],
+                help=summary,
+                epilog=EXAMPLES[name],
+                formatter_class=_FORMATTER,
+            )
+        )
+    return parser
 
-    p = command("eval", "evaluate a run: loss, accuracy, per-class metrics, confusion matrix")
+
+def _eval_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed eval``'s arguments."""
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument(
         "--checkpoint", type=_step, default="best", help="best, last or a step (default: best)"
@@ -141,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.evaluate)
 
-    p = command("predict", "predict images or table rows with a run's model")
+
+def _predict_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed predict``'s arguments."""
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument(
         "inputs",
@@ -168,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.predict)
 
-    p = command("generate", "continue prompts with a run's language model (--task lm) or a Hub one")
+
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed generate``'s arguments."""
     p.add_argument("run_dir", metavar="RUN_DIR|hf:ORG/NAME|FOLDER",
                    help="a run, or a pretrained causal LM: a Hub id or a Hub-format folder")  # fmt: skip
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="texts to continue")
@@ -212,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.set_defaults(run=commands.generate)
 
-    p = command("export", "write a run's model in another format (hf: a Hub-format folder)")
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed export``'s arguments."""
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument(
         "--format",
@@ -225,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="best", help="best (default), last, or a step number")
     p.set_defaults(run=commands.export)
 
-    p = command("info", "splits, rows, features, size and example rows of a dataset")
+
+def _info_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed info``'s arguments."""
     p.add_argument("dataset", metavar="DATASET")
     p.add_argument("--data-dir")
     p.add_argument("--split", help="show only this split")
@@ -237,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=commands.info)
 
-    p = command("bench", "run the benchmarks and print their tables")
+
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed bench``'s arguments."""
     p.add_argument(
         "which",
         nargs="?",
@@ -252,11 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=commands.bench)
 
-    p = command("cache", "list the Arrow cache's entries, or remove them (all, or unused ones)")
-    cache.add_arguments(p)
-    p.set_defaults(run=cache.run)
 
-    p = command("launch", "start N local processes of a command as one multi-process JAX job")
+def _launch_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed launch``'s arguments."""
     p.add_argument(
         "--num-processes", type=_bounded(1, 1024), required=True, help="processes to start"
     )
@@ -278,7 +301,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="the command, e.g. jaxfeed train ...",
     )
     p.set_defaults(run=commands.launch)
-    return parser
+
+
+def _cache_arguments(p: argparse.ArgumentParser) -> None:
+    """``jaxfeed cache``'s arguments."""
+    cache.add_arguments(p)
+    p.set_defaults(run=cache.run)
+
+
+# The subcommands after train, in the order --help lists them: name, help, arguments.
+_COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    (
+        "eval",
+        "evaluate a run: loss, accuracy, per-class metrics, confusion matrix",
+        _eval_arguments,
+    ),
+    ("predict", "predict images or table rows with a run's model", _predict_arguments),
+    (
+        "generate",
+        "continue prompts with a run's language model (--task lm) or a Hub one",
+        _generate_arguments,
+    ),
+    (
+        "export",
+        "write a run's model in another format (hf: a Hub-format folder)",
+        _export_arguments,
+    ),
+    ("info", "splits, rows, features, size and example rows of a dataset", _info_arguments),
+    ("bench", "run the benchmarks and print their tables", _bench_arguments),
+    (
+        "cache",
+        "list the Arrow cache's entries, or remove them (all, or unused ones)",
+        _cache_arguments,
+    ),
+    (
+        "launch",
+        "start N local processes of a command as one multi-process JAX job",
+        _launch_arguments,
+    ),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

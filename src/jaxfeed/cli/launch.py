@@ -54,24 +54,16 @@ def launch(
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-    procs = []
-    for i in range(num_processes):
-        env = {
-            **os.environ,
-            "JAXFEED_COORDINATOR": f"127.0.0.1:{port}",
-            "JAXFEED_NUM_PROCESSES": str(num_processes),
-            "JAXFEED_PROCESS_ID": str(i),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if devices_per_process:
-            flag = f"--xla_force_host_platform_device_count={devices_per_process}"
-            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
-            env.setdefault("JAX_PLATFORMS", "cpu")
-        procs.append(
-            subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
+    procs = [
+        subprocess.Popen(
+            cmd,
+            env=_process_env(i, num_processes, port, devices_per_process),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
+        for i in range(num_processes)
+    ]
     pids = " ".join(str(p.pid) for p in procs)
     print(
         f"launched {num_processes} processes (pids {pids}), coordinator 127.0.0.1:{port}",
@@ -105,6 +97,30 @@ def launch(
     if codes & {143, -signal.SIGTERM}:
         return 143
     return 130 if codes & {130, -signal.SIGINT} else 0
+
+
+def _process_env(
+    index: int, num_processes: int, port: int, devices_per_process: int | None
+) -> dict[str, str]:
+    """Process ``index``'s environment: this one's, plus where the job's coordinator listens and
+    which process it is (and ``devices_per_process`` fake CPU devices).
+
+    >>> env = _process_env(1, 2, 1234, None)
+    >>> env["JAXFEED_COORDINATOR"], env["JAXFEED_NUM_PROCESSES"], env["JAXFEED_PROCESS_ID"]
+    ('127.0.0.1:1234', '2', '1')
+    """
+    env = {
+        **os.environ,
+        "JAXFEED_COORDINATOR": f"127.0.0.1:{port}",
+        "JAXFEED_NUM_PROCESSES": str(num_processes),
+        "JAXFEED_PROCESS_ID": str(index),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if devices_per_process:
+        flag = f"--xla_force_host_platform_device_count={devices_per_process}"
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+        env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
 
 
 # exit statuses of a process stopped by SIGTERM or Ctrl-C, after saving (130, 143) or not
