@@ -1,5 +1,6 @@
 """The package's floors: every first-party import goes down the layer order, no import circle
-exists, and every import inside a function says why it is there.
+exists (``TYPE_CHECKING`` imports and a module's import of its own package count), and every import
+inside a function says why it is there.
 
 Layers, lowest first (``docs/development/architecture.md`` draws them)::
 
@@ -7,11 +8,10 @@ Layers, lowest first (``docs/development/architecture.md`` draws them)::
 
 ``models`` sits beside ``runtime`` and imports only itself (and ``_base``). The faces are the
 modules a user imports by name (``jaxfeed``, ``jaxfeed.transforms``, ``jaxfeed.checkpoint``,
-``jaxfeed.serving``, ``jaxfeed.logging``, ``jaxfeed.text``) and the deprecated old paths: the
-library's public API, which the command's recipes and the benchmarks use as a user's script
-would, and which nothing below them imports. ``cli`` is the top: ``jaxfeed bench`` runs the
-benchmarks. Imports are counted wherever they stand: at the top, inside a
-function, or under ``if TYPE_CHECKING:``.
+``jaxfeed.serving``, ``jaxfeed.logging``, ``jaxfeed.text``): the library's public API, which the
+command's recipes and the benchmarks use as a user's script would, and which nothing below them
+imports. ``cli`` is the top: ``jaxfeed bench`` runs the benchmarks. Imports are counted wherever
+they stand: at the top, inside a function, or under ``if TYPE_CHECKING:``.
 """
 
 from __future__ import annotations
@@ -45,10 +45,6 @@ FACES = {
     "jaxfeed.serving",
     "jaxfeed.logging",
     "jaxfeed.text",
-    # deprecated old paths, kept for one release
-    "jaxfeed.io",
-    "jaxfeed.iterable",
-    "jaxfeed.features",
 }
 FACE_LAYER = LAYER["faces"]
 

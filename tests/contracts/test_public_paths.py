@@ -1,10 +1,9 @@
-"""The public API stays where users found it: the 50 names of ``jaxfeed``, the documented modules
-(faces over the layered packages), and the old undocumented paths, which still import for one
-release with a ``DeprecationWarning``."""
+"""The public API stays where users found it: the 50 names of ``jaxfeed`` and the documented
+modules (faces over the layered packages). The old undocumented paths of the layout before
+(``jaxfeed.io``, ``jaxfeed.iterable``, ``jaxfeed.features``) are removed rather than kept for one
+release with a warning, the package being not yet released: their names are ``jaxfeed``'s."""
 
-import json
-import subprocess
-import sys
+import importlib.util
 
 import pytest
 
@@ -68,43 +67,12 @@ OLD_PATHS = {
     "jaxfeed.features": ["Features", "Value", "Image", "ClassLabel", "Sequence"],
 }
 
-# One fresh interpreter for all the import checks (a module warns once, when first imported):
-# first the package and its documented modules, with a moved-path warning made an error, then each
-# old path, recording its warnings and whether it gives the face's objects.
-PROBE = """
-import importlib, json, warnings
-warnings.filterwarnings("error", message=".*moved to jaxfeed", category=DeprecationWarning)
-import jaxfeed
-from jaxfeed import Dataset, DataLoader, Trainer, load_dataset, export
-import jaxfeed.transforms, jaxfeed.checkpoint, jaxfeed.serving, jaxfeed.text
-import jaxfeed.cli, jaxfeed.recipes.train
-warnings.resetwarnings()
-out = {}
-for old, names in OLD_PATHS.items():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    out[old] = {
-        "warnings": [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)],
-        "same": [getattr(module, n) is getattr(jaxfeed, n) for n in names],
-    }
-print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def probe():
-    code = f"OLD_PATHS = {OLD_PATHS!r}\n{PROBE}"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr[-2000:]  # the package warned about itself
-    return json.loads(result.stdout)
-
 
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))
-def test_old_paths_import_with_a_deprecation_warning(probe, old):
-    """The old path gives the same objects as the face, and says once where they moved."""
-    assert len(probe[old]["warnings"]) == 1, probe[old]
-    assert f"{old} moved to jaxfeed.data" in probe[old]["warnings"][0]
-    assert all(probe[old]["same"]), probe[old]
+def test_old_paths_are_gone_and_their_names_are_the_faces(old):
+    """The old module paths have no module (a folder left holding only ``__pycache__`` is an
+    empty namespace); every name they gave is on ``jaxfeed``."""
+    spec = importlib.util.find_spec(old)
+    assert spec is None or spec.origin is None, f"{old} still exists: {spec.origin}"
+    for name in OLD_PATHS[old]:
+        assert getattr(jaxfeed, name) is not None, name
