@@ -37,7 +37,6 @@ ALLOWLIST: dict[str, int] = {
     "src/jaxfeed/data/ops/apply.py::map": 128,
     "src/jaxfeed/data/text/tokenize.py::tokenize": 112,
     "src/jaxfeed/data/text/tokenizer.py::train_tokenizer": 93,
-    "src/jaxfeed/loading/loader.py::DataLoader.__init__": 89,
     "src/jaxfeed/loading/packing.py::best_fit": 101,
     "src/jaxfeed/loading/workers/build.py::build_plan": 81,
     "src/jaxfeed/models/hub/api.py::from_pretrained": 103,

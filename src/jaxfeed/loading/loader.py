@@ -215,17 +215,7 @@ class DataLoader(_BaseLoader):
         self.placement: Placement = sharding if sharding is not None else resolve_placement(device)
         self._local_cache: dict[int, slice | None] = {}  # _local_rows by batch rows
         if sharding is not None:
-            divisor = batch_divisor(sharding)  # LoaderOptions checked that it divides batch_size
-            if (
-                packing is None  # a last packed batch is completed with empty rows
-                and not self.drop_last
-                and n % self.batch_size
-                and (n % self.batch_size) % divisor
-            ):
-                raise ValueError(
-                    f"the last batch has {n % self.batch_size} rows, which cannot be split over the "
-                    f"{divisor} devices of the sharding; set drop_last=True"
-                )
+            self._check_last_batch(sharding, n)
         self._transform_rng = transform is not None and takes_rng(transform)
         self._epoch = 0
         self._position = 0  # batches of the current epoch the consumer has received
@@ -236,6 +226,20 @@ class DataLoader(_BaseLoader):
             # the workers start now, not at the first next(): a new loader over the same data
             # takes over the ready workers of one between epochs (see workers.ProcessBackend)
             self._get_backend().start_workers()
+
+    def _check_last_batch(self, sharding: Any, n: int) -> None:
+        """Refuse a last batch of ``n`` rows that ``sharding``'s devices cannot split evenly."""
+        divisor = batch_divisor(sharding)  # LoaderOptions checked that it divides batch_size
+        if (
+            self.packing is None  # a last packed batch is completed with empty rows
+            and not self.drop_last
+            and n % self.batch_size
+            and (n % self.batch_size) % divisor
+        ):
+            raise ValueError(
+                f"the last batch has {n % self.batch_size} rows, which cannot be split over the "
+                f"{divisor} devices of the sharding; set drop_last=True"
+            )
 
     def _decode_sizes(self, decode_size: Any) -> dict[str, tuple[int, int]]:
         if decode_size is None:
