@@ -27,7 +27,7 @@ Batch = dict[str, Any]
 
 class EpochHost(Protocol):
     """What an epoch needs of its loader (:class:`~jaxfeed.DataLoader` is one): its settings,
-    four package-private methods that make batches, and three through which the epoch reports
+    five package-private methods that make batches, and three through which the epoch reports
     back. The loader's state (epoch, position, iterator, backend) stays the loader's to change."""
 
     batch_size: int
