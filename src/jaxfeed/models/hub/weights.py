@@ -166,7 +166,7 @@ def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
                 f"sharding must be 'replicate', 'fsdp' or a dict of logical axis rules, got "
                 f"{sharding!r}"
             )
-        rules: dict[str, Any] = {}
+        rules: dict[str, Any] | None = None
         fsdp = sharding == "fsdp"
     elif isinstance(sharding, Mapping):
         rules = dict(sharding)
@@ -177,7 +177,7 @@ def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
 
     def spec(name: str, shape: tuple[int, ...], logical: Any) -> jax.sharding.Sharding:
         entries: list[tuple[str, ...]] = [()] * len(shape)
-        if rules and logical is not None and len(logical) == len(shape):
+        if rules is not None and logical is not None and len(logical) == len(shape):
             for dim, lname in enumerate(logical):
                 target = rules.get(lname, lname if lname in mesh.axis_names else None)
                 axes = (
