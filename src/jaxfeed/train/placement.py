@@ -11,7 +11,7 @@ The loader already puts batches on devices (``jaxfeed.runtime.devices``); :class
   reports the number of real rows so the step masks the rest;
 * replicates the state and the metric accumulator over the devices of the first batch (no mesh),
   so a step over batches sharded on a mesh runs data-parallel; or lays the state out on the mesh
-  by a :class:`~jaxfeed.train.sharding.ShardingPlan` (FSDP, tensor parallelism).
+  by a :class:`~jaxfeed.runtime.sharding.ShardingPlan` (FSDP, tensor parallelism).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfeed.runtime.devices import Placement, replicated
-from jaxfeed.train.sharding import Leaf, ShardingPlan, data_axis, state_shardings
+from jaxfeed.runtime.sharding import Leaf, ShardingPlan, data_axis, state_shardings
 
 
 class BatchPlacement:

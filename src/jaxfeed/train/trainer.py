@@ -21,6 +21,13 @@ import jax.numpy as jnp
 import optax
 
 from jaxfeed.runtime.devices import backends_initialized
+from jaxfeed.runtime.sharding import (
+    ShardingPlan,
+    auto_mesh,
+    bytes_per_device,
+    data_axis,
+    default_mesh,
+)
 from jaxfeed.train import ids
 from jaxfeed.train.callbacks import Callback
 from jaxfeed.train.checkpointing import CheckpointMixin
@@ -43,13 +50,6 @@ from jaxfeed.train.losses import resolve_loss, resolve_metrics, resolve_split_me
 from jaxfeed.train.placement import BatchPlacement, gather
 from jaxfeed.train.reporting import REPORT_SECONDS, NonFiniteLossError, ReportMixin
 from jaxfeed.train.schedule import EpochProgress
-from jaxfeed.train.sharding import (
-    ShardingPlan,
-    auto_mesh,
-    bytes_per_device,
-    data_axis,
-    default_mesh,
-)
 
 __all__ = ["REPORT_SECONDS", "NonFiniteLossError", "Trainer", "scale_images"]
 
@@ -105,7 +105,7 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
     ``"fsdp"`` (each array split over the data axis along its largest evenly dividing
     dimension), or a dict of logical axis rules for models annotated with
     ``nnx.with_partitioning`` (tensor parallelism; ``"fsdp": True`` in the dict adds FSDP); see
-    :mod:`jaxfeed.train.sharding`. JAX's SPMD partitioner compiles the step for that layout.
+    :mod:`jaxfeed.runtime.sharding`. JAX's SPMD partitioner compiles the step for that layout.
     :meth:`state_bytes_per_device` says what each device holds.
 
     >>> import optax

@@ -27,7 +27,6 @@ as ``transformers`` does (normal weights, zero biases, unit scales) and reported
 
 from __future__ import annotations
 
-import math
 import mmap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfeed.models.hub.files import CheckpointError, Weights
+from jaxfeed.runtime.sharding import ShardingPlan, default_mesh
 
 
 # ---------------------------------------------------------------------------------- transforms
@@ -136,15 +136,14 @@ def _abstract(var: nnx.Variable) -> bool:
 
 # ---------------------------------------------------------------------------------- placement
 ShardingFn = Callable[[str, tuple[int, ...], Any], jax.sharding.Sharding]
-FSDP_MIN_SIZE = 4096  # as jaxfeed.train.sharding: arrays smaller stay replicated under FSDP
 
 
 def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
     """The sharding of each variable for ``from_pretrained(sharding=, mesh=)``: ``"replicate"``,
-    ``"fsdp"`` (split over the data axis along the largest evenly dividing dimension, as
-    ``Trainer(sharding="fsdp")``), a dict of logical axis rules (with ``"fsdp": True``
-    optionally), or any object with ``spec(name, shape, logical, mesh)`` such as
-    ``jaxfeed.train.ShardingPlan``. None for both: the default device.
+    ``"fsdp"``, a dict of logical axis rules (with ``"fsdp": True`` optionally) or a
+    :class:`~jaxfeed.runtime.sharding.ShardingPlan`, laid out by that plan as
+    ``Trainer(sharding=)`` lays out the state (default mesh: one ``"data"`` axis over every
+    device). None for both: the default device.
 
     >>> mesh = jax.make_mesh((1,), ("data",))
     >>> plan_shardings("fsdp", mesh)("w", (8, 4096), ("embed", "mlp")).spec
@@ -152,66 +151,15 @@ def plan_shardings(sharding: Any, mesh: Mesh | None) -> ShardingFn | None:
     """
     if sharding is None and mesh is None:
         return None
-    if mesh is None:
-        mesh = jax.make_mesh((len(jax.devices()),), ("data",),
-                             axis_types=(jax.sharding.AxisType.Auto,))  # fmt: skip
-    sharding = "replicate" if sharding is None else sharding
-    if hasattr(sharding, "spec") and callable(sharding.spec):
-        return lambda name, shape, logical: NamedSharding(
-            mesh, sharding.spec(name, shape, logical, mesh)
-        )
-    if isinstance(sharding, str):
-        if sharding not in ("replicate", "fsdp"):
-            raise ValueError(
-                f"sharding must be 'replicate', 'fsdp' or a dict of logical axis rules, got "
-                f"{sharding!r}"
-            )
-        rules: dict[str, Any] = {}
-        fsdp = sharding == "fsdp"
-    elif isinstance(sharding, Mapping):
-        rules = dict(sharding)
-        fsdp = bool(rules.pop("fsdp", False))
-    else:
+    if not isinstance(sharding, str | Mapping | ShardingPlan | None):
         raise TypeError(f"sharding must be a string or a dict of rules, got {sharding!r}")
-    axis = "data" if "data" in mesh.axis_names else str(mesh.axis_names[0])
+    plan = ShardingPlan.parse("replicate" if sharding is None else sharding)
+    on = default_mesh() if mesh is None else mesh
 
-    def spec(name: str, shape: tuple[int, ...], logical: Any) -> jax.sharding.Sharding:
-        entries: list[tuple[str, ...]] = [()] * len(shape)
-        if rules and logical is not None and len(logical) == len(shape):
-            for dim, lname in enumerate(logical):
-                target = rules.get(lname, lname if lname in mesh.axis_names else None)
-                axes = (
-                    ()
-                    if target is None
-                    else (target,)
-                    if isinstance(target, str)
-                    else tuple(target)
-                )
-                missing = [a for a in axes if a not in mesh.axis_names]
-                if missing:
-                    raise ValueError(
-                        f"{name}: the rule for {lname!r} names mesh axis {missing[0]!r}, which the "
-                        f"mesh does not have (its axes: {', '.join(mesh.axis_names)})"
-                    )
-                ways = math.prod(mesh.shape[a] for a in axes)
-                if shape[dim] % ways:
-                    raise ValueError(
-                        f"{name}: dimension {dim} (size {shape[dim]}, logical axis {lname!r}) does "
-                        f"not split over mesh axes {axes} of size {ways}"
-                    )
-                entries[dim] = axes
-        used = {a for e in entries for a in e}
-        ways = mesh.shape[axis]
-        if fsdp and ways > 1 and axis not in used and math.prod(shape) >= FSDP_MIN_SIZE:
-            free = [d for d in range(len(shape)) if not entries[d] and shape[d] % ways == 0]
-            if free:
-                entries[max(free, key=lambda d: (shape[d], -d))] = (axis,)
-        while entries and not entries[-1]:
-            entries.pop()
-        return NamedSharding(mesh, PartitionSpec(*(e[0] if len(e) == 1 else (e or None)
-                                                   for e in entries)))  # fmt: skip
+    def place(name: str, shape: tuple[int, ...], logical: Any) -> jax.sharding.Sharding:
+        return NamedSharding(on, plan.spec(name, shape, logical, on))
 
-    return spec
+    return place
 
 
 def _put(chunk: np.ndarray, device: Any) -> jax.Array:

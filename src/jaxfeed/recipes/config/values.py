@@ -10,6 +10,7 @@ import typing
 from typing import Any
 
 from jaxfeed.recipes.config.groups import MAX_IMAGE_SIDE, ConfigError
+from jaxfeed.runtime.sharding_grammar import ShardingError, parse_rules
 
 
 def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
@@ -121,7 +122,8 @@ def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
 
 def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
     """``replicate``, ``fsdp``, or a dict (or its JSON text) of logical axis rules: each a mesh
-    axis name, a list of them or null, and ``"fsdp": true|false``.
+    axis name, a list of them or null, and ``"fsdp": true|false`` (the grammar of
+    :func:`jaxfeed.runtime.sharding_grammar.parse_rules`, checked without JAX).
 
     >>> parse_sharding('{"mlp": "model", "fsdp": true}', "flag")
     {'mlp': 'model', 'fsdp': True}
@@ -133,22 +135,17 @@ def parse_sharding(value: Any, where: str) -> str | dict[str, Any]:
             raise ConfigError(f"{where}: sharding rules are not valid JSON: {err}") from None
         except RecursionError:
             raise ConfigError(f"{where}: sharding rules are nested too deeply") from None
-    if value in ("replicate", "fsdp"):
-        return value
-    if isinstance(value, dict):
-        for key, entry in value.items():
-            if key == "fsdp":
-                ok = isinstance(entry, bool)
-            else:
-                items = entry if isinstance(entry, list) else [entry]
-                ok = entry is None or all(isinstance(i, str) and i for i in items)
-            if not ok:
-                raise ConfigError(
-                    f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
-                    f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {entry!r}"
-                )
-        return dict(value)
-    raise ConfigError(
-        f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
-        f'(e.g. {{"mlp": "model"}}), got {value!r}'
-    )
+    try:
+        parse_rules(value)
+    except ShardingError as err:
+        if not err.rule:
+            raise ConfigError(
+                f"{where}: sharding must be replicate, fsdp or a dict of logical axis rules "
+                f'(e.g. {{"mlp": "model"}}), got {value!r}'
+            ) from None
+        key = err.rule[0]
+        raise ConfigError(
+            f"{where}: sharding rule {key!r}: expected a mesh axis name, a list of them or "
+            f"null{' (fsdp: true or false)' if key == 'fsdp' else ''}, got {value[key]!r}"
+        ) from None
+    return value if isinstance(value, str) else dict(value)
