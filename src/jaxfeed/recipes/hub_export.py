@@ -41,7 +41,7 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
         raise ConfigError(f"--out {target}: the folder exists and is not empty")
     checkpoint = open_checkpoint(str(saved["model"]))  # the architecture is rebuilt from it
     check_unchanged(saved, checkpoint)
-    model = run_weights(record, run, which)
+    model = _run_weights(record, run, which)
     labels = record.resolved.get("labels") or []
     id2label = dict(enumerate(labels)) if record.resolved.get("task") == "classification" else None
     save_pretrained(hub_model(model), target, source=checkpoint.folder, id2label=id2label)
@@ -51,7 +51,7 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
     return target
 
 
-def run_weights(record: RunRecord, run: Path, which: str) -> Any:
+def _run_weights(record: RunRecord, run: Path, which: str) -> Any:
     """The run's model (built as for training) holding the weights of its checkpoint ``which``
     (``best``, ``last`` or a step; a run without a validation split's best is its last)."""
     manager = open_checkpoints(run, record)  # first: a run without checkpoints stops here
