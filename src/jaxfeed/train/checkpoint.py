@@ -11,6 +11,8 @@ Restoring reads into the shapes and shardings of freshly built objects on the cu
 whatever devices, sharding or process count the checkpoint was saved from. ``meta`` also records
 a SHA-256 of every array as saved; restoring recomputes them and refuses a step whose bytes
 changed (flipped bits, a truncated file) with a :class:`CheckpointError` naming the step.
+:func:`restore_weights` reads only the model's part of ``state`` (for inference and exports), so
+it restores whatever optimizer, schedule or metrics wrote the step.
 
 Orbax writes each step into a temporary folder and renames it when complete, so a process killed
 mid-save leaves the previous steps restorable. Opening a manager only reads: the first ``save``
@@ -19,6 +21,9 @@ time). A writer removes half-written steps only when they are provably abandoned
 writer is a process of this host that no longer runs (or itself, when closing). A second live
 writer is refused; a reader (``jaxfeed eval`` while ``jaxfeed train`` runs) deletes nothing and
 works on a read-only folder.
+
+Long because saving, restoring (whole or weights only) and the writer's rules share one layout
+on disk and its checks.
 """
 
 from __future__ import annotations
@@ -757,3 +762,94 @@ def load_nnx_pure_state(pure: Mapping[str, Any], model: Any, optimizer: Any = No
         state = nnx.state(obj)
         nnx.replace_by_pure_dict(state, pure[key])
         nnx.update(obj, state)
+
+
+# ---------------------------------------------------------------------------------- weights
+def restore_weights(
+    checkpoints: str | os.PathLike | CheckpointManager, into: Any, step: int | str | None = None
+) -> dict[str, Any]:
+    """Restore only the model of ``step`` (``None``/"latest", "best" or an int) from a checkpoint
+    folder or an open :class:`CheckpointManager`: its parameters and its other variables
+    (BatchNorm statistics, RNG state), never the optimizer state, whatever optimizer, schedule or
+    metrics wrote it. Returns ``{"weights": ..., "meta": ...}``.
+
+    ``into`` is an NNX module (updated in place; an abstract one from ``nnx.eval_shape`` too),
+    or a tree of arrays or ``jax.ShapeDtypeStruct`` in the model's layout: an NNX model's pure
+    state dict, or Linen variables (``{"params": ..., "batch_stats": ...}``, from either Linen
+    checkpoint layout); ``weights`` comes back in that layout. A checkpoint of neither trainer
+    (a user's own tree) restores the top-level entries ``into`` names. "best" ranks by
+    ``eval_loss`` for a folder; pass a manager to rank as the run did. Targets with a sharding
+    are read into it; abstract ones without are placed on the first device.
+
+    >>> import tempfile, optax
+    >>> from flax import nnx
+    >>> folder = tempfile.mkdtemp()
+    >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+    >>> optimizer = nnx.Optimizer(model, optax.adam(optax.linear_schedule(0.1, 0.0, 9)), wrt=nnx.Param)
+    >>> with CheckpointManager(folder, async_save=False) as ckpt:
+    ...     ckpt.save(9, nnx_pure_state(model, optimizer), meta={"epoch": 1})
+    >>> fresh = nnx.Linear(2, 1, rngs=nnx.Rngs(1))  # no optimizer, no schedule
+    >>> restore_weights(folder, fresh)["meta"]["step"]
+    9
+    >>> bool((fresh.kernel[...] == model.kernel[...]).all())
+    True
+    """
+    if isinstance(checkpoints, CheckpointManager):
+        return _restore_weights(checkpoints, into, step)
+    folder = Path(checkpoints)
+    if not folder.is_dir():
+        raise CheckpointError(f"no checkpoint folder {folder}")
+    with CheckpointManager(folder, async_save=False) as manager:
+        return _restore_weights(manager, into, step)
+
+
+def _restore_weights(manager: CheckpointManager, into: Any, step: Any) -> dict[str, Any]:
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    step = manager.resolve(step)
+    module = into if isinstance(into, nnx.Module) else None
+    tree = _on_a_device(nnx_pure_state(module)["model"] if module is not None else into)
+    tops = {k.split("]")[0] + "]" for k in manager.meta(step).get("shapes", {}) or {}}
+    if module is not None and "['model']" not in tops:
+        raise CheckpointError(
+            f"step {step} of {manager.directory} holds no NNX model (its entries: "
+            f"{', '.join(sorted(tops)) or 'none'}); restore a tree into it"
+        )
+    if "['model']" in tops:  # an NNX trainer's {model, optimizer}
+        restored = manager.restore(step, state={"model": tree})
+        weights = restored["state"]["model"]
+        if module is not None:
+            load_nnx_pure_state({"model": weights}, module)
+        return {"weights": weights, "meta": restored["meta"]}
+    if "['params']" in tops and isinstance(tree, Mapping) and "params" in tree:
+        return _restore_linen_weights(manager, step, tree)
+    restored = manager.restore(step, state=tree)  # a user's tree: the entries it names
+    return {"weights": restored["state"], "meta": restored["meta"]}
+
+
+def _on_a_device(tree: Any) -> Any:
+    """``tree`` with its ``ShapeDtypeStruct`` leaves that name no sharding placed on the first
+    local device (Orbax would restore them as numpy arrays)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def place(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device)
+        return x
+
+    return jax.tree.map(place, tree)
+
+
+def _restore_linen_weights(manager: CheckpointManager, step: int, variables: Mapping) -> dict:
+    """Linen ``variables`` (``{"params", **collections}``) from a Linen trainer's state, saved
+    in either of :data:`LINEN_LAYOUTS` (layout 1 holds ``batch_stats`` at the top)."""
+    collections = {k: v for k, v in variables.items() if k != "params"}
+    target: dict[str, Any] = {"params": variables["params"]}
+    if linen_layout(manager.meta(step)) == 1:
+        target.update(collections)
+    elif collections:
+        target["collections"] = collections
+    restored = manager.restore(step, state=target)
+    arrays = dict(restored["state"])
+    weights = {"params": arrays.pop("params"), **arrays.pop("collections", {}), **arrays}
+    return {"weights": weights, "meta": restored["meta"]}

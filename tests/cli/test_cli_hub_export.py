@@ -1,0 +1,122 @@
+"""``jaxfeed export RUN --format hf`` restores the run's weights only: a run fine-tuned with
+``--epochs 1`` (whose warmup schedule a rebuilt optimizer cannot match) exports, the files are
+the ones the trainer's full restore wrote, and a run without checkpoints is refused in one line."""
+
+import csv
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from cli_helpers import jaxfeed, run_main  # noqa: E402
+from hub_checkpoints import save_checkpoint  # noqa: E402
+from jaxfeed import load_exported  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hub") / "tiny-bert"
+    save_checkpoint(folder, "bert", "masked-lm")  # a tokenizer with model_max_length 8
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    """Filler words and one word that gives the class away (w5-w9: pos, w10-w14: neg)."""
+    rng, path = random.Random(0), tmp_path_factory.mktemp("text") / "reviews.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["review", "stars"])
+        for _ in range(96):
+            label = rng.choice(["neg", "pos"])
+            words = [f"w{rng.randint(20, 44)}" for _ in range(rng.randint(2, 5))]
+            words.append(f"w{rng.randint(5, 9) if label == 'pos' else rng.randint(10, 14)}")
+            writer.writerow([" ".join(words), label])
+    return path
+
+
+def train(ckpt, reviews, out, *flags):
+    done = jaxfeed("train", "--data", str(reviews), "--text-column", "review", "--label-column",
+                   "stars", "--model", str(ckpt), "--batch-size", "16", *flags, "--out", str(out),
+                   timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done.stdout
+
+
+@pytest.fixture(scope="module")
+def one_epoch(ckpt, reviews, tmp_path_factory):
+    return train(ckpt, reviews, tmp_path_factory.mktemp("runs") / "one", "--epochs", "1")
+
+
+def test_a_run_fine_tuned_for_one_epoch_exports(one_epoch, tmp_path):
+    run, shown = one_epoch
+    # the fine-tuning defaults warm up over 10% of the steps: a schedule with a step count, which
+    # an optimizer rebuilt for one step per epoch (a constant learning rate) does not have
+    assert "--epochs 1, --warmup-steps 1 " in shown, shown
+    target = tmp_path / "hf"
+    done = jaxfeed("export", str(run), "--format", "hf", "--out", str(target))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in target.iterdir()
+    }
+    import torch
+
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(target).eval()
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
+    batch = tokenizer(["w5 w30 w31", "w12 w40 w41 w42"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**batch).logits.numpy()
+    served = load_exported(run / "model")  # the run's own export, of its best (only) step
+    mine = served(input_ids=batch["input_ids"].numpy().astype(np.int32),
+                  attention_mask=batch["attention_mask"].numpy().astype(np.int32))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(mine), reference, atol=1e-4)
+
+
+def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, capsys):
+    """On a run the trainer can restore whole, the export is the same bytes as before."""
+    from jaxfeed.models.hub import save_pretrained
+    from jaxfeed.recipes.config import read_run
+    from jaxfeed.recipes.pretrained import hub_model
+    from jaxfeed.recipes.run import build_run_trainer, restore
+
+    run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2", "--lr", "3e-3")
+    steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(steps) == 2, steps
+    for which in ("best", *steps):
+        status, _, err = run_main(capsys, "export", str(run), "--format", "hf", "--checkpoint",
+                                  which, "--out", str(tmp_path / f"hf-{which}"))  # fmt: skip
+        assert status == 0, err
+        record = read_run(run)
+        trainer, _ = build_run_trainer(record, run)  # the optimizer and schedule rebuilt
+        restore(trainer, run, record, which)
+        save_pretrained(hub_model(trainer.model), tmp_path / f"old-{which}", source=ckpt,
+                        id2label={0: "neg", 1: "pos"})  # fmt: skip
+        for name in ("model.safetensors", "config.json"):
+            new = (tmp_path / f"hf-{which}" / name).read_bytes()
+            assert new == (tmp_path / f"old-{which}" / name).read_bytes(), (which, name)
+    first, last = ((tmp_path / f"hf-{s}" / "model.safetensors").read_bytes() for s in steps)
+    assert first != last  # each step's own weights
+
+
+def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path):
+    run, _ = one_epoch
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(run / "config.json", bare / "config.json")
+    for folder, flags, message in (
+        (bare, (), "has no checkpoints yet"),
+        (run, ("--checkpoint", "99"), "no step 99"),
+    ):
+        done = jaxfeed("export", str(folder), "--format", "hf", *flags, "--out",
+                       str(tmp_path / "hf"))  # fmt: skip
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not (tmp_path / "hf").exists()
+    assert json.loads((bare / "config.json").read_text())["pretrained"]
