@@ -17,5 +17,12 @@ from jaxfeed.train.checkpoint import CheckpointError as CheckpointError
 from jaxfeed.train.checkpoint import CheckpointManager as CheckpointManager
 from jaxfeed.train.checkpoint import load_nnx_pure_state as load_nnx_pure_state
 from jaxfeed.train.checkpoint import nnx_pure_state as nnx_pure_state
+from jaxfeed.train.checkpoint import restore_weights as restore_weights
 
-__all__ = ["CheckpointError", "CheckpointManager", "load_nnx_pure_state", "nnx_pure_state"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointManager",
+    "load_nnx_pure_state",
+    "nnx_pure_state",
+    "restore_weights",
+]

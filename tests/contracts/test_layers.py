@@ -6,8 +6,8 @@ Layers, lowest first (``docs/development/architecture.md`` draws them)::
 
     _base < runtime < data < loading < train < serve < faces < recipes < bench < cli
 
-``models`` sits beside ``runtime`` and imports only itself (and ``_base``). The faces are the
-modules a user imports by name (``jaxfeed``, ``jaxfeed.transforms``, ``jaxfeed.checkpoint``,
+``models`` sits on ``runtime`` and imports only itself, ``runtime`` (the sharding plan) and
+``_base``. The faces are the modules a user imports by name (``jaxfeed``, ``jaxfeed.transforms``, ``jaxfeed.checkpoint``,
 ``jaxfeed.serving``, ``jaxfeed.logging``, ``jaxfeed.text``): the library's public API, which the
 command's recipes and the benchmarks use as a user's script would, and which nothing below them
 imports. ``cli`` is the top: ``jaxfeed bench`` runs the benchmarks. Imports are counted wherever
@@ -141,7 +141,7 @@ def test_imports_only_go_down():
             if target == "jaxfeed" and module not in FACES and not _uses_face_names(module):
                 continue  # ``import jaxfeed`` for ``__version__``
             if (
-                package == "models" and target.split(".")[1] not in ("models", "_base")
+                package == "models" and target.split(".")[1] not in ("models", "runtime", "_base")
             ) or layer_of(target) > mine:
                 upward.add((module, target))
     assert upward <= KNOWN, sorted(upward - KNOWN)
