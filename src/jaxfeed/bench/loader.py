@@ -89,10 +89,10 @@ def png_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-Add = Callable[[str, str, float], None]
+_Add = Callable[[str, str, float], None]
 
 
-def _jaxfeed_arrays(ds: Dataset, images: np.ndarray, labels: np.ndarray, repeats: int, add: Add):
+def _jaxfeed_arrays(ds: Dataset, images: np.ndarray, labels: np.ndarray, repeats: int, add: _Add):
     """jaxfeed over Array2D rows, sequential and shuffled, taking turns with the numpy limit."""
     rows = len(labels)
     seq = DataLoader(ds, BATCH)
@@ -122,7 +122,7 @@ def _jaxfeed_arrays(ds: Dataset, images: np.ndarray, labels: np.ndarray, repeats
         add("Array2D shuffled", name, rate)
 
 
-def _hf_arrays(images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: Add) -> None:
+def _hf_arrays(images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: _Add) -> None:
     """HF ``datasets`` in its jax format over Array2D rows, sequential and shuffled."""
     try:
         import datasets
@@ -150,7 +150,7 @@ def _hf_arrays(images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, 
 
 
 def _torch_grain_arrays(
-    images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: Add
+    images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: _Add
 ) -> None:
     """PyTorch's ``DataLoader`` (0 and 2 workers) and Grain over the Array2D rows, shuffled."""
     try:
@@ -189,7 +189,7 @@ def _torch_grain_arrays(
 
 
 def _pngs(
-    images: np.ndarray, labels: np.ndarray, png_rows: int, slow: int, repeats: int, add: Add
+    images: np.ndarray, labels: np.ndarray, png_rows: int, slow: int, repeats: int, add: _Add
 ) -> None:
     """Shuffled PNG rows: jaxfeed inline and with 2 thread or process workers, and HF."""
     png_images = [{"bytes": png_bytes(a), "path": None} for a in images[:png_rows]]
