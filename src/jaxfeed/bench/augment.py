@@ -234,7 +234,8 @@ def per_core_rate(decode: Callable[[int], np.ndarray], first: int, n: int) -> tu
     return n / (time.perf_counter() - start), n / (time.process_time() - cpu)
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line, with ``--quick`` applied."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -250,18 +251,35 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rows, args.batches, args.repeats, args.first_repeats = 640, 4, 2, 3
-    only = set(filter(None, args.only.split(",")))
-    workers = args.workers
-    drain = JOBS_PER_WORKER * workers + 4  # more than any loader here buffers (jaxfeed: jobs
-    # queued per worker + prefetch 2 + the batch in hand; PyTorch: prefetch_factor 2 per worker)
-    folder = make_folder(args.rows)
-    paths, labels = listing(folder)
-    for p in paths:  # into the page cache: no case, the one-process rate included, waits on disk
-        Path(p).read_bytes()
-    print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
-    first_batch: dict[str, float] = {}
-    if args.first_repeats and (not only or {"jaxfeed", "torch"} & only):
-        first_batch = first_batch_seconds(paths, labels, workers, args.first_repeats)
+    return args
+
+
+def _grain_fresh(paths: list[str], labels: list[int], workers: int) -> tuple[str, Callable]:
+    """Grain's case: its name and a maker of fresh ``jax.Array`` streams."""
+    import grain
+    from absl import flags
+
+    flags.FLAGS.mark_as_parsed()  # grain's workers read absl flags (no absl.app here)
+    grain_ds = (
+        grain.MapDataset.source(list(zip(paths, labels, strict=True)))
+        .shuffle(seed=0)
+        .repeat()
+        .map(grain_decode)
+        .random_map(grain_augment, seed=0)
+        .batch(BATCH, drop_remainder=True)
+        .to_iter_dataset()
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+    )
+    name = f"Grain {grain.__version__} random_map + mp_prefetch, {workers} workers"
+    # a fresh iterator per repeat (start-up drained before timing): Grain's workers,
+    # left idle while the other cases run, grew to an out-of-memory kill here
+    return name, lambda: to_jax(iter(grain_ds))
+
+
+def _loaders(
+    only: set[str], paths: list[str], labels: list[int], workers: int
+) -> tuple[dict[str, Iterator], dict[str, Callable[[], Iterator]], list[Callable[[], None]]]:
+    """The loaders' cases: endless streams, makers of fresh streams, and what closes them."""
     streams: dict[str, Iterator] = {}
     fresh: dict[str, Callable[[], Iterator]] = {}
     closers: list[Callable[[], None]] = []
@@ -290,24 +308,8 @@ def main() -> None:
 
     if not only or "grain" in only:
         try:
-            import grain
-            from absl import flags
-
-            flags.FLAGS.mark_as_parsed()  # grain's workers read absl flags (no absl.app here)
-            grain_ds = (
-                grain.MapDataset.source(list(zip(paths, labels, strict=True)))
-                .shuffle(seed=0)
-                .repeat()
-                .map(grain_decode)
-                .random_map(grain_augment, seed=0)
-                .batch(BATCH, drop_remainder=True)
-                .to_iter_dataset()
-                .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-            )
-            name = f"Grain {grain.__version__} random_map + mp_prefetch, {workers} workers"
-            # a fresh iterator per repeat (start-up drained before timing): Grain's workers,
-            # left idle while the other cases run, grew to an out-of-memory kill here
-            fresh[name] = lambda: to_jax(iter(grain_ds))
+            name, make = _grain_fresh(paths, labels, workers)
+            fresh[name] = make
         except ImportError:
             print("  grain not installed: skipped")
 
@@ -324,7 +326,17 @@ def main() -> None:
             streams[name] = torch_stream(hf, workers)
         except ImportError:
             print("  datasets or torch not installed: skipped")
+    return streams, fresh, closers
 
+
+def _time_cases(
+    streams: dict[str, Iterator],
+    fresh: dict[str, Callable[[], Iterator]],
+    paths: list[str],
+    drain: int,
+    args: argparse.Namespace,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every case, taking turns ``args.repeats`` times: rows/s and rows per CPU-second."""
     image = Image()
     n = BATCH * 4
     # the same job as the loaders, in one process: read each file and decode it, over the whole
@@ -359,15 +371,22 @@ def main() -> None:
             rates[name].append(rate)
             per_cpu[name].append(cpu_rate)
         print(f"  repeat {r + 1}/{args.repeats} done", flush=True)
-    for close in closers:
-        close()
-    medians = {name: statistics.median(v) for name, v in rates.items()}
-    cpu_medians = {name: statistics.median(v) for name, v in per_cpu.items()}
+    return rates, per_cpu
+
+
+def _print_table(
+    medians: dict[str, float],
+    cpu_medians: dict[str, float],
+    peers_names: list[str],
+    workers: int,
+    repeats: int,
+) -> None:
+    """The steady-state table and jaxfeed's ratios to the best peer and to one process."""
     core = medians["one process: jaxfeed decode + augment (per core)"]
     core_cpu = cpu_medians["one process: jaxfeed decode + augment (per core)"]
     ours_name = next((k for k in medians if k.startswith("jaxfeed")), None)
     print(
-        f"\n{'case (medians of ' + str(args.repeats) + ')':<60}{'rows/s':>8}{'jaxfeed/this':>13}"
+        f"\n{'case (medians of ' + str(repeats) + ')':<60}{'rows/s':>8}{'jaxfeed/this':>13}"
         f"{'rows/CPU-s':>12}{'jaxfeed/this':>13}"
     )
     for name in medians:
@@ -378,7 +397,7 @@ def main() -> None:
         if ours_name:
             row += f"{cpu_medians[ours_name] / cpu_medians[name]:>12.2f}x"
         print(row)
-    peers = [k for k in [*streams, *fresh] if k != ours_name]
+    peers = [k for k in peers_names if k != ours_name]
     if ours_name and peers:
         best = max(peers, key=medians.get)
         best_cpu = max(peers, key=cpu_medians.get)
@@ -393,10 +412,14 @@ def main() -> None:
             f"rows/s; parallel efficiency (rows per CPU-second, all processes, against one "
             f"process): {cpu_medians[ours_name] / core_cpu:.2f} (target >= 0.8)"
         )
+
+
+def _print_first_batch(first_batch: dict[str, float], workers: int, repeats: int) -> None:
+    """The time to the first batch of fresh loaders, if measured."""
     if first_batch:
         print(
             f"\ntime to the first batch (a fresh loader, {workers} workers, medians of "
-            f"{args.first_repeats}, the two taking turns):"
+            f"{repeats}, the two taking turns):"
         )
         for name, seconds in first_batch.items():
             print(f"  {name:<8}{seconds:>8.3f} s")
@@ -405,6 +428,30 @@ def main() -> None:
                 f"  jaxfeed / PyTorch: {first_batch['jaxfeed'] / first_batch['torch']:.2f}x the time "
                 "(target <= 1.5)"
             )
+
+
+def main() -> None:
+    args = _parse_args()
+    only = set(filter(None, args.only.split(",")))
+    workers = args.workers
+    drain = JOBS_PER_WORKER * workers + 4  # more than any loader here buffers (jaxfeed: jobs
+    # queued per worker + prefetch 2 + the batch in hand; PyTorch: prefetch_factor 2 per worker)
+    folder = make_folder(args.rows)
+    paths, labels = listing(folder)
+    for p in paths:  # into the page cache: no case, the one-process rate included, waits on disk
+        Path(p).read_bytes()
+    print(f"{len(paths)} JPEGs {SIZE}x{SIZE}, batch {BATCH}, {workers} workers ({machine()})")
+    first_batch: dict[str, float] = {}
+    if args.first_repeats and (not only or {"jaxfeed", "torch"} & only):
+        first_batch = first_batch_seconds(paths, labels, workers, args.first_repeats)
+    streams, fresh, closers = _loaders(only, paths, labels, workers)
+    rates, per_cpu = _time_cases(streams, fresh, paths, drain, args)
+    for close in closers:
+        close()
+    medians = {name: statistics.median(v) for name, v in rates.items()}
+    cpu_medians = {name: statistics.median(v) for name, v in per_cpu.items()}
+    _print_table(medians, cpu_medians, [*streams, *fresh], workers, args.repeats)
+    _print_first_batch(first_batch, workers, args.first_repeats)
     path = save_json(
         "augment",
         {

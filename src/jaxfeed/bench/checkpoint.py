@@ -94,25 +94,14 @@ def step_overhead(root: Path, steps: int, every: int, repeats: int) -> list[dict
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--every", type=int, default=10)
-    args = parser.parse_args()
-    model = CNN(10, input_shape=(32, 32, 3), rngs=nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
-    state = nnx_pure_state(model, optimizer)
-    n_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
-    root = Path(tempfile.mkdtemp(prefix="jaxfeed-ckpt-bench-"))
+def _jaxfeed_cases(root: Path, state, counter: dict, repeats: int) -> list[dict]:
+    """jaxfeed's ``CheckpointManager``: save (and its hashing) and restore into a fresh model."""
     results = []
-    counter = {"step": 0}
 
     def fresh():
         m = CNN(10, input_shape=(32, 32, 3), rngs=nnx.Rngs(1))
         return m, nnx.Optimizer(m, optax.adamw(1e-3), wrt=nnx.Param)
 
-    # jaxfeed
     ours = CheckpointManager(root / "jaxfeed", keep_last=2, keep_best=0, async_save=True)
 
     def ours_save():
@@ -121,21 +110,25 @@ def main() -> None:
         ours.wait()
 
     results.append(
-        {"case": "save", "name": "jaxfeed CheckpointManager", "ms": timed(ours_save, args.repeats)}
+        {"case": "save", "name": "jaxfeed CheckpointManager", "ms": timed(ours_save, repeats)}
     )
     results.append(
         {
             "case": "save",
             "name": "  of which: SHA-256 of the arrays",
-            "ms": timed(lambda: checksums(state), args.repeats),
+            "ms": timed(lambda: checksums(state), repeats),
         }
     )
     m, o = fresh()
     results.append({"case": "restore", "name": "jaxfeed CheckpointManager",
-                    "ms": timed(lambda: ours.restore("latest", model=m, optimizer=o), args.repeats)})  # fmt: skip
+                    "ms": timed(lambda: ours.restore("latest", model=m, optimizer=o), repeats)})  # fmt: skip
     ours.close()
+    return results
 
-    # raw Orbax
+
+def _orbax_cases(root: Path, state, counter: dict, repeats: int) -> list[dict]:
+    """Raw Orbax: ``StandardSave`` and ``StandardRestore``."""
+    results = []
     raw = ocp.CheckpointManager(root / "orbax", options=ocp.CheckpointManagerOptions(max_to_keep=2))
 
     def raw_save():
@@ -147,16 +140,21 @@ def main() -> None:
         {
             "case": "save",
             "name": f"raw Orbax {ocp.__version__} StandardSave",
-            "ms": timed(raw_save, args.repeats),
+            "ms": timed(raw_save, repeats),
         }
     )
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
     )
     results.append({"case": "restore", "name": f"raw Orbax {ocp.__version__} StandardRestore",
-                    "ms": timed(lambda: raw.restore(raw.latest_step(), args=ocp.args.StandardRestore(abstract)), args.repeats)})  # fmt: skip
+                    "ms": timed(lambda: raw.restore(raw.latest_step(), args=ocp.args.StandardRestore(abstract)), repeats)})  # fmt: skip
     raw.close()
+    return results
 
+
+def _pickle_cases(root: Path, model, optimizer, repeats: int) -> list[dict]:
+    """cloudpickle's save and load of the states (none if it is not installed)."""
+    results = []
     try:
         import cloudpickle
 
@@ -174,28 +172,23 @@ def main() -> None:
             {
                 "case": "save",
                 "name": "cloudpickle (unsafe to load)",
-                "ms": timed(pickle_save, args.repeats),
+                "ms": timed(pickle_save, repeats),
             }
         )
         results.append(
             {
                 "case": "restore",
                 "name": "cloudpickle (unsafe to load)",
-                "ms": timed(pickle_load, args.repeats),
+                "ms": timed(pickle_load, repeats),
             }
         )
     except ImportError:
         print("cloudpickle not installed: skipped")
-    results.append(
-        {
-            "case": "restore",
-            "name": "  of which: SHA-256 verification",
-            "ms": timed(lambda: checksums(state), args.repeats),
-        }
-    )
-    steps = step_overhead(root, args.steps, args.every, max(1, args.repeats // 2))
-    shutil.rmtree(root, ignore_errors=True)
+    return results
 
+
+def _print_tables(results: list[dict], steps: list[dict], n_bytes: int, args) -> None:
+    """The save/restore table (ratios to jaxfeed) and the per-step overhead table."""
     ref = {r["case"]: r["ms"] for r in results if r["name"].startswith("jaxfeed")}
     print(
         f"Checkpoint of the CIFAR CNN + AdamW state ({n_bytes / 2**20:.1f} MiB), median of {args.repeats} ({machine()})"
@@ -210,6 +203,35 @@ def main() -> None:
     print(f"{'case':<12}{'checkpoints':<38}{'ms/step':>10}{'overhead':>10}")
     for r in steps:
         print(f"{r['case']:<12}{r['name']:<38}{r['ms']:>10.1f}{r['overhead']:>9.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=10)
+    args = parser.parse_args()
+    model = CNN(10, input_shape=(32, 32, 3), rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+    state = nnx_pure_state(model, optimizer)
+    n_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
+    root = Path(tempfile.mkdtemp(prefix="jaxfeed-ckpt-bench-"))
+    counter = {"step": 0}
+
+    results = _jaxfeed_cases(root, state, counter, args.repeats)
+    results += _orbax_cases(root, state, counter, args.repeats)
+    results += _pickle_cases(root, model, optimizer, args.repeats)
+    results.append(
+        {
+            "case": "restore",
+            "name": "  of which: SHA-256 verification",
+            "ms": timed(lambda: checksums(state), args.repeats),
+        }
+    )
+    steps = step_overhead(root, args.steps, args.every, max(1, args.repeats // 2))
+    shutil.rmtree(root, ignore_errors=True)
+
+    _print_tables(results, steps, n_bytes, args)
     payload = {"bytes": n_bytes, "results": results, "step_overhead": steps}
     print(f"\nwrote {save_json('checkpoint', payload)}")
 

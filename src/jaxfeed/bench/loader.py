@@ -89,28 +89,12 @@ def png_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rows and repeats (a smoke run)")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    rows = 12_000 if args.quick else 60_000
-    png_rows = 2_000 if args.quick else 10_000
-    repeats = 1 if args.quick else args.repeats
-    slow = 40 if args.quick else 120  # batches timed for the slow peers
+_Add = Callable[[str, str, float], None]
 
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, rows)
-    features = Features({"image": Array2D((28, 28), "uint8"), "label": ClassLabel(num_classes=10)})
-    ds = Dataset.from_dict({"image": images, "label": labels}, features=features)
-    results: list[dict] = []
 
-    def add(case: str, name: str, rate: float) -> None:
-        results.append({"case": case, "name": name, "rows_per_s": rate})
-        print(f"  {case:<24}{name:<44}{rate:>12,.0f} rows/s", flush=True)
-
-    print(f"Loaders, {rows:,} rows of 28x28 uint8 + label, batch {BATCH} ({machine()})")
+def _jaxfeed_arrays(ds: Dataset, images: np.ndarray, labels: np.ndarray, repeats: int, add: _Add):
+    """jaxfeed over Array2D rows, sequential and shuffled, taking turns with the numpy limit."""
+    rows = len(labels)
     seq = DataLoader(ds, BATCH)
     add("Array2D sequential", "jaxfeed DataLoader", timed(lambda: seq, None, repeats))
     shuf = DataLoader(ds, BATCH, shuffle=True)
@@ -137,6 +121,9 @@ def main() -> None:
     for name, rate in shuffled.items():
         add("Array2D shuffled", name, rate)
 
+
+def _hf_arrays(images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: _Add) -> None:
+    """HF ``datasets`` in its jax format over Array2D rows, sequential and shuffled."""
     try:
         import datasets
 
@@ -161,6 +148,11 @@ def main() -> None:
     except ImportError:
         print("  HF datasets not installed: skipped")
 
+
+def _torch_grain_arrays(
+    images: np.ndarray, labels: np.ndarray, slow: int, repeats: int, add: _Add
+) -> None:
+    """PyTorch's ``DataLoader`` (0 and 2 workers) and Grain over the Array2D rows, shuffled."""
     try:
         import torch
         import torch.utils.data
@@ -195,6 +187,11 @@ def main() -> None:
     except ImportError:
         print("  grain not installed: skipped")
 
+
+def _pngs(
+    images: np.ndarray, labels: np.ndarray, png_rows: int, slow: int, repeats: int, add: _Add
+) -> None:
+    """Shuffled PNG rows: jaxfeed inline and with 2 thread or process workers, and HF."""
     png_images = [{"bytes": png_bytes(a), "path": None} for a in images[:png_rows]]
     png_labels = labels[:png_rows]
     pngs = Dataset.from_dict(
@@ -230,6 +227,9 @@ def main() -> None:
     except ImportError:
         pass
 
+
+def _print_table(results: list[dict]) -> None:
+    """The closing table: each row's ratio to jaxfeed's (the best jaxfeed row for PNGs)."""
     reference = {r["case"]: r["rows_per_s"] for r in results if r["name"] == "jaxfeed DataLoader"}
     best_png = max(
         r["rows_per_s"]
@@ -243,6 +243,35 @@ def main() -> None:
         print(
             f"{r['case']:<24}{r['name']:<44}{r['rows_per_s']:>12,.0f}{r['jaxfeed_ratio']:>15.1f}x"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rows and repeats (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows = 12_000 if args.quick else 60_000
+    png_rows = 2_000 if args.quick else 10_000
+    repeats = 1 if args.quick else args.repeats
+    slow = 40 if args.quick else 120  # batches timed for the slow peers
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, rows)
+    features = Features({"image": Array2D((28, 28), "uint8"), "label": ClassLabel(num_classes=10)})
+    ds = Dataset.from_dict({"image": images, "label": labels}, features=features)
+    results: list[dict] = []
+
+    def add(case: str, name: str, rate: float) -> None:
+        results.append({"case": case, "name": name, "rows_per_s": rate})
+        print(f"  {case:<24}{name:<44}{rate:>12,.0f} rows/s", flush=True)
+
+    print(f"Loaders, {rows:,} rows of 28x28 uint8 + label, batch {BATCH} ({machine()})")
+    _jaxfeed_arrays(ds, images, labels, repeats, add)
+    _hf_arrays(images, labels, slow, repeats, add)
+    _torch_grain_arrays(images, labels, slow, repeats, add)
+    _pngs(images, labels, png_rows, slow, repeats, add)
+    _print_table(results)
     path = save_json(
         "loader", {"rows": rows, "png_rows": png_rows, "batch_size": BATCH, "results": results}
     )

@@ -93,36 +93,36 @@ def segment_tokens(key: str) -> Callable[[dict], int]:
     return lambda batch: int((np.asarray(batch[key]) > 0).sum())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    rows, repeats = args.rows, args.repeats
+def _add_tok(results: dict, rows: int, name: str, seconds: float) -> None:
+    """Record and print one tokenization row."""
+    results["tokenize"].append({"name": name, "rows_per_s": rows / seconds})
+    print(f"  tokenize  {name:<52}{rows / seconds:>12,.0f} rows/s", flush=True)
 
-    texts = corpus(rows)
-    ds = Dataset.from_dict({"text": texts})
-    tok = train_tokenizer(ds.select(range(min(rows, 2000))), "text", vocab_size=8000, kind="bpe")
-    print(f"Text, {rows:,} generated rows, batch {BATCH} ({machine()}, jax {jax.__version__})")
-    results: dict = {"rows": rows, "tokenize": [], "load": []}
 
-    # ------------------------------------------------------------------ (a) tokenization
-    def add_tok(name: str, seconds: float) -> None:
-        results["tokenize"].append({"name": name, "rows_per_s": rows / seconds})
-        print(f"  tokenize  {name:<52}{rows / seconds:>12,.0f} rows/s", flush=True)
+def _add_load(results: dict, name: str, stats: dict) -> None:
+    """Record and print one loading row."""
+    results["load"].append({"name": name, **stats})
+    print(
+        f"  load      {name:<52}{stats['tokens_per_s']:>12,.0f} tokens/s  pad "
+        f"{stats['pad_fraction']:6.1%}  shapes {stats['shapes']:>4}",
+        flush=True,
+    )
 
+
+def _tokenize_ours(ds: Dataset, tok, rows: int, repeats: int, results: dict) -> Dataset:
+    """(a) jaxfeed's tokenization, timed; prints the token lengths; returns the tokenized rows."""
     tokenized = None
 
     def ours() -> None:
         nonlocal tokenized
         tokenized = tokenize(ds, tok, "text", max_length=MAX_TOKENS, remove_columns=True)
 
-    add_tok("jaxfeed.data.text.tokenize", median_seconds(ours, repeats))
-    lengths = np.array([len(r) for r in tokenized.with_format("arrow")["input_ids"].to_pylist()])
-    print(
-        f"  token lengths: median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
-        f"max {lengths.max()}, total {lengths.sum():,}"
-    )
+    _add_tok(results, rows, "jaxfeed.data.text.tokenize", median_seconds(ours, repeats))
+    return tokenized
+
+
+def _tokenize_peers(texts: list[str], tok, rows: int, repeats: int, results: dict):
+    """(a) Hugging Face's tokenization, timed; returns its tokenized rows (None if skipped)."""
     hf_tokenized = None
     try:
         import datasets
@@ -144,7 +144,9 @@ def main() -> None:
                 encode, batched=True, remove_columns=["text"], keep_in_memory=True
             )
 
-        add_tok(
+        _add_tok(
+            results,
+            rows,
             f"HF datasets {datasets.__version__} map + encode_batch",
             median_seconds(hf_map, repeats),
         )
@@ -161,7 +163,9 @@ def main() -> None:
                     keep_in_memory=True,
                 )
 
-            add_tok(
+            _add_tok(
+                results,
+                rows,
                 f"HF datasets map + transformers {transformers.__version__} fast tokenizer",
                 median_seconds(hf_fast, repeats),
             )
@@ -169,24 +173,11 @@ def main() -> None:
             print("  transformers not installed: skipped")
     except ImportError:
         print("  HF datasets not installed: skipped")
+    return hf_tokenized
 
-    # ------------------------------------------------------------------ (b) batches
-    four = choose_lengths(lengths, count=4, multiple_of=64)
-    a = np.array(four)
-    floor = 1 - lengths.sum() / a[np.searchsorted(a, lengths)].sum()
-    print(
-        f"  4 lengths {four} (jaxfeed.loading.padding.choose_lengths): padding each row alone to them "
-        f"already wastes {floor:.1%}"
-    )
 
-    def add_load(name: str, stats: dict) -> None:
-        results["load"].append({"name": name, **stats})
-        print(
-            f"  load      {name:<52}{stats['tokens_per_s']:>12,.0f} tokens/s  pad "
-            f"{stats['pad_fraction']:6.1%}  shapes {stats['shapes']:>4}",
-            flush=True,
-        )
-
+def _load_ours(tokenized: Dataset, four: list[int], repeats: int, results: dict) -> None:
+    """(b) jaxfeed's loaders: padding, bucketing and packing."""
     cases = {
         "jaxfeed padding to longest": dict(padding=Padding()),
         f"jaxfeed 4 lengths {four}": dict(padding=Padding(lengths=four)),
@@ -198,7 +189,9 @@ def main() -> None:
     }
     for name, options in cases.items():
         loader = DataLoader(tokenized, BATCH, shuffle=True, seed=0, **options)
-        add_load(name, median_stats(lambda lo=loader: lo, "input_ids", mask_tokens, repeats))
+        _add_load(
+            results, name, median_stats(lambda lo=loader: lo, "input_ids", mask_tokens, repeats)
+        )
         loader.close()
     packed = DataLoader(
         tokenized.remove_columns(["attention_mask"]),
@@ -207,33 +200,41 @@ def main() -> None:
         seed=0,
         packing=Packing(length=PACK, long_rows="split"),
     )
-    add_load(
+    _add_load(
+        results,
         f"jaxfeed packing {PACK}",
         median_stats(lambda: packed, "input_ids", segment_tokens("segment_ids"), repeats),
     )
     packed.close()
 
-    if hf_tokenized is not None:
-        try:
-            import torch.utils.data
-            import transformers
 
-            fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>")
-            collator = transformers.DataCollatorWithPadding(fast, return_tensors="np")
-            torch_loader = torch.utils.data.DataLoader(
-                hf_tokenized, batch_size=BATCH, shuffle=True, collate_fn=collator
-            )
+def _load_hf(hf_tokenized, tok, repeats: int, results: dict) -> None:
+    """(b) ``transformers``' collator through a PyTorch ``DataLoader``."""
+    try:
+        import torch.utils.data
+        import transformers
 
-            def hf_batches() -> Iterable[dict]:
-                for batch in torch_loader:
-                    yield {k: jax.device_put(v) for k, v in batch.items()}
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>")
+        collator = transformers.DataCollatorWithPadding(fast, return_tensors="np")
+        torch_loader = torch.utils.data.DataLoader(
+            hf_tokenized, batch_size=BATCH, shuffle=True, collate_fn=collator
+        )
 
-            add_load(
-                "HF DataCollatorWithPadding + torch DataLoader",
-                median_stats(hf_batches, "input_ids", mask_tokens, repeats),
-            )
-        except ImportError:
-            print("  torch or transformers not installed: skipped")
+        def hf_batches() -> Iterable[dict]:
+            for batch in torch_loader:
+                yield {k: jax.device_put(v) for k, v in batch.items()}
+
+        _add_load(
+            results,
+            "HF DataCollatorWithPadding + torch DataLoader",
+            median_stats(hf_batches, "input_ids", mask_tokens, repeats),
+        )
+    except ImportError:
+        print("  torch or transformers not installed: skipped")
+
+
+def _load_grain(tokenized: Dataset, repeats: int, results: dict) -> None:
+    """(b) Grain's ``FirstFitPackIterDataset`` over rows pre-split to ``PACK``."""
     try:
         import grain
 
@@ -252,7 +253,8 @@ def main() -> None:
             for batch in packed_ds:
                 yield {k: jax.device_put(v) for k, v in batch.items()}
 
-        add_load(
+        _add_load(
+            results,
             f"Grain {grain.__version__ if hasattr(grain, '__version__') else ''} FirstFitPack {PACK}",
             median_stats(
                 grain_batches, "input_ids", segment_tokens("input_ids_segment_ids"), repeats
@@ -261,6 +263,9 @@ def main() -> None:
     except ImportError:
         print("  grain not installed: skipped")
 
+
+def _print_tables(results: dict) -> None:
+    """The closing tables: ratios to the best peer."""
     peers = [r for r in results["load"] if not r["name"].startswith("jaxfeed")]
     best = max((r["tokens_per_s"] for r in peers), default=float("nan"))
     print(f"\nReal tokens/s, ratio to the best peer ({best:,.0f} tokens/s):")
@@ -274,6 +279,44 @@ def main() -> None:
     print(f"\nTokenization rows/s, ratio to the best peer ({tok_best:,.0f} rows/s):")
     for r in results["tokenize"]:
         print(f"{r['name']:<70}{r['rows_per_s']:>12,.0f}{r['rows_per_s'] / tok_best:>8.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows, repeats = args.rows, args.repeats
+
+    texts = corpus(rows)
+    ds = Dataset.from_dict({"text": texts})
+    tok = train_tokenizer(ds.select(range(min(rows, 2000))), "text", vocab_size=8000, kind="bpe")
+    print(f"Text, {rows:,} generated rows, batch {BATCH} ({machine()}, jax {jax.__version__})")
+    results: dict = {"rows": rows, "tokenize": [], "load": []}
+
+    # ------------------------------------------------------------------ (a) tokenization
+    tokenized = _tokenize_ours(ds, tok, rows, repeats, results)
+    lengths = np.array([len(r) for r in tokenized.with_format("arrow")["input_ids"].to_pylist()])
+    print(
+        f"  token lengths: median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
+        f"max {lengths.max()}, total {lengths.sum():,}"
+    )
+    hf_tokenized = _tokenize_peers(texts, tok, rows, repeats, results)
+
+    # ------------------------------------------------------------------ (b) batches
+    four = choose_lengths(lengths, count=4, multiple_of=64)
+    a = np.array(four)
+    floor = 1 - lengths.sum() / a[np.searchsorted(a, lengths)].sum()
+    print(
+        f"  4 lengths {four} (jaxfeed.loading.padding.choose_lengths): padding each row alone to them "
+        f"already wastes {floor:.1%}"
+    )
+    _load_ours(tokenized, four, repeats, results)
+    if hf_tokenized is not None:
+        _load_hf(hf_tokenized, tok, repeats, results)
+    _load_grain(tokenized, repeats, results)
+
+    _print_tables(results)
     path = save_json("text", results)
     print(f"\nwrote {path}")
 

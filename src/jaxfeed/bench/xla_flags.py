@@ -160,72 +160,84 @@ def _run(args: list[str], flags: str, cache: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def sweep(
-    rounds: int,
-    steps: int,
-    tolerance: float,
-    only: list[str] | None = None,
-    models: tuple[str, ...] = MODELS,
-) -> dict:
-    """Run the sweep; print and return the table."""
-    unknown = [k for k in only or [] if k not in CONFIGS]
-    if unknown:
-        raise ValueError(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
-    configs = {k: v for k, v in CONFIGS.items() if not only or k in only or k == "default"}
+def _measure(
+    work: str, configs: dict[str, str], models: tuple[str, ...], rounds: int, steps: int
+) -> tuple[dict, dict, dict, list[float]]:
+    """Every configuration of every model, ``rounds`` times in turn (and PyTorch eager's CNN):
+    ms per step by (model, config), by (model, config, round), errors, and PyTorch's ms."""
     ms: dict[tuple[str, str], list[float]] = {}
     by_round: dict[tuple[str, str, int], float] = {}
     errors: dict[tuple[str, str], str] = {}
     torch_ms: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="jaxfeed-xla-sweep-") as work:
-        cache = str(Path(work) / "cache")
-        for r in range(rounds):
-            for model in models:
-                turn = list(configs.items())  # each round starts one configuration later
-                for name, flags in turn[r % len(turn) :] + turn[: r % len(turn)]:
-                    key = (model, name)
-                    if key in errors:
-                        continue
-                    params = str(Path(work) / f"{model}-{name.replace(' ', '_')}.npz")
-                    res = _run(["--probe", model, str(steps), params], flags, cache)
-                    if "error" in res:
-                        errors[key] = res["error"]
-                    else:
-                        ms.setdefault(key, []).append(res["ms"])
-                        by_round[(model, name, r)] = res["ms"]
-                    shown = f"{res['ms']:.1f} ms/step" if "ms" in res else res["error"]
-                    print(f"    round {r + 1} {model} {name}: {shown}", flush=True)
-            if "cnn" in models:  # PyTorch eager runs the CNN only
-                res = _run(["--torch-probe", str(steps)], "", cache)
-                if "ms" in res:
-                    torch_ms.append(res["ms"])
-            print(f"  round {r + 1}/{rounds} done", flush=True)
-        rows = []
+    cache = str(Path(work) / "cache")
+    for r in range(rounds):
         for model in models:
-            base = statistics.median(ms[(model, "default")])
-            reference = dict(np.load(Path(work) / f"{model}-default.npz"))
-            for name, flags in configs.items():
+            turn = list(configs.items())  # each round starts one configuration later
+            for name, flags in turn[r % len(turn) :] + turn[: r % len(turn)]:
                 key = (model, name)
                 if key in errors:
-                    rows.append(
-                        {"model": model, "config": name, "flags": flags, **{"error": errors[key]}}
-                    )
                     continue
-                median = statistics.median(ms[key])
-                params = dict(np.load(Path(work) / f"{model}-{name.replace(' ', '_')}.npz"))
-                diff = max_relative_difference(params, reference)
+                params = str(Path(work) / f"{model}-{name.replace(' ', '_')}.npz")
+                res = _run(["--probe", model, str(steps), params], flags, cache)
+                if "error" in res:
+                    errors[key] = res["error"]
+                else:
+                    ms.setdefault(key, []).append(res["ms"])
+                    by_round[(model, name, r)] = res["ms"]
+                shown = f"{res['ms']:.1f} ms/step" if "ms" in res else res["error"]
+                print(f"    round {r + 1} {model} {name}: {shown}", flush=True)
+        if "cnn" in models:  # PyTorch eager runs the CNN only
+            res = _run(["--torch-probe", str(steps)], "", cache)
+            if "ms" in res:
+                torch_ms.append(res["ms"])
+        print(f"  round {r + 1}/{rounds} done", flush=True)
+    return ms, by_round, errors, torch_ms
+
+
+def _rows(
+    work: str,
+    configs: dict[str, str],
+    models: tuple[str, ...],
+    measured: tuple[dict, dict, dict, list[float]],
+    rounds: int,
+    tolerance: float,
+) -> list[dict]:
+    """One row per (model, configuration): median, speed-ups, and the parameters' difference from
+    the default configuration's."""
+    ms, by_round, errors, _ = measured
+    rows = []
+    for model in models:
+        base = statistics.median(ms[(model, "default")])
+        reference = dict(np.load(Path(work) / f"{model}-default.npz"))
+        for name, flags in configs.items():
+            key = (model, name)
+            if key in errors:
                 rows.append(
-                    {
-                        "model": model,
-                        "config": name,
-                        "flags": flags,
-                        "ms_per_step": median,
-                        "speedup": base / median,
-                        **round_speedups(by_round, model, name, rounds),
-                        "max_rel_diff": diff,
-                        "within_tolerance": diff <= tolerance,
-                    }
+                    {"model": model, "config": name, "flags": flags, **{"error": errors[key]}}
                 )
-    torch_median = statistics.median(torch_ms) if torch_ms else None
+                continue
+            median = statistics.median(ms[key])
+            params = dict(np.load(Path(work) / f"{model}-{name.replace(' ', '_')}.npz"))
+            diff = max_relative_difference(params, reference)
+            rows.append(
+                {
+                    "model": model,
+                    "config": name,
+                    "flags": flags,
+                    "ms_per_step": median,
+                    "speedup": base / median,
+                    **round_speedups(by_round, model, name, rounds),
+                    "max_rel_diff": diff,
+                    "within_tolerance": diff <= tolerance,
+                }
+            )
+    return rows
+
+
+def _print_table(
+    rows: list[dict], rounds: int, torch_median: float | None, models: tuple[str, ...]
+) -> None:
+    """The sweep's table, and PyTorch eager's CNN against the default configuration."""
     print(f"\nXLA CPU options, Trainer step, medians of {rounds} alternating rounds ({machine()})")
     print(
         f"{'model':<12}{'configuration':<26}{'ms/step':>9}{'speed-up':>10}{'per round':>11}"
@@ -247,6 +259,26 @@ def sweep(
             f"cnn         PyTorch eager             {torch_median:>9.1f}   "
             f"(Trainer default / PyTorch: {torch_median / cnn_default['ms_per_step']:.2f}x speed)"
         )
+
+
+def sweep(
+    rounds: int,
+    steps: int,
+    tolerance: float,
+    only: list[str] | None = None,
+    models: tuple[str, ...] = MODELS,
+) -> dict:
+    """Run the sweep; print and return the table."""
+    unknown = [k for k in only or [] if k not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
+    configs = {k: v for k, v in CONFIGS.items() if not only or k in only or k == "default"}
+    with tempfile.TemporaryDirectory(prefix="jaxfeed-xla-sweep-") as work:
+        measured = _measure(work, configs, models, rounds, steps)
+        rows = _rows(work, configs, models, measured, rounds, tolerance)
+    torch_ms = measured[3]
+    torch_median = statistics.median(torch_ms) if torch_ms else None
+    _print_table(rows, rounds, torch_median, models)
     payload = {"rounds": rounds, "steps": steps, "rows": rows, "torch_eager_ms": torch_median}
     print(f"wrote {save_json('xla_flags', payload)}")
     return payload

@@ -126,13 +126,9 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
     ([0, 0, 1, 1], [0, 1, 2, 3], [1, 2, 1, 2])
     """
     length = packing.length
-    out_row: list[int] = []
-    out_start: list[int] = []
-    out_size: list[int] = []
-    out_packed: list[int] = []
-    out_offset: list[int] = []
-    out_segment: list[int] = []
-    out_position: list[int] = []
+    # each piece: its row, start, size, packed row, offset, segment and position in the epoch
+    outs: tuple[list[int], ...] = tuple([] for _ in range(7))
+    out_row, out_start, out_size, out_packed, out_offset, out_segment, out_position = outs
     # Bins are opened as rows need them, never more than num_bins: memory follows the rows
     # present, not num_bins (10**9 bins for 4 rows is 4 bins). The plan is the one of num_bins
     # empty bins opened at once: an unopened bin (room ``length``, a higher index than every
@@ -167,21 +163,7 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
     for position, (row, size) in enumerate(zip(rows.tolist(), lengths.tolist(), strict=True)):
         start = 0
         if size > length:
-            if packing.long_rows == "error":
-                raise ValueError(
-                    f"row {row} has {size} values, more than Packing(length={length}); use "
-                    "Packing(long_rows='split') to cut long rows into pieces, or a larger length"
-                )
-            while size - start > length:  # full pieces: a packed row each, at once
-                out_row.append(row)
-                out_start.append(start)
-                out_size.append(length)
-                out_packed.append(closed)
-                out_offset.append(0)
-                out_segment.append(1)
-                out_position.append(position)
-                closed += 1
-                start += length
+            start, closed = _full_pieces(outs, row, size, position, packing, closed)
             size -= start
         if size == 0:
             continue
@@ -203,20 +185,50 @@ def best_fit(lengths: np.ndarray, rows: np.ndarray, packing: Packing, num_bins: 
     for j in range(len(bins)):
         if bins[j]:
             close(j)
+    return _plan(outs, closed)
 
-    def arr(values: list[int]) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64)
 
-    packed = arr(out_packed)
+def _full_pieces(
+    outs: tuple[list[int], ...], row: int, size: int, position: int, packing: Packing, closed: int
+) -> tuple[int, int]:
+    """Cut a row longer than ``packing.length`` into full pieces, a packed row each, appended to
+    ``outs`` at once (refused with ``long_rows="error"``): where the rest starts, and the count
+    of packed rows closed so far."""
+    length = packing.length
+    if packing.long_rows == "error":
+        raise ValueError(
+            f"row {row} has {size} values, more than Packing(length={length}); use "
+            "Packing(long_rows='split') to cut long rows into pieces, or a larger length"
+        )
+    out_row, out_start, out_size, out_packed, out_offset, out_segment, out_position = outs
+    start = 0
+    while size - start > length:  # full pieces: a packed row each, at once
+        out_row.append(row)
+        out_start.append(start)
+        out_size.append(length)
+        out_packed.append(closed)
+        out_offset.append(0)
+        out_segment.append(1)
+        out_position.append(position)
+        closed += 1
+        start += length
+    return start, closed
+
+
+def _plan(outs: tuple[list[int], ...], closed: int) -> PackPlan:
+    """The plan of the pieces in ``outs``, ordered by packed row (stable)."""
+    row, start, size, packed, offset, segment, position = (
+        np.asarray(values, dtype=np.int64) for values in outs
+    )
     order = np.argsort(packed, kind="stable")
     return PackPlan(
-        row=arr(out_row)[order],
-        start=arr(out_start)[order],
-        size=arr(out_size)[order],
+        row=row[order],
+        start=start[order],
+        size=size[order],
         packed=packed[order],
-        offset=arr(out_offset)[order],
-        segment=arr(out_segment)[order],
-        position=arr(out_position)[order],
+        offset=offset[order],
+        segment=segment[order],
+        position=position[order],
         num_packed=closed,
     )
 

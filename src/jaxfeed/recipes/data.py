@@ -386,23 +386,7 @@ def choose_columns(
                 f"{flag} {name!r} is not a column; the columns are {_names(features)}"
             )
     if label is None:
-        label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
-        label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
-        if (
-            label is None
-            and features
-            and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
-        ):  # a folder of images (or clips) without class sub-folders
-            raise ConfigError(
-                "the folder's files lie directly in it: a classifier of a folder needs one "
-                "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
-                "with a label column"
-            )
-        if label is None:
-            raise ConfigError(
-                f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
-                f"{_names(features)}; give --label-column"
-            )
+        label = _found_label(features)
     column = text.text_column_of(ds, inputs, label, text_column, task)
     if column is not None:
         others = [c for c in features if c not in (column, label)]
@@ -411,30 +395,7 @@ def choose_columns(
     given = inputs is not None
     excluded: list[tuple[str, str]] = []
     if inputs is None:
-        media = next(
-            (
-                c
-                for c, f in features.items()
-                if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
-            ),
-            None,
-        )
-        if media is not None:
-            inputs = [media]
-        else:
-            inputs = []
-            for c, f in features.items():
-                if c == label:
-                    continue
-                if _scalar(f):
-                    inputs.append(c)
-                else:
-                    excluded.append((c, f"{type(f).__name__}, not a number or a category"))
-            if not inputs:
-                raise ConfigError(
-                    f"no image, array, numeric or text column to learn {label!r} from among "
-                    f"{_names(features)}; give --input-columns"
-                )
+        inputs, excluded = _found_inputs(features, label)
     if label in inputs:
         raise ConfigError(f"--label-column {label!r} is also an input column")
     kinds = {c: _kind(features[c]) for c in inputs}
@@ -447,6 +408,58 @@ def choose_columns(
             )
         return Columns(list(inputs), label, "table", given, excluded)
     return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
+
+
+def _found_label(features: Any) -> str:
+    """The label column when none is given: the first ClassLabel, else one named as a label."""
+    label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
+    label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
+    if (
+        label is None
+        and features
+        and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
+    ):  # a folder of images (or clips) without class sub-folders
+        raise ConfigError(
+            "the folder's files lie directly in it: a classifier of a folder needs one "
+            "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
+            "with a label column"
+        )
+    if label is None:
+        raise ConfigError(
+            f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
+            f"{_names(features)}; give --label-column"
+        )
+    return label
+
+
+def _found_inputs(features: Any, label: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The input columns when none are given: the first image, audio or array column, else every
+    number, bool or string column but the label; and the columns excluded, with why."""
+    excluded: list[tuple[str, str]] = []
+    media = next(
+        (
+            c
+            for c, f in features.items()
+            if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
+        ),
+        None,
+    )
+    if media is not None:
+        return [media], excluded
+    inputs = []
+    for c, f in features.items():
+        if c == label:
+            continue
+        if _scalar(f):
+            inputs.append(c)
+        else:
+            excluded.append((c, f"{type(f).__name__}, not a number or a category"))
+    if not inputs:
+        raise ConfigError(
+            f"no image, array, numeric or text column to learn {label!r} from among "
+            f"{_names(features)}; give --input-columns"
+        )
+    return inputs, excluded
 
 
 def _names(features: Any, limit: int = 12) -> str:
@@ -549,24 +562,7 @@ def encode_labels(
                 f"{feature!r} in split {next(iter(data))!r}"
             )
     if isinstance(feature, ClassLabel):
-        if names is not None and list(feature.names) != list(names):
-            raise ConfigError(
-                f"the label column {label!r} has classes {feature.names[:10]}, the run was trained on "
-                f"{names[:10]}"
-            )
-        if names is None:  # every class a split uses must occur in train
-            trained = set(np.unique(_label_values(_vocabulary(data, vocabulary, label), label)))
-            for split, ds in data.items():
-                ids = _label_values(ds, label)
-                unseen = np.flatnonzero(~np.isin(ids, list(trained)) & (ids >= 0))
-                if len(unseen):
-                    row = int(unseen[0])
-                    raise ConfigError(
-                        f"split {split!r}, row {row}: label {feature.names[ids[row]]!r} of column "
-                        f"{label!r} never occurs in the train split: the model could not learn "
-                        "it (the classes come from the train rows only); drop such rows, or add "
-                        "examples of it to train"
-                    )
+        _check_class_labels(data, label, feature, names, vocabulary)
         return data, list(feature.names)
     given = names is not None
     if names is None:
@@ -599,6 +595,35 @@ def encode_labels(
         ids = pa.array([index[t] for t in text], pa.int64())
         out[split] = _replace_column(ds, label, ids, ClassLabel(names=names))
     return out, names
+
+
+def _check_class_labels(
+    data: dict[str, Dataset],
+    label: str,
+    feature: ClassLabel,
+    names: list[str] | None,
+    vocabulary: Dataset | None,
+) -> None:
+    """Refuse ``ClassLabel`` labels whose classes are not the run's ``names``, or (no names
+    given) a class a split uses that never occurs in the vocabulary rows."""
+    if names is not None and list(feature.names) != list(names):
+        raise ConfigError(
+            f"the label column {label!r} has classes {feature.names[:10]}, the run was trained on "
+            f"{names[:10]}"
+        )
+    if names is None:  # every class a split uses must occur in train
+        trained = set(np.unique(_label_values(_vocabulary(data, vocabulary, label), label)))
+        for split, ds in data.items():
+            ids = _label_values(ds, label)
+            unseen = np.flatnonzero(~np.isin(ids, list(trained)) & (ids >= 0))
+            if len(unseen):
+                row = int(unseen[0])
+                raise ConfigError(
+                    f"split {split!r}, row {row}: label {feature.names[ids[row]]!r} of column "
+                    f"{label!r} never occurs in the train split: the model could not learn "
+                    "it (the classes come from the train rows only); drop such rows, or add "
+                    "examples of it to train"
+                )
 
 
 def _vocabulary(data: dict[str, Dataset], vocabulary: Dataset | None, label: str) -> Dataset:

@@ -217,8 +217,45 @@ def export(
     >>> load_exported(folder)(np.ones((5, 3), np.float32)).shape     # any batch size
     (5, 2)
     """
-    from flax import linen, nnx  # noqa: PLC0415 (import cost: flax, at the first export)
+    model, variables, specs, raw = _unwrap(
+        model, variables, example_input, compile_preprocess, preprocessing
+    )
+    weights, forward, api = _forward(model, variables)
+    from jaxfeed.models.registry import model_config  # noqa: PLC0415 (import cost: flax)
 
+    record = dict(config) if config is not None else model_config(model)
+    specs = _default_specs(model, record, specs)
+    names, tensors, treedef = _host_tensors(model, weights)
+
+    def serve(flat: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        tree = jax.tree_util.tree_unflatten(treedef, [flat[n] for n in names])
+        if raw is not None:
+            args, kwargs = raw.model_inputs(args, kwargs)
+        return forward(tree, *args, **kwargs)
+
+    function, symbolic, limit = _serialize(model, serve, tensors, specs)
+    if preprocessing is not None and not isinstance(preprocessing, ServingSpec):
+        preprocessing = ServingSpec.from_dict(preprocessing, "preprocessing=")
+
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": {**record, "api": api},
+        "inputs": _describe(symbolic, _id_counts(model, raw, specs), limit),
+    }
+    files = _files(tensors, function, meta, extra, preprocessing, tokenizer, raw)
+    return _write_folder(Path(path), files)
+
+
+def _unwrap(
+    model: Any,
+    variables: Mapping[str, Any] | None,
+    example_input: Any,
+    compile_preprocess: bool,
+    preprocessing: Any,
+) -> tuple[Any, Mapping[str, Any] | None, tuple[tuple, dict] | None, _RawInputs | None]:
+    """The model, its variables, its input specs (None: not known yet) and the compiled
+    preprocess (None: none) of what :func:`export` was given (a model or a Trainer)."""
     specs, raw = None, None
     if hasattr(model, "core") and hasattr(model, "placement"):  # a Trainer
         trainer = model
@@ -232,6 +269,14 @@ def export(
             specs, example_input = raw.specs, None
     if example_input is not None:
         specs = _input_specs(example_input)
+    return model, variables, specs, raw
+
+
+def _forward(model: Any, variables: Mapping[str, Any] | None) -> tuple[Any, Any, str]:
+    """The weights of ``model``, its eval-mode ``forward(weights, *args, **kwargs)`` and its API
+    (``"linen"`` or ``"nnx"``)."""
+    from flax import linen, nnx  # noqa: PLC0415 (import cost: flax, at the first export)
+
     convention = CallConvention.inspect(type(model).__call__)
     if isinstance(model, linen.Module):
         if variables is None:
@@ -244,8 +289,8 @@ def export(
         def forward(weights: Any, *args: Any, **kwargs: Any) -> Any:
             return model.apply(weights, *args, **kwargs, **convention.kwargs(False))
 
-        api = "linen"
-    elif isinstance(model, nnx.Module):
+        return weights, forward, "linen"
+    if isinstance(model, nnx.Module):
         if variables is not None:
             raise ValueError("variables= is for Linen modules; an NNX module holds its own")
         served = nnx.clone(model)
@@ -257,15 +302,18 @@ def export(
             m = nnx.merge(graphdef, nnx.State(weights), rest, copy=True)
             return m(*args, **kwargs, **convention.kwargs(False))
 
-        api = "nnx"
-    else:
-        raise TypeError(
-            f"export takes an NNX module, a Linen module with variables=, or a Trainer; got "
-            f"{type(model).__name__}"
-        )
-    from jaxfeed.models.registry import model_config  # noqa: PLC0415 (import cost: flax)
+        return weights, forward, "nnx"
+    raise TypeError(
+        f"export takes an NNX module, a Linen module with variables=, or a Trainer; got "
+        f"{type(model).__name__}"
+    )
 
-    record = dict(config) if config is not None else model_config(model)
+
+def _default_specs(
+    model: Any, record: dict[str, Any], specs: tuple[tuple, dict] | None
+) -> tuple[tuple, dict]:
+    """``specs``, else a built-in model's own example input, else float32 of its
+    ``input_shape``; refused when none is known."""
     if specs is None and callable(getattr(model, "example_input", None)):
         specs = _input_specs(model.example_input())  # built-in sequence models
     if specs is None:
@@ -276,18 +324,24 @@ def export(
                 "e.g. x[:1]): the exported function is traced on its shape and dtype"
             )
         specs = ((jax.ShapeDtypeStruct((1, *kwargs["input_shape"]), jnp.float32),), {})
+    return specs
+
+
+def _host_tensors(model: Any, weights: Any) -> tuple[list[str], dict[str, np.ndarray], Any]:
+    """The flat names of ``weights``, their host arrays by name, and the tree's structure."""
     names, arrays, treedef = _flatten(weights)
     host = [np.ascontiguousarray(np.asarray(jax.device_get(a))) for a in arrays]
     tensors = dict(zip(names, host, strict=True))
     if len(tensors) != len(names):
         raise ValueError(f"two weights of {type(model).__name__} flatten to the same name")
+    return names, tensors, treedef
 
-    def serve(flat: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        tree = jax.tree_util.tree_unflatten(treedef, [flat[n] for n in names])
-        if raw is not None:
-            args, kwargs = raw.model_inputs(args, kwargs)
-        return forward(tree, *args, **kwargs)
 
+def _serialize(
+    model: Any, serve: Any, tensors: dict[str, np.ndarray], specs: tuple[tuple, dict]
+) -> tuple[bytes, tuple[tuple, dict], int | None]:
+    """``serve`` exported with a symbolic batch (and length) dimension: the serialised function,
+    its symbolic ``(args, kwargs)`` and the model's input length limit (None: none)."""
     length = bool(getattr(model, "symbolic_length", False))
     limit = getattr(model, "max_input_length", None)
     limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
@@ -302,16 +356,23 @@ def export(
             f"{'and length ' if length else ''}dimension: "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         ) from err
-    function = bytes(exported.serialize())
-    if preprocessing is not None and not isinstance(preprocessing, ServingSpec):
-        preprocessing = ServingSpec.from_dict(preprocessing, "preprocessing=")
+    return bytes(exported.serialize()), (args, kwargs), limit
 
+
+def _files(
+    tensors: dict[str, np.ndarray],
+    function: bytes,
+    meta: dict[str, Any],
+    extra: Mapping[str, Any] | None,
+    preprocessing: ServingSpec | None,
+    tokenizer: Any,
+    raw: _RawInputs | None,
+) -> dict[str, bytes]:
+    """The export folder's files: weights, function, ``config.json`` (``meta`` completed with
+    the checksums, ``extra``, the declared and compiled preprocessing) and any tokenizer."""
     blob = save(tensors, metadata={"format": FORMAT})
     meta = {
-        "format": FORMAT,
-        "version": VERSION,
-        "model": {**record, "api": api},
-        "inputs": _describe((args, kwargs), _id_counts(model, raw, specs), limit),
+        **meta,
         "tensors": {
             n: {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": _digest(a)}
             for n, a in tensors.items()
@@ -323,10 +384,7 @@ def export(
     if preprocessing is not None:
         meta["preprocessing"] = preprocessing.to_dict()
         if preprocessing.kind in TEXT_SPEC_KINDS:
-            if tokenizer is None:
-                raise ValueError("a text preprocessing= needs tokenizer= (its tokenizer.json)")
-            data = tokenizer if isinstance(tokenizer, str | bytes) else tokenizer.to_str()
-            files[TOKENIZER_FILE] = data.encode() if isinstance(data, str) else data
+            files[TOKENIZER_FILE] = _tokenizer_bytes(tokenizer)
             meta["tokenizer"] = {
                 "file": TOKENIZER_FILE,
                 "sha256": hashlib.sha256(files[TOKENIZER_FILE]).hexdigest(),
@@ -334,7 +392,15 @@ def export(
     if raw is not None:
         meta["compiled_preprocess"] = raw.describe()
     text = json.dumps(meta, indent=2)
-    return _write_folder(Path(path), {**files, CONFIG: text.encode()})
+    return {**files, CONFIG: text.encode()}
+
+
+def _tokenizer_bytes(tokenizer: Any) -> bytes:
+    """The ``tokenizer.json`` of a text export: a ``tokenizers.Tokenizer`` or its JSON."""
+    if tokenizer is None:
+        raise ValueError("a text preprocessing= needs tokenizer= (its tokenizer.json)")
+    data = tokenizer if isinstance(tokenizer, str | bytes) else tokenizer.to_str()
+    return data.encode() if isinstance(data, str) else data
 
 
 class _RawInputs:

@@ -84,28 +84,13 @@ class FitMixin:
             check_writable(self.out_dir, "output folder")
         manager = None
         if checkpoint_dir is not None:
-            manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
-            if resume and manager.latest_step is not None:
-                self.restore_checkpoint(manager, "latest", train_loader)
-            elif manager.latest_step is not None and manager.latest_step != self.step:
-                # another run's steps (or this trainer's future ones): writing would mix the runs
-                found = manager.latest_step
-                manager.close()
-                raise FileExistsError(
-                    f"checkpoint_dir {manager.directory} holds checkpoints of another run (up "
-                    f"to step {found}; this trainer is at step {self.step}); pass resume=True "
-                    "to continue that run, or choose an empty checkpoint_dir"
-                )
+            manager = self._open_checkpoints(
+                checkpoint_dir, checkpoint_options, resume, train_loader
+            )
         elif resume:
             raise ValueError("resume=True needs checkpoint_dir=")
         if schedule.finished(self.step, self.epoch):
-            message = (
-                f"fit(epochs={epochs}) trains nothing: this trainer has already trained {self.epoch} "
-                f"epochs, and epochs counts in total; pass epochs={self.epoch + 1} or more to continue"
-                if schedule.epochs is not None and self.epoch >= schedule.epochs
-                else f"fit(max_steps={max_steps}) trains nothing: this trainer has already trained "
-                f"{self.step} steps, and max_steps counts in total"
-            )
+            message = self._nothing_to_train(schedule, epochs, max_steps)
             if manager is not None:
                 manager.close()
             if not resume:
@@ -115,6 +100,17 @@ class FitMixin:
         self.stop_training = False
         if manager is not None:
             manager.begin_writing()  # refuses a directory another live run writes
+        self._run_fit(train_loader, eval_loader, schedule, manager)
+        return self.history
+
+    def _run_fit(
+        self,
+        train_loader: Iterable,
+        eval_loader: Iterable | None,
+        schedule: Schedule,
+        manager: CheckpointManager | None,
+    ) -> None:
+        """The fit's epochs with its run log and signal watch, then what ends a fit."""
         run_log = RunLog(
             self.out_dir if self.primary else None,
             make_loggers(self.loggers, self.out_dir, resume_step=self.step or None)
@@ -135,7 +131,41 @@ class FitMixin:
             cb.on_fit_end(self)
         if self.out_dir is not None and self.history and self.primary:
             plot_history(self.history, self.out_dir / "curves.png")
-        return self.history
+
+    def _open_checkpoints(
+        self,
+        checkpoint_dir: str | os.PathLike,
+        checkpoint_options: dict[str, Any] | None,
+        resume: bool,
+        train_loader: Iterable,
+    ) -> CheckpointManager:
+        """The checkpoint manager of a fit: restored from its latest checkpoint with ``resume``,
+        refused when it holds another run's checkpoints."""
+        manager = CheckpointManager(checkpoint_dir, **(checkpoint_options or {}))
+        if resume and manager.latest_step is not None:
+            self.restore_checkpoint(manager, "latest", train_loader)
+        elif manager.latest_step is not None and manager.latest_step != self.step:
+            # another run's steps (or this trainer's future ones): writing would mix the runs
+            found = manager.latest_step
+            manager.close()
+            raise FileExistsError(
+                f"checkpoint_dir {manager.directory} holds checkpoints of another run (up "
+                f"to step {found}; this trainer is at step {self.step}); pass resume=True "
+                "to continue that run, or choose an empty checkpoint_dir"
+            )
+        return manager
+
+    def _nothing_to_train(
+        self, schedule: Schedule, epochs: int | None, max_steps: int | None
+    ) -> str:
+        """Why a fit whose schedule is already finished trains nothing."""
+        return (
+            f"fit(epochs={epochs}) trains nothing: this trainer has already trained {self.epoch} "
+            f"epochs, and epochs counts in total; pass epochs={self.epoch + 1} or more to continue"
+            if schedule.epochs is not None and self.epoch >= schedule.epochs
+            else f"fit(max_steps={max_steps}) trains nothing: this trainer has already trained "
+            f"{self.step} steps, and max_steps counts in total"
+        )
 
     def _fit_epochs(
         self,

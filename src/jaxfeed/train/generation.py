@@ -519,6 +519,25 @@ def generate(
     >>> len(out), out == generate(lm, tok, ["abc", "a"], max_new_tokens=5, temperature=0)
     (2, True)
     """
+    texts, single = _prompt_texts(prompts)
+    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    encoded = _encode_prompts(model, tokenizer, texts, add_special_tokens, max_new_tokens)
+    eos = end_ids(model, tokenizer, eos_token_id)
+    stops = stop_strings(model, stop)
+
+    def finished(rows: list[list[int]]) -> list[bool]:  # a stop string ends a row's decoding
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in rows]
+        return [any(s in text for s in stops) for text in texts]
+
+    generated = _run(model, encoded, max_new_tokens, temperature, top_k, top_p, seed, eos,
+                     use_cache, finished if stops else None)  # fmt: skip
+    results = _continuations(tokenizer, generated.tokens, stops)
+    return results[0] if single else results
+
+
+def _prompt_texts(prompts: Any) -> tuple[list[str], bool]:
+    """The prompts as a list of strings, and whether one string was given; refused, naming the
+    prompt, when not strings."""
     if prompts is None:
         raise TypeError("generate: prompts is None; give a str or a list of str to continue")
     single = isinstance(prompts, str)
@@ -532,7 +551,18 @@ def generate(
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"generate: prompt {i} is a {type(text).__name__}, expected a str")
-    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    return texts, single
+
+
+def _encode_prompts(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    add_special_tokens: bool | None,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """The prompts' token ids (special tokens for Hub models unless told), each refused when it
+    encodes to nothing or leaves no room for ``max_new_tokens`` in the model's context."""
     special = hasattr(model, "hub_config") if add_special_tokens is None else add_special_tokens
     plain = _without_padding(tokenizer)
     encoded = [e.ids for e in plain.encode_batch(texts, add_special_tokens=special)]
@@ -541,18 +571,15 @@ def generate(
             raise ValueError(f"generate: prompt {i} ({texts[i][:40]!r}) encodes to no tokens")
     _check_room([len(ids) for ids in encoded], max_new_tokens, getattr(model, "max_length", None),
                 texts)  # fmt: skip
-    eos = end_ids(model, tokenizer, eos_token_id)
-    stops = stop_strings(model, stop)
+    return encoded
 
-    def finished(rows: list[list[int]]) -> list[bool]:  # a stop string ends a row's decoding
-        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in rows]
-        return [any(s in text for s in stops) for text in texts]
 
-    generated = _run(model, encoded, max_new_tokens, temperature, top_k, top_p, seed, eos,
-                     use_cache, finished if stops else None)  # fmt: skip
+def _continuations(tokenizer: Any, tokens: Any, stops: Sequence[str]) -> list[str]:
+    """Each row's generated tokens decoded (no special tokens), cut before its first stop
+    string."""
     results = []
-    for ids in generated.tokens:
+    for ids in tokens:
         text = tokenizer.decode(ids, skip_special_tokens=True)
         cut = min((text.index(s) for s in stops if s in text), default=len(text))
         results.append(text[:cut])
-    return results[0] if single else results
+    return results

@@ -146,20 +146,7 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         sharding: str | Mapping[str, Any] = "replicate",
     ) -> None:
         tx = as_transformation(optimizer)
-        plan = ShardingPlan.parse(sharding)
-        if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
-        if mesh is None and not plan.replicated:
-            mesh = default_mesh()
-        mesh = None if mesh is None else auto_mesh(mesh)
-        if mesh is not None:
-            plan.check(mesh)
-            if plan.fsdp and mesh.shape[data_axis(mesh)] == 1:
-                warnings.warn(
-                    f"sharding={plan.describe()!r} on a mesh whose data axis {data_axis(mesh)!r} "
-                    "has one device: nothing is split over it (every array stays whole there)",
-                    stacklevel=2,
-                )
+        mesh, plan = _mesh_and_plan(mesh, sharding)
         self.mesh, self.sharding = mesh, plan.describe()
         precision = resolve_precision(precision, dtype)
         if (trainable != "all" or remat) and _is_linen(model):
@@ -168,19 +155,10 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
             enable_remat(model)
         if deterministic:
             _require_deterministic_backend()
-        objective = resolve_loss(loss, targets)
-        targets = objective.targets or targets  # next_token: "input_ids" unless named
-        columns = Inputs(inputs)
-        spec = StepSpec(
-            objective=objective,
-            metrics=resolve_metrics(metrics, objective, targets),
-            preprocess=preprocess or (lambda batch: batch),
-            inputs=columns,
-            seed=int(seed),
-            compute_dtype=PRECISIONS[precision],
-            trainable=None if trainable == "all" else trainable_filter(model, trainable),
-            id_columns=ids.id_columns(model, columns.positional, columns.keywords),
+        spec = _step_spec(
+            model, loss, metrics, inputs, targets, preprocess, seed, precision, trainable
         )
+        targets = spec.objective.targets or targets  # next_token: "input_ids" unless named
         self.trainable, self.remat = trainable, bool(remat)
         self.inputs, self.targets = inputs, targets
         self.metrics = tuple(spec.metrics)
@@ -204,6 +182,13 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         self.placement = BatchPlacement(spec.inputs.columns, hints, targets, mesh=mesh, plan=plan)
         if self.core.ready:  # refuse a layout that cannot apply before anything compiles
             self.placement.layout(self.core.leaves())
+        self.loggers = tuple(loggers)
+        check_loggers(self.loggers, self.out_dir)
+        self.handle_signals = handle_signals
+        self._start_state()
+
+    def _start_state(self) -> None:
+        """What a new trainer has trained (nothing), and what its runs fill in later."""
         self.history = History()
         self.step = 0  # global training step
         self.epoch = 0  # completed epochs
@@ -211,9 +196,6 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         self._warned_unlabelled = False
         self.input_spec: Any = None  # (args, kwargs) shapes the model is called with, for export
         self.batch_spec: dict[str, Any] | None = None  # the raw batch's columns, for export
-        self.loggers = tuple(loggers)
-        check_loggers(self.loggers, self.out_dir)
-        self.handle_signals = handle_signals
         self.resume_hint: str | None = (
             None  # how to resume, printed on preemption (the CLI sets it)
         )
@@ -321,3 +303,52 @@ def _require_deterministic_backend() -> None:
             "deterministic=True on GPU needs XLA_FLAGS=--xla_gpu_deterministic_ops=true set before JAX "
             "starts; JAX is already running here"
         )
+
+
+def _mesh_and_plan(
+    mesh: jax.sharding.Mesh | None, sharding: str | Mapping[str, Any]
+) -> tuple[jax.sharding.Mesh | None, ShardingPlan]:
+    """The Trainer's mesh (a default one when the plan shards) and its sharding plan, checked."""
+    plan = ShardingPlan.parse(sharding)
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if mesh is None and not plan.replicated:
+        mesh = default_mesh()
+    mesh = None if mesh is None else auto_mesh(mesh)
+    if mesh is not None:
+        plan.check(mesh)
+        if plan.fsdp and mesh.shape[data_axis(mesh)] == 1:
+            warnings.warn(
+                f"sharding={plan.describe()!r} on a mesh whose data axis {data_axis(mesh)!r} "
+                "has one device: nothing is split over it (every array stays whole there)",
+                stacklevel=3,  # the caller of Trainer(...)
+            )
+    return mesh, plan
+
+
+def _step_spec(
+    model: Any,
+    loss: str | Callable,
+    metrics: Any,
+    inputs: str | tuple[str, ...] | Mapping[str, str],
+    targets: str | None,
+    preprocess: Callable | None,
+    seed: int,
+    precision: str,
+    trainable: str,
+) -> StepSpec:
+    """What the compiled steps compute: the objective, metrics, preprocess, input columns, seed,
+    compute dtype, trainable parameters and token-id columns."""
+    objective = resolve_loss(loss, targets)
+    targets = objective.targets or targets  # next_token: "input_ids" unless named
+    columns = Inputs(inputs)
+    return StepSpec(
+        objective=objective,
+        metrics=resolve_metrics(metrics, objective, targets),
+        preprocess=preprocess or (lambda batch: batch),
+        inputs=columns,
+        seed=int(seed),
+        compute_dtype=PRECISIONS[precision],
+        trainable=None if trainable == "all" else trainable_filter(model, trainable),
+        id_columns=ids.id_columns(model, columns.positional, columns.keywords),
+    )

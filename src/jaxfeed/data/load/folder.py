@@ -100,18 +100,7 @@ def load_folder(
         raise FileNotFoundError(f"{kind}: data_dir {str(root)!r} is not a folder")
     extensions = IMAGE_EXTENSIONS if kind == "imagefolder" else AUDIO_EXTENSIONS
     column = "image" if kind == "imagefolder" else "audio"
-    split_dirs = {
-        SPLIT_NAMES[p.name.lower()]: p
-        for p in sorted(root.iterdir())
-        if p.is_dir() and p.name.lower() in SPLIT_NAMES
-    }
-    if not split_dirs:
-        split_dirs = {"train": root}
-    metadata_files = {split: _metadata_file(folder) for split, folder in split_dirs.items()}
-    scans = {
-        split: _scan(folder, extensions, root, metadata_files[split] is not None)
-        for split, folder in split_dirs.items()
-    }
+    split_dirs, metadata_files, scans = _scan_splits(root, extensions)
     if not any(scan.count for scan in scans.values()):
         raise FileNotFoundError(f"{kind}: no {'/'.join(sorted(extensions))} files under {root}")
     labelled = not any(scan.direct for scan in scans.values())
@@ -159,6 +148,26 @@ def load_folder(
         )
         out[split] = Dataset._from_cached(cached)
     return out
+
+
+def _scan_splits(
+    root: Path, extensions: set[str]
+) -> tuple[dict[str, Path], dict[str, Path | None], dict[str, _Scan]]:
+    """The split folders of ``root`` (its sub-folders named as splits, else ``root`` as
+    ``train``), each one's metadata file (None: none) and the scan of its media files."""
+    split_dirs = {
+        SPLIT_NAMES[p.name.lower()]: p
+        for p in sorted(root.iterdir())
+        if p.is_dir() and p.name.lower() in SPLIT_NAMES
+    }
+    if not split_dirs:
+        split_dirs = {"train": root}
+    metadata_files = {split: _metadata_file(folder) for split, folder in split_dirs.items()}
+    scans = {
+        split: _scan(folder, extensions, root, metadata_files[split] is not None)
+        for split, folder in split_dirs.items()
+    }
+    return split_dirs, metadata_files, scans
 
 
 def _identity(path: Path) -> list:

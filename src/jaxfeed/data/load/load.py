@@ -90,10 +90,7 @@ def load_dataset(
     if media is not None:  # a local folder of images or audio (with its metadata file)
         path, data_dir = media
     if text_options and (path in BUILTIN or path in ("imagefolder", "audiofolder")):
-        raise TypeError(
-            f"load_dataset({path!r}) does not take {', '.join(sorted(text_options))}: those "
-            "options are for text files (load_dataset('text', data_files=...))"
-        )
+        _refuse_text_options(path, text_options)
     if path in BUILTIN:
         splits: Any = load_builtin(
             path, name, data_dir, cache_dir=cache_dir, keep_in_memory=keep_in_memory
@@ -106,50 +103,23 @@ def load_dataset(
             path, folder, features, cache_dir=cache_dir, keep_in_memory=keep_in_memory
         )
     else:
-        storage_options = with_hub_token(storage_options, token)  # hf:// URLs get token=
-        files, fmt = _resolve_files(
-            path, name, data_files, data_dir, cache_dir, revision, token, storage_options
+        options = (cache_dir, revision, token, keep_in_memory, storage_options, verification_mode)
+        splits, features, streamed = _file_splits(
+            path, name, data_files, data_dir, features, streaming, options, text_options
         )
-        if is_text_format(fmt):
-            fmt = text_format(**text_options)
-        elif text_options:
-            raise TypeError(
-                f"load_dataset({path!r}) does not take {', '.join(sorted(text_options))}: those "
-                "options are for text files (load_dataset('text', data_files=...))"
-            )
-        if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
-            splits = files if isinstance(files, DatasetDict) else {"train": files}
-        elif streaming:
-            root = _media_root(path, files, data_dir)
-            splits = {
-                k: IterableDataset.from_files(
-                    v, fmt, features, storage_options=storage_options, data_dir=root
-                )
-                for k, v in files.items()
-            }
+        if streamed:
             return pick_split(splits, split, streaming=True)
-        else:
-            root = _media_root(path, files, data_dir)
-            splits = {
-                k: _confine(
-                    _load_files(
-                        v,
-                        fmt,
-                        features,
-                        cache_dir,
-                        keep_in_memory,
-                        storage_options,
-                        verification_mode,
-                    ),
-                    root,
-                    v,
-                )
-                for k, v in files.items()
-            }
-            if features is not None:
-                features = None  # applied while converting
-    splits = DatasetDict(dict(splits))
-    if features is not None and path not in ("imagefolder", "audiofolder"):
+    if path in ("imagefolder", "audiofolder"):
+        features = None  # applied by load_folder
+    return _picked(DatasetDict(dict(splits)), features, split, streaming)
+
+
+def _picked(
+    splits: DatasetDict, features: Features | None, split: str | None, streaming: bool
+) -> Any:
+    """``split`` of ``splits`` (all of them without one), cast to ``features`` when given, as
+    streams when ``streaming``."""
+    if features is not None:
         splits = DatasetDict({k: _with_features(v, Features(features)) for k, v in splits.items()})
     if streaming:
         return pick_split(
@@ -158,6 +128,55 @@ def load_dataset(
             streaming=True,
         )
     return pick_split(splits, split)
+
+
+def _file_splits(
+    path: str,
+    name: str | None,
+    data_files: DataFiles | None,
+    data_dir: str | None,
+    features: Features | None,
+    streaming: bool,
+    options: tuple,
+    text_options: dict[str, Any],
+) -> tuple[Any, Features | None, bool]:
+    """The splits of data files (or of a folder written by ``save_to_disk``) for
+    :func:`load_dataset`; ``options``: cache_dir, revision, token, keep_in_memory,
+    storage_options, verification_mode. Returns the splits, the features still to apply (None
+    once applied while converting), and whether the splits are streams."""
+    cache_dir, revision, token, keep_in_memory, storage_options, verification_mode = options
+    storage_options = with_hub_token(storage_options, token)  # hf:// URLs get token=
+    files, fmt = _resolve_files(
+        path, name, data_files, data_dir, cache_dir, revision, token, storage_options
+    )
+    if is_text_format(fmt):
+        fmt = text_format(**text_options)
+    elif text_options:
+        _refuse_text_options(path, text_options)
+    if isinstance(files, Dataset | DatasetDict):  # a folder written by save_to_disk
+        return (files if isinstance(files, DatasetDict) else {"train": files}), features, False
+    root = _media_root(path, files, data_dir)
+    if streaming:
+        streams = {
+            k: IterableDataset.from_files(
+                v, fmt, features, storage_options=storage_options, data_dir=root
+            )
+            for k, v in files.items()
+        }
+        return streams, features, True
+    loading = (cache_dir, keep_in_memory, storage_options, verification_mode)
+    splits = {
+        k: _confine(_load_files(v, fmt, features, *loading), root, v) for k, v in files.items()
+    }
+    return splits, None, False  # features: applied while converting
+
+
+def _refuse_text_options(path: str, text_options: dict[str, Any]) -> None:
+    """Refuse text-file options given to a load of something else."""
+    raise TypeError(
+        f"load_dataset({path!r}) does not take {', '.join(sorted(text_options))}: those "
+        "options are for text files (load_dataset('text', data_files=...))"
+    )
 
 
 def _load_files(

@@ -420,20 +420,40 @@ def map(
         same = _no_change if ds.format["type"] is None else _itself
         function, batched, with_indices, with_rank, columns = same, True, False, False, []
     sink = _Sink(directory, None if keep_in_memory else cache_file_name)
-    out_features: Features | None = None
+    call = (batched, with_indices, columns, fn_kwargs or {}, (rank,) if with_rank else None)
+    batches = (batch_size if batched else 1000, drop_last_batch and batched)
     given = Features(features) if features is not None else None
+    retyping = (try_original_type, on_mixed_types)
+    written = _write_map(ds, function, sink, call, remove, batches, given, retyping, desc)
+    if written is None:  # only side effects: the dataset as it was (remove_columns unused)
+        return ds
+    return _mapped(ds, *written, sink)
+
+
+def _write_map(
+    ds: Dataset,
+    function: Callable,
+    sink: _Sink,
+    call: tuple,
+    remove: list[str],
+    batches: tuple[int | None, bool],
+    given: Features | None,
+    retyping: tuple[bool | None, str | None],
+    desc: str | None,
+) -> tuple[pa.Table, Features] | None:
+    """Call ``function`` batch by batch (``call``: batched, with_indices, columns, fn_kwargs,
+    rank) over ``batches`` (size, drop last) and write the merged output to ``sink``: its table
+    and features, or None when no batch returned values (the sink is then discarded)."""
+    batched = call[0]
     tabular = ds.format["type"] in ("arrow", "pandas")
     strip = remove if ds.format["type"] is None else ()
+    out_features: Features | None = None
     stack = contextlib.ExitStack()
-    ranked = (rank,) if with_rank else None
     updated = False
     try:
         bar = stack.enter_context(progress(ds.num_rows, desc or "Map"))
-        for start, stop in _batches(
-            ds, batch_size if batched else 1000, drop_last_batch and batched
-        ):
-            args = (batched, with_indices, columns, fn_kwargs or {}, ranked, strip)
-            given_rows, results = _call(ds, function, start, stop, *args)
+        for start, stop in _batches(ds, *batches):
+            given_rows, results = _call(ds, function, start, stop, *call, strip)
             bar.update(stop - start)
             new = (
                 _as_columns(results[0], True)
@@ -451,21 +471,21 @@ def map(
             updated = True
             table = _merge(ds, start, stop, new, remove, tabular)
             if out_features is None:
-                out_features = _output_features(
-                    ds, table, new, given, try_original_type, on_mixed_types
-                )
+                out_features = _output_features(ds, table, new, given, *retyping)
             sink.write(_encode_output(table, out_features))
-        if (
-            not updated
-        ):  # only side effects: the dataset as it was (remove_columns unused, as there)
+        if not updated:
             sink.abort()
-            return ds
-        table = sink.finish(out_features.arrow_schema)
+            return None
+        return sink.finish(out_features.arrow_schema), out_features
     except BaseException:
         sink.abort()
         raise
     finally:
         stack.close()
+
+
+def _mapped(ds: Dataset, table: pa.Table, out_features: Features, sink: _Sink) -> Dataset:
+    """The dataset over ``table``, mapping the file written, formatted as ``ds`` was."""
     out = ds._internal.derive(
         table,
         features=out_features,

@@ -281,6 +281,17 @@ def tokenize(
                 for split, part in dataset.items()
             }
         )
+    _check_arguments(dataset, tokenizer, column, max_length)
+    side = _truncation_side(tokenizer, truncation_side)
+    encode = _Encode(tokenizer, column, max_length, add_special_tokens, side)
+    removed = [column] if remove_columns else None
+    features = _tokenized_features(dataset, column, remove_columns)
+    return _map_encode(dataset, encode, column, batch_size, num_proc, removed, features)
+
+
+def _check_arguments(dataset: Any, tokenizer: Any, column: str, max_length: int | None) -> None:
+    """Refuse what :func:`tokenize` cannot do: not a tokenizer, a bad ``max_length``, a missing
+    text column, or output columns the dataset already has."""
     if not hasattr(tokenizer, "encode_batch") or not hasattr(tokenizer, "to_str"):
         raise TypeError(
             f"tokenize needs a tokenizers.Tokenizer (jaxfeed.text.load_tokenizer or "
@@ -304,18 +315,18 @@ def tokenize(
             f"the dataset already has {taken}; remove them first (tokenize adds input_ids and "
             "attention_mask)"
         )
-    side = _truncation_side(tokenizer, truncation_side)
-    encode = _Encode(tokenizer, column, max_length, add_special_tokens, side)
-    removed = [column] if remove_columns else None
-    features = None
-    if dataset.features is not None:
-        features = Features(
-            {
-                **{k: v for k, v in dataset.features.items() if not remove_columns or k != column},
-                "input_ids": List(Value("int32")),
-                "attention_mask": List(Value("int8")),
-            }
-        )
+
+
+def _map_encode(
+    dataset: Any,
+    encode: _Encode,
+    column: str,
+    batch_size: int,
+    num_proc: int | None,
+    removed: list[str] | None,
+    features: Features | None,
+) -> Dataset | IterableDataset:
+    """``encode`` mapped over ``dataset`` in batches: as the stream is read, or written."""
     if isinstance(dataset, IterableDataset):
         return dataset.map(
             encode,
@@ -339,3 +350,17 @@ def tokenize(
         remove_columns=removed,
         features=features,
     )
+
+
+def _tokenized_features(dataset: Any, column: str, remove_columns: bool) -> Features | None:
+    """The features of :func:`tokenize`'s output (None when the dataset's are unknown)."""
+    features = None
+    if dataset.features is not None:
+        features = Features(
+            {
+                **{k: v for k, v in dataset.features.items() if not remove_columns or k != column},
+                "input_ids": List(Value("int32")),
+                "attention_mask": List(Value("int8")),
+            }
+        )
+    return features

@@ -157,14 +157,7 @@ def train_tokenizer(
     ('<eos>', 0)
     """
     tokenizers = tokenizers_module()
-    from tokenizers import (  # noqa: PLC0415 (optional: the text extra)
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    from tokenizers import processors  # noqa: PLC0415 (optional: the text extra)
 
     if kind not in KINDS:
         raise ValueError(f"train_tokenizer: kind must be one of {KINDS}, got {kind!r}")
@@ -177,6 +170,31 @@ def train_tokenizer(
         )
     if dataset.num_rows == 0:
         raise ValueError("train_tokenizer: the dataset has no rows to learn from")
+    tok, trainer, specials, template = _untrained(
+        tokenizers, kind, vocab_size, min_frequency, lowercase
+    )
+    tok.train_from_iterator(_texts(dataset, column), trainer=trainer, length=dataset.num_rows)
+    ids = {t: tok.token_to_id(t) for t in specials}
+    used = [t for t in specials if t in template[2].split()]
+    tok.post_processor = processors.TemplateProcessing(
+        single=template[0], pair=template[1], special_tokens=[(t, ids[t]) for t in used]
+    )
+    return tok
+
+
+def _untrained(
+    tokenizers: Any, kind: str, vocab_size: int, min_frequency: int, lowercase: bool
+) -> tuple[Any, Any, list[str], tuple[str, str, str]]:
+    """An untrained tokenizer of ``kind``, its trainer, its special tokens and its post-processing
+    template (single, pair, the specials it uses)."""
+    from tokenizers import (  # noqa: PLC0415 (optional: the text extra)
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+
     lower = [normalizers.Lowercase()] if lowercase else []
     if kind == "bpe":
         specials = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -218,10 +236,4 @@ def train_tokenizer(
             show_progress=False,
         )
         template = ("$A <eos>", "$A <eos> $B:1 <eos>:1", "<eos>")
-    tok.train_from_iterator(_texts(dataset, column), trainer=trainer, length=dataset.num_rows)
-    ids = {t: tok.token_to_id(t) for t in specials}
-    used = [t for t in specials if t in template[2].split()]
-    tok.post_processor = processors.TemplateProcessing(
-        single=template[0], pair=template[1], special_tokens=[(t, ids[t]) for t in used]
-    )
-    return tok
+    return tok, trainer, specials, template

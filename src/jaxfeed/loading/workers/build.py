@@ -208,59 +208,73 @@ def build_plan(
         for key, value in columns.items():
             plan[key] = decoded[key] if key in recipe.media else value
     else:
-        keys = None
-        for i in range(n):
-            row_id = int(rows[i])
-            if progress is not None:
-                progress.value = row_id
-            row = {
-                key: _decode(recipe, key, value[i], row_id, i) if key in recipe.media else value[i]
-                for key, value in columns.items()
-            }
-            try:
-                if recipe.row_rng:
-                    result = fn(row, _rng(recipe.seed, job.epoch, job.positions[i]))
-                else:
-                    result = fn(row)
-            except Exception as err:
-                raise _note(
-                    err,
-                    f"raised by row_transform on row {row_id} (position {int(job.positions[i])} "
-                    f"of epoch {job.epoch})",
-                ) from None
-            if not isinstance(result, dict):
-                raise TypeError(
-                    f"row_transform must return a dict of columns, got {type(result).__name__} "
-                    f"for row {row_id}"
-                )
-            if keys is None:
-                keys = list(result)
-            elif result.keys() != set(keys):
-                raise ValueError(
-                    f"row_transform returned keys {sorted(result)} for row {row_id} but "
-                    f"{sorted(keys)} for row {int(rows[0])}; every row needs the same keys"
-                )
-            sink.add(i, result)
+        keys = _transform_rows(recipe, job, columns, sink, progress)
         plan = sink.columns(keys or [])
     if progress is not None:
         progress.value = -1
     if recipe.collate is not None:
         plan = recipe.collate(_materialize(plan), job)
     if recipe.transform is not None:
-        batch = _materialize(plan)
+        plan = _transform_batch(recipe, job, plan)
+    return plan
+
+
+def _transform_rows(
+    recipe: Recipe, job: Job, columns: dict[str, Any], sink: _Rows, progress: Any
+) -> list[str] | None:
+    """Decode each row of ``job``, apply the ``row_transform`` and add the result to ``sink``:
+    the keys every row returned (None: no rows)."""
+    rows = job.rows
+    fn = recipe.row_transform
+    keys = None
+    for i in range(len(rows)):
+        row_id = int(rows[i])
+        if progress is not None:
+            progress.value = row_id
+        row = {
+            key: _decode(recipe, key, value[i], row_id, i) if key in recipe.media else value[i]
+            for key, value in columns.items()
+        }
         try:
-            if recipe.transform_rng:
-                batch = recipe.transform(batch, _rng(recipe.seed, job.epoch, job.step))
+            if recipe.row_rng:
+                result = fn(row, _rng(recipe.seed, job.epoch, job.positions[i]))
             else:
-                batch = recipe.transform(batch)
+                result = fn(row)
         except Exception as err:
             raise _note(
-                err, f"raised by transform on batch {job.step} of epoch {job.epoch}"
+                err,
+                f"raised by row_transform on row {row_id} (position {int(job.positions[i])} "
+                f"of epoch {job.epoch})",
             ) from None
-        if not isinstance(batch, dict):
-            raise TypeError(f"transform must return a dict of columns, got {type(batch).__name__}")
-        plan = batch
-    return plan
+        if not isinstance(result, dict):
+            raise TypeError(
+                f"row_transform must return a dict of columns, got {type(result).__name__} "
+                f"for row {row_id}"
+            )
+        if keys is None:
+            keys = list(result)
+        elif result.keys() != set(keys):
+            raise ValueError(
+                f"row_transform returned keys {sorted(result)} for row {row_id} but "
+                f"{sorted(keys)} for row {int(rows[0])}; every row needs the same keys"
+            )
+        sink.add(i, result)
+    return keys
+
+
+def _transform_batch(recipe: Recipe, job: Job, plan: dict[str, Any]) -> dict[str, Any]:
+    """The batch ``transform`` applied to the materialized batch, checked."""
+    batch = _materialize(plan)
+    try:
+        if recipe.transform_rng:
+            batch = recipe.transform(batch, _rng(recipe.seed, job.epoch, job.step))
+        else:
+            batch = recipe.transform(batch)
+    except Exception as err:
+        raise _note(err, f"raised by transform on batch {job.step} of epoch {job.epoch}") from None
+    if not isinstance(batch, dict):
+        raise TypeError(f"transform must return a dict of columns, got {type(batch).__name__}")
+    return batch
 
 
 def build(recipe: Recipe, job: Job) -> dict[str, Any]:

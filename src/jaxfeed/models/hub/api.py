@@ -121,6 +121,42 @@ def from_pretrained(
     folder = resolved.folder
     config = read_config(folder)
     family = family_of(config, folder / "config.json")
+    task, config = _task_and_labels(family, config, task, num_labels)
+    weights = Weights(folder)
+    dtype = _dtype(dtype, "dtype")
+    param_dtype = _dtype(param_dtype, "param_dtype") or dtype or jnp.dtype(jnp.float32)
+    model = nnx.eval_shape(
+        lambda: family.build(
+            config,
+            task=task,
+            num_labels=config.get("num_labels"),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=nnx.Rngs(seed),
+        )
+    )
+    placement = (sharding, mesh, seed, ignore_mismatched_sizes)
+    report = _load(model, weights, family, config, task, num_labels, placement)
+    if report.newly_initialised:
+        shown = ", ".join(report.newly_initialised[:6])
+        more = len(report.newly_initialised) - 6
+        warnings.warn(
+            f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
+            f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
+            f"): train the model before using its {task} outputs",
+            stacklevel=2,
+        )
+    model.hub_config = HubConfig(config)
+    model.hub_task = task
+    model.hub_source = resolved
+    model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
+    return model
+
+
+def _task_and_labels(
+    family: Any, config: dict[str, Any], task: str | None, num_labels: int | None
+) -> tuple[str, dict[str, Any]]:
+    """The task (default: the checkpoint's), checked, and the config with the labels used."""
     task = family.task_of(config) if task is None else task
     if task not in family.tasks:
         raise ValueError(
@@ -135,21 +171,23 @@ def from_pretrained(
         raise ValueError(f"num_labels applies to classification tasks, not to {task!r}")
     if task in LABEL_TASKS:
         config = _with_labels(config, num_labels)
-    weights = Weights(folder)
-    dtype = _dtype(dtype, "dtype")
-    param_dtype = _dtype(param_dtype, "param_dtype") or dtype or jnp.dtype(jnp.float32)
-    model = nnx.eval_shape(
-        lambda: family.build(
-            config,
-            task=task,
-            num_labels=config.get("num_labels"),
-            dtype=dtype,
-            param_dtype=param_dtype,
-            rngs=nnx.Rngs(seed),
-        )
-    )
+    return task, config
+
+
+def _load(
+    model: nnx.Module,
+    weights: Weights,
+    family: Any,
+    config: dict[str, Any],
+    task: str,
+    num_labels: int | None,
+    placement: tuple,
+) -> Any:
+    """The checkpoint's weights put into ``model`` (``placement``: sharding, mesh, seed,
+    ignore_mismatched_sizes); a head of another size than ``num_labels`` refused, saying so."""
+    sharding, mesh, seed, ignore_mismatched_sizes = placement
     try:
-        report = load_weights(
+        return load_weights(
             model,
             weights,
             family.rules(config, task),
@@ -167,20 +205,6 @@ def from_pretrained(
                 f"{num_labels} classes"
             ) from None
         raise
-    if report.newly_initialised:
-        shown = ", ".join(report.newly_initialised[:6])
-        more = len(report.newly_initialised) - 6
-        warnings.warn(
-            f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
-            f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
-            f"): train the model before using its {task} outputs",
-            stacklevel=2,
-        )
-    model.hub_config = HubConfig(config)
-    model.hub_task = task
-    model.hub_source = resolved
-    model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
-    return model
 
 
 def preprocessor(name_or_path: str | os.PathLike, *, revision: str | None = None) -> Any:
