@@ -13,7 +13,7 @@ from jaxfeed.recipes.config.files import read_config_file
 from jaxfeed.recipes.config.groups import ConfigError
 from jaxfeed.recipes.config.record import read_run
 from jaxfeed.recipes.config.run_config import RunConfig
-from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
+from jaxfeed.recipes.optimizers import LEGACY_OPTIMIZERS, optimizer_factory
 from jaxfeed.recipes.pretrained import FINE_TUNE, is_hub_model
 from jaxfeed.recipes.run import absolute_paths, check_out_folder
 from jaxfeed.recipes.schedules import build_schedule

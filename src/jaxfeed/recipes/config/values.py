@@ -10,6 +10,7 @@ import typing
 from typing import Any
 
 from jaxfeed.recipes.config.groups import MAX_IMAGE_SIDE, ConfigError
+from jaxfeed.recipes.kinds.builtins import BUILTINS
 
 
 def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) -> str:
@@ -30,7 +31,7 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "...'"
 
 
-BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
+BUILTIN_MODELS = tuple(BUILTINS)  # the --model names of jaxfeed's own models
 MODEL_FORMS = (
     f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName, package.module.ClassName, hf:ORG/NAME or a "
     "checkpoint folder (./folder)"

@@ -1,0 +1,92 @@
+"""The input kinds (jaxfeed.recipes.kinds): the registry chooses one per run, the built-in
+model table, and --model decoded once (ModelSpec)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from jaxfeed.recipes.config import BUILTIN_MODELS, ConfigError, RunConfig
+from jaxfeed.recipes.config.model_spec import ModelSpec, parse_model
+from jaxfeed.recipes.kinds.builtins import BUILTINS
+from jaxfeed.recipes.kinds.hub import HubKind
+from jaxfeed.recipes.kinds.registry import KINDS, kind_for, kind_of
+from jaxfeed.recipes.spec import Preprocessing
+
+
+@pytest.mark.parametrize(
+    ("text", "source", "name", "path"),
+    [
+        ("cnn", "builtin", "cnn", None),
+        ("transformer_lm", "builtin", "transformer_lm", None),
+        ("net.py:Net", "file", "Net", "net.py"),
+        ("/abs/dir/net.py:Net", "file", "Net", "/abs/dir/net.py"),
+        ("pkg.nets.Net", "module", "pkg.nets.Net", None),
+        ("hf:org/model", "hub", "hf:org/model", None),
+        ("./ckpt", "hub", "./ckpt", "./ckpt"),
+        ("~/ckpt", "hub", "~/ckpt", "~/ckpt"),
+    ],
+)
+def test_model_spec_sources(text, source, name, path):
+    spec = parse_model(text)
+    assert (spec.source, spec.name, spec.path) == (source, name, path)
+    assert spec.text == text
+    assert RunConfig(model=text).model_spec == spec
+
+
+def test_model_spec_init_args_and_default():
+    spec = RunConfig(model={"class_path": "mlp", "init_args": {"hidden": [8]}}).model_spec
+    assert spec == ModelSpec("builtin", "mlp", {"hidden": [8]})
+    assert RunConfig().model_spec is None
+    assert parse_model("hf:org/a-model").short == "a-model"
+    assert parse_model("dir/net.py:Net").short == "Net"
+
+
+def test_builtin_names_come_from_the_table():
+    assert tuple(BUILTINS) == BUILTIN_MODELS
+    assert {b.class_name for b in BUILTINS.values()} <= {
+        "CNN", "MLP", "AudioCNN", "TransformerClassifier", "TransformerLM",
+    }  # fmt: skip
+
+
+def test_registry_chooses_the_kind():
+    assert {k: type(v).__name__ for k, v in KINDS.items()} == {
+        "image": "ImageKind", "array": "ArrayKind", "table": "TableKind",
+        "audio": "AudioKind", "text": "TextKind", "lm": "LMKind",
+    }  # fmt: skip
+    assert kind_for("text", "lm", None).name == "lm"
+    assert kind_for("text", "classification", parse_model("transformer")).name == "text"
+    hub = kind_for("image", "classification", parse_model("hf:org/vit"))
+    assert isinstance(hub, HubKind) and hub.inner is KINDS["image"]
+    prep = Preprocessing("table", ["a"], "y", [1], "regression")
+    assert kind_of(prep) is KINDS["table"]
+    assert isinstance(kind_of(prep, model=parse_model("./ckpt")), HubKind)
+
+
+def test_defaults_units_and_next_steps():
+    assert {k: v.default_model for k, v in KINDS.items()} == {
+        "image": "cnn", "array": "cnn", "table": "mlp", "audio": "audio_cnn",
+        "text": "transformer", "lm": "transformer",
+    }  # fmt: skip
+    assert [k for k, v in KINDS.items() if v.unit == "texts"] == ["lm"]
+    assert KINDS["lm"].next_step("o").startswith("generate:")
+    assert KINDS["table"].next_step("o").startswith("predict:")
+
+
+def test_unknown_kind_is_refused_when_planned():
+    run_data = SimpleNamespace(columns=SimpleNamespace(inputs=["blob"]))
+
+    kind = kind_for("binary", "classification", None)
+    with pytest.raises(
+        ConfigError, match="cannot learn from the input column 'blob': it is binary"
+    ):
+        kind.plan(run_data, RunConfig())
+
+
+def test_flags_that_do_not_apply():
+    with pytest.raises(ConfigError, match="--sample-rate: the input column holds image data"):
+        KINDS["image"].check(RunConfig(sample_rate=16000))
+    with pytest.raises(ConfigError, match="--image-size: the input column holds audio"):
+        KINDS["audio"].check(RunConfig(image_size="32"))
+    KINDS["audio"].check(RunConfig(sample_rate=16000))
