@@ -16,10 +16,9 @@ from typing import Any
 import jax
 
 from jaxfeed._base.files import atomic_write
-from jaxfeed.recipes import lr_finder, pretrained, text
+from jaxfeed.recipes import lr_finder
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.models import build_trainer
-from jaxfeed.recipes.preprocess import prepare
 from jaxfeed.recipes.run import copy_model_code, outputs_of
 from jaxfeed.recipes.train.loaders import make_loaders, unused_axes
 from jaxfeed.recipes.train.record import Run
@@ -40,8 +39,9 @@ def build(run: Run) -> Any:
         )
     if run.record is not None:  # the checkpoint and the loader's position checked before any write
         restore(trainer, run.out, run.config, run.to_record(), run.loaders[0], run.primary, run.say)
-    if run.checkpoint is not None and run.task == "lm":  # the pretrained model's perplexity
-        before = pretrained.before_fine_tuning(
+    if run.checkpoint is not None:  # a language model's perplexity before fine-tuning
+        kind: Any = run.kind  # a HubKind
+        before = kind.before_fine_tuning(
             trainer, run.loaders[1], run.splits.eval_name, run.record, run.say
         )
         if before is not None:
@@ -64,10 +64,12 @@ def _trainer(run: Run, config: RunConfig, out: Path | None, verbose: int) -> Any
 
 def _find_lr(run: Run) -> dict[str, Any] | None:
     """``--lr auto``: the range test's record (its rate set in ``run.config``); else None."""
-    prep, config = run.prep, run.config
+    prep, kind, config = run.prep, run.kind, run.config
+    assert prep is not None and kind is not None
 
     def loader() -> Any:
-        return make_loaders(prepare(prep, run.splits.train), {}, prep, config, run.say, run.mesh)[0]
+        train = kind.prepare(prep, run.splits.train)
+        return make_loaders(train, {}, prep, kind, config, run.say, run.mesh)[0]
 
     run.config, found = lr_finder.resolve(
         config, lambda probe: _trainer(run, probe, None, 0), loader, run.say
@@ -78,17 +80,15 @@ def _find_lr(run: Run) -> dict[str, Any] | None:
 
 
 def _write_folder(run: Run, found: dict[str, Any] | None) -> None:
-    """A new run's files (a model file's copy, the tokenizer, a checkpoint's preprocessor
-    config), ``config.json`` and ``lr_finder.json``."""
-    out, record, prep = run.out, run.record, run.prep
-    assert prep is not None
+    """A new run's files (a model file's copy, the kind's: a tokenizer, a checkpoint's
+    preprocessor config), ``config.json`` and ``lr_finder.json``."""
+    out, record, prep, kind = run.out, run.record, run.prep, run.kind
+    assert prep is not None and kind is not None
     out.mkdir(parents=True, exist_ok=True)
-    if record is None and (code := copy_model_code(run.config, out)) is not None:
-        run.model_code = code
-    if record is None and text.is_text(prep):
-        text.write_tokenizer(prep, out)
-    if record is None and run.checkpoint is not None:  # its preprocessor config, as data
-        pretrained.copy_preprocessor(run.checkpoint, out)
+    if record is None:
+        if (code := copy_model_code(run.config, out)) is not None:
+            run.model_code = code
+        kind.write_files(prep, out)
     run.write_record()
     if found is not None:
         atomic_write(out / "lr_finder.json", json.dumps(found, indent=1))
@@ -114,11 +114,12 @@ def _say_setup(run: Run) -> None:
                 f"weights) over {data_axis(mesh)!r} only; its devices hold copies (name the axis in "
                 "--sharding rules, or leave it out of --mesh)"
             )
-    model_path, model_args = config.component("model")
+    model = config.model_spec
+    assert model is not None  # resolved: the kind's default when --model named none
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
     run.say(
-        f"model {model_path}{_args(model_args)} ({config.api}), {config.epochs} epochs, batch "
+        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
         f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {run.out}"
     )

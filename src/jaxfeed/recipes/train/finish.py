@@ -3,7 +3,6 @@ split read once on it, and the summary."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,12 +10,11 @@ from typing import Any
 import jax
 
 from jaxfeed._base.files import atomic_write
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.config.model_spec import ModelSpec
 from jaxfeed.recipes.run import open_checkpoints, umask_mode
 from jaxfeed.recipes.train.record import Run, TrainResult
 from jaxfeed.recipes.train.summary import size_text, summary
-from jaxfeed.serve.export import export
 from jaxfeed.train.checkpoint import CheckpointError
 
 
@@ -63,9 +61,8 @@ def export_best(run: Run, trainer: Any) -> dict[str, Any] | None:
     try:
         _export(run, trainer, step, best["epoch"])
     except Exception as err:
-        if ":" not in (run.config.component("model")[0] or ""):
+        if not _may_skip_export(run.config.model_spec):
             raise
-        # a model of your own that jax.export cannot trace: eval and predict use the checkpoints
         run.say(
             f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
         )
@@ -75,9 +72,10 @@ def export_best(run: Run, trainer: Any) -> dict[str, Any] | None:
 
 
 def _export(run: Run, trainer: Any, step: int, epoch: int) -> None:
-    """``RUN/model/``: the trainer's state with the preprocessing it declares."""
-    prep, data = run.prep, run.data
-    assert prep is not None
+    """``RUN/model/``: the trainer's state with the preprocessing it declares, as the inputs'
+    kind exports it (text: strings in, with its tokenizer)."""
+    prep, kind, data = run.prep, run.kind, run.data
+    assert prep is not None and kind is not None
     extra = {
         "labels": data.labels,
         "task": data.task,
@@ -85,16 +83,21 @@ def _export(run: Run, trainer: Any, step: int, epoch: int) -> None:
         "checkpoint_step": step,
         "checkpoint_epoch": epoch,
     }
-    if not text.is_text(prep):
-        export(trainer, run.out / "model", extra=extra, preprocessing=prep.serving(data.labels))
-        return
-    # token ids in (RUN/tokenizer.json makes them), strings in: the spec and tokenizer.json
-    # travel in model/
-    extra["text"] = {**prep.text, "inputs": dict(trainer.inputs)}
-    spec = prep.serving(data.labels)
-    spec = dataclasses.replace(spec, text=prep.serving_text(dict(trainer.inputs)))
-    export(trainer, run.out / "model", text.export_example(prep, trainer.inputs), extra=extra,
-           preprocessing=spec, tokenizer=prep.tokenizer)  # fmt: skip
+    kind.export(trainer, run.out / "model", prep, data.labels, extra)
+
+
+def _may_skip_export(spec: ModelSpec | None) -> bool:
+    """Whether a failed export leaves a note instead of failing the run: a model file of your
+    own that ``jax.export`` cannot trace (eval and predict use the checkpoints), or a Hub id
+    (``hf:...``, as every release did: the rule tested ``--model`` for a ``:``).
+
+    >>> from jaxfeed.recipes.config.model_spec import parse_model
+    >>> [_may_skip_export(parse_model(m)) for m in ("net.py:Net", "hf:org/bert", "./bert", "cnn")]
+    [True, True, False, False]
+    """
+    return spec is not None and (
+        spec.source == "file" or (spec.source == "hub" and spec.path is None)
+    )
 
 
 def follow_umask(folder: Path) -> None:

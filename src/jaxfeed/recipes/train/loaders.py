@@ -13,9 +13,8 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxfeed import DataLoader
-from jaxfeed.recipes import audio as audiomod
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunConfig, parse_mesh_text
+from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.preprocess import Augmented
 from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.train.sharding import data_axis, default_mesh, make_mesh
@@ -59,13 +58,15 @@ def make_loaders(
     train: Any,
     held: dict[str, Any],
     prep: Preprocessing,
+    kind: Kind,
     config: RunConfig,
     say: Callable,
     mesh: Any = None,
 ) -> tuple:
     """Loaders for one device, or split over the data axis of the mesh (every device of every
     process by default): the train loader, then one per ``held`` split (``{name: dataset or
-    None}``; None stays None)."""
+    None}``; None stays None), with the options of the inputs' ``kind`` (text: buckets or
+    packing; audio: the row transform)."""
     kwargs: dict[str, Any] = {"num_workers": config.num_workers, "transform": prep}
     count = 1
     if mesh is not None and mesh.size > 1:
@@ -81,17 +82,16 @@ def make_loaders(
         raise ConfigError(
             f"--batch-size {config.batch_size} is larger than the {train.num_rows} train rows"
         )
-    lengths = text.loader_options(prep) if text.is_text(prep) else {}  # buckets or packing
+    options = kind.loader_options(prep, True)
     # several devices cannot split a last short batch; a packed one is completed with empty rows
-    drop_last = count > 1 and "packing" not in lengths
+    drop_last = count > 1 and "packing" not in options
     train_kwargs = dict(kwargs)
     if config.augment:  # the train batches only: evaluation sees the images as they are
         train_kwargs["transform"] = Augmented(prep, config.augment)
     train_loader = DataLoader(
         train, config.batch_size, shuffle=True, seed=config.seed, drop_last=drop_last,
-        **train_kwargs, **audiomod.loader_options(prep, train=True), **lengths,
+        **train_kwargs, **options,
     )  # fmt: skip
-    held_lengths = {k: v for k, v in lengths.items() if k != "bucket_by_length"}
 
     # one eval batch size for every held-out split (the trainer pads to its first eval batch)
     rows = [ds.num_rows for ds in held.values() if ds is not None]
@@ -114,8 +114,7 @@ def make_loaders(
                 f"{count} devices and are skipped"
             )
         return DataLoader(
-            ds, size, drop_last=drop, **kwargs, **audiomod.loader_options(prep, train=False),
-            **held_lengths,
+            ds, size, drop_last=drop, **kwargs, **kind.loader_options(prep, False)
         )  # fmt: skip
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))

@@ -14,13 +14,14 @@ from typing import Any
 
 import jax
 
-from jaxfeed.recipes import pretrained, text
+from jaxfeed.recipes import pretrained
 from jaxfeed.recipes.config import ConfigError, RunConfig, read_run
 from jaxfeed.recipes.configure import paths_of
-from jaxfeed.recipes.models import CodePolicy, model_file
+from jaxfeed.recipes.kinds.registry import check_options as check_kind_options
 from jaxfeed.recipes.run import absolute_paths, check_out_folder, lock_run_folder, model_copy
 from jaxfeed.recipes.train.loaders import mesh_of
 from jaxfeed.recipes.train.record import Run
+from jaxfeed.recipes.user_models import CodePolicy, model_file
 from jaxfeed.runtime import distributed
 
 
@@ -58,11 +59,8 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
 def default_out(config: RunConfig) -> Path:
     """``runs/DATA-MODEL-TIME`` for a run without ``--out``."""
     name = Path(config.data).name or "data"
-    model = config.component("model")[0] or "auto"
-    if pretrained.is_hub_model(model):
-        model = Path(model.removeprefix(pretrained.HUB_PREFIX)).name
-    elif ":" in model:
-        model = model.rpartition(":")[2]
+    spec = config.model_spec
+    model = spec.short if spec is not None else "auto"
     return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
@@ -72,7 +70,7 @@ def _check_options(config: RunConfig) -> None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
-    text.check_options(config)
+    check_kind_options(config)  # --task lm's, --tokenizer
     if config.mesh is not None:
         mesh_of(config)  # a --mesh the devices cannot make is refused before any data is read
 
@@ -85,13 +83,13 @@ def _resumed(run: Run) -> Run:
     run.policy = CodePolicy(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code
     )
-    model_spec = config.component("model")[0] or ""
-    if pretrained.is_hub_model(model_spec):
-        run.checkpoint = pretrained.open_checkpoint(model_spec)
+    spec = config.model_spec
+    if spec is not None and spec.source == "hub":
+        run.checkpoint = pretrained.open_checkpoint(spec.text)
         if record is not None:
             pretrained.check_unchanged(record.resolved.get("pretrained") or {}, run.checkpoint)
-    elif ":" in model_spec:
-        model_file(model_spec, run.policy)  # a missing file or copy is refused before any work
+    elif spec is not None and spec.source == "file":
+        model_file(spec.text, run.policy)  # a missing file or copy is refused before any work
     return run
 
 

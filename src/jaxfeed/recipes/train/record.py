@@ -20,10 +20,11 @@ import jax
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import RunConfig, RunRecord
-from jaxfeed.recipes.models import CodePolicy
+from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.pretrained import Checkpoint
 from jaxfeed.recipes.run import RunData
 from jaxfeed.recipes.spec import Preprocessing
+from jaxfeed.recipes.user_models import CodePolicy
 
 HEAD_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
@@ -67,7 +68,7 @@ class Run:
     checkpoint: Checkpoint | None = None  # --model hf:...: opened and hashed
     # planned
     run_data: RunData | None = None
-    kind: Any = None
+    kind: Kind | None = None  # the planned inputs' (HubKind: with the checkpoint)
     prep: Preprocessing | None = None
     loaders: tuple[Any, ...] = ()  # train, validation (or None), test (or None)
     mesh: Any = None

@@ -51,12 +51,8 @@ def summary(
     found = [f"{n}/" if (out / n).is_dir() else n for n in files if (out / n).exists()]
     say(f"\nrun folder: {out}  ({', '.join(found)})")
     quoted = shlex.join([str(out)])  # pasted into a shell: spaces and quotes survive
-    use = (
-        f"generate:   jaxfeed generate {quoted} PROMPT"
-        if run.task == "lm"
-        else f"predict:    jaxfeed predict {quoted} FILE..."
-    )
-    say(f"evaluate:   jaxfeed eval {quoted} --json\n{use}")
+    assert run.kind is not None
+    say(f"evaluate:   jaxfeed eval {quoted} --json\n{run.kind.next_step(quoted)}")
 
 
 def _columns(
