@@ -8,9 +8,14 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from jaxfeed.recipes.config import RunConfig, RunRecord
+from jaxfeed.recipes.config.model_spec import parse_model
+from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.train import Run, TrainResult, follow_umask, train, unused_axes
 from jaxfeed.recipes.train import record as recordmod
+from jaxfeed.recipes.train.finish import may_skip_export
 
 HEAD = [
     "format", "version", "jaxfeed", "options", "task", "labels", "preprocess", "best_metric",
@@ -89,3 +94,55 @@ def test_no_function_of_the_training_recipe_is_over_80_lines():
                 if lines > 80:
                     long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+TINY = """
+from flax import nnx
+
+
+class Tiny(nnx.Module):
+    def __init__(self, num_classes, input_shape, *, rngs):
+        size = 1
+        for d in input_shape:
+            size *= d
+        self.linear = nnx.Linear(size, num_classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.linear(x.reshape((x.shape[0], -1)))
+"""
+
+
+def _untraceable(*args, **kwargs):
+    raise RuntimeError("jax.export cannot trace this model")
+
+
+@pytest.mark.parametrize("model", ["file", "module"])
+def test_a_model_of_your_own_that_does_not_export_leaves_a_note(model, tmp_path, monkeypatch):
+    """A model of your own (a file, or a module imported by name) that ``jax.export`` cannot
+    trace: the run finishes without ``model/`` and says so (eval and predict use checkpoints/).
+    A module named ``package.module.Class`` was not recognised as your own: the run failed."""
+    (tmp_path / "tiny_net.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(Kind, "export", _untraceable)
+    spec = f"{tmp_path / 'tiny_net.py'}:Tiny" if model == "file" else "tiny_net.Tiny"
+    out, lines = tmp_path / "run", []
+    config = RunConfig(data="digits", model=spec, epochs=1, max_steps=2, out=str(out))
+    result = train(config, say=lambda *a, **k: lines.append(" ".join(map(str, a))), verbose=0)
+    assert result.best is not None and not (out / "model").exists()
+    assert any(
+        line.startswith("note: model/ not written (RuntimeError: jax.export") for line in lines
+    )
+
+
+def test_a_built_in_model_that_does_not_export_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(Kind, "export", _untraceable)
+    config = RunConfig(data="digits", model="mlp", epochs=1, max_steps=2, out=str(tmp_path / "r"))
+    with pytest.raises(RuntimeError, match="cannot trace"):
+        train(config, say=lambda *a, **k: None, verbose=0)
+
+
+def test_which_models_may_skip_the_export():
+    """Models of your own only: a Hub checkpoint is jaxfeed's own family, whether named
+    ``hf:ORG/NAME`` or by its folder (the old rule, ``:`` in ``--model``, let ``hf:`` ids pass)."""
+    names = ("net.py:Net", "pkg.nets.Net", "hf:org/bert", "./bert", "cnn")
+    assert [may_skip_export(parse_model(m)) for m in names] == [True, True, False, False, False]

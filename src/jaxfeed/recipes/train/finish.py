@@ -61,7 +61,7 @@ def export_best(run: Run, trainer: Any) -> dict[str, Any] | None:
     try:
         _export(run, trainer, step, best["epoch"])
     except Exception as err:
-        if not _may_skip_export(run.config.model_spec):
+        if not may_skip_export(run.config.model_spec):
             raise
         run.say(
             f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
@@ -86,18 +86,15 @@ def _export(run: Run, trainer: Any, step: int, epoch: int) -> None:
     kind.export(trainer, run.out / "model", prep, data.labels, extra)
 
 
-def _may_skip_export(spec: ModelSpec | None) -> bool:
-    """Whether a failed export leaves a note instead of failing the run: a model file of your
-    own that ``jax.export`` cannot trace (eval and predict use the checkpoints), or a Hub id
-    (``hf:...``, as every release did: the rule tested ``--model`` for a ``:``).
+def may_skip_export(spec: ModelSpec | None) -> bool:
+    """Whether a failed export leaves a note instead of failing the run: a model of your own (a
+    file or a module) that ``jax.export`` cannot trace; eval and predict use the checkpoints.
 
     >>> from jaxfeed.recipes.config.model_spec import parse_model
-    >>> [_may_skip_export(parse_model(m)) for m in ("net.py:Net", "hf:org/bert", "./bert", "cnn")]
-    [True, True, False, False]
+    >>> [may_skip_export(parse_model(m)) for m in ("net.py:Net", "pkg.nets.Net", "hf:org/bert")]
+    [True, True, False]
     """
-    return spec is not None and (
-        spec.source == "file" or (spec.source == "hub" and spec.path is None)
-    )
+    return spec is not None and spec.is_code
 
 
 def follow_umask(folder: Path) -> None:
