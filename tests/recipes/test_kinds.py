@@ -75,7 +75,11 @@ def test_defaults_units_and_next_steps():
 
 
 def test_unknown_kind_is_refused_when_planned():
-    run_data = SimpleNamespace(columns=SimpleNamespace(inputs=["blob"]))
+    run_data = SimpleNamespace(
+        columns=SimpleNamespace(inputs=["blob"], label="y"),
+        splits=SimpleNamespace(train=None),
+        task="classification",
+    )
 
     kind = kind_for("binary", "classification", None)
     with pytest.raises(
