@@ -25,7 +25,7 @@ from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes import report, text_serve
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.kinds.registry import kind_of
+from jaxfeed.recipes.kinds.registry import kind_named, kind_of
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
 from jaxfeed.serve.export import ExportError, load_exported
 from jaxfeed.serve.spec import ServingSpec, SpecError, category_key
@@ -305,8 +305,8 @@ def iter_predictions(
     run = Path(run_dir)
     record = read_run(run)
     size = record.options.batch_size
-    prep = preprocessing_of(record, str(run / "config.json"))
-    kind = kind_of(prep)
+    preprocess = record.resolved["preprocess"]
+    kind = kind_named(preprocess.get("kind"))  # the paths are checked before the run is read
     for given in inputs if kind.reads != "texts" else ():  # a text run takes texts too
         if not Path(given).exists():
             raise ConfigError(datamod.no_such_path(given))
@@ -314,7 +314,7 @@ def iter_predictions(
     spec = served.spec
     notes = notes if notes is not None else []
     which = {k: served.checkpoint[k] for k in ("step", "epoch")}
-    batches = READERS[kind.reads](inputs, spec, size, notes, prep, kind)
+    batches = READERS[kind.reads](inputs, spec, size, notes, preprocess, kind)
     unseen = Unseen(spec, strict)  # a table's categories (other kinds have none)
     for names, raw in batches:
         unseen.count(names, raw)
@@ -390,7 +390,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def _image_batches(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
-                   prep: Any, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+                   preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
     """Image files and folders, read as the kind's reader spec says (an array run's: image
     files fit to its arrays)."""
     reader = kind.reader_spec(spec)
@@ -421,20 +421,20 @@ def _image_batches(inputs: list[str], spec: ServingSpec, size: int, notes: list[
 
 
 def _table_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
-                  prep: Any, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+                  preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
     for path in _expand(inputs, tables=True):
         yield from _table_batches(path, spec, size)
 
 
 def _audio_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
-                  prep: Any, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+                  preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
     paths = _expand(inputs, tables=False, extensions=AUDIO_EXTENSIONS)
     yield from audiomod.audio_batches(paths, spec, size, notes)
 
 
 def _text_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
-                 prep: Any, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
-    yield from text_serve.text_batches(inputs, prep.text["column"], size)
+                 preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    yield from text_serve.text_batches(inputs, preprocess["text"]["column"], size)
 
 
 # what predict reads, as the run's kind names it (Kind.reads)
