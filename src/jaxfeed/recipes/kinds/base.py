@@ -251,8 +251,10 @@ class Kind:
 
 
 def target_scale(train: Any, label: str) -> tuple[float, float]:
-    """The mean and deviation of a regression target (a missing or infinite value is refused)."""
-    column = train.select_columns([label]).data.column(label)
+    """The mean and deviation of a regression target over the rows of ``train`` (a split carved
+    out of a larger table keeps an indices mapping: its ``data`` holds every row), a missing or
+    infinite value refused."""
+    column = train.select_columns([label]).flatten_indices().data.column(label)
     if column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
         raise ConfigError(f"column {label!r} is empty at row {row}; fill or drop such rows")
