@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from jaxfeed import Dataset
+from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes.config import BUILTIN_MODELS, ConfigError, RunConfig
 from jaxfeed.recipes.config.model_spec import ModelSpec, parse_model
+from jaxfeed.recipes.data import choose_splits
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.registry import KINDS, kind_for, kind_of
+from jaxfeed.recipes.kinds.table import TableOptions
 from jaxfeed.recipes.spec import Preprocessing
 
 
@@ -75,7 +80,11 @@ def test_defaults_units_and_next_steps():
 
 
 def test_unknown_kind_is_refused_when_planned():
-    run_data = SimpleNamespace(columns=SimpleNamespace(inputs=["blob"]))
+    run_data = SimpleNamespace(
+        columns=SimpleNamespace(inputs=["blob"], label="y"),
+        splits=SimpleNamespace(train=None),
+        task="classification",
+    )
 
     kind = kind_for("binary", "classification", None)
     with pytest.raises(
@@ -90,3 +99,18 @@ def test_flags_that_do_not_apply():
     with pytest.raises(ConfigError, match="--image-size: the input column holds audio"):
         KINDS["audio"].check(RunConfig(image_size="32"))
     KINDS["audio"].check(RunConfig(sample_rate=16000))
+
+
+@pytest.mark.parametrize("kind", ["table", "array"])
+def test_a_regression_target_is_standardised_on_the_train_split_only(kind):
+    """The validation rows carved out of the train data do not enter the target's mean and
+    deviation (the train split keeps an indices mapping over the whole table)."""
+    values = [float(i) ** 2 for i in range(40)]
+    x = [[float(i)] for i in range(40)] if kind == "array" else [float(i) for i in range(40)]
+    ds = Dataset.from_dict({"x": x, "y": values})
+    train = choose_splits(DatasetDict({"train": ds}), "train", None, 0.25, None, 0).train
+    options = TableOptions() if kind == "table" else None
+    prep, _ = KINDS[kind].plan_columns(train, ["x"], "y", "regression", None, options)
+    y = np.asarray(train.with_format("numpy")["y"], np.float64)
+    assert len(y) == 30
+    assert (prep.target_mean, prep.target_std) == pytest.approx((y.mean(), y.std()))

@@ -68,11 +68,11 @@ class ModelSpec:
         return self.source in ("file", "module")
 
 
-def is_hub_text(text: Any) -> bool:
+def is_hub_model(text: Any) -> bool:
     """Whether ``--model`` text names a Hub checkpoint: ``hf:ORG/NAME``, or a local folder (a path
     with a ``/`` or starting with ``.``/``~``, and no ``:``).
 
-    >>> is_hub_text("hf:google/vit-base-patch16-224"), is_hub_text("cnn"), is_hub_text("m.py:Net")
+    >>> is_hub_model("hf:google/vit-base-patch16-224"), is_hub_model("cnn"), is_hub_model("m.py:Net")
     (True, False, False)
     """
     if not isinstance(text, str) or not text:
@@ -92,7 +92,7 @@ def parse_model(value: Any) -> ModelSpec | None:
     else:
         text, init_args = value, {}
     text = str(text)
-    if is_hub_text(text):
+    if is_hub_model(text):
         path = None if text.startswith(HUB_PREFIX) else text
         return ModelSpec("hub", text, init_args, path)
     if ":" in text:
@@ -103,4 +103,4 @@ def parse_model(value: Any) -> ModelSpec | None:
     return ModelSpec("module", text, init_args)
 
 
-__all__ = ["HUB_PREFIX", "ModelSpec", "is_hub_text", "parse_model"]
+__all__ = ["HUB_PREFIX", "ModelSpec", "is_hub_model", "parse_model"]

@@ -24,6 +24,8 @@ class AudioKind(Kind):
     """
 
     default_model = "audio_cnn"
+    hub_task = "audio-classification"
+    reads = "audio"  # audio files (or folders of them)
 
     def __init__(self) -> None:
         super().__init__("audio")
@@ -39,14 +41,25 @@ class AudioKind(Kind):
             config.sample_rate, config.clip_seconds,
         )  # fmt: skip
 
+    def plan_inputs(self, train: Any, inputs: list[str], label: str, task: str,
+                    image_size: Any, options: Any = None,
+                    image_mode: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """Audio is planned from every split's clips (:meth:`plan`), not the train split's."""
+        raise ConfigError(
+            f"the input column {inputs[0]!r} is audio: plan it with jaxfeed.recipes.audio.plan_audio"
+        )
+
     def plan_pretrained(self, checkpoint: Any, run_data: Any,
                         config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        from jaxfeed.recipes import pretrained  # import cost: the Hub layer, for a checkpoint
+        """The checkpoint's front end (its ``preprocessor_config.json``, checked against the
+        model), clips resampled to its rate (:func:`jaxfeed.recipes.audio.plan_front_end`)."""
+        from jaxfeed.recipes import hub_checkpoint as pretrained  # import cost: the Hub layer
 
         columns = run_data.columns
-        return pretrained.plan_audio(
-            checkpoint, run_data.source.data, columns.inputs[0], columns.label, run_data.task,
-            config,
+        extractor = pretrained.audio_processor(checkpoint)
+        return audiomod.plan_front_end(
+            run_data.source.data, columns.inputs[0], columns.label, run_data.task, extractor,
+            checkpoint.spec, config.sample_rate, config.clip_seconds,
         )  # fmt: skip
 
     def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
@@ -61,6 +74,11 @@ class AudioKind(Kind):
             sample_rate=audio.get("sample_rate", config.sample_rate),
             clip_seconds=audio.get("clip_seconds", config.clip_seconds),
         )
+
+    def wrap_pretrained(self, spec: str, model: Any) -> Any:
+        from jaxfeed.recipes import hub_checkpoint as pretrained  # import cost: the Hub layer
+
+        return pretrained.AudioModel(model)
 
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         return {"row_transform": audiomod.row_transform(prep, train=train)}

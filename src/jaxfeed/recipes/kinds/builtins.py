@@ -23,13 +23,15 @@ TOKEN_KINDS = ("text", "lm")  # token ids: the transformers' inputs
 
 @dataclass(frozen=True)
 class Builtin:
-    """One built-in model: ``build(builtin, prep, outputs, init_args, rngs)`` makes it (checking
-    that the run's inputs fit it, with the message that says what does)."""
+    """One built-in model: ``build(builtin, kind, prep, outputs, init_args, rngs)`` makes it for
+    a run of ``kind`` (checking that the run's inputs fit it, with the message that says what
+    does)."""
 
     name: str  # --model NAME
     class_name: str  # its class in jaxfeed.models.registry.MODEL_CLASSES
     kinds: tuple[str, ...]  # the Preprocessing kinds whose inputs it takes
     build: Callable[..., Any]
+    batchnorm: bool = False  # it takes a BatchNorm ``momentum`` (the budget may set it)
 
     def model_class(self) -> Any:
         """The class (imports flax)."""
@@ -50,18 +52,20 @@ def construct(cls: type, name: str, init_args: dict[str, Any], *args: Any, **kwa
     return cls(*args, **kwargs, **init_args)
 
 
-def _no_tokens(builtin: Builtin, prep: Any) -> None:
-    if prep.kind in TOKEN_KINDS:
+def _no_tokens(builtin: Builtin, kind: Any) -> None:
+    if kind.tokens and kind.name not in builtin.kinds:
         raise ConfigError(
             f"--model {builtin.name} does not fit this run's token ids of text; use --model "
             "transformer (or your own)"
         )
 
 
-def _cnn(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any) -> Any:
-    _no_tokens(builtin, prep)
+def _cnn(
+    builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any
+) -> Any:
+    _no_tokens(builtin, kind)
     shape = tuple(prep.input_shape)
-    if prep.kind not in builtin.kinds or len(shape) not in (2, 3):
+    if kind.name not in builtin.kinds or len(shape) not in (2, 3):
         raise ConfigError(
             f"--model cnn needs images; the inputs have shape {shape}: use --model mlp"
         )
@@ -74,10 +78,10 @@ def _cnn(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, Any], r
     return construct(cls, builtin.name, init_args, outputs, input_shape=image, rngs=rngs)
 
 
-def _audio_cnn(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, Any],
+def _audio_cnn(builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any],
                rngs: Any) -> Any:  # fmt: skip
     shape = tuple(prep.input_shape)
-    if prep.kind not in builtin.kinds or len(shape) != 2:
+    if kind.name not in builtin.kinds or len(shape) != 2:
         raise ConfigError(
             f"--model audio_cnn needs (frames, mel bins) spectrograms; the inputs have shape "
             f"{shape}: train it on an audio column"
@@ -89,19 +93,21 @@ def _audio_cnn(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, A
         raise ConfigError(f"--model audio_cnn: {err}") from None
 
 
-def _mlp(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any) -> Any:
-    _no_tokens(builtin, prep)
+def _mlp(
+    builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any
+) -> Any:
+    _no_tokens(builtin, kind)
     shape = tuple(prep.input_shape)
     cls = builtin.model_class()
     return construct(cls, builtin.name, init_args, outputs, input_shape=shape, rngs=rngs)
 
 
-def _transformer(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str, Any],
+def _transformer(builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any],
                  rngs: Any) -> Any:  # fmt: skip
     """``transformer`` (the classifier of a text column; on ``--task lm`` the language model) or
     ``transformer_lm`` over the run's token ids: ``prep.vocab_size``, and ``prep.max_length`` (the
     longest row the data gives) as the context unless ``--model.init_args.max_length`` sets it."""
-    name = "transformer_lm" if prep.kind == "lm" else builtin.name  # the language model's
+    name = "transformer_lm" if kind.task == "lm" else builtin.name  # the language model's
     vocab_size = getattr(prep, "vocab_size", None)
     if not vocab_size:
         raise ConfigError(
@@ -117,9 +123,9 @@ def _transformer(builtin: Builtin, prep: Any, outputs: int, init_args: dict[str,
 
 
 _TABLE = (
-    Builtin("cnn", "CNN", ("image", "array", "audio"), _cnn),
+    Builtin("cnn", "CNN", ("image", "array", "audio"), _cnn, batchnorm=True),
     Builtin("mlp", "MLP", ("image", "array", "table", "audio"), _mlp),
-    Builtin("audio_cnn", "AudioCNN", ("image", "array", "audio"), _audio_cnn),
+    Builtin("audio_cnn", "AudioCNN", ("image", "array", "audio"), _audio_cnn, batchnorm=True),
     Builtin("transformer", "TransformerClassifier", TOKEN_KINDS, _transformer),
     Builtin("transformer_lm", "TransformerLM", TOKEN_KINDS, _transformer),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.recipes import pretrained
+from jaxfeed.recipes import hub_checkpoint as pretrained
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.spec import Preprocessing
@@ -33,7 +33,7 @@ class HubKind(Kind):
 
     def before_plan(self, config: RunConfig, resumed: bool) -> RunConfig:
         """The checkpoint takes the data's kind; a new run takes its options (an image size)."""
-        pretrained.check_data(self.checkpoint, self.name)
+        pretrained.check_data(self.checkpoint, self.name, self.inner.hub_task)
         config = self.inner.before_plan(config, resumed)
         return config if resumed else self.inner.pretrained_options(self.checkpoint, config)
 
@@ -70,7 +70,8 @@ class HubKind(Kind):
         spec = config.model_spec.text
         if config.api == "linen":
             raise ConfigError(f"--api linen: --model {spec} is an nnx model from the Hub")
-        return pretrained.build_model(spec, prep, outputs, config)
+        model = pretrained.build_model(spec, self.inner.hub_task, outputs, config, self.name)
+        return self.inner.wrap_pretrained(spec, model)
 
     def trainer_options(self, config: RunConfig, prep: Preprocessing,
                         class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip

@@ -30,8 +30,14 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def _kind(name: str) -> Kind:
-    return KINDS.get(name) or Kind(name)  # a kind jaxfeed cannot learn from: its plan says so
+def kind_named(name: str | None) -> Kind:
+    """The kind a saved preprocessing names (``prep.kind``); one jaxfeed has not is refused when
+    it plans (a run folder of another kind: nothing it reads fits).
+
+    >>> kind_named("table").default_model, kind_named(None).name
+    ('mlp', 'None')
+    """
+    return KINDS.get(name) or Kind(str(name))  # a kind jaxfeed cannot learn from: its plan says so
 
 
 def check_options(config: RunConfig) -> None:
@@ -44,7 +50,7 @@ def kind_for(columns_kind: str, task: str | None, model: ModelSpec | None,
              checkpoint: Any = None) -> Kind:  # fmt: skip
     """The kind of a new run: its input columns' kind (``lm`` for ``--task lm``), wrapped in a
     :class:`HubKind` when ``--model`` is a Hub checkpoint (``checkpoint``: it, opened)."""
-    kind = _kind("lm" if task == "lm" and columns_kind == "text" else columns_kind)
+    kind = kind_named("lm" if task == "lm" and columns_kind == "text" else columns_kind)
     if checkpoint is not None or (model is not None and model.source == "hub"):
         return HubKind(kind, checkpoint)
     return kind
@@ -53,10 +59,10 @@ def kind_for(columns_kind: str, task: str | None, model: ModelSpec | None,
 def kind_of(prep: Preprocessing, checkpoint: Any = None, model: ModelSpec | None = None) -> Kind:
     """The kind of a saved run (eval, predict, resume): its preprocessing's ``kind``, wrapped in
     a :class:`HubKind` for a Hub model (``checkpoint`` opened, or ``model`` naming one)."""
-    kind = _kind(prep.kind)
+    kind = kind_named(prep.kind)
     if checkpoint is not None or (model is not None and model.source == "hub"):
         return HubKind(kind, checkpoint)
     return kind
 
 
-__all__ = ["KINDS", "HubKind", "Kind", "check_options", "kind_for", "kind_of"]
+__all__ = ["KINDS", "HubKind", "Kind", "check_options", "kind_for", "kind_named", "kind_of"]
