@@ -3,6 +3,14 @@ checked against its metrics, a resumed run's checkpoint restored, a pretrained l
 perplexity before fine-tuning, the run folder's files (``config.json``, a model file's copy, the
 tokenizer), and the line that says what trains where.
 
+>>> import tempfile
+>>> from jaxfeed.recipes.train.opening import open_run
+>>> from jaxfeed.recipes.train.plan import plan
+>>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), lambda *a: None, 0) as run:
+...     plan(run)
+...     trainer = build(run)
+>>> trainer.step, sorted(p.name for p in run.out.iterdir())
+(0, ['config.json'])
 >>> _args({"width": 64}), _args({})
 ('(width=64)', '')
 """

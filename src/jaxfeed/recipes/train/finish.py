@@ -1,5 +1,6 @@
 """Stage 5 of a run: finish. The chosen checkpoint restored and exported to ``model/``, the test
-split read once on it, and the summary."""
+split read once on it, and the summary (:mod:`jaxfeed.recipes.train`'s example runs every
+stage, this one included)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Stage 4 of a run: fit. The trainer's fit (or nothing, for a run already complete), a Ctrl-C
 or a failed checkpoint answered with the line that resumes the run, and the early-stopping state
-recorded in ``config.json`` as the run ended."""
+recorded in ``config.json`` as the run ended (:mod:`jaxfeed.recipes.train`'s example runs
+every stage, this one included)."""
 
 from __future__ import annotations
 

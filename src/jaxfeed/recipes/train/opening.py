@@ -1,7 +1,15 @@
 """Stage 1 of a run: open it. The options checked before anything is read (distributed
 initialisation, ``--tensorboard``, text options, ``--mesh``), the run folder checked and locked,
 a resumed run's record read, a model file checked and a pretrained checkpoint opened and checked
-against the record."""
+against the record.
+
+>>> import tempfile
+>>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), print, 0) as run:
+...     run.record is None, run.checkpoint is None, run.out.is_dir()
+(True, True, True)
+>>> default_out(RunConfig(data="digits", model="net.py:Net")).name.startswith("digits-Net-")
+True
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,16 @@
 (:mod:`jaxfeed.recipes.kinds`), its preprocessing planned by the kind (or a resumed run's
 reopened), the options resolved, the loaders made over the run's mesh, the budget (batch size,
 epochs, patience), a fine-tuning's defaults and the class weights: everything ``config.json``
-records."""
+records.
+
+>>> import tempfile
+>>> from jaxfeed.recipes.config import RunConfig
+>>> from jaxfeed.recipes.train.opening import open_run
+>>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), lambda *a: None, 0) as run:
+...     plan(run)
+>>> run.kind, run.config.model_spec.name, run.best_metric, len(run.loaders), list(run.resolved())[-3:]
+(ArrayKind('array'), 'cnn', 'eval_loss', 3, ['budget', 'class_weights', 'lr_logged'])
+"""
 
 from __future__ import annotations
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import RunConfig, RunRecord
-from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.pretrained import Checkpoint
-from jaxfeed.recipes.run import RunData
-from jaxfeed.recipes.spec import Preprocessing
-from jaxfeed.recipes.user_models import CodePolicy
+
+if TYPE_CHECKING:  # the record's field types: the modules that fill them import these
+    from jaxfeed.recipes.kinds.base import Kind
+    from jaxfeed.recipes.pretrained import Checkpoint
+    from jaxfeed.recipes.run import RunData
+    from jaxfeed.recipes.spec import Preprocessing
+    from jaxfeed.recipes.user_models import CodePolicy
 
 HEAD_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",

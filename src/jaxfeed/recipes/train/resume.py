@@ -3,6 +3,9 @@ data checked against the checkpoint's (:func:`check_loader_state`), a position s
 device count taken over (:class:`ElasticLoader`).
 
 >>> check_loader_state(None, object(), 0)  # a checkpoint without a loader position: nothing to check
+>>> import tempfile  # a run without checkpoints yet starts from the beginning
+>>> restore(None, Path(tempfile.mkdtemp()), RunConfig(), None, None, True, print) is None
+True
 """
 
 from __future__ import annotations
