@@ -26,6 +26,7 @@ import jax
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import lr_finder
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.models import build_trainer
 from jaxfeed.recipes.run import copy_model_code, outputs_of
 from jaxfeed.recipes.train.loaders import make_loaders, unused_axes
@@ -47,9 +48,8 @@ def build(run: Run) -> Any:
         )
     if run.record is not None:  # the checkpoint and the loader's position checked before any write
         restore(trainer, run.out, run.config, run.to_record(), run.loaders[0], run.primary, run.say)
-    if run.checkpoint is not None:  # a language model's perplexity before fine-tuning
-        kind: Any = run.kind  # a HubKind
-        before = kind.before_fine_tuning(
+    if isinstance(run.kind, HubKind):  # a language model's perplexity before fine-tuning
+        before = run.kind.before_fine_tuning(
             trainer, run.loaders[1], run.splits.eval_name, run.record, run.say
         )
         if before is not None:

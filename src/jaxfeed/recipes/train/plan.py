@@ -15,14 +15,13 @@ records.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from jaxfeed.recipes import budget as budgetmod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.kinds.base import Kind
+from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.models import resolve_class_weights
 from jaxfeed.recipes.preprocess import Augmented
@@ -148,8 +147,8 @@ def _loaders(run: Run) -> None:
 
 def _fine_tuning(run: Run) -> None:
     """A pretrained checkpoint's fine-tuning defaults (a new run's), its record and its line."""
-    kind: Any = run.kind  # a HubKind: the run has a checkpoint
-    if run.checkpoint is None:
+    kind = run.kind
+    if not isinstance(kind, HubKind):  # no pretrained checkpoint
         return
     if run.record is None:  # a resumed run keeps the options it recorded
         run.config, line = kind.fine_tune_defaults(run.config, len(run.loaders[0]))
