@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from jaxfeed.recipes import pretrained
+from jaxfeed.recipes import hub_checkpoint
 from jaxfeed.recipes.config import ConfigError, RunConfig, read_run
 from jaxfeed.recipes.configure import paths_of
 from jaxfeed.recipes.kinds.registry import check_options as check_kind_options
@@ -93,9 +93,9 @@ def _resumed(run: Run) -> Run:
     )
     spec = config.model_spec
     if spec is not None and spec.source == "hub":
-        run.checkpoint = pretrained.open_checkpoint(spec.text)
+        run.checkpoint = hub_checkpoint.open_checkpoint(spec.text)
         if record is not None:
-            pretrained.check_unchanged(record.resolved.get("pretrained") or {}, run.checkpoint)
+            hub_checkpoint.check_unchanged(record.resolved.get("pretrained") or {}, run.checkpoint)
     elif spec is not None and spec.source == "file":
         model_file(spec.text, run.policy)  # a missing file or copy is refused before any work
     return run

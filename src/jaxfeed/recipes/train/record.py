@@ -22,8 +22,8 @@ from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import RunConfig, RunRecord
 
 if TYPE_CHECKING:  # the record's field types: the modules that fill them import these
+    from jaxfeed.recipes.hub_checkpoint import Checkpoint
     from jaxfeed.recipes.kinds.base import Kind
-    from jaxfeed.recipes.pretrained import Checkpoint
     from jaxfeed.recipes.run import RunData
     from jaxfeed.recipes.spec import Preprocessing
     from jaxfeed.recipes.user_models import CodePolicy

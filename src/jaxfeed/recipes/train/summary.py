@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from jaxfeed.recipes import pretrained
+from jaxfeed.recipes import hub_checkpoint
 from jaxfeed.recipes.train.record import Run
 
 
@@ -38,7 +38,7 @@ def summary(
         what += f"; {splits.test_name} was read once, on it"
     say(what + "; eval and predict use it)")
     before = run.pretrained_eval  # a fine-tuned language model: what it gained
-    if (line := pretrained.perplexity_line(before, best, splits.eval_name)) is not None:
+    if (line := hub_checkpoint.perplexity_line(before, best, splits.eval_name)) is not None:
         say(line)
     if state:
         say(f"model and optimizer state: {state}")
