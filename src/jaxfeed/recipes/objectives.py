@@ -22,7 +22,11 @@ from jaxfeed.train.metrics import SPLIT_METRICS, SplitMetric, rmse
 
 def device_preprocess(scale: bool) -> Any:
     """The step's ``preprocess`` (on the device, inside the compiled step): float32 inputs, and
-    integer pixels divided by 255 when ``scale``."""
+    integer pixels divided by 255 when ``scale``.
+
+    >>> device_preprocess(True)({INPUTS: jnp.array([0, 255], jnp.uint8)})[INPUTS].tolist()
+    [0.0, 1.0]
+    """
 
     def preprocess(batch: dict[str, Any]) -> dict[str, Any]:
         x = batch[INPUTS]
@@ -38,7 +42,13 @@ def device_preprocess(scale: bool) -> Any:
 def numeric_options(config: RunConfig, prep: Any, class_weights: list[float] | None,
                     scale: bool) -> dict[str, Any]:  # fmt: skip
     """The Trainer's ``preprocess``, ``targets``, ``loss`` and ``metrics`` of a classifier or
-    regressor (``scale``: integer inputs are pixels)."""
+    regressor (``scale``: integer inputs are pixels; None: no conversion, token ids).
+
+    >>> from types import SimpleNamespace
+    >>> options = numeric_options(RunConfig(), SimpleNamespace(task="classification", target_std=None), None, None)
+    >>> options["preprocess"], options["loss"], options["metrics"]
+    (None, 'cross_entropy', {'accuracy': 'accuracy'})
+    """
     regression = prep.task == "regression"
     return {
         "preprocess": None if scale is None else device_preprocess(scale),

@@ -16,12 +16,12 @@ True
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from jaxfeed.recipes.config import RunConfig
 from jaxfeed.recipes.corpus import CONCAT as CONCAT
 from jaxfeed.recipes.corpus import CORPUS_SUFFIXES as CORPUS_SUFFIXES
-from jaxfeed.recipes.corpus import read_corpus as read_corpus
 from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.recipes.text_columns import MIN_WORDS as MIN_WORDS
 from jaxfeed.recipes.text_columns import free_text as free_text
@@ -29,6 +29,13 @@ from jaxfeed.recipes.text_columns import text_column_of as text_column_of
 from jaxfeed.recipes.tokenizer import TOKENIZER_FILE as TOKENIZER_FILE
 from jaxfeed.recipes.tokenizer import attach_tokenizer as attach_tokenizer
 from jaxfeed.recipes.tokenizer import write_tokenizer as write_tokenizer
+
+
+def read_corpus(path: Path, sample_by: str = "line") -> Any:
+    """:func:`jaxfeed.recipes.corpus_reader.read_corpus`."""
+    from jaxfeed.recipes import corpus_reader  # import depth: data imports this module
+
+    return corpus_reader.read_corpus(path, sample_by)
 
 
 def check_options(config: RunConfig) -> None:

@@ -253,7 +253,12 @@ class Kind:
 def target_scale(train: Any, label: str) -> tuple[float, float]:
     """The mean and deviation of a regression target over the rows of ``train`` (a split carved
     out of a larger table keeps an indices mapping: its ``data`` holds every row), a missing or
-    infinite value refused."""
+    infinite value refused.
+
+    >>> from jaxfeed import Dataset
+    >>> target_scale(Dataset.from_dict({"y": [1.0, 3.0, 100.0]}).select([0, 1]), "y")
+    (2.0, 1.0)
+    """
     column = train.select_columns([label]).flatten_indices().data.column(label)
     if column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
@@ -266,7 +271,12 @@ def target_scale(train: Any, label: str) -> tuple[float, float]:
 
 
 def target_line(run_data: RunData) -> str:
-    """The target's part of the sizes line: the label and its classes, or the regression's."""
+    """The target's part of the sizes line: the label and its classes, or the regression's.
+
+    >>> from types import SimpleNamespace as Data
+    >>> target_line(Data(columns=Data(label="y"), task="classification", labels=["a", "b"]))
+    "label 'y' (2 classes)"
+    """
     label = run_data.columns.label
     if run_data.task == "classification":
         return f"label {label!r} ({len(run_data.labels)} classes)"

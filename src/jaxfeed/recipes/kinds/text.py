@@ -361,7 +361,13 @@ def checkpoint_tokenizer(checkpoint: Any, missing: str) -> Any:
 
 
 def checkpoint_notes(notes: list[str], tokenizer: Any) -> list[str]:
-    """The plan's lines, the tokenizer's saying it is the checkpoint's."""
+    """The plan's lines, the tokenizer's saying it is the checkpoint's.
+
+    >>> from types import SimpleNamespace
+    >>> checkpoint_notes(["text: column 't'", "tokenizer: trained"],
+    ...                  SimpleNamespace(get_vocab_size=lambda: 30522))[1]
+    "tokenizer: the checkpoint's tokenizer.json (30,522 tokens), copied into the run folder as tokenizer.json"
+    """
     return [
         f"tokenizer: the checkpoint's tokenizer.json ({tokenizer.get_vocab_size():,} tokens), "
         f"copied into the run folder as {TOKENIZER_FILE}"
@@ -403,7 +409,11 @@ def tokenized(prep: Preprocessing, ds: Dataset, keep: list[str], max_length: int
 
 
 def prep_columns(ds: Dataset, columns: list[str]) -> Dataset:
-    """``ds`` with only ``columns`` (a missing one is refused naming the data's columns)."""
+    """``ds`` with only ``columns`` (a missing one is refused naming the data's columns).
+
+    >>> prep_columns(Dataset.from_dict({"t": ["a"], "y": [0], "z": [1]}), ["t", "y"]).column_names
+    ['t', 'y']
+    """
     missing = [c for c in columns if c not in ds.features]
     if missing:
         raise ConfigError(
