@@ -6,8 +6,11 @@
   columns, task inference, class labels.
 * :mod:`~jaxfeed.recipes.spec`: :class:`Preprocessing`, the one preprocessing of train, eval and
   predict, saved in the run; :mod:`~jaxfeed.recipes.preprocess` plans it and prepares datasets.
-* :mod:`~jaxfeed.recipes.models`: model choice (``cnn``, ``mlp``, ``FILE.py:ClassName``),
-  optimizer and schedule, the trainer.
+* :mod:`~jaxfeed.recipes.kinds`: one ``Kind`` per input kind (image, array, table, audio, text,
+  language model; a Hub checkpoint wraps one) that plans, prepares, builds the model, serves and
+  exports; its registry chooses a run's; the built-in models' table.
+* :mod:`~jaxfeed.recipes.models`: the model (through the run's kind), optimizer and schedule,
+  the trainer.
 * :mod:`~jaxfeed.recipes.train`, :mod:`~jaxfeed.recipes.evaluate`, :mod:`~jaxfeed.recipes.report`:
   the recipes and their reports; :mod:`~jaxfeed.recipes.interrupt`: reliable Ctrl-C.
 

@@ -282,7 +282,8 @@ def _channel_note(scan: ClipScan) -> list[str]:
 
 def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any) -> None:
     """``--sample-rate`` and ``--clip-seconds`` are for audio inputs, ``--image-size`` is not:
-    a flag that would do nothing is refused.
+    a flag that would do nothing is refused (``recipes/train.py``'s until it asks the run's kind:
+    :meth:`jaxfeed.recipes.kinds.base.Kind.check`).
 
     >>> check_flags("image", 16000, None, None)
     Traceback (most recent call last):
@@ -309,7 +310,8 @@ def row_transform(prep: Preprocessing, *, train: bool) -> LogMel | audio_feature
 
 
 def loader_options(prep: Preprocessing, *, train: bool) -> dict[str, Any]:
-    """Extra ``DataLoader`` arguments of a run: ``row_transform`` for audio, else none."""
+    """Extra ``DataLoader`` arguments of a run: ``row_transform`` for audio, else none
+    (``recipes/train.py``'s until it asks the run's kind: ``Kind.loader_options``)."""
     return {"row_transform": row_transform(prep, train=train)} if prep.kind == "audio" else {}
 
 

@@ -27,13 +27,14 @@ import dataclasses
 import math
 from typing import Any
 
+from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.train.callbacks import EarlyStopping
 
 STEP_FLOOR = 200  # optimizer steps a run gets at least, when its length is not given
 DEFAULT_EPOCHS = 10  # the run length of a data set large enough for the floor
 MAX_AUTO_BATCH = 64
 MIN_AUTO_BATCH = 8
-BATCHNORM_MODELS = ("cnn", "audio_cnn")  # built-in models with a BatchNorm momentum argument
+BATCHNORM_MODELS = tuple(n for n, b in BUILTINS.items() if b.batchnorm)  # ("cnn", "audio_cnn")
 DEFAULT_MOMENTUM = 0.9
 
 
@@ -152,7 +153,8 @@ def resolve(
         patience = patience_for(epochs)
         chosen.append("patience")
     momentum = None
-    name, args = config.component("model")
+    spec = config.model_spec
+    name, args = (spec.text, spec.init_args) if spec is not None else (None, {})
     if name in BATCHNORM_MODELS and "momentum" not in args:
         momentum = round(bn_momentum(steps), 3)
         if momentum >= DEFAULT_MOMENTUM:

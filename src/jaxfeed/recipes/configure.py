@@ -13,8 +13,8 @@ from jaxfeed.recipes.config.files import read_config_file
 from jaxfeed.recipes.config.groups import ConfigError
 from jaxfeed.recipes.config.record import read_run
 from jaxfeed.recipes.config.run_config import RunConfig
-from jaxfeed.recipes.models import LEGACY_OPTIMIZERS, optimizer_factory
-from jaxfeed.recipes.pretrained import FINE_TUNE, is_hub_model
+from jaxfeed.recipes.hub_checkpoint import FINE_TUNE
+from jaxfeed.recipes.optimizers import LEGACY_OPTIMIZERS, optimizer_factory
 from jaxfeed.recipes.run import absolute_paths, check_out_folder
 from jaxfeed.recipes.schedules import build_schedule
 
@@ -61,7 +61,8 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         given |= set(values)
         config = config.replace(values, f"--config {config_file}")
     config = config.replace(flags, "command line")
-    if is_hub_model(config.component("model")[0]):  # fine-tuning: the options left out
+    spec = config.model_spec
+    if spec is not None and spec.source == "hub":  # fine-tuning: the options left out
         config = config.replace(
             {k: v for k, v in FINE_TUNE.items() if k not in given}, "fine-tuning defaults"
         )

@@ -23,12 +23,11 @@ from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import report, text, text_serve
+from jaxfeed.recipes import report, text_serve
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.preprocess import prepare
+from jaxfeed.recipes.kinds.registry import kind_named, kind_of
 from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
-from jaxfeed.recipes.spec import INPUTS, TARGETS, TEXT_KINDS
-from jaxfeed.serve.export import FUNCTION, ExportError, load_exported
+from jaxfeed.serve.export import ExportError, load_exported
 from jaxfeed.serve.spec import ServingSpec, SpecError, category_key
 
 MODEL_DIR = "model"
@@ -54,26 +53,19 @@ def serve(
     run: Path, record: RunRecord, checkpoint: str = "best", *, trust_code: bool = False
 ) -> Served:
     """The run's export for ``best`` (no code imported), else checkpoint ``checkpoint`` in a
-    rebuilt trainer (a user's model file only with ``trust_code``)."""
+    rebuilt trainer (a user's model file only with ``trust_code``); the run's kind says how its
+    raw inputs reach the model (a text run's tokenizer turns texts into token ids)."""
     labels = list(record.resolved["labels"])
     prep = preprocessing_of(record, str(run / "config.json"))
-    if prep.kind in TEXT_KINDS:  # texts -> token ids -> model/ (recipes/text_serve.py)
-        logits, which = text_serve.serve_text(run, record, checkpoint, trust_code=trust_code)
-        return Served(prep.serving(labels), logits, which)
+    kind = kind_of(prep)
+    kind.open_served(prep, run)
     folder = run / MODEL_DIR
-    if checkpoint == "best" and _servable(folder):
+    if checkpoint == "best" and kind.servable(folder):
         try:
             served = load_exported(folder)
         except ExportError as err:
-            raise ConfigError(
-                f"{err}; eval and predict serve model/ (train again to rewrite it)"
-            ) from err
-        spec = served.spec or prep.serving(labels)  # an export of an earlier jaxfeed
-
-        def logits(raw: Any) -> np.ndarray:
-            x = spec.model_inputs(raw)
-            return np.asarray(served.call(x)) if len(x) else np.zeros((0, max(len(labels), 1)))
-
+            raise ConfigError(f"{err}; eval and predict serve model/ ({kind.retrain})") from err
+        spec, logits = kind.exported_logits(served, prep, labels)
         which = {
             "step": served.config.get("checkpoint_step"),
             "epoch": served.config.get("checkpoint_epoch"),
@@ -81,28 +73,11 @@ def serve(
             "source": "model/",
         }
         return Served(spec, logits, which)
-    trainer, prep = build_run_trainer(record, run, trust_code=trust_code)
+    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
     meta = restore(trainer, run, record, checkpoint)
-    spec = prep.serving(labels)
-    import jax  # the trainer has started JAX already
-
-    def trained(raw: Any) -> np.ndarray:
-        try:
-            x = prep.inputs(raw if prep.kind == "table" else {prep.input_columns[0]: raw})
-        except SpecError as err:
-            raise ConfigError(str(err)) from None
-        batch = jax.device_put({INPUTS: x, TARGETS: np.zeros(len(x), np.int32)})
-        return np.asarray(trainer.predict(batch))
-
     which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
              "source": "checkpoints/"}  # fmt: skip
-    return Served(spec, trained, which)
-
-
-def _servable(folder: Path) -> bool:
-    """``model/`` holds an export with its function (an export of the first jaxfeed has only
-    weights: its run is served from checkpoints/, as then)."""
-    return (folder / "config.json").is_file() and (folder / FUNCTION).is_file()
+    return Served(prep.serving(labels), kind.trained_logits(trainer, prep), which)
 
 
 # ---------------------------------------------------------------------------------- eval
@@ -124,67 +99,19 @@ def evaluate(
     config = record.options
     task, labels = record.resolved["task"], list(record.resolved["labels"])
     prep = preprocessing_of(record, str(run / "config.json"))
-    note = None
     if data is None and split is None:
-        if not datamod.exists_or_named(config.data):
-            raise ConfigError(
-                f"the run's data {config.data} is gone: give --data (a file or folder with the "
-                f"columns {[*prep.input_columns[:5], prep.label_column]})"
-            )
-        config = dataclasses.replace(config, data_dir=data_dir or config.data_dir)
-        run_data = load_run_data(config, labels if task == "classification" else None)
-        splits = run_data.splits
-        if splits.test is not None:
-            ds, split_name = splits.test, splits.test_name
-        elif splits.eval is not None:
-            ds, split_name = splits.eval, splits.eval_name
-        else:
-            raise ConfigError(
-                f"{run} has no test or validation split (trained with --val-split 0); give --split"
-            )
+        ds, split_name, note = _held_out(run, record, prep, data_dir)
     else:
-        corpus = (config.sample_by or "concat") if task == "lm" else "line"  # a .txt: as trained
-        source = datamod.detect(data or config.data, data_dir or config.data_dir, corpus)
-        parts: dict[str, Dataset] = dict(source.data)
-        wanted = [c for c in [*prep.input_columns, prep.label_column] if c]
-        for name, part in parts.items():
-            absent = [c for c in wanted if c not in part.features]
-            if absent:
-                raise ConfigError(
-                    f"--data {source.path}: split {name!r} has no column {absent[0]!r} (the run "
-                    f"reads {wanted[:6]}{'...' if len(wanted) > 6 else ''}); its columns are "
-                    f"{list(part.features)[:12]}"
-                )
-        if task == "classification":
-            parts, _ = datamod.encode_labels(parts, prep.label_column, labels)
-        if split is not None:
-            ds, split_name = datamod.select_split(DatasetDict(parts), split, "--split"), split
-        elif (name := next((s for s in datamod.EVAL_SPLITS if s in parts), None)) is not None:
-            ds, split_name = parts[name], name
-        elif len(parts) == 1:
-            split_name, ds = next(iter(parts.items()))
-            note = f"{source.path} has no splits: evaluating all {ds.num_rows:,} rows"
-            split_name = "all"
-        else:
-            raise ConfigError(
-                f"--data {source.path} has the splits {sorted(parts)}, none of them test or "
-                "validation: give --split"
-            )
+        ds, split_name, note = _given_split(record, prep, data, data_dir, split)
     if ds.num_rows == 0:
         raise ConfigError(f"split {split_name!r} of {run}'s data has no rows: nothing to evaluate")
     if task == "lm":
         return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
-    if prep.kind in TEXT_KINDS:  # raw texts: the served model tokenizes them
-        column = prep.text["column"]
-        ds, dropped = text.check_text_column(
-            prep_columns(ds, [column, prep.label_column]), column, f"split {split_name!r}"
-        )
-        note = "; ".join(n for n in (note, dropped) if n) or None
-    else:
-        ds = prepare(prep, ds)
+    kind = kind_of(prep)
+    ds, dropped = kind.eval_rows(prep, ds, split_name)  # a text run: raw texts, served tokenized
+    note = "; ".join(n for n in (note, dropped) if n) or None
     served = serve(run, record, checkpoint, trust_code=trust_code)
-    size = config.batch_size
-    chunks = [served.logits(raw) for raw in _raw_batches(ds, prep.input_columns, prep.kind, size)]
+    chunks = [served.logits(kind.raw_batch(prep, b)) for b in _batches(ds, config.batch_size)]
     width = len(labels) if task == "classification" else 1
     outputs = np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
     truth = np.asarray(ds.with_format("numpy")[prep.label_column])
@@ -197,25 +124,7 @@ def evaluate(
     if note:
         out["note"] = note
     if task == "classification":
-        weights = record.resolved.get("class_weights")
-        out["loss"] = round(_cross_entropy(outputs, truth, weights), 6)
-        if weights is not None:  # the loss as trained and selected on; the plain one beside it
-            out["loss_weighting"] = f"class-weighted {list(weights)} (--class-weights, as trained)"
-            out["unweighted_loss"] = round(_cross_entropy(outputs, truth), 6)
-        out.update(report.classification_report(truth, outputs.argmax(-1), labels))
-        if plot:
-            path = run / f"confusion-{split_name.replace('/', '_')}.png"
-            try:
-                report.plot_confusion(
-                    np.asarray(out["confusion_matrix"]), labels, path,
-                    f"{run.name}: {split_name}, accuracy {out['accuracy']:.4f}",
-                )  # fmt: skip
-                out["plot"] = str(path)
-            except OSError as err:  # a read-only run folder: the report is still the result
-                out["plot"] = None
-                out["plot_error"] = (
-                    f"not writing the confusion matrix PNG into {run}: {err.strerror or err}"
-                )
+        out.update(_classification(run, record, outputs, truth, split_name, plot))
     else:
         standard = outputs.reshape(len(outputs), -1)[:, 0].astype(np.float64)
         target = (truth.astype(np.float64) - prep.target_mean) / prep.target_std
@@ -224,22 +133,90 @@ def evaluate(
     return out
 
 
-def prep_columns(ds: Dataset, columns: list[str]) -> Dataset:
-    """``ds`` with only ``columns`` (a missing one is refused naming the data's columns)."""
-    missing = [c for c in columns if c not in ds.features]
-    if missing:
+def _held_out(run: Path, record: RunRecord, prep: Any,
+              data_dir: str | None) -> tuple[Dataset, str, str | None]:  # fmt: skip
+    """The run's own test split (its validation split when it has none), loaded as trained."""
+    config, task = record.options, record.resolved["task"]
+    labels = list(record.resolved["labels"])
+    if not datamod.exists_or_named(config.data):
         raise ConfigError(
-            f"the data has no column {missing[0]!r} (the run reads {columns}); its columns are "
-            f"{list(ds.features)[:12]}"
+            f"the run's data {config.data} is gone: give --data (a file or folder with the "
+            f"columns {[*prep.input_columns[:5], prep.label_column]})"
         )
-    return ds.select_columns(columns)
+    config = dataclasses.replace(config, data_dir=data_dir or config.data_dir)
+    splits = load_run_data(config, labels if task == "classification" else None).splits
+    if splits.test is not None:
+        return splits.test, splits.test_name, None
+    if splits.eval is not None:
+        return splits.eval, splits.eval_name, None
+    raise ConfigError(
+        f"{run} has no test or validation split (trained with --val-split 0); give --split"
+    )
 
 
-def _raw_batches(ds: Dataset, columns: list[str], kind: str, size: int) -> Iterator[Any]:
+def _given_split(record: RunRecord, prep: Any, data: str | None, data_dir: str | None,
+                 split: str | None) -> tuple[Dataset, str, str | None]:  # fmt: skip
+    """``split`` of ``data`` (the run's data by default), else its test or validation split, or
+    all of it when it has no splits."""
+    config, task = record.options, record.resolved["task"]
+    corpus = (config.sample_by or "concat") if task == "lm" else "line"  # a .txt: as trained
+    source = datamod.detect(data or config.data, data_dir or config.data_dir, corpus)
+    parts: dict[str, Dataset] = dict(source.data)
+    wanted = [c for c in [*prep.input_columns, prep.label_column] if c]
+    for name, part in parts.items():
+        absent = [c for c in wanted if c not in part.features]
+        if absent:
+            raise ConfigError(
+                f"--data {source.path}: split {name!r} has no column {absent[0]!r} (the run "
+                f"reads {wanted[:6]}{'...' if len(wanted) > 6 else ''}); its columns are "
+                f"{list(part.features)[:12]}"
+            )
+    if task == "classification":
+        parts, _ = datamod.encode_labels(parts, prep.label_column, list(record.resolved["labels"]))
+    if split is not None:
+        return datamod.select_split(DatasetDict(parts), split, "--split"), split, None
+    if (name := next((s for s in datamod.EVAL_SPLITS if s in parts), None)) is not None:
+        return parts[name], name, None
+    if len(parts) == 1:
+        ds = next(iter(parts.values()))
+        return ds, "all", f"{source.path} has no splits: evaluating all {ds.num_rows:,} rows"
+    raise ConfigError(
+        f"--data {source.path} has the splits {sorted(parts)}, none of them test or "
+        "validation: give --split"
+    )
+
+
+def _classification(run: Path, record: RunRecord, outputs: np.ndarray, truth: np.ndarray,
+                    split_name: str, plot: bool) -> dict[str, Any]:  # fmt: skip
+    """A classifier's loss (as trained: class-weighted, and the plain one beside it), its report
+    and, with ``plot``, its confusion matrix drawn into the run folder."""
+    labels = list(record.resolved["labels"])
+    weights = record.resolved.get("class_weights")
+    out: dict[str, Any] = {"loss": round(_cross_entropy(outputs, truth, weights), 6)}
+    if weights is not None:  # the loss as trained and selected on; the plain one beside it
+        out["loss_weighting"] = f"class-weighted {list(weights)} (--class-weights, as trained)"
+        out["unweighted_loss"] = round(_cross_entropy(outputs, truth), 6)
+    out.update(report.classification_report(truth, outputs.argmax(-1), labels))
+    if plot:
+        path = run / f"confusion-{split_name.replace('/', '_')}.png"
+        try:
+            report.plot_confusion(
+                np.asarray(out["confusion_matrix"]), labels, path,
+                f"{run.name}: {split_name}, accuracy {out['accuracy']:.4f}",
+            )  # fmt: skip
+            out["plot"] = str(path)
+        except OSError as err:  # a read-only run folder: the report is still the result
+            out["plot"] = None
+            out["plot_error"] = (
+                f"not writing the confusion matrix PNG into {run}: {err.strerror or err}"
+            )
+    return out
+
+
+def _batches(ds: Dataset, size: int) -> Iterator[dict[str, Any]]:
     rows = ds.with_format("numpy")
     for start in range(0, ds.num_rows, size):
-        batch = rows[start : start + size]
-        yield {c: batch[c] for c in columns} if kind == "table" else batch[columns[0]]
+        yield rows[start : start + size]
 
 
 def _cross_entropy(
@@ -328,23 +305,19 @@ def iter_predictions(
     run = Path(run_dir)
     record = read_run(run)
     size = record.options.batch_size
-    text_run = record.resolved["preprocess"].get("kind") in TEXT_KINDS
-    for given in inputs if not text_run else ():  # a text run takes texts too
+    preprocess = record.resolved["preprocess"]
+    kind = kind_named(preprocess.get("kind"))  # the paths are checked before the run is read
+    for given in inputs if kind.reads != "texts" else ():  # a text run takes texts too
         if not Path(given).exists():
             raise ConfigError(datamod.no_such_path(given))
     served = serve(run, record, checkpoint, trust_code=trust_code)
     spec = served.spec
     notes = notes if notes is not None else []
     which = {k: served.checkpoint[k] for k in ("step", "epoch")}
-    batches = (
-        text_serve.text_batches(inputs, record.resolved["preprocess"]["text"]["column"], size)
-        if text_run
-        else _input_batches(inputs, spec, size, notes)
-    )
-    unseen = Unseen(spec, strict) if spec.kind == "table" else None
+    batches = READERS[kind.reads](inputs, spec, size, notes, preprocess, kind)
+    unseen = Unseen(spec, strict)  # a table's categories (other kinds have none)
     for names, raw in batches:
-        if unseen is not None:
-            unseen.count(names, raw)
+        unseen.count(names, raw)
         outputs = served.outputs(raw)
         if spec.task == "regression":
             for name, value in zip(names, outputs, strict=True):
@@ -360,7 +333,7 @@ def iter_predictions(
                 "top": [{"class": int(i), "label": spec.labels[i], "probability": round(float(p[i]), 6)} for i in top],
                 "checkpoint": which,
             }  # fmt: skip
-    if unseen is not None and unseen.note():
+    if unseen.note():
         notes.append(unseen.note())
 
 
@@ -416,29 +389,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-def _input_batches(
-    inputs: list[str], spec: ServingSpec, size: int, notes: list[str]
-) -> Iterator[tuple[list[str], Any]]:
-    if spec.kind == "table":
-        for path in _expand(inputs, tables=True):
-            yield from _table_batches(path, spec, size)
-        return
-    if spec.kind == "audio":
-        paths = _expand(inputs, tables=False, extensions=AUDIO_EXTENSIONS)
-        yield from audiomod.audio_batches(paths, spec, size, notes)
-        return
-    reader = spec
-    if spec.kind == "array":  # arrays of an image's shape (the digits): image files fit them
-        shape = list(spec.input_shape)
-        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[-1] not in (1, 3)):
-            raise ConfigError(
-                f"this run was trained on arrays of shape {shape}: predict reads image files "
-                "and tables"
-            )
-        mode = "RGB" if len(shape) == 3 and shape[-1] == 3 else "L"
-        reader = dataclasses.replace(
-            spec, kind="image", image_mode=mode, image_size=(shape[0], shape[1])
-        )
+def _image_batches(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
+                   preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    """Image files and folders, read as the kind's reader spec says (an array run's: image
+    files fit to its arrays)."""
+    reader = kind.reader_spec(spec)
     paths = _expand(inputs, tables=False)
     table = next((p for p in paths if file_format(Path(p)) is not None), None)
     if table is not None:
@@ -451,7 +406,7 @@ def _input_batches(
         chunk = paths[start : start + size]
         try:
             arrays, chunk_counts = reader.read_images(chunk)
-            if reader is not spec:
+            if reader is not spec:  # arrays of an image's shape
                 arrays = reader.fit_images(arrays)
         except SpecError as err:
             raise ConfigError(str(err)) from None
@@ -463,6 +418,28 @@ def _input_batches(
         notes.append(f"resized {counts['resized']} of {len(paths)} images to {h}x{w}")
     if counts["converted"]:
         notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
+
+
+def _table_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
+                  preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    for path in _expand(inputs, tables=True):
+        yield from _table_batches(path, spec, size)
+
+
+def _audio_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
+                  preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    paths = _expand(inputs, tables=False, extensions=AUDIO_EXTENSIONS)
+    yield from audiomod.audio_batches(paths, spec, size, notes)
+
+
+def _text_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
+                 preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    yield from text_serve.text_batches(inputs, preprocess["text"]["column"], size)
+
+
+# what predict reads, as the run's kind names it (Kind.reads)
+READERS = {"images": _image_batches, "tables": _table_inputs, "audio": _audio_inputs,
+           "texts": _text_inputs}  # fmt: skip
 
 
 def _expand(

@@ -13,9 +13,11 @@ from jaxfeed._base.files import FolderLock, LockedError, atomic_write
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.data.load.builtin import BUILTIN
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
-from jaxfeed.recipes.spec import TEXT_KINDS, Preprocessing
+from jaxfeed.recipes.config.model_spec import parse_model
+from jaxfeed.recipes.corpus import CONCAT
+from jaxfeed.recipes.kinds.registry import kind_for
+from jaxfeed.recipes.spec import Preprocessing
 
 BEST_METRIC = (
     "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
@@ -35,27 +37,17 @@ class RunData:
 
 
 def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:
-    """Detect and load ``config.data``; pick columns and task; encode class labels; split."""
-    corpus = config.sample_by or (text.CONCAT if config.task in (None, "lm") else "line")
+    """Detect and load ``config.data``; pick columns and task (the input kind's checks of its
+    rows: empty texts left out); encode class labels; split."""
+    corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
     source = datamod.detect(config.data, config.data_dir, corpus)
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
     columns = datamod.choose_columns(
         train_raw, config.input_columns, config.label_column, config.text_column, config.task
     )
-    data: dict[str, Any] = dict(source.data)
-    notes: list[str] = []
-    if columns.kind in TEXT_KINDS:  # rows of empty text are left out (most empty: refused)
-        for name, part in data.items():
-            if columns.inputs[0] in part.features:
-                data[name], note = text.check_text_column(
-                    part, columns.inputs[0], f"split {name!r}"
-                )
-                notes += [note] if note else []
-            if columns.kind == "text" and columns.label in part.features:
-                text.check_labels(part, columns.label, f"split {name!r}")
-    if columns.kind == "lm":
-        return RunData(source, _lm_splits(data, config), columns, "lm", [], notes)
-    task = datamod.infer_task(train_raw, columns.label, config.task)
+    kind = kind_for(columns.kind, config.task, None)
+    data, notes = kind.clean(dict(source.data), columns)
+    task = kind.task or datamod.infer_task(train_raw, columns.label, config.task)
     if task == "classification":
         given = labels is not None
         data, labels = datamod.encode_labels(data, columns.label, labels, vocabulary=train_raw)
@@ -76,17 +68,6 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
         config.seed,
     )
     return RunData(source, splits, columns, task, list(labels), notes)
-
-
-def _lm_splits(data: dict[str, Any], config: RunConfig) -> datamod.Splits:
-    return datamod.choose_splits(
-        DatasetDict(data),
-        config.split_train,
-        config.split_eval,
-        config.val_split,
-        None,
-        config.seed,
-    )
 
 
 def outputs_of(task: str, labels: list[str]) -> int:
@@ -262,20 +243,22 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
             if local.exists():
                 out[key] = str(local.resolve())
     model = out.get("model")
-    spec = model.get("class_path") if isinstance(model, dict) else model
-    if isinstance(spec, str) and ":" not in spec and "/" in spec:  # a Hub checkpoint folder
-        local = Path(spec).expanduser()
+    text = model.get("class_path") if isinstance(model, dict) else model
+    spec = parse_model(text) if isinstance(text, str) else None
+    if spec is None or (spec.source == "file" and is_url(spec.text)):
+        return out
+    if spec.source == "hub" and spec.path is not None and "/" in spec.path:  # a checkpoint folder
+        local = Path(spec.path).expanduser()
         if local.is_dir():
             out["model"] = (
                 {**model, "class_path": str(local.resolve())}
                 if isinstance(model, dict)
                 else str(local.resolve())
             )
-    elif isinstance(spec, str) and ":" in spec and not is_url(spec) and not spec.startswith("hf:"):
-        file, _, name = spec.rpartition(":")
-        local = Path(file).expanduser()
+    elif spec.source == "file":
+        local = Path(spec.path).expanduser()
         if local.is_file():
-            resolved = f"{local.resolve()}:{name}"
+            resolved = f"{local.resolve()}:{spec.name}"
             out["model"] = (
                 {**model, "class_path": resolved} if isinstance(model, dict) else resolved
             )
@@ -285,10 +268,10 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
 def copy_model_code(config: RunConfig, out: Path) -> dict[str, Any] | None:
     """Keep a copy of a user's model file in ``out/code/`` (for reference: imported only with
     ``--trust-code``); returns what ``config.json`` records of it."""
-    model = config.component("model")[0] or ""
-    if ":" not in model or model.startswith("hf:"):  # no file: a built-in or a Hub model
+    spec = config.model_spec
+    if spec is None or spec.source != "file":  # no file: a built-in, a module or a Hub model
         return None
-    source = Path(model.rpartition(":")[0])
+    source = Path(spec.path)
     data = source.read_bytes()
     target = out / CODE_DIR / source.name
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,90 +3,40 @@
 A classifier (or regressor) of text serves ``model/``, its export, whose inputs are token ids:
 the run's ``tokenizer.json`` (data for the ``tokenizers`` library, never code) turns texts into
 ``input_ids`` and ``attention_mask`` padded to the run's longest length (longer texts are cut to
-it, as in training). Another ``--checkpoint`` is served from ``checkpoints/`` by the rebuilt
-model. A language model is evaluated (perplexity) and generates from ``checkpoints/`` with
+it, as in training: :class:`jaxfeed.recipes.kinds.text.TextKind`); predict reads its texts here
+(:func:`text_batches`). A language model is evaluated (perplexity) and generates from ``checkpoints/`` with
 jaxfeed's own ``TransformerLM`` rebuilt by name: nothing is imported from the run folder (a model
 file of the user's only with ``--trust-code``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import jax
-import numpy as np
 
 from jaxfeed import DataLoader, load_dataset
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
+from jaxfeed.recipes.corpus import CORPUS_SUFFIXES
 from jaxfeed.recipes.data import no_such_path
 from jaxfeed.recipes.hub_generate import chat_prompts, check_reply_ends
-from jaxfeed.recipes.preprocess import prepare
+from jaxfeed.recipes.kinds.registry import kind_of
 from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
-from jaxfeed.recipes.spec import TARGETS, Preprocessing
-from jaxfeed.serve.export import ExportError, load_exported
+from jaxfeed.recipes.spec import Preprocessing
+from jaxfeed.recipes.text_columns import check_text_column
+from jaxfeed.recipes.tokenizer import attach_tokenizer, token_lengths
 from jaxfeed.text import generate as generate_tokens
 
-MODEL_DIR = "model"
 NAME_CHARS = 50  # a text given on the command line is named by its first characters
 
 
 def run_preprocessing(run: Path, record: RunRecord) -> Preprocessing:
     """The run's preprocessing with its tokenizer loaded."""
     prep = preprocessing_of(record, str(run / "config.json"))
-    text.attach_tokenizer(prep, run)
+    attach_tokenizer(prep, run)
     return prep
-
-
-def serve_text(
-    run: Path, record: RunRecord, checkpoint: str = "best", *, trust_code: bool = False
-) -> tuple[Callable[[Any], np.ndarray], dict[str, Any]]:
-    """``(logits, which)``: texts -> the model's outputs, and the checkpoint served."""
-    prep = run_preprocessing(run, record)
-    if prep.kind == "lm":
-        raise ConfigError(
-            f"{run} is a language model: it predicts tokens, not labels; use jaxfeed generate "
-            f"{run} PROMPT, or jaxfeed eval {run} for its perplexity"
-        )
-    folder = run / MODEL_DIR
-    if checkpoint == "best" and (folder / "config.json").is_file():
-        try:
-            served = load_exported(folder)
-        except ExportError as err:
-            raise ConfigError(f"{err}; eval and predict serve model/ (train again)") from err
-        inputs = served.config.get("text", {}).get("inputs") or {"input_ids": "input_ids"}
-        width = max(len(record.resolved["labels"]), 1)
-
-        def exported(raw: Any) -> np.ndarray:
-            texts = text.as_texts(raw)
-            if not texts:
-                return np.zeros((0, width), np.float32)
-            batch = text.token_batch(prep, texts)
-            return np.asarray(served.call(**{a: batch[c] for a, c in inputs.items()}))
-
-        which = {
-            "step": served.config.get("checkpoint_step"),
-            "epoch": served.config.get("checkpoint_epoch"),
-            "which": "best",
-            "source": "model/",
-        }
-        return exported, which
-    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
-    meta = restore(trainer, run, record, checkpoint)
-
-    def trained(raw: Any) -> np.ndarray:
-        texts = text.as_texts(raw)
-        batch = text.token_batch(prep, texts)
-        batch[TARGETS] = np.zeros(len(texts), np.int32)
-        return np.asarray(trainer.predict(jax.device_put(batch)))
-
-    which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
-             "source": "checkpoints/"}  # fmt: skip
-    return trained, which
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -124,7 +74,7 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
                 f"{given} is a folder; this run reads texts: give a text, .txt files (one text a "
                 f"line) or tables with a {column!r} column"
             )
-        if file and path.suffix.lower() in text.CORPUS_SUFFIXES:
+        if file and path.suffix.lower() in CORPUS_SUFFIXES:
             data = path.read_bytes()
             try:
                 lines = data.decode("utf-8").split("\n")
@@ -149,7 +99,7 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
                 f"line) or tables with a {column!r} column"
             )
         elif path.suffix.lower() in (
-            *text.CORPUS_SUFFIXES,
+            *CORPUS_SUFFIXES,
             ".csv",
             ".jsonl",
             ".json",
@@ -194,14 +144,15 @@ def evaluate_lm(
     """Loss (mean over real tokens), perplexity and token accuracy of ``ds`` (raw texts), packed
     as in training."""
     prep = run_preprocessing(run, record)
-    ds, _ = text.check_text_column(ds, prep.text["column"], f"split {split!r}")
+    kind = kind_of(prep)
+    ds, _ = check_text_column(ds, prep.text["column"], f"split {split!r}")
     texts = int(ds.num_rows)
-    tokens = prepare(prep, ds)  # concatenated: windows of --seq-len tokens
+    tokens = kind.prepare(prep, ds)  # concatenated: windows of --seq-len tokens
     trainer, which = lm_trainer(run, record, checkpoint, trust_code)
     size = min(record.options.batch_size, max(tokens.num_rows, 1))
-    loader = DataLoader(tokens, size, transform=prep, **text.loader_options(prep))
+    loader = DataLoader(tokens, size, transform=prep, **kind.loader_options(prep, train=True))
     figures = trainer.evaluate(loader)
-    lengths = text.token_lengths(tokens)
+    lengths = token_lengths(tokens)
     return {
         "run": str(run),
         "checkpoint": which,
@@ -253,12 +204,8 @@ def generate(
     run = Path(run_dir)
     record = read_run(run)
     prep = preprocessing_of(record, str(run / "config.json"))
-    if prep.kind != "lm":
-        raise ConfigError(
-            f"{run} is a {record.resolved['task']} run; jaxfeed generate needs a language model "
-            "(jaxfeed train --task lm)"
-        )
-    text.attach_tokenizer(prep, run)
+    kind_of(prep).check_generates(run, record.resolved["task"])
+    attach_tokenizer(prep, run)
     for i, prompt in enumerate(prompts):
         if not prompt:
             raise ConfigError(f"prompt {i} is empty")
@@ -271,7 +218,8 @@ def generate(
             )
         prompts = chat_prompts(hub.get("folder") or hub["model"], str(hub["model"]), prompts)
     if not isinstance(hub, dict):
-        context = int(record.options.component("model")[1].get("max_length", prep.max_length))
+        init_args = record.options.model_spec.init_args if record.options.model_spec else {}
+        context = int(init_args.get("max_length", prep.max_length))
         for i, prompt in enumerate(prompts):
             n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
             if n + max_new_tokens > context:

@@ -14,6 +14,7 @@ The run folder keeps the options in ``config.json`` next to what the run resolve
 * :mod:`~jaxfeed.recipes.config.run_config`: :class:`RunConfig`, its parser and checks (a run's
   options from flags, files or a resumed run: :func:`jaxfeed.recipes.configure.configure`).
 * :mod:`~jaxfeed.recipes.config.values`: single values (image size, mesh, sharding, specs).
+* :mod:`~jaxfeed.recipes.config.model_spec`: ``--model`` decoded once (:class:`ModelSpec`).
 * :mod:`~jaxfeed.recipes.config.files`: JSON and YAML config files.
 * :mod:`~jaxfeed.recipes.config.record`: a run folder's ``config.json`` (:func:`read_run`).
 
@@ -47,6 +48,8 @@ from jaxfeed.recipes.config.groups import ModelOptions as ModelOptions
 from jaxfeed.recipes.config.groups import OptimOptions as OptimOptions
 from jaxfeed.recipes.config.groups import ProcessOptions as ProcessOptions
 from jaxfeed.recipes.config.groups import option as option
+from jaxfeed.recipes.config.model_spec import ModelSpec as ModelSpec
+from jaxfeed.recipes.config.model_spec import parse_model as parse_model
 from jaxfeed.recipes.config.record import LEGACY_KEYS as LEGACY_KEYS
 from jaxfeed.recipes.config.record import RESOLVED_KEYS as RESOLVED_KEYS
 from jaxfeed.recipes.config.record import RunRecord as RunRecord

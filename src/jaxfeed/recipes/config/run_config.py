@@ -21,6 +21,7 @@ from jaxfeed.recipes.config.groups import (
     OptimOptions,
     ProcessOptions,
 )
+from jaxfeed.recipes.config.model_spec import ModelSpec, parse_model
 from jaxfeed.recipes.config.values import (
     _class_weights,
     _component,
@@ -109,6 +110,16 @@ class RunConfig(ProcessOptions, OptimOptions, ModelOptions, DataOptions):
         ((32, 32), (24, 32))
         """
         return None if self.image_size is None else parse_image_size(self.image_size)
+
+    @property
+    def model_spec(self) -> ModelSpec | None:
+        """``--model`` decoded (:func:`~jaxfeed.recipes.config.model_spec.parse_model`): what
+        every step reads; None when it is not given (the input kind's default).
+
+        >>> RunConfig(model="net.py:Net").model_spec.source, RunConfig().model_spec
+        ('file', None)
+        """
+        return parse_model(self.model)
 
     def component(self, name: str) -> tuple[str | None, dict[str, Any]]:
         """``model`` or ``optimizer`` as ``(class_path, init_args)``.

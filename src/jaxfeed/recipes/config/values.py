@@ -10,6 +10,8 @@ import typing
 from typing import Any
 
 from jaxfeed.recipes.config.groups import MAX_IMAGE_SIDE, ConfigError
+from jaxfeed.recipes.config.model_spec import HUB_PREFIX, is_hub_model
+from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.runtime.sharding_grammar import ShardingError, parse_rules
 
 
@@ -31,11 +33,27 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "...'"
 
 
-BUILTIN_MODELS = ("cnn", "mlp", "audio_cnn", "transformer", "transformer_lm")
+BUILTIN_MODELS = tuple(BUILTINS)  # the --model names of jaxfeed's own models
 MODEL_FORMS = (
     f"{', '.join(BUILTIN_MODELS)}, FILE.py:ClassName, package.module.ClassName, hf:ORG/NAME or a "
     "checkpoint folder (./folder)"
 )
+
+
+def _model_form(text: str) -> bool:
+    """Whether ``--model`` text is one of :data:`MODEL_FORMS`, spelled right (a checkpoint
+    folder as :func:`~jaxfeed.recipes.config.model_spec.is_hub_model` tells it).
+
+    >>> _model_form("cnn"), _model_form("net.py:Net"), _model_form("net:Net"), _model_form("vit")
+    (True, True, False, False)
+    """
+    return bool(
+        text in BUILTIN_MODELS
+        or re.fullmatch(r".+\.py:[A-Za-z_]\w*", text)
+        or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", text)
+        or re.fullmatch(r"hf:[\w.-]+(/[\w.-]+)?(@[\w./-]+)?", text)  # a Hub checkpoint
+        or (is_hub_model(text) and not text.startswith(HUB_PREFIX))  # its folder
+    )
 
 
 def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
@@ -53,13 +71,7 @@ def _component(name: str, value: Any, where: str) -> str | dict[str, Any]:
         path = _component(name, value["class_path"], where)
         return {"class_path": path, "init_args": dict(args)} if args else path
     path = str(value).strip()
-    if name == "model" and not (
-        path in BUILTIN_MODELS
-        or re.fullmatch(r".+\.py:[A-Za-z_]\w*", path)
-        or re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", path)
-        or re.fullmatch(r"hf:[\w.-]+(/[\w.-]+)?(@[\w./-]+)?", path)  # a Hub checkpoint
-        or (":" not in path and ("/" in path or path.startswith((".", "~"))))  # its folder
-    ):
+    if name == "model" and not _model_form(path):
         raise ConfigError(f"{where}: model must be {MODEL_FORMS}, got {_short(path)}")
     if name in ("optimizer", "schedule") and not re.fullmatch(
         r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", path

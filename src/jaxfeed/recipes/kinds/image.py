@@ -1,0 +1,177 @@
+"""Images: decoded, converted to one mode and resized to one size in the loader's workers
+(chosen from the first images' headers: :func:`image_choice`); pixels scaled on the device;
+``--augment`` flips and crops them (:class:`Augmented`); ``cnn`` by default; a Hub image
+checkpoint sets the size and normalises the pixels inside the model."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Image
+from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.kinds.base import Kind
+from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.spec import INPUTS, Preprocessing
+
+SAMPLE = 64  # images whose headers are read to choose a size and a mode
+GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
+
+
+class ImageKind(Kind):
+    """Image files (see the module docstring).
+
+    >>> ImageKind().augments(None), ImageKind().default_model
+    (True, 'cnn')
+    """
+
+    hub_task = "image-classification"
+
+    def __init__(self, name: str = "image") -> None:
+        super().__init__(name)
+
+    def pretrained_options(self, checkpoint: Any, config: RunConfig) -> RunConfig:
+        """The checkpoint's image size and RGB (another size given is refused)."""
+        from jaxfeed.recipes import hub_checkpoint  # import cost: the Hub layer
+
+        return hub_checkpoint.image_options(checkpoint, config)
+
+    def plan_inputs(self, train: Dataset, inputs: list[str], label: str, task: str,
+                    image_size: tuple[int, int] | None, options: Any = None,
+                    image_mode: str | None = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        mode, size, note = image_choice(train, inputs[0], image_size, image_mode)
+        shape = [size[0], size[1]] + ([3] if mode == "RGB" else [])
+        prep = Preprocessing(self.name, inputs, label, shape, task, mode, list(size), scale=True)
+        return prep, [note]
+
+    def augments(self, prep: Preprocessing) -> bool:
+        return True
+
+    def resolved_options(self, config: RunConfig, prep: Preprocessing,
+                         run_data: Any) -> RunConfig:  # fmt: skip
+        size = f"{prep.image_size[0]}x{prep.image_size[1]}" if prep.image_size else None
+        config = super().resolved_options(config, prep, run_data)
+        return dataclasses.replace(config, image_size=size or config.image_size)
+
+    def prepare(self, prep: Preprocessing, ds: Dataset) -> Dataset:
+        """The run's columns, images decoded in the run's mode."""
+        ds = super().prepare(prep, ds)
+        column = prep.input_columns[0]
+        if ds.features[column] != Image(mode=prep.image_mode):
+            ds = ds.cast_column(column, Image(mode=prep.image_mode))
+        return ds
+
+    def wrap_pretrained(self, spec: str, model: Any) -> Any:
+        from jaxfeed.recipes import hub_checkpoint  # import cost: the Hub layer
+
+        return hub_checkpoint.image_model(spec, model)
+
+    def trainer_options(self, config: RunConfig, prep: Preprocessing,
+                        class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip
+        return numeric_options(config, prep, class_weights, scale=prep.scale)
+
+
+def image_choice(
+    ds: Dataset, column: str, image_size: tuple[int, int] | None, image_mode: str | None = None
+) -> tuple[str, tuple[int, int], str]:
+    """Mode and size of the run from the first images' headers (no full decode): the widest mode
+    among them (RGB when any is colour), or ``image_mode``; ``"same"`` reads every header and
+    refuses mixed modes."""
+    import PIL.Image
+
+    rows = ds.num_rows if image_mode == "same" else min(SAMPLE, ds.num_rows)
+    sample = ds.select(range(rows)).cast_column(column, Image(decode=False))
+    sizes, modes, where = Counter(), Counter(), {}
+    for i, stored in enumerate(sample[column]):
+        source = stored.get("bytes") or stored.get("path")
+        try:
+            with PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as im:
+                sizes[(im.height, im.width)] += 1
+                modes[im.mode] += 1
+                where.setdefault(im.mode, stored.get("path") or f"row {i}")
+        except (OSError, ValueError) as err:
+            where = stored.get("path") or f"row {i}"
+            raise ConfigError(f"cannot read the image {where} of column {column!r}: {err}") from err
+    widest = "L" if all(m in GREY_MODES for m in modes) else "RGB"
+    if image_mode == "same" and len(modes) > 1:
+        shown = ", ".join(f"{m} ({where[m]})" for m in sorted(modes))
+        raise ConfigError(
+            f"the images of column {column!r} mix modes: {shown}; --image-mode same refuses "
+            "them: convert the files, or give --image-mode L or RGB"
+        )
+    mode = image_mode if image_mode in ("L", "RGB") else widest
+    mixed = len(sizes) > 1
+    if image_size is not None:
+        size = image_size
+        how = f"resized to {size[0]}x{size[1]} (--image-size)"
+    else:
+        size = sizes.most_common(1)[0][0]
+        how = (
+            f"mixed sizes ({', '.join(f'{h}x{w}' for h, w in list(sizes)[:3])}{', ...' if len(sizes) > 3 else ''}) "
+            f"resized to {size[0]}x{size[1]}, the most common (--image-size to choose)"
+            if mixed
+            else f"{size[0]}x{size[1]}"
+        )
+    if image_mode in ("L", "RGB"):
+        said = f"mode {mode} (--image-mode; the files are {', '.join(sorted(modes))})"
+    elif len(modes) > 1:
+        said = (
+            f"mixed modes {', '.join(sorted(modes))} converted to {mode}, the widest "
+            "(--image-mode to choose)"
+        )
+    else:
+        said = f"mode {mode}" + (f" (from {next(iter(modes))})" if mode not in modes else "")
+    if any(m.startswith("I;16") or m == "I" for m in modes):
+        said += "; 16-bit pixels scaled to 8 bits (round(v / 257)), not clipped"
+    return mode, size, f"images: {how}, {said}"
+
+
+# ---------------------------------------------------------------------------------- augment
+class Augmented:
+    """The train loader's ``transform`` with ``--augment``: the run's preprocessing, then each
+    image of the batch flipped left-right (half of them) and/or cropped at random to its own
+    size after zero-padding each side by an eighth, with the loader's seeded ``rng`` (a resumed
+    run draws alike). Evaluation and predict see the images as they are.
+
+    >>> import numpy as np
+    >>> from jaxfeed.recipes.spec import Preprocessing
+    >>> prep = Preprocessing("array", ["x"], "y", [2, 4], "classification")
+    >>> batch = {"x": np.arange(8, dtype=np.float32).reshape(1, 2, 4), "y": np.array([0])}
+    >>> out = Augmented(prep, ["flip"])(batch, np.random.default_rng(2))  # flipped: 0.26 < 0.5
+    >>> out["x"].tolist(), out["y"].tolist()
+    ([[[3.0, 2.0, 1.0, 0.0], [7.0, 6.0, 5.0, 4.0]]], [0])
+    """
+
+    def __init__(self, prep: Any, augment: list[str]) -> None:
+        self.prep, self.flip, self.crop = prep, "flip" in augment, "crop" in augment
+
+    def __call__(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        out = self.prep(batch)
+        x = np.array(out[INPUTS], copy=True)
+        if self.flip:
+            flipped = rng.random(len(x)) < 0.5
+            x[flipped] = x[flipped][:, :, ::-1]
+        if self.crop:
+            height, width = x.shape[1:3]
+            pad_h, pad_w = max(1, height // 8), max(1, width // 8)
+            widths = [(0, 0), (pad_h, pad_h), (pad_w, pad_w)] + [(0, 0)] * (x.ndim - 3)
+            padded = np.pad(x, widths)
+            for i in range(len(x)):
+                top, left = int(rng.integers(0, 2 * pad_h + 1)), int(rng.integers(0, 2 * pad_w + 1))
+                x[i] = padded[i, top : top + height, left : left + width]
+        out[INPUTS] = x
+        return out
+
+    def describe(self) -> str:
+        """The note the run prints."""
+        done = (["a random left-right flip (half of them)"] if self.flip else []) + (
+            ["a random crop of their size after padding each side by an eighth"]
+            if self.crop
+            else []
+        )
+        return f"augment: training images get {' and '.join(done)} (--augment)"

@@ -1,0 +1,448 @@
+"""Text: one column of free text (:mod:`jaxfeed.recipes.text_columns`), tokenized (``--tokenizer``,
+or a byte-level BPE trained on the train split, kept as ``tokenizer.json``:
+:mod:`jaxfeed.recipes.tokenizer`) and padded to a few bucket lengths, batches of similar lengths;
+the ``transformer`` classifier (or regressor) by default; exported with its tokenizer, strings in.
+A Hub checkpoint brings its own ``tokenizer.json`` and length limit (:meth:`TextKind.plan_pretrained`).
+
+>>> prep = Preprocessing("lm", ["t"], "", [4], "lm", text={})
+>>> export_example(prep, {"input_ids": "input_ids", "positions": "positions"})["positions"]
+array([[0, 1, 2, 3]], dtype=int32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.loading.padding import Padding, choose_lengths
+from jaxfeed.models.hub import preprocessor
+from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.kinds.base import Kind, target_line
+from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
+from jaxfeed.recipes.text_columns import SAMPLE, check_labels, check_text_column, words
+from jaxfeed.recipes.tokenizer import (
+    EOS_NAMES,
+    PAD_NAMES,
+    TOKENIZER_FILE,
+    as_texts,
+    attach_tokenizer,
+    load_tokenizer_option,
+    special_id,
+    token_batch,
+    token_lengths,
+    tokenizer_bytes,
+    write_tokenizer,
+)
+
+MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
+BUCKETS = 4  # pad lengths of a classifier's batches
+
+
+class TextKind(Kind):
+    """A text column classified or regressed (see the module docstring).
+
+    >>> TextKind().describe(Preprocessing("text", ["t"], "y", [24], text={}), None)
+    'inputs: token ids (up to 24)'
+    """
+
+    default_model = "transformer"
+    tokens = True
+    hub_task = "sequence-classification"
+    token_columns = TEXT_COLUMNS[:2]  # what the model may take by name: ids and mask
+
+    def __init__(self, name: str = "text") -> None:
+        super().__init__(name)
+
+    @staticmethod
+    def check_options(config: RunConfig) -> None:
+        """Before any data is read: ``--task lm`` takes no label column nor class weights; a
+        ``--tokenizer`` loads."""
+        if config.task == "lm" and config.label_column is not None:
+            raise ConfigError("--task lm learns the text itself: drop --label-column")
+        if config.task == "lm" and config.class_weights is not None:
+            raise ConfigError("--class-weights is for classification; --task lm predicts tokens")
+        if config.tokenizer is not None and not config.resume:
+            load_tokenizer_option(config.tokenizer)
+
+    def clean(self, data: dict[str, Any], columns: Any) -> tuple[dict[str, Any], list[str]]:
+        """Rows of empty text left out (most of them empty: refused); a missing label refused."""
+        notes: list[str] = []
+        for name, part in data.items():
+            if columns.inputs[0] in part.features:
+                data[name], note = check_text_column(part, columns.inputs[0], f"split {name!r}")
+                notes += [note] if note else []
+            if self.task is None and columns.label in part.features:
+                check_labels(part, columns.label, f"split {name!r}")
+        return data, notes
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, run_data: Any, config: RunConfig) -> tuple[Preprocessing, list[str]]:
+        columns = run_data.columns
+        prep, notes = self.plan_text(
+            run_data.splits.train, columns.inputs[0], columns.label, run_data.task, config
+        )
+        if columns.excluded:
+            excluded = ", ".join(c for c, _ in columns.excluded)
+            notes.append(f"excluded: {excluded} (the text column is the input)")
+        return prep, notes
+
+    def plan_text(
+        self, train: Dataset, column: str, label: str | None, task: str, config: RunConfig, *,
+        eos_fallback: int | None = None, owner: str | None = None,
+    ) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """The preprocessing of a text run, planned on the train split: its tokenizer (given, or
+        a byte-level BPE trained on ``train``) and its lengths (:meth:`plan_lengths`).
+        ``eos_fallback``: the end-of-sequence id when the tokenizer has none (a checkpoint's);
+        ``owner``: where the tokenizer came from, for messages."""
+        from jaxfeed.text import tokenize  # import cost: JAX via jaxfeed.text
+
+        self.check_model(config)
+        notes = [self.column_line(train, column, config)]
+        tokenizer, source, line = _tokenizer(train, column, config)
+        notes.append(line)
+        pad, eos = special_id(tokenizer, PAD_NAMES), special_id(tokenizer, EOS_NAMES)
+        try:
+            tokens = tokenize(
+                train.select_columns([column]), tokenizer, column, remove_columns=True
+            )
+        except ValueError as err:
+            raise ConfigError(f"--data {config.data}: {err}") from None
+        text: dict[str, Any] = {
+            "column": column,
+            "tokenizer": TOKENIZER_FILE,
+            "source": source,
+            "sha256": hashlib.sha256(tokenizer_bytes(source, tokenizer)).hexdigest(),
+            "vocab_size": int(tokenizer.get_vocab_size()),
+            "pad_id": 0 if pad is None else pad,
+            "eos_id": eos if eos is not None else eos_fallback,
+        }
+        shape = self.plan_lengths(text, train, token_lengths(tokens), config, notes, owner)
+        prep = Preprocessing(self.name, [column], label or "", shape, task, scale=False, text=text)
+        prep.tokenizer = tokenizer
+        if task == "regression":  # the model learns the standardised target, as for tables
+            prep.target_mean, prep.target_std = _target_scale(train, label)
+        return prep, notes
+
+    def check_model(self, config: RunConfig) -> None:
+        """A classifier's ``--model`` is not the language model."""
+        spec = config.model_spec
+        if spec is not None and spec.text == "transformer_lm":
+            raise ConfigError(
+                "--model transformer_lm is a language model: train it with --task lm (a text "
+                "column with a label takes --model transformer)"
+            )
+
+    def column_line(self, train: Dataset, column: str, config: RunConfig) -> str:
+        """The plan's first line: the text column, and why."""
+        median, distinct = words(train, column)
+        if config.text_column is not None:
+            return f"text: column {column!r} (--text-column), median {median:g} words"
+        return (
+            f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
+            f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
+        )
+
+    def plan_lengths(self, text: dict[str, Any], train: Dataset, lengths: np.ndarray,
+                     config: RunConfig, notes: list[str], owner: str | None) -> list[int]:  # fmt: skip
+        """A classifier's padding: up to :data:`BUCKETS` lengths (``text["lengths"]``), texts
+        cut at ``--seq-len`` (default: the longest, at most :data:`MAX_TEXT_TOKENS`); returns the
+        input shape."""
+        cap = config.seq_len or min(int(lengths.max()), MAX_TEXT_TOKENS)
+        clipped = np.minimum(lengths, cap)
+        buckets = [int(v) for v in choose_lengths(clipped, count=BUCKETS, multiple_of=8)]
+        buckets[-1] = max(buckets[-1], cap) if config.seq_len else buckets[-1]
+        text.update(max_length=cap, lengths=buckets)
+        longer = int((lengths > cap).sum())
+        notes.append(
+            f"padding: to {len(buckets)} lengths {tuple(buckets)} tokens, batches of similar "
+            f"lengths (bucket_by_length); texts of {int(lengths.min())}-{int(lengths.max())} "
+            f"tokens (median {np.median(lengths):g})"
+            + (
+                f"; {longer:,} longer than {cap} tokens are cut (--seq-len)"
+                if longer
+                else f"; longer texts in eval and predict are cut to {cap} (--seq-len)"
+            )
+        )
+        return [buckets[-1]]
+
+    def plan_pretrained(self, checkpoint: Any, run_data: Any,
+                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """The checkpoint's ``tokenizer.json`` (as ``--tokenizer``), its pad id, texts cut to the
+        length the model takes."""
+        columns = run_data.columns
+        train, column = run_data.splits.train, columns.inputs[0]
+        if config.tokenizer is not None:
+            raise ConfigError(
+                f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop "
+                "--tokenizer"
+            )
+        tokenizer = checkpoint_tokenizer(
+            checkpoint,
+            f"--model {checkpoint.spec} is a {checkpoint.model_type} model (not text); the data "
+            f"is text (column {column!r})",
+        )
+        limit = (tokenizer.truncation or {}).get("max_length")
+        if config.seq_len is not None and limit and config.seq_len > limit:
+            raise ConfigError(
+                f"--seq-len {config.seq_len}: the model takes at most {limit} tokens "
+                f"({checkpoint.spec}'s tokenizer_config.json / max_position_embeddings)"
+            )
+        options = dataclasses.replace(config, tokenizer=str(checkpoint.folder / TOKENIZER_FILE))
+        prep, notes = self.plan_text(train, column, columns.label, run_data.task, options)
+        if limit and int(prep.text["max_length"]) > limit:
+            options = dataclasses.replace(options, seq_len=int(limit))
+            prep, notes = self.plan_text(train, column, columns.label, run_data.task, options)
+        if tokenizer.padding:
+            prep.text["pad_id"] = int(tokenizer.padding["pad_id"])
+        prep.text["pretrained"] = checkpoint.spec
+        return prep, checkpoint_notes(notes, tokenizer)
+
+    def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
+        attach_tokenizer(prep, out)
+
+    def describe(self, prep: Preprocessing, run_data: Any) -> str:
+        shown = f"inputs: token ids (up to {prep.input_shape[0]})"
+        return shown if run_data is None else f"{shown}, {target_line(run_data)}"
+
+    # ------------------------------------------------------------------ loading
+    def prepare(self, prep: Preprocessing, ds: Dataset) -> Dataset:
+        """``ds`` tokenized as the run reads it: ``input_ids`` and ``attention_mask`` and the
+        label, the text column dropped, cut to the run's longest length."""
+        return tokenized(prep, ds, [prep.label_column], int(prep.text["max_length"]), False)
+
+    def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
+        """The padding to the run's bucket lengths; the train loader batches similar lengths."""
+        padding = Padding(
+            lengths=tuple(int(v) for v in prep.text["lengths"]),
+            truncate=True,
+            pad_values={"input_ids": int(prep.text["pad_id"])},
+            columns=["input_ids", "attention_mask"],
+        )
+        return {"padding": padding, "bucket_by_length": True} if train else {"padding": padding}
+
+    def write_files(self, prep: Preprocessing, out: Path) -> None:
+        write_tokenizer(prep, out)
+
+    # ------------------------------------------------------------------ model
+    def trainer_options(self, config: RunConfig, prep: Preprocessing,
+                        class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip
+        return numeric_options(config, prep, class_weights, scale=None)
+
+    def model_inputs(self, prep: Preprocessing, model: Any) -> str | dict[str, str]:
+        """``{argument: column}`` for the token columns the model's ``__call__`` takes by name
+        (a model whose first argument has another name gets ``input_ids`` there)."""
+        params = [p for p in _parameters(type(model).__call__) if p != "self"]
+        wanted = {c: c for c in self.token_columns if c in params}
+        if "input_ids" not in wanted:
+            if not params:
+                raise ConfigError(f"the model {type(model).__name__} takes no input")
+            wanted = {params[0]: "input_ids", **wanted}
+        return wanted
+
+    def export(self, trainer: Any, folder: Path, prep: Preprocessing, labels: list[str],
+               extra: dict[str, Any]) -> None:  # fmt: skip
+        """Strings in: the declared spec and ``tokenizer.json`` travel in ``model/``; the token
+        ids the model takes are recorded in ``extra["text"]``."""
+        from jaxfeed.serve.export import export  # import cost: jax.export, when a run exports
+
+        inputs = dict(trainer.inputs)
+        extra = {**extra, "text": {**prep.text, "inputs": inputs}}
+        spec = dataclasses.replace(prep.serving(labels), text=prep.serving_text(inputs))
+        export(trainer, folder, export_example(prep, trainer.inputs), extra=extra,
+               preprocessing=spec, tokenizer=prep.tokenizer)  # fmt: skip
+
+    # ------------------------------------------------------------------ eval and predict
+    reads = "texts"  # texts, .txt files or tables with the text column
+    retrain = "train again"
+
+    def servable(self, folder: Path) -> bool:
+        return (folder / "config.json").is_file()
+
+    def open_served(self, prep: Preprocessing, run: Path) -> None:
+        attach_tokenizer(prep, run)
+
+    def exported_logits(self, served: Any, prep: Preprocessing,
+                        labels: list[str]) -> tuple[Any, Any]:  # fmt: skip
+        """Texts -> token ids (the run's tokenizer, cut to its longest length) -> ``model/``."""
+        inputs = served.config.get("text", {}).get("inputs") or {"input_ids": "input_ids"}
+        width = max(len(labels), 1)
+
+        def exported(raw: Any) -> np.ndarray:
+            texts = as_texts(raw)
+            if not texts:
+                return np.zeros((0, width), np.float32)
+            batch = token_batch(prep, texts)
+            return np.asarray(served.call(**{a: batch[c] for a, c in inputs.items()}))
+
+        return prep.serving(labels), exported
+
+    def trained_logits(self, trainer: Any, prep: Preprocessing) -> Any:
+        import jax  # the trainer has started JAX already
+
+        def trained(raw: Any) -> np.ndarray:
+            texts = as_texts(raw)
+            batch = token_batch(prep, texts)
+            batch[TARGETS] = np.zeros(len(texts), np.int32)
+            return np.asarray(trainer.predict(jax.device_put(batch)))
+
+        return trained
+
+    def eval_rows(self, prep: Preprocessing, ds: Dataset, split: str) -> tuple[Dataset, str | None]:
+        """Raw texts (the served model tokenizes them), rows of empty text left out."""
+        column = prep.text["column"]
+        return check_text_column(
+            prep_columns(ds, [column, prep.label_column]), column, f"split {split!r}"
+        )
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _tokenizer(train: Dataset, column: str, config: RunConfig) -> tuple[Any, str, str]:
+    """``(tokenizer, source, line)``: ``--tokenizer``, or a byte-level BPE trained on ``train``."""
+    from jaxfeed.text import train_tokenizer  # import cost: JAX via jaxfeed.text
+
+    if config.tokenizer is not None:
+        tokenizer = load_tokenizer_option(config.tokenizer)
+        return (
+            tokenizer,
+            config.tokenizer,
+            (
+                f"tokenizer: {config.tokenizer} (--tokenizer; {tokenizer.get_vocab_size():,} tokens), "
+                f"copied into the run folder as {TOKENIZER_FILE}"
+            ),
+        )
+    try:
+        tokenizer = train_tokenizer(train, column, vocab_size=config.vocab_size, kind="bpe")
+    except ValueError as err:
+        raise ConfigError(f"--data {config.data}: {err}") from None
+    return (
+        tokenizer,
+        "trained",
+        (
+            f"tokenizer: byte-level BPE trained on the train split ({tokenizer.get_vocab_size():,} "
+            f"tokens, --vocab-size {config.vocab_size}), saved as {TOKENIZER_FILE} in the run "
+            "folder (--tokenizer to give one)"
+        ),
+    )
+
+
+def _target_scale(train: Dataset, label: str) -> tuple[float, float]:
+    """The mean and deviation of a regression target (a value that is not finite is refused)."""
+    y = train.select_columns([label]).flatten_indices().data.column(label)
+    y = np.asarray(y.to_numpy(zero_copy_only=False), np.float64)
+    if not np.all(np.isfinite(y)):
+        row = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ConfigError(f"the label column {label!r} is not finite at row {row}")
+    return float(y.mean()), float(y.std() or 1.0)
+
+
+def checkpoint_tokenizer(checkpoint: Any, missing: str) -> Any:
+    """The checkpoint's ``tokenizer.json``, checked against its vocabulary (``missing``: the
+    error when it has none)."""
+    try:
+        tokenizer = preprocessor(checkpoint.folder)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
+    if not hasattr(tokenizer, "encode_batch"):
+        raise ConfigError(missing)
+    vocab = checkpoint.config.get("vocab_size")
+    if isinstance(vocab, int) and tokenizer.get_vocab_size() > vocab:
+        raise ConfigError(
+            f"--model {checkpoint.spec}: tokenizer.json has {tokenizer.get_vocab_size():,} tokens, "
+            f"more than the model's vocab_size {vocab:,}"
+        )
+    return tokenizer
+
+
+def checkpoint_notes(notes: list[str], tokenizer: Any) -> list[str]:
+    """The plan's lines, the tokenizer's saying it is the checkpoint's.
+
+    >>> from types import SimpleNamespace
+    >>> checkpoint_notes(["text: column 't'", "tokenizer: trained"],
+    ...                  SimpleNamespace(get_vocab_size=lambda: 30522))[1]
+    "tokenizer: the checkpoint's tokenizer.json (30,522 tokens), copied into the run folder as tokenizer.json"
+    """
+    return [
+        f"tokenizer: the checkpoint's tokenizer.json ({tokenizer.get_vocab_size():,} tokens), "
+        f"copied into the run folder as {TOKENIZER_FILE}"
+        if n.startswith("tokenizer:")
+        else n
+        for n in notes
+    ]
+
+
+def tokenized(prep: Preprocessing, ds: Dataset, keep: list[str], max_length: int | None,
+              joined: bool) -> Dataset:  # fmt: skip
+    """``ds``'s text column (and the ``keep`` columns) tokenized with the run's tokenizer, cut at
+    ``max_length``; ``joined``: without special tokens (the texts are put end to end); an empty
+    text is refused naming the row."""
+    from jaxfeed.text import tokenize  # import cost: JAX via jaxfeed.text
+
+    column = prep.text["column"]
+    if column not in ds.features:
+        raise ConfigError(
+            f"the data has no column {column!r} (the run's text column); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    keep = [column, *keep]
+    missing = [c for c in keep if c not in ds.features]
+    if missing:
+        raise ConfigError(
+            f"the data has no column {missing[0]!r} (the run reads {keep}); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    if prep.tokenizer is None:
+        raise ConfigError("the run's tokenizer is not loaded (its tokenizer.json)")
+    try:
+        return tokenize(
+            ds.select_columns(keep), prep.tokenizer, column, max_length, remove_columns=True,
+            add_special_tokens=not joined,
+        )  # fmt: skip
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def prep_columns(ds: Dataset, columns: list[str]) -> Dataset:
+    """``ds`` with only ``columns`` (a missing one is refused naming the data's columns).
+
+    >>> prep_columns(Dataset.from_dict({"t": ["a"], "y": [0], "z": [1]}), ["t", "y"]).column_names
+    ['t', 'y']
+    """
+    missing = [c for c in columns if c not in ds.features]
+    if missing:
+        raise ConfigError(
+            f"the data has no column {missing[0]!r} (the run reads {columns}); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    return ds.select_columns(columns)
+
+
+def _parameters(function: Any) -> dict[str, Any]:
+    try:
+        return dict(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def export_example(prep: Preprocessing, inputs: dict[str, str]) -> dict[str, np.ndarray]:
+    """One batch of the exported text model's inputs, ``{argument: array}`` as ``inputs``
+    (the Trainer's) names them: token ids padded to the run's longest length (the batch
+    dimension is symbolic)."""
+    length = int(prep.input_shape[0])
+    ones = np.ones((1, length), np.int32)
+    columns = {
+        "input_ids": ones,
+        "attention_mask": ones,
+        "segment_ids": ones,
+        "positions": np.arange(length, dtype=np.int32)[None],
+    }
+    return {argument: columns[column] for argument, column in inputs.items()}
+
+
+__all__ = ["BUCKETS", "MAX_TEXT_TOKENS", "TextKind", "export_example"]

@@ -1,0 +1,138 @@
+"""Stage 3 of a run: build its trainer. ``--lr auto``'s range test, the trainer, ``--monitor``
+checked against its metrics, a resumed run's checkpoint restored, a pretrained language model's
+perplexity before fine-tuning, the run folder's files (``config.json``, a model file's copy, the
+tokenizer), and the line that says what trains where.
+
+>>> import tempfile
+>>> from jaxfeed.recipes.train.opening import open_run
+>>> from jaxfeed.recipes.train.plan import plan
+>>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), lambda *a: None, 0) as run:
+...     plan(run)
+...     trainer = build(run)
+>>> trainer.step, sorted(p.name for p in run.out.iterdir())
+(0, ['config.json'])
+>>> _args({"width": 64}), _args({})
+('(width=64)', '')
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxfeed._base.files import atomic_write
+from jaxfeed.recipes import lr_finder
+from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.kinds.hub import HubKind
+from jaxfeed.recipes.models import build_trainer
+from jaxfeed.recipes.run import copy_model_code, outputs_of
+from jaxfeed.recipes.train.loaders import make_loaders, unused_axes
+from jaxfeed.recipes.train.record import Run
+from jaxfeed.recipes.train.resume import restore
+from jaxfeed.train.sharding import data_axis
+
+
+def build(run: Run) -> Any:
+    """The run's trainer, restored to a resumed run's checkpoint, with the run folder written:
+    everything checked that can be before the folder holds anything new."""
+    found = _find_lr(run)
+    trainer = _trainer(run, run.config, run.out, run.verbose)
+    monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
+    if run.selection and run.best_metric not in monitors:
+        raise ConfigError(
+            f"--monitor {run.best_metric}: not among this run's validation metrics "
+            f"{sorted(monitors)}{did_you_mean(run.best_metric, monitors)}; --metrics adds some"
+        )
+    if run.record is not None:  # the checkpoint and the loader's position checked before any write
+        restore(trainer, run.out, run.config, run.to_record(), run.loaders[0], run.primary, run.say)
+    if isinstance(run.kind, HubKind):  # a language model's perplexity before fine-tuning
+        before = run.kind.before_fine_tuning(
+            trainer, run.loaders[1], run.splits.eval_name, run.record, run.say
+        )
+        if before is not None:
+            run.pretrained_eval = before
+    if run.primary:
+        _write_folder(run, found)
+    _say_setup(run)
+    return trainer
+
+
+def _trainer(run: Run, config: RunConfig, out: Path | None, verbose: int) -> Any:
+    """A trainer of ``config`` for the run (``out``: its folder, None for none)."""
+    assert run.prep is not None
+    return build_trainer(
+        config, run.prep, outputs_of(run.task, run.data.labels), len(run.loaders[0]), out,
+        verbose, run.policy, class_weights=run.class_weights, log_lr=run.lr_logged,
+        mesh=run.mesh, sharding=config.sharding,
+    )  # fmt: skip
+
+
+def _find_lr(run: Run) -> dict[str, Any] | None:
+    """``--lr auto``: the range test's record (its rate set in ``run.config``); else None."""
+    prep, kind, config = run.prep, run.kind, run.config
+    assert prep is not None and kind is not None
+
+    def loader() -> Any:
+        train = kind.prepare(prep, run.splits.train)
+        return make_loaders(train, {}, prep, kind, config, run.say, run.mesh)[0]
+
+    run.config, found = lr_finder.resolve(
+        config, lambda probe: _trainer(run, probe, None, 0), loader, run.say
+    )
+    if found is not None:
+        run.lr_finder = {k: v for k, v in found.items() if k != "curve"}
+    return found
+
+
+def _write_folder(run: Run, found: dict[str, Any] | None) -> None:
+    """A new run's files (a model file's copy, the kind's: a tokenizer, a checkpoint's
+    preprocessor config), ``config.json`` and ``lr_finder.json``."""
+    out, record, prep, kind = run.out, run.record, run.prep, run.kind
+    assert prep is not None and kind is not None
+    out.mkdir(parents=True, exist_ok=True)
+    if record is None:
+        if (code := copy_model_code(run.config, out)) is not None:
+            run.model_code = code
+        kind.write_files(prep, out)
+    run.write_record()
+    if found is not None:
+        atomic_write(out / "lr_finder.json", json.dumps(found, indent=1))
+
+
+def _say_setup(run: Run) -> None:
+    """The model, the budget and the devices in one line (a mesh axis nothing uses: a note)."""
+    config, mesh = run.config, run.mesh
+    where = (
+        f"{jax.device_count()} devices in {jax.process_count()} "
+        f"process{'es' if jax.process_count() > 1 else ''}"
+        if jax.device_count() > 1
+        else str(jax.devices()[0])
+    )
+    if mesh is not None:
+        axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
+        where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
+        unused = unused_axes(mesh, config.sharding)
+        if unused:
+            run.say(
+                f"note: mesh axis {', '.join(f'{a}={mesh.shape[a]}' for a in unused)} is used by "
+                f"nothing: sharding {json.dumps(config.sharding)} splits batches (and FSDP "
+                f"weights) over {data_axis(mesh)!r} only; its devices hold copies (name the axis in "
+                "--sharding rules, or leave it out of --mesh)"
+            )
+    model = config.model_spec
+    assert model is not None  # resolved: the kind's default when --model named none
+    optimizer_name, optimizer_args = config.component("optimizer")
+    schedule_name, schedule_args = config.component("schedule")
+    run.say(
+        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs, batch "
+        f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
+        f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {run.out}"
+    )
+
+
+def _args(values: dict[str, Any]) -> str:
+    """``(width=64, b1=0.9)`` of init_args, or nothing."""
+    return "(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")" if values else ""

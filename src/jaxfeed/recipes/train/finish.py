@@ -1,0 +1,121 @@
+"""Stage 5 of a run: finish. The chosen checkpoint restored and exported to ``model/``, the test
+split read once on it, and the summary (:mod:`jaxfeed.recipes.train`'s example runs every
+stage, this one included)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxfeed._base.files import atomic_write
+from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.config.model_spec import ModelSpec
+from jaxfeed.recipes.run import open_checkpoints, umask_mode
+from jaxfeed.recipes.train.record import Run, TrainResult
+from jaxfeed.recipes.train.summary import size_text, summary
+from jaxfeed.train.checkpoint import CheckpointError
+
+
+def finish(run: Run, trainer: Any, history: Any, seconds: float) -> TrainResult:
+    """Export the chosen checkpoint, evaluate the test split on it, say the summary."""
+    memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
+    best = export_best(run, trainer)
+    test = None
+    if best is not None and run.loaders[2] is not None:
+        test = _test_once(trainer, run.loaders[2], best, run.out, run.primary)
+    if best is not None:
+        state = (
+            ""
+            if run.mesh is None
+            else f"{size_text(memory)} per device (sharding {json.dumps(run.config.sharding)})"
+        )
+        summary(run, history, best, test, seconds, state)
+    return TrainResult(run.out, history, best, seconds, test)
+
+
+def export_best(run: Run, trainer: Any) -> dict[str, Any] | None:
+    """Restore the best checkpoint (as eval and predict will pick it) and write it to ``model/``
+    (:func:`jaxfeed.export`: safetensors, JSON and StableHLO) for serving. Every process
+    restores (a collective read); process 0 writes. Returns ``{"step", "epoch", **metrics}``."""
+    out = run.out
+    manager = open_checkpoints(out, run.to_record())
+    try:
+        step = manager.best_step if run.best_metric else manager.latest_step
+        if step is None:
+            return None
+        meta = manager.meta(step)
+        best = {**manager.metrics(step), "step": step, "epoch": meta["epoch"]}
+        if meta.get("progress"):  # the run stopped inside an epoch: its last state, evaluated
+            best["epoch_in_progress"] = meta["progress"]["epoch"]
+        trainer.restore_checkpoint(manager, step)
+    except CheckpointError as err:
+        raise ConfigError(f"{out}: {err}") from err
+    finally:
+        manager.close()
+    if jax.process_count() > 1:  # a state split over processes, whole on each (a collective)
+        trainer.gather()
+    if not run.primary:
+        return best
+    try:
+        _export(run, trainer, step, best["epoch"])
+    except Exception as err:
+        if not may_skip_export(run.config.model_spec):
+            raise
+        run.say(
+            f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
+        )
+        return best
+    follow_umask(out / "model")
+    return best
+
+
+def _export(run: Run, trainer: Any, step: int, epoch: int) -> None:
+    """``RUN/model/``: the trainer's state with the preprocessing it declares, as the inputs'
+    kind exports it (text: strings in, with its tokenizer)."""
+    prep, kind, data = run.prep, run.kind, run.data
+    assert prep is not None and kind is not None
+    extra = {
+        "labels": data.labels,
+        "task": data.task,
+        "preprocess": prep.to_dict(),
+        "checkpoint_step": step,
+        "checkpoint_epoch": epoch,
+    }
+    kind.export(trainer, run.out / "model", prep, data.labels, extra)
+
+
+def may_skip_export(spec: ModelSpec | None) -> bool:
+    """Whether a failed export leaves a note instead of failing the run: a model of your own (a
+    file or a module) that ``jax.export`` cannot trace; eval and predict use the checkpoints.
+
+    >>> from jaxfeed.recipes.config.model_spec import parse_model
+    >>> [may_skip_export(parse_model(m)) for m in ("net.py:Net", "pkg.nets.Net", "hf:org/bert")]
+    [True, True, False]
+    """
+    return spec is not None and spec.is_code
+
+
+def follow_umask(folder: Path) -> None:
+    """Give ``folder`` and its files the modes the process umask gives new files (writers built
+    on ``tempfile`` create them 0700 / 0600)."""
+    folder.chmod(umask_mode(0o777))
+    for path in folder.rglob("*"):
+        path.chmod(umask_mode(0o777 if path.is_dir() else 0o666))
+
+
+def _test_once(
+    trainer: Any, loader: Any, best: dict[str, Any], out: Path, primary: bool
+) -> dict[str, Any]:
+    """The test split, read once, on the chosen checkpoint (restored into ``trainer``); the row
+    also goes to ``metrics.jsonl`` (``"kind": "test"``)."""
+    result = {f"test_{k}": v for k, v in trainer.evaluate(loader).items()}
+    row = {"kind": "test", "step": best["step"], "epoch": best["epoch"], **result}
+    if primary:  # one test row: a resumed run's final evaluation replaces the earlier one
+        path = out / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        kept = [line for line in lines if '"kind": "test"' not in line]
+        atomic_write(path, "".join(f"{line}\n" for line in [*kept, json.dumps(row)]))
+    return result

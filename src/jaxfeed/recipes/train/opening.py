@@ -1,0 +1,105 @@
+"""Stage 1 of a run: open it. The options checked before anything is read (distributed
+initialisation, ``--tensorboard``, text options, ``--mesh``), the run folder checked and locked,
+a resumed run's record read, a model file checked and a pretrained checkpoint opened and checked
+against the record.
+
+>>> import tempfile
+>>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), print, 0) as run:
+...     run.record is None, run.checkpoint is None, run.out.is_dir()
+(True, True, True)
+>>> default_out(RunConfig(data="digits", model="net.py:Net")).name.startswith("digits-Net-")
+True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxfeed.recipes import hub_checkpoint
+from jaxfeed.recipes.config import ConfigError, RunConfig, read_run
+from jaxfeed.recipes.configure import paths_of
+from jaxfeed.recipes.kinds.registry import check_options as check_kind_options
+from jaxfeed.recipes.run import absolute_paths, check_out_folder, lock_run_folder, model_copy
+from jaxfeed.recipes.train.loaders import mesh_of
+from jaxfeed.recipes.train.record import Run
+from jaxfeed.recipes.user_models import CodePolicy, model_file
+from jaxfeed.runtime import distributed
+
+
+@contextmanager
+def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Iterator[Run]:
+    """The opened :class:`Run`, its folder locked while the ``with`` block runs (by process 0).
+    A run refused before anything was written leaves no empty folder behind; a missing optional
+    part (an ``ImportError``: tokenizers) is refused as a ``ConfigError`` that names it."""
+    try:
+        distributed.initialize(config.coordinator, config.num_processes, config.process_id)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    primary = jax.process_index() == 0
+    if not primary:
+        say = _silent
+    out = Path(config.out) if config.out else default_out(config)
+    config = config.replace(absolute_paths(paths_of(config)), "the run's options")
+    _check_options(config)
+    check_out_folder(out, config.resume)
+    created = not out.exists()
+    lock = lock_run_folder(out, config.resume) if primary else None
+    try:
+        yield _resumed(Run(config, out, primary, say, verbose))
+    except (ConfigError, ImportError) as err:
+        if created and lock is not None and not any(out.iterdir()):
+            out.rmdir()  # refused before anything was written: leave no empty run folder
+        if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
+            raise ConfigError(str(err)) from err
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def default_out(config: RunConfig) -> Path:
+    """``runs/DATA-MODEL-TIME`` for a run without ``--out``."""
+    name = Path(config.data).name or "data"
+    spec = config.model_spec
+    model = spec.short if spec is not None else "auto"
+    return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _check_options(config: RunConfig) -> None:
+    """The options refused before any data is read."""
+    if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
+        raise ConfigError(
+            "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
+        )
+    check_kind_options(config)  # --task lm's, --tokenizer
+    if config.mesh is not None:
+        mesh_of(config)  # a --mesh the devices cannot make is refused before any data is read
+
+
+def _resumed(run: Run) -> Run:
+    """``run`` with a resumed run's record, the policy for a model file's code and a pretrained
+    checkpoint (resolved, hashed and checked against the record before any write)."""
+    config, out = run.config, run.out
+    run.record = record = read_run(out) if config.resume else None
+    run.policy = CodePolicy(
+        copy=None if record is None else model_copy(record, out), trust=config.trust_code
+    )
+    spec = config.model_spec
+    if spec is not None and spec.source == "hub":
+        run.checkpoint = hub_checkpoint.open_checkpoint(spec.text)
+        if record is not None:
+            hub_checkpoint.check_unchanged(record.resolved.get("pretrained") or {}, run.checkpoint)
+    elif spec is not None and spec.source == "file":
+        model_file(spec.text, run.policy)  # a missing file or copy is refused before any work
+    return run
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    pass

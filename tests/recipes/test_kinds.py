@@ -1,0 +1,116 @@
+"""The input kinds (jaxfeed.recipes.kinds): the registry chooses one per run, the built-in
+model table, and --model decoded once (ModelSpec)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from jaxfeed import Dataset
+from jaxfeed.data.dataset import DatasetDict
+from jaxfeed.recipes.config import BUILTIN_MODELS, ConfigError, RunConfig
+from jaxfeed.recipes.config.model_spec import ModelSpec, parse_model
+from jaxfeed.recipes.data import choose_splits
+from jaxfeed.recipes.kinds.builtins import BUILTINS
+from jaxfeed.recipes.kinds.hub import HubKind
+from jaxfeed.recipes.kinds.registry import KINDS, kind_for, kind_of
+from jaxfeed.recipes.kinds.table import TableOptions
+from jaxfeed.recipes.spec import Preprocessing
+
+
+@pytest.mark.parametrize(
+    ("text", "source", "name", "path"),
+    [
+        ("cnn", "builtin", "cnn", None),
+        ("transformer_lm", "builtin", "transformer_lm", None),
+        ("net.py:Net", "file", "Net", "net.py"),
+        ("/abs/dir/net.py:Net", "file", "Net", "/abs/dir/net.py"),
+        ("pkg.nets.Net", "module", "pkg.nets.Net", None),
+        ("hf:org/model", "hub", "hf:org/model", None),
+        ("./ckpt", "hub", "./ckpt", "./ckpt"),
+        ("~/ckpt", "hub", "~/ckpt", "~/ckpt"),
+    ],
+)
+def test_model_spec_sources(text, source, name, path):
+    spec = parse_model(text)
+    assert (spec.source, spec.name, spec.path) == (source, name, path)
+    assert spec.text == text
+    assert RunConfig(model=text).model_spec == spec
+
+
+def test_model_spec_init_args_and_default():
+    spec = RunConfig(model={"class_path": "mlp", "init_args": {"hidden": [8]}}).model_spec
+    assert spec == ModelSpec("builtin", "mlp", {"hidden": [8]})
+    assert RunConfig().model_spec is None
+    assert parse_model("hf:org/a-model").short == "a-model"
+    assert parse_model("dir/net.py:Net").short == "Net"
+
+
+def test_builtin_names_come_from_the_table():
+    assert tuple(BUILTINS) == BUILTIN_MODELS
+    assert {b.class_name for b in BUILTINS.values()} <= {
+        "CNN", "MLP", "AudioCNN", "TransformerClassifier", "TransformerLM",
+    }  # fmt: skip
+
+
+def test_registry_chooses_the_kind():
+    assert {k: type(v).__name__ for k, v in KINDS.items()} == {
+        "image": "ImageKind", "array": "ArrayKind", "table": "TableKind",
+        "audio": "AudioKind", "text": "TextKind", "lm": "LMKind",
+    }  # fmt: skip
+    assert kind_for("text", "lm", None).name == "lm"
+    assert kind_for("text", "classification", parse_model("transformer")).name == "text"
+    hub = kind_for("image", "classification", parse_model("hf:org/vit"))
+    assert isinstance(hub, HubKind) and hub.inner is KINDS["image"]
+    prep = Preprocessing("table", ["a"], "y", [1], "regression")
+    assert kind_of(prep) is KINDS["table"]
+    assert isinstance(kind_of(prep, model=parse_model("./ckpt")), HubKind)
+
+
+def test_defaults_units_and_next_steps():
+    assert {k: v.default_model for k, v in KINDS.items()} == {
+        "image": "cnn", "array": "cnn", "table": "mlp", "audio": "audio_cnn",
+        "text": "transformer", "lm": "transformer",
+    }  # fmt: skip
+    assert [k for k, v in KINDS.items() if v.unit == "texts"] == ["lm"]
+    assert KINDS["lm"].next_step("o").startswith("generate:")
+    assert KINDS["table"].next_step("o").startswith("predict:")
+
+
+def test_unknown_kind_is_refused_when_planned():
+    run_data = SimpleNamespace(
+        columns=SimpleNamespace(inputs=["blob"], label="y"),
+        splits=SimpleNamespace(train=None),
+        task="classification",
+    )
+
+    kind = kind_for("binary", "classification", None)
+    with pytest.raises(
+        ConfigError, match="cannot learn from the input column 'blob': it is binary"
+    ):
+        kind.plan(run_data, RunConfig())
+
+
+def test_flags_that_do_not_apply():
+    with pytest.raises(ConfigError, match="--sample-rate: the input column holds image data"):
+        KINDS["image"].check(RunConfig(sample_rate=16000))
+    with pytest.raises(ConfigError, match="--image-size: the input column holds audio"):
+        KINDS["audio"].check(RunConfig(image_size="32"))
+    KINDS["audio"].check(RunConfig(sample_rate=16000))
+
+
+@pytest.mark.parametrize("kind", ["table", "array"])
+def test_a_regression_target_is_standardised_on_the_train_split_only(kind):
+    """The validation rows carved out of the train data do not enter the target's mean and
+    deviation (the train split keeps an indices mapping over the whole table)."""
+    values = [float(i) ** 2 for i in range(40)]
+    x = [[float(i)] for i in range(40)] if kind == "array" else [float(i) for i in range(40)]
+    ds = Dataset.from_dict({"x": x, "y": values})
+    train = choose_splits(DatasetDict({"train": ds}), "train", None, 0.25, None, 0).train
+    options = TableOptions() if kind == "table" else None
+    prep, _ = KINDS[kind].plan_columns(train, ["x"], "y", "regression", None, options)
+    y = np.asarray(train.with_format("numpy")["y"], np.float64)
+    assert len(y) == 30
+    assert (prep.target_mean, prep.target_std) == pytest.approx((y.mean(), y.std()))
