@@ -16,8 +16,6 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "jaxfeed"
 RECIPES = "src/jaxfeed/recipes/"
@@ -71,17 +69,14 @@ def _where(key: str, lines: int) -> str:
 LENGTHS = function_lengths()
 LONG_RECIPES = sorted(k for k, n in LENGTHS.items() if k.startswith(RECIPES) and n > TARGET)
 OVER_CEILING = sorted(k for k, n in LENGTHS.items() if n > CEILING)
-SPLITTING = pytest.mark.xfail(strict=False, reason="issue 50: being split on other branches")
 
 
-@SPLITTING  # remove once the recipes' long functions are split (issue 50)
 def test_no_recipe_function_over_80_lines():
     """Rule 1: the command's task logic reads as short steps."""
     long = [f"{_where(k, LENGTHS[k])} (rule 1: at most {TARGET} in recipes/)" for k in LONG_RECIPES]
     assert not long, "\n".join(long)
 
 
-@SPLITTING  # remove once the functions over 120 lines are split (issue 50)
 def test_no_function_over_120_lines():
     """Rule 2: no function anywhere is longer than a screen and a half."""
     long = [f"{_where(k, LENGTHS[k])} (rule 2: at most {CEILING} anywhere)" for k in OVER_CEILING]

@@ -1,9 +1,8 @@
 """The training recipe's stages (issue 50): one ``Run`` record flows through open, plan, build,
 fit and finish; ``config.json`` keeps the keys, in the order, that earlier releases wrote (new
-runs, resumed runs carrying values over, early stopping recorded as the run ends); no function of
-the recipe grows past 80 lines."""
+runs, resumed runs carrying values over, early stopping recorded as the run ends). Function lengths
+are tests/contracts/test_function_length.py's."""
 
-import ast
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -82,18 +81,6 @@ def test_config_json_keys_of_a_run_and_its_resume(tmp_path):
 def test_the_public_names_stay_importable():
     assert callable(train) and callable(follow_umask) and callable(unused_axes)
     assert recordmod.CARRIED_KEYS == ("model_code", "budget", "early_stopping")
-
-
-def test_no_function_of_the_training_recipe_is_over_80_lines():
-    folder = Path(recordmod.__file__).parent
-    long = []
-    for path in sorted(folder.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = node.end_lineno - node.lineno + 1
-                if lines > 80:
-                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
-    assert not long, long
 
 
 TINY = """

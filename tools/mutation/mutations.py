@@ -206,7 +206,7 @@ MUTATIONS = [
     ),
     Mutation(
         "cli-ctrl-c-no-resume-hint",
-        "src/jaxfeed/recipes/train.py",
+        "src/jaxfeed/recipes/train/fit.py",
         '; resume with: {trainer.resume_hint}",',
         '; resume with --resume",',
         [f"{RUN}::test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint"],

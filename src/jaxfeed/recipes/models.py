@@ -28,8 +28,8 @@ from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.recipes.user_models import CodePolicy as CodePolicy
 from jaxfeed.recipes.user_models import load_user_class as load_user_class
 from jaxfeed.recipes.user_models import model_file as model_file
+from jaxfeed.runtime.sharding import ShardingError
 from jaxfeed.train import Trainer
-from jaxfeed.train.sharding import ShardingError
 
 
 def build_model(

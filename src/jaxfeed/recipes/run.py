@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,12 @@ from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
 from jaxfeed.recipes.config.model_spec import parse_model
 from jaxfeed.recipes.corpus import CONCAT
 from jaxfeed.recipes.kinds.registry import kind_for
+from jaxfeed.recipes.run_data import RunData as RunData
 from jaxfeed.recipes.spec import Preprocessing
 
 BEST_METRIC = (
     "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
 )
-
-
-@dataclass
-class RunData:
-    """The splits of a run, encoded and ready for its preprocessing."""
-
-    source: datamod.Source
-    splits: datamod.Splits
-    columns: datamod.Columns
-    task: str
-    labels: list[str]
-    notes: list[str] = field(default_factory=list)  # what was left out (empty texts)
 
 
 def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:

@@ -119,7 +119,11 @@ class RunConfig(ProcessOptions, OptimOptions, ModelOptions, DataOptions):
         >>> RunConfig(model="net.py:Net").model_spec.source, RunConfig().model_spec
         ('file', None)
         """
-        return parse_model(self.model)
+        decoded = self.__dict__.get("_model_spec")  # decoded once per value of ``model``
+        if decoded is None or decoded[0] is not self.model:
+            decoded = (self.model, parse_model(self.model))
+            self.__dict__["_model_spec"] = decoded
+        return decoded[1]
 
     def component(self, name: str) -> tuple[str | None, dict[str, Any]]:
         """``model`` or ``optimizer`` as ``(class_path, init_args)``.

@@ -23,7 +23,7 @@ from jaxfeed.serve.export import FUNCTION
 from jaxfeed.serve.spec import SpecError
 
 if TYPE_CHECKING:
-    from jaxfeed.recipes.run import RunData
+    from jaxfeed.recipes.run_data import RunData
 
 
 class Kind:

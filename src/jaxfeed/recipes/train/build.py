@@ -29,10 +29,10 @@ from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
 from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.models import build_trainer
 from jaxfeed.recipes.run import copy_model_code, outputs_of
-from jaxfeed.recipes.train.loaders import make_loaders, unused_axes
+from jaxfeed.recipes.train.loaders import make_loaders
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.recipes.train.resume import restore
-from jaxfeed.train.sharding import data_axis
+from jaxfeed.runtime.sharding import ShardingPlan, data_axis
 
 
 def build(run: Run) -> Any:
@@ -114,7 +114,7 @@ def _say_setup(run: Run) -> None:
     if mesh is not None:
         axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"
-        unused = unused_axes(mesh, config.sharding)
+        unused = ShardingPlan.parse(config.sharding).unused_axes(mesh)
         if unused:
             run.say(
                 f"note: mesh axis {', '.join(f'{a}={mesh.shape[a]}' for a in unused)} is used by "

@@ -23,9 +23,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxfeed import DataLoader
 from jaxfeed.recipes.config import ConfigError, RunConfig, parse_mesh_text
 from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.preprocess import Augmented
+from jaxfeed.recipes.kinds.image import Augmented
 from jaxfeed.recipes.spec import Preprocessing
-from jaxfeed.train.sharding import data_axis, default_mesh, make_mesh
+from jaxfeed.runtime.sharding import ShardingPlan, data_axis, default_mesh, make_mesh
 
 
 def mesh_of(config: RunConfig) -> Any:
@@ -48,18 +48,13 @@ def data_devices(mesh: Any) -> int:
 
 def unused_axes(mesh: Any, sharding: Any) -> list[str]:
     """The axes of ``mesh`` (of more than one device) that neither the batches (the data axis),
-    FSDP nor a sharding rule use.
+    FSDP nor a sharding rule use: :meth:`jaxfeed.runtime.sharding.ShardingPlan.unused_axes`.
 
     >>> mesh = make_mesh({"data": -1, "model": 2})
     >>> unused_axes(mesh, "fsdp"), unused_axes(mesh, {"mlp": "model"})
     (['model'], [])
     """
-    used = {data_axis(mesh)}
-    if isinstance(sharding, dict):
-        for key, entry in sharding.items():
-            if key != "fsdp" and entry is not None:
-                used.update([entry] if isinstance(entry, str) else list(entry))
-    return [str(a) for a in mesh.axis_names if a not in used and mesh.shape[a] > 1]
+    return ShardingPlan.parse(sharding).unused_axes(mesh)
 
 
 def make_loaders(

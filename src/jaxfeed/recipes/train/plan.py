@@ -22,9 +22,9 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.hub import HubKind
+from jaxfeed.recipes.kinds.image import Augmented
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.models import resolve_class_weights
-from jaxfeed.recipes.preprocess import Augmented
 from jaxfeed.recipes.run import load_run_data, preprocessing_of
 from jaxfeed.recipes.train.loaders import data_devices, make_loaders, mesh_of
 from jaxfeed.recipes.train.record import CARRIED_KEYS, Run

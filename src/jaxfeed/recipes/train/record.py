@@ -24,7 +24,7 @@ from jaxfeed.recipes.config import RunConfig, RunRecord
 if TYPE_CHECKING:  # the record's field types: the modules that fill them import these
     from jaxfeed.recipes.hub_checkpoint import Checkpoint
     from jaxfeed.recipes.kinds.base import Kind
-    from jaxfeed.recipes.run import RunData
+    from jaxfeed.recipes.run_data import RunData
     from jaxfeed.recipes.spec import Preprocessing
     from jaxfeed.recipes.user_models import CodePolicy
 
