@@ -303,3 +303,32 @@ def test_modules_stay_small_or_say_why():
             if "long because" not in doc.lower():
                 long.append(f"{module} ({lines} lines)")
     assert not long, long
+
+
+def _package_of(path: Path) -> str:
+    """``jaxfeed.loading.workers`` for ``.../jaxfeed/loading/workers/build.py``."""
+    return ".".join(("jaxfeed", *path.relative_to(SRC).parent.parts))
+
+
+def test_private_names_stay_in_their_package():
+    """A leading underscore means private to the package (folder) that defines the name: its
+    modules may import it, no other package's may (architecture.md's rule)."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        mine = _package_of(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxfeed")):
+                continue
+            module = node.module or ""
+            for alias in node.names:
+                name = alias.name
+                if not name.startswith("_") or name.startswith("__"):
+                    continue
+                folder = SRC.joinpath(*module.split(".")[1:])
+                submodule = (folder / f"{name}.py").is_file() or (folder / name).is_dir()
+                owner = module if submodule else module.rpartition(".")[0]
+                if folder.is_dir() and not submodule:  # a name from a package's __init__
+                    owner = module
+                if mine != owner and not mine.startswith(owner + "."):
+                    found.append(f"{path.relative_to(SRC)}: {name} from {module}")
+    assert not found, f"private names imported from another package: {found}"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfeed._base.calls import _rng, takes_rng
+from jaxfeed._base.calls import seeded_rng, takes_rng
 from jaxfeed.data.features import DecodeError
 from jaxfeed.data.features._nested import stack_if_same
 from jaxfeed.data.features.media import MediaFeature
@@ -237,7 +237,7 @@ def _transform_rows(
         }
         try:
             if recipe.row_rng:
-                result = fn(row, _rng(recipe.seed, job.epoch, job.positions[i]))
+                result = fn(row, seeded_rng(recipe.seed, job.epoch, job.positions[i]))
             else:
                 result = fn(row)
         except Exception as err:
@@ -267,7 +267,7 @@ def _transform_batch(recipe: Recipe, job: Job, plan: dict[str, Any]) -> dict[str
     batch = _materialize(plan)
     try:
         if recipe.transform_rng:
-            batch = recipe.transform(batch, _rng(recipe.seed, job.epoch, job.step))
+            batch = recipe.transform(batch, seeded_rng(recipe.seed, job.epoch, job.step))
         else:
             batch = recipe.transform(batch)
     except Exception as err:
