@@ -280,24 +280,6 @@ def _channel_note(scan: ClipScan) -> list[str]:
     ]
 
 
-def check_flags(kind: str, sample_rate: Any, clip_seconds: Any, image_size: Any) -> None:
-    """``--sample-rate`` and ``--clip-seconds`` are for audio inputs, ``--image-size`` is not:
-    a flag that would do nothing is refused (``recipes/train.py``'s until it asks the run's kind:
-    :meth:`jaxfeed.recipes.kinds.base.Kind.check`).
-
-    >>> check_flags("image", 16000, None, None)
-    Traceback (most recent call last):
-    ...
-    jaxfeed.recipes.config.ConfigError: --sample-rate: the input column holds image data, not audio
-    """
-    if kind != "audio":
-        for flag, value in (("--sample-rate", sample_rate), ("--clip-seconds", clip_seconds)):
-            if value is not None:
-                raise ConfigError(f"{flag}: the input column holds {kind} data, not audio")
-    elif image_size is not None:
-        raise ConfigError("--image-size: the input column holds audio, not images")
-
-
 def row_transform(prep: Preprocessing, *, train: bool) -> LogMel | audio_features.ASTFrontEnd:
     """The loaders' ``row_transform`` of an audio run: its ``log_mel``, with a random crop for
     ``train`` (the loader's per-row ``rng``: a resumed run crops alike) and the centre else; an
@@ -307,12 +289,6 @@ def row_transform(prep: Preprocessing, *, train: bool) -> LogMel | audio_feature
         crop = "random" if train else "start"
         return audio_features.ASTFrontEnd.from_options(prep.audio, crop, column)
     return log_mel(**prep.audio, crop="random" if train else "center", column=column)
-
-
-def loader_options(prep: Preprocessing, *, train: bool) -> dict[str, Any]:
-    """Extra ``DataLoader`` arguments of a run: ``row_transform`` for audio, else none
-    (``recipes/train.py``'s until it asks the run's kind: ``Kind.loader_options``)."""
-    return {"row_transform": row_transform(prep, train=train)} if prep.kind == "audio" else {}
 
 
 def audio_batches(
