@@ -16,7 +16,8 @@ import numpy as np
 
 from jaxfeed import DataLoader
 from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.preprocess import TableOptions, plan, prepare
+from jaxfeed.recipes.kinds.registry import kind_for, kind_of
+from jaxfeed.recipes.kinds.table import TableOptions
 from jaxfeed.recipes.run import load_run_data
 
 ROWS = 200
@@ -37,9 +38,10 @@ def preprocess(path: Path) -> float:
     start = time.perf_counter()
     run = load_run_data(RunConfig(data=str(path)))
     columns = run.columns
-    prep, _ = plan(run.splits.train, columns.inputs, columns.label, "table", run.task, None,
-                   TableOptions(excluded=columns.excluded))  # fmt: skip
-    for _ in DataLoader(prepare(prep, run.splits.train), 64, transform=prep):
+    kind = kind_for("table", run.task, None)
+    prep, _ = kind.plan_columns(run.splits.train, columns.inputs, columns.label, run.task, None,
+                                TableOptions(excluded=columns.excluded))  # fmt: skip
+    for _ in DataLoader(kind_of(prep).prepare(prep, run.splits.train), 64, transform=prep):
         pass
     return time.perf_counter() - start
 

@@ -494,7 +494,7 @@ def test_a_hub_id_is_resolved_pinned_and_recorded(text_ckpt, tmp_path, monkeypat
     hub_constants = pytest.importorskip("huggingface_hub.constants")
     from hub_server import FakeModelHub
     from jaxfeed.recipes.config import ConfigError
-    from jaxfeed.recipes.pretrained import check_unchanged, open_checkpoint
+    from jaxfeed.recipes.hub_checkpoint import check_unchanged, open_checkpoint
     from remote_servers import serve
 
     commit = "3" * 40

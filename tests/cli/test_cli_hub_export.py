@@ -83,7 +83,7 @@ def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, ca
     """On a run the trainer can restore whole, the export is the same bytes as before."""
     from jaxfeed.models.hub import save_pretrained
     from jaxfeed.recipes.config import read_run
-    from jaxfeed.recipes.pretrained import hub_model
+    from jaxfeed.recipes.hub_checkpoint import hub_model
     from jaxfeed.recipes.run import build_run_trainer, restore
 
     run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2", "--lr", "3e-3")

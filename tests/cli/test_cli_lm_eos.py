@@ -145,7 +145,7 @@ def test_a_given_tokenizer_without_eos_is_refused_for_texts_put_end_to_end(tmp_p
 
 
 def test_the_checkpoints_eos_token_id_separates_texts_when_the_tokenizer_has_none():
-    from jaxfeed.recipes.pretrained import config_eos
+    from jaxfeed.recipes.hub_checkpoint import config_eos
 
     def eos(config):
         return config_eos(SimpleNamespace(config=config))

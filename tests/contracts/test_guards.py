@@ -15,7 +15,7 @@ from jaxfeed import DataLoader, Dataset, Padding, export, load_exported
 from jaxfeed.checkpoint import CheckpointManager
 from jaxfeed.data.ragged import arrow_ragged
 from jaxfeed.models import MLP, TransformerLM
-from jaxfeed.recipes.preprocess import TableOptions, plan_table
+from jaxfeed.recipes.kinds.table import TableOptions, plan_table
 from jaxfeed.serve.spec import ServingSpec, TableColumn
 from jaxfeed.train.sharding import ShardingPlan
 

@@ -1,10 +1,11 @@
 """The run config's typed sections compose into one flat RunConfig; the preprocessing's data half
-(recipes/spec.py) and its dataset half (recipes/preprocess.py) keep the old names."""
+(recipes/spec.py) holds the batch keys and the text kinds, and its dataset half is the run's kind's
+(recipes/kinds)."""
 
 import dataclasses
 
 from jaxfeed import Dataset
-from jaxfeed.recipes import config, preprocess, spec
+from jaxfeed.recipes import config, spec
 from jaxfeed.recipes.config import (
     SECTIONS,
     DataOptions,
@@ -13,6 +14,7 @@ from jaxfeed.recipes.config import (
     ProcessOptions,
     RunConfig,
 )
+from jaxfeed.recipes.kinds.registry import kind_of
 
 
 def test_sections_compose_one_flat_config_in_section_order():
@@ -38,7 +40,7 @@ def test_config_error_keeps_its_public_module():
     assert config.ConfigError is config.groups.ConfigError
 
 
-def test_preprocess_keeps_the_spec_names_and_prepare_is_a_function():
+def test_spec_holds_the_names_and_prepare_is_the_kinds():
     for name in (
         "INPUTS",
         "TARGETS",
@@ -47,10 +49,10 @@ def test_preprocess_keeps_the_spec_names_and_prepare_is_a_function():
         "Preprocessing",
         "stack_column",
     ):
-        assert getattr(preprocess, name) is getattr(spec, name)
+        assert hasattr(spec, name)
     assert not hasattr(spec.Preprocessing, "prepare")
     prep = spec.Preprocessing("array", ["a"], "y", [1], scale=False)
     ds = Dataset.from_dict({"a": [[1.0], [2.0]], "y": [0, 1], "z": [5, 6]})
-    assert list(preprocess.prepare(prep, ds).features) == ["a", "y"]
+    assert list(kind_of(prep).prepare(prep, ds).features) == ["a", "y"]
     back = spec.Preprocessing.from_dict(prep.to_dict(), "config.json")
     assert back == prep

@@ -9,7 +9,7 @@ from jaxfeed import Dataset, load_dataset
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.data import choose_columns
 from jaxfeed.recipes.evaluate import _expand
-from jaxfeed.recipes.preprocess import TableOptions, plan_table
+from jaxfeed.recipes.kinds.table import TableOptions, plan_table
 
 ROWS = {
     "id": list(range(100, 130)),

@@ -5,7 +5,7 @@
 * :mod:`~jaxfeed.recipes.data`: what ``--data`` is, splits (``--val-split``, split expressions),
   columns, task inference, class labels.
 * :mod:`~jaxfeed.recipes.spec`: :class:`Preprocessing`, the one preprocessing of train, eval and
-  predict, saved in the run; :mod:`~jaxfeed.recipes.preprocess` plans it and prepares datasets.
+  predict, saved in the run; the run's kind (below) plans it and prepares datasets.
 * :mod:`~jaxfeed.recipes.kinds`: one ``Kind`` per input kind (image, array, table, audio, text,
   language model; a Hub checkpoint wraps one) that plans, prepares, builds the model, serves and
   exports; its registry chooses a run's; the built-in models' table.

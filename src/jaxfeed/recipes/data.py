@@ -31,8 +31,10 @@ from jaxfeed.data.load import load_dataset
 from jaxfeed.data.load.builtin import BUILTIN
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.corpus import CORPUS_SUFFIXES
+from jaxfeed.recipes.corpus_reader import read_corpus
+from jaxfeed.recipes.text_columns import text_column_of
 
 EVAL_SPLITS = ("test", "validation")
 DEFAULT_VAL_SPLIT = 0.1
@@ -155,14 +157,14 @@ def fingerprint_changes(saved: dict[str, Any], new: dict[str, Any] | None) -> li
 
 def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Source:
     """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
-    ``corpus`` says: see :func:`jaxfeed.recipes.text.read_corpus`)."""
+    ``corpus`` says: see :func:`jaxfeed.recipes.corpus_reader.read_corpus`)."""
     local = Path(path).expanduser()
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
         kind, loader = "built-in dataset", path
-    elif local.is_file() and local.suffix.lower() in text.CORPUS_SUFFIXES:
-        return Source(path, "text file", DatasetDict({"train": text.read_corpus(local, corpus)}))
+    elif local.is_file() and local.suffix.lower() in CORPUS_SUFFIXES:
+        return Source(path, "text file", DatasetDict({"train": read_corpus(local, corpus)}))
     elif local.is_file():
         fmt = file_format(local)
         if fmt is None:
@@ -371,14 +373,14 @@ def choose_columns(
     """The input columns and the label column, given or found.
 
     Without ``inputs``: the first image, audio or array column; else a column of free text
-    (``text_column``, or found: :mod:`jaxfeed.recipes.text`); else every number, bool or
+    (``text_column``, or found: :mod:`jaxfeed.recipes.text_columns`); else every number, bool or
     string column of a table but the label (which of them are categories, identifiers or free
     text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
     text column alone, no label.
     """
     features = ds.features
     if task == "lm":
-        column = text.text_column_of(ds, inputs, label, text_column, task)
+        column = text_column_of(ds, inputs, label, text_column, task)
         return Columns([column], "", "lm", text_column is not None)
     for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
         if name is not None and name not in features:
@@ -387,7 +389,7 @@ def choose_columns(
             )
     if label is None:
         label = _found_label(features)
-    column = text.text_column_of(ds, inputs, label, text_column, task)
+    column = text_column_of(ds, inputs, label, text_column, task)
     if column is not None:
         others = [c for c in features if c not in (column, label)]
         excluded = [(c, f"the text column {column!r} is the input") for c in others]

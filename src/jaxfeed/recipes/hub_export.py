@@ -1,5 +1,5 @@
 """``jaxfeed export RUN --format hf``: a run fine-tuned from a Hub checkpoint (``--model
-hf:ORG/NAME`` or ``./folder``, :mod:`jaxfeed.recipes.pretrained`) as a Hub-format folder that
+hf:ORG/NAME`` or ``./folder``, :mod:`jaxfeed.recipes.hub_checkpoint`) as a Hub-format folder that
 ``transformers`` loads with the same logits. Only the model's weights are restored: no optimizer,
 schedule or metrics are rebuilt, so every run with a checkpoint exports, whatever its schedule."""
 
@@ -10,10 +10,9 @@ from typing import Any
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import save_pretrained
-from jaxfeed.recipes import text
 from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
+from jaxfeed.recipes.hub_checkpoint import check_unchanged, hub_model, open_checkpoint
 from jaxfeed.recipes.models import build_model
-from jaxfeed.recipes.pretrained import check_unchanged, hub_model, open_checkpoint
 from jaxfeed.recipes.run import (
     checkpoint_step,
     open_checkpoints,
@@ -21,6 +20,7 @@ from jaxfeed.recipes.run import (
     preprocessing_of,
     selects,
 )
+from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
 
 
@@ -45,9 +45,9 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
     labels = record.resolved.get("labels") or []
     id2label = dict(enumerate(labels)) if record.resolved.get("task") == "classification" else None
     save_pretrained(hub_model(model), target, source=checkpoint.folder, id2label=id2label)
-    tokenizer = run / text.TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
+    tokenizer = run / TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
     if tokenizer.is_file():
-        atomic_write(target / text.TOKENIZER_FILE, tokenizer.read_bytes())
+        atomic_write(target / TOKENIZER_FILE, tokenizer.read_bytes())
     return target
 
 

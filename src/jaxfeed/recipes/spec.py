@@ -1,8 +1,8 @@
 """The data half of a run's preprocessing: :class:`Preprocessing` (what ``config.json`` keeps and
 the loader's transform applies), the batch keys and the text kinds; no datasets are read here.
 
-It is planned from the training data by :func:`jaxfeed.recipes.preprocess.plan` and applied
-by the same code in ``train``, ``eval``, ``predict`` and an export (see that module).
+It is planned from the training data by the run's input kind (:mod:`jaxfeed.recipes.kinds`) and
+applied by the same code in ``train``, ``eval``, ``predict`` and an export (see that package).
 
 >>> import numpy as np
 >>> p = Preprocessing(kind="image", input_columns=["image"], label_column="label",
@@ -24,7 +24,7 @@ from jaxfeed.recipes.config import ConfigError
 from jaxfeed.serve.spec import ServingSpec, SpecError, TableColumn, encode_table
 
 INPUTS, TARGETS = "x", "y"  # the batch keys the model and the loss read
-TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (jaxfeed.recipes.text)
+TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (recipes/kinds/text.py, lm.py)
 TEXT_COLUMNS = ("input_ids", "attention_mask", "segment_ids", "positions")
 
 
@@ -48,7 +48,7 @@ class Preprocessing:
     fill: list[float] | None = None  # tables: a missing numeric cell's value (--missing impute)
     impute: bool = False  # tables: missing cells are filled (True) or refused (False)
     audio: dict[str, Any] | None = None  # audio: log_mel's options (jaxfeed.recipes.audio)
-    text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (recipes/text.py)
+    text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (kinds/text.py)
 
     @property
     def vocab_size(self) -> int | None:

@@ -1,6 +1,6 @@
 """``--model hf:ORG/NAME`` (or a checkpoint folder): :class:`HubKind` wraps the data's
 :class:`~jaxfeed.recipes.kinds.base.Kind` with the opened pretrained checkpoint
-(:class:`jaxfeed.recipes.pretrained.Checkpoint`): the checkpoint's tokenizer, image size or
+(:class:`jaxfeed.recipes.hub_checkpoint.Checkpoint`): the checkpoint's tokenizer, image size or
 audio front end in the plan, its preprocessor config kept in the run folder, its model built with
 a head for the data, fine-tuning defaults, and a language model's perplexity before fine-tuning."""
 
