@@ -1,5 +1,6 @@
-"""Images: decoded, converted to one mode and resized to one size in the loader's workers
-(chosen from the first images' headers: :func:`image_choice`); pixels scaled on the device;
+"""Images: decoded, converted to one mode (``L`` or ``RGB``) and resized with Pillow's bilinear
+filter to one size in the loader's workers (chosen from the first images' headers:
+:func:`image_choice`), as ``eval``, ``predict`` and the export's declared spec do; pixels scaled on the device;
 ``--augment`` flips and crops them (:class:`Augmented`); ``cnn`` by default; a Hub image
 checkpoint sets the size and normalises the pixels inside the model."""
 
