@@ -203,18 +203,22 @@ def image_options(checkpoint: Checkpoint, config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, image_size=size, image_mode="RGB")
 
 
-def _image_processor(checkpoint: Checkpoint) -> Any:
-
+def _processor(checkpoint: Checkpoint, attribute: str, what: str) -> Any:
+    """The checkpoint's preprocessor, which must have ``attribute`` (a ``what`` model's)."""
     try:
         processor = preprocessor(checkpoint.folder)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
-    if not hasattr(processor, "image_mean"):
+    if not hasattr(processor, attribute):
         raise ConfigError(
-            f"--model {checkpoint.spec} is a {checkpoint.model_type} model, not an image model; "
-            "the data is images"
+            f"--model {checkpoint.spec} is a {checkpoint.model_type} model, not an {what} model; "
+            f"the data is {'images' if what == 'image' else what}"
         )
     return processor
+
+
+def _image_processor(checkpoint: Checkpoint) -> Any:
+    return _processor(checkpoint, "image_mean", "image")
 
 
 def check_data(checkpoint: Checkpoint, kind: str, task: str | None) -> None:
@@ -244,16 +248,8 @@ def check_data(checkpoint: Checkpoint, kind: str, task: str | None) -> None:
 
 
 def audio_processor(checkpoint: Checkpoint) -> Any:
-    try:
-        processor = preprocessor(checkpoint.folder)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
-    if not hasattr(processor, "num_mel_bins"):
-        raise ConfigError(
-            f"--model {checkpoint.spec} is a {checkpoint.model_type} model, not an audio model; "
-            "the data is audio"
-        )
-    return processor
+    """The AST checkpoint's feature extractor (an audio model's preprocessor)."""
+    return _processor(checkpoint, "num_mel_bins", "audio")
 
 
 def copy_preprocessor(checkpoint: Checkpoint, out: Path) -> None:

@@ -125,13 +125,7 @@ class Kind:
     def prepare(self, prep: Preprocessing, ds: Any) -> Any:
         """``ds`` as the loader reads it: the run's columns (a missing one is refused)."""
         wanted = [*prep.input_columns, prep.label_column]
-        missing = [c for c in wanted if c not in ds.features]
-        if missing:
-            raise ConfigError(
-                f"the data has no column {missing[0]!r} (the run was trained on {wanted}); its "
-                f"columns are {list(ds.features)}"
-            )
-        return ds.select_columns(wanted)
+        return select_columns(ds, wanted, f"the run was trained on {wanted}")
 
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         """Extra ``DataLoader`` arguments (``train``: the train loader's, else evaluation's)."""
@@ -281,3 +275,20 @@ def target_line(run_data: RunData) -> str:
     if run_data.task == "classification":
         return f"label {label!r} ({len(run_data.labels)} classes)"
     return f"target {label!r} (regression)"
+
+
+def select_columns(ds: Any, columns: list[str], why: str) -> Any:
+    """``ds`` with only ``columns``; a missing one is refused naming it, ``why`` the run wants
+    it, and the data's columns.
+
+    >>> from jaxfeed import Dataset
+    >>> select_columns(Dataset.from_dict({"t": ["a"], "y": [0]}), ["y"], "the run reads y").column_names
+    ['y']
+    """
+    missing = [c for c in columns if c not in ds.features]
+    if missing:
+        raise ConfigError(
+            f"the data has no column {missing[0]!r} ({why}); its columns are "
+            f"{list(ds.features)[:12]}"
+        )
+    return ds.select_columns(columns)

@@ -23,7 +23,7 @@ from jaxfeed.data.dataset import Dataset
 from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.models.hub import preprocessor
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.kinds.base import Kind, target_line
+from jaxfeed.recipes.kinds.base import Kind, select_columns, target_line
 from jaxfeed.recipes.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
 from jaxfeed.recipes.text_columns import SAMPLE, check_labels, check_text_column, words
@@ -414,13 +414,7 @@ def prep_columns(ds: Dataset, columns: list[str]) -> Dataset:
     >>> prep_columns(Dataset.from_dict({"t": ["a"], "y": [0], "z": [1]}), ["t", "y"]).column_names
     ['t', 'y']
     """
-    missing = [c for c in columns if c not in ds.features]
-    if missing:
-        raise ConfigError(
-            f"the data has no column {missing[0]!r} (the run reads {columns}); its columns are "
-            f"{list(ds.features)[:12]}"
-        )
-    return ds.select_columns(columns)
+    return select_columns(ds, columns, f"the run reads {columns}")
 
 
 def _parameters(function: Any) -> dict[str, Any]:
