@@ -3,6 +3,7 @@ folder, and the way to load them in jaxfeed (shared by the parity and generation
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +29,54 @@ CONFIGS = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**LLAMA, "head_dim": 8}),
 }  # fmt: skip
 
+# One more tiny config per family for the settings the ones above leave at their defaults: a
+# non-default rope_theta, linear or llama3 rotary scaling and a non-default norm epsilon (large
+# enough to move the logits). The parity test saves them as transformers 4 wrote config.json:
+# rope_theta at the top level, rope_scaling beside it (see legacy_config).
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}  # fmt: skip
+LINEAR = {"type": "linear", "factor": 4.0}
+VARIANTS = {
+    "gpt2-eps": ("GPT2Config", "GPT2LMHeadModel",
+                 {**CONFIGS["gpt2"][2], "layer_norm_epsilon": 1e-2}),
+    "llama-linear": ("LlamaConfig", "LlamaForCausalLM",
+                     {**LLAMA, "rope_theta": 500.0, "rope_scaling": LINEAR, "rms_norm_eps": 1e-2}),
+    "mistral-llama3": ("MistralConfig", "MistralForCausalLM",
+                       {**CONFIGS["mistral"][2], "rope_theta": 800.0, "rope_scaling": LLAMA3,
+                        "rms_norm_eps": 2e-2}),
+    "qwen2-linear": ("Qwen2Config", "Qwen2ForCausalLM",
+                     {**LLAMA, "rope_theta": 300.0, "rope_scaling": {**LINEAR, "factor": 2.5},
+                      "rms_norm_eps": 1e-2}),
+    "qwen3-llama3": ("Qwen3Config", "Qwen3ForCausalLM",
+                     {**CONFIGS["qwen3"][2], "rope_theta": 1000.0, "rope_scaling": LLAMA3,
+                      "rms_norm_eps": 2e-2}),
+}  # fmt: skip
+
+
+def legacy_config(folder: Path) -> dict:
+    """Rewrite ``folder``'s config.json as transformers 4 saved it: ``rope_theta`` at the top
+    level and the scaling in ``rope_scaling`` (a linear one keyed ``type``), no
+    ``rope_parameters``; the config written."""
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    params = dict(config.pop("rope_parameters", None) or {})
+    if params:
+        config["rope_theta"] = params.pop("rope_theta")
+        kind = params.pop("rope_type", "default")
+        params.pop("type", None)
+        if kind != "default":
+            config["rope_scaling"] = {"type" if kind == "linear" else "rope_type": kind, **params}
+    path.write_text(json.dumps(config))
+    return config
+
 
 def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
-    """Save a tiny random ``kind`` model with ``transformers`` into ``folder``; return it (eval)."""
+    """Save a tiny random ``kind`` model (of :data:`CONFIGS` or :data:`VARIANTS`) with
+    ``transformers`` into ``folder``; return it (eval)."""
     import torch
     import transformers
 
-    config_name, model_name, extra = CONFIGS[kind]
+    config_name, model_name, extra = {**CONFIGS, **VARIANTS}[kind]
     torch.manual_seed(seed)
     config = getattr(transformers, config_name)(**COMMON, **extra)
     config._attn_implementation = "eager"
@@ -44,6 +86,8 @@ def save_checkpoint(kind: str, folder: Path, *, seed: int = 0):
         for name, p in model.named_parameters():
             if p.ndim == 2:
                 p.mul_(0.5 if tied and ("embed" in name or "wte" in name) else 3.0)
+                if kind in VARIANTS and name.endswith(("q_proj.weight", "k_proj.weight")):
+                    p.mul_(4.0)  # sharp attention: the logits follow the rotary angles
             elif p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(folder)

@@ -12,7 +12,14 @@ pytest.importorskip("transformers")
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from models.hub.lm_checkpoints import CONFIGS, left_padded, load, save_checkpoint  # noqa: E402
+from models.hub.lm_checkpoints import (  # noqa: E402
+    CONFIGS,
+    VARIANTS,
+    left_padded,
+    legacy_config,
+    load,
+    save_checkpoint,
+)
 
 TOL = 1e-4
 
@@ -52,6 +59,25 @@ def test_logits_equal_transformers_with_left_padding(pair):
     err = np.abs(got[real] - expected[real]).max()
     assert err < TOL, f"{kind}: max |diff| {err:.2e}"
     assert np.abs(expected[real]).max() > 0.1  # the comparison is not of near-zero logits
+
+
+@pytest.mark.parametrize("kind", sorted(VARIANTS))
+def test_logits_equal_transformers_with_theta_scaling_and_epsilon_from_the_config(kind, tmp_path):
+    """A non-default rope_theta at config.json's top level (as transformers 4 saved it), linear
+    or llama3 rotary scaling in rope_scaling, and a non-default norm epsilon: each is read."""
+    torch_model = save_checkpoint(kind, tmp_path)
+    config = legacy_config(tmp_path)
+    assert "rope_parameters" not in config
+    if not kind.startswith("gpt2"):
+        assert config["rope_theta"] != 10000.0 and config["rms_norm_eps"] > 1e-3
+        assert config["rope_scaling"].get("type") or config["rope_scaling"].get("rope_type")
+    ids, mask = left_padded(_rows([11, 4, 7]))
+    expected = reference(torch_model, ids, mask)
+    got = np.asarray(forward(load(tmp_path), input_ids=jnp.asarray(ids),
+                             attention_mask=jnp.asarray(mask)))  # fmt: skip
+    real = mask.astype(bool)
+    err = np.abs(got[real] - expected[real]).max()
+    assert err < TOL, f"{kind}: max |diff| {err:.2e}"
 
 
 def test_packed_rows_equal_each_segment_alone(pair):
