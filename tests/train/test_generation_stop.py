@@ -74,3 +74,21 @@ def test_finished_rows_stop_without_a_new_program(lm_and_tokenizer):
     assert out.steps == 2 * STOP_CHUNK
     assert calls == [[STOP_CHUNK] * 2, [2 * STOP_CHUNK] * 2]
     assert compilations() == before  # the chunks run the program of the one-call loop
+
+
+def test_each_row_stops_at_its_own_stop_string(lm_and_tokenizer, monkeypatch):
+    """Row 0's stop string shows in the first chunk, row 1's only in the second: row 1 keeps
+    decoding after row 0 is finished, and the loop ends once row 1 holds its own."""
+    lm, tok = lm_and_tokenizer
+    prompts = ["a", "ab"]
+    encoded = [tok.encode(p, add_special_tokens=False).ids for p in prompts]
+    rows = generate_ids(lm, encoded, NEW, temperature=0, eos_token_id=[]).tokens
+    texts = [[tok.decode(r[:n], skip_special_tokens=True) for n in range(NEW + 1)] for r in rows]
+    # a row's text after its first n tokens: a stop string it holds from step n on, not before
+    stops = [texts[0][3], texts[1][STOP_CHUNK + 4]]
+    assert stops[0] not in texts[0][2] and stops[1] not in texts[1][STOP_CHUNK + 3]
+    assert stops[0] not in texts[1][STOP_CHUNK] and stops[1] not in texts[0][STOP_CHUNK]
+    steps, cut = steps_of(monkeypatch, lambda: generate(lm, tok, prompts, NEW, temperature=0,
+                                                        eos_token_id=[], stop=stops))  # fmt: skip
+    assert steps == 2 * STOP_CHUNK < NEW
+    assert cut == ["", ""]  # each stop string is its row's first text: cut before it
