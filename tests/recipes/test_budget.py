@@ -99,3 +99,16 @@ def test_the_warning_reads_a_real_history(tmp_path):
     ]
     assert "(epoch 2: train 0.73, validation 0.33)" in budget.divergence_warning(rows(lagging))
     assert budget.divergence_warning(rows(settled)) is None
+
+
+def test_the_step_floor_counts_optimizer_steps_with_gradient_accumulation():
+    """28 batches an epoch with --grad-accum 4 are 7 optimizer steps: the floor of 200 steps
+    needs 29 epochs, as without accumulation at 7 batches (not 10 epochs of 28 batches)."""
+    config = RunConfig(model="mlp", batch_size=4, grad_accum=4)
+    config, plan = budget.resolve(config, False, rows=108, batches=28, selection=True)
+    assert plan.steps_per_epoch == 7 and config.epochs == 29
+    assert plan.steps == 203 >= budget.STEP_FLOOR
+    assert "at most 29 epochs = 203 steps (a floor of 200 optimizer steps)" in plan.describe(
+        config.monitor
+    )
+    assert config.patience == 6  # a fifth of the epochs
