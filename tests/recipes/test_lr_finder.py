@@ -36,3 +36,44 @@ def test_lr_auto_runs_the_range_test_and_records_it(capsys, tmp_path):
     assert f"lr {curve['lr']:g}" in said  # the model line shows the chosen rate
     status, _, err = run_main(capsys, "train", "--lr", "fast")
     assert status == 2 and "lr must be a number or auto, got 'fast'" in err
+
+
+class _CurveTrainer:
+    """A stand-in for the probe's Trainer: each step reports the rate the probe's schedule gives
+    (``lr * decay_rate ** step``) and ``loss(rate)``, to the callbacks, until one stops it."""
+
+    def __init__(self, config, loss):
+        self.callbacks, self.stop_training = [], False
+        self.rate = config.schedule["init_args"]["decay_rate"]
+        self.config, self.loss = config, loss
+
+    def fit(self, loader, eval_data, *, epochs, max_steps, log_every):
+        for step in range(1, max_steps + 1):
+            lr = self.config.lr * self.rate ** (step - 1)
+            for callback in self.callbacks:
+                callback.on_train_batch_end(
+                    self, step, {"learning_rate": lr, "train_loss": self.loss(lr)}
+                )
+            if self.stop_training:
+                return
+
+
+def test_the_run_trains_at_a_tenth_of_the_rate_of_the_curves_minimum():
+    """A synthetic loss curve with its minimum at lr 1e-3 (then running away): the run's rate is
+    a tenth of the rate at the lowest smoothed loss, which lies near that minimum."""
+    from jaxfeed.recipes.config import RunConfig
+
+    def loss(lr):
+        x = np.log10(lr) + 3  # decades from the minimum
+        return 2.0 - 1.5 * np.exp(-(x**2)) + (40 * x**2 if x > 1 else 0.0)
+
+    said = []
+    config, found = lr_finder.resolve(
+        RunConfig(lr="auto"), lambda probe: _CurveTrainer(probe, loss), lambda: None, said.append
+    )
+    at_min = found["lr_at_min_loss"]
+    assert 1e-3 <= at_min < 4e-3  # the smoothed curve's lowest point trails the minimum a little
+    assert config.lr == found["lr"] == float(f"{at_min / 10:.2g}")
+    assert 1e-4 <= config.lr < 4e-4
+    assert f"chosen {config.lr:g} (a tenth of it" in said[0]
+    assert found["steps"] < lr_finder.STEPS  # the loss ran away past 1e-2: the test stopped
