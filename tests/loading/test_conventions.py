@@ -126,10 +126,17 @@ def test_padding_follows_the_tokenizer_side_as_transformers(side):
     ours = pad_batch({"input_ids": [np.array(r, np.int32) for r in rows]}, padding)
     assert ours["input_ids"].tolist() == theirs["input_ids"].tolist()
     assert ours["attention_mask"].astype(int).tolist() == theirs["attention_mask"].tolist()
-    # an explicit side wins over the tokenizer's
+    # an explicit side wins over the tokenizer's, as transformers' padding_side does
     other = "right" if side == "left" else "left"
-    flipped = pad_batch({"input_ids": [np.array(r, np.int32) for r in rows]}, Padding(side=other))
+    hf = _hf(tok)
+    hf.padding_side = other
+    theirs = hf.pad({"input_ids": rows}, return_tensors="np")
+    explicit = Padding(tokenizer=tok, side=other)
+    assert explicit.padding_side == other
+    flipped = pad_batch({"input_ids": [np.array(r, np.int32) for r in rows]}, explicit)
+    assert flipped["input_ids"].tolist() == theirs["input_ids"].tolist()
     assert flipped["input_ids"].tolist() != ours["input_ids"].tolist()
+    assert flipped["attention_mask"].astype(int).tolist() == theirs["attention_mask"].tolist()
 
 
 def test_left_padding_with_labels_and_lengths():
