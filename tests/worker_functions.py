@@ -23,11 +23,11 @@ def slow_here(row):
     return tag(row)
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+
+
 def blas_threads(row):
-    """The row's id and the OPENBLAS_NUM_THREADS and OMP_NUM_THREADS the building process has (0:
-    unset)."""
-    return {
-        "id": row["id"],
-        "openblas": np.int64(os.environ.get("OPENBLAS_NUM_THREADS", "0")),
-        "omp": np.int64(os.environ.get("OMP_NUM_THREADS", "0")),
-    }
+    """The row's id and, for each of :data:`THREAD_VARIABLES`, the value the building process
+    has in its environment (0: unset)."""
+    return {"id": row["id"], **{n: np.int64(os.environ.get(n, "0")) for n in THREAD_VARIABLES}}

@@ -17,7 +17,7 @@ import pytest
 from jaxfeed import DataLoader, Dataset
 from jaxfeed import transforms as T
 from jaxfeed.loading.workers import WorkerError, backends, leftover_segments
-from worker_functions import blas_threads, slow_here, tag
+from worker_functions import THREAD_VARIABLES, blas_threads, slow_here, tag
 
 
 def ids_ds(n=64):
@@ -102,15 +102,19 @@ def test_a_transform_used_in_this_process_still_lets_a_new_loader_take_the_worke
 def test_workers_run_blas_and_openmp_on_one_thread_unless_the_user_said_otherwise(monkeypatch):
     """As PyTorch's workers (torch.set_num_threads(1)): a worker is one core's worth of work, and
     OpenBLAS's thread pool doubled a worker's start-up CPU. A variable the user set is kept."""
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    *unset, given = THREAD_VARIABLES
+    for name in unset:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(given, "3")
     loader = DataLoader(ids_ds(16), 8, row_transform=blas_threads, num_workers=1)
     list(loader)  # the first batches may be built here while the worker starts
     batches = list(loader)  # all in the worker
     loader.close()
-    assert [int(x) for b in batches for x in np.asarray(b["openblas"])] == [1] * 16
-    assert [int(x) for b in batches for x in np.asarray(b["omp"])] == [3] * 16
-    assert "OPENBLAS_NUM_THREADS" not in os.environ  # the main process is left as it was
+    assert {n: [int(x) for b in batches for x in np.asarray(b[n])] for n in THREAD_VARIABLES} == {
+        **{n: [1] * 16 for n in unset},
+        given: [3] * 16,
+    }
+    assert not any(n in os.environ for n in unset)  # the main process is left as it was
 
 
 def test_garbage_collection_stops_parked_workers():
