@@ -27,6 +27,7 @@ from hub_checkpoints import VOCAB, save_checkpoint  # noqa: E402
 from jaxfeed import load_exported  # noqa: E402
 
 MAX_LENGTH = 12  # the tokenizer's model_max_length: texts are cut to it
+OWN_TRUNCATION = 20  # the truncation tokenizer.json itself holds: the run's length wins over it
 
 
 def save_wordpiece(folder: Path, model_max_length: int = MAX_LENGTH) -> None:
@@ -41,6 +42,7 @@ def save_wordpiece(folder: Path, model_max_length: int = MAX_LENGTH) -> None:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )  # fmt: skip
+    tok.enable_truncation(OWN_TRUNCATION)  # as many Hub tokenizer.json files carry their own
     tok.save(str(folder / "tokenizer.json"))
     settings = {"model_max_length": model_max_length, "pad_token": "[PAD]",
                 "tokenizer_class": "BertTokenizer"}  # fmt: skip
@@ -161,6 +163,35 @@ def test_text_eval_predict_and_export_agree(text_run, tmp_path, capsys):
     printed = [[{t["label"]: t["probability"] for t in p["top"]}[n] for n in labels]
                for p in predicted]  # fmt: skip
     np.testing.assert_allclose(served(texts), printed, atol=1e-6)  # raw texts in, as predict
+
+
+def test_a_text_longer_than_the_run_is_cut_to_its_length_by_predict_and_the_export(
+    text_run, capsys
+):
+    """The run's tokenizer.json holds its own truncation (longer than the run's max_length):
+    predict and the export both cut a long text to the run's length, as training did."""
+    from jaxfeed import Dataset
+    from jaxfeed.text import load_tokenizer, tokenize
+
+    out, _, _ = text_run
+    max_length = json.loads((out / "config.json").read_text())["preprocess"]["text"]["max_length"]
+    served = load_exported(out / "model")
+    assert served.tokenizer.truncation["max_length"] == OWN_TRUNCATION != max_length
+    long = " ".join(f"w{i}" for i in (5, *range(20, 44)))  # 25 words, over both lengths
+    status, shown, err = run_main(capsys, "predict", str(out), long, "--json")
+    assert status == 0, err
+    (row,) = json.loads(shown)
+    printed = [{t["label"]: t["probability"] for t in row["top"]}[n] for n in ("neg", "pos")]
+    np.testing.assert_allclose(served([long])[0], printed, atol=1e-6)
+    # the token ids of training's tokenization (cut at the run's max_length) give the same
+    tokens = tokenize(Dataset.from_dict({"review": [long]}), load_tokenizer(out / "tokenizer.json"),
+                      "review", max_length=max_length)  # fmt: skip
+    ids = np.array(tokens["input_ids"], np.int32)
+    assert ids.shape == (1, max_length)
+    logits = np.asarray(served(input_ids=ids, attention_mask=np.ones_like(ids)), np.float64)
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(probabilities / probabilities.sum(-1, keepdims=True), [printed],
+                               atol=1e-5)  # fmt: skip
 
 
 def test_export_hf_loads_in_transformers_with_equal_logits(text_run, tmp_path, capsys):
