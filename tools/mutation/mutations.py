@@ -15,6 +15,10 @@ RUN = "tests/contracts/test_promises_run.py"
 GUARD = "tests/contracts/test_promises_guard.py"
 RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
+VARIANT_PARITY = (
+    "tests/models/hub/test_causal_lm.py::"
+    "test_logits_equal_transformers_with_theta_scaling_and_epsilon_from_the_config"
+)
 
 
 @dataclass(frozen=True)
@@ -528,5 +532,96 @@ MUTATIONS = [
         "for table in read:",
         ["tests/loading/test_varlen.py::test_stream_options_and_exact_resume[bucketing]"],
         "issue 23: a resumed stream loses the buffered rows not yet handed out",
+    ),
+    # ------------------------------------------------------------------ issue 55: an audit's nine
+    Mutation(
+        "rope-theta-top-level-ignored",
+        "src/jaxfeed/models/hub/decoder.py",
+        'base = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))',
+        'base = float(params.get("rope_theta", 10000.0))',
+        [f"{VARIANT_PARITY}[llama-linear]", f"{VARIANT_PARITY}[qwen3-llama3]"],
+        "issue 55: a rope_theta at config.json's top level is ignored (10,000 used)",
+    ),
+    Mutation(
+        "rope-linear-scaling-twice",
+        "src/jaxfeed/models/hub/decoder.py",
+        'inv = inv / np.float32(params["factor"])',
+        'inv = inv / np.float32(params["factor"]) ** 2',
+        [f"{VARIANT_PARITY}[llama-linear]", f"{VARIANT_PARITY}[qwen2-linear]"],
+        "issue 55: linear rotary scaling applied twice",
+    ),
+    Mutation(
+        "rms-norm-eps-constant",
+        "src/jaxfeed/models/hub/decoder.py",
+        'norm_eps=float(config.get("rms_norm_eps", 1e-6))',
+        "norm_eps=1e-6",
+        [f"{VARIANT_PARITY}[llama-linear]", f"{VARIANT_PARITY}[mistral-llama3]"],
+        "issue 55: the config's rms_norm_eps ignored for a constant",
+    ),
+    Mutation(
+        "stop-strings-first-row-only",
+        "src/jaxfeed/train/generation.py",
+        "return [any(s in text for s in stops) for text in texts]",
+        "return [any(s in texts[0] for s in stops) for text in texts]",
+        ["tests/train/test_generation_stop.py::test_each_row_stops_at_its_own_stop_string"],
+        "issue 55: stop strings checked on the first row only (the others end with it)",
+    ),
+    Mutation(
+        "budget-ignores-grad-accum",
+        "src/jaxfeed/recipes/budget.py",
+        "steps = max(1, batches // max(config.grad_accum, 1))",
+        "steps = max(1, batches)",
+        [
+            "tests/recipes/test_budget.py::"
+            "test_the_step_floor_counts_optimizer_steps_with_gradient_accumulation"
+        ],
+        "issue 55: the small-data budget counts batches, not optimizer steps, with --grad-accum",
+    ),
+    Mutation(
+        "lr-auto-rate-at-minimum",
+        "src/jaxfeed/recipes/lr_finder.py",
+        '"lr": float(f"{chosen:.2g}"),',
+        '"lr": float(f"{at_min:.2g}"),',
+        [
+            "tests/recipes/test_lr_finder.py::"
+            "test_the_run_trains_at_a_tenth_of_the_rate_of_the_curves_minimum"
+        ],
+        "issue 55: --lr auto records the rate at the smoothed loss's minimum, not a tenth of it",
+    ),
+    Mutation(
+        "padding-tokenizer-side-wins",
+        "src/jaxfeed/loading/padding.py",
+        "        if self.side is not None:\n            return self.side\n"
+        "        if self.tokenizer is not None:\n"
+        "            return tokenizer_padding_side(self.tokenizer)\n",
+        "        if self.tokenizer is not None:\n"
+        "            return tokenizer_padding_side(self.tokenizer)\n"
+        "        if self.side is not None:\n            return self.side\n",
+        [
+            "tests/loading/test_conventions.py::test_padding_follows_the_tokenizer_side_as_transformers"
+        ],
+        "issue 55: an explicit Padding(side=...) loses to the tokenizer's padding side",
+    ),
+    Mutation(
+        "text-export-tokenizer-truncation",
+        "src/jaxfeed/serve/spec.py",
+        'if cut and (tokenizer.truncation or {}).get("max_length") != max_length:',
+        "if cut and tokenizer.truncation is None:",
+        [
+            "tests/cli/test_cli_hub.py::"
+            "test_a_text_longer_than_the_run_is_cut_to_its_length_by_predict_and_the_export"
+        ],
+        "issue 55: a text export keeps tokenizer.json's own truncation, not the run's max_length",
+    ),
+    Mutation(
+        "worker-omp-threads-unset",
+        "src/jaxfeed/loading/workers/backends.py",
+        '        "OMP_NUM_THREADS",\n        "OPENBLAS_NUM_THREADS",\n',
+        '        "OPENBLAS_NUM_THREADS",\n',
+        [
+            "tests/loading/test_worker_pool.py::"
+            "test_workers_run_blas_and_openmp_on_one_thread_unless_the_user_said_otherwise"
+        ],
+        "issue 55: worker processes start without OMP_NUM_THREADS=1",
     ),
 ]
