@@ -31,3 +31,9 @@ def blas_threads(row):
         "openblas": np.int64(os.environ.get("OPENBLAS_NUM_THREADS", "0")),
         "omp": np.int64(os.environ.get("OMP_NUM_THREADS", "0")),
     }
+
+
+def scaled_and_tagged(row):
+    """The row's image decoded and scaled to [0, 1], its label, and :func:`tag`'s pid and flag."""
+    image = np.asarray(row["image"], np.float32) / 255
+    return {**tag(row), "image": image, "label": row["label"]}
