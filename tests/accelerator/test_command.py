@@ -23,7 +23,7 @@ def test_train_eval_predict_and_the_export(image_folder, tmp_path, capsys, platf
                              "--epochs", "3", "--lr", "0.01", "--batch-size", "8", "--out", out)  # fmt: skip
     assert status == 0, err
     devices = describe_devices()  # "1 TPU v5 lite chip"
-    assert f"on {devices}; run folder" in shown
+    assert f"on {devices}" in shown
     if platform == "tpu":
         assert "TPU" in devices and ("chip" in devices or "core" in devices)
     config = json.loads((out / "config.json").read_text())

@@ -55,7 +55,7 @@ def test_a_hub_encoder_fine_tunes_and_exports(bert, tmp_path, capsys, platform):
     with open(data, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["review", "stars"])
-        for _ in range(64):
+        for _ in range(128):
             label = rng.choice(["neg", "pos"])
             words = [f"w{rng.randint(20, 44)}" for _ in range(rng.randint(2, 5))]
             words.append(f"w{rng.randint(5, 9) if label == 'pos' else rng.randint(10, 14)}")
