@@ -67,3 +67,29 @@ def test_a_cache_folder_that_cannot_be_written_is_a_warning(tmp_path):
         assert jax.config.jax_compilation_cache_dir is None
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+@pytest.mark.parametrize(
+    ("args", "wanted"),
+    [
+        (["train", "--data", "digits"], True),
+        (["train", "--data", "digits", "--no-compile-cache"], False),
+        (["eval", "no-run", "--no-compile-cache"], False),
+        (["predict", "no-run", "x.png", "--no-compile-cache"], False),
+        (["generate", "no-run", "hello", "--no-compile-cache"], False),
+    ],
+)
+def test_each_compiling_command_takes_the_flag(args, wanted, monkeypatch, capsys):
+    from cli_helpers import run_main
+    from jaxfeed.cli import commands
+    from jaxfeed.recipes.config import ConfigError
+
+    asked = []
+
+    def stop(enabled):
+        asked.append(enabled)
+        raise ConfigError("stopped before any work")
+
+    monkeypatch.setattr(commands, "_compile_cache", stop)
+    status, _, err = run_main(capsys, *args)
+    assert (status, asked) == (2, [wanted]), err
