@@ -94,3 +94,30 @@ def test_the_timeout_must_be_a_positive_number_of_seconds(monkeypatch):
     monkeypatch.setenv("JAXFEED_INIT_TIMEOUT", "0")
     with pytest.raises(ValueError, match="JAXFEED_INIT_TIMEOUT must be a number of seconds >= 1"):
         distributed.initialize()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("process_id", "cause"),
+    [(0, "0 of the 1 other processes connected"), (1, "ConnectionRefusedError")],
+)
+def test_a_job_whose_processes_do_not_meet_in_time_is_a_cluster_error(
+    monkeypatch, process_id, cause
+):
+    """Process 0 alone, or a process whose coordinator is not there: one error within the
+    timeout, before JAX's client starts (which would abort the process)."""
+    _clear(monkeypatch)
+    port = _free_port()
+    with pytest.raises(ClusterError) as caught:
+        distributed.initialize(f"127.0.0.1:{port}", 2, process_id, timeout_seconds=1)
+    message = str(caught.value)
+    assert f"could not join the 2-process job of coordinator 127.0.0.1:{port}" in message
+    assert "within 1 s (JAXFEED_INIT_TIMEOUT)" in message and cause in message
+    assert "\n" not in message and not jax.distributed.is_initialized()
