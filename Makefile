@@ -104,6 +104,24 @@ bench: $(VENV)/.installed-bench
 bench-check: $(VENV)/.installed-bench
 	$(PY) -m jaxfeed.bench.check $(ARGS)
 
+# The accelerator tier (tests/accelerator, marked `accelerator`; skipped by make test) on this
+# machine's TPU or GPU, in one process: one program holds a TPU at a time, and the tests' helper
+# processes run with JAX_PLATFORMS=cpu. ACCEL_PY=python3 runs it with a Python set up otherwise (a
+# TPU machine: tools/tpu/run_accelerator_tests.sh). JAXFEED_ACCELERATOR_TESTS_ON_CPU=1 runs the
+# tier on CPU (while writing its tests): make test-accelerator-cpu.
+.PHONY: test-accelerator test-accelerator-cpu
+ACCEL_PYTEST = -m pytest -q -m accelerator -p no:xdist -p no:randomly --durations=15 tests/accelerator
+ifdef ACCEL_PY
+test-accelerator:
+	JAXFEED_TEST_ACCELERATOR=1 $(ACCEL_PY) $(ACCEL_PYTEST) $(ARGS)
+else
+test-accelerator: $(VENV)/.installed-dev
+	JAXFEED_TEST_ACCELERATOR=1 $(PY) $(ACCEL_PYTEST) $(ARGS)
+endif
+
+test-accelerator-cpu: $(VENV)/.installed-dev
+	JAXFEED_ACCELERATOR_TESTS_ON_CPU=1 $(PY) $(ACCEL_PYTEST) $(ARGS)
+
 # Mutation testing (not part of make test): each bug of tools/mutation/mutations.py, applied to a
 # copy of the tree, must make its targeted tests fail. ARGS="-k loader" runs a subset.
 .PHONY: mutation

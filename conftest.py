@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# `make test-accelerator` (JAXFEED_TEST_ACCELERATOR=1) runs tests/accelerator on the machine's TPU or
+# GPU: JAX picks its platform itself there, and XLA keeps its own options. Everywhere else the
+# suite runs on CPU, and the tests marked `accelerator` are skipped (unless
+# JAXFEED_ACCELERATOR_TESTS_ON_CPU=1, which runs them on CPU while they are written).
+if os.environ.get("JAXFEED_TEST_ACCELERATOR") != "1":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAXFEED_CACHE" not in os.environ:  # tests never write to the user's ~/.cache/jaxfeed
     _cache = tempfile.mkdtemp(prefix="jaxfeed-test-cache-")
     os.environ["JAXFEED_CACHE"] = _cache
@@ -42,7 +47,9 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 # alike), not speed, and level 1 compiles the same programs about 10% faster (tests/models: 109 s
 # -> 98 s on 2 workers). Benchmarks and users keep XLA's default. Level 0 is not usable: the CNN's
 # training loss turned non-finite at its third step there (XLA 0.10.2's CPU backend).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+if os.environ.get("JAXFEED_TEST_ACCELERATOR") != "1" and "xla_backend_optimization_level" not in (
+    os.environ.get("XLA_FLAGS", "")
+):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=1"
     ).strip()
@@ -83,18 +90,37 @@ def pytest_collection_modifyitems(config, items):
     fixtures, but pytest-xdist 3.8 renames the node ids through an attribute pytest 9.2 no longer
     reads, and the groups are lost.)
     """
-    e2e = TESTS / "e2e"
+    e2e, accelerator = TESTS / "e2e", TESTS / "accelerator"
     no_torch = importlib.util.find_spec("torch") is None
     for item in items:
         if e2e in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
+        if accelerator in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.accelerator)
         if (
             no_torch
             and isinstance(item, pytest.DoctestItem)
             and item.name.startswith(TORCH_DOCTESTS)
         ):
             item.add_marker(pytest.mark.skip(reason="needs torch (transformers' models)"))
+    marked = [item for item in items if item.get_closest_marker("accelerator")]
+    reason = _no_accelerator() if marked else None
+    for item in marked if reason else ():
+        item.add_marker(pytest.mark.skip(reason=reason))
     items.sort(key=_handed_out_late)  # stable: the random order stays within each kind
+
+
+def _no_accelerator() -> str | None:
+    """Why the tests marked ``accelerator`` cannot run here, or None. JAX's backend is asked only
+    when the platforms are not set to CPU alone (``make test`` sets them: nothing starts)."""
+    if os.environ.get("JAXFEED_ACCELERATOR_TESTS_ON_CPU") == "1":
+        return None
+    platforms = {p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+    if platforms and platforms <= {"cpu"}:
+        return "needs a TPU or GPU: make test-accelerator on a machine with one"
+    if jax.default_backend() not in ("tpu", "gpu"):
+        return f"needs a TPU or GPU; JAX's backend here is {jax.default_backend()}"
+    return None
 
 
 def _handed_out_late(item) -> bool:

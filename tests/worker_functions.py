@@ -31,3 +31,9 @@ def blas_threads(row):
     """The row's id and, for each of :data:`THREAD_VARIABLES`, the value the building process
     has in its environment (0: unset)."""
     return {"id": row["id"], **{n: np.int64(os.environ.get(n, "0")) for n in THREAD_VARIABLES}}
+
+
+def scaled_and_tagged(row):
+    """The row's image decoded and scaled to [0, 1], its label, and :func:`tag`'s pid and flag."""
+    image = np.asarray(row["image"], np.float32) / 255
+    return {**tag(row), "image": image, "label": row["label"]}

@@ -6,6 +6,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -162,6 +163,16 @@ def test_config_from_a_saved_run_with_a_user_model(image_run, tmp_path):
     assert "epoch 2/2" in resumed.stdout and "epoch 1/2" not in resumed.stdout
 
 
+# A single-chip TPU VM's variables and a SLURM job of one task: one host, no jax.distributed
+ONE_HOST = {
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_HOST_BOUNDS": "1,1,1",
+    "TPU_WORKER_ID": "0",
+    "SLURM_JOB_ID": "7",
+    "SLURM_NTASKS": "1",
+}
+
+
 def test_csv_regression(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = ["rooms,area,city,price"]
@@ -173,9 +184,11 @@ def test_csv_regression(tmp_path, capsys):
     result = jaxfeed(
         "train", "--data", str(tmp_path / "houses.csv"), "--label-column", "price",
         "--epochs", "8", "--lr", "0.01", "--out", str(out),
+        env=ONE_HOST,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "detected CSV file" in result.stdout
+    assert "on 1 CPU device; run folder" in result.stdout  # one TPU host's variables: one process
     assert (
         "inputs: 3 table columns: 1 numeric (area), standardised; 2 categorical (rooms: 5 values, "
         "city: 2 values), one-hot with an unknown slot" in result.stdout
@@ -354,6 +367,24 @@ def test_a_late_ctrl_c_after_the_command_stopped_still_exits_130(how):
     )  # fmt: skip
     assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr
+
+
+def test_a_coordinator_that_cannot_be_reached_is_one_line_and_exit_2(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        "JAXFEED_COORDINATOR": f"127.0.0.1:{port}",
+        "JAXFEED_NUM_PROCESSES": "2",
+        "JAXFEED_PROCESS_ID": "1",
+        "JAXFEED_INIT_TIMEOUT": "1",
+    }
+    out = tmp_path / "run"
+    done = jaxfeed("train", "--data", "digits", "--out", str(out), env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert f"could not join the 2-process job of coordinator 127.0.0.1:{port}" in done.stderr
+    assert "JAXFEED_NUM_PROCESSES" in done.stderr and not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(
     status, shown, err = run_main(capsys, *args, "--out", str(tmp_path / "r"), "--mesh",
                                   "data=4,model=2", "--sharding", "fsdp")  # fmt: skip
     assert status == 0, err
-    assert "8 devices in 1 process (mesh data=4,model=2" in shown
+    assert "8 CPU devices in 1 process (mesh data=4,model=2" in shown
     assert "note: mesh axis model=2 is used by nothing" in shown
     # a mesh the devices cannot make is refused before the data is read (a bad label here)
     bad = [*args[:3], "--label-column", "nonesuch", *args[5:]]

@@ -47,7 +47,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
     assert time.time() - start < 60
     assert "process 1" in err and "exited with status -9; stopping the others" in err
     first = "".join(seen)
-    assert "on 8 devices in 2 processes" in first, first[-3000:]
+    assert "on 8 CPU devices in 2 processes" in first, first[-3000:]
     assert "[1] epoch" not in first  # only process 0 reports
     with CheckpointManager(out / "checkpoints") as ckpt:
         step = ckpt.latest_step
@@ -75,7 +75,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
     one = process_group.run(argv, env=env, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    assert "on 8 devices in 1 process" in one.stdout and "1 processes" not in one.stdout
+    assert "on 8 CPU devices in 1 process" in one.stdout and "1 processes" not in one.stdout
     a = load_file(str(out / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "one" / "model" / "model.safetensors"))
     assert sorted(a) == sorted(b)

@@ -257,7 +257,7 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     args = ["train", "--epochs", "1", "--batch-size", "64", "--out", str(out)]
     assert main([*args, "--mesh", "data=4,model=2", "--sharding", "fsdp"]) == 0
     printed = capsys.readouterr().out
-    assert 'on 8 devices in 1 process (mesh data=4,model=2, sharding "fsdp")' in printed
+    assert 'on 8 CPU devices in 1 process (mesh data=4,model=2, sharding "fsdp")' in printed
     assert "note: mesh axis model=2 is used by nothing" in printed
     assert re.search(
         r'model and optimizer state: [\d.]+ KB per device \(sharding "fsdp"\)', printed
@@ -289,7 +289,7 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
             "--epochs", "2", "--mesh", "data=2"]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert 'on 2 devices in 1 process (mesh data=2, sharding "fsdp")' in done.stdout
+    assert 'on 2 CPU devices in 1 process (mesh data=2, sharding "fsdp")' in done.stdout
     options = json.loads((out / "config.json").read_text())["options"]
     assert options["mesh"] == "data=2"
     assert "epoch 2/2" in done.stdout and "epoch 1/2" not in done.stdout

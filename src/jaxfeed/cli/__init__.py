@@ -22,6 +22,10 @@ from jaxfeed.cli import cache, commands
 from jaxfeed.cli.examples import EXAMPLES
 from jaxfeed.recipes.config import ConfigError
 
+COMPILE_CACHE_HELP = (
+    "compile every program afresh: no persistent compilation cache (default: compiled programs "
+    "are kept in $JAXFEED_CACHE/xla, else ~/.cache/jaxfeed/xla)"
+)
 TRUST_HELP = (
     "import the run's model file (only for another --checkpoint than best, or a run without "
     "model/): it is code, for run folders you trust"
@@ -154,6 +158,9 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="folder of the dataset's files (default: the run's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    p.add_argument(
+        "--no-compile-cache", dest="compile_cache", action="store_false", help=COMPILE_CACHE_HELP
+    )
     p.set_defaults(run=commands.evaluate)
 
 
@@ -183,6 +190,9 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
         "counted per column in a note)",
     )
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    p.add_argument(
+        "--no-compile-cache", dest="compile_cache", action="store_false", help=COMPILE_CACHE_HELP
+    )
     p.set_defaults(run=commands.predict)
 
 
@@ -229,6 +239,9 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    p.add_argument(
+        "--no-compile-cache", dest="compile_cache", action="store_false", help=COMPILE_CACHE_HELP
+    )
     p.set_defaults(run=commands.generate)
 
 

@@ -24,6 +24,13 @@ def _say(*args: object, **kwargs: object) -> None:
     print(*args, **kwargs, flush=True)
 
 
+def _compile_cache(enabled: bool) -> None:
+    """JAX's persistent compilation cache in jaxfeed's cache folder, or off (--no-compile-cache)."""
+    from jaxfeed.recipes.compile_cache import command_compile_cache  # import cost: JAX
+
+    command_compile_cache(enabled)
+
+
 def train(args: argparse.Namespace) -> int:
     flags = parse_train(args.train_argv)
     if flags.help:
@@ -36,6 +43,7 @@ def train(args: argparse.Namespace) -> int:
     if flags.print_config:
         print(print_config(config), end="")
         return 0
+    _compile_cache(config.compile_cache)
     with safe_interrupts(ignore_after=getattr(args, "entry", False)):
         try:
             run_training(config, say=_say)
@@ -50,6 +58,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from jaxfeed.recipes.evaluate import evaluate as run_eval  # import cost: JAX and pyarrow
     from jaxfeed.recipes.evaluate import format_evaluation  # import cost: JAX and pyarrow
 
+    _compile_cache(args.compile_cache)
     result = run_eval(
         args.run_dir,
         checkpoint=args.checkpoint,
@@ -88,6 +97,7 @@ def predict(args: argparse.Namespace) -> int:
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
     from jaxfeed.recipes.evaluate import UNSEEN, iter_predictions  # import cost: JAX and pyarrow
 
+    _compile_cache(args.compile_cache)
     notes: list[str] = []
     results = iter_predictions(
         args.run_dir, inputs, checkpoint=args.checkpoint, top_k=args.top_k,
@@ -144,6 +154,7 @@ def generate(args: argparse.Namespace) -> int:
     from jaxfeed.recipes.hub_generate import generate_pretrained, is_pretrained  # import cost
     from jaxfeed.recipes.text_serve import generate as run_generate  # import cost: JAX, pyarrow
 
+    _compile_cache(args.compile_cache)
     if is_pretrained(args.run_dir):  # hf:ORG/NAME or a Hub-format folder: no run
         texts = generate_pretrained(
             args.run_dir, args.prompts, max_new_tokens=args.max_new_tokens,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -28,6 +28,39 @@ def device_names(device: jax.Device) -> set[str]:
     if device.platform == "gpu":
         names.add(f"cuda:{device.id}")
     return names
+
+
+def describe_devices(devices: Sequence[Any] | None = None, processes: int | None = None) -> str:
+    """The devices in words, platform and kind: ``1 TPU v5 lite chip``, ``8 CPU devices in 1
+    process``, ``2 GPUs (NVIDIA H100 80GB HBM3) in 2 processes`` (default: every device of the job;
+    the processes are named when there is more than one device).
+
+    >>> from types import SimpleNamespace as D
+    >>> describe_devices([D(platform="tpu", device_kind="TPU v5 lite")], 1)
+    '1 TPU v5 lite chip'
+    >>> describe_devices([D(platform="cpu", device_kind="cpu")] * 8, 1)
+    '8 CPU devices in 1 process'
+    >>> describe_devices([D(platform="gpu", device_kind="NVIDIA A100")] * 4, 2)
+    '4 GPUs (NVIDIA A100) in 2 processes'
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    processes = jax.process_count() if processes is None else processes
+    n = len(devices)
+    kinds = sorted({str(d.device_kind) for d in devices})
+    kind, platform = " / ".join(kinds), devices[0].platform if devices else "cpu"
+    if platform == "tpu":
+        unit = "core" if any(k in kind for k in ("TPU v2", "TPU v3")) else "chip"  # 2 per chip
+        text = f"{n} {kind if kind.upper().startswith('TPU') else 'TPU ' + kind} {unit}"
+    elif platform == "cpu":
+        text = f"{n} CPU device"
+    else:
+        text = f"{n} {platform.upper()}"
+    text += "" if n == 1 else "s"
+    if platform not in ("tpu", "cpu") and kind:
+        text += f" ({kind})"
+    if n > 1:
+        text += f" in {processes} process{'es' if processes > 1 else ''}"
+    return text
 
 
 def resolve_placement(device: Any) -> Placement:

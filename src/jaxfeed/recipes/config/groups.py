@@ -440,6 +440,13 @@ class ProcessOptions:
         "HOST:PORT of process 0's coordinator (or JAXFEED_COORDINATOR)",
         saved=False,
     )
+    compile_cache: bool = option(
+        True,
+        "keep compiled programs in the cache folder ($JAXFEED_CACHE/xla, else "
+        "~/.cache/jaxfeed/xla), so the same command started again reaches its first step sooner; "
+        "--no-compile-cache compiles everything afresh (default: on)",
+        saved=False,
+    )
 
 
 # the sections in the order of their fields in RunConfig, by help group (run_config.GROUPS)

@@ -21,8 +21,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import lr_finder
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
@@ -32,6 +30,7 @@ from jaxfeed.recipes.run import copy_model_code, outputs_of
 from jaxfeed.recipes.train.loaders import make_loaders
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.recipes.train.resume import restore
+from jaxfeed.runtime.devices import describe_devices
 from jaxfeed.runtime.sharding import ShardingPlan, data_axis
 
 
@@ -105,12 +104,7 @@ def _write_folder(run: Run, found: dict[str, Any] | None) -> None:
 def _say_setup(run: Run) -> None:
     """The model, the budget and the devices in one line (a mesh axis nothing uses: a note)."""
     config, mesh = run.config, run.mesh
-    where = (
-        f"{jax.device_count()} devices in {jax.process_count()} "
-        f"process{'es' if jax.process_count() > 1 else ''}"
-        if jax.device_count() > 1
-        else str(jax.devices()[0])
-    )
+    where = describe_devices()
     if mesh is not None:
         axes = ",".join(f"{k}={v}" for k, v in mesh.shape.items())
         where += f" (mesh {axes}, sharding {json.dumps(config.sharding)})"

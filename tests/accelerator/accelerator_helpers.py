@@ -1,0 +1,55 @@
+"""Helpers of the accelerator tier's tests (tests/accelerator/conftest.py holds its fixtures)."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import jax
+import numpy as np
+import PIL.Image
+
+ON_CPU = os.environ.get("JAXFEED_ACCELERATOR_TESTS_ON_CPU") == "1"
+
+
+def on(platform: str, tree) -> None:
+    """Every array of ``tree`` lies on ``platform``'s devices."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if isinstance(leaf, jax.Array):
+            assert {d.platform for d in leaf.devices()} == {platform}, leaf.devices()
+
+
+def png(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def random_checkpoint(folder, config: dict, task: str, *, scale: float = 1.0):
+    """A Hub-format checkpoint of random weights (``config.json`` + ``model.safetensors``) built
+    and saved by jaxfeed itself (no PyTorch on a TPU machine); 2-D weights times ``scale`` (an LM
+    whose logits differ clearly from token to token)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxfeed.models import save_pretrained
+    from jaxfeed.models.hub.registry import family_of
+
+    model = family_of(config).build(config, task=task, num_labels=config.get("num_labels"),
+                                    dtype=None, param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+    if scale != 1.0:
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda x: x * scale if x.ndim == 2 else x, params))
+    model.hub_config, model.hub_task = dict(config), task
+    return save_pretrained(model, folder)
+
+
+def word_tokenizer(vocab: int):
+    """Token ``tN`` is id N (0, 1, 2: pad, bos, eos): texts and ids map one to one."""
+    import tokenizers
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<pad>", "<s>", "</s>"])
+    return tok

@@ -1,0 +1,123 @@
+"""One host or a cluster, from the environment: ``detect_cluster`` and ``initialize``."""
+
+import jax
+import pytest
+
+from jaxfeed.runtime import distributed
+from jaxfeed.runtime.distributed import ClusterError, detect_cluster
+
+ONE_TPU_HOST = {  # a single-chip TPU v5e VM's own variables
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_HOST_BOUNDS": "1,1,1",
+    "TPU_SKIP_MDS_QUERY": "true",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-4",
+    "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
+    "TPU_WORKER_ID": "0",
+}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        ONE_TPU_HOST,
+        {"TPU_WORKER_HOSTNAMES": "10.0.0.7"},
+        {"TPU_HOST_BOUNDS": "1,1,1"},
+        {"TPU_WORKER_HOSTNAMES": "localhost,", "TPU_HOST_BOUNDS": "1,1,1"},
+        {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "1"},
+        {"SLURM_JOB_ID": "42", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "4"},
+        {"SLURM_JOB_ID": "42", "SLURM_NPROCS": "1"},
+        {"SLURM_JOB_ID": "42"},  # an allocation's shell: no tasks named
+        {"OMPI_COMM_WORLD_SIZE": "1"},
+        {"CUDA_VISIBLE_DEVICES": "0,1,2,3"},  # one GPU machine
+    ],
+)
+def test_one_host_is_no_cluster(env):
+    assert detect_cluster(env) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "launcher", "processes"),
+    [
+        ({"TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2", "TPU_WORKER_ID": "1"}, "TPU", 2),
+        ({"TPU_HOST_BOUNDS": "2,2,1"}, "TPU", 4),
+        ({"TPU_WORKER_HOSTNAMES": "localhost", "TPU_HOST_BOUNDS": "1,2,1"}, "TPU", 2),
+        ({"SLURM_JOB_ID": "42", "SLURM_NTASKS": "8"}, "SLURM", 8),
+        ({"SLURM_JOB_ID": "42", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "1"}, "SLURM", 2),
+        ({"SLURM_NPROCS": "2(x3)"}, "SLURM", 2),
+        ({"OMPI_COMM_WORLD_SIZE": "4"}, "Open MPI", 4),
+    ],
+)
+def test_several_hosts_are_a_cluster(env, launcher, processes):
+    cluster = detect_cluster(env)
+    assert cluster is not None
+    assert (cluster.launcher, cluster.processes) == (launcher, processes)
+    assert set(cluster.variables) <= set(env)
+
+
+def _clear(monkeypatch):
+    for name in (*distributed.ENV, "SLURM_JOB_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_single_tpu_host_runs_as_one_process(monkeypatch):
+    _clear(monkeypatch)
+    for name, value in ONE_TPU_HOST.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    assert distributed.initialize() is False and jax.process_count() == 1
+
+
+def test_a_cluster_that_cannot_be_joined_names_what_was_read_and_what_to_set(monkeypatch):
+    _clear(monkeypatch)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.255.255.1,10.255.255.2")
+    monkeypatch.setenv("TPU_WORKER_ID", "1")
+    monkeypatch.setenv("TPU_HOST_BOUNDS", "1,1,1")
+    before = jax.config.jax_cpu_collectives_implementation
+    try:
+        with pytest.raises(ClusterError) as caught:  # not a TPU VM here: JAX finds no coordinator
+            distributed.initialize(timeout_seconds=1)
+    finally:
+        jax.config.update("jax_cpu_collectives_implementation", before)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "TPU_WORKER_HOSTNAMES=10.255.255.1,10.255.255.2" in message
+    assert "unset TPU_WORKER_HOSTNAMES" in message and "JAXFEED_COORDINATOR" in message
+
+
+def test_the_timeout_must_be_a_positive_number_of_seconds(monkeypatch):
+    _clear(monkeypatch)
+    monkeypatch.setenv("JAXFEED_NUM_PROCESSES", "2")
+    monkeypatch.setenv("JAXFEED_PROCESS_ID", "1")
+    monkeypatch.setenv("JAXFEED_COORDINATOR", "127.0.0.1:1")
+    monkeypatch.setenv("JAXFEED_INIT_TIMEOUT", "0")
+    with pytest.raises(ValueError, match="JAXFEED_INIT_TIMEOUT must be a number of seconds >= 1"):
+        distributed.initialize()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("process_id", "cause"),
+    [(0, "0 of the 1 other processes connected"), (1, "ConnectionRefusedError")],
+)
+def test_a_job_whose_processes_do_not_meet_in_time_is_a_cluster_error(
+    monkeypatch, process_id, cause
+):
+    """Process 0 alone, or a process whose coordinator is not there: one error within the
+    timeout, before JAX's client starts (which would abort the process)."""
+    _clear(monkeypatch)
+    port = _free_port()
+    with pytest.raises(ClusterError) as caught:
+        distributed.initialize(f"127.0.0.1:{port}", 2, process_id, timeout_seconds=1)
+    message = str(caught.value)
+    assert f"could not join the 2-process job of coordinator 127.0.0.1:{port}" in message
+    assert "within 1 s (JAXFEED_INIT_TIMEOUT)" in message and cause in message
+    assert "\n" not in message and not jax.distributed.is_initialized()
