@@ -22,7 +22,8 @@ PyTorch ``DataLoader`` doing the same per row (skipped without torch).
 
 Compile seconds are ``jit(...).lower(...).compile()`` (for ``trainer``: its first ``fit`` of one
 step); step times are medians of ``--repeats`` groups of ``--steps`` steps after a warm-up, each
-group waited for with ``block_until_ready``. FLOPs per step come from XLA's ``cost_analysis`` of
+group waited for with ``block_until_ready`` (for ``trainer``: the difference of fits of ``2 *
+steps`` and ``steps`` steps, per step; what one ``fit`` call adds is shown apart). FLOPs per step come from XLA's ``cost_analysis`` of
 the compiled step (``flops: xla``), else from ``6 * parameters * tokens`` plus attention
 (``flops: 6N``; also used when XLA's count is under half of it, as for a scanned layer stack,
 whose loop body XLA counts once). MFU is FLOPs per second over the chip's bfloat16 peak
@@ -30,7 +31,8 @@ whose loop body XLA counts once). MFU is FLOPs per second over the chip's bfloat
 (``auto``, ``xla``, ``flash``: :mod:`jaxfeed.models.attention`), ``--no-scan`` unrolls the layers.
 
 Run: ``python benchmarks/accelerator.py [--quick] [--cases vit,bert] [--out FILE.json]`` or
-``jaxfeed bench accelerator``. ``--quick`` runs tiny shapes (on a CPU, in well under a minute).
+``jaxfeed bench accelerator``. ``--quick`` runs tiny shapes, one generation batch and no ``fit``
+mode (on a CPU).
 """
 
 from __future__ import annotations
@@ -185,21 +187,30 @@ def device_ceiling(model: Any, tx: Any, loss_of: Callable, batch: dict, args: An
 
 
 def trainer_share(model: Any, tx: Any, batch: dict, args: Any, **kwargs: Any) -> tuple:
-    """``Trainer.fit`` over ``batch`` repeated: (first fit of one step s, step s, data_wait)."""
+    """``Trainer.fit`` over ``batch`` repeated: (first fit of one step s, step s, data_wait,
+    fit overhead s). The step is the marginal cost: fits of ``steps`` and ``2 * steps`` steps
+    differ by ``steps`` steps; what each fit adds once (its epoch's end) is the overhead."""
     from jaxfeed import Trainer  # import cost: the trainer, for this mode only
 
     trainer = Trainer(model, tx, verbose=0, **kwargs)
     start = time.perf_counter()
     trainer.fit([batch], epochs=1)
     first = time.perf_counter() - start
-    times, waits = [], []
-    for _ in range(args.repeats):
+
+    def fit(n: int) -> float:
         start = time.perf_counter()
-        trainer.fit([batch] * args.steps, epochs=trainer.epoch + 1)
+        trainer.fit([batch] * n, epochs=trainer.epoch + 1)
         jax.block_until_ready(trainer.core.state)
-        times.append((time.perf_counter() - start) / args.steps)
+        return time.perf_counter() - start
+
+    short, long, waits = [], [], []
+    for _ in range(args.repeats):
+        short.append(fit(args.steps))
+        long.append(fit(2 * args.steps))
         waits.append(trainer.history[-1]["data_wait"])
-    return first, statistics.median(times), statistics.median(waits)
+    step = max(statistics.median(long) - statistics.median(short), 1e-9) / args.steps
+    overhead = statistics.median(short) - step * args.steps
+    return first, step, statistics.median(waits), overhead
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -229,9 +240,11 @@ def training_rows(case: str, make_model: Callable[[], Any], loss_of: Callable, b
         holder.clear()  # the state's memory, before the next mode's
     if "trainer" in args.modes:
         tx = optax.adamw(1e-4, mu_dtype=args.mu_dtype)
-        first, step_s, wait = trainer_share(make_model(), tx, batch, args, **trainer_kwargs)
+        first, step_s, wait, overhead = trainer_share(make_model(), tx, batch, args,
+                                                      **trainer_kwargs)  # fmt: skip
         r = row(case, "trainer", chip=chip, compile_s=first, step_s=step_s, items=items,
-                unit=unit, flops=(None, formula), shape=shape, data_wait=wait)  # fmt: skip
+                unit=unit, flops=(None, formula), shape=shape, data_wait=wait,
+                fit_overhead_ms=overhead * 1e3)  # fmt: skip
         if out:
             r["share"] = out[0]["step_ms"] / r["step_ms"]
         out.append(r)
@@ -363,7 +376,9 @@ def _fed_seconds(compiled: Any, holder: dict, batches: Iterable, args: Any) -> f
     for _ in range(n):
         holder["state"], loss = compiled(holder["state"], next(stream))
     jax.block_until_ready(loss)
-    return (time.perf_counter() - start) / n
+    seconds = (time.perf_counter() - start) / n
+    getattr(batches, "close", lambda: None)()  # ends the epoch the generator is in
+    return seconds
 
 
 def _forever(make: Callable[[], Iterable], keys: tuple[str, ...]) -> Iterable[dict]:
@@ -509,6 +524,7 @@ def print_table(rows: list[dict], chip: Chip) -> None:
     for r in rows:
         notes = []
         for key, label, spec in (("share", "of ceiling", ".2f"), ("data_wait", "data_wait", ".3f"),
+                                 ("fit_overhead_ms", "ms per fit call", ".1f"),
                                  ("prefill_per_s", "prefill tok/s", ",.0f"),
                                  ("hbm_fraction", "of HBM bound", ".2f")):  # fmt: skip
             if r.get(key) is not None:
@@ -544,7 +560,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         for name, value in (("steps", 2), ("repeats", 2), ("vit_batch", 8), ("bert_shapes", "4x32"),
-                            ("llama_layers", 2), ("llama_length", 64), ("gen_batches", "1,2"),
+                            ("llama_layers", 2), ("llama_length", 64), ("gen_batches", "1"),
+                            ("modes", "device,trainer,loader,torch"),
                             ("prompt", 16), ("new_tokens", 8), ("images", 32),
                             ("workers", min(args.workers, 2))):  # fmt: skip
             if getattr(args, name) == p.get_default(name):
