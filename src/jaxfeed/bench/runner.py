@@ -4,7 +4,7 @@ A benchmark is a module of :mod:`jaxfeed.bench`, installed with the package (the
 source checkout's ``benchmarks/`` folder call the same modules).
 
 >>> sorted(BENCHES)
-['augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'sharding', 'text', 'train']
+['accelerator', 'augment', 'checkpoint', 'decode', 'formatting', 'loader', 'media', 'scale', 'sharding', 'text', 'train']
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Bench:
     module: str  # jaxfeed.bench.<module>, or benchmarks/<module>.py in a checkout
     quick: tuple[str, ...]
     peers: tuple[str, ...]  # importable names of the peers it compares with
+    in_all: bool = True  # False: only by name (accelerator-sized shapes)
 
 
 BENCHES = {
@@ -45,6 +46,7 @@ BENCHES = {
         "text", ("--rows", "5000", "--repeats", "1"), ("datasets", "torch", "grain", "transformers")
     ),
     "sharding": Bench("sharding", ("--params", "2e6", "--steps", "3"), ()),
+    "accelerator": Bench("accelerator", ("--quick",), ("torch",), in_all=False),
 }
 
 
@@ -80,7 +82,7 @@ def run_benchmarks(which: str, quick: bool = False, plot: str | None = None) -> 
     """
     if which != "all" and which not in BENCHES:
         raise ConfigError(f"unknown benchmark {which!r}; known: {', '.join(BENCHES)} or all")
-    names = list(BENCHES) if which == "all" else [which]
+    names = [n for n, b in BENCHES.items() if b.in_all] if which == "all" else [which]
     missing = missing_peers(names)
     if missing:
         print(

@@ -280,7 +280,7 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
         "which",
         nargs="?",
         default="all",
-        help="formatting, media, loader, train, checkpoint or all",
+        help="formatting, media, loader, train, checkpoint, accelerator (by name only) or all",
     )
     p.add_argument("--quick", action="store_true", help="smaller data, fewer repeats")
     p.add_argument(

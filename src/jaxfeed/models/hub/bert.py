@@ -13,7 +13,6 @@ states). Parameters carry logical axis names (``"vocab"``, ``"embed"``, ``"heads
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +20,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.attention import active_dropout, attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
+from jaxfeed.models.stacked import run_layers
 
 TASKS = ("sequence-classification", "token-classification", "masked-lm", "feature-extraction")
 
@@ -96,7 +97,8 @@ def _norm(dim: int, eps: float, dt: dict, rngs: nnx.Rngs) -> nnx.LayerNorm:
 
 class Attention(nnx.Module):
     """Multi-head self-attention over real keys (softmax in float32, masked keys at float32's
-    minimum as ``transformers`` does), with dropout on the attention weights."""
+    minimum as ``transformers`` does), with dropout on the attention weights; the kernel is
+    :func:`jaxfeed.models.attention.attention`'s choice."""
 
     def __init__(self, s: Settings, dt: dict, rngs: nnx.Rngs) -> None:
         if s.dim % s.heads:
@@ -112,11 +114,8 @@ class Attention(nnx.Module):
         b, t, dim = x.shape
         shape = (b, t, self.heads, self.head_dim)
         q, k, v = (layer(x).reshape(shape) for layer in (self.query, self.key, self.value))
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
-        logits = logits / math.sqrt(self.head_dim)
-        logits = jnp.where(keys[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
-        weights = self.dropout(jax.nn.softmax(logits, axis=-1), rngs=rngs).astype(v.dtype)
-        return self.out(jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, dim))
+        out = attention(q, k, v, key_mask=keys, dropout=active_dropout(self.dropout, rngs))
+        return self.out(out.reshape(b, t, dim))
 
 
 class Layer(nnx.Module):
@@ -167,6 +166,7 @@ class Encoder(nnx.Module):
         self.embeddings = Embeddings(s, dt, rngs)
         self.layers = nnx.List([Layer(s, dt, rngs) for _ in range(s.depth)])
         self.remat = False
+        self.scan = True  # the layers as one lax.scan (jaxfeed.models.stacked)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  token_type_ids: jax.Array | None, position_ids: jax.Array | None,
@@ -195,12 +195,8 @@ class Encoder(nnx.Module):
             x = x + e.token_type(types.astype(jnp.int32))
         x = e.dropout(e.norm(x), rngs=rngs)
         keys = mask.astype(bool)
-        for layer in self.layers:
-            if self.remat:
-                x = nnx.remat(lambda mod, h, k, r: mod(h, k, r))(layer, x, keys, rngs)
-            else:
-                x = layer(x, keys, rngs)
-        return x
+        return run_layers(self.layers, x, lambda layer, h, r: layer(h, keys, r), rngs=rngs,
+                          remat=self.remat, scan=self.scan)  # fmt: skip
 
 
 class EncoderModel(nnx.Module):

@@ -36,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.attention import attention, xla_attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
+from jaxfeed.models.stacked import run_layers
 from jaxfeed.models.transformer import run_positions
 
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -171,14 +173,8 @@ def _activation(name: str, x: jax.Array) -> jax.Array:
 def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """Attention of queries ``(B, T, H, D)`` to keys and values ``(B, S, Hkv, D)`` (``H`` a
     multiple of ``Hkv``: grouped-query attention) under a boolean ``mask`` ``(B, T, S)``;
-    softmax in float32, masked logits at float32's minimum (never NaN)."""
-    b, t, h, d = q.shape
-    kv = k.shape[2]
-    q = q.reshape(b, t, kv, h // kv, d)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
-    logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, h, d)
+    softmax in float32, masked logits at float32's minimum (never NaN): the plain XLA path."""
+    return xla_attention(q, k, v, mask)
 
 
 class Norm(nnx.Module):
@@ -256,10 +252,19 @@ class Attention(nnx.Module):
             q, k = apply_rope(q, positions, s.inv_freq), apply_rope(k, positions, s.inv_freq)
         return q, k, v
 
-    def __call__(self, x: jax.Array, mask: jax.Array, positions: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+        """Causal attention within each segment (``segments`` ``(B, T)``, 0 for padding), in
+        this layer's window, through :func:`jaxfeed.models.attention.attention`."""
         b, t, _ = x.shape
         q, k, v = self.project(x, positions)
-        return self.out(grouped_attention(q, k, v, mask).reshape(b, t, -1))
+        slots = jnp.arange(t)
+        window = (
+            None
+            if self.window is None
+            else _windowed(jnp.ones((1, t, t), bool), self.window, slots, slots)
+        )
+        out = attention(q, k, v, segment_ids=segments, causal=True, mask=window)
+        return self.out(out.reshape(b, t, -1))
 
     def cached(self, x: jax.Array, mask: jax.Array, positions: jax.Array,
                cache: tuple[jax.Array, jax.Array],
@@ -297,8 +302,8 @@ class DecoderLayer(nnx.Module):
             return self.down(_activation(self.spec.activation, self.gate(h)) * self.up(h))
         return self.down(_activation(self.spec.activation, self.up(h)))
 
-    def __call__(self, x: jax.Array, mask: jax.Array, positions: jax.Array) -> jax.Array:
-        x = x + self.attention(self.attn_norm(x), mask, positions)
+    def __call__(self, x: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+        x = x + self.attention(self.attn_norm(x), segments, positions)
         return x + self.mlp(x)
 
     def cached(self, x, mask, positions, cache, index):
@@ -339,6 +344,7 @@ class CausalLM(nnx.Module):
     def __init__(self, spec: DecoderSpec, *, dtype: Any = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
         self.spec, self.remat = spec, False
+        self.scan = True  # training's forward as one lax.scan over the layers (models.stacked)
         self.vocab_size, self.max_length = spec.vocab_size, spec.max_positions
         self.dtype = dtype
         init = nnx.initializers.normal(0.02)
@@ -403,17 +409,9 @@ class CausalLM(nnx.Module):
             if positions is None
             else jnp.asarray(positions).astype(jnp.int32)
         )
-        slots = jnp.arange(ids.shape[1])
-        causal = (slots[:, None] >= slots[None, :])[None] & (
-            segments[:, :, None] == segments[:, None, :]
-        )
         x = self._embed(ids, where)
-        for layer in self.layers:
-            mask = _windowed(causal, layer.window, slots, slots)
-            if self.remat:
-                x = nnx.remat(lambda mod, h, m, p: mod(h, m, p))(layer, x, mask, where)
-            else:
-                x = layer(x, mask, where)
+        x = run_layers(self.layers, x, lambda layer, h, _: layer(h, segments, where),
+                       remat=self.remat, scan=self.scan)  # fmt: skip
         return self._logits(x)
 
     # ------------------------------------------------------------------ generation

@@ -38,11 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.attention import active_dropout, attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError, read_json
 from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
 from jaxfeed.models.hub.weights import CONV2D, IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
+from jaxfeed.models.stacked import run_layers
 
 TASKS = ("image-classification", "feature-extraction")
 OUTPUTS = ("last_hidden_state", "pooler_output")
@@ -188,7 +190,8 @@ class PatchEmbed(nnx.Module):
 
 
 class Attention(nnx.Module):
-    """Multi-head self-attention without a mask (every patch sees every patch)."""
+    """Multi-head self-attention without a mask (every patch sees every patch), through
+    :func:`jaxfeed.models.attention.attention`."""
 
     def __init__(self, s: Settings, *, dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
@@ -203,10 +206,8 @@ class Attention(nnx.Module):
         b, t, d = x.shape
         shape = (b, t, self.heads, self.head_dim)
         q, k, v = (layer(x).reshape(shape) for layer in (self.query, self.key, self.value))
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
-        weights = jax.nn.softmax(logits * (self.head_dim**-0.5), axis=-1).astype(v.dtype)
-        weights = self.dropout(weights, rngs=rngs)
-        return self.output(jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d))
+        out = attention(q, k, v, dropout=active_dropout(self.dropout, rngs))
+        return self.output(out.reshape(b, t, d))
 
 
 class Layer(nnx.Module):
@@ -231,7 +232,7 @@ class Layer(nnx.Module):
 class Encoder(nnx.Module):
     """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm. With
     ``remat`` set (``Trainer(remat=True)``) each block is recomputed in the backward pass
-    (gradient checkpointing)."""
+    (gradient checkpointing); with ``scan`` (the default) the blocks run as one ``jax.lax.scan``."""
 
     supports_remat = True
 
@@ -240,13 +241,11 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([Layer(s, **kw) for _ in range(s.layers)])
         self.layernorm = _norm(s, **kw)
         self.remat = False
+        self.scan = True  # the blocks as one lax.scan (jaxfeed.models.stacked)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
-        for layer in self.layers:
-            if self.remat:
-                x = nnx.remat(lambda mod, h, r: mod(h, r))(layer, x, rngs)
-            else:
-                x = layer(x, rngs)
+        x = run_layers(self.layers, x, lambda layer, h, r: layer(h, r), rngs=rngs,
+                       remat=self.remat, scan=self.scan)  # fmt: skip
         return self.layernorm(x)
 
 

@@ -1,0 +1,203 @@
+"""One attention function for the Hub models, which picks the kernel: TPU's fused Pallas flash
+attention where it applies, XLA's plain einsum-softmax-einsum everywhere else.
+
+The choice is ``"auto"`` (the default: the fused kernel on a TPU for the shapes it takes, the
+plain path otherwise), ``"xla"`` (always the plain path) or ``"flash"`` (the fused kernel, and a
+clear error where it cannot run). Set it with the ``JAXFEED_ATTENTION`` environment variable or,
+around the code that traces a model, with :func:`use_attention`; it is read when a step is
+traced, so set it before the first compile.
+
+The fused kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) takes padding masks as
+segment ids (queries in segment 1, keys in 1 when real and 0 when padded), packed rows as their
+segment ids, and causal masks; it refuses dropout on the attention weights, any other mask (a
+sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that are
+not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
+
+>>> import jax.numpy as jnp
+>>> q = k = v = jnp.ones((1, 4, 2, 8))
+>>> attention(q, k, v, key_mask=jnp.array([[1, 1, 0, 0]])).shape
+(1, 4, 2, 8)
+>>> flash_refusal(q, k, v, implementation="auto")  # on a CPU
+'the backend is cpu, not tpu'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+IMPLEMENTATIONS = ("auto", "xla", "flash")
+ENV = "JAXFEED_ATTENTION"
+BLOCK = 128  # the fused kernel's block of queries and keys
+_override: list[str] = []
+
+
+def current_implementation() -> str:
+    """The attention kernel choice in force: :func:`use_attention`'s, else ``$JAXFEED_ATTENTION``,
+    else ``"auto"``.
+
+    >>> with use_attention("xla"):
+    ...     current_implementation()
+    'xla'
+    """
+    name = _override[-1] if _override else os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"{ENV}={name!r}: the attention kernel is one of {', '.join(IMPLEMENTATIONS)}"
+        )
+    return name
+
+
+@contextlib.contextmanager
+def use_attention(name: str) -> Iterator[None]:
+    """Trace the models' attention with ``name`` (``"auto"``, ``"xla"`` or ``"flash"``) inside
+    the ``with`` block.
+
+    >>> with use_attention("flash"):
+    ...     current_implementation()
+    'flash'
+    """
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {name!r}")
+    _override.append(name)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
+                  dropout: Any = None, causal: bool = False,
+                  implementation: str = "auto") -> str | None:  # fmt: skip
+    """Why the fused kernel does not run these inputs (None when it does): ``"xla"`` chosen, not
+    a TPU, attention dropout, an extra mask, or shapes the kernel refuses.
+
+    >>> import jax.numpy as jnp
+    >>> flash_refusal(jnp.ones((1, 4, 2, 8)), jnp.ones((1, 4, 2, 8)), None, implementation="xla")
+    'attention="xla" was chosen'
+    """
+    t, s, d = q.shape[1], k.shape[1], q.shape[-1]
+    if implementation == "xla":
+        return 'attention="xla" was chosen'
+    if jax.default_backend() != "tpu":
+        return f"the backend is {jax.default_backend()}, not tpu"
+    if dropout is not None:
+        return "dropout on the attention weights (the fused kernel has none)"
+    if mask is not None:
+        return "a mask other than padding, segments and causality (a sliding window)"
+    if t % BLOCK or s % BLOCK:
+        return f"sequence lengths {t} and {s} must be multiples of {BLOCK}"
+    if d > BLOCK and d % BLOCK:
+        return f"head width {d} must be at most {BLOCK} or a multiple of it"
+    if causal and t != s:
+        return f"causal attention of {t} queries to {s} keys (a cache)"
+    return None
+
+
+def active_dropout(dropout: Any, rngs: Any) -> Callable[[jax.Array], jax.Array] | None:
+    """An ``nnx.Dropout`` as a function of the attention weights, or None when it drops nothing
+    (``deterministic``, rate 0): then the fused kernel may run."""
+    if dropout.deterministic or not dropout.rate:
+        return None
+    return lambda weights: dropout(weights, rngs=rngs)
+
+
+def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids: Any = None,
+               causal: bool = False, mask: Any = None) -> jax.Array | None:  # fmt: skip
+    """The boolean ``(batch, t, s)`` mask these describe (None: every key visible)."""
+    out = None
+
+    def both(a: jax.Array) -> jax.Array:
+        return a if out is None else out & a
+
+    if key_mask is not None:
+        out = both(jnp.broadcast_to(jnp.asarray(key_mask).astype(bool)[:, None, :], (batch, t, s)))
+    if segment_ids is not None:
+        seg = jnp.asarray(segment_ids)
+        out = both(seg[:, :, None] == seg[:, None, :])
+    if causal:
+        slots_q, slots_k = jnp.arange(t) + (s - t), jnp.arange(s)
+        out = both(jnp.broadcast_to((slots_q[:, None] >= slots_k[None, :])[None], (batch, t, s)))
+    if mask is not None:
+        out = both(jnp.broadcast_to(jnp.asarray(mask).astype(bool), (batch, t, s)))
+    return out
+
+
+def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
+                  dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:  # fmt: skip
+    """Plain attention of queries ``(B, T, H, D)`` to keys and values ``(B, S, Hkv, D)`` (``H`` a
+    multiple of ``Hkv``) under a boolean ``mask`` ``(B, T, S)``; softmax in float32, masked
+    logits at float32's minimum (never NaN), ``dropout`` on the float32 weights."""
+    b, t, h, d = q.shape
+    kv = k.shape[2]
+    q = q.reshape(b, t, kv, h // kv, d)
+    logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    if mask is not None:
+        logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1)
+    if dropout is not None:
+        weights = dropout(weights)
+    out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(v.dtype), v)
+    return out.reshape(b, t, h, d)
+
+
+def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
+                    segment_ids: Any = None, causal: bool = False) -> jax.Array:  # fmt: skip
+    """TPU's fused Pallas flash attention over ``(B, T, H, D)`` queries and ``(B, S, Hkv, D)``
+    keys and values (grouped key/value heads repeated), padding as segment ids."""
+    from jax.experimental.pallas.ops.tpu import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
+        flash_attention as pallas,
+    )
+
+    b, t, h, d = q.shape
+    group = h // k.shape[2]
+    if group > 1:
+        k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+    segments = None
+    if segment_ids is not None:
+        seg = jnp.asarray(segment_ids).astype(jnp.int32)
+        if key_mask is not None:
+            seg = jnp.where(jnp.asarray(key_mask).astype(bool), seg, 0)
+        segments = pallas.SegmentIds(q=seg, kv=seg)
+    elif key_mask is not None:
+        real = jnp.asarray(key_mask).astype(jnp.int32)
+        segments = pallas.SegmentIds(q=jnp.ones((b, t), jnp.int32), kv=real)
+    out = pallas.flash_attention(
+        *(x.transpose(0, 2, 1, 3) for x in (q, k, v)), segment_ids=segments, causal=causal,
+        sm_scale=1.0 / math.sqrt(d),
+    )  # fmt: skip
+    return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
+              segment_ids: Any = None, causal: bool = False, mask: Any = None,
+              dropout: Callable[[jax.Array], jax.Array] | None = None,
+              implementation: str | None = None) -> jax.Array:  # fmt: skip
+    """Attention of queries ``(B, T, H, D)`` to keys and values ``(B, S, Hkv, D)``: a query sees
+    the keys that are real (``key_mask`` ``(B, S)``), of its own segment (``segment_ids``
+    ``(B, T)``, self-attention), not later (``causal``) and allowed by ``mask`` ``(B, T, S)``;
+    ``dropout`` applies to the weights. The kernel is ``implementation`` (default: the choice in
+    force, see :func:`current_implementation`); ``"flash"`` raises where the fused kernel cannot run.
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((1, 3, 2, 4))
+    >>> attention(q, q, q, causal=True, implementation="xla").shape
+    (1, 3, 2, 4)
+    """
+    chosen = implementation or current_implementation()
+    if chosen not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {chosen!r}")
+    why = flash_refusal(q, k, v, mask=mask, dropout=dropout, causal=causal, implementation=chosen)
+    if why is None:
+        return flash_attention(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
+    if chosen == "flash":
+        raise ValueError(f'attention="flash" cannot run here: {why}; use "auto" or "xla"')
+    dense = dense_mask(q.shape[0], q.shape[1], k.shape[1], key_mask=key_mask,
+                       segment_ids=segment_ids, causal=causal, mask=mask)  # fmt: skip
+    return xla_attention(q, k, v, dense, dropout)

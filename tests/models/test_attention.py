@@ -1,0 +1,91 @@
+"""The Hub models' one attention function (``jaxfeed.models.attention``): on a CPU ``"auto"``
+takes the plain XLA path, which equals a reference softmax attention for padding masks, packed
+segments, causality, grouped heads and dropout; ``"flash"`` refuses clearly where the fused kernel
+cannot run; the choice comes from ``use_attention`` or ``$JAXFEED_ATTENTION``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfeed.models import attention as att
+
+
+def _qkv(b=2, t=6, h=4, kv=2, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.normal(size=(b, t, h, d)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(b, t, kv, d)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(b, t, kv, d)), jnp.float32)
+    return q, k, v
+
+
+def _reference(q, k, v, allowed):
+    """Per (row, head, query) softmax over the allowed keys, in numpy float64."""
+    q, k, v, allowed = (np.asarray(x, np.float64) for x in (q, k, v, allowed))
+    b, t, h, d = q.shape
+    group = h // k.shape[2]
+    out = np.zeros_like(q)
+    for i in range(b):
+        for j in range(h):
+            logits = q[i, :, j] @ k[i, :, j // group].T / np.sqrt(d)
+            logits = np.where(allowed[i] > 0, logits, -np.inf)
+            w = np.exp(logits - logits.max(-1, keepdims=True))
+            out[i, :, j] = (w / w.sum(-1, keepdims=True)) @ v[i, :, j // group]
+    return out
+
+
+def test_cpu_auto_is_the_xla_path():
+    q, k, v = _qkv()
+    assert att.flash_refusal(q, k, v) == f"the backend is {jax.default_backend()}, not tpu"
+    got = att.attention(q, k, v, implementation="auto")
+    np.testing.assert_allclose(np.asarray(got), _reference(q, k, v, np.ones((2, 6, 6))), atol=1e-5)
+
+
+def test_padding_segments_and_causal_masks_equal_the_reference():
+    q, k, v = _qkv()
+    key_mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    got = att.attention(q, k, v, key_mask=key_mask)
+    allowed = np.broadcast_to(key_mask[:, None, :], (2, 6, 6))
+    np.testing.assert_allclose(np.asarray(got), _reference(q, k, v, allowed), atol=1e-5)
+    segments = np.array([[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1]])
+    got = att.attention(q, k, v, segment_ids=segments, causal=True)
+    tril = np.tril(np.ones((6, 6)))
+    allowed = (segments[:, :, None] == segments[:, None, :]) * tril
+    np.testing.assert_allclose(np.asarray(got), _reference(q, k, v, allowed), atol=1e-5)
+
+
+def test_dropout_applies_to_the_weights():
+    q, k, v = _qkv()
+    zero = att.attention(q, k, v, dropout=lambda w: w * 0.0)
+    assert float(jnp.abs(zero).max()) == 0.0
+
+
+def test_flash_refuses_clearly_where_it_cannot_run():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match='attention="flash" cannot run here'):
+        att.attention(q, k, v, implementation="flash")
+    with pytest.raises(ValueError, match="one of auto, xla, flash"):
+        att.attention(q, k, v, implementation="fast")
+
+
+def test_choice_from_context_and_environment(monkeypatch):
+    monkeypatch.setenv(att.ENV, "xla")
+    assert att.current_implementation() == "xla"
+    with att.use_attention("flash"):
+        assert att.current_implementation() == "flash"
+    assert att.current_implementation() == "xla"
+    monkeypatch.setenv(att.ENV, "nonsense")
+    with pytest.raises(ValueError, match="JAXFEED_ATTENTION"):
+        att.current_implementation()
+
+
+def test_flash_refusals_name_the_reason(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    q = jnp.ones((1, 256, 2, 64))
+    assert att.flash_refusal(q, q, q) is None
+    assert "multiples of 128" in att.flash_refusal(jnp.ones((1, 197, 2, 64)), q, q)
+    assert "dropout" in att.flash_refusal(q, q, q, dropout=lambda w: w)
+    assert "sliding window" in att.flash_refusal(q, q, q, mask=jnp.ones((1, 256, 256), bool))
+    assert "head width" in att.flash_refusal(jnp.ones((1, 256, 2, 192)), q, q)
