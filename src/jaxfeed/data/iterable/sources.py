@@ -22,6 +22,7 @@ from jaxfeed.data.features import Features
 from jaxfeed.data.features.features import METADATA_KEY
 from jaxfeed.data.formats.batches import file_batches, parquet_file
 from jaxfeed.data.formats.files import file_format, source_identity
+from jaxfeed.data.formats.shards import skip_rows
 from jaxfeed.data.formats.validate import confine_media_paths, holds_media
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
@@ -59,13 +60,18 @@ class Source:
     footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
     media_root: str | None = None  # where path-only Image/Audio cells may point (from_files)
     identities: dict = field(default_factory=dict)  # files' size and version, taken when opened
+    # from_spark / from_ray: units are the engine's pieces; engine.tables(unit.shard) reads one
+    # (Arrow tables with the stream's features), engine.identity() is what a position is valid for
+    engine: Any = None
 
     def identity(self) -> dict[str, Any]:
         """What a saved position is only valid for: each file's path, size and modification
         time or ETag (taken when the stream was made), and the layout of the units read (files,
         row groups, shards, columns, shuffle)."""
-        if self.dataset is not None:
-            content: dict[str, Any] = {
+        if self.engine is not None:
+            content: dict[str, Any] = {"engine": self.engine.identity()}
+        elif self.dataset is not None:
+            content = {
                 "rows": self.dataset.num_rows,
                 "features": self.dataset.features.to_dict(),
             }
@@ -115,6 +121,10 @@ class Source:
         ``batch_bytes`` for files)."""
         if unit.generator:
             yield from self._generated(skip, unit.shard)
+            return
+        if self.engine is not None:
+            for table in skip_rows(self.engine.tables(unit.shard), skip):
+                yield table if self.columns is None else table.select(self.columns)
             return
         if unit.rows is not None:
             start, stop = unit.rows
