@@ -113,13 +113,17 @@ class ShardWriter:
     def write(self, table: pa.Table) -> None:
         """Append ``table`` (the features' schema), starting a new file when the current is full."""
         for batch in table.to_batches():
-            if self._writer is None:
-                self._open()
-            self._writer.write_batch(batch)
-            self._count += batch.num_rows
-            self._bytes += batch.nbytes
-            if self._bytes >= self.max:
-                self._close()
+            per_row = batch.nbytes / max(batch.num_rows, 1)
+            while batch.num_rows:
+                if self._writer is None:
+                    self._open()
+                room = max(1, int((self.max - self._bytes) // per_row)) if per_row else 1 << 62
+                part, batch = batch.slice(0, room), batch.slice(room)
+                self._writer.write_batch(part)
+                self._count += part.num_rows
+                self._bytes += part.num_rows * per_row
+                if self._bytes >= self.max:
+                    self._close()
 
     def _open(self) -> None:
         name = f"{self.prefix}-{len(self.rows):05d}.arrow"
