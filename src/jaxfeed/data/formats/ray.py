@@ -34,9 +34,10 @@ from jaxfeed._base.extras import require
 from jaxfeed.data.core import DatasetCore
 from jaxfeed.data.features import Features
 from jaxfeed.data.features.features import METADATA_KEY, feature_from_arrow_type
-from jaxfeed.data.formats.cache import CachedTable, cache_root
+from jaxfeed.data.formats.cache import cache_root
 from jaxfeed.data.formats.shards import (
     MAX_SHARD_SIZE,
+    Shards,
     ShardWriter,
     conform,
     publish_shards,
@@ -146,7 +147,7 @@ def write_ray(
     features: Any = None,
     cache_dir: str | None = None,
     max_shard_size: int = MAX_SHARD_SIZE,
-) -> CachedTable:
+) -> Shards:
     """The rows of a Ray Dataset written by Ray tasks as Arrow shards, memory-mapped (see the
     module's docstring); the folder is removed once mapped."""
     ray = require("ray", "ray", "from_ray")

@@ -12,7 +12,7 @@ Layout (``<cache>/<engine>/<key>/``)::
     info.json                       features, rows and bytes of every file, the key's payload
 
 Opening checks that every file has the size and rows recorded and the features' schema; a
-folder that fails is named in a :class:`~jaxfeed.data.formats.cache.CacheDamagedError`.
+folder that fails is named in a :class:`ShardsDamagedError`.
 This module imports no JAX: the workers import it.
 """
 
@@ -22,9 +22,9 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -32,12 +32,28 @@ from jaxfeed._base.files import LockedTemporary, atomic_write
 from jaxfeed.data import ops
 from jaxfeed.data.core import DatasetCore
 from jaxfeed.data.features import Features
-from jaxfeed.data.formats.cache import CacheDamagedError, CachedTable
 from jaxfeed.data.formats.files import read_table
 
 INFO_FILE = "info.json"
 SHARDS_VERSION = 1
 MAX_SHARD_SIZE = 500 << 20  # bytes of Arrow data per file, as `datasets`' MAX_SHARD_SIZE
+
+
+class Shards(NamedTuple):
+    """A folder of shards opened: the files' tables memory-mapped and concatenated, their
+    features, the folder and the files' names (``Dataset._from_cached`` wraps it, as it wraps
+    a :class:`~jaxfeed.data.formats.cache.CachedTable`)."""
+
+    table: pa.Table
+    features: Features
+    cache_dir: Path | None
+    cache_files: list[str]
+
+
+class ShardsDamagedError(ValueError):
+    """A folder of shards differs from what was written (a file missing, truncated, changed)."""
+
+
 STATS = pa.schema(
     [
         ("part", pa.int64()),
@@ -160,7 +176,7 @@ def publish_shards(
     stats: Iterable[dict[str, Any]],
     features: Features,
     payload: dict[str, Any],
-) -> CachedTable:
+) -> Shards:
     """Move the files that ``stats`` rows name from ``written`` into the cache folder ``folder``
     in order (part, then shard), with ``info.json``; renamed into place atomically (the folder
     of another process that finished first wins); then open it."""
@@ -203,7 +219,7 @@ def _move_shards(
     return files
 
 
-def open_shards(folder: Path) -> CachedTable:
+def open_shards(folder: Path) -> Shards:
     """The shards of a folder written by :func:`publish_shards`, memory-mapped and concatenated,
     after checking each file's size, rows and schema against ``info.json``."""
     where = f"engine cache folder {folder}"
@@ -223,10 +239,10 @@ def open_shards(folder: Path) -> CachedTable:
                 raise ValueError(f"{entry['name']} does not have the features' schema")
             tables.append(table)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
-        raise CacheDamagedError(f"{where}: {str(err)[:300]}") from None
+        raise ShardsDamagedError(f"{where}: {str(err)[:300]}") from None
     schema = features.arrow_schema
     table = pa.concat_tables([t.replace_schema_metadata(schema.metadata) for t in tables])
-    return CachedTable(table, features, folder, [f["name"] for f in files])
+    return Shards(table, features, folder, [f["name"] for f in files])
 
 
 def remove_folder(folder: Path) -> None:
@@ -237,17 +253,3 @@ def remove_folder(folder: Path) -> None:
     except OSError:
         return
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def skip_rows(tables: Iterable[pa.Table], skip: int) -> Iterator[pa.Table]:
-    """``tables`` without their first ``skip`` rows.
-
-    >>> [t.num_rows for t in skip_rows([pa.table({"x": [1, 2]}), pa.table({"x": [3]})], 1)]
-    [1, 1]
-    """
-    for table in tables:
-        if skip >= table.num_rows:
-            skip -= table.num_rows
-            continue
-        yield table.slice(skip) if skip else table
-        skip = 0

@@ -35,11 +35,13 @@ import pyarrow as pa
 from jaxfeed._base.extras import require
 from jaxfeed.data.features import Features, List, Value
 from jaxfeed.data.features.struct import FeatureLike
-from jaxfeed.data.formats.cache import CacheDamagedError, CachedTable, cache_root
+from jaxfeed.data.formats.cache import cache_root
 from jaxfeed.data.formats.shards import (
     INFO_FILE,
     MAX_SHARD_SIZE,
     SHARDS_VERSION,
+    Shards,
+    ShardsDamagedError,
     ShardWriter,
     conform,
     open_shards,
@@ -181,7 +183,7 @@ def write_spark(
     working_dir: str | None = None,
     load_from_cache_file: bool = True,
     max_shard_size: int = MAX_SHARD_SIZE,
-) -> CachedTable:
+) -> Shards:
     """The rows of ``df`` written by Spark's executors as Arrow shards into the cache (see the
     module's docstring), memory-mapped."""
     require("pyspark", "spark", "from_spark")
@@ -199,7 +201,7 @@ def write_spark(
         if load_from_cache_file:
             try:
                 return open_shards(folder)
-            except CacheDamagedError as err:
+            except ShardsDamagedError as err:
                 warnings.warn(f"{err}; writing it again", stacklevel=3)
         remove_folder(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,6 @@ from jaxfeed.data.features import Features
 from jaxfeed.data.features.features import METADATA_KEY
 from jaxfeed.data.formats.batches import file_batches, parquet_file
 from jaxfeed.data.formats.files import file_format, source_identity
-from jaxfeed.data.formats.shards import skip_rows
 from jaxfeed.data.formats.validate import confine_media_paths, holds_media
 
 READ_ROWS = 10_000  # rows per unit / per table when streaming an in-memory dataset
@@ -123,7 +122,7 @@ class Source:
             yield from self._generated(skip, unit.shard)
             return
         if self.engine is not None:
-            for table in skip_rows(self.engine.tables(unit.shard), skip):
+            for table in _skip_rows(self.engine.tables(unit.shard), skip):
                 yield table if self.columns is None else table.select(self.columns)
             return
         if unit.rows is not None:
@@ -342,6 +341,16 @@ class Lookahead:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _skip_rows(tables: Iterator[pa.Table], skip: int) -> Iterator[pa.Table]:
+    """``tables`` without their first ``skip`` rows."""
+    for table in tables:
+        if skip >= table.num_rows:
+            skip -= table.num_rows
+            continue
+        yield table.slice(skip) if skip else table
+        skip = 0
 
 
 def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
