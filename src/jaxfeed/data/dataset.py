@@ -619,12 +619,15 @@ class Dataset(DatasetCore):
         same DataFrame (``semanticHash``) and features map the files written before, unless
         ``load_from_cache_file=False``. Spark's types map to features (arrays to ``List``,
         structs to dicts); ``features=`` casts (a binary column to :class:`~jaxfeed.Image`); a
-        type with no feature raises ``TypeError`` naming the column. See
-        :mod:`jaxfeed.data.formats.spark`.
+        type with no feature raises ``TypeError`` naming the column. ``max_shard_size`` (bytes,
+        default 500 MB) bounds each file an executor writes. See :mod:`jaxfeed.data.formats.spark`.
 
         >>> from jaxfeed import Dataset
         >>> ds = Dataset.from_spark(spark.createDataFrame([(1, "a")], "id int, name string"))  # doctest: +SKIP
         """
+        unknown = sorted(set(kwargs) - {"max_shard_size"})
+        if unknown:
+            raise TypeError(f"from_spark got unexpected keyword arguments {unknown}")
         cached = write_spark(
             df,
             features,
