@@ -11,8 +11,9 @@ Layout (``<cache>/<engine>/<key>/``)::
     data-00000-of-00003.arrow ...   Arrow IPC files, in the source's order
     info.json                       features, rows and bytes of every file, the key's payload
 
-Opening checks that every file has the size and rows recorded and the features' schema; a
-folder that fails is named in a :class:`ShardsDamagedError`.
+Opening checks that every file has the size and rows recorded and the features' schema, and
+checks a file in full (every Arrow buffer) when its inode, size, modification or change time
+differ from the ones recorded after it was moved into place; a folder that fails is named in a :class:`ShardsDamagedError`.
 This module imports no JAX: the workers import it.
 """
 
@@ -96,13 +97,13 @@ def conform(table: pa.Table, stored: Features, target: Features, where: str) -> 
 
 class ShardWriter:
     """Arrow IPC files ``<prefix>-<shard>.arrow`` in ``folder``, a new one once a file holds
-    ``max_shard_size`` bytes; :meth:`finish` closes the last and returns one :data:`STATS` row
+    ``max_shard_size`` bytes (cut between rows); :meth:`finish` closes the last and returns one :data:`STATS` row
     per file (``part``: the piece of the source they hold, in the source's order).
 
     >>> import tempfile
     >>> from jaxfeed import Features, Value
     >>> features = Features({"x": Value("int64")})
-    >>> writer = ShardWriter(tempfile.mkdtemp(), features, part=0, max_shard_size=1)
+    >>> writer = ShardWriter(tempfile.mkdtemp(), features, part=0, max_shard_size=16)
     >>> for lo in (0, 2):
     ...     writer.write(pa.table({"x": [lo, lo + 1]}))
     >>> writer.finish()["rows"].to_pylist()
@@ -207,7 +208,14 @@ def _move_shards(
             os.replace(source, into / name)
         else:  # a working_dir: renamed when on the same file system, else copied
             shutil.move(source, into / name)
-        files.append({"name": name, "rows": int(row["rows"]), "bytes": int(row["bytes"])})
+        files.append(
+            {
+                "name": name,
+                "rows": int(row["rows"]),
+                "bytes": int(row["bytes"]),
+                "stat": _stat(into / name),
+            }
+        )
     if not files:  # no rows at all: one empty file keeps the schema
         name = "data-00000-of-00001.arrow"
         with (
@@ -215,8 +223,23 @@ def _move_shards(
             pa.ipc.new_file(sink, features.arrow_schema),
         ):
             pass
-        files.append({"name": name, "rows": 0, "bytes": (into / name).stat().st_size})
+        size = (into / name).stat().st_size
+        files.append({"name": name, "rows": 0, "bytes": size, "stat": _stat(into / name)})
     return files
+
+
+def _stat(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _read(path: Path, written: list[int] | None) -> pa.Table:
+    """A shard memory-mapped: only its footer read when the file is the one written (same inode,
+    size, modification and change time: nothing wrote it since, as the cache's entries are
+    trusted after their writing), else checked in full (every buffer: its pages are read)."""
+    if written is not None and _stat(path) == written:
+        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    return read_table(path, "arrow")
 
 
 def open_shards(folder: Path) -> Shards:
@@ -232,7 +255,7 @@ def open_shards(folder: Path) -> Shards:
             path = folder / entry["name"]
             if path.stat().st_size != entry["bytes"]:
                 raise ValueError(f"{entry['name']} has another size than the one written")
-            table = read_table(path, "arrow")
+            table = _read(path, entry.get("stat"))
             if table.num_rows != entry["rows"]:
                 raise ValueError(f"{entry['name']} has {table.num_rows} rows, not {entry['rows']}")
             if not table.schema.equals(features.arrow_schema, check_metadata=False):
