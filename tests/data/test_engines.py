@@ -46,6 +46,7 @@ def spark():
         SparkSession.builder.master("local[2]")
         .appName("jaxfeed-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "512m")
@@ -396,6 +397,23 @@ def test_map_on_jaxfeed_ray_and_spark_gives_the_same_rows(spark, ray_data, tmp_p
     )
     from_spark = Dataset.from_spark(on_spark, cache_dir=str(tmp_path))
     assert local.to_list() == from_ray.to_list() == from_spark.to_list()
+
+
+def test_a_folder_the_executors_do_not_share_is_refused(tmp_path):
+    """On a master other than local[...], one task writes a probe file where the driver looks:
+    executors that write elsewhere (here: nowhere) make from_spark refuse the folder by name."""
+    from types import SimpleNamespace
+
+    from jaxfeed.data.formats.spark import check_reachable
+
+    job = SimpleNamespace(collect=lambda: [])
+    rdd = SimpleNamespace(mapPartitions=lambda function: job)
+    context = SimpleNamespace(master="spark://elsewhere:7077", parallelize=lambda *a: rdd)
+    frame = SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=context))
+    with pytest.raises(ValueError, match=rf"cannot write into {tmp_path}"):
+        check_reachable(frame, tmp_path)
+    context.master = "local[2]"  # one machine: nothing to check
+    check_reachable(frame, tmp_path)
 
 
 # -------------------------------------------------------------------- without the extras
