@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from jaxfeed import (
+    Array3D,
     Audio,
     ClassLabel,
     Dataset,
@@ -354,6 +355,24 @@ def test_ray_pipeline_order_and_materialized_blocks(ray_data, tmp_path):
     assert [r["id"] for r in blocks.shard(4, 1)] == list(range(5, 10))
     keep = Dataset.from_ray(ray_ds, cache_dir=str(tmp_path), keep_in_memory=True)
     assert keep["sq"][-1] == 99 * 99
+
+
+def test_ray_tensors_become_arrays(ray_data, tmp_path):
+    images = np.arange(4 * 2 * 3 * 3, dtype=np.uint8).reshape(4, 2, 3, 3)
+    ray_ds = ray_data.from_numpy(images).map_batches(
+        lambda b: {"data": b["data"], "vec": b["data"][:, 0, 0, :].astype(np.float32)},
+        batch_format="numpy",
+    )
+    ds = Dataset.from_ray(ray_ds, cache_dir=str(tmp_path))
+    assert ds.features == Features(
+        {
+            "data": Array3D(shape=(2, 3, 3), dtype="uint8"),
+            "vec": List(Value("float32"), length=3),
+        }
+    )
+    assert np.array_equal(ds.with_format("numpy")[:]["data"], images)
+    streamed = next(iter(IterableDataset.from_ray(ray_ds).with_format("numpy")))
+    assert np.array_equal(streamed["data"], images[0])
 
 
 def test_ray_type_without_feature_names_the_column(ray_data, tmp_path):

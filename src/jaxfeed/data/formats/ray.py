@@ -12,7 +12,8 @@ a file system every worker and the driver share.
 The features travel in each block's schema metadata, under the key `datasets` uses, so
 ``ClassLabel`` names, ``Image`` and ``Audio`` survive ``to_ray`` and ``from_ray``; a block
 without them gets the features of its Arrow types (an Arrow type with no feature is a
-``TypeError`` naming the column). ``to_ray`` puts the dataset's Arrow tables into the object
+``TypeError`` naming the column); Ray's fixed-shape tensors (``read_images``, numpy batches) become
+``Array2D`` ... ``Array5D`` (a fixed-length ``List`` for vectors) without a copy. ``to_ray`` puts the dataset's Arrow tables into the object
 store as blocks (one copy into shared memory, no Python rows).
 
 ``IterableDataset.from_ray`` streams the blocks (:class:`RayBlocks`) in the dataset's order:
@@ -32,8 +33,10 @@ import pyarrow as pa
 
 from jaxfeed._base.extras import require
 from jaxfeed.data.core import DatasetCore
-from jaxfeed.data.features import Features
+from jaxfeed.data.features import Features, List, Value
+from jaxfeed.data.features.array import ARRAY_TYPES
 from jaxfeed.data.features.features import METADATA_KEY, feature_from_arrow_type
+from jaxfeed.data.features.value import dtype_name
 from jaxfeed.data.formats.cache import cache_root
 from jaxfeed.data.formats.shards import (
     MAX_SHARD_SIZE,
@@ -48,8 +51,8 @@ BLOCK_BYTES = 64 << 20  # Arrow bytes per block that to_ray puts into the object
 
 def arrow_features(schema: pa.Schema, what: str) -> Features:
     """The features of an Arrow schema: those in its metadata (``datasets``' key), else one per
-    Arrow type; a type with no feature (a map, a decimal, Ray's tensor type) raises ``TypeError``
-    naming the column.
+    Arrow type (Ray's fixed-shape tensors: ``Array2D`` ... ``Array5D``); a type with no feature
+    (a map, a decimal, Ray's variable-shaped tensors) raises ``TypeError`` naming the column.
 
     >>> arrow_features(pa.schema([("x", pa.int16())]), "from_ray")
     Features({'x': Value('int16')})
@@ -68,9 +71,11 @@ def arrow_features(schema: pa.Schema, what: str) -> Features:
         try:
             if isinstance(field.type, pa.ExtensionType) and not hasattr(field.type, "shape"):
                 raise ValueError(field.type)
-            if type(field.type).__module__.startswith("ray"):  # Ray's tensors: shape not kept
-                raise ValueError(field.type)
-            feature = feature_from_arrow_type(field.type)
+            feature = _tensor_feature(field.type)
+            if feature is None and type(field.type).__module__.startswith("ray"):
+                raise ValueError(field.type)  # Ray's variable-shaped tensors, other Ray types
+            if feature is None:
+                feature = feature_from_arrow_type(field.type)
             Features({field.name: feature}).arrow_schema  # noqa: B018 - checks every dtype
         except (ValueError, TypeError, KeyError):
             raise TypeError(
@@ -80,6 +85,42 @@ def arrow_features(schema: pa.Schema, what: str) -> Features:
             ) from None
         out[field.name] = feature
     return Features(out)
+
+
+def _ray_tensor(t: pa.DataType) -> bool:
+    """Ray's fixed-shape tensor type (``ArrowTensorType`` / ``ArrowTensorTypeV2``)."""
+    return type(t).__name__.startswith("ArrowTensorType") and type(t).__module__.startswith("ray")
+
+
+def _tensor_feature(t: pa.DataType) -> Any:
+    """The feature of a column of Ray's fixed-shape tensors: ``Array2D`` ... ``Array5D``, or a
+    fixed-length ``List`` for vectors (stored as nested fixed-size lists, as those features
+    store them); None for any other type."""
+    if not _ray_tensor(t):
+        return None
+    shape, dtype = tuple(int(n) for n in t.shape), dtype_name(t.storage_type.value_type)
+    if len(shape) == 1:
+        return List(Value(dtype), length=shape[0])
+    if 2 <= len(shape) <= 5:
+        return ARRAY_TYPES[f"Array{len(shape)}D"](shape=shape, dtype=dtype)
+    raise ValueError(t)
+
+
+def _untensor(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    """A column of Ray's tensors as nested fixed-size lists (no copy of the values)."""
+    shape = column.type.shape
+    chunks = []
+    for chunk in column.chunks:
+        storage = chunk.storage
+        if storage.null_count:
+            raise ValueError(f"from_ray: column {name!r} holds missing tensors")
+        values = storage.flatten()
+        for size in reversed(shape):
+            values = pa.FixedSizeListArray.from_arrays(values, int(size))
+        chunks.append(values)
+    if not chunks:
+        return pa.chunked_array([], _tensor_feature(column.type).pa_type)
+    return pa.chunked_array(chunks)
 
 
 def _target(stored: Features, features: Any, what: str) -> Features:
@@ -95,9 +136,13 @@ def _target(stored: Features, features: Any, what: str) -> Features:
 
 
 def _block_table(block: Any) -> pa.Table:
-    if isinstance(block, pa.Table):
-        return block
-    return pa.Table.from_pandas(block, preserve_index=False)  # a block Ray holds as pandas
+    if not isinstance(block, pa.Table):
+        block = pa.Table.from_pandas(block, preserve_index=False)  # a block Ray holds as pandas
+    for i, field in enumerate(block.schema):
+        if _ray_tensor(field.type):
+            column = _untensor(block.column(i), field.name)
+            block = block.set_column(i, pa.field(field.name, column.type), column)
+    return block
 
 
 def _write_block(
