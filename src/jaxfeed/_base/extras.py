@@ -2,7 +2,8 @@
 
 The core install (``pip install jaxfeed``) brings what datasets, the loader and the trainer need.
 Audio decoding (``jaxfeed[audio]``: soundfile, soxr), the Hugging Face Hub (``jaxfeed[hub]``),
-pandas (``jaxfeed[pandas]``) and TensorBoard logs (``jaxfeed[tensorboard]``) are extras; using one
+pandas (``jaxfeed[pandas]``), TensorBoard logs (``jaxfeed[tensorboard]``), Spark (``jaxfeed[spark]``:
+``from_spark``) and Ray (``jaxfeed[ray]``: ``from_ray``, ``to_ray``) are extras; using one
 that is missing raises :class:`MissingExtraError` naming the extra.
 
 >>> require("json", "none", "reading JSON").__name__

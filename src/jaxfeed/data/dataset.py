@@ -24,7 +24,10 @@ from jaxfeed.data.features import Features
 from jaxfeed.data.formats import saved, tabular
 from jaxfeed.data.formats.cache import CachedTable, load_cached, needs_conversion
 from jaxfeed.data.formats.files import read_tables
+from jaxfeed.data.formats.ray import dataset_to_ray, write_ray
 from jaxfeed.data.formats.saved import save_dataset, save_dataset_dict
+from jaxfeed.data.formats.shards import MAX_SHARD_SIZE
+from jaxfeed.data.formats.spark import write_spark
 from jaxfeed.data.iterable import IterableDataset
 from jaxfeed.data.splits import reader_split
 
@@ -595,6 +598,83 @@ class Dataset(DatasetCore):
         directory = None if keep_in_memory or cache_dir is None else cache_dir
         out = ops.from_generator(cls, generator, features, gen_kwargs, directory=directory)
         return out._named(reader_split(split))
+
+    @staticmethod
+    def from_spark(
+        df: Any,
+        split: str | None = None,
+        features: Features | None = None,
+        keep_in_memory: bool = False,
+        cache_dir: str | None = None,
+        working_dir: str | None = None,
+        load_from_cache_file: bool = True,
+        **kwargs: Any,
+    ) -> Dataset:
+        """A Spark DataFrame as a memory-mapped dataset (the ``spark`` extra), as `datasets`.
+
+        Spark's executors write the rows as Arrow files into the cache (``cache_dir``, else
+        ``$JAXFEED_CACHE``) or into ``working_dir`` first (then moved into the cache); the
+        driver memory-maps them in the DataFrame's order and never collects a row. On a cluster
+        of several machines the folder must be one every executor and the driver reach. The
+        same DataFrame (``semanticHash``) and features map the files written before, unless
+        ``load_from_cache_file=False``. Spark's types map to features (arrays to ``List``,
+        structs to dicts); ``features=`` casts (a binary column to :class:`~jaxfeed.Image`); a
+        type with no feature raises ``TypeError`` naming the column. ``max_shard_size`` (bytes,
+        default 500 MB) bounds each file an executor writes. See :mod:`jaxfeed.data.formats.spark`.
+
+        >>> from jaxfeed import Dataset
+        >>> ds = Dataset.from_spark(spark.createDataFrame([(1, "a")], "id int, name string"))  # doctest: +SKIP
+        """
+        unknown = sorted(set(kwargs) - {"max_shard_size"})
+        if unknown:
+            raise TypeError(f"from_spark got unexpected keyword arguments {unknown}")
+        cached = write_spark(
+            df,
+            features,
+            cache_dir,
+            working_dir,
+            load_from_cache_file,
+            kwargs.get("max_shard_size", MAX_SHARD_SIZE),
+        )
+        out = Dataset._from_cached(cached)
+        if keep_in_memory:
+            out = Dataset(tabular.in_arrow_memory(cached.table), cached.features)
+        return out._named(reader_split(split))
+
+    @staticmethod
+    def from_ray(
+        ds: Any,
+        features: Features | None = None,
+        cache_dir: str | None = None,
+        keep_in_memory: bool = False,
+    ) -> Dataset:
+        """A Ray Dataset as a memory-mapped dataset (the ``ray`` extra).
+
+        One Ray task per block writes it as Arrow files into the cache folder (``cache_dir``,
+        else ``$JAXFEED_CACHE``), which the driver memory-maps in the dataset's order without
+        receiving a row; the folder is removed once mapped (the files live while mapped:
+        ``save_to_disk`` keeps a copy). Features stored in the blocks' schema (``to_ray`` and
+        `datasets` put them there) are kept. See :mod:`jaxfeed.data.formats.ray`.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_ray(Dataset.from_dict({"x": [1, 2]}).to_ray())["x"][:]  # doctest: +SKIP
+        [1, 2]
+        """
+        cached = write_ray(ds, features, cache_dir)
+        if keep_in_memory:
+            return Dataset(tabular.in_arrow_memory(cached.table), cached.features)
+        return Dataset._wrap(cached.table, cached.features)
+
+    def to_ray(self) -> Any:
+        """This dataset's rows (index mapping applied) as a Ray Dataset (the ``ray`` extra):
+        Arrow tables put into Ray's object store as blocks of about 64 MB, in order, with the
+        features (``ClassLabel`` names, ``Image``, ``Audio``) in their schema.
+
+        >>> from jaxfeed import Dataset
+        >>> Dataset.from_dict({"x": [1, 2]}).to_ray().take_all()  # doctest: +SKIP
+        [{'x': 1}, {'x': 2}]
+        """
+        return dataset_to_ray(self)
 
     def save_to_disk(
         self,

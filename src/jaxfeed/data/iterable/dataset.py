@@ -20,6 +20,8 @@ from jaxfeed.data.features import Features
 from jaxfeed.data.features.sequence import List
 from jaxfeed.data.formats.batches import file_schema
 from jaxfeed.data.formats.files import file_format
+from jaxfeed.data.formats.ray import RayBlocks, ray_from_tables
+from jaxfeed.data.formats.spark import SparkPartitions
 from jaxfeed.data.formats.validate import media_root, short
 from jaxfeed.data.formatting import canonical_format, make_formatter
 from jaxfeed.data.iterable.sources import READ_ROWS, Lookahead, Source, Unit, _SourceStage
@@ -246,6 +248,49 @@ class IterableDataset:
         units = [Unit(generator=True, shard=i) for i in range(count)] or [Unit(generator=True)]
         source = Source(units, generator=(generator, kwargs, features))
         return cls(source, features=features)
+
+    @classmethod
+    def from_spark(
+        cls, df: Any, split: str | None = None, features: Features | None = None, **kwargs: Any
+    ) -> IterableDataset:
+        """Stream a Spark DataFrame partition by partition (the ``spark`` extra), as `datasets`.
+
+        Each partition is computed by one Spark job when the stream reaches it and comes to the
+        driver as Arrow record batches; the partitions are the stream's shards (``shard``,
+        ``shuffle``, ``split_dataset_by_node``), and a saved position resumes at its partition
+        and row. Spark's types map to features as in :meth:`jaxfeed.Dataset.from_spark`;
+        ``features=`` casts (e.g. a binary column to :class:`~jaxfeed.Image`). See
+        :mod:`jaxfeed.data.formats.spark`.
+
+        >>> from jaxfeed import IterableDataset
+        >>> ds = IterableDataset.from_spark(df)  # doctest: +SKIP
+        """
+        engine = SparkPartitions(df, features)
+        units = [Unit(shard=i) for i in range(engine.num_partitions)]
+        return cls(Source(units, engine=engine), features=engine.features)
+
+    @classmethod
+    def from_ray(cls, ds: Any, features: Features | None = None) -> IterableDataset:
+        """Stream a Ray Dataset's Arrow blocks in its order (the ``ray`` extra).
+
+        A materialized dataset's blocks are the stream's shards; a lazy one is one shard,
+        executed as the stream reads it. Features stored in the blocks' schema (``to_ray``
+        puts them there) are kept. See :mod:`jaxfeed.data.formats.ray`.
+
+        >>> from jaxfeed import IterableDataset
+        >>> ds = IterableDataset.from_ray(ray_dataset)  # doctest: +SKIP
+        """
+        engine = RayBlocks(ds, features)
+        units = [Unit(shard=i) for i in range(engine.num_shards)]
+        return cls(Source(units, engine=engine), features=engine.features)
+
+    def to_ray(self) -> Any:
+        """This stream's rows as a Ray Dataset (the ``ray`` extra): its Arrow tables put into
+        Ray's object store as blocks of about 64 MB, in order, the features in their schema.
+
+        >>> ray_dataset = IterableDataset.from_generator(rows).to_ray()  # doctest: +SKIP
+        """
+        return ray_from_tables(self._tables(), self._features)
 
     def _replace(self, **changes: Any) -> IterableDataset:
         out = IterableDataset(

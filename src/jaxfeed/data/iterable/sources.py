@@ -59,13 +59,18 @@ class Source:
     footers: dict = field(default_factory=dict)  # Parquet metadata by path, read once
     media_root: str | None = None  # where path-only Image/Audio cells may point (from_files)
     identities: dict = field(default_factory=dict)  # files' size and version, taken when opened
+    # from_spark / from_ray: units are the engine's pieces; engine.tables(unit.shard) reads one
+    # (Arrow tables with the stream's features), engine.identity() is what a position is valid for
+    engine: Any = None
 
     def identity(self) -> dict[str, Any]:
         """What a saved position is only valid for: each file's path, size and modification
         time or ETag (taken when the stream was made), and the layout of the units read (files,
         row groups, shards, columns, shuffle)."""
-        if self.dataset is not None:
-            content: dict[str, Any] = {
+        if self.engine is not None:
+            content: dict[str, Any] = {"engine": self.engine.identity()}
+        elif self.dataset is not None:
+            content = {
                 "rows": self.dataset.num_rows,
                 "features": self.dataset.features.to_dict(),
             }
@@ -115,6 +120,10 @@ class Source:
         ``batch_bytes`` for files)."""
         if unit.generator:
             yield from self._generated(skip, unit.shard)
+            return
+        if self.engine is not None:
+            for table in _skip_rows(self.engine.tables(unit.shard), skip):
+                yield table if self.columns is None else table.select(self.columns)
             return
         if unit.rows is not None:
             start, stop = unit.rows
@@ -332,6 +341,16 @@ class Lookahead:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _skip_rows(tables: Iterator[pa.Table], skip: int) -> Iterator[pa.Table]:
+    """``tables`` without their first ``skip`` rows."""
+    for table in tables:
+        if skip >= table.num_rows:
+            skip -= table.num_rows
+            continue
+        yield table.slice(skip) if skip else table
+        skip = 0
 
 
 def _seed(seed: int | None, epoch: int, salt: int) -> list[int] | None:
