@@ -25,6 +25,7 @@ from jaxfeed.models.hub.files import (
     CheckpointError,
     Resolved,
     Weights,
+    checkpoint_file,
     read_config,
     resolve,
     write_safetensors,
@@ -146,6 +147,16 @@ def from_pretrained(
             f"): train the model before using its {task} outputs",
             stacklevel=2,
         )
+    if report.unexpected:  # as transformers: a warning naming them (a config with fewer layers)
+        shown = ", ".join(report.unexpected[:6])
+        more = len(report.unexpected) - 6
+        warnings.warn(
+            f"{folder.name}: {len(report.unexpected)} checkpoint tensors are not used by the "
+            f"{task} model built from config.json ({shown}{f' and {more} more' if more > 0 else ''})"
+            "; if they are not another task's head, config.json describes a smaller model than "
+            "the weights",
+            stacklevel=2,
+        )
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
@@ -257,6 +268,15 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     """
     family, config, task = _family(model)
     out = Path(path)
+    src = Path(source) if source is not None else None
+    if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
+        src = model.hub_source.folder
+    carried: dict[str, Path] = {}
+    if src is not None and src.resolve() != out.resolve():
+        for name in CARRIED:  # checked before a byte is written: a link leading out is refused
+            found = checkpoint_file(src, name)
+            if found is not None:
+                carried[name] = found
     out.mkdir(parents=True, exist_ok=True)
     if id2label is not None:
         labels = {str(int(k)): str(v) for k, v in dict(id2label).items()}
@@ -273,13 +293,8 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
         }
     write_safetensors(out / "model.safetensors", tensors, metadata={"format": "pt"})
     atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    src = Path(source) if source is not None else None
-    if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
-        src = model.hub_source.folder
-    if src is not None and src.resolve() != out.resolve():
-        for name in CARRIED:
-            if (src / name).is_file():
-                tmp = temporary_file(out / name)
-                shutil.copyfile(src / name, tmp)
-                os.replace(tmp, out / name)
+    for name, found in carried.items():
+        tmp = temporary_file(out / name)
+        shutil.copyfile(found, tmp)
+        os.replace(tmp, out / name)
     return out
