@@ -120,3 +120,15 @@ def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path):
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "hf").exists()
     assert json.loads((bare / "config.json").read_text())["pretrained"]
+
+
+def test_eval_and_predict_restore_the_weights_of_a_one_epoch_run(one_epoch, reviews, capsys):
+    """eval and predict on a checkpoint (not the run's export) read its model alone: the
+    optimizer they rebuild (one step per epoch, no warmup) never meets the saved one's state."""
+    run, _ = one_epoch
+    status, out, err = run_main(capsys, "eval", str(run), "--checkpoint", "last", "--json")
+    assert status == 0, err
+    assert json.loads(out)["checkpoint"]["which"] == "last", out
+    status, out, err = run_main(capsys, "predict", str(run), "w5 w30 w31", "--checkpoint", "last")
+    assert status == 0, err
+    assert "pos" in out or "neg" in out, out
