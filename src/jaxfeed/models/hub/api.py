@@ -147,21 +147,27 @@ def from_pretrained(
             f"): train the model before using its {task} outputs",
             stacklevel=2,
         )
-    if report.unexpected:  # as transformers: a warning naming them (a config with fewer layers)
-        shown = ", ".join(report.unexpected[:6])
-        more = len(report.unexpected) - 6
-        warnings.warn(
-            f"{folder.name}: {len(report.unexpected)} checkpoint tensors are not used by the "
-            f"{task} model built from config.json ({shown}{f' and {more} more' if more > 0 else ''})"
-            "; if they are not another task's head, config.json describes a smaller model than "
-            "the weights",
-            stacklevel=2,
-        )
+    _warn_unused(folder, task, report.unexpected)
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _warn_unused(folder: Path, task: str, unused: list[str]) -> None:
+    """As ``transformers``: a warning naming the checkpoint tensors the model does not use (a
+    ``config.json`` with fewer layers than the weights loads no truncated model silently)."""
+    if not unused:
+        return
+    more = len(unused) - 6
+    warnings.warn(
+        f"{folder.name}: {len(unused)} checkpoint tensors are not used by the {task} model built "
+        f"from config.json ({', '.join(unused[:6])}{f' and {more} more' if more > 0 else ''}); "
+        "if they are not another task's head, config.json describes a smaller model than the "
+        "weights",
+        stacklevel=3,
+    )
 
 
 def _task_and_labels(
