@@ -45,6 +45,8 @@ CARRIED = (
     "preprocessor_config.json",
     "generation_config.json",
 )
+# buffers older checkpoints hold in their layers, which transformers ignores too
+BUFFERS = ("rotary_emb.inv_freq", "attn.bias", "attn.masked_bias", "position_ids")
 
 
 def _num_labels(config: dict) -> int | None:
@@ -156,16 +158,21 @@ def from_pretrained(
 
 
 def _warn_unused(folder: Path, task: str, unused: list[str]) -> None:
-    """As ``transformers``: a warning naming the checkpoint tensors the model does not use (a
-    ``config.json`` with fewer layers than the weights loads no truncated model silently)."""
+    """A warning naming the checkpoint tensors of numbered blocks (``encoder.layer.3.…``,
+    ``layers.3.…``, ``h.3.…``) that the model does not use, as ``transformers`` warns: a
+    ``config.json`` with fewer layers than the weights loads no truncated model silently. (Heads
+    of other tasks and a pooler the task does not use are left unsaid.)"""
+    unused = [
+        n for n in unused if any(p.isdigit() for p in n.split(".")) and not n.endswith(BUFFERS)
+    ]
     if not unused:
         return
     more = len(unused) - 6
     warnings.warn(
-        f"{folder.name}: {len(unused)} checkpoint tensors are not used by the {task} model built "
-        f"from config.json ({', '.join(unused[:6])}{f' and {more} more' if more > 0 else ''}); "
-        "if they are not another task's head, config.json describes a smaller model than the "
-        "weights",
+        f"{folder.name}: {len(unused)} checkpoint tensors of layers are not used by the {task} "
+        f"model built from config.json ({', '.join(unused[:6])}"
+        f"{f' and {more} more' if more > 0 else ''}): config.json describes fewer layers than "
+        "the weights hold; correct it to use them",
         stacklevel=3,
     )
 
