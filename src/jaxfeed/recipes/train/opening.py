@@ -32,6 +32,7 @@ from jaxfeed.recipes.train.loaders import mesh_of
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.recipes.user_models import CodePolicy, model_file
 from jaxfeed.runtime import distributed
+from jaxfeed.train.checkpoint import CheckpointError as SaveFailed
 
 
 @contextmanager
@@ -56,9 +57,9 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         yield _resumed(Run(config, out, primary, say, verbose))
-    except BaseException as err:
-        if was_empty and lock is not None:
-            _undo(out, created)
+    except Exception as err:
+        if was_empty and lock is not None and not isinstance(err, SaveFailed):
+            _undo(out, created)  # (an interrupted run or a failed save says how to resume)
         if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
             raise ConfigError(str(err)) from err
         raise
@@ -70,7 +71,8 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
 def _undo(out: Path, created: bool) -> None:
     """A run that failed before its first checkpoint leaves nothing behind: the folder it made
     is removed, an empty folder it was given is emptied again; a folder holding a checkpoint is
-    kept (``--resume`` continues it)."""
+    kept (``--resume`` continues it), as is one whose run was interrupted or could not save its
+    first checkpoint (the error says how to resume)."""
     checkpoints = out / "checkpoints"
     if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
         return
