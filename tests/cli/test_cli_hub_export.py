@@ -160,3 +160,24 @@ def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_pa
     assert done.returncode == 2, done.stderr[-3000:]
     assert "is a file" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert file.read_text() == "keep me"
+
+
+def test_an_export_never_copies_a_file_linked_from_outside_the_checkpoint(one_epoch, ckpt,
+                                                                           tmp_path):  # fmt: skip
+    """A checkpoint whose tokenizer_config.json became a link to a file elsewhere (the same
+    bytes: the recorded hashes agree) is refused in one line; nothing is exported."""
+    run, _ = one_epoch
+    moved, copied = tmp_path / "ckpt", tmp_path / "run"
+    shutil.copytree(ckpt, moved)
+    shutil.copytree(run, copied)
+    config = copied / "config.json"
+    config.write_text(config.read_text().replace(str(ckpt), str(moved)))
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(moved / "tokenizer_config.json", elsewhere)
+    (moved / "tokenizer_config.json").symlink_to(elsewhere)
+    target = tmp_path / "hf"
+    done = jaxfeed("export", str(copied), "--format", "hf", "--out", str(target))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "tokenizer_config.json" in done.stderr and "is a link to" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not target.exists()
