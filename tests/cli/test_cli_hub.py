@@ -25,6 +25,7 @@ pytest.importorskip("tokenizers")
 from cli_helpers import jaxfeed, run_main  # noqa: E402
 from hub_checkpoints import VOCAB, save_checkpoint  # noqa: E402
 from jaxfeed import load_exported  # noqa: E402
+from jaxfeed.recipes.hub_checkpoint import RECORDED  # noqa: E402
 
 MAX_LENGTH = 12  # the tokenizer's model_max_length: texts are cut to it
 OWN_TRUNCATION = 20  # the truncation tokenizer.json itself holds: the run's length wins over it
@@ -134,7 +135,13 @@ def test_text_run_uses_the_checkpoint_tokenizer_and_records_the_checkpoint(text_
     saved = json.loads((out / "config.json").read_text())
     record = saved["pretrained"]
     assert record["model"] == str(text_ckpt) and record["model_type"] == "bert"
-    assert set(record["sha256"]) == {"model.safetensors", "config.json", "tokenizer.json"}
+    assert (
+        set(record["sha256"])
+        == {  # every file of the checkpoint the run may read
+            p.name for p in text_ckpt.iterdir() if p.name in RECORDED or p.suffix == ".safetensors"
+        }
+        >= {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"}
+    )
     import hashlib
 
     weights = (text_ckpt / "model.safetensors").read_bytes()

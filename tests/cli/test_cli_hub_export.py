@@ -120,3 +120,64 @@ def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path):
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "hf").exists()
     assert json.loads((bare / "config.json").read_text())["pretrained"]
+
+
+def test_eval_and_predict_restore_the_weights_of_a_one_epoch_run(one_epoch, reviews, capsys):
+    """eval and predict on a checkpoint (not the run's export) read its model alone: the
+    optimizer they rebuild (one step per epoch, no warmup) never meets the saved one's state."""
+    run, _ = one_epoch
+    status, out, err = run_main(capsys, "eval", str(run), "--checkpoint", "last", "--json")
+    assert status == 0, err
+    assert json.loads(out)["checkpoint"]["which"] == "last", out
+    status, out, err = run_main(capsys, "predict", str(run), "w5 w30 w31", "--checkpoint", "last")
+    assert status == 0, err
+    assert "pos" in out or "neg" in out, out
+
+
+def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_path):
+    """Two ``export --format hf`` into one new folder: one writes it whole, the other is refused
+    in one line (exit 2); ``--out FILE`` is refused in one line."""
+    import subprocess
+    import sys
+
+    run, _ = one_epoch
+    target = tmp_path / "shared"
+    cmd = [sys.executable, "-m", "jaxfeed.cli", "export", str(run), "--format", "hf", "--out",
+           str(target)]  # fmt: skip
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert "--out" in refused and len(refused.strip().splitlines()) == 1, refused
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in target.iterdir()
+    }
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    file = tmp_path / "file"
+    file.write_text("keep me")
+    done = jaxfeed("export", str(run), "--format", "hf", "--out", str(file))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "is a file" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert file.read_text() == "keep me"
+
+
+def test_an_export_never_copies_a_file_linked_from_outside_the_checkpoint(one_epoch, ckpt,
+                                                                           tmp_path):  # fmt: skip
+    """A checkpoint whose tokenizer_config.json became a link to a file elsewhere (the same
+    bytes: the recorded hashes agree) is refused in one line; nothing is exported."""
+    run, _ = one_epoch
+    moved, copied = tmp_path / "ckpt", tmp_path / "run"
+    shutil.copytree(ckpt, moved)
+    shutil.copytree(run, copied)
+    config = copied / "config.json"
+    config.write_text(config.read_text().replace(str(ckpt), str(moved)))
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(moved / "tokenizer_config.json", elsewhere)
+    (moved / "tokenizer_config.json").symlink_to(elsewhere)
+    target = tmp_path / "hf"
+    done = jaxfeed("export", str(copied), "--format", "hf", "--out", str(target))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "tokenizer_config.json" in done.stderr and "is a link to" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not target.exists()

@@ -205,3 +205,23 @@ def test_checkpoints_and_tasks_that_do_not_fit_are_refused(ckpt, corpus, tmp_pat
         assert status == 2 and len(err.strip().splitlines()) == 1, err
         assert message in err, err
         assert not out.exists()
+
+
+def test_a_one_epoch_run_generates_and_evaluates_from_its_checkpoint(ckpt, corpus, tmp_path,
+                                                                    capsys):  # fmt: skip
+    """``--epochs 1`` with the fine-tuning defaults (a warmup: a step count in the optimizer
+    state): ``generate RUN`` and ``eval --checkpoint last`` restore the checkpoint's model
+    alone, never the optimizer state a rebuilt optimizer cannot match."""
+    out = tmp_path / "one"
+    done = jaxfeed("train", "--task", "lm", "--data", str(corpus), "--model", str(ckpt),
+                   "--seq-len", "32", "--batch-size", "8", "--epochs", "1", "--out", str(out),
+                   timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    status, said, err = run_main(capsys, "generate", str(out), "t20 t21", "--temperature", "0",
+                                 "--max-new-tokens", "3", "--json")  # fmt: skip
+    assert status == 0, err
+    assert len(json.loads(said)) == 1
+    status, said, err = run_main(capsys, "eval", str(out), "--checkpoint", "last", "--data",
+                                 str(corpus), "--json")  # fmt: skip
+    assert status == 0, err
+    assert json.loads(said)["checkpoint"]["which"] == "last"

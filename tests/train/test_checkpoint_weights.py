@@ -116,3 +116,25 @@ def test_linen_variables_from_either_layout(tmp_path):
     with CheckpointManager(tmp_path / "old", async_save=False) as ckpt:
         ckpt.save(4, old)
     assert_same(trainer.variables, restore_weights(tmp_path / "old", fresh)["weights"])
+
+
+def test_a_trainer_restores_the_weights_alone_for_nnx_and_linen(nnx_run, tmp_path):
+    """``Trainer.restore_weights`` (what eval, predict, generate RUN and export use): the model
+    of a step whose optimizer state another optimizer cannot take; evaluation then uses it."""
+    folder, trained = nnx_run
+    constant = optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2)
+    other = Trainer(MLP(3, (4,), hidden=(8,), rngs=nnx.Rngs(1)), constant, verbose=0)
+    with CheckpointManager(folder, async_save=False) as ckpt:
+        meta = other.restore_weights(ckpt, "latest")
+    assert other.step == meta["step"] == 4 and other.epoch == 1
+    assert_same(nnx.state(trained, nnx.Param), nnx.state(other.model, nnx.Param))
+    assert other.evaluate(batches((4,))) == pytest.approx(
+        Trainer(trained, constant, verbose=0).evaluate(batches((4,)))
+    )
+    module, example = LinenCNN(3), np.zeros((1, 8, 8, 1), np.float32)
+    trainer = Trainer.from_linen(module, warmup_adamw(4), example, verbose=0)
+    trainer.fit(batches((8, 8, 1)), epochs=1, checkpoint_dir=tmp_path / "run")
+    again = Trainer.from_linen(module, constant, example, seed=3, verbose=0)
+    with CheckpointManager(tmp_path / "run", async_save=False) as ckpt:
+        again.restore_weights(ckpt, "latest")
+    assert_same(trainer.variables, again.variables)

@@ -131,6 +131,38 @@ def check_inside(root: str | os.PathLike, path: str | os.PathLike, what: str) ->
     return Path(path)
 
 
+def file_inside(root: str | os.PathLike, name: str, what: str) -> Path | None:
+    """The file ``name`` directly inside the folder ``root``, or None when there is none: the one
+    way a file of a checkpoint (or any folder read as data) is opened. Refuses
+    (``UnsafePathError``, naming the file, where it leads and what to do) a name that is not a
+    plain file name and a symlink leading outside ``root`` (a Hugging Face cache snapshot's
+    ``blobs`` count as inside).
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> atomic_write(os.path.join(root, "a.json"), "{}")
+    >>> file_inside(root, "a.json", "config").name, file_inside(root, "b.json", "config")
+    ('a.json', None)
+    >>> os.symlink("/etc/hostname", os.path.join(root, "c.json"))
+    >>> file_inside(root, "c.json", "config")
+    Traceback (most recent call last):
+    ...
+    jaxfeed._base.files.UnsafePathError: config ... is a link to /etc/hostname, outside ...
+    """
+    if not name or "\x00" in name or os.sep in name or "/" in name or name in (".", ".."):
+        raise UnsafePathError(f"{what} {name!r} in {root} is not a plain file name")
+    path = Path(root) / name
+    if not os.path.lexists(path):
+        return None
+    real = os.path.realpath(path)
+    if not any(_within(real, r) for r in _trusted_roots(Path(root))):
+        raise UnsafePathError(
+            f"{what} {str(path)!r} is a link to {real}, outside the folder {root}; only files "
+            "inside it are read: copy the file into the folder instead of linking it"
+        )
+    return path if path.is_file() else None
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 4 << 20) -> str:
     """The SHA-256 of a file's bytes, read in chunks (hex).
 

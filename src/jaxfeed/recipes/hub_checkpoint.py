@@ -30,13 +30,16 @@ from flax import nnx
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import from_pretrained, preprocessor
-from jaxfeed.models.hub.files import Weights, read_config, resolve
+from jaxfeed.models.hub.api import CARRIED
+from jaxfeed.models.hub.files import Weights, checkpoint_file, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
 from jaxfeed.recipes.config import ConfigError, RunConfig
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
-# files of a checkpoint the run depends on (hashed into config.json; weights are added)
-RECORDED = ("config.json", "tokenizer.json", "preprocessor_config.json")
+# files of a checkpoint the run may read (each one present is hashed into config.json; the
+# weights are added); a run recorded before some were hashed checks the ones it recorded
+RECORDED = ("config.json", "model.safetensors.index.json", *CARRIED)
+HASHED_BEFORE = ("config.json", "tokenizer.json", "preprocessor_config.json")
 # fine-tuning defaults of the options not given (jaxfeed.recipes.configure)
 FINE_TUNE = {"lr": 5e-5, "epochs": 3}
 WARMUP_SHARE = 0.1  # of the run's optimizer steps, when --warmup-steps is left at 0
@@ -67,6 +70,7 @@ class Checkpoint:
             "folder": str(self.folder),
             "model_type": self.model_type,
             "sha256": dict(self.files),
+            "hashed": list(RECORDED),
         }
 
 
@@ -86,25 +90,30 @@ def open_checkpoint(spec: str, revision: str | None = None) -> Checkpoint:
         config = read_config(resolved.folder)
         family_of(config, resolved.folder / "config.json")
         weights = Weights(resolved.folder).files()
+        files = {p.name: _sha256(p) for p in weights}
+        for extra in RECORDED:
+            found = checkpoint_file(resolved.folder, extra)
+            if found is not None:
+                files[extra] = _sha256(found)
     except ImportError as err:
         raise ConfigError(f"--model {spec}: {err}") from None
     except (OSError, ValueError) as err:
         raise ConfigError(f"--model {spec}: {err}") from None
-    files = {p.name: _sha256(p) for p in weights}
-    for extra in RECORDED:
-        if (resolved.folder / extra).is_file():
-            files[extra] = _sha256(resolved.folder / extra)
     return Checkpoint(spec, resolved.folder, resolved.repo_id, resolved.commit, config, files)
 
 
 def check_unchanged(saved: dict[str, Any], checkpoint: Checkpoint) -> None:
     """``--resume``: the checkpoint's files are the ones the run started from."""
     before = saved.get("sha256") or {}
-    changed = sorted(n for n in set(before) | set(checkpoint.files)
-                     if before.get(n) != checkpoint.files.get(n))  # fmt: skip
+    now = dict(checkpoint.files)
+    if not saved.get("hashed"):  # a run recorded before every file read was hashed
+        now = {
+            n: h for n, h in now.items() if n in before or n not in RECORDED or n in HASHED_BEFORE
+        }
+    changed = sorted(n for n in set(before) | set(now) if before.get(n) != now.get(n))
     if changed:
         shown = ", ".join(
-            f"{n} ({'gone' if n not in checkpoint.files else 'new' if n not in before else 'changed'})"
+            f"{n} ({'gone' if n not in now else 'new' if n not in before else 'changed'})"
             for n in changed[:5]
         )
         raise ConfigError(
@@ -255,8 +264,8 @@ def audio_processor(checkpoint: Checkpoint) -> Any:
 def copy_preprocessor(checkpoint: Checkpoint, out: Path) -> None:
     """The checkpoint's ``preprocessor_config.json`` (images, audio) kept in the run folder, as
     data (text runs keep its ``tokenizer.json``)."""
-    source = checkpoint.folder / PREPROCESSOR_FILE
-    if source.is_file():
+    source = checkpoint_file(checkpoint.folder, PREPROCESSOR_FILE)
+    if source is not None:
         atomic_write(Path(out) / PREPROCESSOR_FILE, source.read_bytes())
 
 

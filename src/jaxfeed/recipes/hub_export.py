@@ -5,6 +5,9 @@ schedule or metrics are rebuilt, so every run with a checkpoint exports, whateve
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +40,45 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
             "checkpoint folder); only such runs export to the Hub's format"
         )
     target = Path(out)
-    if target.exists() and any(target.iterdir()):
-        raise ConfigError(f"--out {target}: the folder exists and is not empty")
+    _check_target(target)
     checkpoint = open_checkpoint(str(saved["model"]))  # the architecture is rebuilt from it
     check_unchanged(saved, checkpoint)
     model = _run_weights(record, run, which)
     labels = record.resolved.get("labels") or []
     id2label = dict(enumerate(labels)) if record.resolved.get("task") == "classification" else None
-    save_pretrained(hub_model(model), target, source=checkpoint.folder, id2label=id2label)
-    tokenizer = run / TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
-    if tokenizer.is_file():
-        atomic_write(target / TOKENIZER_FILE, tokenizer.read_bytes())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        save_pretrained(hub_model(model), staging, source=checkpoint.folder, id2label=id2label)
+        tokenizer = run / TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
+        if tokenizer.is_file():
+            atomic_write(staging / TOKENIZER_FILE, tokenizer.read_bytes())
+        _check_target(target)
+        os.rename(staging, target)  # atomic; refused when another export filled it meanwhile
+    except OSError as err:
+        if target.is_dir() and any(target.iterdir()):
+            raise ConfigError(
+                f"--out {target}: another export wrote into the folder meanwhile; it is kept as "
+                "it is: export again into another --out"
+            ) from None
+        raise ConfigError(f"--out {target}: the export could not be put there: {err}") from None
+    except ConfigError:
+        raise
+    except ValueError as err:  # a checkpoint file refused (a link leading outside its folder)
+        raise ConfigError(f"--format hf: {err}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _check_target(target: Path) -> None:
+    """``--out`` of an export: a new folder or an empty one."""
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--out {target} is a file; give a new or empty folder for the export")
+    if target.is_dir() and any(target.iterdir()):
+        raise ConfigError(
+            f"--out {target}: the folder exists and is not empty; give a new or empty folder"
+        )
 
 
 def _run_weights(record: RunRecord, run: Path, which: str) -> Any:

@@ -74,17 +74,14 @@ def chat_template(folder: str | Path, name: str) -> tuple[str, dict[str, str]]:
     with; a :class:`ConfigError` naming ``name`` when it has none."""
     folder = Path(folder)
     settings: dict[str, Any] = {}
-    path = folder / TOKENIZER_CONFIG
-    if path.is_file():
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"--chat: {path} is not valid JSON ({err})") from None
-        settings = loaded if isinstance(loaded, dict) else {}
-    template = None
-    if (folder / TEMPLATE_FILE).is_file():
-        template = (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
-    else:
+    from jaxfeed.models.hub.files import read_checkpoint_json, read_checkpoint_text  # import cost
+
+    try:  # every checkpoint file is read through models.hub.files (links outside refused)
+        settings = read_checkpoint_json(folder, TOKENIZER_CONFIG, "tokenizer config") or {}
+        template = read_checkpoint_text(folder, TEMPLATE_FILE)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--chat: {err}") from None
+    if template is None:
         found = settings.get("chat_template")
         if isinstance(found, list):  # named templates: the default one
             named = {t.get("name"): t.get("template") for t in found if isinstance(t, dict)}

@@ -164,7 +164,9 @@ def checkpoint_step(manager: Any, which: str) -> int:
 
 
 def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str, Any]:
-    """Load checkpoint ``which`` of the run into ``trainer``; returns its metadata."""
+    """Load the model of checkpoint ``which`` of the run into ``trainer`` (its weights only: the
+    optimizer state, which a rebuilt optimizer may not match, is never read); returns its
+    metadata."""
     from jaxfeed.train.checkpoint import CheckpointError  # import cost: JAX, checkpoints only
 
     manager = open_checkpoints(run, record)
@@ -172,7 +174,7 @@ def restore(trainer: Any, run: Path, record: RunRecord, which: str) -> dict[str,
         step = checkpoint_step(
             manager, "last" if which == "best" and not selects(record) else which
         )
-        return trainer.restore_checkpoint(manager, step)
+        return trainer.restore_weights(manager, step)
     except CheckpointError as err:
         raise ConfigError(f"{run}: {err}") from err
     finally:

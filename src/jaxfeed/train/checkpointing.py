@@ -63,6 +63,15 @@ class CheckpointMixin:
             loader.load_state_dict(meta["loader"])
         return meta
 
+    def restore_weights(self, manager: Any, step: int | str | None = "latest") -> dict[str, Any]:
+        """Load only the model of a checkpoint into this trainer (its parameters and other
+        variables, never the optimizer state: whatever optimizer or schedule wrote it), for
+        evaluating, predicting, generating or exporting; returns its metadata."""
+        meta = self.core.restore_weights(manager, step)
+        self.step, self.epoch = int(meta["step"]), int(meta.get("epoch", 0))
+        self.placement.reset()
+        return meta
+
     def _layout(self) -> Any:
         """The state's shardings on the mesh (a tree like the state), or None when it is
         replicated: a restore reads straight into them."""

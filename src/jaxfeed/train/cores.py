@@ -37,6 +37,7 @@ from jaxfeed.train.checkpoint import (
     load_nnx_pure_state,
     nnx_pure_state,
     restore_linen,
+    restore_weights,
 )
 from jaxfeed.train.losses import Objective
 from jaxfeed.train.sharding import Leaf
@@ -282,6 +283,9 @@ class Core(Protocol):
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
         """Read ``step`` into the state (into ``shardings``, a tree like the state, when given)."""
 
+    def restore_weights(self, manager: Any, step: Any) -> dict[str, Any]:
+        """Read only the model of ``step`` (never its optimizer state); returns its metadata."""
+
     def leaves(self) -> list[Leaf]:
         """The state's arrays in ``jax.tree.leaves`` order: names, shapes, partitioning
         annotations."""
@@ -492,6 +496,14 @@ class NNXCore:
         self.graphdef, self.state = nnx.split((self.model, self.optimizer))
         return restored["meta"]
 
+    def restore_weights(self, manager: Any, step: Any) -> dict[str, Any]:
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+        self.write_back()  # the model object holds the arrays the state has now
+        meta = restore_weights(manager, self.model, step)["meta"]
+        self.graphdef, self.state = nnx.split((self.model, self.optimizer))
+        return meta
+
     def learning_rate(self) -> float | None:
         return None if self.state is None else _learning_rate(self.state)
 
@@ -622,6 +634,14 @@ class LinenCore:
         target = self.state if shardings is None else abstract_like(self.state, shardings)
         restored = restore_linen(manager, step, target)  # either Linen checkpoint layout
         self.state = restored["state"]
+        return restored["meta"]
+
+    def restore_weights(self, manager: Any, step: Any) -> dict[str, Any]:
+        if self.state is None:  # variables made from the first batch: restore the whole state
+            return self.restore(manager, step)
+        restored = restore_weights(manager, self.variables(), step)
+        weights = dict(restored["weights"])
+        self.state = {**self.state, "params": weights.pop("params"), "collections": weights}
         return restored["meta"]
 
     def leaves(self) -> list[Leaf]:

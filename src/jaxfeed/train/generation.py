@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxfeed._base.files import file_inside
 
 EOS_TOKENS = ("<eos>", "</s>", "<|endoftext|>", "<|eos|>", "[SEP]")
 ROUND = 8  # the prompt part of the buffer and the cache are multiples of this: fewer programs
@@ -216,12 +217,12 @@ def generation_config(model: Any) -> dict:
     folder = getattr(getattr(model, "hub_source", None), "folder", None)
     if folder is None:
         return {}
-    path = Path(folder) / "generation_config.json"
-    if not path.is_file():
+    path = file_inside(folder, "generation_config.json", "checkpoint file")
+    if path is None:
         return {}
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        loaded = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"generate: {path} is not valid JSON ({err})") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"generate: {path} holds a {type(loaded).__name__}, expected an object")

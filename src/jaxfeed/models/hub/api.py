@@ -25,6 +25,7 @@ from jaxfeed.models.hub.files import (
     CheckpointError,
     Resolved,
     Weights,
+    checkpoint_file,
     read_config,
     resolve,
     write_safetensors,
@@ -44,6 +45,8 @@ CARRIED = (
     "preprocessor_config.json",
     "generation_config.json",
 )
+# buffers older checkpoints hold in their layers, which transformers ignores too
+BUFFERS = ("rotary_emb.inv_freq", "attn.bias", "attn.masked_bias", "position_ids")
 
 
 def _num_labels(config: dict) -> int | None:
@@ -146,11 +149,32 @@ def from_pretrained(
             f"): train the model before using its {task} outputs",
             stacklevel=2,
         )
+    _warn_unused(folder, task, report.unexpected)
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _warn_unused(folder: Path, task: str, unused: list[str]) -> None:
+    """A warning naming the checkpoint tensors of numbered blocks (``encoder.layer.3.…``,
+    ``layers.3.…``, ``h.3.…``) that the model does not use, as ``transformers`` warns: a
+    ``config.json`` with fewer layers than the weights loads no truncated model silently. (Heads
+    of other tasks and a pooler the task does not use are left unsaid.)"""
+    unused = [
+        n for n in unused if any(p.isdigit() for p in n.split(".")) and not n.endswith(BUFFERS)
+    ]
+    if not unused:
+        return
+    more = len(unused) - 6
+    warnings.warn(
+        f"{folder.name}: {len(unused)} checkpoint tensors of layers are not used by the {task} "
+        f"model built from config.json ({', '.join(unused[:6])}"
+        f"{f' and {more} more' if more > 0 else ''}): config.json describes fewer layers than "
+        "the weights hold; correct it to use them",
+        stacklevel=3,
+    )
 
 
 def _task_and_labels(
@@ -257,6 +281,15 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     """
     family, config, task = _family(model)
     out = Path(path)
+    src = Path(source) if source is not None else None
+    if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
+        src = model.hub_source.folder
+    carried: dict[str, Path] = {}
+    if src is not None and src.resolve() != out.resolve():
+        for name in CARRIED:  # checked before a byte is written: a link leading out is refused
+            found = checkpoint_file(src, name)
+            if found is not None:
+                carried[name] = found
     out.mkdir(parents=True, exist_ok=True)
     if id2label is not None:
         labels = {str(int(k)): str(v) for k, v in dict(id2label).items()}
@@ -273,13 +306,8 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
         }
     write_safetensors(out / "model.safetensors", tensors, metadata={"format": "pt"})
     atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    src = Path(source) if source is not None else None
-    if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
-        src = model.hub_source.folder
-    if src is not None and src.resolve() != out.resolve():
-        for name in CARRIED:
-            if (src / name).is_file():
-                tmp = temporary_file(out / name)
-                shutil.copyfile(src / name, tmp)
-                os.replace(tmp, out / name)
+    for name, found in carried.items():
+        tmp = temporary_file(out / name)
+        shutil.copyfile(found, tmp)
+        os.replace(tmp, out / name)
     return out

@@ -133,7 +133,23 @@ class ASTFeatureExtractor:
             raise ValueError(
                 f"preprocessor_config.json: feature_size must be 1 (mono), got {self.feature_size}"
             )
-        if self.do_normalize and not (isinstance(self.std, (int, float)) and self.std > 0):
+        for flag in ("do_normalize", "return_attention_mask"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(
+                    f"preprocessor_config.json: {flag} must be true or false, got "
+                    f"{getattr(self, flag)!r}"
+                )
+        for name in ("mean", "std", "padding_value"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not np.isfinite(value)
+            ):
+                raise ValueError(
+                    f"preprocessor_config.json: {name} must be a finite number, got {value!r}"
+                )
+        if self.do_normalize and not (0 < self.std < float("inf")):
             raise ValueError(f"preprocessor_config.json: std must be > 0, got {self.std!r}")
 
     @classmethod

@@ -28,7 +28,9 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import re
 import struct
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from jaxfeed._base.extras import require
-from jaxfeed._base.files import check_inside, temporary_file
+from jaxfeed._base.files import UnsafePathError, file_inside, temporary_file
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -155,12 +157,77 @@ def download(repo_id: str, revision: str | None = None) -> Resolved:
 
 
 # ---------------------------------------------------------------------------------- config
-def read_json(path: Path, what: str) -> Any:
-    """The JSON in ``path``, or a :class:`CheckpointError` naming the file and ``what`` it is."""
+TEXT_LIMIT = 256 << 20  # bytes of a JSON or template file read from a checkpoint
+
+
+def checkpoint_file(folder: str | os.PathLike, name: str) -> Path | None:
+    """The file ``name`` of the checkpoint ``folder``, None when it has none: every file read
+    from a checkpoint is opened through here. A link leading outside the folder (a Hub
+    download's cache blobs are inside) is a :class:`CheckpointError` naming it.
+
+    >>> import tempfile
+    >>> checkpoint_file(tempfile.mkdtemp(), "tokenizer_config.json") is None
+    True
+    """
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return file_inside(folder, name, "checkpoint file")
+    except UnsafePathError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def read_checkpoint_text(folder: str | os.PathLike, name: str) -> str | None:
+    """The UTF-8 text of the checkpoint file ``name`` (None when absent), read through
+    :func:`checkpoint_file`; one too large or not UTF-8 is a :class:`CheckpointError` naming it.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "chat_template.jinja").write_bytes(b"\\xff{{ x }}")
+    >>> read_checkpoint_text(folder, "chat_template.jinja")
+    Traceback (most recent call last):
+    ...
+    jaxfeed.models.hub.files.CheckpointError: .../chat_template.jinja is not UTF-8 text ...
+    """
+    path = checkpoint_file(folder, name)
+    if path is None:
+        return None
+    size = path.stat().st_size
+    if size > TEXT_LIMIT:
+        raise CheckpointError(
+            f"{path} has {size} bytes, more than the {TEXT_LIMIT >> 20} MiB a checkpoint's "
+            f"{name} may hold; replace it with the model's own file"
+        )
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(
+            f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8"
+        ) from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path`` (a checkpoint file, read through :func:`checkpoint_file`), or a
+    :class:`CheckpointError` naming the file and ``what`` it is."""
+    text = read_checkpoint_text(path.parent, path.name)
+    if text is None:
+        raise CheckpointError(f"{path} does not exist: the checkpoint has no {what}")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
         raise CheckpointError(f"{path} is not a valid {what} (JSON): {err}") from None
+
+
+def read_checkpoint_json(folder: str | os.PathLike, name: str, what: str) -> dict | None:
+    """The JSON object in the checkpoint file ``name`` (None when absent); anything else than
+    an object is a :class:`CheckpointError` naming the file."""
+    path = Path(folder) / name
+    if checkpoint_file(folder, name) is None:
+        return None
+    found = read_json(path, what)
+    if not isinstance(found, dict):
+        raise CheckpointError(
+            f"{path} must hold a JSON object (the {what}), got {type(found).__name__}"
+        )
+    return found
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
@@ -168,13 +235,13 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     config asking for remote code (``auto_map``): no code from a checkpoint is ever run."""
     folder = Path(folder)
     path = folder / CONFIG
-    if not path.is_file():
+    if checkpoint_file(folder, CONFIG) is None:
         present = sorted(p.name for p in folder.iterdir())[:8] if folder.is_dir() else []
         raise CheckpointError(
             f"{folder} has no config.json: a Hub-format checkpoint folder holds config.json, "
             f"model.safetensors and tokenizer files (found: {', '.join(present) or 'nothing'})"
         )
-    config = read_json(check_inside(folder, path, "config"), "model config")
+    config = read_json(path, "model config")
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} must hold a JSON object, got {type(config).__name__}")
     if config.get("auto_map") or config.get("trust_remote_code"):
@@ -237,34 +304,67 @@ def read_header(path: Path) -> dict[str, _Entry]:
         raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise CheckpointError(f"{path} is not a safetensors file (header: {err})") from None
-    dtypes = _dtypes()
-    out: dict[str, _Entry] = {}
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            f"{path} is not a safetensors file: its header is a JSON {type(header).__name__}, "
+            "not an object of tensor name -> dtype, shape, data_offsets"
+        )
     base = 8 + n
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = dtypes[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(v) for v in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as err:
+    out = {
+        str(name): _entry(path, str(name), info, base, size)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+    spans = sorted((e.start, e.end, name) for name, e in out.items() if e.end > e.start)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
             raise CheckpointError(
-                f"{path}: tensor {name!r} has a malformed entry {info!r}"
-            ) from err
-        if end - begin != dtype.itemsize * int(np.prod(shape, dtype=np.int64)) or begin > end:
-            raise CheckpointError(
-                f"{path}: tensor {name!r} of shape {list(shape)} {info['dtype']} spans "
-                f"{end - begin} bytes, expected {dtype.itemsize * int(np.prod(shape))}"
+                f"{path}: tensors {first!r} and {second!r} overlap (data_offsets); the file is "
+                "corrupt: download it again"
             )
-        if base + end > size:
-            raise CheckpointError(
-                f"{path} is truncated: tensor {name!r} ends at byte {base + end} but the file has "
-                f"{size} bytes; download it again"
-            )
-        out[name] = _Entry(path, dtype, shape, base + begin, base + end)
     return out
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(path: Path, name: str, info: Any, base: int, size: int) -> _Entry:
+    """One tensor of a safetensors header, checked: a known dtype, a shape of natural numbers,
+    offsets inside the data (never in the header) spanning the shape's bytes."""
+    code = info.get("dtype") if isinstance(info, dict) else None
+    shape = info.get("shape") if isinstance(info, dict) else None
+    offsets = info.get("data_offsets") if isinstance(info, dict) else None
+    dtype = _dtypes().get(code) if isinstance(code, str) else None
+    if dtype is None or not isinstance(shape, list) or not isinstance(offsets, list):
+        raise CheckpointError(
+            f"{path}: tensor {name!r} has a malformed entry {str(info)[:200]} (expected dtype, "
+            "shape and data_offsets); the file is corrupt: download it again"
+        )
+    if not all(_natural(d) for d in shape):
+        raise CheckpointError(
+            f"{path}: tensor {name!r} has the shape {shape}; dimensions are integers >= 0"
+        )
+    if len(offsets) != 2 or not all(_natural(v) for v in offsets) or offsets[0] > offsets[1]:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} has data_offsets {offsets}; they are two integers "
+            "0 <= begin <= end, counted from the end of the header"
+        )
+    begin, end = offsets
+    expected = dtype.itemsize * math.prod(shape)
+    if end - begin != expected:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} of shape {shape} {code} spans {end - begin} bytes, "
+            f"expected {expected}"
+        )
+    if base + end > size:
+        raise CheckpointError(
+            f"{path} is truncated: tensor {name!r} ends at byte {base + end} but the file has "
+            f"{size} bytes; download it again"
+        )
+    return _Entry(path, dtype, tuple(shape), base + begin, base + end)
 
 
 def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
@@ -321,8 +421,8 @@ class Weights:
         self.folder = Path(folder)
         index, single = self.folder / INDEX, self.folder / SAFETENSORS
         self.entries: dict[str, _Entry] = {}
-        if index.is_file():
-            data = read_json(check_inside(self.folder, index, "weights index"), "weights index")
+        if checkpoint_file(self.folder, INDEX) is not None:
+            data = read_json(index, "weights index")
             weight_map = data.get("weight_map") if isinstance(data, dict) else None
             if not isinstance(weight_map, dict) or not weight_map:
                 raise CheckpointError(f"{index} has no 'weight_map' of tensor name -> shard file")
@@ -330,24 +430,27 @@ class Weights:
             for name, shard in weight_map.items():
                 shards.setdefault(str(shard), []).append(name)
             for shard, names in shards.items():
-                path = self.folder / shard
-                if not path.is_file():
+                try:
+                    path = checkpoint_file(self.folder, shard)
+                except CheckpointError as err:
+                    raise CheckpointError(f"{index} lists the shard {shard!r}: {err}") from None
+                if path is None:
                     raise CheckpointError(
                         f"{index} lists the shard {shard!r} (for {len(names)} tensors, e.g. "
                         f"{names[0]!r}), which is missing from {self.folder}; download it again"
                     )
-                entries = read_header(check_inside(self.folder, path, "weights shard"))
+                entries = read_header(path)
                 for name in names:
                     if name not in entries:
                         raise CheckpointError(
                             f"{index} places tensor {name!r} in {shard}, which does not hold it"
                         )
                     self.entries[name] = entries[name]
-        elif single.is_file():
-            self.entries = read_header(check_inside(self.folder, single, "weights"))
+        elif checkpoint_file(self.folder, SAFETENSORS) is not None:
+            self.entries = read_header(single)
         else:
             others = sorted(p.name for p in self.folder.glob("*.safetensors"))
-            if len(others) == 1:
+            if len(others) == 1 and checkpoint_file(self.folder, others[0]) is not None:
                 self.entries = read_header(self.folder / others[0])
                 return
             pickled = sorted(

@@ -57,10 +57,13 @@ def _size(value: Any, key: str, where: str) -> dict[str, int]:
 def _floats(value: Any, key: str, where: str) -> tuple[float, ...]:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
     ):
-        raise ValueError(f"{where}: {key} must be a number or a list of numbers, got {value!r}")
+        raise ValueError(f"{where}: {key} must be a finite number or a list of them, got {value!r}")
     return tuple(float(v) for v in values)
+
+
+FLAGS = ("do_resize", "do_center_crop", "do_rescale", "do_normalize")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class ImageProcessor:
 
     def __post_init__(self) -> None:
         where = WHERE
+        for flag in (*FLAGS, "do_convert_rgb"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool) and not (flag == "do_convert_rgb" and value is None):
+                raise ValueError(f"{where}: {flag} must be true or false, got {value!r}")
         object.__setattr__(self, "size", _size(self.size, "size", where))
         if self.do_center_crop:
             if self.crop_size is None:
@@ -104,11 +111,15 @@ class ImageProcessor:
         object.__setattr__(self, "image_std", _floats(self.image_std, "image_std", where))
         if self.do_normalize and any(s == 0 for s in self.image_std):
             raise ValueError(f"{where}: image_std has a zero: {self.image_std}")
-        if not isinstance(self.rescale_factor, (int, float)) or isinstance(
-            self.rescale_factor, bool
+        factor = self.rescale_factor
+        if (
+            not isinstance(factor, (int, float))
+            or isinstance(factor, bool)
+            or not (math.isfinite(factor) and factor > 0)
         ):
             raise ValueError(
-                f"{where}: rescale_factor must be a number, got {self.rescale_factor!r}"
+                f"{where}: rescale_factor must be a finite number > 0 (1/255 maps bytes to "
+                f"[0, 1]), got {factor!r}"
             )
 
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from jaxfeed.models.hub.ast import FAMILY as AST
 from jaxfeed.models.hub.bert import FAMILY as BERT
+from jaxfeed.models.hub.config_check import check_config
 from jaxfeed.models.hub.distilbert import FAMILY as DISTILBERT
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError
@@ -35,8 +36,10 @@ _ALL: list[Family] = [
 FAMILIES: dict[str, Family] = {t: family for family in _ALL for t in family.model_types}
 
 
-def family_of(config: dict, where: object = "config.json") -> Family:
-    """The family of a config's ``model_type``, or an error listing the supported ones.
+def family_of(config: dict, where: object = None) -> Family:
+    """The family of a config's ``model_type``, or an error listing the supported ones; the
+    fields of a config read from the file ``where`` are checked for that family
+    (:func:`~jaxfeed.models.hub.config_check.check_config`).
 
     >>> family_of({"model_type": "bert"}).default_task
     'feature-extraction'
@@ -49,9 +52,11 @@ def family_of(config: dict, where: object = "config.json") -> Family:
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
         raise CheckpointError(
-            f"{where}: model_type {model_type!r} is not supported; jaxfeed loads "
+            f"{where or 'config.json'}: model_type {model_type!r} is not supported; jaxfeed loads "
             f"{', '.join(sorted(FAMILIES))}"
         )
+    if where is not None:
+        check_config(config, where)
     return family
 
 

@@ -40,7 +40,7 @@ from flax import nnx
 
 from jaxfeed.models.attention import active_dropout, attention
 from jaxfeed.models.hub.family import Family
-from jaxfeed.models.hub.files import CheckpointError, read_json
+from jaxfeed.models.hub.files import CheckpointError, checkpoint_file, read_json
 from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
 from jaxfeed.models.hub.weights import CONV2D, IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
@@ -536,7 +536,7 @@ def processor_for(folder: Path, config: dict, kind: str, make: Callable) -> Any:
     """``make(values, config, where)`` of ``folder``'s ``preprocessor_config.json``, or an error
     naming the folder when it has none."""
     path = Path(folder) / "preprocessor_config.json"
-    if not path.is_file():
+    if checkpoint_file(folder, path.name) is None:
         raise CheckpointError(
             f"{folder} has no preprocessor_config.json: the {kind} preprocessing of model_type "
             f"{config.get('model_type')!r} is read from it"

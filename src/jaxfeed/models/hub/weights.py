@@ -27,6 +27,7 @@ as ``transformers`` does (normal weights, zero biases, unit scales) and reported
 
 from __future__ import annotations
 
+import math
 import mmap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -250,6 +251,50 @@ def _hf_shape(transform: Transform, shape: tuple[int, ...], dtype: Any) -> tuple
         return None
 
 
+FRESH_FLOOR = 1 << 30  # bytes of fresh parameters always allowed, whatever the checkpoint
+
+
+class _FreshBudget:
+    """The bytes of parameters a load may create afresh (missing, resized or uncovered): the
+    checkpoint's own weights' bytes, at least :data:`FRESH_FLOOR`; a config asking for more is
+    refused before the array is made, as a tensor larger than its file is refused on loading."""
+
+    def __init__(self, weights: Weights) -> None:
+        self.weights = weights
+        held = sum(e.end - e.start for e in weights.entries.values())
+        self.left = max(held, FRESH_FLOOR)
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: Any) -> None:
+        size = int(np.dtype(dtype).itemsize) * math.prod(shape)
+        if size > self.left:
+            found = (
+                f" (the checkpoint's is {list(self.weights.shape(name))})"
+                if name in self.weights
+                else ""
+            )
+            raise CheckpointError(
+                f"{name}: the model built from {self.weights.folder / 'config.json'} would make "
+                f"it afresh with shape {list(shape)}{found}, {size / 2**30:.1f} GiB, more than "
+                f"the {self.left / 2**30:.1f} GiB left to new parameters (the checkpoint's "
+                "weights' size, at least 1 GiB); correct the sizes in config.json"
+            )
+        self.left -= size
+
+
+def _sharding_fn(shardings: ShardingFn | Mapping[str, Any] | None, mesh: Mesh | None) -> ShardingFn:
+    """Where each variable goes: ``shardings`` (a function or a mapping of path to sharding),
+    else replicated on ``mesh``, else None (the default device)."""
+    if isinstance(shardings, Mapping):
+        table = dict(shardings)
+        return lambda path, shape, logical: table.get(path)
+    if shardings is not None:
+        return shardings
+    if mesh is not None:
+        replicated = NamedSharding(mesh, PartitionSpec())
+        return lambda path, shape, logical: replicated
+    return lambda path, shape, logical: None
+
+
 def load_weights(
     model: Any,
     weights: Weights,
@@ -274,23 +319,8 @@ def load_weights(
     ``transformers`` does (``init_std``), and reported.
     """
     model_vars = variables(model)
-    if isinstance(shardings, Mapping):
-        table = dict(shardings)
-
-        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
-            return table.get(path)
-    elif shardings is not None:
-        sharding_of = shardings
-    elif mesh is not None:
-        replicated = NamedSharding(mesh, PartitionSpec())
-
-        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
-            return replicated
-    else:
-
-        def sharding_of(path: str, shape: tuple[int, ...], logical: Any) -> Any:
-            return None
-
+    sharding_of = _sharding_fn(shardings, mesh)
+    budget = _FreshBudget(weights)
     report = LoadReport()
     used: set[str] = set()
     covered: set[str] = set()
@@ -329,6 +359,7 @@ def load_weights(
             else:
                 var.set_value(_place(host, dtype, target))
         if fresh:
+            budget.take(rule.hf if name is None else name, shape, dtype)
             if name is None:
                 report.missing.append(rule.hf)
             report.newly_initialised.append(rule.hf)
@@ -340,6 +371,7 @@ def load_weights(
         shape, dtype = _shape_dtype(var)
         if not jnp.issubdtype(dtype, jnp.floating):
             raise CheckpointError(f"no rule gives the model's variable {path} ({dtype}) a value")
+        budget.take(path, shape, dtype)
         target = sharding_of(path, shape, logical_axes(var))
         var.set_value(_init_value(path, shape, dtype, init_std,
                                   jax.random.fold_in(key, len(rules) + j), target))  # fmt: skip

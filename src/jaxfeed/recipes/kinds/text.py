@@ -343,21 +343,15 @@ def _target_scale(train: Dataset, label: str) -> tuple[float, float]:
 
 
 def checkpoint_tokenizer(checkpoint: Any, missing: str) -> Any:
-    """The checkpoint's ``tokenizer.json``, checked against its vocabulary (``missing``: the
-    error when it has none)."""
+    """The checkpoint's ``tokenizer.json``, checked against its vocabulary by
+    :func:`~jaxfeed.models.hub.preprocessor` (``missing``: the error when it has none)."""
     try:
         tokenizer = preprocessor(checkpoint.folder)
     except (OSError, ValueError) as err:
         raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
     if not hasattr(tokenizer, "encode_batch"):
         raise ConfigError(missing)
-    vocab = checkpoint.config.get("vocab_size")
-    if isinstance(vocab, int) and tokenizer.get_vocab_size() > vocab:
-        raise ConfigError(
-            f"--model {checkpoint.spec}: tokenizer.json has {tokenizer.get_vocab_size():,} tokens, "
-            f"more than the model's vocab_size {vocab:,}"
-        )
-    return tokenizer
+    return tokenizer  # (one with more tokens than vocab_size: refused by preprocessor)
 
 
 def checkpoint_notes(notes: list[str], tokenizer: Any) -> list[str]:

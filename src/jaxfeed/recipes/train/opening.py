@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,13 +32,15 @@ from jaxfeed.recipes.train.loaders import mesh_of
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.recipes.user_models import CodePolicy, model_file
 from jaxfeed.runtime import distributed
+from jaxfeed.train.checkpoint import CheckpointError as SaveFailed
 
 
 @contextmanager
 def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Iterator[Run]:
     """The opened :class:`Run`, its folder locked while the ``with`` block runs (by process 0).
-    A run refused before anything was written leaves no empty folder behind; a missing optional
-    part (an ``ImportError``: tokenizers) is refused as a ``ConfigError`` that names it."""
+    A run that fails before its first checkpoint leaves no folder behind (:func:`_undo`); a
+    missing optional part (an ``ImportError``: tokenizers) is refused as a ``ConfigError`` that
+    names it."""
     try:
         distributed.initialize(config.coordinator, config.num_processes, config.process_id)
     except ValueError as err:
@@ -50,18 +53,37 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
     _check_options(config)
     check_out_folder(out, config.resume)
     created = not out.exists()
+    was_empty = not config.resume and (created or not any(out.iterdir()))
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
         yield _resumed(Run(config, out, primary, say, verbose))
-    except (ConfigError, ImportError) as err:
-        if created and lock is not None and not any(out.iterdir()):
-            out.rmdir()  # refused before anything was written: leave no empty run folder
+    except Exception as err:
+        if was_empty and lock is not None and not isinstance(err, SaveFailed):
+            _undo(out, created)  # (an interrupted run or a failed save says how to resume)
         if isinstance(err, ImportError):  # an optional part missing (tokenizers): say which
             raise ConfigError(str(err)) from err
         raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _undo(out: Path, created: bool) -> None:
+    """A run that failed before its first checkpoint leaves nothing behind: the folder it made
+    is removed, an empty folder it was given is emptied again; a folder holding a checkpoint is
+    kept (``--resume`` continues it), as is one whose run was interrupted or could not save its
+    first checkpoint (the error says how to resume)."""
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+        return
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for entry in out.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def default_out(config: RunConfig) -> Path:
