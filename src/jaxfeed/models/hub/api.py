@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed._base.files import atomic_write, temporary_file
+from jaxfeed.models.hub.adapters import add_lora, has_lora, load_adapter, merged, save_adapter
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
 from jaxfeed.models.hub.files import (
     CheckpointError,
@@ -31,6 +32,7 @@ from jaxfeed.models.hub.files import (
 )
 from jaxfeed.models.hub.registry import family_of
 from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings
+from jaxfeed.models.lora import QUANTIZE, LoRA
 
 # files a saved folder carries over from the checkpoint it came from
 CARRIED = (
@@ -90,6 +92,9 @@ def from_pretrained(
     param_dtype: Any = None,
     ignore_mismatched_sizes: bool = False,
     seed: int = 0,
+    lora: LoRA | None = None,
+    adapter: str | os.PathLike | None = None,
+    quantize: str | None = None,
 ) -> nnx.Module:
     """An NNX model with the ``task``'s head from a Hub checkpoint (a local folder in the Hub's
     layout, or ``hf:org/name``/``org/name`` downloaded into the ``huggingface_hub`` cache).
@@ -102,6 +107,12 @@ def from_pretrained(
     ``param_dtype`` sets the parameters' alone). ``mesh``/``sharding`` (``"replicate"``,
     ``"fsdp"`` or logical axis rules, as the Trainer's): each weight is put straight onto its
     shards. The model is called with ``transformers``' keyword names and returns float32 logits.
+
+    ``lora=LoRA(...)`` adds low-rank adapters initialised as PEFT does (the outputs unchanged);
+    ``adapter=`` a PEFT adapter folder or Hub id (``adapter_config.json`` +
+    ``adapter_model.safetensors``) loads one onto the checkpoint; ``quantize="int8"`` (with either)
+    stores the transformer blocks' frozen linear weights as int8 with per-channel scales
+    (:mod:`jaxfeed.models.hub.adapters`).
 
     The model keeps ``hub_config`` (the config dict, with the labels used), ``hub_task`` and
     ``hub_source`` (:class:`~jaxfeed.models.hub.files.Resolved`) for :func:`save_pretrained`.
@@ -117,6 +128,7 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
+    _check_lora(lora, adapter, quantize)
     resolved = resolve(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
@@ -149,8 +161,27 @@ def from_pretrained(
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
+    new = list(report.newly_initialised)
+    if adapter is not None:
+        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new)
+    elif lora is not None:
+        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _check_lora(lora: Any, adapter: Any, quantize: Any) -> None:
+    if lora is not None and not isinstance(lora, LoRA):
+        raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
+    if lora is not None and adapter is not None:
+        raise ValueError("give lora= (new adapters) or adapter= (a saved one), not both")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
+    if quantize is not None and lora is None and adapter is None:
+        raise ValueError(
+            f"quantize={quantize!r} freezes the weights: give lora= (or adapter=) so that "
+            "something trains"
+        )
 
 
 def _task_and_labels(
@@ -240,7 +271,7 @@ def _family(model: Any) -> tuple[Family, dict, str]:
 
 
 def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
-                    id2label: dict[int, str] | None = None) -> Path:  # fmt: skip
+                    id2label: dict[int, str] | None = None, merge: bool = False) -> Path:  # fmt: skip
     """Write ``model`` (from :func:`from_pretrained`, maybe fine-tuned) as a Hub-format folder:
     ``config.json`` (its architecture, ``num_labels``/``id2label``), ``model.safetensors`` and
     the tokenizer/preprocessor files of the checkpoint it came from (or of ``source``), which
@@ -254,7 +285,16 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     >>> out = save_pretrained(from_pretrained(folder), tempfile.mkdtemp())
     >>> sorted(p.name for p in out.iterdir())
     ['config.json', 'model.safetensors']
+
+    A model with LoRA adapters is written as a PEFT adapter folder (``adapter_config.json``,
+    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; with
+    ``merge=True`` as the full checkpoint with the adapters merged in (PEFT's
+    ``merge_and_unload``).
     """
+    if has_lora(model) and not merge:
+        return save_adapter(model, path)
+    if has_lora(model) or getattr(model, "hub_quantize", None):
+        model = merged(model)
     family, config, task = _family(model)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
