@@ -44,6 +44,21 @@ DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
     "vit": ("query", "value"),
     "audio-spectrogram-transformer": ("query", "value"),
 }
+# transformers >= 5 renamed the modules of some families (the checkpoints keep the old names); PEFT
+# names adapters by the live modules: (pattern, replacement) on a checkpoint module name, first
+# match wins
+_VIT_RENAMES = (
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.query$", r"\1layers.\2.attention.q_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.key$", r"\1layers.\2.attention.k_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.value$", r"\1layers.\2.attention.v_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.output\.dense$", r"\1layers.\2.attention.o_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.intermediate\.dense$", r"\1layers.\2.mlp.fc1"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.output\.dense$", r"\1layers.\2.mlp.fc2"),
+)  # fmt: skip
+MODULE_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "vit": _VIT_RENAMES,
+    "audio-spectrogram-transformer": _VIT_RENAMES,
+}
 TASK_TYPES = {
     "causal-lm": "CAUSAL_LM",
     "sequence-classification": "SEQ_CLS",
@@ -83,10 +98,33 @@ def _peft_module(family: Any, task: str, hf: str) -> str:
     return hf
 
 
-def linear_modules(model: Any) -> dict[str, tuple[str, bool]]:
-    """The model's linear layers by checkpoint module name (as the ``transformers`` model of its
-    task names them): ``{name: (model path, fan_in_fan_out)}``."""
+def live_name(model_type: str, name: str) -> str:
+    """A checkpoint module name as the installed ``transformers`` (and so PEFT) names the module.
+
+    >>> live_name("vit", "vit.encoder.layer.0.attention.attention.query")
+    'vit.layers.0.attention.q_proj'
+    """
+    for pattern, replacement in MODULE_RENAMES.get(model_type, ()):
+        new, count = re.subn(pattern, replacement, name)
+        if count:
+            return new
+    return name
+
+
+def _normalised(model_type: str, key: str) -> str:
+    """A PEFT tensor name with its module named as :func:`live_name` does (old adapters)."""
+    body = key[len(PREFIX) :] if key.startswith(PREFIX) else key
+    for suffix in (".lora_A.weight", ".lora_B.weight", ".weight", ".bias"):
+        if body.endswith(suffix):
+            return PREFIX + live_name(model_type, body[: -len(suffix)]) + suffix
+    return key
+
+
+def linear_modules(model: Any) -> dict[str, tuple[str, bool, str]]:
+    """The model's linear layers by module name (as the installed ``transformers`` model of its
+    task names them): ``{name: (model path, fan_in_fan_out, checkpoint module name)}``."""
     family, config, task = _hub(model)
+    model_type = str(config.get("model_type"))
     out = {}
     for rule in family.rules(config, task):
         if not (rule.hf.endswith(".weight") and rule.path.endswith(".kernel")):
@@ -97,7 +135,7 @@ def linear_modules(model: Any) -> dict[str, tuple[str, bool]]:
         _, _, node = _module(model, path)
         if isinstance(node, nnx.Linear | LoRALinear):
             name = _peft_module(family, task, rule.hf[: -len(".weight")])
-            out[name] = (path, rule.transform is IDENTITY)
+            out[live_name(model_type, name)] = (path, rule.transform is IDENTITY, name)
     return out
 
 
@@ -114,6 +152,7 @@ def matches(name: str, targets: tuple[str, ...] | str) -> bool:
 
 
 def _targets(model_type: str, lora: LoRA, names: list[str]) -> tuple[str, ...]:
+    """``names``: every linear layer's module name, live and in the checkpoint."""
     targets = lora.targets if lora.targets is not None else DEFAULT_TARGETS.get(model_type)
     if targets is None:
         raise ValueError(f"LoRA on {model_type!r} models needs targets= (module names)")
@@ -128,13 +167,19 @@ def _targets(model_type: str, lora: LoRA, names: list[str]) -> tuple[str, ...]:
 
 
 def _new_head(model: Any, newly: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The model paths and checkpoint module names of a newly initialised head (PEFT's
-    ``modules_to_save``)."""
+    """The model paths and checkpoint module names of the head trained and saved with the
+    adapters (PEFT's ``modules_to_save``): a newly initialised one, and for the classification
+    task types the ``classifier``/``score`` modules PEFT always saves."""
     family, config, task = _hub(model)
-    by_hf = {r.hf: r.path for r in family.rules(config, task)}
-    paths = tuple(by_hf.get(n, n) for n in newly)
-    modules = tuple(sorted({n.rsplit(".", 1)[0] for n in newly if n in by_hf}))
-    return paths, modules
+    rules = family.rules(config, task)
+    by_hf = {r.hf: r.path for r in rules}
+    modules = {n.rsplit(".", 1)[0] for n in newly if n in by_hf}
+    if TASK_TYPES.get(task) in ("SEQ_CLS", "TOKEN_CLS"):
+        modules |= {r.hf.rsplit(".", 1)[0] for r in rules
+                    if r.hf.rsplit(".", 1)[0].rsplit(".", 1)[-1] in ("classifier", "score")}  # fmt: skip
+    paths = {by_hf.get(n, n) for n in newly}
+    paths |= {r.path for r in rules if r.hf.rsplit(".", 1)[0] in modules}
+    return tuple(sorted(paths)), tuple(sorted(modules))
 
 
 def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int = 0,
@@ -147,11 +192,12 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
         raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
     family, config, task = _hub(model)
     modules = linear_modules(model)
-    targets = _targets(str(config.get("model_type")), lora, list(modules))
+    every = [*modules, *(m[2] for m in modules.values())]
+    targets = _targets(str(config.get("model_type")), lora, every)
     head_paths, head_modules = _new_head(model, list(newly_initialised))
     key, adapted = jax.random.key(seed), []
-    for i, (name, (path, fan_in_fan_out)) in enumerate(modules.items()):
-        wanted = matches(name, targets)
+    for i, (name, (path, fan_in_fan_out, old)) in enumerate(modules.items()):
+        wanted = matches(name, targets) or matches(old, targets)
         in_block = re.search(r"\.\d+\.", name) is not None and not any(
             path.startswith(h + ".") or path == h for h in head_paths
         )
@@ -188,7 +234,7 @@ def adapter_config(model: Any, base_model_name_or_path: str | None = None) -> di
     """The ``adapter_config.json`` PEFT writes for ``model``'s adapters."""
     _, _, task = _hub(model)
     lora = model.hub_lora
-    fan = any(f for n, (_, f) in linear_modules(model).items() if n in model.hub_lora_modules)
+    fan = any(m[1] for n, m in linear_modules(model).items() if n in model.hub_lora_modules)
     source = getattr(model, "hub_source", None)
     if base_model_name_or_path is None and source is not None:
         base_model_name_or_path = source.repo_id or str(source.folder)
@@ -199,7 +245,7 @@ def adapter_config(model: Any, base_model_name_or_path: str | None = None) -> di
         "r": lora.rank,
         "lora_alpha": lora.alpha,
         "lora_dropout": lora.dropout,
-        "target_modules": sorted(lora.targets),
+        "target_modules": sorted({n.rsplit(".", 1)[-1] for n in model.hub_lora_modules}),
         "bias": "none",
         "fan_in_fan_out": bool(fan),
         "modules_to_save": list(model.hub_modules_to_save) or None,
@@ -288,8 +334,8 @@ def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str |
     folder, config, lora = read_adapter(name_or_path, revision)
     targets = config["target_modules"]
     modules = linear_modules(model)
-    chosen = [n for n in modules if matches(n, targets if isinstance(targets, str) else
-                                             tuple(targets))]  # fmt: skip
+    wanted = targets if isinstance(targets, str) else tuple(targets)
+    chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]
     base = config.get("base_model_name_or_path")
     if not chosen:
         raise CheckpointError(
@@ -325,7 +371,9 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
     model.trainable_with_lora = tuple(sorted(
         {e[2] for e in _saved_paths(family, config, task, heads)} | set(model.trainable_with_lora)
     ))  # fmt: skip
-    present = set(weights.names())
+    model_type = str(config.get("model_type"))
+    by_name = {_normalised(model_type, n): n for n in weights.names()}
+    present = set(by_name)
     missing = sorted(set(expected) - present)
     extra = sorted(present - set(expected))
     made_for = f" (made for {base!r})" if base else ""
@@ -336,7 +384,7 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
             f"{file}{made_for} does not fit this model: {'; '.join(p for p in parts if p)}"
         )
     for name, (var, how, transform) in expected.items():
-        host = np.asarray(weights.get(name))
+        host = np.asarray(weights.get(by_name[name]))
         value = host.T if how == "T" else transform.to_jax(host)
         want = tuple(var.get_value().shape)
         if tuple(value.shape) != want:
@@ -359,7 +407,7 @@ def merged(model: Any) -> Any:
     layer, ``W + A B * alpha / rank`` (PEFT's ``merge_and_unload``); the copy keeps the hub
     attributes but no ``hub_lora``."""
     out = nnx.clone(model)
-    for _name, (path, _) in linear_modules(out).items():
+    for path, _, _ in linear_modules(out).values():
         parent, attr, node = _module(out, path)
         if isinstance(node, LoRALinear):
             layer = merge(node)
