@@ -30,6 +30,7 @@ from flax import nnx
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import from_pretrained, preprocessor
+from jaxfeed.models.lora import LoRA
 from jaxfeed.models.hub.files import Weights, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
 from jaxfeed.recipes.config import ConfigError, RunConfig
@@ -39,6 +40,7 @@ PREPROCESSOR_FILE = "preprocessor_config.json"
 RECORDED = ("config.json", "tokenizer.json", "preprocessor_config.json")
 # fine-tuning defaults of the options not given (jaxfeed.recipes.configure)
 FINE_TUNE = {"lr": 5e-5, "epochs": 3}
+LORA_LR = 2e-4  # --lora's learning rate when none is given (adapters start at zero: PEFT's usual)
 WARMUP_SHARE = 0.1  # of the run's optimizer steps, when --warmup-steps is left at 0
 INIT_ARGS = ("ignore_mismatched_sizes", "revision", "dtype", "param_dtype")
 
@@ -275,7 +277,11 @@ def build_model(spec: str, task: str | None, outputs: int, config: RunConfig,
         raise ConfigError(
             f"--model {spec}: a Hub model learns from text, images or audio, not {kind}"
         )
-    heads = {} if task == "causal-lm" else {"num_labels": outputs}
+    heads: dict[str, Any] = {} if task == "causal-lm" else {"num_labels": outputs}
+    if config.lora is not None:
+        heads["lora"] = LoRA(rank=config.lora, alpha=config.lora_alpha or 2 * config.lora,
+                             targets=config.lora_targets, dropout=config.lora_dropout)  # fmt: skip
+        heads["quantize"] = config.quantize
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "classifier newly initialised": the run trains it
         try:

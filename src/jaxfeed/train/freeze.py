@@ -85,6 +85,18 @@ def head_modules(model: Any) -> tuple[str, ...]:
     return tuple(sorted(tops - body))
 
 
+def _with_lora(model: Any) -> set[str]:
+    """The paths (from ``model``) that its modules list in ``trainable_with_lora``."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    out = set()
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Module) and getattr(node, "trainable_with_lora", None):
+            prefix = "".join(f"{p}." for p in path)
+            out |= {prefix + p for p in node.trainable_with_lora}
+    return out
+
+
 def trainable_paths(model: Any, trainable: str) -> set[str]:
     """The dotted paths of the parameters ``trainable`` selects; refuses a selection of none."""
     paths = _param_paths(model)
@@ -95,7 +107,7 @@ def trainable_paths(model: Any, trainable: str) -> set[str]:
             f"trainable must be 'all', 'head', 'lora' or a regular expression, got {trainable!r}"
         )
     if trainable == "lora":
-        extra = set(getattr(model, "trainable_with_lora", ()) or ())
+        extra = _with_lora(model)
         chosen = {p for p in paths if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") or p in extra}
         if not any(p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") for p in chosen):
             raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,21 @@ def _family(model: Any) -> tuple[Family, dict, str]:
     return family_of(config), dict(config), task
 
 
+def _unquantized(model: Any) -> Any:
+    """``model``'s adapters on the full-precision weights of the checkpoint it came from."""
+    source = getattr(model, "hub_source", None)
+    if not isinstance(source, Resolved):
+        raise ValueError("an int8 model merges only with the checkpoint it was loaded from")
+    task, config = model.hub_task, model.hub_config
+    labels = config.get("num_labels") if task in LABEL_TASKS else None
+    with tempfile.TemporaryDirectory() as tmp:
+        save_adapter(model, tmp)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a new head: it comes from the adapter
+            return from_pretrained(source.folder, task=task, num_labels=labels, adapter=tmp,
+                                   ignore_mismatched_sizes=True)  # fmt: skip
+
+
 def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
                     id2label: dict[int, str] | None = None, merge: bool = False) -> Path:  # fmt: skip
     """Write ``model`` (from :func:`from_pretrained`, maybe fine-tuned) as a Hub-format folder:
@@ -289,11 +305,14 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     A model with LoRA adapters is written as a PEFT adapter folder (``adapter_config.json``,
     ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; with
     ``merge=True`` as the full checkpoint with the adapters merged in (PEFT's
-    ``merge_and_unload``).
+    ``merge_and_unload``); int8 weights are read again from the checkpoint the model came
+    from, so the adapters merge into its full-precision weights.
     """
     if has_lora(model) and not merge:
         return save_adapter(model, path)
-    if has_lora(model) or getattr(model, "hub_quantize", None):
+    if getattr(model, "hub_quantize", None):
+        model = _unquantized(model)
+    if has_lora(model):
         model = merged(model)
     family, config, task = _family(model)
     out = Path(path)
