@@ -42,7 +42,7 @@ def lora_run(tmp_path_factory):
 
 
 def test_lora_run_records_its_options_resumes_and_generates(lora_run, capsys):
-    ckpt, out, stdout = lora_run
+    _ckpt, out, stdout = lora_run
     record = json.loads((out / "config.json").read_text())
     options = {k: record["options"][k] for k in ("lora", "lora_alpha", "lora_targets",
                                                   "lora_dropout", "quantize")}  # fmt: skip
@@ -60,7 +60,9 @@ def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, tmp_path):
     assert main(["export", str(out), "--format", "hf", "--out", str(adapter)]) == 0
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"], config["target_modules"]) == (
-        4, 8.0, ["down_proj", "q_proj", "v_proj"]
+        4,
+        8.0,
+        ["down_proj", "q_proj", "v_proj"],
     )
     ids = np.array([[1, 5, 6, 7, 8, 9]])
     ours = np.asarray(from_pretrained(ckpt, adapter=adapter)(input_ids=ids))
@@ -75,7 +77,9 @@ def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, tmp_path):
     assert all(np.abs(v).max() > 0 for k, v in tensors.items() if "lora_B" in k)  # trained
     merged = tmp_path / "merged"
     assert main(["export", str(out), "--format", "hf", "--out", str(merged), "--merge"]) == 0
-    assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    assert (merged / "model.safetensors").is_file() and not (
+        merged / "adapter_config.json"
+    ).exists()
     full = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()
     with torch.no_grad():
         unloaded = tuned.merge_and_unload()(torch.from_numpy(ids)).logits.numpy()

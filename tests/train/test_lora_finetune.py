@@ -63,10 +63,10 @@ def test_only_adapters_train_and_hold_optimizer_state(checkpoint):
 
 def test_int8_weights_train_adapters_in_bfloat16_and_refuse_full_training(checkpoint):
     model = from_pretrained(checkpoint, lora=LoRA(rank=2), quantize="int8")
-    trainer, losses = fit(model, trainable="lora", dtype="bfloat16")
+    _trainer, losses = fit(model, trainable="lora", dtype="bfloat16")
     assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
     assert model.layers[0].attention.query.lora_a[...].dtype == np.float32
-    with pytest.raises(ValueError, match="is int8 .*trainable='lora'"):
+    with pytest.raises(ValueError, match=r"is int8 .*trainable='lora'"):
         Trainer(from_pretrained(checkpoint, lora=LoRA(rank=2), quantize="int8"), optax.sgd(0.1),
                 loss="next_token", inputs={c: c for c in COLUMNS})  # fmt: skip
     with pytest.raises(ValueError, match="has no LoRA adapters"):

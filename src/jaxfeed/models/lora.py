@@ -72,8 +72,10 @@ class LoRA:
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
             raise ValueError(f"LoRA alpha must be a positive number, got {alpha!r}")
         dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not (
-            0.0 <= dropout < 1.0
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not (0.0 <= dropout < 1.0)
         ):
             raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r}")
         targets = self.targets
@@ -101,7 +103,7 @@ class Int8Kernel(nnx.Param):
 
 def _kernel_axes(base: nnx.Linear) -> tuple[Any, Any]:
     names = base.kernel.get_metadata().get("out_sharding") or (None, None)
-    return tuple(names)[0], tuple(names)[1]
+    return next(iter(names)), tuple(names)[1]
 
 
 def quantize_int8(kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -139,7 +141,9 @@ class LoRALinear(nnx.Module):
             self.kernel = Int8Kernel(qvalue, **axes(a_axis, b_axis))
             self.kernel_scale = Int8Kernel(scale, **axes(None, b_axis))
         elif quantize is not None:
-            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)} or None, got {quantize!r}")
+            raise ValueError(
+                f"quantize must be one of {', '.join(QUANTIZE)} or None, got {quantize!r}"
+            )
         self.bias = base.bias
         self.lora_a = self.lora_b = self.dropout = nnx.data(None)
         self.rank, self.alpha, self.scaling = 0, 0.0, 0.0
@@ -199,7 +203,9 @@ def merge(layer: LoRALinear, *, param_dtype: Any = None) -> nnx.Linear:
     (4, 3)
     """
     base = layer.base_kernel(jnp.float32)
-    dtype = param_dtype or (jnp.float32 if layer.kernel_scale is not None else layer.kernel[...].dtype)
+    dtype = param_dtype or (
+        jnp.float32 if layer.kernel_scale is not None else layer.kernel[...].dtype
+    )
     kernel = (base + layer.delta()).astype(dtype)
     out = nnx.eval_shape(lambda: nnx.Linear(layer.in_features, layer.out_features,
                                             use_bias=layer.bias is not None, dtype=layer.dtype,

@@ -30,9 +30,9 @@ from flax import nnx
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import from_pretrained, preprocessor
-from jaxfeed.models.lora import LoRA
 from jaxfeed.models.hub.files import Weights, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.lora import LoRA
 from jaxfeed.recipes.config import ConfigError, RunConfig
 
 PREPROCESSOR_FILE = "preprocessor_config.json"

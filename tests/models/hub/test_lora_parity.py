@@ -144,9 +144,7 @@ def test_saved_adapter_loads_in_peft_with_equal_logits(bases, family, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json",
                                                      "adapter_model.safetensors"]  # fmt: skip
     config = json.loads((out / "adapter_config.json").read_text())
-    assert (config["r"], config["lora_alpha"], config["fan_in_fan_out"]) == (
-        2, 6, family == "gpt2"
-    )
+    assert (config["r"], config["lora_alpha"], config["fan_in_fan_out"]) == (2, 6, family == "gpt2")
     loaded = peft.PeftModel.from_pretrained(torch_base(bases / family, family), out).eval()
     after = jax_logits(model, x)
     assert np.abs(after - before).max() > 1e-2  # the adapters do something
@@ -207,7 +205,7 @@ def test_bad_settings_are_refused(kwargs, message):
 
 
 def test_bad_targets_rank_and_quantize_are_refused(bases):
-    with pytest.raises(ValueError, match="'qkv' matches no linear layer.*q_proj, up_proj, v_proj"):
+    with pytest.raises(ValueError, match=r"'qkv' matches no linear layer.*q_proj, up_proj, v_proj"):
         from_pretrained(bases / "llama", lora=LoRA(targets=["qkv"]))
     with pytest.raises(ValueError, match="rank 64 is larger than the layer"):
         from_pretrained(bases / "llama", lora=LoRA(rank=64))
@@ -230,10 +228,10 @@ def test_bad_adapter_folders_are_refused(bases, tmp_path):
         return tmp_path / name
 
     missing = folder("missing", dict(list(tensors.items())[1:]))
-    with pytest.raises(CheckpointError, match="adapter_model.safetensors.*missing base_model"):
+    with pytest.raises(CheckpointError, match=r"adapter_model.safetensors.*missing base_model"):
         from_pretrained(bases / "llama", adapter=missing)
     extra = folder("extra", {**tensors, "base_model.model.x.lora_A.weight": np.zeros((4, 4))})
-    with pytest.raises(CheckpointError, match="extra base_model.model.x.lora_A.weight"):
+    with pytest.raises(CheckpointError, match=r"extra base_model.model.x.lora_A.weight"):
         from_pretrained(bases / "llama", adapter=extra)
     pickled = folder("pickled", None)
     (pickled / "adapter_model.bin").write_bytes(b"not read")

@@ -190,7 +190,7 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
     ``trainable_with_lora`` (the paths of a newly initialised head, trained with the adapters)."""
     if not isinstance(lora, LoRA):
         raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
-    family, config, task = _hub(model)
+    _family, config, _task = _hub(model)
     modules = linear_modules(model)
     every = [*modules, *(m[2] for m in modules.values())]
     targets = _targets(str(config.get("model_type")), lora, every)
@@ -259,7 +259,7 @@ def adapter_config(model: Any, base_model_name_or_path: str | None = None) -> di
 def adapter_tensors(model: Any) -> dict[str, np.ndarray]:
     """The adapter's tensors by PEFT's names (``[rank, in]`` A, ``[out, rank]`` B, the new
     head's weights), float32 numpy."""
-    family, config, task = _hub(model)
+    family, _config, task = _hub(model)
     modules = linear_modules(model)
     out: dict[str, np.ndarray] = {}
     for name in model.hub_lora_modules:
@@ -364,9 +364,11 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
         module = rule.hf.rsplit(".", 1)[0]
         if saved and any(matches(module, (s,)) for s in saved):
             expected[PREFIX + _peft_module(family, task, rule.hf)] = (
-                model_vars[rule.path], "rule", rule.transform
+                model_vars[rule.path],
+                "rule",
+                rule.transform,
             )
-    heads = {n[len(PREFIX):].rsplit(".", 1)[0] for n, e in expected.items() if e[1] == "rule"}
+    heads = {n[len(PREFIX) :].rsplit(".", 1)[0] for n, e in expected.items() if e[1] == "rule"}
     model.hub_modules_to_save = tuple(sorted(heads | set(model.hub_modules_to_save)))
     model.trainable_with_lora = tuple(sorted(
         {e[2] for e in _saved_paths(family, config, task, heads)} | set(model.trainable_with_lora)
@@ -421,9 +423,9 @@ def merged(model: Any) -> Any:
 
 __all__ = [
     "DEFAULT_TARGETS",
-    "add_lora",
     "adapter_config",
     "adapter_tensors",
+    "add_lora",
     "has_lora",
     "linear_modules",
     "load_adapter",

@@ -150,15 +150,7 @@ def from_pretrained(
     )
     placement = (sharding, mesh, seed, ignore_mismatched_sizes)
     report = _load(model, weights, family, config, task, num_labels, placement)
-    if report.newly_initialised:
-        shown = ", ".join(report.newly_initialised[:6])
-        more = len(report.newly_initialised) - 6
-        warnings.warn(
-            f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
-            f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
-            f"): train the model before using its {task} outputs",
-            stacklevel=2,
-        )
+    _warn_new(folder, report, task)
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
@@ -169,6 +161,20 @@ def from_pretrained(
         add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _warn_new(folder: Path, report: Any, task: str) -> None:
+    """One warning naming the variables the checkpoint did not give (a new head)."""
+    if not report.newly_initialised:
+        return
+    shown = ", ".join(report.newly_initialised[:6])
+    more = len(report.newly_initialised) - 6
+    warnings.warn(
+        f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
+        f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
+        f"): train the model before using its {task} outputs",
+        stacklevel=3,
+    )
 
 
 def _check_lora(lora: Any, adapter: Any, quantize: Any) -> None:
