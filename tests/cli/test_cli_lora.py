@@ -102,3 +102,31 @@ def test_flags_that_train_nothing_are_refused(argv, message, tmp_path, capsys):
                             "--out", str(tmp_path / "run"))  # fmt: skip
     assert code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_path, capsys):
+    """A BERT masked-LM checkpoint on labelled texts with --lora: the new classifier trains with
+    the adapters, eval and predict serve the run, the adapter folder carries the head."""
+    from cli.test_cli_hub import text_checkpoint, write_reviews
+
+    ckpt = text_checkpoint(tmp_path / "tiny-bert")
+    reviews = write_reviews(tmp_path / "reviews.csv", rows=80)
+    out = tmp_path / "run"
+    run = jaxfeed("train", "--data", str(reviews), "--text-column", "review", "--label-column",
+                  "stars", "--model", str(ckpt), "--batch-size", "16", "--epochs", "1",
+                  "--lora", "2", "--out", str(out), timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    for command in (["eval", str(out), "--json"], ["predict", str(out), "w5 w30", "--json"]):
+        code, _, err = run_main(capsys, *command)
+        assert code == 0, err
+    adapter = tmp_path / "adapter"
+    assert main(["export", str(out), "--format", "hf", "--out", str(adapter)]) == 0
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["task_type"] == "SEQ_CLS" and "classifier" in config["modules_to_save"]
+    base = transformers.AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=2)
+    tuned = peft.PeftModel.from_pretrained(base, adapter).eval()
+    ids = np.array([[2, 5, 30, 3]])
+    with torch.no_grad():
+        theirs = tuned(input_ids=torch.from_numpy(ids)).logits.numpy()
+    ours = from_pretrained(ckpt, task="sequence-classification", num_labels=2, adapter=adapter)
+    assert np.abs(np.asarray(ours(input_ids=ids)) - theirs).max() < 1e-4
