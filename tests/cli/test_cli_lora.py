@@ -130,3 +130,45 @@ def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_pa
         theirs = tuned(input_ids=torch.from_numpy(ids)).logits.numpy()
     ours = from_pretrained(ckpt, task="sequence-classification", num_labels=2, adapter=adapter)
     assert np.abs(np.asarray(ours(input_ids=ids)) - theirs).max() < 1e-4
+
+
+def test_image_lora_int8_run_predicts_and_exports_for_peft(tmp_path, capsys):
+    """A bare ViT on a folder of images with --lora --quantize int8: the adapter folder (with
+    the new classifier) loads in peft with the logits of jaxfeed's float32 model."""
+    from cli.test_cli_hub import pets, vit_ckpt
+
+    ckpt, images = (
+        vit_ckpt.__wrapped__(FakeFactory(tmp_path)),
+        pets.__wrapped__(FakeFactory(tmp_path)),
+    )
+    out = tmp_path / "run"
+    run = jaxfeed("train", "--data", str(images), "--model", str(ckpt), "--batch-size", "8",
+                  "--epochs", "1", "--lora", "2", "--lora-targets", "query,value",
+                  "--quantize", "int8", "--out", str(out), timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, _, err = run_main(capsys, "predict", str(out), str(next(images.rglob("*.png"))))
+    assert code == 0, err
+    adapter = tmp_path / "adapter"
+    assert main(["export", str(out), "--format", "hf", "--out", str(adapter)]) == 0
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["q_proj", "v_proj"], config  # transformers 5's names
+    assert config["modules_to_save"] == ["classifier"]
+    base = transformers.AutoModelForImageClassification.from_pretrained(ckpt, num_labels=2)
+    tuned = peft.PeftModel.from_pretrained(base, adapter).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    with torch.no_grad():
+        theirs = tuned(pixel_values=torch.from_numpy(x)).logits.numpy()
+    ours = from_pretrained(ckpt, task="image-classification", num_labels=2, adapter=adapter)
+    assert np.abs(np.asarray(ours(pixel_values=x)) - theirs).max() < 1e-4
+
+
+class FakeFactory:
+    """``tmp_path_factory`` enough for the image fixtures of ``test_cli_hub`` called directly."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def mktemp(self, name):
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
