@@ -41,6 +41,7 @@ def lora_run(tmp_path_factory):
     return ckpt, out, first.stdout + resumed.stdout
 
 
+@pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_lora_run_records_its_options_resumes_and_generates(lora_run, capsys):
     _ckpt, out, stdout = lora_run
     record = json.loads((out / "config.json").read_text())
@@ -54,6 +55,7 @@ def test_lora_run_records_its_options_resumes_and_generates(lora_run, capsys):
     assert text.startswith("t5 t6")
 
 
+@pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, tmp_path):
     ckpt, out, _ = lora_run
     adapter = tmp_path / "adapter"
@@ -104,6 +106,7 @@ def test_flags_that_train_nothing_are_refused(argv, message, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_path, capsys):
     """A BERT masked-LM checkpoint on labelled texts with --lora: the new classifier trains with
     the adapters, eval and predict serve the run, the adapter folder carries the head."""
@@ -132,6 +135,7 @@ def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_pa
     assert np.abs(np.asarray(ours(input_ids=ids)) - theirs).max() < 1e-4
 
 
+@pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_image_lora_int8_run_predicts_and_exports_for_peft(tmp_path, capsys):
     """A bare ViT on a folder of images with --lora --quantize int8: the adapter folder (with
     the new classifier) loads in peft with the logits of jaxfeed's float32 model."""
