@@ -182,12 +182,25 @@ def _new_head(model: Any, newly: list[str]) -> tuple[tuple[str, ...], tuple[str,
     return tuple(sorted(paths)), tuple(sorted(modules))
 
 
+def _in_block(name: str) -> bool:
+    """A module of the repeated transformer blocks (``...layers.3.mlp.up_proj``): int8 material."""
+    return re.search(r"\.\d+\.", name) is not None
+
+
+def block_kernels(model: Any) -> list[str]:
+    """The kernel paths of the linear layers ``quantize="int8"`` stores as int8 (those of the
+    transformer blocks)."""
+    return [m[0] + ".kernel" for m in linear_modules(model).values() if _in_block(m[2])]
+
+
 def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int = 0,
-             newly_initialised: list[str] = ()) -> tuple[str, ...]:  # fmt: skip
+             newly_initialised: list[str] = (), fill: Any = None) -> tuple[str, ...]:  # fmt: skip
     """Put adapters on ``model``'s linear layers that ``lora.targets`` match (and int8 weights
     in the transformer blocks when ``quantize="int8"``); return the adapted module names. The
     model keeps ``hub_lora`` (the setting, targets resolved), ``hub_lora_modules`` and
-    ``trainable_with_lora`` (the paths of a newly initialised head, trained with the adapters)."""
+    ``trainable_with_lora`` (the paths of a newly initialised head, trained with the adapters).
+    ``fill(path)``, when given, loads a layer's kernel just before it is wrapped (and quantized):
+    a checkpoint's blocks then never exist in full precision all at once."""
     if not isinstance(lora, LoRA):
         raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
     _family, config, _task = _hub(model)
@@ -198,11 +211,13 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
     key, adapted = jax.random.key(seed), []
     for i, (name, (path, fan_in_fan_out, old)) in enumerate(modules.items()):
         wanted = matches(name, targets) or matches(old, targets)
-        in_block = re.search(r"\.\d+\.", name) is not None and not any(
+        in_block = _in_block(old) and not any(
             path.startswith(h + ".") or path == h for h in head_paths
         )
         if not wanted and not (quantize and in_block):
             continue
+        if fill is not None:
+            fill(path)
         parent, attr, node = _module(model, path)
         try:
             new = LoRALinear(node, lora if wanted else None, key=jax.random.fold_in(key, i),
@@ -326,8 +341,8 @@ def read_adapter(name_or_path: str | os.PathLike,
 
 
 def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str | None = None,
-                 revision: str | None = None, seed: int = 0,
-                 newly_initialised: list[str] = ()) -> Any:  # fmt: skip
+                 revision: str | None = None, seed: int = 0, newly_initialised: list[str] = (),
+                 fill: Any = None) -> Any:  # fmt: skip
     """Put the PEFT adapter at ``name_or_path`` onto ``model`` (from ``from_pretrained``);
     refuses an adapter with missing or extra tensors, or tensors of another shape (an adapter
     for another base model, rank or target set), naming the tensor and the file."""
@@ -345,7 +360,7 @@ def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str |
     names = tuple(sorted({n.rsplit(".", 1)[-1] for n in chosen}))
     saved = list(config.get("modules_to_save") or ())
     add_lora(model, LoRA(lora.rank, lora.alpha, names, lora.dropout), quantize=quantize,
-             seed=seed, newly_initialised=list(newly_initialised))  # fmt: skip
+             seed=seed, newly_initialised=list(newly_initialised), fill=fill)  # fmt: skip
     _fill(model, Weights(folder), folder / WEIGHTS, base, saved)
     return model
 

@@ -9,6 +9,7 @@ map straight to its device sharding; heads the checkpoint lacks are initialised 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,7 +22,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed._base.files import atomic_write, temporary_file
-from jaxfeed.models.hub.adapters import add_lora, has_lora, load_adapter, merged, save_adapter
+from jaxfeed.models.hub.adapters import (
+    add_lora,
+    block_kernels,
+    has_lora,
+    load_adapter,
+    merged,
+    save_adapter,
+)
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
 from jaxfeed.models.hub.files import (
     CheckpointError,
@@ -32,7 +40,7 @@ from jaxfeed.models.hub.files import (
     write_safetensors,
 )
 from jaxfeed.models.hub.registry import family_of
-from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings
+from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
 from jaxfeed.models.lora import QUANTIZE, LoRA
 
 # files a saved folder carries over from the checkpoint it came from
@@ -149,16 +157,20 @@ def from_pretrained(
         )
     )
     placement = (sharding, mesh, seed, ignore_mismatched_sizes)
-    report = _load(model, weights, family, config, task, num_labels, placement)
+    model.hub_config, model.hub_task = HubConfig(config), task
+    late = _hold_back(model) if quantize is not None and (lora or adapter) is not None else {}
+    report = _load(model, weights, family, config, task, num_labels, placement, late)
     _warn_new(folder, report, task)
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
     new = list(report.newly_initialised)
+    fill = _late_loader(model, weights, family, config, task, num_labels, placement, late)
     if adapter is not None:
-        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new)
+        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new,
+                     fill=fill)  # fmt: skip
     elif lora is not None:
-        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new)
+        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new, fill=fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
 
@@ -175,6 +187,46 @@ def _warn_new(folder: Path, report: Any, task: str) -> None:
         f"): train the model before using its {task} outputs",
         stacklevel=3,
     )
+
+
+def _hold_back(model: Any) -> dict[str, Any]:
+    """The block kernels an int8 load reads one at a time, each just before it is quantized: a
+    concrete placeholder now (so the first load neither reads nor initialises them), their
+    abstract value kept to restore."""
+    late, held = {}, variables(model)
+    for path in block_kernels(model):
+        late[path] = held[path].get_value()
+        held[path].set_value(jnp.zeros((), late[path].dtype))
+    return late
+
+
+def _late_loader(model: Any, weights: Weights, family: Any, config: dict, task: str,
+                 num_labels: Any, placement: tuple, late: dict[str, Any]) -> Any:  # fmt: skip
+    """``fill(module path)``: the held-back kernel of that module read from the checkpoint."""
+    if not late:
+        return None
+    rules = {r.path: r for r in family.rules(config, task)}
+
+    def fill(path: str) -> None:
+        kernel = path + ".kernel"
+        if kernel not in late:
+            return
+        variables(model)[kernel].set_value(late.pop(kernel))
+        one = _OneRule(rules[kernel], family.prefix)
+        _load(model, weights, one, config, task, num_labels, placement)
+
+    return fill
+
+
+@dataclasses.dataclass(frozen=True)
+class _OneRule:
+    """A family whose rules are one rule (a held-back kernel)."""
+
+    rule: Any
+    prefix: str = ""
+
+    def rules(self, config: dict, task: str) -> list:
+        return [self.rule]
 
 
 def _check_lora(lora: Any, adapter: Any, quantize: Any) -> None:
@@ -220,15 +272,17 @@ def _load(
     task: str,
     num_labels: int | None,
     placement: tuple,
+    late: dict[str, Any] | None = None,
 ) -> Any:
     """The checkpoint's weights put into ``model`` (``placement``: sharding, mesh, seed,
-    ignore_mismatched_sizes); a head of another size than ``num_labels`` refused, saying so."""
+    ignore_mismatched_sizes) but those of the parameter paths in ``late``; a head of another size
+    than ``num_labels`` refused, saying so."""
     sharding, mesh, seed, ignore_mismatched_sizes = placement
     try:
         return load_weights(
             model,
             weights,
-            family.rules(config, task),
+            [r for r in family.rules(config, task) if r.path not in (late or {})],
             shardings=plan_shardings(sharding, mesh),
             prefix=family.prefix,
             init_std=float(config.get("initializer_range", 0.02)),
