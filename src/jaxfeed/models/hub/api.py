@@ -164,13 +164,8 @@ def from_pretrained(
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
-    new = list(report.newly_initialised)
     fill = _late_loader(model, weights, family, config, task, num_labels, placement, late)
-    if adapter is not None:
-        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new,
-                     fill=fill)  # fmt: skip
-    elif lora is not None:
-        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new, fill=fill)
+    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
 
@@ -187,6 +182,16 @@ def _warn_new(folder: Path, report: Any, task: str) -> None:
         f"): train the model before using its {task} outputs",
         stacklevel=3,
     )
+
+
+def _adapt(model: Any, lora: Any, adapter: Any, quantize: Any, seed: int, new: list[str],
+           fill: Any) -> None:  # fmt: skip
+    """New adapters (``lora``) or a saved one (``adapter``) put on ``model``, maybe over int8."""
+    if adapter is not None:
+        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new,
+                     fill=fill)  # fmt: skip
+    elif lora is not None:
+        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new, fill=fill)
 
 
 def _hold_back(model: Any) -> dict[str, Any]:
