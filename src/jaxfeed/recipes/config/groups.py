@@ -246,12 +246,17 @@ class ModelOptions:
         metavar="A,B",
     )
     lora_dropout: float = option(
-        0.0, "dropout on the adapters' input in training (default: 0)", minimum=0.0, below=1.0
+        0.0,
+        "dropout on the adapters' input in training (default: 0)",
+        minimum=0.0,
+        below=1.0,
+        metavar="P",
     )
     quantize: Literal["int8"] | None = option(
         None,
         "with --lora: store the frozen weights of the transformer blocks as int8 with one scale "
         "per output channel (weight-only; the adapters stay float32) (default: off)",
+        metavar="int8",
     )
 
 
