@@ -39,12 +39,20 @@ EXPECTED = {
     "docs/guide/long-runs.md": ["preempted: 143 50", "100 4"],
     "docs/guide/devices.md": ["P('data', 'model')"],
     "docs/guide/command-text.md": ["True False"],
-    "docs/guide/hub-models.md": ["(4, 2)", "positive", "(2, 3)", "(1, 4)"],
+    "docs/guide/hub-models.md": [
+        "(4, 2)",
+        "positive",
+        "['adapter_config.json', 'adapter_model.safetensors'] ['q_lin', 'v_lin'] "
+        "['classifier', 'pre_classifier']\nTrue",
+        "(2, 3)",
+        "(1, 4)",
+    ],
     "docs/guide/text.md": [
         "'train_loss', 'train_perplexity', 'train_token_accuracy']",
         "[' five six seven eight nine ten', ' eight nine ten']",
         "[' five six seven eight ', ' eight ']\nTrue",
         "(4, 2) [None, None]",
+        "['adapter_config.json', 'adapter_model.safetensors'] True",
     ],
 }
 

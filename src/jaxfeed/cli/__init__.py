@@ -257,6 +257,12 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", required=True, help="the folder to write (new, or empty)")
     p.add_argument("--checkpoint", default="best", help="best (default), last, or a step number")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="a --lora run: the full checkpoint with the adapters merged in (default: the PEFT "
+        "adapter folder, adapter_config.json and adapter_model.safetensors)",
+    )
     p.set_defaults(run=commands.export)
 
 

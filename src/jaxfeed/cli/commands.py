@@ -180,9 +180,13 @@ def generate(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     from jaxfeed.recipes.hub_export import export_hf  # import cost: JAX, flax and the Hub layer
 
-    out = export_hf(args.run_dir, args.out, args.checkpoint)
-    print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))}); load it with "
-          f"transformers.AutoModel*.from_pretrained({str(out)!r})")  # fmt: skip
+    out = export_hf(args.run_dir, args.out, args.checkpoint, merge=getattr(args, "merge", False))
+    how = (
+        f"peft.PeftModel.from_pretrained(base, {str(out)!r})"
+        if (out / "adapter_config.json").is_file()
+        else f"transformers.AutoModel*.from_pretrained({str(out)!r})"
+    )
+    print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))}); load it with {how}")
     return 0
 
 

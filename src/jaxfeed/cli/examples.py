@@ -20,6 +20,7 @@ EXAMPLES: dict[str, str] = {
   jaxfeed train --data reviews.csv --text-column review --label-column stars   # text
   jaxfeed train --task lm --data corpus.txt --seq-len 128       # a language model
   jaxfeed train --task lm --data corpus.txt --model hf:openai-community/gpt2 --seq-len 512
+  jaxfeed train --task lm --data corpus.txt --model hf:meta-llama/Llama-3.2-1B --lora 16 --quantize int8
   jaxfeed train --data ./my_images --model my_model.py:Net --lr 3e-4 --schedule cosine
   jaxfeed train --model my_model.py:Net --model.init_args.width 64       # constructor arguments
   jaxfeed train --optimizer lion --optimizer.init_args.b1 0.95 --grad-clip 1.0
@@ -28,7 +29,9 @@ EXAMPLES: dict[str, str] = {
   jaxfeed train --config run.yaml --print-config                # the resolved options, as YAML
   jaxfeed train --out runs/mine --resume --epochs 20            # the run's own config.json""",
     "export": """examples:
-  jaxfeed export runs/reviews --format hf --out reviews-model   # transformers loads it""",
+  jaxfeed export runs/reviews --format hf --out reviews-model   # transformers loads it
+  jaxfeed export runs/corpus-lora --format hf --out adapter     # a --lora run: peft loads it
+  jaxfeed export runs/corpus-lora --format hf --out merged --merge   # adapters merged in""",
     "eval": """examples:
   jaxfeed eval runs/mine
   jaxfeed eval runs/mine --json --checkpoint last

@@ -1,7 +1,8 @@
 """Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`,
 `AudioCNN` over log-mel spectrograms, and transformers for token sequences
 (`TransformerClassifier`, `TransformerLM`); pretrained Hub checkpoints through
-`from_pretrained`, `preprocessor` and `save_pretrained` (`jaxfeed.models.hub`).
+`from_pretrained`, `preprocessor` and `save_pretrained` (`jaxfeed.models.hub`), with low-rank
+adapters (`LoRA`, `jaxfeed.models.lora`).
 
 The names load on first use (PEP 562): importing a numpy-only module of this package (the AST
 front end, :mod:`jaxfeed.models.hub.audio_features`, which the loader's worker processes run)
@@ -19,6 +20,7 @@ _EXPORTS = {
     "preprocessor": "jaxfeed.models.hub",
     "save_pretrained": "jaxfeed.models.hub",
     "LinenCNN": "jaxfeed.models.linen",
+    "LoRA": "jaxfeed.models.lora",
     "CNN": "jaxfeed.models.nnx",
     "MLP": "jaxfeed.models.nnx",
     "max_pool_2x2": "jaxfeed.models.pool",
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from jaxfeed.models.conv import im2col_conv
     from jaxfeed.models.hub import from_pretrained, preprocessor, save_pretrained
     from jaxfeed.models.linen import LinenCNN
+    from jaxfeed.models.lora import LoRA
     from jaxfeed.models.nnx import CNN, MLP
     from jaxfeed.models.pool import max_pool_2x2
     from jaxfeed.models.transformer import TransformerClassifier, TransformerLM
@@ -54,6 +57,7 @@ __all__ = [
     "MLP",
     "AudioCNN",
     "LinenCNN",
+    "LoRA",
     "TransformerClassifier",
     "TransformerLM",
     "from_pretrained",

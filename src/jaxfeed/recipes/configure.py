@@ -13,7 +13,7 @@ from jaxfeed.recipes.config.files import read_config_file
 from jaxfeed.recipes.config.groups import ConfigError
 from jaxfeed.recipes.config.record import read_run
 from jaxfeed.recipes.config.run_config import RunConfig
-from jaxfeed.recipes.hub_checkpoint import FINE_TUNE
+from jaxfeed.recipes.hub_checkpoint import FINE_TUNE, LORA_LR
 from jaxfeed.recipes.optimizers import LEGACY_OPTIMIZERS, optimizer_factory
 from jaxfeed.recipes.run import absolute_paths, check_out_folder
 from jaxfeed.recipes.schedules import build_schedule
@@ -66,8 +66,31 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         config = config.replace(
             {k: v for k, v in FINE_TUNE.items() if k not in given}, "fine-tuning defaults"
         )
+    config = _check_lora(config, given)
     _check_optimizer(config)
     return config.replace(absolute_paths(paths_of(config)), "command line")
+
+
+def _check_lora(config: RunConfig, given: set[str]) -> RunConfig:
+    """``--lora`` and its companions: only on a Hub checkpoint; ``--quantize`` only with it; the
+    learning rate of adapters when none is given."""
+    if config.lora is None:
+        for name in ("lora_alpha", "lora_targets", "quantize"):
+            if getattr(config, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                why = " freezes the weights, so nothing would train" if name == "quantize" else ""
+                raise ConfigError(f"{flag}{why}: give --lora RANK (the adapters' rank)")
+        if config.lora_dropout:
+            raise ConfigError("--lora-dropout: give --lora RANK (the adapters' rank)")
+        return config
+    spec = config.model_spec
+    if spec is None or spec.source != "hub":
+        raise ConfigError(
+            f"--lora {config.lora}: adapters train on a pretrained model's frozen weights; give "
+            "--model hf:ORG/NAME or a checkpoint folder (a model trained from scratch trains "
+            "every weight)"
+        )
+    return config.replace({"lr": LORA_LR} if "lr" not in given else {}, "LoRA defaults")
 
 
 def _check_moved_data(new: str, old: str, resolved: dict[str, Any], out: Path) -> None:

@@ -33,6 +33,7 @@ from jaxfeed.models.hub import from_pretrained, preprocessor
 from jaxfeed.models.hub.api import CARRIED
 from jaxfeed.models.hub.files import Weights, checkpoint_file, read_config, resolve
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.lora import LoRA
 from jaxfeed.recipes.config import ConfigError, RunConfig
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -42,6 +43,7 @@ RECORDED = ("config.json", "model.safetensors.index.json", *CARRIED)
 HASHED_BEFORE = ("config.json", "tokenizer.json", "preprocessor_config.json")
 # fine-tuning defaults of the options not given (jaxfeed.recipes.configure)
 FINE_TUNE = {"lr": 5e-5, "epochs": 3}
+LORA_LR = 2e-4  # --lora's learning rate when none is given (adapters start at zero: PEFT's usual)
 WARMUP_SHARE = 0.1  # of the run's optimizer steps, when --warmup-steps is left at 0
 INIT_ARGS = ("ignore_mismatched_sizes", "revision", "dtype", "param_dtype")
 
@@ -284,7 +286,11 @@ def build_model(spec: str, task: str | None, outputs: int, config: RunConfig,
         raise ConfigError(
             f"--model {spec}: a Hub model learns from text, images or audio, not {kind}"
         )
-    heads = {} if task == "causal-lm" else {"num_labels": outputs}
+    heads: dict[str, Any] = {} if task == "causal-lm" else {"num_labels": outputs}
+    if config.lora is not None:
+        heads["lora"] = LoRA(rank=config.lora, alpha=config.lora_alpha or 2 * config.lora,
+                             targets=config.lora_targets, dropout=config.lora_dropout)  # fmt: skip
+        heads["quantize"] = config.quantize
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "classifier newly initialised": the run trains it
         try:

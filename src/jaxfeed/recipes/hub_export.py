@@ -27,10 +27,12 @@ from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
 
 
-def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
+def export_hf(run: str | Path, out: str | Path, which: str = "best", merge: bool = False) -> Path:
     """``jaxfeed export RUN --format hf``: the run's ``which`` checkpoint as a Hub-format folder
     (``config.json`` with the run's class names, ``model.safetensors``, the tokenizer or
-    preprocessor files) that ``transformers`` loads with the same logits."""
+    preprocessor files) that ``transformers`` loads with the same logits. A ``--lora`` run writes
+    its PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``), or with
+    ``merge`` the checkpoint with the adapters merged in."""
     run = Path(run)
     record = read_run(run)
     saved = record.resolved.get("pretrained")
@@ -49,7 +51,8 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        save_pretrained(hub_model(model), staging, source=checkpoint.folder, id2label=id2label)
+        save_pretrained(hub_model(model), staging, source=checkpoint.folder, id2label=id2label,
+                        merge=merge)  # fmt: skip
         tokenizer = run / TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
         if tokenizer.is_file():
             atomic_write(staging / TOKENIZER_FILE, tokenizer.read_bytes())

@@ -114,6 +114,8 @@ def build_trainer(
     }
     model = kind.build_model(config, prep, outputs, config.seed, policy)
     common["inputs"] = kind.model_inputs(prep, model)
+    if getattr(config, "lora", None) is not None:
+        common["trainable"] = "lora"  # the adapters (and a new head); the checkpoint frozen
     try:
         if config.api == "linen":
             example = np.zeros((1, *prep.input_shape), dtype=np.float32)

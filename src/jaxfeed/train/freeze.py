@@ -2,7 +2,8 @@
 
 ``trainable`` is ``"all"`` (every ``nnx.Param``), ``"head"`` (the model's head: the modules it
 names in ``head_modules``, else its ``head`` attribute, else every top-level module but its
-``encoder``/``backbone``/``trunk``) or a regular expression searched in each parameter's dotted
+``encoder``/``backbone``/``trunk``), ``"lora"`` (the low-rank adapters, ``lora_a``/``lora_b``, and
+the paths a model lists in ``trainable_with_lora``: a new head) or a regular expression searched in each parameter's dotted
 path (``"classifier|encoder\\.layers\\.11\\."``). Frozen parameters get no gradient and no
 optimizer state. ``remat=True`` turns on per-layer rematerialisation in every module that
 declares ``supports_remat = True`` (it then recomputes each layer's activations in the backward
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import numpy as np
 
 BACKBONES = ("encoder", "backbone", "trunk", "base", "model")
 PRECISION_NAMES = ("float32", "bfloat16")
@@ -82,6 +85,18 @@ def head_modules(model: Any) -> tuple[str, ...]:
     return tuple(sorted(tops - body))
 
 
+def _with_lora(model: Any) -> set[str]:
+    """The paths (from ``model``) that its modules list in ``trainable_with_lora``."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    out = set()
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Module) and getattr(node, "trainable_with_lora", None):
+            prefix = "".join(f"{p}." for p in path)
+            out |= {prefix + p for p in node.trainable_with_lora}
+    return out
+
+
 def trainable_paths(model: Any, trainable: str) -> set[str]:
     """The dotted paths of the parameters ``trainable`` selects; refuses a selection of none."""
     paths = _param_paths(model)
@@ -89,9 +104,17 @@ def trainable_paths(model: Any, trainable: str) -> set[str]:
         return set(paths)
     if not isinstance(trainable, str):
         raise TypeError(
-            f"trainable must be 'all', 'head' or a regular expression, got {trainable!r}"
+            f"trainable must be 'all', 'head', 'lora' or a regular expression, got {trainable!r}"
         )
-    if trainable == "head":
+    if trainable == "lora":
+        extra = _with_lora(model)
+        chosen = {p for p in paths if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") or p in extra}
+        if not any(p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") for p in chosen):
+            raise ValueError(
+                f"trainable='lora': {type(model).__name__} has no LoRA adapters; load it with "
+                "from_pretrained(..., lora=LoRA()) or adapter="
+            )
+    elif trainable == "head":
         heads = head_modules(model)
         chosen = {p for p in paths if p.split(".", 1)[0] in heads}
     else:
@@ -122,6 +145,22 @@ def trainable_filter(model: Any, trainable: str) -> Any:
         return isinstance(value, nnx.Param) and ".".join(str(p) for p in path) in chosen
 
     return selected
+
+
+def refuse_integer_params(model: Any) -> None:
+    """Integer (quantized, frozen) weights cannot take gradients: full fine-tuning is refused."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Param):
+            dtype = getattr(node.get_value(), "dtype", None)
+            if dtype is not None and not (
+                np.issubdtype(dtype, np.floating) or str(dtype) == "bfloat16"
+            ):
+                raise ValueError(
+                    f"trainable='all': parameter {'.'.join(str(p) for p in path)} is {dtype} "
+                    "(quantized, frozen); train its adapters with trainable='lora'"
+                )
 
 
 def enable_remat(model: Any) -> int:

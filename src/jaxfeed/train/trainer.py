@@ -43,7 +43,12 @@ from jaxfeed.train.cores import (
 )
 from jaxfeed.train.evaluation import EvalMixin
 from jaxfeed.train.fitting import FitMixin
-from jaxfeed.train.freeze import enable_remat, resolve_precision, trainable_filter
+from jaxfeed.train.freeze import (
+    enable_remat,
+    refuse_integer_params,
+    resolve_precision,
+    trainable_filter,
+)
 from jaxfeed.train.history import History
 from jaxfeed.train.loggers import Logger, check_loggers
 from jaxfeed.train.losses import resolve_loss, resolve_metrics, resolve_split_metrics
@@ -86,7 +91,7 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
     transformations taking extra arguments get ``value=`` the loss (``reduce_on_plateau``), and
     an ``inject_hyperparams`` learning rate is logged as ``learning_rate``.
     ``precision="bfloat16"`` (or ``dtype=jnp.bfloat16``) runs forward and backward in bfloat16
-    on float32 master parameters. ``trainable="all" | "head" | <regex over parameter paths>``
+    on float32 master parameters. ``trainable="all" | "head" | "lora" | <regex over paths>``
     trains only those parameters (the others get no gradient and no optimizer state; see
     :mod:`jaxfeed.train.freeze`); ``remat=True`` recomputes each layer's activations in the
     backward pass (gradient checkpointing) in models whose layer stacks support it.
@@ -151,6 +156,8 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         precision = resolve_precision(precision, dtype)
         if (trainable != "all" or remat) and _is_linen(model):
             raise ValueError("trainable= and remat= apply to NNX models, not Linen modules")
+        if trainable == "all" and not _is_linen(model):
+            refuse_integer_params(model)
         if remat:
             enable_remat(model)
         if deterministic:

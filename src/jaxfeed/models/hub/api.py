@@ -9,9 +9,11 @@ map straight to its device sharding; heads the checkpoint lacks are initialised 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed._base.files import atomic_write, temporary_file
+from jaxfeed.models.hub.adapters import (
+    add_lora,
+    block_kernels,
+    has_lora,
+    load_adapter,
+    merged,
+    save_adapter,
+)
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
 from jaxfeed.models.hub.files import (
     CheckpointError,
@@ -31,7 +41,8 @@ from jaxfeed.models.hub.files import (
     write_safetensors,
 )
 from jaxfeed.models.hub.registry import family_of
-from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings
+from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
+from jaxfeed.models.lora import QUANTIZE, LoRA
 
 # files a saved folder carries over from the checkpoint it came from
 CARRIED = (
@@ -93,6 +104,9 @@ def from_pretrained(
     param_dtype: Any = None,
     ignore_mismatched_sizes: bool = False,
     seed: int = 0,
+    lora: LoRA | None = None,
+    adapter: str | os.PathLike | None = None,
+    quantize: str | None = None,
 ) -> nnx.Module:
     """An NNX model with the ``task``'s head from a Hub checkpoint (a local folder in the Hub's
     layout, or ``hf:org/name``/``org/name`` downloaded into the ``huggingface_hub`` cache).
@@ -105,6 +119,12 @@ def from_pretrained(
     ``param_dtype`` sets the parameters' alone). ``mesh``/``sharding`` (``"replicate"``,
     ``"fsdp"`` or logical axis rules, as the Trainer's): each weight is put straight onto its
     shards. The model is called with ``transformers``' keyword names and returns float32 logits.
+
+    ``lora=LoRA(...)`` adds low-rank adapters initialised as PEFT does (the outputs unchanged);
+    ``adapter=`` a PEFT adapter folder or Hub id (``adapter_config.json`` +
+    ``adapter_model.safetensors``) loads one onto the checkpoint; ``quantize="int8"`` (with either)
+    stores the transformer blocks' frozen linear weights as int8 with per-channel scales
+    (:mod:`jaxfeed.models.hub.adapters`).
 
     The model keeps ``hub_config`` (the config dict, with the labels used), ``hub_task`` and
     ``hub_source`` (:class:`~jaxfeed.models.hub.files.Resolved`) for :func:`save_pretrained`.
@@ -120,6 +140,7 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
+    _check_lora(lora, adapter, quantize)
     resolved = resolve(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
@@ -139,20 +160,21 @@ def from_pretrained(
         )
     )
     placement = (sharding, mesh, seed, ignore_mismatched_sizes)
-    report = _load(model, weights, family, config, task, num_labels, placement)
-    if report.newly_initialised:
-        shown = ", ".join(report.newly_initialised[:6])
-        more = len(report.newly_initialised) - 6
-        warnings.warn(
-            f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
-            f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
-            f"): train the model before using its {task} outputs",
-            stacklevel=2,
-        )
-    _warn_unused(folder, task, report.unexpected)
+    model.hub_config, model.hub_task = HubConfig(config), task
+    late = _hold_back(model) if quantize is not None and (lora or adapter) is not None else {}
+    report = _load(model, weights, family, config, task, num_labels, placement, late)
+    _warn_new(folder, report, task)
+    held = {r.hf for r in family.rules(config, task) if r.path in late}  # read later, one by one
+    _warn_unused(
+        folder,
+        task,
+        [n for n in report.unexpected if not any(n == h or n.endswith("." + h) for h in held)],
+    )
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
+    fill = _late_loader(model, weights, family, config, task, num_labels, placement, late)
+    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
 
@@ -175,6 +197,84 @@ def _warn_unused(folder: Path, task: str, unused: list[str]) -> None:
         "the weights hold; correct it to use them",
         stacklevel=3,
     )
+
+
+def _warn_new(folder: Path, report: Any, task: str) -> None:
+    """One warning naming the variables the checkpoint did not give (a new head)."""
+    if not report.newly_initialised:
+        return
+    shown = ", ".join(report.newly_initialised[:6])
+    more = len(report.newly_initialised) - 6
+    warnings.warn(
+        f"{folder.name}: {shown}{f' and {more} more' if more > 0 else ''} newly initialised "
+        f"(not in the checkpoint{'; resized: ' + ', '.join(report.mismatched) if report.mismatched else ''}"
+        f"): train the model before using its {task} outputs",
+        stacklevel=3,
+    )
+
+
+def _adapt(model: Any, lora: Any, adapter: Any, quantize: Any, seed: int, new: list[str],
+           fill: Any) -> None:  # fmt: skip
+    """New adapters (``lora``) or a saved one (``adapter``) put on ``model``, maybe over int8."""
+    if adapter is not None:
+        load_adapter(model, adapter, quantize=quantize, seed=seed, newly_initialised=new,
+                     fill=fill)  # fmt: skip
+    elif lora is not None:
+        add_lora(model, lora, quantize=quantize, seed=seed, newly_initialised=new, fill=fill)
+
+
+def _hold_back(model: Any) -> dict[str, Any]:
+    """The block kernels an int8 load reads one at a time, each just before it is quantized: a
+    concrete placeholder now (so the first load neither reads nor initialises them), their
+    abstract value kept to restore."""
+    late, held = {}, variables(model)
+    for path in block_kernels(model):
+        late[path] = held[path].get_value()
+        held[path].set_value(jnp.zeros((), late[path].dtype))
+    return late
+
+
+def _late_loader(model: Any, weights: Weights, family: Any, config: dict, task: str,
+                 num_labels: Any, placement: tuple, late: dict[str, Any]) -> Any:  # fmt: skip
+    """``fill(module path)``: the held-back kernel of that module read from the checkpoint."""
+    if not late:
+        return None
+    rules = {r.path: r for r in family.rules(config, task)}
+
+    def fill(path: str) -> None:
+        kernel = path + ".kernel"
+        if kernel not in late:
+            return
+        variables(model)[kernel].set_value(late.pop(kernel))
+        one = _OneRule(rules[kernel], family.prefix)
+        _load(model, weights, one, config, task, num_labels, placement)
+
+    return fill
+
+
+@dataclasses.dataclass(frozen=True)
+class _OneRule:
+    """A family whose rules are one rule (a held-back kernel)."""
+
+    rule: Any
+    prefix: str = ""
+
+    def rules(self, config: dict, task: str) -> list:
+        return [self.rule]
+
+
+def _check_lora(lora: Any, adapter: Any, quantize: Any) -> None:
+    if lora is not None and not isinstance(lora, LoRA):
+        raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
+    if lora is not None and adapter is not None:
+        raise ValueError("give lora= (new adapters) or adapter= (a saved one), not both")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
+    if quantize is not None and lora is None and adapter is None:
+        raise ValueError(
+            f"quantize={quantize!r} freezes the weights: give lora= (or adapter=) so that "
+            "something trains"
+        )
 
 
 def _task_and_labels(
@@ -206,15 +306,17 @@ def _load(
     task: str,
     num_labels: int | None,
     placement: tuple,
+    late: dict[str, Any] | None = None,
 ) -> Any:
     """The checkpoint's weights put into ``model`` (``placement``: sharding, mesh, seed,
-    ignore_mismatched_sizes); a head of another size than ``num_labels`` refused, saying so."""
+    ignore_mismatched_sizes) but those of the parameter paths in ``late``; a head of another size
+    than ``num_labels`` refused, saying so."""
     sharding, mesh, seed, ignore_mismatched_sizes = placement
     try:
         return load_weights(
             model,
             weights,
-            family.rules(config, task),
+            [r for r in family.rules(config, task) if r.path not in (late or {})],
             shardings=plan_shardings(sharding, mesh),
             prefix=family.prefix,
             init_std=float(config.get("initializer_range", 0.02)),
@@ -263,8 +365,23 @@ def _family(model: Any) -> tuple[Family, dict, str]:
     return family_of(config), dict(config), task
 
 
+def _unquantized(model: Any) -> Any:
+    """``model``'s adapters on the full-precision weights of the checkpoint it came from."""
+    source = getattr(model, "hub_source", None)
+    if not isinstance(source, Resolved):
+        raise ValueError("an int8 model merges only with the checkpoint it was loaded from")
+    task, config = model.hub_task, model.hub_config
+    labels = config.get("num_labels") if task in LABEL_TASKS else None
+    with tempfile.TemporaryDirectory() as tmp:
+        save_adapter(model, tmp)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a new head: it comes from the adapter
+            return from_pretrained(source.folder, task=task, num_labels=labels, adapter=tmp,
+                                   ignore_mismatched_sizes=True)  # fmt: skip
+
+
 def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
-                    id2label: dict[int, str] | None = None) -> Path:  # fmt: skip
+                    id2label: dict[int, str] | None = None, merge: bool = False) -> Path:  # fmt: skip
     """Write ``model`` (from :func:`from_pretrained`, maybe fine-tuned) as a Hub-format folder:
     ``config.json`` (its architecture, ``num_labels``/``id2label``), ``model.safetensors`` and
     the tokenizer/preprocessor files of the checkpoint it came from (or of ``source``), which
@@ -278,7 +395,19 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     >>> out = save_pretrained(from_pretrained(folder), tempfile.mkdtemp())
     >>> sorted(p.name for p in out.iterdir())
     ['config.json', 'model.safetensors']
+
+    A model with LoRA adapters is written as a PEFT adapter folder (``adapter_config.json``,
+    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; with
+    ``merge=True`` as the full checkpoint with the adapters merged in (PEFT's
+    ``merge_and_unload``); int8 weights are read again from the checkpoint the model came
+    from, so the adapters merge into its full-precision weights.
     """
+    if has_lora(model) and not merge:
+        return save_adapter(model, path)
+    if getattr(model, "hub_quantize", None):
+        model = _unquantized(model)
+    if has_lora(model):
+        model = merged(model)
     family, config, task = _family(model)
     out = Path(path)
     src = Path(source) if source is not None else None

@@ -50,6 +50,7 @@ INDEX = "model.safetensors.index.json"
 # what a download fetches: never pickled weights, never code
 ALLOW_PATTERNS = [
     "config.json",
+    "adapter_config.json",  # a PEFT adapter (from_pretrained(adapter="hf:org/name"))
     "generation_config.json",
     "*.safetensors",
     "model.safetensors.index.json",

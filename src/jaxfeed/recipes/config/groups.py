@@ -221,6 +221,43 @@ class ModelOptions:
         metavar="NAME|SPEC",
     )
     api: Literal["nnx", "linen"] = option("nnx", "Flax API of the built-in CNN (default: nnx)")
+    lora: int | None = option(
+        None,
+        "train low-rank adapters (PEFT's LoRA) of this rank on the frozen weights of a Hub "
+        "checkpoint (--model hf:ORG/NAME or a folder); export writes a PEFT adapter folder "
+        "(default: off, every weight trains)",
+        minimum=1,
+        maximum=65536,
+        metavar="RANK",
+    )
+    lora_alpha: float | None = option(
+        None,
+        "LoRA's alpha: the adapters' update is scaled by alpha / rank (default: twice the rank)",
+        minimum=0.0,
+        exclusive=True,
+        maximum=1e6,
+        metavar="A",
+    )
+    lora_targets: list[str] | None = option(  # noqa: RUF009 (option() returns a field)
+        None,
+        "the checkpoint's module names that get adapters, comma-separated (q_proj,v_proj for "
+        "Llama-like models; query,value,dense for BERT and ViT; c_attn,c_proj for GPT-2) "
+        "(default: the family's query and value projections)",
+        metavar="A,B",
+    )
+    lora_dropout: float = option(
+        0.0,
+        "dropout on the adapters' input in training (default: 0)",
+        minimum=0.0,
+        below=1.0,
+        metavar="P",
+    )
+    quantize: Literal["int8"] | None = option(
+        None,
+        "with --lora: store the frozen weights of the transformer blocks as int8 with one scale "
+        "per output channel (weight-only; the adapters stay float32) (default: off)",
+        metavar="int8",
+    )
 
 
 @dataclass

@@ -1,0 +1,451 @@
+"""LoRA adapters on Hub models, in PEFT's folder format.
+
+:func:`add_lora` puts a :class:`~jaxfeed.models.lora.LoRALinear` in place of each linear layer
+whose checkpoint module name (``model.layers.0.self_attn.q_proj``) a target matches (the name, or
+its end after a dot, as PEFT's ``target_modules``), found through the family's weight rules; with
+``quantize="int8"`` every linear layer of the transformer blocks is stored as int8.
+:func:`save_adapter` writes ``adapter_config.json`` and ``adapter_model.safetensors`` as ``peft``
+does (``base_model.model.<module>.lora_A.weight`` ``[rank, in]``, ``lora_B.weight``
+``[out, rank]``, a new head under ``modules_to_save``); :func:`load_adapter` reads one, refusing an
+adapter for another model, rank or target set. :func:`merged` is PEFT's ``merge_and_unload``.
+
+>>> sorted(DEFAULT_TARGETS["llama"]), DEFAULT_TARGETS["gpt2"]
+(['q_proj', 'v_proj'], ('c_attn',))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxfeed._base.files import atomic_write
+from jaxfeed.models.hub.files import CheckpointError, Weights, read_json, resolve, write_safetensors
+from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule, variables
+from jaxfeed.models.lora import LoRA, LoRALinear, merge
+
+# PEFT's per-architecture default target_modules (and the same for the families it lacks)
+DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    "llama": ("q_proj", "v_proj"),
+    "mistral": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"),
+    "qwen3": ("q_proj", "v_proj"),
+    "gpt2": ("c_attn",),
+    "bert": ("query", "value"),
+    "roberta": ("query", "value"),
+    "distilbert": ("q_lin", "v_lin"),
+    "vit": ("query", "value"),
+    "audio-spectrogram-transformer": ("query", "value"),
+}
+# transformers >= 5 renamed the modules of some families (the checkpoints keep the old names); PEFT
+# names adapters by the live modules: (pattern, replacement) on a checkpoint module name, first
+# match wins
+_VIT_RENAMES = (
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.query$", r"\1layers.\2.attention.q_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.key$", r"\1layers.\2.attention.k_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.value$", r"\1layers.\2.attention.v_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.output\.dense$", r"\1layers.\2.attention.o_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.intermediate\.dense$", r"\1layers.\2.mlp.fc1"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.output\.dense$", r"\1layers.\2.mlp.fc2"),
+)  # fmt: skip
+MODULE_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "vit": _VIT_RENAMES,
+    "audio-spectrogram-transformer": _VIT_RENAMES,
+}
+TASK_TYPES = {
+    "causal-lm": "CAUSAL_LM",
+    "sequence-classification": "SEQ_CLS",
+    "token-classification": "TOKEN_CLS",
+    "feature-extraction": "FEATURE_EXTRACTION",
+}
+CONFIG, WEIGHTS, PREFIX = "adapter_config.json", "adapter_model.safetensors", "base_model.model."
+# adapter_config.json settings jaxfeed cannot follow, with the value that is harmless
+UNSUPPORTED = {"use_dora": False, "use_rslora": False, "rank_pattern": {}, "alpha_pattern": {},
+               "layers_to_transform": None, "lora_bias": False, "target_parameters": None}  # fmt: skip
+
+
+def _hub(model: Any) -> tuple[Any, dict, str]:
+    config, task = getattr(model, "hub_config", None), getattr(model, "hub_task", None)
+    if not isinstance(config, dict) or not isinstance(task, str):
+        raise TypeError(
+            f"LoRA adapters go on a model made by from_pretrained, got {type(model).__name__}"
+        )
+    return family_of(config), config, task
+
+
+def _module(model: Any, path: str) -> tuple[Any, str | int, Any]:
+    """The parent of the module at dotted ``path``, its attribute (or index) there, the module."""
+    parent, parts = model, path.split(".")
+    for part in parts[:-1]:
+        parent = parent[int(part)] if part.isdigit() else getattr(parent, part)
+    last = int(parts[-1]) if parts[-1].isdigit() else parts[-1]
+    node = parent[last] if isinstance(last, int) else getattr(parent, last)
+    return parent, last, node
+
+
+def _peft_module(family: Any, task: str, hf: str) -> str:
+    """The module's name in the ``transformers`` model of ``task`` (a bare encoder has none of
+    the base model's prefix)."""
+    if task == "feature-extraction" and family.prefix and hf.startswith(family.prefix + "."):
+        return hf[len(family.prefix) + 1 :]
+    return hf
+
+
+def live_name(model_type: str, name: str) -> str:
+    """A checkpoint module name as the installed ``transformers`` (and so PEFT) names the module.
+
+    >>> live_name("vit", "vit.encoder.layer.0.attention.attention.query")
+    'vit.layers.0.attention.q_proj'
+    """
+    for pattern, replacement in MODULE_RENAMES.get(model_type, ()):
+        new, count = re.subn(pattern, replacement, name)
+        if count:
+            return new
+    return name
+
+
+def _normalised(model_type: str, key: str) -> str:
+    """A PEFT tensor name with its module named as :func:`live_name` does (old adapters)."""
+    body = key[len(PREFIX) :] if key.startswith(PREFIX) else key
+    for suffix in (".lora_A.weight", ".lora_B.weight", ".weight", ".bias"):
+        if body.endswith(suffix):
+            return PREFIX + live_name(model_type, body[: -len(suffix)]) + suffix
+    return key
+
+
+def linear_modules(model: Any) -> dict[str, tuple[str, bool, str]]:
+    """The model's linear layers by module name (as the installed ``transformers`` model of its
+    task names them): ``{name: (model path, fan_in_fan_out, checkpoint module name)}``."""
+    family, config, task = _hub(model)
+    model_type = str(config.get("model_type"))
+    out = {}
+    for rule in family.rules(config, task):
+        if not (rule.hf.endswith(".weight") and rule.path.endswith(".kernel")):
+            continue
+        if rule.transform not in (TRANSPOSE, IDENTITY):
+            continue
+        path = rule.path[: -len(".kernel")]
+        _, _, node = _module(model, path)
+        if isinstance(node, nnx.Linear | LoRALinear):
+            name = _peft_module(family, task, rule.hf[: -len(".weight")])
+            out[live_name(model_type, name)] = (path, rule.transform is IDENTITY, name)
+    return out
+
+
+def matches(name: str, targets: tuple[str, ...] | str) -> bool:
+    """Whether PEFT's ``target_modules`` select module ``name``: a list matches a name or its end
+    after a dot, a string is a regular expression the whole name must match.
+
+    >>> matches("model.layers.0.self_attn.q_proj", ("q_proj",)), matches("a.xq_proj", ("q_proj",))
+    (True, False)
+    """
+    if isinstance(targets, str):
+        return re.fullmatch(targets, name) is not None
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def _targets(model_type: str, lora: LoRA, names: list[str]) -> tuple[str, ...]:
+    """``names``: every linear layer's module name, live and in the checkpoint."""
+    targets = lora.targets if lora.targets is not None else DEFAULT_TARGETS.get(model_type)
+    if targets is None:
+        raise ValueError(f"LoRA on {model_type!r} models needs targets= (module names)")
+    short = sorted({n.rsplit(".", 1)[-1] for n in names})
+    for t in targets:
+        if not any(matches(n, (t,)) for n in names):
+            raise ValueError(
+                f"LoRA target {t!r} matches no linear layer of this {model_type} model; its "
+                f"layers are named {', '.join(short)}"
+            )
+    return tuple(targets)
+
+
+def _new_head(model: Any, newly: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The model paths and checkpoint module names of the head trained and saved with the
+    adapters (PEFT's ``modules_to_save``): a newly initialised one, and for the classification
+    task types the ``classifier``/``score`` modules PEFT always saves."""
+    family, config, task = _hub(model)
+    rules = family.rules(config, task)
+    by_hf = {r.hf: r.path for r in rules}
+    modules = {n.rsplit(".", 1)[0] for n in newly if n in by_hf}
+    if TASK_TYPES.get(task) in ("SEQ_CLS", "TOKEN_CLS"):
+        modules |= {r.hf.rsplit(".", 1)[0] for r in rules
+                    if r.hf.rsplit(".", 1)[0].rsplit(".", 1)[-1] in ("classifier", "score")}  # fmt: skip
+    paths = {by_hf.get(n, n) for n in newly}
+    paths |= {r.path for r in rules if r.hf.rsplit(".", 1)[0] in modules}
+    return tuple(sorted(paths)), tuple(sorted(modules))
+
+
+def _in_block(name: str) -> bool:
+    """A module of the repeated transformer blocks (``...layers.3.mlp.up_proj``): int8 material."""
+    return re.search(r"\.\d+\.", name) is not None
+
+
+def block_kernels(model: Any) -> list[str]:
+    """The kernel paths of the linear layers ``quantize="int8"`` stores as int8 (those of the
+    transformer blocks)."""
+    return [m[0] + ".kernel" for m in linear_modules(model).values() if _in_block(m[2])]
+
+
+def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int = 0,
+             newly_initialised: list[str] = (), fill: Any = None) -> tuple[str, ...]:  # fmt: skip
+    """Put adapters on ``model``'s linear layers that ``lora.targets`` match (and int8 weights
+    in the transformer blocks when ``quantize="int8"``); return the adapted module names. The
+    model keeps ``hub_lora`` (the setting, targets resolved), ``hub_lora_modules`` and
+    ``trainable_with_lora`` (the paths of a newly initialised head, trained with the adapters).
+    ``fill(path)``, when given, loads a layer's kernel just before it is wrapped (and quantized):
+    a checkpoint's blocks then never exist in full precision all at once."""
+    if not isinstance(lora, LoRA):
+        raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
+    _family, config, _task = _hub(model)
+    modules = linear_modules(model)
+    every = [*modules, *(m[2] for m in modules.values())]
+    targets = _targets(str(config.get("model_type")), lora, every)
+    head_paths, head_modules = _new_head(model, list(newly_initialised))
+    key, adapted = jax.random.key(seed), []
+    for i, (name, (path, fan_in_fan_out, old)) in enumerate(modules.items()):
+        wanted = matches(name, targets) or matches(old, targets)
+        in_block = _in_block(old) and not any(
+            path.startswith(h + ".") or path == h for h in head_paths
+        )
+        if not wanted and not (quantize and in_block):
+            continue
+        if fill is not None:
+            fill(path)
+        parent, attr, node = _module(model, path)
+        try:
+            new = LoRALinear(node, lora if wanted else None, key=jax.random.fold_in(key, i),
+                             quantize=quantize if in_block else None,
+                             fan_in_fan_out=fan_in_fan_out)  # fmt: skip
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        if isinstance(attr, int):
+            parent[attr] = new
+        else:
+            setattr(parent, attr, new)
+        if wanted:
+            adapted.append(name)
+    model.hub_lora = LoRA(lora.rank, lora.alpha, targets, lora.dropout)
+    model.hub_lora_modules = tuple(adapted)
+    model.hub_quantize = quantize
+    model.trainable_with_lora = tuple(head_paths)
+    model.hub_modules_to_save = head_modules
+    return tuple(adapted)
+
+
+def has_lora(model: Any) -> bool:
+    """Whether ``model`` carries adapters (:func:`add_lora`)."""
+    return isinstance(getattr(model, "hub_lora", None), LoRA)
+
+
+# ---------------------------------------------------------------------------------- PEFT files
+def adapter_config(model: Any, base_model_name_or_path: str | None = None) -> dict[str, Any]:
+    """The ``adapter_config.json`` PEFT writes for ``model``'s adapters."""
+    _, _, task = _hub(model)
+    lora = model.hub_lora
+    fan = any(m[1] for n, m in linear_modules(model).items() if n in model.hub_lora_modules)
+    source = getattr(model, "hub_source", None)
+    if base_model_name_or_path is None and source is not None:
+        base_model_name_or_path = source.repo_id or str(source.folder)
+    return {
+        "peft_type": "LORA",
+        "task_type": TASK_TYPES.get(task),
+        "base_model_name_or_path": base_model_name_or_path,
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": sorted({n.rsplit(".", 1)[-1] for n in model.hub_lora_modules}),
+        "bias": "none",
+        "fan_in_fan_out": bool(fan),
+        "modules_to_save": list(model.hub_modules_to_save) or None,
+        "init_lora_weights": True,
+        "inference_mode": True,
+        "use_dora": False,
+        "use_rslora": False,
+    }
+
+
+def adapter_tensors(model: Any) -> dict[str, np.ndarray]:
+    """The adapter's tensors by PEFT's names (``[rank, in]`` A, ``[out, rank]`` B, the new
+    head's weights), float32 numpy."""
+    family, _config, task = _hub(model)
+    modules = linear_modules(model)
+    out: dict[str, np.ndarray] = {}
+    for name in model.hub_lora_modules:
+        _, _, layer = _module(model, modules[name][0])
+        a = np.asarray(jax.device_get(layer.lora_a[...]), np.float32)
+        b = np.asarray(jax.device_get(layer.lora_b[...]), np.float32)
+        out[f"{PREFIX}{name}.lora_A.weight"] = np.ascontiguousarray(a.T)
+        out[f"{PREFIX}{name}.lora_B.weight"] = np.ascontiguousarray(b.T)
+    for rule in _head_rules(model):
+        value = np.asarray(jax.device_get(variables(model)[rule.path].get_value()))
+        name = _peft_module(family, task, rule.hf)
+        out[PREFIX + name] = np.ascontiguousarray(rule.transform.to_hf(value))
+    return out
+
+
+def _head_rules(model: Any) -> list[Rule]:
+    family, config, task = _hub(model)
+    heads = model.hub_modules_to_save
+    return [r for r in family.rules(config, task) if r.hf.rsplit(".", 1)[0] in heads]
+
+
+def save_adapter(model: Any, folder: str | os.PathLike, *,
+                 base_model_name_or_path: str | None = None) -> Path:  # fmt: skip
+    """Write ``model``'s adapters as a PEFT folder (``adapter_config.json``,
+    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads."""
+    if not has_lora(model):
+        raise ValueError("the model has no LoRA adapters (from_pretrained(..., lora=LoRA()))")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / WEIGHTS, adapter_tensors(model), metadata={"format": "pt"})
+    config = adapter_config(model, base_model_name_or_path)
+    atomic_write(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_adapter(name_or_path: str | os.PathLike,
+                 revision: str | None = None) -> tuple[Path, dict[str, Any], LoRA]:  # fmt: skip
+    """An adapter folder (or Hub id), its ``adapter_config.json`` and the :class:`LoRA` it
+    describes; refuses what jaxfeed cannot follow, naming the file and the setting."""
+    folder = resolve(name_or_path, revision).folder
+    path = folder / CONFIG
+    if not path.is_file():
+        raise CheckpointError(f"{folder} has no {CONFIG}: not a PEFT adapter folder")
+    config = read_json(path, "PEFT adapter config")
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        raise CheckpointError(f"{path}: peft_type {config.get('peft_type')!r} is not LORA")
+    for key, fine in UNSUPPORTED.items():
+        if config.get(key, fine) not in (fine, None, {}, False):
+            raise CheckpointError(f"{path}: {key}={config[key]!r} is not supported")
+    if not (folder / WEIGHTS).is_file():
+        pickled = sorted(p.name for p in folder.glob("*.bin"))
+        what = f"only pickled weights ({', '.join(pickled)}), which jaxfeed never unpickles" if (
+            pickled) else "no weights"  # fmt: skip
+        raise CheckpointError(f"{folder} has {what}: expected {WEIGHTS}")
+    targets = config.get("target_modules")
+    try:
+        lora = LoRA(int(config.get("r", 8)), float(config.get("lora_alpha", 8)),
+                    None, float(config.get("lora_dropout") or 0.0))  # fmt: skip
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: {err}") from None
+    if not targets or not isinstance(targets, str | list):
+        raise CheckpointError(f"{path}: target_modules must be module names, got {targets!r}")
+    return folder, config, lora
+
+
+def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str | None = None,
+                 revision: str | None = None, seed: int = 0, newly_initialised: list[str] = (),
+                 fill: Any = None) -> Any:  # fmt: skip
+    """Put the PEFT adapter at ``name_or_path`` onto ``model`` (from ``from_pretrained``);
+    refuses an adapter with missing or extra tensors, or tensors of another shape (an adapter
+    for another base model, rank or target set), naming the tensor and the file."""
+    folder, config, lora = read_adapter(name_or_path, revision)
+    targets = config["target_modules"]
+    modules = linear_modules(model)
+    wanted = targets if isinstance(targets, str) else tuple(targets)
+    chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]
+    base = config.get("base_model_name_or_path")
+    if not chosen:
+        raise CheckpointError(
+            f"{folder / CONFIG}: target_modules {targets!r} match no layer of this "
+            f"{model.hub_config.get('model_type')} model (the adapter was made for {base!r})"
+        )
+    names = tuple(sorted({n.rsplit(".", 1)[-1] for n in chosen}))
+    saved = list(config.get("modules_to_save") or ())
+    add_lora(model, LoRA(lora.rank, lora.alpha, names, lora.dropout), quantize=quantize,
+             seed=seed, newly_initialised=list(newly_initialised), fill=fill)  # fmt: skip
+    _fill(model, Weights(folder), folder / WEIGHTS, base, saved)
+    return model
+
+
+def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str]) -> None:
+    """Set the adapters (and saved head) from ``weights``; every tensor used exactly once."""
+    family, config, task = _hub(model)
+    modules = linear_modules(model)
+    expected: dict[str, tuple[Any, str, Any]] = {}
+    for name in model.hub_lora_modules:
+        _, _, layer = _module(model, modules[name][0])
+        expected[f"{PREFIX}{name}.lora_A.weight"] = (layer.lora_a, "T", None)
+        expected[f"{PREFIX}{name}.lora_B.weight"] = (layer.lora_b, "T", None)
+    model_vars = variables(model)
+    for rule in family.rules(config, task):
+        module = rule.hf.rsplit(".", 1)[0]
+        if saved and any(matches(module, (s,)) for s in saved):
+            expected[PREFIX + _peft_module(family, task, rule.hf)] = (
+                model_vars[rule.path],
+                "rule",
+                rule.transform,
+            )
+    heads = {n[len(PREFIX) :].rsplit(".", 1)[0] for n, e in expected.items() if e[1] == "rule"}
+    model.hub_modules_to_save = tuple(sorted(heads | set(model.hub_modules_to_save)))
+    model.trainable_with_lora = tuple(sorted(
+        {e[2] for e in _saved_paths(family, config, task, heads)} | set(model.trainable_with_lora)
+    ))  # fmt: skip
+    model_type = str(config.get("model_type"))
+    by_name = {_normalised(model_type, n): n for n in weights.names()}
+    present = set(by_name)
+    missing = sorted(set(expected) - present)
+    extra = sorted(present - set(expected))
+    made_for = f" (made for {base!r})" if base else ""
+    if missing or extra:
+        parts = [f"missing {', '.join(missing[:3])}" if missing else "",
+                 f"extra {', '.join(extra[:3])}" if extra else ""]  # fmt: skip
+        raise CheckpointError(
+            f"{file}{made_for} does not fit this model: {'; '.join(p for p in parts if p)}"
+        )
+    for name, (var, how, transform) in expected.items():
+        host = np.asarray(weights.get(by_name[name]))
+        value = host.T if how == "T" else transform.to_jax(host)
+        want = tuple(var.get_value().shape)
+        if tuple(value.shape) != want:
+            raise CheckpointError(
+                f"{file}{made_for}: tensor {name!r} has shape {list(host.shape)}, this model's "
+                f"layer needs {list(want if how != 'T' else want[::-1])} (another base model or "
+                "rank)"
+            )
+        old = var.get_value()
+        var.set_value(jax.device_put(value.astype(old.dtype), old.sharding))
+
+
+def _saved_paths(family: Any, config: dict, task: str, heads: set[str]) -> list[tuple]:
+    return [(r.hf, r.transform, r.path) for r in family.rules(config, task)
+            if _peft_module(family, task, r.hf).rsplit(".", 1)[0] in heads]  # fmt: skip
+
+
+def merged(model: Any) -> Any:
+    """A copy of ``model`` with each adapted (or int8) layer merged back into a plain linear
+    layer, ``W + A B * alpha / rank`` (PEFT's ``merge_and_unload``); the copy keeps the hub
+    attributes but no ``hub_lora``."""
+    out = nnx.clone(model)
+    for path, _, _ in linear_modules(out).values():
+        parent, attr, node = _module(out, path)
+        if isinstance(node, LoRALinear):
+            layer = merge(node)
+            if isinstance(attr, int):
+                parent[attr] = layer
+            else:
+                setattr(parent, attr, layer)
+    out.hub_lora = None
+    return out
+
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "adapter_config",
+    "adapter_tensors",
+    "add_lora",
+    "has_lora",
+    "linear_modules",
+    "load_adapter",
+    "matches",
+    "merged",
+    "read_adapter",
+    "save_adapter",
+]
