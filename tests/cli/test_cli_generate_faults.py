@@ -3,6 +3,7 @@ not UTF-8 is one line naming it (exit 2), and Ctrl-C at any moment ends it with 
 lost interrupt (exit 0 after "Exception ignored"), a wrapped one (exit 1) or a crash (139)."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,3 +56,29 @@ def test_ctrl_c_always_ends_with_130(lm_folder):
         err = err.decode("utf-8", "replace")
         assert proc.returncode == 130, f"after {delay} s: exit {proc.returncode}: {err[-2000:]}"
         assert err.strip().splitlines()[-1] == "jaxfeed generate: interrupted", err[-2000:]
+
+
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+def test_a_chat_template_that_never_ends_is_refused_or_stopped_by_ctrl_c(lm_folder, tmp_path):
+    from models.hub.chat_templates import checkpoint
+
+    folder = tmp_path / "loops"
+    shutil.copytree(lm_folder, folder)
+    checkpoint(folder, LOOPS)
+    start = time.monotonic()
+    done = subprocess.run(command(str(folder), "t5", "--chat"), capture_output=True, text=True,
+                          env=ENV, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"the chat template of {folder} took more than 10 s to render" in done.stderr
+    assert time.monotonic() - start < 60
+    proc = subprocess.Popen(command(str(folder), "t5", "--chat"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    time.sleep(6)  # rendering by now (the import takes a few seconds)
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "jaxfeed generate: interrupted"
+    assert time.monotonic() - start < 5
