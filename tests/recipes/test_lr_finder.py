@@ -36,3 +36,13 @@ def test_lr_auto_runs_the_range_test_and_records_it(capsys, tmp_path):
     assert f"lr {curve['lr']:g}" in said  # the model line shows the chosen rate
     status, _, err = run_main(capsys, "train", "--lr", "fast")
     assert status == 2 and "lr must be a number or auto, got 'fast'" in err
+
+
+def test_a_flat_curve_has_no_slope_and_the_smoothing_starts_at_the_first_loss():
+    rng = np.random.default_rng(0)
+    flat = [*(0.69 + 0.01 * rng.normal(size=80)), 0.8, 1.5, 9.0]  # noise, then it runs away
+    falling = [2.0 * 0.97**i for i in range(80)]
+    assert lr_finder.drop(flat) < lr_finder.MIN_DROP <= lr_finder.drop(falling)
+    # the moving average starts from the first loss, not ten times it (a bias correction of an
+    # average that did not start at 0 put the early steps far above the rest)
+    assert abs(lr_finder._smoothed([0.7, 0.7, 0.7], 0.9)[0] - 0.7) < 1e-9
