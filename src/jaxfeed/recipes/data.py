@@ -327,17 +327,46 @@ def choose_splits(
             f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
             "a validation split from"
         )
+    column, counts = stratify, None
     if stratify is not None:
         counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))
         stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
     parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     how = "stratified by class" if stratify else "at random"
+    if column is not None and stratify is None:
+        how += " (too few rows of some class to stratify)"
     why = "the model is selected on it" + (f", {test_name} is held out" if test_name else "")
+    held = parts["test"].num_rows
+    share = "" if held <= 1.5 * fraction * train.num_rows else f" of {train.num_rows:,}, rounded up"
     note = (
-        f"validation split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
+        f"validation split: {fraction:g} of {split_train} ({held:,} rows{share}, {how}, "
         f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
+    if counts is not None and column is not None:
+        note += _missing_classes(counts, parts["train"], column)
     return Splits(parts["train"], parts["test"], "validation", note, test, test_name)
+
+
+def _missing_classes(counts: np.ndarray, train: Dataset, column: str) -> str:
+    """A warning for the split's note when the train part lacks classes the data has (they
+    went to validation whole): the model is never shown them.
+
+    >>> _missing_classes(np.array([1, 1]), Dataset.from_dict({"y": [0]}), "y")[:72]
+    '; warning: the train part holds 1 of the 2 classes (1 only in validation'
+    """
+    kept = np.bincount(np.asarray(train.with_format("numpy")[column]).astype(np.int64),
+                       minlength=len(counts))  # fmt: skip
+    missing = [int(i) for i in np.flatnonzero(counts > 0) if kept[i] == 0]
+    if not missing:
+        return ""
+    feature = train.features.get(column)
+    names = feature.names if isinstance(feature, ClassLabel) else None
+    shown = ", ".join(repr(names[i]) if names and i < len(names) else str(i) for i in missing[:5])
+    return (
+        f"; warning: the train part holds {int((kept > 0).sum())} of the {int((counts > 0).sum())} "
+        f"classes ({shown}{', ...' if len(missing) > 5 else ''} only in validation): the model "
+        "never sees them; give more rows, or --val-split 0 to train on all of them"
+    )
 
 
 # ---------------------------------------------------------------------------------- columns

@@ -134,7 +134,8 @@ def _say_setup(run: Run) -> None:
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
     run.say(
-        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs, batch "
+        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs"
+        f"{'' if config.max_steps is None else f' (at most {config.max_steps} steps)'}, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
         f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {run.out}"
     )

@@ -1,0 +1,37 @@
+"""``jaxfeed train`` on tables in its own process: the budget line counts ``--max-steps``; a
+table too small to split well says what the split and the budget did (a validation row rounded
+up, a class only in validation, a batch of half the rows)."""
+
+import numpy as np
+
+from cli_helpers import jaxfeed
+
+
+def line_of(stdout: str, start: str) -> str:
+    return next(s for s in stdout.splitlines() if s.startswith(start))
+
+
+def test_the_budget_counts_max_steps_and_a_tiny_table_says_what_it_did(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(189, 2))  # 170 train rows: 17 batches of 10
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,label\n" + "".join(f"{a:.3f},{b:.3f},{int(a + b > 0)}\n" for a, b in x))
+    done = jaxfeed("train", "--data", str(table), "--epochs", "10", "--max-steps", "20",
+                   "--batch-size", "10", "--out", str(tmp_path / "run"), timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    budget = line_of(done.stdout, "budget: ")
+    assert "20 steps (--max-steps, given; the 10 epochs given would make 170)" in budget, budget
+    assert "10 epochs = 170 steps (given)" not in budget
+    assert "10 epochs (at most 20 steps), batch 10" in line_of(done.stdout, "model ")
+    two = tmp_path / "two.csv"
+    two.write_text("a,b,label\n1.0,2.0,x\n3.0,4.0,y\n")
+    done = jaxfeed("train", "--data", str(two), "--epochs", "1", "--out", str(tmp_path / "two"),
+                   timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    split = line_of(done.stdout, "validation split: ")
+    assert "(1 rows of 2, rounded up, at random (too few rows of some class to stratify)" in split
+    assert "warning: the train part holds 1 of the 2 classes (" in split, split
+    assert "--val-split 0 to train on all of them" in split
+    budget = line_of(done.stdout, "budget: ")
+    assert "batch 1 (half the rows: a tiny set)" in budget, budget
+    assert "warning: 1 train rows are too few to learn much from" in budget
