@@ -265,6 +265,19 @@ class Splits:
     note: str | None = None
     test: Dataset | None = None
     test_name: str | None = None
+    # the row of the data (as read, counting from 0) of each row of ``train``, when a validation
+    # split was carved from it (None: the train split is the data's, in its order)
+    train_rows: np.ndarray | None = None
+
+    def data_row(self, row: int) -> str:
+        """Where row ``row`` of ``train`` is in the data: what an error names.
+
+        >>> Splits(None, None, None, train_rows=np.array([4, 0, 2])).data_row(0)
+        'row 4 of the data (counting from 0, in its files)'
+        """
+        if self.train_rows is not None:
+            row = int(self.train_rows[row])
+        return f"row {row} of the data (counting from 0, in its files)"
 
 
 TEST_SPLIT = "test"
@@ -344,7 +357,26 @@ def choose_splits(
     )
     if counts is not None and column is not None:
         note += _missing_classes(counts, parts["train"], column)
-    return Splits(parts["train"], parts["test"], "validation", note, test, test_name)
+    rows = _train_rows(train, fraction, seed, stratify)
+    return Splits(parts["train"], parts["test"], "validation", note, test, test_name, rows)
+
+
+def _train_rows(train: Dataset, fraction: float, seed: int, stratify: str | None) -> np.ndarray:
+    """The rows of ``train`` that its split's train part holds, in that part's order: the same
+    split made on the row numbers alone (and the class column it is stratified by).
+
+    >>> ds = Dataset.from_dict({"y": list(range(10))})
+    >>> list(_train_rows(ds, 0.2, 0, None)) == ds.train_test_split(0.2, seed=0)["train"]["y"]
+    True
+    """
+    columns: dict[str, Any] = {"row": np.arange(train.num_rows)}
+    features: dict[str, Any] = {"row": Value("int64")}
+    if stratify is not None:
+        columns[stratify] = np.asarray(train.with_format("numpy")[stratify])
+        features[stratify] = train.features[stratify]
+    numbered = Dataset.from_dict(columns, features=Features(features))
+    part = numbered.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
+    return np.asarray(part["train"].with_format("numpy")["row"])
 
 
 def _missing_classes(counts: np.ndarray, train: Dataset, column: str) -> str:
