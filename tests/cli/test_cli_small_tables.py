@@ -40,14 +40,16 @@ def test_the_budget_counts_max_steps_and_a_tiny_table_says_what_it_did(tmp_path)
 def test_a_cell_of_inf_or_past_float32_is_named_by_its_row_in_the_file(tmp_path):
     rng = np.random.default_rng(0)
     rows = [f"{a:.3f},{b:.3f},{int(a + b > 0)}" for a, b in rng.normal(size=(40, 2))]
-    cases = {
-        "inf": "input column 'a' is empty or not finite at row 7 of the data (counting from 0",
-        "1e308": "input column 'a' holds 1e+308 at row 7 of the data (counting from 0, in its "
-        "files), beyond the float32 range",
-    }
-    for value, message in cases.items():
+    cases = [  # row 7 lands in the train part, row 2 in the validation split (seed 0)
+        (7, "inf", "input column 'a' is empty or not finite at row 7 of the data (counting from 0"),
+        (7, "1e308", "input column 'a' holds 1e+308 at row 7 of the data (counting from 0, in its "
+         "files), beyond the float32 range"),
+        (2, "-inf", "input column 'a' is empty or not finite at row 2 of the data (counting from 0"),
+    ]  # fmt: skip
+    for row, value, message in cases:
         table = tmp_path / f"{value}.csv"
-        bad = [*rows[:7], f"{value},0.5,1", *rows[8:]]
+        bad = list(rows)
+        bad[row] = f"{value}," + rows[row].split(",", 1)[1]
         table.write_text("a,b,label\n" + "\n".join(bad) + "\n")
         done = jaxfeed("train", "--data", str(table), "--out", str(tmp_path / value), timeout=600)
         assert done.returncode == 2, done.stderr

@@ -268,15 +268,20 @@ class Splits:
     # the row of the data (as read, counting from 0) of each row of ``train``, when a validation
     # split was carved from it (None: the train split is the data's, in its order)
     train_rows: np.ndarray | None = None
+    eval_rows: np.ndarray | None = None  # the same for ``eval``, when carved from the data
 
-    def data_row(self, row: int) -> str:
-        """Where row ``row`` of ``train`` is in the data: what an error names.
+    def data_row(self, row: int, part: str = "train") -> str:
+        """Where row ``row`` of ``train`` (``part="eval"``: of ``eval``) is in the data: what
+        an error names.
 
         >>> Splits(None, None, None, train_rows=np.array([4, 0, 2])).data_row(0)
         'row 4 of the data (counting from 0, in its files)'
         """
-        if self.train_rows is not None:
-            row = int(self.train_rows[row])
+        rows = self.train_rows if part == "train" else self.eval_rows
+        if rows is not None:
+            row = int(rows[row])
+        elif part != "train":
+            return f"row {row} of the {self.eval_name} split (counting from 0)"
         return f"row {row} of the data (counting from 0, in its files)"
 
 
@@ -357,16 +362,17 @@ def choose_splits(
     )
     if counts is not None and column is not None:
         note += _missing_classes(counts, parts["train"], column)
-    rows = _train_rows(train, fraction, seed, stratify)
-    return Splits(parts["train"], parts["test"], "validation", note, test, test_name, rows)
+    rows = _part_rows(train, fraction, seed, stratify)
+    return Splits(parts["train"], parts["test"], "validation", note, test, test_name, *rows)
 
 
-def _train_rows(train: Dataset, fraction: float, seed: int, stratify: str | None) -> np.ndarray:
-    """The rows of ``train`` that its split's train part holds, in that part's order: the same
-    split made on the row numbers alone (and the class column it is stratified by).
+def _part_rows(train: Dataset, fraction: float, seed: int,
+               stratify: str | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The rows of ``train`` that its split's train and test parts hold, in those parts' order:
+    the same split made on the row numbers alone (and the class column it is stratified by).
 
     >>> ds = Dataset.from_dict({"y": list(range(10))})
-    >>> list(_train_rows(ds, 0.2, 0, None)) == ds.train_test_split(0.2, seed=0)["train"]["y"]
+    >>> list(_part_rows(ds, 0.2, 0, None)[0]) == ds.train_test_split(0.2, seed=0)["train"]["y"]
     True
     """
     columns: dict[str, Any] = {"row": np.arange(train.num_rows)}
@@ -376,7 +382,7 @@ def _train_rows(train: Dataset, fraction: float, seed: int, stratify: str | None
         features[stratify] = train.features[stratify]
     numbered = Dataset.from_dict(columns, features=Features(features))
     part = numbered.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
-    return np.asarray(part["train"].with_format("numpy")["row"])
+    return tuple(np.asarray(part[k].with_format("numpy")["row"]) for k in ("train", "test"))  # type: ignore[return-value]
 
 
 def _missing_classes(counts: np.ndarray, train: Dataset, column: str) -> str:

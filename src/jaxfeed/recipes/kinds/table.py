@@ -155,6 +155,40 @@ def _plan_column(name: str, column: Any, rows: int, options: TableOptions,
     )
 
 
+def check_cells(part: Dataset, prep: Preprocessing) -> None:
+    """The numeric input cells of another part (the validation split) held to the rules the
+    train part's were planned by: a :class:`CellError` naming the first one that is empty or
+    not finite (unless imputed) or past float32's range.
+
+    >>> prep, _ = plan_table(Dataset.from_dict({"x": [1.0, 2.0], "y": [0, 1]}), ["x"], "y",
+    ...                      "classification", TableOptions())
+    >>> check_cells(Dataset.from_dict({"x": [1.0, float("inf")]}), prep)
+    Traceback (most recent call last):
+    jaxfeed.recipes.kinds.table.CellError: input column 'x' is empty or not finite at row 1 of the train part: fill or drop such rows, or give --missing impute
+    """
+    categorical = set(prep.categories or {})
+    for name in prep.input_columns:
+        if name in categorical or name not in part.column_names:
+            continue
+        column = part.select_columns([name]).flatten_indices().data.column(name)
+        values = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+        bad = ~np.isfinite(values)
+        huge = np.flatnonzero(~bad & (np.abs(np.where(bad, 0.0, values)) > F32_MAX))
+        if len(huge):
+            raise CellError(
+                f"input column {name!r} holds {values[huge[0]]:g} at {{where}}, beyond the "
+                f"float32 range the model computes in (about ±{F32_MAX:.3g}): scale the column "
+                "(a log, a unit) or drop such rows",
+                int(huge[0]),
+            )
+        if bad.any() and not prep.impute:
+            raise CellError(
+                f"input column {name!r} is empty or not finite at {{where}}: fill or drop such "
+                "rows, or give --missing impute",
+                int(np.flatnonzero(bad)[0]),
+            )
+
+
 def plan_table(
     train: Dataset, inputs: list[str], label: str, task: str, options: TableOptions
 ) -> tuple[Preprocessing, list[str]]:
