@@ -86,3 +86,54 @@ def test_a_5mb_line_of_a_txt_corpus_is_tokenized_in_bounded_memory(tmp_path):
     assert rows == 2
     # whole, this line took about 900 MB more (a few hundred bytes per token); in pieces ~100 MB
     assert grown_mb < 300, f"tokenizing a 5 MB line grew the peak memory by {grown_mb} MB"
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
+def test_training_on_long_texts_in_pieces_learns_what_the_whole_texts_teach(monkeypatch, kind):
+    from jaxfeed.data.text import tokenizer as tokenizer_module
+
+    rng = np.random.default_rng(2)
+    spaces = [" ", "  ", "\n", " \t "]
+    long = "".join(f"{w}{spaces[i % 4]}" for i, w in enumerate(rng.choice(WORDS, size=3000)))
+    ds = Dataset.from_dict({"text": [long, "the cat", "fox jumps " * 300]})
+    size = 300 if kind == "bpe" else 60
+    whole = train_tokenizer(ds, "text", vocab_size=size, kind=kind).get_vocab()
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 200)
+    monkeypatch.setattr(tokenizer_module, "BATCH_CHARS", 1000)
+    batches = list(tokenizer_module._texts(ds, "text"))
+    assert len(batches) > 10 and max(sum(map(len, b)) for b in batches) < 1000 + 200
+    assert "".join(p for b in batches for p in b) == "".join(ds["text"])
+    pieces = train_tokenizer(ds, "text", vocab_size=size, kind=kind).get_vocab()
+    assert set(pieces) == set(whole)  # the same tokens (ids of tied merges may differ)
+
+
+_MEASURE_TRAINING = textwrap.dedent(
+    """
+    import resource, sys, numpy as np
+    from jaxfeed import Dataset
+    from jaxfeed.text import train_tokenizer
+    words = [f"w{i}" for i in range(300)]
+    rng = np.random.default_rng(0)
+    small = ["the cat sat"] * 100
+    train_tokenizer(Dataset.from_dict({"text": small}), "text", vocab_size=300, kind="bpe")
+    line = " ".join(rng.choice(words, 500_000))  # one 2.2 MB line
+    ds = Dataset.from_dict({"text": [*small, line]})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tok = train_tokenizer(ds, "text", vocab_size=1000, kind="bpe")
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((after - before) // 1024, len(line) // 2**20)
+    """
+)
+
+
+def test_a_long_line_trains_a_tokenizer_in_bounded_memory():
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURE_TRAINING], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grown_mb, line_mb = map(int, proc.stdout.split())
+    # whole, the trainer held ~130 bytes per character of the line (a 20 MB line: +2.6 GB); in
+    # pieces the growth is bounded by a batch of pieces, whatever the line's length
+    assert grown_mb < 25 * max(line_mb, 1), (
+        f"training on a {line_mb} MB line grew the peak by {grown_mb} MB"
+    )

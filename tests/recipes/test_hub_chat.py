@@ -1,9 +1,14 @@
 """``--chat``: a checkpoint's chat template rendered as ``transformers``' ``apply_chat_template``
 renders it (one user message, the generation prompt, the special tokens by name), in jinja2's
-sandbox; a checkpoint without one, and a template that fails to render, are one clear error."""
+sandbox; a checkpoint without one, and a template that fails to render, are one clear error, and
+so is one that passes a bound (its output, memory or time: rendered in a process of its own)."""
+
+import re
+import time
 
 import pytest
 
+from jaxfeed.recipes import hub_generate
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.hub_generate import TEMPLATE_FILE, chat_prompts, chat_template
 from models.hub.chat_templates import CHATML, LLAMA3, checkpoint
@@ -58,3 +63,34 @@ def test_no_template_and_templates_that_fail_are_one_clear_error(tmp_path):
         text = str(err.value)
         assert text.startswith(f"--chat: the chat template of {name} failed to render: "), text
         assert message in text and "\n" not in text, text
+
+
+BOUNDS = {  # a template that renders too much, allocates too much at once, or never ends
+    "long": ("{% for i in range(100000) %}{% for j in range(1000) %}x{% endfor %}{% endfor %}",
+             r"renders more than 1,000,000 characters for prompt 1"),
+    "repeat": ("{{ 'x' * 10**10 }}", "needs more than 1 GiB of memory to render"),
+    "ljust": ("{{ messages[0]['content'].ljust(10**10) }}", "needs more than 1 GiB of memory"),
+    "doubling": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+                 "needs more than 1 GiB of memory|took more than 1 s"),  # which first: the load
+    "loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+              r"took more than 1 s to render \(a loop that runs too long\?\)"),
+}  # fmt: skip
+
+
+def test_a_template_gets_bounded_time_memory_and_output(tmp_path, monkeypatch):
+    monkeypatch.setattr(hub_generate, "RENDER_SECONDS", 1.0)
+    for name, (template, message) in BOUNDS.items():
+        if name == "long":  # the first prompt renders within bounds: the second is named
+            template = "{% if messages[0]['content'] == 'b' %}" + template + "{% endif %}"
+        folder = checkpoint(tmp_path / name, template)
+        start = time.monotonic()
+        with pytest.raises(ConfigError) as err:
+            chat_prompts(folder, name, ["a", "b"])
+        text = str(err.value)
+        assert text.startswith(f"--chat: the chat template of {name} "), text
+        assert re.search(message, text) and "refused; fix the template or drop --chat" in text, text
+        assert time.monotonic() - start < 8, name
+    folder = checkpoint(tmp_path / "huge", "x" * (hub_generate.MAX_TEMPLATE_CHARS + 1))
+    with pytest.raises(ConfigError, match=r"chat template of huge has 1,048,577 characters, more"):
+        chat_prompts(folder, "huge", ["a"])

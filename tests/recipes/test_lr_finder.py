@@ -77,3 +77,13 @@ def test_the_run_trains_at_a_tenth_of_the_rate_of_the_curves_minimum():
     assert 1e-4 <= config.lr < 4e-4
     assert f"chosen {config.lr:g} (a tenth of it" in said[0]
     assert found["steps"] < lr_finder.STEPS  # the loss ran away past 1e-2: the test stopped
+
+
+def test_a_flat_curve_has_no_slope_and_the_smoothing_starts_at_the_first_loss():
+    rng = np.random.default_rng(0)
+    flat = [*(0.69 + 0.01 * rng.normal(size=80)), 0.8, 1.5, 9.0]  # noise, then it runs away
+    falling = [2.0 * 0.97**i for i in range(80)]
+    assert lr_finder.drop(flat) < lr_finder.MIN_DROP <= lr_finder.drop(falling)
+    # the moving average starts from the first loss, not ten times it (a bias correction of an
+    # average that did not start at 0 put the early steps far above the rest)
+    assert abs(lr_finder._smoothed([0.7, 0.7, 0.7], 0.9)[0] - 0.7) < 1e-9

@@ -407,9 +407,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _report(args.command, err)
     except Exception as err:
+        if _interrupted(err):  # Ctrl-C that Python wrapped (in a class's __set_name__, ...)
+            if entry:
+                _stopping()
+            print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
+            return 130
         if args.debug:
             raise
         return _report(args.command, err)
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` was caused by a Ctrl-C: Python 3.11 turns a ``KeyboardInterrupt`` raised
+    while a class is built (in ``__set_name__``, as a dataclass field's) into a
+    ``RuntimeError`` whose cause it is.
+
+    >>> try:
+    ...     raise RuntimeError("Error calling __set_name__") from KeyboardInterrupt()
+    ... except RuntimeError as err:
+    ...     _interrupted(err), _interrupted(ValueError())
+    (True, False)
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _report(command: str, err: BaseException) -> int:

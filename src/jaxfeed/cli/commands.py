@@ -151,6 +151,17 @@ def _flat(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate(args: argparse.Namespace) -> int:
+    """``jaxfeed generate``: Ctrl-C is raised only at a safe point (never inside JAX's garbage
+    collection callback, where it was dropped, or a teardown, where it could crash the exit)."""
+    with safe_interrupts(ignore_after=getattr(args, "entry", False)):
+        return _generate(args)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    for i, prompt in enumerate(args.prompts):
+        _check_utf8(prompt, f"PROMPT {i + 1}")
+    for text in args.stop or []:
+        _check_utf8(text, "--stop")
     from jaxfeed.recipes.hub_generate import generate_pretrained, is_pretrained  # import cost
     from jaxfeed.recipes.text_serve import generate as run_generate  # import cost: JAX, pyarrow
 
@@ -175,6 +186,27 @@ def generate(args: argparse.Namespace) -> int:
             # the prompt, continued; --chat: the reply alone
             print(continuation if args.chat else prompt + continuation, flush=True)
     return 0
+
+
+def _check_utf8(text: str, name: str) -> None:
+    """Refuse an argument that is not UTF-8: Python keeps such bytes as lone surrogates, which
+    no tokenizer encodes.
+
+    >>> try:
+    ...     _check_utf8("t5 \\udcff", "PROMPT 1")
+    ... except ConfigError as err:
+    ...     print(str(err)[:54])
+    PROMPT 1 is not UTF-8 text (byte 0xff at character 3):
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise ConfigError(
+            f"{name} is not UTF-8 text ({shown} at character {err.start}): give it in UTF-8 "
+            "(iconv -t UTF-8 converts it)"
+        ) from None
 
 
 def export(args: argparse.Namespace) -> int:

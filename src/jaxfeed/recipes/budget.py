@@ -81,10 +81,14 @@ class Budget:
     patience: int | None
     momentum: float | None
     chosen: list[str]  # the options the data chose (the others were given)
+    max_steps: int | None = None  # --max-steps: the run ends there if its epochs go further
+    epochs_given: bool = True  # False: --max-steps alone set the epochs (enough to reach it)
 
     @property
     def steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
+        """The optimizer steps the run makes at most: its epochs', cut at ``max_steps``."""
+        total = self.epochs * self.steps_per_epoch
+        return total if self.max_steps is None else min(total, self.max_steps)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "steps": self.steps}
@@ -97,6 +101,8 @@ class Budget:
             if "batch_size" not in self.chosen
             else f"at most {MAX_AUTO_BATCH}"
             if self.batch_size == MAX_AUTO_BATCH and self.rows > 10 * MAX_AUTO_BATCH
+            else "half the rows: a tiny set"
+            if self.rows < 2 * MIN_AUTO_BATCH
             else "about a tenth of the rows"
         )
         parts.append(f"batch {self.batch_size} ({given})")
@@ -108,7 +114,7 @@ class Budget:
             )
             parts.append(f"at most {self.epochs} epochs = {self.steps} steps ({why})")
         else:
-            parts.append(f"{self.epochs} epochs = {self.steps} steps (given)")
+            parts.append(self._length())
         if self.patience is not None:
             watched = monitor.removeprefix("eval_").replace("_", " ")
             how = "" if "patience" in self.chosen else " (given)"
@@ -120,7 +126,33 @@ class Budget:
             parts.append(
                 f"BatchNorm momentum {self.momentum:.3g} (its statistics settle within an epoch)"
             )
-        return f"budget: {self.rows:,} train {unit}: " + ", ".join(parts)
+        line = f"budget: {self.rows:,} train {unit}: " + ", ".join(parts)
+        if self.rows < 2 * MIN_AUTO_BATCH:
+            line += f" (warning: {self.rows} train {unit} are too few to learn much from)"
+        return line
+
+    def _length(self) -> str:
+        """The run's length when options gave it: ``--epochs``, ``--max-steps`` or both.
+
+        >>> Budget(170, 10, 10, 17, None, None, [], max_steps=20)._length()
+        '20 steps (--max-steps, given; the 10 epochs given would make 170)'
+        >>> Budget(170, 10, 10, 17, None, None, [], max_steps=25, epochs_given=False)._length()
+        '25 steps (--max-steps, given) = 1.47 epochs'
+        >>> Budget(170, 10, 10, 17, None, None, [], max_steps=500)._length()
+        '10 epochs = 170 steps (given; --max-steps 500 is not reached)'
+        """
+        total = self.epochs * self.steps_per_epoch
+        if self.max_steps is None:
+            return f"{self.epochs} epochs = {total} steps (given)"
+        if not self.epochs_given and self.max_steps <= total:  # --max-steps alone
+            epochs = self.max_steps / self.steps_per_epoch
+            return f"{self.max_steps} steps (--max-steps, given) = {epochs:.3g} epochs"
+        if self.max_steps < total:
+            return (
+                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs given "
+                f"would make {total})"
+            )
+        return f"{self.epochs} epochs = {total} steps (given; --max-steps {self.max_steps} is not reached)"
 
 
 def auto_batch(config: Any, rows: int, devices: int = 1) -> Any:
@@ -164,7 +196,8 @@ def resolve(
     changes: dict[str, Any] = {"epochs": epochs, "patience": patience}
     if momentum is not None:
         changes["model"] = {"class_path": name, "init_args": {**args, "momentum": momentum}}
-    budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen)
+    budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen,
+                    config.max_steps, config.epochs is not None)  # fmt: skip
     return dataclasses.replace(config, **changes), budget
 
 

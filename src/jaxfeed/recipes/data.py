@@ -265,6 +265,24 @@ class Splits:
     note: str | None = None
     test: Dataset | None = None
     test_name: str | None = None
+    # the row of the data (as read, counting from 0) of each row of ``train``, when a validation
+    # split was carved from it (None: the train split is the data's, in its order)
+    train_rows: np.ndarray | None = None
+    eval_rows: np.ndarray | None = None  # the same for ``eval``, when carved from the data
+
+    def data_row(self, row: int, part: str = "train") -> str:
+        """Where row ``row`` of ``train`` (``part="eval"``: of ``eval``) is in the data: what
+        an error names.
+
+        >>> Splits(None, None, None, train_rows=np.array([4, 0, 2])).data_row(0)
+        'row 4 of the data (counting from 0, in its files)'
+        """
+        rows = self.train_rows if part == "train" else self.eval_rows
+        if rows is not None:
+            row = int(rows[row])
+        elif part != "train":
+            return f"row {row} of the {self.eval_name} split (counting from 0)"
+        return f"row {row} of the data (counting from 0, in its files)"
 
 
 TEST_SPLIT = "test"
@@ -327,17 +345,66 @@ def choose_splits(
             f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
             "a validation split from"
         )
+    column, counts = stratify, None
     if stratify is not None:
         counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))
         stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
     parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     how = "stratified by class" if stratify else "at random"
+    if column is not None and stratify is None:
+        how += " (too few rows of some class to stratify)"
     why = "the model is selected on it" + (f", {test_name} is held out" if test_name else "")
+    held = parts["test"].num_rows
+    share = "" if held <= 1.5 * fraction * train.num_rows else f" of {train.num_rows:,}, rounded up"
     note = (
-        f"validation split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
+        f"validation split: {fraction:g} of {split_train} ({held:,} rows{share}, {how}, "
         f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
-    return Splits(parts["train"], parts["test"], "validation", note, test, test_name)
+    if counts is not None and column is not None:
+        note += _missing_classes(counts, parts["train"], column)
+    rows = _part_rows(train, fraction, seed, stratify)
+    return Splits(parts["train"], parts["test"], "validation", note, test, test_name, *rows)
+
+
+def _part_rows(train: Dataset, fraction: float, seed: int,
+               stratify: str | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The rows of ``train`` that its split's train and test parts hold, in those parts' order:
+    the same split made on the row numbers alone (and the class column it is stratified by).
+
+    >>> ds = Dataset.from_dict({"y": list(range(10))})
+    >>> list(_part_rows(ds, 0.2, 0, None)[0]) == ds.train_test_split(0.2, seed=0)["train"]["y"]
+    True
+    """
+    columns: dict[str, Any] = {"row": np.arange(train.num_rows)}
+    features: dict[str, Any] = {"row": Value("int64")}
+    if stratify is not None:
+        columns[stratify] = np.asarray(train.with_format("numpy")[stratify])
+        features[stratify] = train.features[stratify]
+    numbered = Dataset.from_dict(columns, features=Features(features))
+    part = numbered.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
+    return tuple(np.asarray(part[k].with_format("numpy")["row"]) for k in ("train", "test"))  # type: ignore[return-value]
+
+
+def _missing_classes(counts: np.ndarray, train: Dataset, column: str) -> str:
+    """A warning for the split's note when the train part lacks classes the data has (they
+    went to validation whole): the model is never shown them.
+
+    >>> _missing_classes(np.array([1, 1]), Dataset.from_dict({"y": [0]}), "y")[:72]
+    '; warning: the train part holds 1 of the 2 classes (1 only in validation'
+    """
+    kept = np.bincount(np.asarray(train.with_format("numpy")[column]).astype(np.int64),
+                       minlength=len(counts))  # fmt: skip
+    missing = [int(i) for i in np.flatnonzero(counts > 0) if kept[i] == 0]
+    if not missing:
+        return ""
+    feature = train.features.get(column)
+    names = feature.names if isinstance(feature, ClassLabel) else None
+    shown = ", ".join(repr(names[i]) if names and i < len(names) else str(i) for i in missing[:5])
+    return (
+        f"; warning: the train part holds {int((kept > 0).sum())} of the {int((counts > 0).sum())} "
+        f"classes ({shown}{', ...' if len(missing) > 5 else ''} only in validation): the model "
+        "never sees them; give more rows, or --val-split 0 to train on all of them"
+    )
 
 
 # ---------------------------------------------------------------------------------- columns

@@ -136,10 +136,19 @@ def fine_tune_defaults(config: RunConfig, steps_per_epoch: int) -> tuple[RunConf
         warmup = max(1, int(WARMUP_SHARE * total) // config.grad_accum)
         config = dataclasses.replace(config, warmup_steps=warmup)
     return config, (
-        f"fine-tuning: --lr {config.lr:g}, --epochs {config.epochs}, --warmup-steps "
+        f"fine-tuning: --lr {_rate(config.lr)}, --epochs {config.epochs}, --warmup-steps "
         f"{config.warmup_steps} (defaults for a pretrained model: --lr {FINE_TUNE['lr']:g}, "
         f"--epochs {FINE_TUNE['epochs']}, warmup over {WARMUP_SHARE:.0%} of the steps)"
     )
+
+
+def _rate(lr: float | str) -> str:
+    """``--lr`` as the fine-tuning line shows it.
+
+    >>> _rate(5e-05), _rate("auto")
+    ('5e-05', 'auto (a range test picks it)')
+    """
+    return "auto (a range test picks it)" if lr == "auto" else f"{lr:g}"
 
 
 # ---------------------------------------------------------------------------------- language models

@@ -8,7 +8,8 @@ template (``chat_template.jinja``, else ``chat_template`` in ``tokenizer_config.
 template, read as text and rendered in jinja2's immutable sandbox as ``transformers``'
 ``apply_chat_template`` renders it: ``messages=[{"role": "user", "content": PROMPT}]``,
 ``add_generation_prompt=True``, the special tokens by name) and continues the rendered text.
-A checkpoint that names no end-of-sequence token is refused with ``--chat`` unless ``--stop``
+It renders in a process of its own with bounds on its output, memory and time
+(:mod:`jaxfeed.recipes.chat_sandbox`). A checkpoint that names no end-of-sequence token is refused with ``--chat`` unless ``--stop``
 is given (:func:`check_reply_ends`): nothing would end the reply.
 
 >>> render_chat("{{ bos_token }}[{{ messages[0]['content'] }}]{% if add_generation_prompt %}>"
@@ -19,19 +20,21 @@ is given (:func:`check_reply_ends`): nothing would end the reply.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from jaxfeed.recipes import chat_sandbox
+from jaxfeed.recipes.chat_sandbox import MAX_CHARS, MEMORY_BYTES
 from jaxfeed.recipes.config import ConfigError
 
 TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                   "mask_token")  # fmt: skip
-# what a template may raise while it renders (raise_exception, a bad filter argument...)
-RENDER_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError,
-                 RecursionError)  # fmt: skip
+RENDER_SECONDS = 10.0  # the longest a chat template may take to render
+MAX_TEMPLATE_CHARS = 1 << 20  # a chat template's own size (real ones are a few KB)
 
 
 JINJA_FLOOR = (3, 1, 6)
@@ -92,18 +95,60 @@ def chat_template(folder: str | Path, name: str) -> tuple[str, dict[str, str]]:
             f"--chat: {name} has no chat template (no chat_template in its {TOKENIZER_CONFIG}, "
             f"no {TEMPLATE_FILE}); drop --chat to continue the prompt as plain text"
         )
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise ConfigError(
+            f"--chat: the chat template of {name} has {len(template):,} characters, more than "
+            f"{MAX_TEMPLATE_CHARS:,}: refused; drop --chat to continue the prompt as plain text"
+        )
     specials = {k: t for k in SPECIAL_TOKENS if (t := _token(settings.get(k))) is not None}
     return template, specials
 
 
 def render_chat(template: str, specials: dict[str, str], prompt: str, name: str) -> str:
-    """``template`` rendered for one user message ``prompt`` with the generation prompt, in
-    jinja2's immutable sandbox (nothing in a template reaches Python beyond it); a template
-    that fails to render is a :class:`ConfigError` naming ``name``."""
+    """``template`` rendered for one user message ``prompt`` (:func:`render_chats`)."""
+    return render_chats(template, specials, [prompt], name)[0]
+
+
+def render_chats(template: str, specials: dict[str, str], prompts: list[str],
+                 name: str) -> list[str]:  # fmt: skip
+    """``template`` rendered for each user message in ``prompts`` with the generation prompt,
+    in jinja2's immutable sandbox (nothing in a template reaches Python beyond it), in a
+    process of its own (:mod:`jaxfeed.recipes.chat_sandbox`) with bounds: at most
+    :data:`~jaxfeed.recipes.chat_sandbox.MAX_CHARS` characters a prompt, 1 GiB of memory and
+    :data:`RENDER_SECONDS` seconds; Ctrl-C stops it. A template that fails to render or passes
+    a bound is a :class:`ConfigError` naming ``name``."""
+    _check_jinja()
+    request = {"template": template, "specials": specials, "prompts": list(prompts),
+               "max_chars": MAX_CHARS, "seconds": RENDER_SECONDS}  # fmt: skip
+    command = [sys.executable, "-P", str(Path(chat_sandbox.__file__))]
+    try:  # subprocess.run kills the child on a timeout and on Ctrl-C (KeyboardInterrupt)
+        done = subprocess.run(command, input=json.dumps(request).encode("utf-8"),
+                              capture_output=True, timeout=RENDER_SECONDS)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"--chat: the chat template of {name} took more than {RENDER_SECONDS:g} s to render "
+            "(a loop that runs too long?): refused; fix the template or drop --chat"
+        ) from None
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        answer = {"error": "crash", "message": "", "prompt": 0}
+    if "texts" in answer:
+        return answer["texts"]
+    what = {
+        "render": f"failed to render: {answer['message']}",
+        "size": f"renders more than {MAX_CHARS:,} characters for prompt {answer['prompt']}",
+        "memory": f"needs more than {MEMORY_BYTES >> 30} GiB of memory to render",
+    }.get(answer["error"], f"stopped its rendering process (exit {done.returncode})")
+    if answer["error"] != "render":
+        what += ": refused; fix the template or drop --chat"
+    raise ConfigError(f"--chat: the chat template of {name} {what}")
+
+
+def _check_jinja() -> None:
+    """jinja2 importable, and recent enough (earlier sandboxes have known escapes)."""
     try:
         import jinja2  # optional: the hub extra
-        import jinja2.ext  # optional: the hub extra
-        from jinja2.sandbox import ImmutableSandboxedEnvironment  # optional: the hub extra
     except ImportError:
         raise ConfigError(
             "--chat needs jinja2 (chat templates are Jinja), an optional part: "
@@ -114,43 +159,6 @@ def render_chat(template: str, specials: dict[str, str], prompt: str, name: str)
             f"--chat needs jinja2 >= 3.1.6 (earlier sandboxes have known escapes; this is "
             f"{jinja2.__version__}): pip install -U 'jaxfeed[hub]'"
         )
-
-    class Generation(jinja2.ext.Extension):  # {% generation %}...{% endgeneration %}: as is
-        tags = frozenset({"generation"})
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_keep"), [], [], body).set_lineno(
-                lineno
-            )
-
-        def _keep(self, caller: Any) -> str:
-            return caller()
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:  # fmt: skip
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)  # fmt: skip
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(str(fmt))
-    try:
-        return env.from_string(template).render(
-            messages=[{"role": "user", "content": prompt}], tools=None, documents=None,
-            add_generation_prompt=True, **specials,
-        )  # fmt: skip
-    except (jinja2.TemplateError, *RENDER_ERRORS) as err:
-        raise ConfigError(
-            f"--chat: the chat template of {name} failed to render: {type(err).__name__}: {err}"
-        ) from None
 
 
 def check_reply_ends(model: Any, tokenizer: Any, stop: list[str] | None, name: str) -> None:
@@ -181,7 +189,7 @@ def check_reply_ends(model: Any, tokenizer: Any, stop: list[str] | None, name: s
 def chat_prompts(folder: str | Path, name: str, prompts: list[str]) -> list[str]:
     """Each prompt as one user message rendered by the checkpoint's chat template."""
     template, specials = chat_template(folder, name)
-    return [render_chat(template, specials, p, name) for p in prompts]
+    return render_chats(template, specials, prompts, name)
 
 
 def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int = 50,

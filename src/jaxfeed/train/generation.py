@@ -24,6 +24,8 @@ row has ended or is finished.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -265,6 +267,8 @@ def stop_strings(model: Any, stop: str | Sequence[str] | None = None) -> list[st
     stops = [stops] if isinstance(stops, str) else list(stops or [])
     if any(not isinstance(s, str) or not s for s in stops):
         raise ValueError(f"generate: stop must be non-empty strings, got {stops!r}")
+    for i, text in enumerate(stops):
+        check_text(text, f"stop string {i}")
     return stops
 
 
@@ -345,7 +349,7 @@ def generate_ids(
     rows = [list(map(int, ids)) for ids in prompts]
     if not rows:
         raise ValueError("generate: no prompts given")
-    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    _check_numbers(max_new_tokens, temperature, top_k, top_p, seed)
     for i, ids in enumerate(rows):
         if not ids:
             raise ValueError(f"generate: prompt {i} has no tokens")
@@ -356,19 +360,35 @@ def generate_ids(
                 finished)  # fmt: skip
 
 
-def _check_numbers(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any) -> None:
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or max_new_tokens < 1
-    ):
+def _check_numbers(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
+                   seed: Any = 0) -> None:  # fmt: skip
+    """The sampling settings, each refused by name unless of the right type and range (NaN and
+    infinities included: a NaN temperature would sample from NaN logits).
+
+    >>> _check_numbers(4, float("nan"), None, None)
+    Traceback (most recent call last):
+    ValueError: generate: temperature must be a finite number >= 0 (0: greedy), got nan
+    """
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
         raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0 < float(top_p) <= 1:
+    if top_p is not None and not (_is_real(top_p) and 0 < float(top_p) <= 1):
         raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
-    if float(temperature) < 0:
-        raise ValueError(f"generate: temperature must be >= 0 (0: greedy), got {temperature!r}")
+    if not (_is_real(temperature) and 0 <= float(temperature) < math.inf):
+        raise ValueError(
+            f"generate: temperature must be a finite number >= 0 (0: greedy), got {temperature!r}"
+        )
+    if not _is_int(seed) or not -(2**63) <= seed < 2**63:
+        raise ValueError(f"generate: seed must be an int (a 64-bit one), got {seed!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 STOP_CHUNK = 8  # with stop strings, the steps run between two checks of the decoded text
@@ -521,7 +541,7 @@ def generate(
     (2, True)
     """
     texts, single = _prompt_texts(prompts)
-    _check_numbers(max_new_tokens, temperature, top_k, top_p)
+    _check_numbers(max_new_tokens, temperature, top_k, top_p, seed)
     encoded = _encode_prompts(model, tokenizer, texts, add_special_tokens, max_new_tokens)
     eos = end_ids(model, tokenizer, eos_token_id)
     stops = stop_strings(model, stop)
@@ -552,7 +572,29 @@ def _prompt_texts(prompts: Any) -> tuple[list[str], bool]:
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"generate: prompt {i} is a {type(text).__name__}, expected a str")
+        check_text(text, f"prompt {i}")
     return texts, single
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse a text that is not Unicode a tokenizer can encode: one holding a lone surrogate,
+    which is what Python makes of bytes that are not UTF-8 (a command-line argument or a file
+    read with ``errors="surrogateescape"``), naming ``what`` and the byte.
+
+    >>> check_text("caf\\udce9", "prompt 0")
+    Traceback (most recent call last):
+    ValueError: generate: prompt 0 is not UTF-8 text (byte 0xe9 at character 3): give it as UTF-8
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        char = text[err.start]
+        code = ord(char)
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise ValueError(
+            f"generate: {what} is not UTF-8 text ({shown} at character {err.start}): give it as "
+            "UTF-8"
+        ) from None
 
 
 def _encode_prompts(

@@ -67,6 +67,22 @@ def test_bad_inputs(tmp_path):
         load_dataset(str(tmp_path / "bad.parquet"))
 
 
+def test_data_files_naming_a_folder_or_nothing_is_refused_by_name(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("hi\n")
+    for fmt in ("text", "csv"):
+        with pytest.raises(FileNotFoundError, match=r"'train': '.*texts' matches only folders"):
+            load_dataset(fmt, data_files=str(folder))
+        for empty in ("", [""], {"train": " "}):
+            with pytest.raises(ValueError, match=r"split 'train': an empty path"):
+                load_dataset(fmt, data_files=empty)
+        for empty in ([], {"train": []}):
+            with pytest.raises(ValueError, match=r"data_files for split 'train' is an empty list"):
+                load_dataset(fmt, data_files=empty)
+    assert load_dataset("text", data_files=str(folder / "*"), split="train")["text"] == ["hi"]
+
+
 def test_split_syntax(tmp_path):
     pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "train.parquet")
     pq.write_table(pa.table({"x": list(range(100, 104))}), tmp_path / "test.parquet")

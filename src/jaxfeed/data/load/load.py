@@ -424,6 +424,11 @@ def _expand(
                 raise ValueError(
                     f"data_files for split {split!r}: entries are paths or globs, got {pattern!r}"
                 )
+            if not str(pattern).strip():
+                raise ValueError(
+                    f"data_files for split {split!r}: an empty path ({str(pattern)!r}); give a "
+                    "file, a list of files or a glob such as 'data/*.txt'"
+                )
             if is_remote(str(pattern)) or isinstance(base, str):
                 url = str(pattern)
                 if not is_remote(url):
@@ -442,7 +447,16 @@ def _expand(
                 raise FileNotFoundError(
                     f"data_files for split {split!r}: nothing matches {str(full)!r}"
                 )
-            files += [m for m in matches if Path(m).is_file()]
+            found = [m for m in matches if Path(m).is_file()]
+            if not found:  # a folder, or a glob matching only folders
+                raise FileNotFoundError(
+                    f"data_files for split {split!r}: {str(full)!r} matches only folders, no "
+                    f"file; give the files inside (e.g. {str(Path(full) / '*')!r}) or the folder "
+                    "as load_dataset's path"
+                )
+            files += found
+        if not files:
+            raise ValueError(f"data_files for split {split!r} is an empty list; give files")
         out[str(split)] = files
     return out
 

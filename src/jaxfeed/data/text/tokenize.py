@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import re
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,35 +11,13 @@ import pyarrow as pa
 from jaxfeed.data.dataset import Dataset, DatasetDict
 from jaxfeed.data.features import Features, List, Value
 from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
-from jaxfeed.data.text.tokenizer import check_texts, tokenizers_module
+from jaxfeed.data.text.tokenizer import check_texts, text_pieces, tokenizers_module
 
 # A text longer than CHUNK_CHARS is encoded in pieces of about that many characters, and texts
 # are encoded GROUP_CHARS at a time: the tokenizer holds a few hundred bytes per token while it
 # encodes, so one 5 MB line took 2 GB whole; in pieces the peak is bounded by the group.
 CHUNK_CHARS = 1 << 16
 GROUP_CHARS = 1 << 18
-_LAST_WORD_END = re.compile(r".*\S(?=\s)", re.S)  # the last non-space followed by a space
-
-
-def text_pieces(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
-    """``text`` in consecutive pieces of at most ``size`` characters, each cut where a word
-    ends (before the spaces that follow it, which go with the next word as every pre-tokenizer
-    expects); a stretch of ``size // 2`` characters without a space is cut where it reaches
-    ``size``.
-
-    >>> list(text_pieces("the cat sat on the mat", size=8))
-    ['the cat', ' sat on', ' the mat']
-    >>> "".join(text_pieces("x" * 20, size=8)) == "x" * 20
-    True
-    """
-    start, n = 0, len(text)
-    while n - start > size:
-        end = start + size
-        found = _LAST_WORD_END.match(text, start + size // 2, end + 1)
-        cut = found.end() if found else end
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
 
 
 SIDES = ("right", "left")

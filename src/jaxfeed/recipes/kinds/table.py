@@ -87,6 +87,24 @@ class _Column:
     std: float = 1.0
     fill: float = 0.0
     holes: int = 0
+    first_hole: int = -1  # the row of the first empty or non-finite cell (-1: none)
+
+
+F32_MAX = float(np.finfo(np.float32).max)  # inputs are float32: a larger magnitude becomes inf
+
+
+class CellError(ConfigError):
+    """A table cell refused while planning; ``row`` is its row in the train part (after the
+    validation split), which :func:`jaxfeed.recipes.train.plan` turns into the data's own row
+    (``where`` in ``template``).
+
+    >>> str(CellError("column 'a' at {where}: refused", 3))
+    "column 'a' at row 3 of the train part: refused"
+    """
+
+    def __init__(self, template: str, row: int) -> None:
+        self.template, self.row = template, row
+        super().__init__(template.format(where=f"row {row} of the train part"))
 
 
 def _plan_column(name: str, column: Any, rows: int, options: TableOptions,
@@ -117,16 +135,58 @@ def _plan_column(name: str, column: Any, rows: int, options: TableOptions,
         return _Column(keys=sorted(keys - {None}), holes=holes)
     values = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
     bad = ~np.isfinite(values)
+    huge = np.flatnonzero(~bad & (np.abs(np.where(bad, 0.0, values)) > F32_MAX))
+    if len(huge):
+        raise CellError(
+            f"input column {name!r} holds {values[huge[0]]:g} at {{where}}, beyond the float32 "
+            f"range the model computes in (about ±{F32_MAX:.3g}): scale the column (a log, a unit) "
+            "or drop such rows",
+            int(huge[0]),
+        )
     holes = int(bad.sum())
     finite = values[~bad]
     fill = float(finite.mean()) if len(finite) else 0.0
     if holes and options.impute:
         values = np.where(bad, fill, values)
     if holes and not options.impute:
-        return _Column(fill=fill, holes=holes)
+        return _Column(fill=fill, holes=holes, first_hole=int(np.flatnonzero(bad)[0]))
     return _Column(
         mean=float(values.mean()), std=float(values.std() or 1.0), fill=fill, holes=holes
     )
+
+
+def check_cells(part: Dataset, prep: Preprocessing) -> None:
+    """The numeric input cells of another part (the validation split) held to the rules the
+    train part's were planned by: a :class:`CellError` naming the first one that is empty or
+    not finite (unless imputed) or past float32's range.
+
+    >>> prep, _ = plan_table(Dataset.from_dict({"x": [1.0, 2.0], "y": [0, 1]}), ["x"], "y",
+    ...                      "classification", TableOptions())
+    >>> check_cells(Dataset.from_dict({"x": [1.0, float("inf")]}), prep)
+    Traceback (most recent call last):
+    jaxfeed.recipes.kinds.table.CellError: input column 'x' is empty or not finite at row 1 of the train part: fill or drop such rows, or give --missing impute
+    """
+    categorical = set(prep.categories or {})
+    for name in prep.input_columns:
+        if name in categorical or name not in part.column_names:
+            continue
+        column = part.select_columns([name]).flatten_indices().data.column(name)
+        values = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+        bad = ~np.isfinite(values)
+        huge = np.flatnonzero(~bad & (np.abs(np.where(bad, 0.0, values)) > F32_MAX))
+        if len(huge):
+            raise CellError(
+                f"input column {name!r} holds {values[huge[0]]:g} at {{where}}, beyond the "
+                f"float32 range the model computes in (about ±{F32_MAX:.3g}): scale the column "
+                "(a log, a unit) or drop such rows",
+                int(huge[0]),
+            )
+        if bad.any() and not prep.impute:
+            raise CellError(
+                f"input column {name!r} is empty or not finite at {{where}}: fill or drop such "
+                "rows, or give --missing impute",
+                int(np.flatnonzero(bad)[0]),
+            )
 
 
 def plan_table(
@@ -148,10 +208,13 @@ def plan_table(
             excluded.append((name, plan.why))
             continue
         if plan.holes and not options.impute:
-            row = int(np.flatnonzero(np.asarray(pc.is_null(column, nan_is_null=True)))[0])
-            raise ConfigError(
-                f"input column {name!r} is empty or not finite at row {row}: fill or drop such "
-                "rows, or give --missing impute"
+            row = plan.first_hole
+            if row < 0:  # a category column: its first null or NaN
+                row = int(np.flatnonzero(np.asarray(pc.is_null(column, nan_is_null=True)))[0])
+            raise CellError(
+                f"input column {name!r} is empty or not finite at {{where}}: fill or drop such "
+                "rows, or give --missing impute",
+                row,
             )
         planned[name] = plan
     if not planned:

@@ -17,6 +17,7 @@ tokenizer), and the line that says what trains where.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes import lr_finder
 from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.hub_checkpoint import FINE_TUNE
 from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.models import build_trainer
 from jaxfeed.recipes.run import copy_model_code, outputs_of
@@ -78,8 +80,13 @@ def _find_lr(run: Run) -> dict[str, Any] | None:
         train = kind.prepare(prep, run.splits.train)
         return make_loaders(train, {}, prep, kind, config, run.say, run.mesh)[0]
 
+    default = (
+        (FINE_TUNE["lr"], "a pretrained model's")
+        if isinstance(kind, HubKind)
+        else (next(f.default for f in dataclasses.fields(RunConfig) if f.name == "lr"), "")
+    )
     run.config, found = lr_finder.resolve(
-        config, lambda probe: _trainer(run, probe, None, 0), loader, run.say
+        config, lambda probe: _trainer(run, probe, None, 0), loader, run.say, default
     )
     if found is not None:
         run.lr_finder = {k: v for k, v in found.items() if k != "curve"}
@@ -121,7 +128,8 @@ def _say_setup(run: Run) -> None:
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
     run.say(
-        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs, batch "
+        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs"
+        f"{'' if config.max_steps is None else f' (at most {config.max_steps} steps)'}, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
         f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {run.out}"
     )

@@ -24,6 +24,7 @@ from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.image import Augmented
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
+from jaxfeed.recipes.kinds.table import CellError, check_cells
 from jaxfeed.recipes.models import resolve_class_weights
 from jaxfeed.recipes.run import load_run_data, preprocessing_of
 from jaxfeed.recipes.train.loaders import data_devices, make_loaders, mesh_of
@@ -71,7 +72,16 @@ def _preprocess(run: Run, kind: Kind) -> None:
         prep = preprocessing_of(run.record, str(run.out / "config.json"))
         notes = ["preprocessing: as saved in the run"]
     else:
-        prep, notes = kind.plan(data, config)
+        try:
+            prep, notes = kind.plan(data, config)
+        except CellError as err:  # named by its row in the data, not in the shuffled train part
+            raise ConfigError(err.template.format(where=data.splits.data_row(err.row))) from None
+        if prep.kind == "table" and data.splits.eval is not None:
+            try:
+                check_cells(data.splits.eval, prep)
+            except CellError as err:
+                where = data.splits.data_row(err.row, "eval")
+                raise ConfigError(err.template.format(where=where)) from None
     run.prep, run.kind = prep, kind_of(prep, run.checkpoint)
     if run.record is not None:
         run.kind.reopen(prep, data, run.out)  # its tokenizer attached, its clips checked
