@@ -22,9 +22,7 @@ BF16 = {"atol": 3e-2, "rtol": 3e-2}
 
 def _qkv(b, t, h, kv, d, dtype=jnp.bfloat16):
     rng = np.random.default_rng(0)
-    return tuple(
-        jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, kv, kv)
-    )
+    return tuple(jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, kv, kv))
 
 
 def _both(fn):

@@ -24,7 +24,7 @@ def _qkv(b=2, t=6, h=4, kv=2, d=8, seed=0):
 def _reference(q, k, v, allowed):
     """Per (row, head, query) softmax over the allowed keys, in numpy float64."""
     q, k, v, allowed = (np.asarray(x, np.float64) for x in (q, k, v, allowed))
-    b, t, h, d = q.shape
+    b, _, h, d = q.shape
     group = h // k.shape[2]
     out = np.zeros_like(q)
     for i in range(b):
