@@ -189,7 +189,8 @@ def device_ceiling(model: Any, tx: Any, loss_of: Callable, batch: dict, args: An
 def trainer_share(model: Any, tx: Any, batch: dict, args: Any, **kwargs: Any) -> tuple:
     """``Trainer.fit`` over ``batch`` repeated: (first fit of one step s, step s, data_wait,
     fit overhead s). The step is the marginal cost: fits of ``steps`` and ``2 * steps`` steps
-    differ by ``steps`` steps; what each fit adds once (its epoch's end) is the overhead."""
+    differ by ``steps`` steps; what each fit adds once (its epoch's end) is the overhead. Where
+    noise swamps the difference (under half the long fit's mean step), the mean is kept."""
     from jaxfeed import Trainer  # import cost: the trainer, for this mode only
 
     trainer = Trainer(model, tx, verbose=0, **kwargs)
@@ -208,8 +209,11 @@ def trainer_share(model: Any, tx: Any, batch: dict, args: Any, **kwargs: Any) ->
         short.append(fit(args.steps))
         long.append(fit(2 * args.steps))
         waits.append(trainer.history[-1]["data_wait"])
-    step = max(statistics.median(long) - statistics.median(short), 1e-9) / args.steps
-    overhead = statistics.median(short) - step * args.steps
+    mean = statistics.median(long) / (2 * args.steps)  # the long fit's mean, overhead included
+    step = (statistics.median(long) - statistics.median(short)) / args.steps
+    if step < 0.5 * mean:  # timing noise larger than the difference: keep the mean
+        step = mean
+    overhead = max(statistics.median(short) - step * args.steps, 0.0)
     return first, step, statistics.median(waits), overhead
 
 
