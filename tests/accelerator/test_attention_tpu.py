@@ -17,14 +17,12 @@ pytestmark = [
     pytest.mark.accelerator,
     pytest.mark.skipif(jax.default_backend() != "tpu", reason="the fused kernel runs on a TPU"),
 ]
-BF16 = {"atol": 3e-2, "rtol": 3e-2}
+BF16 = 2e-2  # relative error (norm of the difference over the norm) of bfloat16 results
 
 
 def _qkv(b, t, h, kv, d, dtype=jnp.bfloat16):
     rng = np.random.default_rng(0)
-    return tuple(
-        jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, kv, kv)
-    )
+    return tuple(jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, kv, kv))
 
 
 def _both(fn):
@@ -35,9 +33,11 @@ def _both(fn):
     return plain, fused
 
 
-def _close(a, b):
+def _close(a, b, tolerance=BF16):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), **BF16)
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        error = np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-12)
+        assert error < tolerance, f"relative error {error:.3g} of {x.shape}"
 
 
 def test_padding_mask_forward_and_gradients():
@@ -54,7 +54,7 @@ def test_padding_mask_forward_and_gradients():
     (grads_p, out_p), (grads_f, out_f) = _both(fn)
     real = np.asarray(key_mask)
     _close(np.asarray(out_p)[real], np.asarray(out_f)[real])
-    _close(grads_p, grads_f)
+    _close(grads_p, grads_f, 1.5 * BF16)
 
 
 def test_causal_segments_grouped_heads():

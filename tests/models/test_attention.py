@@ -24,7 +24,7 @@ def _qkv(b=2, t=6, h=4, kv=2, d=8, seed=0):
 def _reference(q, k, v, allowed):
     """Per (row, head, query) softmax over the allowed keys, in numpy float64."""
     q, k, v, allowed = (np.asarray(x, np.float64) for x in (q, k, v, allowed))
-    b, t, h, d = q.shape
+    b, _, h, d = q.shape
     group = h // k.shape[2]
     out = np.zeros_like(q)
     for i in range(b):
@@ -83,9 +83,48 @@ def test_choice_from_context_and_environment(monkeypatch):
 
 def test_flash_refusals_name_the_reason(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
     q = jnp.ones((1, 256, 2, 64))
     assert att.flash_refusal(q, q, q) is None
     assert "multiples of 128" in att.flash_refusal(jnp.ones((1, 197, 2, 64)), q, q)
     assert "dropout" in att.flash_refusal(q, q, q, dropout=lambda w: w)
     assert "sliding window" in att.flash_refusal(q, q, q, mask=jnp.ones((1, 256, 256), bool))
     assert "head width" in att.flash_refusal(jnp.ones((1, 256, 2, 192)), q, q)
+    monkeypatch.setattr(jax, "device_count", lambda: 4)
+    assert "several devices" in att.flash_refusal(q, q, q)
+    assert att.flash_refusal(q, q, q, implementation="flash") is None
+
+
+@pytest.fixture
+def interpreted_flash(monkeypatch):
+    """The Pallas TPU flash kernel run by Pallas's interpreter (on a CPU)."""
+    import functools
+
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas.ops.tpu import flash_attention as kernel
+
+    monkeypatch.setattr(kernel.pl, "pallas_call", functools.partial(pl.pallas_call, interpret=True))
+
+
+@pytest.mark.parametrize("case", ["padding", "causal-segments"])
+def test_flash_path_equals_xla_path_interpreted(interpreted_flash, case):
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(1, 128, 2, 64)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(1, 128, 1, 64)), jnp.float32) for _ in range(2))
+    kwargs = (
+        {"key_mask": jnp.asarray(np.arange(128)[None] < 100)}
+        if case == "padding"
+        else {"segment_ids": jnp.asarray(np.repeat([[1, 2]], 64, axis=1)), "causal": True}
+    )
+
+    def loss(fn, q, k, v):
+        return jnp.sum(fn(q, k, v, **kwargs) ** 2)
+
+    def xla(q, k, v, **kw):
+        return att.attention(q, k, v, implementation="xla", **kw)
+
+    for a, b in ((att.flash_attention(q, k, v, **kwargs), xla(q, k, v, **kwargs)),
+                 (jax.grad(loss, (1, 2, 3))(att.flash_attention, q, k, v),
+                  jax.grad(loss, (1, 2, 3))(xla, q, k, v))):  # fmt: skip
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-4)

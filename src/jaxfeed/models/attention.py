@@ -9,7 +9,8 @@ traced, so set it before the first compile.
 
 The fused kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) takes padding masks as
 segment ids (queries in segment 1, keys in 1 when real and 0 when padded), packed rows as their
-segment ids, and causal masks; it refuses dropout on the attention weights, any other mask (a
+segment ids, and causal masks. ``"auto"`` uses it on a single device only (on several, a step
+laid out by XLA's partitioner cannot split the kernel). It refuses dropout on the attention weights, any other mask (a
 sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that are
 not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
 
@@ -87,6 +88,8 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
         return 'attention="xla" was chosen'
     if jax.default_backend() != "tpu":
         return f"the backend is {jax.default_backend()}, not tpu"
+    if implementation == "auto" and jax.device_count() > 1:
+        return 'several devices (XLA\'s partitioner does not split the kernel; force "flash")'
     if dropout is not None:
         return "dropout on the attention weights (the fused kernel has none)"
     if mask is not None:
