@@ -163,13 +163,7 @@ def from_pretrained(
     model.hub_config, model.hub_task = HubConfig(config), task
     late = _hold_back(model) if quantize is not None and (lora or adapter) is not None else {}
     report = _load(model, weights, family, config, task, num_labels, placement, late)
-    _warn_new(folder, report, task)
-    held = {r.hf for r in family.rules(config, task) if r.path in late}  # read later, one by one
-    _warn_unused(
-        folder,
-        task,
-        [n for n in report.unexpected if not any(n == h or n.endswith("." + h) for h in held)],
-    )
+    _warn_load(folder, task, report, {r.hf for r in family.rules(config, task) if r.path in late})
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
@@ -177,6 +171,14 @@ def from_pretrained(
     _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _warn_load(folder: Path, task: str, report: Any, held: set[str]) -> None:
+    """The load's warnings: new variables, and checkpoint tensors no layer uses (those ``held``
+    back for an int8 load, read later one by one, aside)."""
+    _warn_new(folder, report, task)
+    unused = [n for n in report.unexpected if not any(n == h or n.endswith("." + h) for h in held)]
+    _warn_unused(folder, task, unused)
 
 
 def _warn_unused(folder: Path, task: str, unused: list[str]) -> None:
