@@ -182,10 +182,19 @@ class DataOptions:
         "side by an eighth) (default: none)",
         metavar="flip,crop",
     )
-    image_mode: Literal["L", "RGB", "same"] | None = option(
+    image_mode: Literal["L", "RGB", "RGBA", "same"] | None = option(
         None,
-        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
-        "widest mode of the images, said when they are mixed)",
+        "decode images as L (grey), RGB or RGBA (the alpha channel kept as a 4th input); same: "
+        "the files' own mode (RGBA when they have transparency), refusing a folder of mixed "
+        "modes (default: the widest of L and RGB among the images, said when they are mixed; "
+        "transparency composited onto --image-background)",
+    )
+    image_background: str | None = option(
+        None,
+        "images with transparency (an alpha channel or a transparent colour) are composited "
+        "onto this colour when the mode has no alpha: a name (white, black, ...), #RRGGBB or "
+        "R,G,B (default: white)",
+        metavar="COLOUR",
     )
     sample_rate: int | None = option(
         None,

@@ -27,6 +27,7 @@ from jaxfeed.recipes.config.values import (
     _component,
     _short,
     did_you_mean,
+    parse_colour,
     parse_image_size,
     parse_mesh_text,
     parse_sharding,
@@ -309,6 +310,11 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
                 parse_image_size(value)
             except ConfigError as err:
                 raise ConfigError(f"{where}: image_size: {err}") from None
+        if name == "image_background" and value is not None:
+            try:
+                parse_colour(value)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: image_background: {err}") from None
         if name in COMPONENTS and value is not None:
             changes[name] = _component(name, value, where)
         if name == "mesh" and value is not None:
