@@ -80,7 +80,8 @@ def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
     assert "text: column 'text', concatenated (--sample-by line|paragraph|document" in stdout
     assert "texts put end to end (line breaks kept) and cut into windows of 64 tokens" in stdout
     assert "inputs: packed rows of 64 token ids, target: the next token" in stdout
-    assert "753 train / 84 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "751 train / 86 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "(86 rows, in 10 blocks of consecutive rows, the order kept, seed 0)" in stdout
     assert "windows (the packed rows an epoch counts)" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "lm" and saved["preprocess"]["kind"] == "lm"

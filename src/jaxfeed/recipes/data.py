@@ -282,13 +282,16 @@ def choose_splits(
     val_split: float | None,
     stratify: str | None,
     seed: int,
+    in_order: bool = False,
 ) -> Splits:
     """The train, validation and test splits. Model selection never sees the test split:
 
     * ``split_eval`` given: it is the validation split;
     * ``val_split == 0``: no validation split (no selection);
     * otherwise the data's ``validation`` split, or (when it has none, or ``val_split`` is given)
-      a ``val_split`` fraction of train (default 0.1), stratified by ``stratify``, seeded.
+      a ``val_split`` fraction of train (default 0.1), stratified by ``stratify``, seeded;
+      ``in_order`` (a corpus put end to end): blocks of consecutive rows, both parts keeping the
+      rows' order (:func:`block_split`).
 
     The data's ``test`` split, unless train or validation use it, is the test split.
 
@@ -327,17 +330,71 @@ def choose_splits(
             f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
             "a validation split from"
         )
+    how = "at random"
     if stratify is not None:
-        counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))
-        stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
-    parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
-    how = "stratified by class" if stratify else "at random"
+        stratify, how = _stratified(train, stratify, n_val)
+    if in_order:
+        parts, how = block_split(train, n_val, seed)
+    else:
+        parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     why = "the model is selected on it" + (f", {test_name} is held out" if test_name else "")
     note = (
         f"validation split: {fraction:g} of {split_train} ({parts['test'].num_rows:,} rows, {how}, "
         f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
     return Splits(parts["train"], parts["test"], "validation", note, test, test_name)
+
+
+def _stratified(train: Dataset, label: str, n_val: int) -> tuple[str | None, str]:
+    """``label`` when every class has two rows and the split one row per class, else None (a
+    random split); and how the split is made, saying why it is not stratified."""
+    counts = np.bincount(np.asarray(train.with_format("numpy")[label]).astype(np.int64))
+    present = counts[counts > 0]
+    if present.min() >= 2 and n_val >= len(present):
+        return label, "stratified by class"
+    if present.min() < 2:
+        single = int((present < 2).sum())
+        why = f"{single} class{'es have' if single > 1 else ' has'} a single row"
+    else:
+        why = f"fewer validation rows than the {len(present)} classes"
+    return None, f"at random, not stratified: {why}"
+
+
+BLOCKS = 100  # a corpus's validation split: this many blocks of consecutive rows, at most
+
+
+def block_split(train: Dataset, n_val: int, seed: int) -> tuple[dict[str, Dataset], str]:
+    """At least ``n_val`` rows of ``train`` as validation, in whole blocks of consecutive rows
+    (``train`` cut into :data:`BLOCKS` blocks, picked at random), both parts keeping the rows'
+    order: a corpus put end to end stays in its order, as run_clm groups a corpus after
+    concatenating it.
+
+    >>> parts, how = block_split(Dataset.from_dict({"t": list(range(1000))}), 20, 0)
+    >>> held = parts["test"]["t"][:]
+    >>> held[:3], held[-3:], parts["train"]["t"][358:362], how
+    ([360, 361, 362], [827, 828, 829], [358, 359, 370, 371], 'in 2 blocks of consecutive rows, the order kept')
+    """
+    n = train.num_rows
+    blocks = min(n, BLOCKS)
+    edges = np.linspace(0, n, blocks + 1).round().astype(np.int64)
+    held = np.zeros(n, bool)
+    chosen = 0
+    for b in np.random.default_rng(seed).permutation(blocks):
+        if held.sum() >= n_val:
+            break
+        held[edges[b] : edges[b + 1]] = True
+        chosen += 1
+    if held.all():  # never every row: the train split keeps one block
+        held[edges[b] : edges[b + 1]] = False
+        chosen -= 1
+    parts = {
+        "train": train.select(np.flatnonzero(~held)),
+        "test": train.select(np.flatnonzero(held)),
+    }
+    return (
+        parts,
+        f"in {chosen} block{'s' if chosen != 1 else ''} of consecutive rows, the order kept",
+    )
 
 
 # ---------------------------------------------------------------------------------- columns
