@@ -105,7 +105,7 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
     status, shown, err = run_main(capsys, "eval", str(out), "--json")
     assert status == 0, err
     report = json.loads(shown)
-    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 84
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 86
     assert report["windows"] == math.ceil(report["tokens"] / 64)
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])
