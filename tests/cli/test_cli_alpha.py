@@ -5,12 +5,14 @@ background (white by default, ``--image-background``), said in the detection lin
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import numpy as np
 import PIL.Image
 import pytest
-from tests.cli_helpers import jaxfeed, run_main
 
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 from jaxfeed.bench.small_data import icon_folder
 
@@ -27,8 +29,18 @@ def test_transparent_icons_are_composited_onto_white_in_train_predict_and_the_ex
     icons, tmp_path, capsys
 ):
     out = tmp_path / "run"
-    done = jaxfeed("train", "--data", str(icons / "train"), "--epochs", "1", "--out", str(out))
+    bare = {"PATH": "/usr/bin:/bin"}  # jaxfeed not on PATH, as after make demo (item 6)
+    args = ["train", "--data", str(icons / "train"), "--epochs", "1", "--out", str(out)]
+    done = jaxfeed(*args, env=bare)
     assert done.returncode == 0, done.stderr
+    # the next steps run as printed: a path to the command, not a bare `jaxfeed` (item 6)
+    evaluate = next(line for line in done.stdout.splitlines() if line.startswith("evaluate:"))
+    command = evaluate.removeprefix("evaluate:").strip()
+    assert not command.startswith("jaxfeed ") and "jaxfeed" in command.split(" eval ")[0]
+    shown = subprocess.run(
+        command, shell=True, capture_output=True, text=True, env={**os.environ, **bare}
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["rows"] == 2, shown.stderr
     assert (
         "images: 16x16, mode RGB (from RGBA); transparency (14 of 14) composited onto white "
         "(--image-background to choose)" in done.stdout
@@ -42,6 +54,9 @@ def test_transparent_icons_are_composited_onto_white_in_train_predict_and_the_ex
     fitted = served.spec.fit_images([rgba])[0]
     # the glyph stays dark, the transparent corners turn white (dropping alpha: one dark colour)
     assert fitted[0, 0].tolist() == [255, 255, 255] and fitted.min() < 60
+    # item 8: export of a built-in run says that model/ already is its export
+    status, _, err = run_main(capsys, "export", str(out))
+    assert status == 2 and f"{out / 'model'} already is this run's export" in err, err
     status, shown, err = run_main(capsys, "predict", str(out), str(icon), "--json")
     assert status == 0, err
     assert "composited the transparency of 1 onto (255,255,255)" in err

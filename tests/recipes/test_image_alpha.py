@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import PIL.Image
 import pytest
-from tests.cli_helpers import run_main
 
+from cli_helpers import run_main
 from jaxfeed import Dataset
 from jaxfeed.data.features import Features, Image, Value
 from jaxfeed.recipes.kinds.image import ImageKind, image_choice

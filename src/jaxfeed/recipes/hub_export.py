@@ -24,7 +24,7 @@ from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
 
 
-def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
+def export_hf(run: str | Path, out: str | Path | None, which: str = "best") -> Path:
     """``jaxfeed export RUN --format hf``: the run's ``which`` checkpoint as a Hub-format folder
     (``config.json`` with the run's class names, ``model.safetensors``, the tokenizer or
     preprocessor files) that ``transformers`` loads with the same logits."""
@@ -33,9 +33,13 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best") -> Path:
     saved = record.resolved.get("pretrained")
     if not isinstance(saved, dict):
         raise ConfigError(
-            f"--format hf: {run} was not fine-tuned from a Hub model (--model hf:ORG/NAME or a "
-            "checkpoint folder); only such runs export to the Hub's format"
+            f"{run / 'model'} already is this run's export (StableHLO + safetensors, with its "
+            "preprocessing: jaxfeed predict and jaxfeed.load_exported use it); --format hf "
+            f"writes the Hub's format, only for a run fine-tuned from a Hub model (--model "
+            f"hf:ORG/NAME or a checkpoint folder), which {run} was not"
         )
+    if out is None:
+        raise ConfigError("--format hf needs --out FOLDER (a new or empty folder to write)")
     target = Path(out)
     if target.exists() and any(target.iterdir()):
         raise ConfigError(f"--out {target}: the folder exists and is not empty")

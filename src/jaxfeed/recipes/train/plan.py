@@ -133,13 +133,14 @@ def _loaders(run: Run) -> None:
     }
     run.mesh = mesh_of(run.config)
     batch_chosen = run.config.batch_size is None
-    config = budgetmod.auto_batch(run.config, splits.train.num_rows, data_devices(run.mesh))
+    limit = kind.max_batch(prep)
+    config = budgetmod.auto_batch(run.config, splits.train.num_rows, data_devices(run.mesh), limit)
     run.config = config
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
         run.config, budget = budgetmod.resolve(
-            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection
+            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit
         )
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))
