@@ -91,3 +91,13 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     for text in EXPECTED.get(name(page), []):
         assert text in out, f"{name(page)} should print {text!r}; it printed:\n{out}"
+
+
+def test_the_readme_tour_runs_twice_in_one_folder(tmp_path, monkeypatch, capsys):
+    """Issue 54, item 13: a second run of the tour (as a reader pastes it again) must not die on
+    the first run's checkpoint folder."""
+    monkeypatch.chdir(tmp_path)
+    tour = python_blocks(README)[0]
+    for attempt in range(2):
+        exec(compile(tour, f"README.md tour, run {attempt}", "exec"), {"__name__": "docs_page"})
+    assert capsys.readouterr().out.count("eval accuracy 0.9") == 2

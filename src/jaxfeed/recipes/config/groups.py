@@ -265,7 +265,8 @@ class OptimOptions:
         1e-3,
         "peak learning rate, or auto: a short learning-rate range test before training picks it "
         "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for every built-in "
-        "model and task)",
+        "model and task; 5e-5 fine-tuning a Hub model, with --epochs 3 and a warmup over 10% of "
+        "the steps)",
         minimum=0.0,
         exclusive=True,
         metavar="LR|auto",

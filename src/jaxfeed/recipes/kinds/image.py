@@ -44,6 +44,20 @@ class ImageKind(Kind):
 
         return hub_checkpoint.image_options(checkpoint, config)
 
+    def plan_pretrained(self, checkpoint: Any, run_data: Any,
+                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """:meth:`plan` at the checkpoint's size and mode, which the line credits to it (not to
+        ``--image-size`` and ``--image-mode``, which the user did not give)."""
+        prep, notes = self.plan(run_data, config)
+        spec = getattr(checkpoint, "spec", "the checkpoint")
+        notes = [
+            n.replace("(--image-size)", f"(the size {spec} takes)").replace(
+                "(--image-mode;", f"(the mode {spec} takes;"
+            )
+            for n in notes
+        ]
+        return prep, notes
+
     def table_options(self, config: RunConfig, columns: Any) -> Any:
         """The kind's own options for :meth:`plan_inputs`: ``--image-background`` (or None)."""
         return config.image_background
