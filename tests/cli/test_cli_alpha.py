@@ -45,6 +45,13 @@ def test_transparent_icons_are_composited_onto_white_in_train_predict_and_the_ex
         "images: 16x16, mode RGB (from RGBA); transparency (14 of 14) composited onto white "
         "(--image-background to choose)" in done.stdout
     )
+    # item 5: a small image folder is augmented by default, and says so
+    assert (
+        "augment: training images get a random left-right flip (half of them) and a random crop "
+        "of their size after padding each side by an eighth (by default: fewer than 2,000 "
+        "training images; --augment none turns it off)" in done.stdout
+    )
+    assert json.loads((out / "config.json").read_text())["options"]["augment"] == ["flip", "crop"]
     saved = json.loads((out / "config.json").read_text())["preprocess"]
     assert saved["image_mode"] == "RGB" and saved["image_background"] == [255, 255, 255]
     served = load_exported(out / "model")

@@ -179,8 +179,9 @@ class DataOptions:
         None,
         "image inputs: random augmentations of the training batches, comma-separated: flip "
         "(left-right, half of them), crop (a random crop of the image's size after padding each "
-        "side by an eighth) (default: none)",
-        metavar="flip,crop",
+        "side by an eighth), or none (default: flip,crop for a folder of fewer than 2,000 "
+        "training images and a built-in model, else none)",
+        metavar="flip,crop|none",
     )
     image_mode: Literal["L", "RGB", "RGBA", "same"] | None = option(
         None,

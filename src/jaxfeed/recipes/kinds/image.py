@@ -23,6 +23,8 @@ from jaxfeed.recipes.spec import INPUTS, Preprocessing
 from jaxfeed.serve.spec import CHANNELS, has_alpha
 
 SAMPLE = 64  # images whose headers are read to choose a size and a mode
+SMALL_IMAGE_FOLDER = 2000  # fewer training images than this: augmented by default (built-ins)
+DEFAULT_AUGMENT = ("flip", "crop")
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 

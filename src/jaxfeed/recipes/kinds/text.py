@@ -45,7 +45,7 @@ from jaxfeed.recipes.tokenizer import (
 MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
 KEPT_WHOLE = 0.99  # ... and by default at most the length that keeps this share of texts whole
 BUCKETS = 4  # pad lengths of a classifier's batches, at most
-BATCHES_PER_BUCKET = 4  # ... and at most one per this many batches of an epoch (see buckets_for)
+BATCHES_PER_BUCKET = 16  # ... and at most one per this many batches of an epoch (see buckets_for)
 BATCH_TOKENS = 4096  # a classifier's batch size by default: at most this many tokens a batch
 
 
@@ -162,7 +162,9 @@ class TextKind(Kind):
         returns the input shape."""
         cap = config.seq_len or default_cap(lengths)
         clipped = np.minimum(lengths, cap)
-        count = buckets_for(len(lengths), config.batch_size or self.max_batch_of(cap))
+        rows = len(lengths)  # the batch the budget will choose: a tenth of the rows, 8 to 64
+        batch = config.batch_size or min(64, max(8, rows // 10), self.max_batch_of(cap))
+        count = buckets_for(rows, batch)
         buckets = [int(v) for v in choose_lengths(clipped, count=count, multiple_of=8)]
         buckets[-1] = max(buckets[-1], cap) if config.seq_len else buckets[-1]
         text.update(max_length=cap, lengths=buckets)
@@ -326,17 +328,16 @@ class TextKind(Kind):
 
 
 # ---------------------------------------------------------------------------------- helpers
-def buckets_for(rows: int, batch_size: int | None) -> int:
+def buckets_for(rows: int, batch_size: int) -> int:
     """How many pad lengths a classifier's batches get: :data:`BUCKETS`, or fewer for a small
-    data set, one per :data:`BATCHES_PER_BUCKET` batches of an epoch (``batch_size``, or about a
-    tenth of the rows, 8 to 64, as the budget chooses it): each length compiles the train and
-    the evaluation step once more, which a few batches an epoch do not pay back.
+    data set, one per :data:`BATCHES_PER_BUCKET` batches of an epoch: each length compiles the
+    train and the evaluation step once more (seconds, and memory), which a few batches an epoch
+    do not pay back.
 
-    >>> buckets_for(541, None), buckets_for(100_000, None), buckets_for(40, 8), buckets_for(3, None)
+    >>> buckets_for(541, 16), buckets_for(100_000, 64), buckets_for(160, 16), buckets_for(3, 1)
     (2, 4, 1, 1)
     """
-    batch = batch_size or min(64, max(8, rows // 10))
-    return max(1, min(BUCKETS, math.ceil(rows / batch) // BATCHES_PER_BUCKET))
+    return max(1, min(BUCKETS, math.ceil(rows / batch_size) // BATCHES_PER_BUCKET))
 
 
 def default_cap(lengths: np.ndarray) -> int:
