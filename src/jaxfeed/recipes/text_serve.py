@@ -237,7 +237,7 @@ def generate(
             n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
             if n + max_new_tokens > context:
                 raise ConfigError(
-                    f"prompt {i} ({prompt[:40]!r}) is {n} tokens; with --max-new-tokens "
+                    f"prompt {i} ({prompt[:40]!r}) is {n} token{'' if n == 1 else 's'}; with --max-new-tokens "
                     f"{max_new_tokens} that is more than the model's context of {context} tokens "
                     "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
                 )

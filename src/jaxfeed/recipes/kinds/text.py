@@ -232,6 +232,14 @@ class TextKind(Kind):
         rows = max(BATCH_TOKENS // max(length, 1), 1)
         return max(8, 1 << (rows.bit_length() - 1))
 
+    def next_step(self, quoted_out: str) -> str:
+        """The summary's last line: predict takes texts, .txt files or tables.
+
+        >>> TextKind().next_step("runs/a")
+        'predict:    jaxfeed predict runs/a "TEXT"|FILE.txt|TABLE...'
+        """
+        return f'predict:    jaxfeed predict {quoted_out} "TEXT"|FILE.txt|TABLE...'
+
     def describe(self, prep: Preprocessing, run_data: Any) -> str:
         shown = f"inputs: token ids (up to {prep.input_shape[0]})"
         return shown if run_data is None else f"{shown}, {target_line(run_data)}"
