@@ -6,6 +6,12 @@ the budget chose, and the wall time of the whole command.
 
 * ``digits``: the bundled digits (1,797 8x8 images, its own test split);
 * ``images``: 240 32x32 grey images of horizontal, vertical or diagonal stripes (201 train, 39 test);
+* ``shapes``: 24x24 squares against discs of random colours, sizes and places on a background of
+  another random colour: the classes differ by shape only (44 train, 100 test; issue 54);
+* ``textures``: 24x24 grey checkerboards against grids of dots of a random period, phase,
+  contrast and brightness: the classes differ by texture only (44 train, 100 test);
+* ``icons``: 32x32 RGBA icons of 7 shapes on a transparent background (the shape is in the alpha
+  channel only: composited onto white; 490 train, 98 test);
 * ``audio``: 120 + 35 one-second clips of three tones (220, 660, 1,760 Hz) and two chirps
   (rising, falling), mild noise, at 8 kHz;
 * ``text``: a 200-row sentiment CSV (160 train, 40 test) with one word of the label's sentiment
@@ -33,14 +39,20 @@ from jaxfeed.bench.small_data import (
     WORDS,
     audio_folder,
     corpus,
+    icon_folder,
     image_folder,
     regression_table,
+    shape_folder,
     text_csv,
+    texture_folder,
 )
 
 FLOORS = {  # (figure, floor, higher is better)
     "digits": ("test accuracy", 0.95, True),
     "images": ("test accuracy", 0.95, True),
+    "shapes": ("test accuracy", 0.95, True),
+    "textures": ("test accuracy", 0.95, True),
+    "icons": ("test accuracy", 0.95, True),
     "audio": ("test accuracy", 0.9, True),
     "text": ("test accuracy", 0.95, True),
     "lm": ("validation perplexity", 8.0, False),
@@ -66,6 +78,12 @@ def prepare(case: str, work: Path) -> list[str]:
         return ["--data", "digits"]
     if case == "images":
         return ["--data", str(image_folder(work / "images", 67, 13, classes=STRIPES))]
+    if case == "shapes":
+        return ["--data", str(shape_folder(work / "shapes"))]
+    if case == "textures":
+        return ["--data", str(texture_folder(work / "textures"))]
+    if case == "icons":
+        return ["--data", str(icon_folder(work / "icons", train=70, test=14))]
     if case == "audio":
         return ["--data", str(audio_folder(work / "audio", SOUNDS, train=24, test=7))]
     if case == "text":

@@ -80,7 +80,8 @@ def test_a_character_model_learns_the_corpus_far_below_unigram(corpus, lm_run):
     assert "text: column 'text', concatenated (--sample-by line|paragraph|document" in stdout
     assert "texts put end to end (line breaks kept) and cut into windows of 64 tokens" in stdout
     assert "inputs: packed rows of 64 token ids, target: the next token" in stdout
-    assert "753 train / 84 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "751 train / 86 validation texts; " in stdout  # texts; the epochs count packed rows
+    assert "(86 rows, in 10 blocks of consecutive rows, the order kept, seed 0)" in stdout
     assert "windows (the packed rows an epoch counts)" in stdout
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "lm" and saved["preprocess"]["kind"] == "lm"
@@ -104,7 +105,7 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
     status, shown, err = run_main(capsys, "eval", str(out), "--json")
     assert status == 0, err
     report = json.loads(shown)
-    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 84
+    assert report["task"] == "lm" and report["split"] == "validation" and report["rows"] == 86
     assert report["windows"] == math.ceil(report["tokens"] / 64)
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
     best = next(r for r in rows if r.get("epoch") == report["checkpoint"]["epoch"])

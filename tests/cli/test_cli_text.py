@@ -143,11 +143,20 @@ def test_predict_texts_files_and_tables_agree_with_the_export(text_run, tmp_path
     assert served.predict(texts[:1])[0] == ["pos"]
     with pytest.raises(ValueError, match="reads the text column 'review'"):
         served({"body": texts})
-    long = "the film was awful and boring " * 12  # longer than a file name may be, and cut
-    status, shown, err = run_main(capsys, "predict", str(out), long, "--json")
+    long = "the film was awful and boring " * 12  # longer than a file name may be
+    other = long + "but the music was superb"  # the same first 47 characters and more
+    status, shown, err = run_main(capsys, "predict", str(out), long, other, "--json")
     assert status == 0, err
-    (row,) = json.loads(shown)
-    assert row["input"] == long[:47] + "..." and row["label"] == "neg"
+    rows = json.loads(shown)  # the whole text is the key (issue 54, item 3): never two alike
+    assert [r["input"] for r in rows] == [long, other] and rows[0]["label"] == "neg"
+    written = tmp_path / "predictions.csv"
+    status, shown, err = run_main(
+        capsys, "predict", str(out), long, other, "--output", str(written)
+    )
+    assert status == 0 and shown == "wrote 2 predictions to " + str(written) + "\n", err
+    assert [r["input"] for r in csv.DictReader(written.open())] == [long, other]
+    status, shown, err = run_main(capsys, "predict", str(out), long)  # shortened when printed
+    assert shown.startswith(long[:47] + "...: neg ("), shown
     # a data file name that does not exist is not taken for a text
     status, _, err = run_main(capsys, "predict", str(out), str(tmp_path / "missing.txt"))
     assert status == 2 and "no such file or folder" in err

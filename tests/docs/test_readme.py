@@ -99,3 +99,28 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     for text in EXPECTED.get(name(page), []):
         assert text in out, f"{name(page)} should print {text!r}; it printed:\n{out}"
+
+
+def test_the_readme_tour_runs_twice_in_one_folder(tmp_path, monkeypatch, capsys):
+    """Issue 54, item 13: a second run of the tour (as a reader pastes it again) must not die on
+    the first run's checkpoint folder."""
+    monkeypatch.chdir(tmp_path)
+    tour = python_blocks(README)[0]
+    for attempt in range(2):
+        exec(compile(tour, f"README.md tour, run {attempt}", "exec"), {"__name__": "docs_page"})
+    assert capsys.readouterr().out.count("eval accuracy 0.9") == 2
+
+
+def test_the_readme_says_how_to_run_what_make_demo_leaves_out():
+    """Issue 54, items 6, 7 and 12: activating .venv, the extras of the text and audio block
+    (said above it), and the Hub's language models with generate in "Fine-tune a Hub model"."""
+    text = README.read_text()
+    assert "source .venv/bin/activate" in text and ".venv/bin/jaxfeed" in text
+    audio = text.index("## Text and audio")
+    above = text[audio : text.index("```bash", audio)]
+    assert "`text` extra" in above and "`audio` extra" in above and "make demo" in above
+    hub = text[text.index("## Fine-tune a Hub model") : text.index("## Headline benchmarks")]
+    for name in ("GPT-2", "Llama", "Mistral", "Qwen", "jaxfeed generate"):
+        assert name in hub, name
+    extras = (ROOT / "docs" / "getting-started.md").read_text()
+    assert "`jaxfeed[text]`" in extras

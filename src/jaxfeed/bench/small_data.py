@@ -176,3 +176,118 @@ def regression_table(root: str | Path, rows: int = 400, test: int = 80, seed: in
             for row in zip(a[part], b[part], colour[part], size[part], y[part], strict=True):
                 writer.writerow([f"{row[0]:.4f}", f"{row[1]:.4f}", row[2], row[3], f"{row[4]:.4f}"])
     return root
+
+
+ICONS = ("square", "disc", "triangle", "cross", "ring", "bar", "diamond")  # icon_folder's shapes
+
+
+def _draw_shape(draw, shape: str, box: tuple[float, float, float, float], fill) -> None:
+    """One of :data:`ICONS` (or ``"square"``/``"disc"``) drawn in ``box`` with Pillow."""
+    x0, y0, x1, y1 = box
+    cx, cy, r = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2
+    if shape == "square":
+        draw.rectangle(box, fill=fill)
+    elif shape == "disc":
+        draw.ellipse(box, fill=fill)
+    elif shape == "triangle":
+        draw.polygon([(cx, y0), (x1, y1), (x0, y1)], fill=fill)
+    elif shape == "cross":
+        w = r / 3
+        draw.rectangle((cx - w, y0, cx + w, y1), fill=fill)
+        draw.rectangle((x0, cy - w, x1, cy + w), fill=fill)
+    elif shape == "ring":
+        draw.ellipse(box, outline=fill, width=max(2, round(r / 3)))
+    elif shape == "bar":
+        draw.rectangle((x0, cy - r / 4, x1, cy + r / 4), fill=fill)
+    elif shape == "diamond":
+        draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=fill)
+    else:
+        raise ValueError(shape)
+
+
+def icon_folder(
+    root: str | Path,
+    train: int = 20,
+    test: int = 6,
+    size: int = 32,
+    seed: int = 0,
+    classes: Sequence[str] = ICONS,
+) -> Path:
+    """``root/{train,test}/<class>/<i>.png``: RGBA icons as symbolic icon themes ship them: a dark
+    glyph (the class's shape, of a random size, place and grey level) on a fully transparent
+    background of the glyph's own colour, so that dropping the alpha channel leaves a plain dark
+    square (the shape is in the alpha channel only)."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    for split, count in (("train", train), ("test", test)):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                side = rng.uniform(0.55, 0.85) * size
+                x0, y0 = rng.uniform(1, size - side - 1, 2)
+                level = int(rng.integers(0, 60))
+                image = Image.new("RGBA", (size, size), (level, level, level, 0))
+                _draw_shape(
+                    ImageDraw.Draw(image), name, (x0, y0, x0 + side, y0 + side),
+                    (level, level, level, 255),
+                )  # fmt: skip
+                image.save(folder / f"{i}.png")
+    return root
+
+
+def shape_folder(
+    root: str | Path, train: int = 22, test: int = 50, size: int = 24, seed: int = 0
+) -> Path:
+    """``root/{train,test}/{square,disc}/<i>.png``: RGB images that differ by shape only: a square
+    or a disc of a random colour, size and place on a background of another random colour (by
+    default 44 train images, issue 54's folder)."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    for split, count in (("train", train), ("test", test)):
+        for name in ("square", "disc"):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                back = tuple(int(v) for v in rng.integers(0, 256, 3))
+                fill = tuple(
+                    (b + int(d)) % 256 for b, d in zip(back, rng.integers(80, 176, 3), strict=True)
+                )
+                image = Image.new("RGB", (size, size), back)
+                side = rng.uniform(0.4, 0.7) * size
+                x0, y0 = rng.uniform(0, size - side, 2)
+                _draw_shape(ImageDraw.Draw(image), name, (x0, y0, x0 + side, y0 + side), fill)
+                image.save(folder / f"{i}.png")
+    return root
+
+
+def texture_folder(
+    root: str | Path, train: int = 22, test: int = 50, size: int = 24, seed: int = 0
+) -> Path:
+    """``root/{train,test}/{checks,dots}/<i>.png``: grey images that differ by texture only: a
+    checkerboard or a grid of dots, of a random period (4 to 6 pixels), phase, contrast and mean
+    brightness, with noise."""
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    y, x = np.mgrid[0:size, 0:size]
+    for split, count in (("train", train), ("test", test)):
+        for name in ("checks", "dots"):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                period = rng.uniform(4, 6)
+                u = (x + rng.uniform(0, period)) / period
+                v = (y + rng.uniform(0, period)) / period
+                if name == "checks":
+                    pattern = ((np.floor(u) + np.floor(v)) % 2) * 2 - 1
+                else:
+                    d = np.hypot(u - np.floor(u) - 0.5, v - np.floor(v) - 0.5)
+                    pattern = np.where(d < 0.25, 1.0, -1.0)
+                img = rng.uniform(90, 170) + rng.uniform(30, 70) * pattern
+                img = img + rng.normal(0, 10, (size, size))
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / f"{i}.png")
+    return root

@@ -251,11 +251,12 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         choices=["hf"],
-        required=True,
-        help="hf: config.json, model.safetensors and the tokenizer or preprocessor files, as "
-        "transformers' save_pretrained writes them (a run fine-tuned from a Hub model)",
+        default="hf",
+        help="hf (the default, the only one): config.json, model.safetensors and the tokenizer "
+        "or preprocessor files, as transformers' save_pretrained writes them (a run fine-tuned "
+        "from a Hub model; every run's model/ folder already is its StableHLO export)",
     )
-    p.add_argument("--out", required=True, help="the folder to write (new, or empty)")
+    p.add_argument("--out", help="the folder to write (new, or empty); needed for --format hf")
     p.add_argument("--checkpoint", default="best", help="best (default), last, or a step number")
     p.add_argument(
         "--merge",

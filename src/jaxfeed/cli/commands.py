@@ -96,6 +96,7 @@ def predict(args: argparse.Namespace) -> int:
     if output is not None and not output.lower().endswith(OUTPUT_KINDS):
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
     from jaxfeed.recipes.evaluate import UNSEEN, iter_predictions  # import cost: JAX and pyarrow
+    from jaxfeed.recipes.text_serve import shown_input  # import cost: JAX and pyarrow
 
     _compile_cache(args.compile_cache)
     notes: list[str] = []
@@ -105,16 +106,16 @@ def predict(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if output is not None:
         rows = write_predictions(output, results)
-        print(f"wrote {rows:,} predictions to {output}", flush=True)
+        print(f"wrote {rows:,} prediction{'' if rows == 1 else 's'} to {output}", flush=True)
     elif args.json:
         print(json.dumps(list(results), indent=2), flush=True)
     else:
         for r in results:
             if "prediction" in r:
-                print(f"{r['input']}: {r['prediction']:.6g}", flush=True)
+                print(f"{shown_input(r['input'])}: {r['prediction']:.6g}", flush=True)
             else:
                 shown = ", ".join(f"{t['label']} ({t['probability']:.3f})" for t in r["top"])
-                print(f"{r['input']}: {shown}", flush=True)
+                print(f"{shown_input(r['input'])}: {shown}", flush=True)
     said = [n for n in notes if n.startswith(UNSEEN)]  # a choice of predict's own
     notes = [n for n in notes if not n.startswith(UNSEEN)]
     if notes:

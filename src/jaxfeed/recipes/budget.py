@@ -83,6 +83,7 @@ class Budget:
     chosen: list[str]  # the options the data chose (the others were given)
     max_steps: int | None = None  # --max-steps: the run ends there if its epochs go further
     epochs_given: bool = True  # False: --max-steps alone set the epochs (enough to reach it)
+    limited: str | None = None  # why the batch is smaller than a tenth of the rows asks
 
     @property
     def steps(self) -> int:
@@ -99,6 +100,8 @@ class Budget:
         given = (
             "given"
             if "batch_size" not in self.chosen
+            else self.limited
+            if self.limited
             else f"at most {MAX_AUTO_BATCH}"
             if self.batch_size == MAX_AUTO_BATCH and self.rows > 10 * MAX_AUTO_BATCH
             else "half the rows: a tiny set"
@@ -155,17 +158,27 @@ class Budget:
         return f"{self.epochs} epochs = {total} steps (given; --max-steps {self.max_steps} is not reached)"
 
 
-def auto_batch(config: Any, rows: int, devices: int = 1) -> Any:
+def auto_batch(
+    config: Any, rows: int, devices: int = 1, limit: tuple[int, str] | None = None
+) -> Any:
     """``config`` with a batch size: ``--batch-size``, else :func:`choose_batch` of ``rows``
-    rounded up to a multiple of the ``devices`` the batches split over."""
+    (at most the kind's ``limit``, ``(size, why)``) rounded up to a multiple of the ``devices``
+    the batches split over."""
     if config.batch_size is not None:
         return config
     size = choose_batch(rows)
+    if limit is not None:
+        size = min(size, limit[0])
     return dataclasses.replace(config, batch_size=-(-size // devices) * devices)
 
 
 def resolve(
-    config: Any, batch_chosen: bool, rows: int, batches: int, selection: bool
+    config: Any,
+    batch_chosen: bool,
+    rows: int,
+    batches: int,
+    selection: bool,
+    limit: tuple[int, str] | None = None,
 ) -> tuple[Any, Budget]:
     """The run's epochs, patience and BatchNorm momentum from its data (``rows`` train rows in
     ``batches`` batches an epoch), where the options leave them open (``batch_chosen``: the
@@ -196,8 +209,11 @@ def resolve(
     changes: dict[str, Any] = {"epochs": epochs, "patience": patience}
     if momentum is not None:
         changes["model"] = {"class_path": name, "init_args": {**args, "momentum": momentum}}
+    limited = (
+        limit[1] if limit and batch_chosen and choose_batch(rows) > config.batch_size else None
+    )
     budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen,
-                    config.max_steps, config.epochs is not None)  # fmt: skip
+                    config.max_steps, config.epochs is not None, limited)  # fmt: skip
     return dataclasses.replace(config, **changes), budget
 
 

@@ -300,13 +300,16 @@ def choose_splits(
     val_split: float | None,
     stratify: str | None,
     seed: int,
+    in_order: bool = False,
 ) -> Splits:
     """The train, validation and test splits. Model selection never sees the test split:
 
     * ``split_eval`` given: it is the validation split;
     * ``val_split == 0``: no validation split (no selection);
     * otherwise the data's ``validation`` split, or (when it has none, or ``val_split`` is given)
-      a ``val_split`` fraction of train (default 0.1), stratified by ``stratify``, seeded.
+      a ``val_split`` fraction of train (default 0.1), stratified by ``stratify``, seeded;
+      ``in_order`` (a corpus put end to end): blocks of consecutive rows, both parts keeping the
+      rows' order (:func:`block_split`).
 
     The data's ``test`` split, unless train or validation use it, is the test split.
 
@@ -345,14 +348,14 @@ def choose_splits(
             f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
             "a validation split from"
         )
-    column, counts = stratify, None
+    column, counts, how = stratify, None, "at random"
     if stratify is not None:
         counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))
-        stratify = stratify if counts[counts > 0].min() >= 2 and n_val >= len(counts) else None
-    parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
-    how = "stratified by class" if stratify else "at random"
-    if column is not None and stratify is None:
-        how += " (too few rows of some class to stratify)"
+        stratify, how = _stratified(train, stratify, n_val)
+    if in_order:
+        parts, how = block_split(train, n_val, seed)
+    else:
+        parts = train.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     why = "the model is selected on it" + (f", {test_name} is held out" if test_name else "")
     held = parts["test"].num_rows
     share = "" if held <= 1.5 * fraction * train.num_rows else f" of {train.num_rows:,}, rounded up"
@@ -362,14 +365,15 @@ def choose_splits(
     )
     if counts is not None and column is not None:
         note += _missing_classes(counts, parts["train"], column)
-    rows = _part_rows(train, fraction, seed, stratify)
+    rows = _part_rows(train, fraction, seed, stratify, n_val if in_order else None)
     return Splits(parts["train"], parts["test"], "validation", note, test, test_name, *rows)
 
 
-def _part_rows(train: Dataset, fraction: float, seed: int,
-               stratify: str | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _part_rows(train: Dataset, fraction: float, seed: int, stratify: str | None,
+               blocks: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The rows of ``train`` that its split's train and test parts hold, in those parts' order:
-    the same split made on the row numbers alone (and the class column it is stratified by).
+    the same split made on the row numbers alone (and the class column it is stratified by), or
+    with ``blocks`` (the validation rows of a corpus) the same :func:`block_split`.
 
     >>> ds = Dataset.from_dict({"y": list(range(10))})
     >>> list(_part_rows(ds, 0.2, 0, None)[0]) == ds.train_test_split(0.2, seed=0)["train"]["y"]
@@ -381,7 +385,10 @@ def _part_rows(train: Dataset, fraction: float, seed: int,
         columns[stratify] = np.asarray(train.with_format("numpy")[stratify])
         features[stratify] = train.features[stratify]
     numbered = Dataset.from_dict(columns, features=Features(features))
-    part = numbered.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
+    if blocks is not None:
+        part = block_split(numbered, blocks, seed)[0]
+    else:
+        part = numbered.train_test_split(test_size=fraction, seed=seed, stratify_by_column=stratify)
     return tuple(np.asarray(part[k].with_format("numpy")["row"]) for k in ("train", "test"))  # type: ignore[return-value]
 
 
@@ -404,6 +411,58 @@ def _missing_classes(counts: np.ndarray, train: Dataset, column: str) -> str:
         f"; warning: the train part holds {int((kept > 0).sum())} of the {int((counts > 0).sum())} "
         f"classes ({shown}{', ...' if len(missing) > 5 else ''} only in validation): the model "
         "never sees them; give more rows, or --val-split 0 to train on all of them"
+    )
+
+
+def _stratified(train: Dataset, label: str, n_val: int) -> tuple[str | None, str]:
+    """``label`` when every class has two rows and the split one row per class, else None (a
+    random split); and how the split is made, saying why it is not stratified."""
+    counts = np.bincount(np.asarray(train.with_format("numpy")[label]).astype(np.int64))
+    present = counts[counts > 0]
+    if present.min() >= 2 and n_val >= len(present):
+        return label, "stratified by class"
+    if present.min() < 2:
+        single = int((present < 2).sum())
+        why = f"{single} class{'es have' if single > 1 else ' has'} a single row"
+    else:
+        why = f"fewer validation rows than the {len(present)} classes"
+    return None, f"at random, not stratified: {why}"
+
+
+BLOCKS = 100  # a corpus's validation split: this many blocks of consecutive rows, at most
+
+
+def block_split(train: Dataset, n_val: int, seed: int) -> tuple[dict[str, Dataset], str]:
+    """At least ``n_val`` rows of ``train`` as validation, in whole blocks of consecutive rows
+    (``train`` cut into :data:`BLOCKS` blocks, picked at random), both parts keeping the rows'
+    order: a corpus put end to end stays in its order, as run_clm groups a corpus after
+    concatenating it.
+
+    >>> parts, how = block_split(Dataset.from_dict({"t": list(range(1000))}), 20, 0)
+    >>> held = parts["test"]["t"][:]
+    >>> held[:3], held[-3:], parts["train"]["t"][358:362], how
+    ([360, 361, 362], [827, 828, 829], [358, 359, 370, 371], 'in 2 blocks of consecutive rows, the order kept')
+    """
+    n = train.num_rows
+    blocks = min(n, BLOCKS)
+    edges = np.linspace(0, n, blocks + 1).round().astype(np.int64)
+    held = np.zeros(n, bool)
+    chosen = 0
+    for b in np.random.default_rng(seed).permutation(blocks):
+        if held.sum() >= n_val:
+            break
+        held[edges[b] : edges[b + 1]] = True
+        chosen += 1
+    if held.all():  # never every row: the train split keeps one block
+        held[edges[b] : edges[b + 1]] = False
+        chosen -= 1
+    parts = {
+        "train": train.select(np.flatnonzero(~held)),
+        "test": train.select(np.flatnonzero(held)),
+    }
+    return (
+        parts,
+        f"in {chosen} block{'s' if chosen != 1 else ''} of consecutive rows, the order kept",
     )
 
 

@@ -401,7 +401,7 @@ def _image_batches(inputs: list[str], spec: ServingSpec, size: int, notes: list[
             f"{table} is a table; this run was trained on images: predict takes image files or "
             "folders of them"
         )
-    counts = {"converted": 0, "resized": 0}
+    counts = {"converted": 0, "resized": 0, "composited": 0}
     for start in range(0, len(paths), size):
         chunk = paths[start : start + size]
         try:
@@ -418,6 +418,9 @@ def _image_batches(inputs: list[str], spec: ServingSpec, size: int, notes: list[
         notes.append(f"resized {counts['resized']} of {len(paths)} images to {h}x{w}")
     if counts["converted"]:
         notes.append(f"converted {counts['converted']} to mode {reader.image_mode}")
+    if counts.get("composited"):
+        rgb = ",".join(map(str, reader.image_background or ()))
+        notes.append(f"composited the transparency of {counts['composited']} onto ({rgb})")
 
 
 def _table_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],

@@ -27,7 +27,9 @@ from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
 
 
-def export_hf(run: str | Path, out: str | Path, which: str = "best", merge: bool = False) -> Path:
+def export_hf(
+    run: str | Path, out: str | Path | None, which: str = "best", merge: bool = False
+) -> Path:
     """``jaxfeed export RUN --format hf``: the run's ``which`` checkpoint as a Hub-format folder
     (``config.json`` with the run's class names, ``model.safetensors``, the tokenizer or
     preprocessor files) that ``transformers`` loads with the same logits. A ``--lora`` run writes
@@ -38,9 +40,13 @@ def export_hf(run: str | Path, out: str | Path, which: str = "best", merge: bool
     saved = record.resolved.get("pretrained")
     if not isinstance(saved, dict):
         raise ConfigError(
-            f"--format hf: {run} was not fine-tuned from a Hub model (--model hf:ORG/NAME or a "
-            "checkpoint folder); only such runs export to the Hub's format"
+            f"{run / 'model'} already is this run's export (StableHLO + safetensors, with its "
+            "preprocessing: jaxfeed predict and jaxfeed.load_exported use it); --format hf "
+            f"writes the Hub's format, only for a run fine-tuned from a Hub model (--model "
+            f"hf:ORG/NAME or a checkpoint folder), which {run} was not"
         )
+    if out is None:
+        raise ConfigError("--format hf needs --out FOLDER (a new or empty folder to write)")
     target = Path(out)
     _check_target(target)
     checkpoint = open_checkpoint(str(saved["model"]))  # the architecture is rebuilt from it

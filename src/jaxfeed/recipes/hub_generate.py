@@ -220,3 +220,5 @@ def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int 
         )  # fmt: skip
     except ValueError as err:  # CheckpointError is one; generate's input errors too
         raise ConfigError(str(err)) from None
+    except (OSError, ImportError) as err:  # offline, not found, a missing extra: as train says
+        raise ConfigError(f"{source}: {err}") from None

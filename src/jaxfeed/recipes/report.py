@@ -75,11 +75,21 @@ def regression_report(truth: np.ndarray, predicted: np.ndarray) -> dict[str, Any
 
 
 def format_classification(report: dict[str, Any]) -> str:
+    """The per-class table and the confusion matrix as text; a class without rows in the split
+    says so rather than scoring zeros.
+
+    >>> table = format_classification(classification_report(np.array([0, 0]), np.array([0, 0]), ["a", "b"]))
+    >>> table.splitlines()[2].split()
+    ['b', 'no', 'rows', '0']
+    """
     labels = report["labels"]
     width = max(9, max(len(n) for n in labels) + 2)
     lines = [f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for name in labels:
         c = report["per_class"][name]
+        if not c["support"]:  # no rows of the class in this split: nothing to score, not zeros
+            lines.append(f"{name:<{width}}{'no rows':>30}{'':>10}{0:>10}")
+            continue
         lines.append(
             f"{name:<{width}}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}"
         )

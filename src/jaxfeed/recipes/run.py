@@ -54,6 +54,7 @@ def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData
         config.val_split,
         columns.label if task == "classification" else None,
         config.seed,
+        in_order=task == "lm" and corpus == CONCAT,  # a corpus end to end keeps its order
     )
     return RunData(source, splits, columns, task, list(labels), notes)
 

@@ -37,7 +37,7 @@ class Preprocessing:
     label_column: str
     input_shape: list[int]  # one example, as the model sees it
     task: str = "classification"
-    image_mode: str | None = None  # "L" or "RGB"
+    image_mode: str | None = None  # "L", "RGB" or "RGBA"
     image_size: list[int] | None = None  # [height, width]
     scale: bool = True  # integer inputs are divided by 255 (on the device)
     mean: list[float] | None = None  # tables: standardisation of the inputs
@@ -49,6 +49,8 @@ class Preprocessing:
     impute: bool = False  # tables: missing cells are filled (True) or refused (False)
     audio: dict[str, Any] | None = None  # audio: log_mel's options (jaxfeed.recipes.audio)
     text: dict[str, Any] | None = None  # text: column, tokenizer file, lengths (kinds/text.py)
+    # images with transparency: [r, g, b] they are composited onto (ServingSpec.image_background)
+    image_background: list[int] | None = None
 
     @property
     def vocab_size(self) -> int | None:
@@ -89,6 +91,9 @@ class Preprocessing:
             columns=self.table_columns() if self.kind == "table" else (),
             image_mode=mode if self.kind == "image" else None,
             image_size=tuple(self.hw) if self.kind == "image" else None,
+            image_background=(
+                tuple(self.image_background) if self.image_background is not None else None
+            ),
             scale=self.scale and self.kind in ("image", "array"),
             target_mean=self.target_mean,
             target_std=self.target_std,
@@ -113,7 +118,7 @@ class Preprocessing:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for key in ("audio", "text"):  # the config.json of image and table runs reads as before
+        for key in ("audio", "text", "image_background"):  # config.json reads as before
             if out[key] is None:
                 del out[key]
         return out

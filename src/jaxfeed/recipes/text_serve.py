@@ -11,6 +11,7 @@ file of the user's only with ``--trust-code``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from jaxfeed.recipes.text_columns import check_text_column
 from jaxfeed.recipes.tokenizer import attach_tokenizer, token_lengths
 from jaxfeed.text import generate as generate_tokens
 
-NAME_CHARS = 50  # a text given on the command line is named by its first characters
+NAME_CHARS = 50  # predict's plain output names a text given on the command line by its start
 
 
 def run_preprocessing(run: Path, record: RunRecord) -> Preprocessing:
@@ -109,8 +110,20 @@ def _texts(inputs: list[str], column: str) -> Iterator[tuple[str, str]]:
         elif not given.strip():
             raise ConfigError("an empty text: give a text, .txt files or tables")
         else:
-            shown = given if len(given) <= NAME_CHARS else given[: NAME_CHARS - 3] + "..."
-            yield shown, given
+            yield given, given  # the whole text is its key (--json, --output): never two alike
+
+
+def shown_input(name: str) -> str:
+    """How predict's plain output names an input: a text given on the command line by its first
+    characters (``--json`` and ``--output`` keep it whole); a path, or a file's line or row, as
+    it is.
+
+    >>> shown_input("a short text"), shown_input("x" * 60)[-5:], len(shown_input("x" * 60))
+    ('a short text', 'xx...', 50)
+    """
+    if len(name) <= NAME_CHARS or os.path.exists(name.rsplit(":", 1)[0]) or os.path.exists(name):
+        return name
+    return name[: NAME_CHARS - 3] + "..."
 
 
 def _table_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
@@ -224,7 +237,7 @@ def generate(
             n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
             if n + max_new_tokens > context:
                 raise ConfigError(
-                    f"prompt {i} ({prompt[:40]!r}) is {n} tokens; with --max-new-tokens "
+                    f"prompt {i} ({prompt[:40]!r}) is {n} token{'' if n == 1 else 's'}; with --max-new-tokens "
                     f"{max_new_tokens} that is more than the model's context of {context} tokens "
                     "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
                 )

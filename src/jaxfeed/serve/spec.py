@@ -41,7 +41,8 @@ KINDS = ("image", "array", "table", "audio", "text", "lm")
 TASKS = ("classification", "regression", "lm")
 TEXT_SPEC_KINDS = ("text", "lm")  # raw strings in, through the export's tokenizer.json
 TOKENIZER_FILE = "tokenizer.json"
-IMAGE_MODES = ("L", "RGB")
+IMAGE_MODES = ("L", "RGB", "RGBA")
+CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}  # an image mode's channels (L: none, (h, w))
 MISSING = "missing"  # the name of a missing cell in messages
 
 
@@ -80,6 +81,36 @@ def category_key(value: Any) -> str | None:
         if float(value).is_integer():
             return str(int(value))
     return str(value)
+
+
+ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+
+
+def has_alpha(image: Any) -> bool:
+    """Whether a Pillow image has transparency: an alpha channel, or a transparent colour (a
+    palette's or a PNG's ``tRNS``)."""
+    return image.mode in ALPHA_MODES or "transparency" in image.info
+
+
+def composite(array: np.ndarray, background: Sequence[int]) -> np.ndarray:
+    """An image with an alpha last channel (``(h, w, 2)`` grey or ``(h, w, 4)`` RGB) composited
+    onto an ``(r, g, b)`` background (grey: its luminance, as Pillow converts to L), as uint8.
+
+    >>> rgba = np.array([[[0, 0, 0, 0], [0, 0, 0, 255], [200, 100, 0, 128]]], np.uint8)
+    >>> composite(rgba, (255, 255, 255)).tolist()
+    [[[255, 255, 255], [0, 0, 0], [227, 177, 127]]]
+    >>> composite(np.array([[[10, 0]]], np.uint8), (255, 0, 0)).tolist()  # grey: 76 for red
+    [[76]]
+    """
+    colour = array[..., :-1].astype(np.float32)
+    alpha = array[..., -1:].astype(np.float32) / np.float32(255.0)
+    if colour.shape[-1] == 1:
+        r, g, b = background
+        back = np.asarray([(r * 299 + g * 587 + b * 114) // 1000], np.float32)
+    else:
+        back = np.asarray(background, np.float32)
+    out = np.rint(colour * alpha + back * (1 - alpha)).astype(np.uint8)
+    return out[..., 0] if out.shape[-1] == 1 else out
 
 
 @dataclass(frozen=True)
@@ -123,6 +154,9 @@ class ServingSpec:
     columns: tuple[TableColumn, ...] = ()
     image_mode: str | None = None
     image_size: tuple[int, int] | None = None
+    # (r, g, b): images are decoded with their alpha channel and composited onto this colour
+    # (an image run whose files have transparency); None: converted to image_mode (alpha dropped)
+    image_background: tuple[int, int, int] | None = None
     scale: bool = False  # integer inputs are divided by 255 into float32
     target_mean: float | None = None
     target_std: float | None = None
@@ -137,7 +171,7 @@ class ServingSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["columns"] = [dataclasses.asdict(c) for c in self.columns]
-        for key in ("audio", "text"):  # specs of images and tables read as before
+        for key in ("audio", "text", "image_background"):  # specs read as before
             if out[key] is None:
                 del out[key]
         return {"format": SPEC_FORMAT, "version": SPEC_VERSION, **_lists(out)}
@@ -182,6 +216,15 @@ class ServingSpec:
                 )
             )
         size = check.ints(values, "image_size", None)
+        background = values.get("image_background")
+        if background is not None and not (
+            isinstance(background, list) and len(background) == 3
+            and all(type(v) is int and 0 <= v <= 255 for v in background)
+        ):  # fmt: skip
+            raise SpecError(
+                f"{where}: preprocessing.image_background must be [r, g, b], integers in 0..255, "
+                f"got {background!r}"[:300]
+            )
         spec = cls(
             kind=kind,
             input_shape=tuple(check.ints(values, "input_shape")),
@@ -190,6 +233,7 @@ class ServingSpec:
             columns=tuple(columns),
             image_mode=check.choice(values, "image_mode", (*IMAGE_MODES, None), None),
             image_size=None if size is None else (size[0], size[1]),
+            image_background=None if background is None else tuple(background),
             scale=check.flag(values, "scale", False),
             target_mean=check.number(values, "target_mean", None),
             target_std=check.number(values, "target_std", None, positive=True),
@@ -271,19 +315,34 @@ class ServingSpec:
             return np.zeros((0, *self.input_shape), np.uint8)
         return np.stack(fitted)
 
+    @property
+    def decode_mode(self) -> str | None:
+        """The mode images are decoded in: the spec's, with an alpha channel (``LA``, ``RGBA``)
+        when they are composited onto :attr:`image_background`."""
+        if self.image_background is not None and self.image_mode in ("L", "RGB"):
+            return self.image_mode + "A" if self.image_mode == "RGB" else "LA"
+        return self.image_mode
+
     def fit_image(self, array: np.ndarray, index: int = 0) -> np.ndarray:
-        """One image at the spec's size (Pillow's bilinear filter) and mode."""
+        """One image at the spec's size (Pillow's bilinear filter) and mode; an alpha channel
+        composited onto the spec's background (:func:`composite`) when it has one."""
         import PIL.Image  # noqa: PLC0415 (import cost: Pillow, loaded once images are decoded)
 
         h, w = self.hw
-        channels = 3 if self.image_mode == "RGB" else 1
+        channels = CHANNELS.get(self.image_mode or "L", 1)
         if array.ndim == 3 and array.shape[-1] == 1:
             array = array[..., 0]
-        if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+        if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (2, 3, 4)):
             raise SpecError(
-                f"image {index}: expected (h, w) or (h, w, 3), got shape {tuple(array.shape)}"
+                f"image {index}: expected (h, w), (h, w, 3) or (h, w, 4), got shape "
+                f"{tuple(array.shape)}"
             )
         have = 1 if array.ndim == 2 else array.shape[-1]
+        if self.image_background is not None and have in (2, 4) and channels != 4:
+            array = composite(array, self.image_background)
+            have = have - 1
+        if have == 2:  # grey and alpha, without a background: as Pillow converts LA
+            array, have = array[..., 0], 1
         if have != channels or (array.shape[:2] != (h, w)):
             image = PIL.Image.fromarray(array)
             if have != channels:
@@ -334,19 +393,22 @@ class ServingSpec:
 
     def read_images(self, paths: Sequence[str]) -> tuple[list[np.ndarray], dict[str, int]]:
         """Image files decoded in the spec's mode (as training decoded them), and how many were
-        ``converted`` from another mode and will be ``resized``."""
+        ``converted`` from another mode, have their transparency ``composited`` onto the
+        background, and will be ``resized``."""
         import PIL.Image  # noqa: PLC0415 (import cost: Pillow, only when image files are read)
 
         from jaxfeed.data.features import Image  # noqa: PLC0415 (import cost: pyarrow, Pillow)
 
-        feature = Image(mode=self.image_mode)
-        arrays, counts = [], {"converted": 0, "resized": 0}
+        feature = Image(mode=self.decode_mode)
+        arrays, counts = [], {"converted": 0, "resized": 0, "composited": 0}
         for path in paths:
             try:
                 with open(path, "rb") as f:
                     data = f.read()
                 with PIL.Image.open(io.BytesIO(data)) as probe:
                     counts["converted"] += probe.mode != self.image_mode
+                    if self.image_background is not None and self.image_mode != "RGBA":
+                        counts["composited"] += has_alpha(probe)
                 decoded = feature.decode_value((data, path), 0)
             except PIL.UnidentifiedImageError:
                 raise SpecError(

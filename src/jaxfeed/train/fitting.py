@@ -150,7 +150,12 @@ class FitMixin:
         for cb in self.callbacks:
             cb.on_fit_end(self)
         if self.out_dir is not None and self.history and self.primary:
-            plot_history(self.history, self.out_dir / "curves.png")
+            stopper = next((cb for cb in self.callbacks if hasattr(cb, "stopped_epoch")), None)
+            plot_history(
+                self.history, self.out_dir / "curves.png",
+                best=getattr(stopper, "best_epoch", None),
+                stopped=getattr(stopper, "stopped_epoch", None),
+            )  # fmt: skip
 
     def _open_checkpoints(
         self,

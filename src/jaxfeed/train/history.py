@@ -96,10 +96,16 @@ def curve_metrics(history: list[dict[str, Any]], most: int = 2) -> list[str]:
 
 
 def plot_history(
-    history: list[dict[str, Any]], path: str | os.PathLike, title: str | None = None
+    history: list[dict[str, Any]],
+    path: str | os.PathLike,
+    title: str | None = None,
+    best: int | None = None,
+    stopped: int | None = None,
 ) -> Path:
     """Write a PNG with a panel of the loss per epoch, train against eval, and one for each of
-    :func:`curve_metrics` (accuracy when there is nothing else: an empty panel).
+    :func:`curve_metrics` (accuracy when there is nothing else: an empty panel); perplexity on
+    a log axis; the ``best`` epoch (the one kept) and the epoch early stopping ``stopped`` at
+    marked by vertical lines.
 
     >>> import tempfile, os
     >>> h = [{"epoch": 1, "train_loss": 1.0, "eval_loss": 1.2, "train_accuracy": 0.5, "eval_accuracy": 0.4}]
@@ -128,6 +134,13 @@ def plot_history(
                     markersize=3,
                     label=split,
                 )
+        if best is not None:
+            ax.axvline(best, color="tab:green", linestyle="--", linewidth=1, label=f"best ({best})")
+        if stopped is not None:
+            ax.axvline(stopped, color="tab:red", linestyle=":", linewidth=1,
+                       label=f"early stop ({stopped})")  # fmt: skip
+        if metric == "perplexity":
+            ax.set_yscale("log")
         ax.set_title(f"{label} per epoch")
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)

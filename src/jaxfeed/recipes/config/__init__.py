@@ -74,6 +74,7 @@ from jaxfeed.recipes.config.values import _class_weights as _class_weights
 from jaxfeed.recipes.config.values import _component as _component
 from jaxfeed.recipes.config.values import _short as _short
 from jaxfeed.recipes.config.values import did_you_mean as did_you_mean
+from jaxfeed.recipes.config.values import parse_colour as parse_colour
 from jaxfeed.recipes.config.values import parse_image_size as parse_image_size
 from jaxfeed.recipes.config.values import parse_mesh_text as parse_mesh_text
 from jaxfeed.recipes.config.values import parse_sharding as parse_sharding

@@ -179,13 +179,23 @@ class DataOptions:
         None,
         "image inputs: random augmentations of the training batches, comma-separated: flip "
         "(left-right, half of them), crop (a random crop of the image's size after padding each "
-        "side by an eighth) (default: none)",
-        metavar="flip,crop",
+        "side by an eighth), or none (default: flip,crop for a folder of fewer than 2,000 "
+        "training images and a built-in model, else none)",
+        metavar="flip,crop|none",
     )
-    image_mode: Literal["L", "RGB", "same"] | None = option(
+    image_mode: Literal["L", "RGB", "RGBA", "same"] | None = option(
         None,
-        "decode images as L (grey) or RGB; same: refuse a folder of mixed modes (default: the "
-        "widest mode of the images, said when they are mixed)",
+        "decode images as L (grey), RGB or RGBA (the alpha channel kept as a 4th input); same: "
+        "the files' own mode (RGBA when they have transparency), refusing a folder of mixed "
+        "modes (default: the widest of L and RGB among the images, said when they are mixed; "
+        "transparency composited onto --image-background)",
+    )
+    image_background: str | None = option(
+        None,
+        "images with transparency (an alpha channel or a transparent colour) are composited "
+        "onto this colour when the mode has no alpha: a name (white, black, ...), #RRGGBB or "
+        "R,G,B (default: white)",
+        metavar="COLOUR",
     )
     sample_rate: int | None = option(
         None,
@@ -293,7 +303,8 @@ class OptimOptions:
         1e-3,
         "peak learning rate, or auto: a short learning-rate range test before training picks it "
         "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for every built-in "
-        "model and task)",
+        "model and task; 5e-5 fine-tuning a Hub model, with --epochs 3 and a warmup over 10% of "
+        "the steps)",
         minimum=0.0,
         exclusive=True,
         metavar="LR|auto",

@@ -27,6 +27,7 @@ from jaxfeed.recipes.config.values import (
     _component,
     _short,
     did_you_mean,
+    parse_colour,
     parse_image_size,
     parse_mesh_text,
     parse_sharding,
@@ -295,12 +296,14 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
             value = changes[name] = [v.strip() for v in value.split(",") if v.strip()]
             if not value:
                 raise ConfigError(f"{where}: {name} must name at least one column or metric")
+        if name == "augment" and value == ["none"]:  # --augment none: not even the default
+            value = changes[name] = []
         if name == "augment" and value is not None:
             unknown = [v for v in value if v not in AUGMENTATIONS]
             if unknown or not isinstance(value, list):
                 raise ConfigError(
                     f"{where}: augment: {unknown[0] if unknown else value!r} is not an "
-                    f"augmentation; known: {', '.join(AUGMENTATIONS)}"
+                    f"augmentation; known: {', '.join(AUGMENTATIONS)} (or none alone)"
                 )
         if name == "class_weights" and value is not None:
             changes[name] = _class_weights(value, where)
@@ -309,6 +312,11 @@ def check(config: RunConfig, where: str, names: typing.Iterable[str] | None = No
                 parse_image_size(value)
             except ConfigError as err:
                 raise ConfigError(f"{where}: image_size: {err}") from None
+        if name == "image_background" and value is not None:
+            try:
+                parse_colour(value)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: image_background: {err}") from None
         if name in COMPONENTS and value is not None:
             changes[name] = _component(name, value, where)
         if name == "mesh" and value is not None:

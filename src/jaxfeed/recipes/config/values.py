@@ -112,6 +112,30 @@ def parse_image_size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def parse_colour(text: str) -> tuple[int, int, int]:
+    """A colour as ``(r, g, b)``: a name Pillow knows (``white``, ``black``, ``grey``...),
+    ``#RRGGBB``, ``#RGB`` or ``R,G,B``; anything else raises ``ConfigError``.
+
+    >>> parse_colour("white"), parse_colour("#ff8000"), parse_colour("0, 128, 255")
+    ((255, 255, 255), (255, 128, 0), (0, 128, 255))
+    """
+    import PIL.ImageColor
+
+    value = str(text).strip()
+    m = re.fullmatch(r"(\d{1,3})\s*,\s*(\d{1,3})\s*,\s*(\d{1,3})", value)
+    if m and all(int(v) <= 255 for v in m.groups()):
+        r, g, b = (int(v) for v in m.groups())
+        return r, g, b
+    try:
+        rgb = PIL.ImageColor.getrgb(value)
+    except ValueError:
+        raise ConfigError(
+            f"expected a colour: a name (white, black, ...), #RRGGBB or R,G,B with values in "
+            f"0..255, got {_short(text)}"
+        ) from None
+    return int(rgb[0]), int(rgb[1]), int(rgb[2])
+
+
 def parse_mesh_text(text: str, where: str = "--mesh") -> dict[str, int]:
     """``"data=4,model=2"`` as ``{"data": 4, "model": 2}`` (checked; no JAX needed).
 

@@ -97,6 +97,10 @@ class Kind:
         """The preprocessing with a pretrained checkpoint's (its tokenizer, its front end)."""
         return self.plan(run_data, config)
 
+    def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
+        """The largest batch size the budget may choose for these inputs, and why (None: any)."""
+        return None
+
     def reopen(self, prep: Preprocessing, run_data: RunData, out: Path) -> None:
         """A resumed run's saved preprocessing made ready (its tokenizer, its clips checked)."""
 

@@ -1,4 +1,5 @@
-"""Images: decoded, converted to one mode (``L`` or ``RGB``) and resized with Pillow's bilinear
+"""Images: decoded, converted to one mode (``L``, ``RGB`` or ``RGBA``; transparency composited
+onto ``--image-background``, white by default, when the mode has no alpha) and resized with Pillow's bilinear
 filter to one size in the loader's workers (chosen from the first images' headers:
 :func:`image_choice`), as ``eval``, ``predict`` and the export's declared spec do; pixels scaled on the device;
 ``--augment`` flips and crops them (:class:`Augmented`); ``cnn`` by default; a Hub image
@@ -15,12 +16,15 @@ import numpy as np
 
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Image
-from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.config import ConfigError, RunConfig, parse_colour
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, Preprocessing
+from jaxfeed.serve.spec import CHANNELS, has_alpha
 
 SAMPLE = 64  # images whose headers are read to choose a size and a mode
+SMALL_IMAGE_FOLDER = 2000  # fewer training images than this: augmented by default (built-ins)
+DEFAULT_AUGMENT = ("flip", "crop")
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
@@ -42,12 +46,32 @@ class ImageKind(Kind):
 
         return hub_checkpoint.image_options(checkpoint, config)
 
+    def plan_pretrained(self, checkpoint: Any, run_data: Any,
+                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """:meth:`plan` at the checkpoint's size and mode, which the line credits to it (not to
+        ``--image-size`` and ``--image-mode``, which the user did not give)."""
+        prep, notes = self.plan(run_data, config)
+        spec = getattr(checkpoint, "spec", "the checkpoint")
+        notes = [
+            n.replace("(--image-size)", f"(the size {spec} takes)").replace(
+                "(--image-mode;", f"(the mode {spec} takes;"
+            )
+            for n in notes
+        ]
+        return prep, notes
+
+    def table_options(self, config: RunConfig, columns: Any) -> Any:
+        """The kind's own options for :meth:`plan_inputs`: ``--image-background`` (or None)."""
+        return config.image_background
+
     def plan_inputs(self, train: Dataset, inputs: list[str], label: str, task: str,
                     image_size: tuple[int, int] | None, options: Any = None,
                     image_mode: str | None = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        mode, size, note = image_choice(train, inputs[0], image_size, image_mode)
-        shape = [size[0], size[1]] + ([3] if mode == "RGB" else [])
+        choice = image_choice(train, inputs[0], image_size, image_mode, options)
+        mode, size, note, background = choice
+        shape = [size[0], size[1]] + ([CHANNELS[mode]] if mode != "L" else [])
         prep = Preprocessing(self.name, inputs, label, shape, task, mode, list(size), scale=True)
+        prep.image_background = None if background is None else list(background)
         return prep, [note]
 
     def augments(self, prep: Preprocessing) -> bool:
@@ -62,9 +86,9 @@ class ImageKind(Kind):
     def prepare(self, prep: Preprocessing, ds: Dataset) -> Dataset:
         """The run's columns, images decoded in the run's mode."""
         ds = super().prepare(prep, ds)
-        column = prep.input_columns[0]
-        if ds.features[column] != Image(mode=prep.image_mode):
-            ds = ds.cast_column(column, Image(mode=prep.image_mode))
+        column, mode = prep.input_columns[0], prep.serving([]).decode_mode
+        if ds.features[column] != Image(mode=mode):
+            ds = ds.cast_column(column, Image(mode=mode))
         return ds
 
     def wrap_pretrained(self, spec: str, model: Any) -> Any:
@@ -78,22 +102,29 @@ class ImageKind(Kind):
 
 
 def image_choice(
-    ds: Dataset, column: str, image_size: tuple[int, int] | None, image_mode: str | None = None
-) -> tuple[str, tuple[int, int], str]:
+    ds: Dataset,
+    column: str,
+    image_size: tuple[int, int] | None,
+    image_mode: str | None = None,
+    background: str | None = None,
+) -> tuple[str, tuple[int, int], str, tuple[int, int, int] | None]:
     """Mode and size of the run from the first images' headers (no full decode): the widest mode
-    among them (RGB when any is colour), or ``image_mode``; ``"same"`` reads every header and
-    refuses mixed modes."""
+    among them (RGB when any is colour), or ``image_mode``; ``"same"`` reads every header, keeps
+    the files' mode (RGBA when they have transparency) and refuses mixed modes. Also the line
+    that says it, and the ``(r, g, b)`` that transparency is composited onto (``background``,
+    white by default; None when no image read has transparency or the mode keeps it)."""
     import PIL.Image
 
     rows = ds.num_rows if image_mode == "same" else min(SAMPLE, ds.num_rows)
     sample = ds.select(range(rows)).cast_column(column, Image(decode=False))
-    sizes, modes, where = Counter(), Counter(), {}
+    sizes, modes, where, alpha = Counter(), Counter(), {}, 0
     for i, stored in enumerate(sample[column]):
         source = stored.get("bytes") or stored.get("path")
         try:
             with PIL.Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as im:
                 sizes[(im.height, im.width)] += 1
                 modes[im.mode] += 1
+                alpha += has_alpha(im)
                 where.setdefault(im.mode, stored.get("path") or f"row {i}")
         except (OSError, ValueError) as err:
             where = stored.get("path") or f"row {i}"
@@ -103,22 +134,45 @@ def image_choice(
         shown = ", ".join(f"{m} ({where[m]})" for m in sorted(modes))
         raise ConfigError(
             f"the images of column {column!r} mix modes: {shown}; --image-mode same refuses "
-            "them: convert the files, or give --image-mode L or RGB"
+            "them: convert the files, or give --image-mode L, RGB or RGBA"
         )
-    mode = image_mode if image_mode in ("L", "RGB") else widest
-    mixed = len(sizes) > 1
-    if image_size is not None:
-        size = image_size
-        how = f"resized to {size[0]}x{size[1]} (--image-size)"
+    if image_mode == "same":
+        mode = "RGBA" if alpha else widest
     else:
-        size = sizes.most_common(1)[0][0]
-        how = (
-            f"mixed sizes ({', '.join(f'{h}x{w}' for h, w in list(sizes)[:3])}{', ...' if len(sizes) > 3 else ''}) "
-            f"resized to {size[0]}x{size[1]}, the most common (--image-size to choose)"
-            if mixed
-            else f"{size[0]}x{size[1]}"
+        mode = image_mode if image_mode in CHANNELS else widest
+    said = _mode_line(image_mode, mode, modes)
+    colour = None
+    if mode == "RGBA" and background is not None:
+        raise ConfigError(
+            f"--image-background {background}: the mode RGBA keeps the alpha channel, nothing is "
+            "composited; drop one of them"
         )
-    if image_mode in ("L", "RGB"):
+    if mode != "RGBA" and (alpha or background is not None):
+        colour = parse_colour(background or "white")
+        named = background or "white (--image-background to choose)"
+        seen = f"{alpha} of the first {rows} images" if rows < ds.num_rows else f"{alpha} of {rows}"
+        said += f"; transparency ({seen}) composited onto {named}"
+    size, how = _size_choice(sizes, image_size)
+    return mode, size, f"images: {how}, {said}", colour
+
+
+def _size_choice(sizes: Counter, image_size: tuple[int, int] | None) -> tuple[tuple[int, int], str]:
+    """The run's size (``image_size``, else the most common) and how it was chosen."""
+    if image_size is not None:
+        return image_size, f"resized to {image_size[0]}x{image_size[1]} (--image-size)"
+    size = sizes.most_common(1)[0][0]
+    if len(sizes) == 1:
+        return size, f"{size[0]}x{size[1]}"
+    shown = ", ".join(f"{h}x{w}" for h, w in list(sizes)[:3]) + (", ..." if len(sizes) > 3 else "")
+    return size, (
+        f"mixed sizes ({shown}) resized to {size[0]}x{size[1]}, the most common "
+        "(--image-size to choose)"
+    )
+
+
+def _mode_line(image_mode: str | None, mode: str, modes: Counter) -> str:
+    """How the run's mode was chosen (and 16-bit pixels scaled), for the detection line."""
+    if image_mode in CHANNELS:
         said = f"mode {mode} (--image-mode; the files are {', '.join(sorted(modes))})"
     elif len(modes) > 1:
         said = (
@@ -129,7 +183,7 @@ def image_choice(
         said = f"mode {mode}" + (f" (from {next(iter(modes))})" if mode not in modes else "")
     if any(m.startswith("I;16") or m == "I" for m in modes):
         said += "; 16-bit pixels scaled to 8 bits (round(v / 257)), not clipped"
-    return mode, size, f"images: {how}, {said}"
+    return said
 
 
 # ---------------------------------------------------------------------------------- augment

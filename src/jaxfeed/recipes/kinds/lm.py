@@ -56,6 +56,10 @@ class LMKind(TextKind):
         super().__init__("lm")
 
     # ------------------------------------------------------------------ planning
+    def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
+        """Packed windows: the budget's batch size as for any rows."""
+        return None
+
     def check_model(self, config: RunConfig) -> None:
         """Any ``--model`` may be a language model."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,10 @@ from jaxfeed.recipes.tokenizer import (
 )
 
 MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
-BUCKETS = 4  # pad lengths of a classifier's batches
+KEPT_WHOLE = 0.99  # ... and by default at most the length that keeps this share of texts whole
+BUCKETS = 4  # pad lengths of a classifier's batches, at most
+BATCHES_PER_BUCKET = 16  # ... and at most one per this many batches of an epoch (see buckets_for)
+BATCH_TOKENS = 4096  # a classifier's batch size by default: at most this many tokens a batch
 
 
 class TextKind(Kind):
@@ -152,11 +156,16 @@ class TextKind(Kind):
     def plan_lengths(self, text: dict[str, Any], train: Dataset, lengths: np.ndarray,
                      config: RunConfig, notes: list[str], owner: str | None) -> list[int]:  # fmt: skip
         """A classifier's padding: up to :data:`BUCKETS` lengths (``text["lengths"]``), texts
-        cut at ``--seq-len`` (default: the longest, at most :data:`MAX_TEXT_TOKENS`); returns the
-        input shape."""
-        cap = config.seq_len or min(int(lengths.max()), MAX_TEXT_TOKENS)
+        cut at ``--seq-len`` (default: the length that keeps :data:`KEPT_WHOLE` of the train
+        texts whole, a multiple of 8, at most :data:`MAX_TEXT_TOKENS`: a few long texts would
+        otherwise set the longest bucket, whose attention costs the square of its length);
+        returns the input shape."""
+        cap = config.seq_len or default_cap(lengths)
         clipped = np.minimum(lengths, cap)
-        buckets = [int(v) for v in choose_lengths(clipped, count=BUCKETS, multiple_of=8)]
+        rows = len(lengths)  # the batch the budget will choose: a tenth of the rows, 8 to 64
+        batch = config.batch_size or min(64, max(8, rows // 10), self.max_batch_of(cap))
+        count = buckets_for(rows, batch)
+        buckets = [int(v) for v in choose_lengths(clipped, count=count, multiple_of=8)]
         buckets[-1] = max(buckets[-1], cap) if config.seq_len else buckets[-1]
         text.update(max_length=cap, lengths=buckets)
         longer = int((lengths > cap).sum())
@@ -165,7 +174,7 @@ class TextKind(Kind):
             f"lengths (bucket_by_length); texts of {int(lengths.min())}-{int(lengths.max())} "
             f"tokens (median {np.median(lengths):g})"
             + (
-                f"; {longer:,} longer than {cap} tokens are cut (--seq-len)"
+                f"; {longer:,} longer than {cap} tokens are cut (--seq-len to choose)"
                 if longer
                 else f"; longer texts in eval and predict are cut to {cap} (--seq-len)"
             )
@@ -206,6 +215,30 @@ class TextKind(Kind):
 
     def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
         attach_tokenizer(prep, out)
+
+    def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
+        """A classifier's batch size by default: at most :data:`BATCH_TOKENS` tokens of its
+        longest row (a batch's attention costs its rows times the square of their length)."""
+        length = int(prep.input_shape[0])
+        return self.max_batch_of(length), f"at most {BATCH_TOKENS:,} tokens of {length}"
+
+    @staticmethod
+    def max_batch_of(length: int) -> int:
+        """The power of two rows of ``length`` tokens that fit :data:`BATCH_TOKENS`, at least 8.
+
+        >>> TextKind.max_batch_of(248), TextKind.max_batch_of(56), TextKind.max_batch_of(4000)
+        (16, 64, 8)
+        """
+        rows = max(BATCH_TOKENS // max(length, 1), 1)
+        return max(8, 1 << (rows.bit_length() - 1))
+
+    def next_step(self, quoted_out: str) -> str:
+        """The summary's last line: predict takes texts, .txt files or tables.
+
+        >>> TextKind().next_step("runs/a")
+        'predict:    jaxfeed predict runs/a "TEXT"|FILE.txt|TABLE...'
+        """
+        return f'predict:    jaxfeed predict {quoted_out} "TEXT"|FILE.txt|TABLE...'
 
     def describe(self, prep: Preprocessing, run_data: Any) -> str:
         shown = f"inputs: token ids (up to {prep.input_shape[0]})"
@@ -303,6 +336,31 @@ class TextKind(Kind):
 
 
 # ---------------------------------------------------------------------------------- helpers
+def buckets_for(rows: int, batch_size: int) -> int:
+    """How many pad lengths a classifier's batches get: :data:`BUCKETS`, or fewer for a small
+    data set, one per :data:`BATCHES_PER_BUCKET` batches of an epoch: each length compiles the
+    train and the evaluation step once more (seconds, and memory), which a few batches an epoch
+    do not pay back.
+
+    >>> buckets_for(541, 16), buckets_for(100_000, 64), buckets_for(160, 16), buckets_for(3, 1)
+    (2, 4, 1, 1)
+    """
+    return max(1, min(BUCKETS, math.ceil(rows / batch_size) // BATCHES_PER_BUCKET))
+
+
+def default_cap(lengths: np.ndarray) -> int:
+    """A classifier's longest row by default: the length that keeps :data:`KEPT_WHOLE` of the
+    texts whole, rounded up to a multiple of 8, at most :data:`MAX_TEXT_TOKENS` (and never past
+    the longest text).
+
+    >>> default_cap(np.array([10] * 199 + [600])), default_cap(np.array([5, 7])), default_cap(np.array([900] * 9))
+    (16, 7, 512)
+    """
+    longest = int(lengths.max())
+    kept = int(math.ceil(np.quantile(lengths, KEPT_WHOLE, method="higher") / 8) * 8)
+    return min(longest, kept, MAX_TEXT_TOKENS)
+
+
 def _tokenizer(train: Dataset, column: str, config: RunConfig) -> tuple[Any, str, str]:
     """``(tokenizer, source, line)``: ``--tokenizer``, or a byte-level BPE trained on ``train``."""
     from jaxfeed.text import train_tokenizer  # import cost: JAX via jaxfeed.text

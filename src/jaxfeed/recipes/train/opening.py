@@ -87,8 +87,13 @@ def _undo(out: Path, created: bool) -> None:
 
 
 def default_out(config: RunConfig) -> Path:
-    """``runs/DATA-MODEL-TIME`` for a run without ``--out``."""
-    name = Path(config.data).name or "data"
+    """``runs/DATA-MODEL-TIME`` for a run without ``--out`` (DATA: the data's name without its
+    file suffix, ``licenses`` for ``licenses.csv``).
+
+    >>> str(default_out(RunConfig(data="data/licenses.csv")))[:22]
+    'runs/licenses-auto-202'
+    """
+    name = Path(config.data).stem or "data"
     spec = config.model_spec
     model = spec.short if spec is not None else "auto"
     return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"

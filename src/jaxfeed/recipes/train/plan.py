@@ -15,6 +15,8 @@ records.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jaxfeed.recipes import budget as budgetmod
@@ -22,7 +24,7 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.hub import HubKind
-from jaxfeed.recipes.kinds.image import Augmented
+from jaxfeed.recipes.kinds.image import DEFAULT_AUGMENT, SMALL_IMAGE_FOLDER, Augmented
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.kinds.table import CellError, check_cells
 from jaxfeed.recipes.models import resolve_class_weights
@@ -83,15 +85,31 @@ def _preprocess(run: Run, kind: Kind) -> None:
                 where = data.splits.data_row(err.row, "eval")
                 raise ConfigError(err.template.format(where=where)) from None
     run.prep, run.kind = prep, kind_of(prep, run.checkpoint)
+    defaulted = False
     if run.record is not None:
         run.kind.reopen(prep, data, run.out)  # its tokenizer attached, its clips checked
+    elif (
+        config.augment is None
+        and prep.kind == "image"
+        and run.checkpoint is None
+        and data.splits.train.num_rows < SMALL_IMAGE_FOLDER
+    ):  # a small image folder of a built-in model: augmented
+        run.config = config = dataclasses.replace(config, augment=list(DEFAULT_AUGMENT))
+        defaulted = True
     if config.augment:
         if not run.kind.augments(prep):
             raise ConfigError(
                 f"--augment {','.join(config.augment)}: augmentations are for image inputs; this "
                 f"run's inputs are {prep.kind} data"
             )
-        notes.append(Augmented(prep, config.augment).describe())
+        line = Augmented(prep, config.augment).describe()
+        if defaulted:
+            line = line.replace(
+                "(--augment)",
+                f"(by default: fewer than {SMALL_IMAGE_FOLDER:,} training images; --augment none "
+                "turns it off)",
+            )
+        notes.append(line)
     for note in notes:
         run.say(note)
     splits = data.splits
@@ -143,13 +161,14 @@ def _loaders(run: Run) -> None:
     }
     run.mesh = mesh_of(run.config)
     batch_chosen = run.config.batch_size is None
-    config = budgetmod.auto_batch(run.config, splits.train.num_rows, data_devices(run.mesh))
+    limit = kind.max_batch(prep)
+    config = budgetmod.auto_batch(run.config, splits.train.num_rows, data_devices(run.mesh), limit)
     run.config = config
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
         run.config, budget = budgetmod.resolve(
-            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection
+            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit
         )
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))

@@ -9,7 +9,11 @@ comes from), what was chosen and why, the run folder and the commands that use i
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 from jaxfeed.recipes import hub_checkpoint
@@ -52,7 +56,37 @@ def summary(
     say(f"\nrun folder: {out}  ({', '.join(found)})")
     quoted = shlex.join([str(out)])  # pasted into a shell: spaces and quotes survive
     assert run.kind is not None
-    say(f"evaluate:   jaxfeed eval {quoted} --json\n{run.kind.next_step(quoted)}")
+    prog = command_prefix()  # the next steps run as printed, jaxfeed on PATH or not
+    step = run.kind.next_step(quoted).replace(" jaxfeed ", f" {prog} ", 1)
+    say(f"evaluate:   {prog} eval {quoted} --json\n{step}")
+
+
+def command_prefix(argv0: str | None = None, path: str | None = None) -> str:
+    """How the printed next steps call the command: ``jaxfeed`` when the shell finds it on
+    ``PATH`` (``path``, default the environment's), else the script that runs now (relative to
+    the current folder when under it: ``.venv/bin/jaxfeed``, as after ``make demo``), else this
+    Python with ``-m jaxfeed.cli``.
+
+    >>> command_prefix(path="/usr/bin:/bin" + os.pathsep + os.path.dirname(sys.executable))
+    'jaxfeed'
+    >>> "jaxfeed" in command_prefix(path="")  # a path to it, or python -m jaxfeed.cli
+    True
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    found = shutil.which("jaxfeed", path=path)
+    if found is not None:
+        return "jaxfeed"
+    script = (
+        Path(argv0) if Path(argv0).name == "jaxfeed" else Path(sys.executable).with_name("jaxfeed")
+    )
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m jaxfeed.cli"
+    script = script.absolute()
+    try:
+        shown = str(script.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(script)
+    return shlex.quote(shown if os.sep in shown else os.path.join(".", shown))
 
 
 def _columns(
