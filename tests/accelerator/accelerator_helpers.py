@@ -53,3 +53,29 @@ def word_tokenizer(vocab: int):
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(["<pad>", "<s>", "</s>"])
     return tok
+
+
+def save_wordpiece(folder, vocab: list[str], model_max_length: int = 8) -> None:
+    """A BERT-style WordPiece ``tokenizer.json`` and ``tokenizer_config.json`` over ``vocab``
+    ([PAD], [UNK], [CLS], [SEP] first), written with ``tokenizers`` alone: the TPU machine's
+    ``transformers`` may not import beside its ``huggingface_hub``."""
+    import json
+    from pathlib import Path
+
+    import tokenizers
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    ids = {w: i for i, w in enumerate(vocab)}
+    tok = tokenizers.Tokenizer(models.WordPiece(ids, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
+    )
+    tok.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    tok.save(str(Path(folder) / "tokenizer.json"))
+    settings = {"model_max_length": model_max_length, "pad_token": "[PAD]", "unk_token": "[UNK]",
+                "cls_token": "[CLS]", "sep_token": "[SEP]", "do_lower_case": True}  # fmt: skip
+    (Path(folder) / "tokenizer_config.json").write_text(json.dumps(settings))

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from accelerator_helpers import ON_CPU, on, random_checkpoint, word_tokenizer
+from accelerator_helpers import ON_CPU, on, random_checkpoint, save_wordpiece, word_tokenizer
 from flax import nnx
 
-from hub_checkpoints import VOCAB, save_tokenizer
+from hub_checkpoints import VOCAB
 from jaxfeed import Trainer, load_exported
 from jaxfeed.cli import main
 from jaxfeed.models import from_pretrained
@@ -39,7 +39,7 @@ TOLERANCE = 1e-4 if ON_CPU else 2e-2
 def bert(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hub") / "tiny-bert"
     random_checkpoint(folder, BERT, "sequence-classification")
-    save_tokenizer(folder)
+    save_wordpiece(folder, VOCAB)
     return folder
 
 
