@@ -84,9 +84,12 @@ def test_choice_from_context_and_environment(monkeypatch):
 def test_flash_refusals_name_the_reason(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     monkeypatch.setattr(jax, "device_count", lambda: 1)
-    q = jnp.ones((1, 256, 2, 64))
+    q = jnp.ones((1, 256, 2, 128))
     assert att.flash_refusal(q, q, q) is None
-    assert "multiples of 128" in att.flash_refusal(jnp.ones((1, 197, 2, 64)), q, q)
+    narrow = jnp.ones((1, 256, 2, 64))  # BERT-base's heads: XLA's path measured faster
+    assert "head width 64 under 128" in att.flash_refusal(narrow, narrow, narrow)
+    assert att.flash_refusal(narrow, narrow, narrow, implementation="flash") is None
+    assert "multiples of 128" in att.flash_refusal(jnp.ones((1, 197, 2, 128)), q, q)
     assert "dropout" in att.flash_refusal(q, q, q, dropout=lambda w: w)
     assert "sliding window" in att.flash_refusal(q, q, q, mask=jnp.ones((1, 256, 256), bool))
     assert "head width" in att.flash_refusal(jnp.ones((1, 256, 2, 192)), q, q)
