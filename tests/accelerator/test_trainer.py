@@ -8,26 +8,11 @@ import optax
 import pytest
 from accelerator_helpers import on
 from flax import nnx
-from tests.train.article_models import article_models
+from tests.train.article_models import article_models, cifar_like
 
-from jaxfeed import Array3D, ClassLabel, DataLoader, Dataset, Features, Trainer
+from jaxfeed import DataLoader, Trainer
 from jaxfeed.models import CNN
 from jaxfeed.train import scale_images
-
-
-def cifar_like(rows: int, seed: int = 0) -> Dataset:
-    """32 x 32 x 3 images whose class is where a bright 8 x 8 patch sits (4 x 4 grid)."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 10, rows)
-    images = rng.integers(0, 96, (rows, 32, 32, 3), dtype=np.uint8)
-    for i, c in enumerate(labels):
-        r, q = divmod(int(c), 4)
-        images[i, 8 * r : 8 * r + 8, 8 * q : 8 * q + 8] = 255
-    features = Features(
-        {"image": Array3D((32, 32, 3), "uint8"), "label": ClassLabel(num_classes=10)}
-    )
-    return Dataset.from_dict({"image": images, "label": labels}, features=features)
-
 
 TRAIN, TEST = cifar_like(256), cifar_like(64, seed=1)
 

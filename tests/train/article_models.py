@@ -5,8 +5,25 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import numpy as np
 from flax import nnx
 from jax.typing import ArrayLike
+
+from jaxfeed import Array3D, ClassLabel, Dataset, Features
+
+
+def cifar_like(rows: int = 256, seed: int = 0) -> Dataset:
+    """32 x 32 x 3 uint8 images whose class is where a bright 8 x 8 patch sits (4 x 4 grid)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, rows)
+    images = rng.integers(0, 96, (rows, 32, 32, 3), dtype=np.uint8)
+    for i, c in enumerate(labels):
+        r, q = divmod(int(c), 4)
+        images[i, 8 * r : 8 * r + 8, 8 * q : 8 * q + 8] = 255
+    features = Features(
+        {"image": Array3D((32, 32, 3), "uint8"), "label": ClassLabel(num_classes=10)}
+    )
+    return Dataset.from_dict({"image": images, "label": labels}, features=features)
 
 
 def article_models(img_size: int = 32, img_channels: int = 3) -> tuple[Any, Any]:

@@ -36,8 +36,8 @@ def packed_batch():
     return {"input_ids": ids, "segment_ids": segments, "positions": positions}
 
 
-def fit(model, steps=3, **kwargs):
-    trainer = Trainer(model, optax.adamw(1e-3), loss="next_token", verbose=0,
+def fit(model, steps=3, lr=1e-3, **kwargs):
+    trainer = Trainer(model, optax.adamw(lr), loss="next_token", verbose=0,
                       inputs={c: c for c in COLUMNS}, **kwargs)  # fmt: skip
     losses = []
     for _ in range(steps):

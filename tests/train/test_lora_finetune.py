@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 from jaxfeed import Trainer
 from jaxfeed.models import LoRA, from_pretrained
 from models.hub.lm_checkpoints import save_checkpoint
-from train.test_hub_lm_finetune import COLUMNS, packed_batch
+from train.test_hub_lm_finetune import COLUMNS
+from train.test_hub_lm_finetune import fit as fit_at
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +26,7 @@ def checkpoint(tmp_path_factory):
 
 
 def fit(model, steps=3, **kwargs):
-    trainer = Trainer(model, optax.adamw(1e-2), loss="next_token", verbose=0,
-                      inputs={c: c for c in COLUMNS}, **kwargs)  # fmt: skip
-    losses = []
-    for _ in range(steps):
-        trainer.fit([packed_batch()], epochs=trainer.epoch + 1)
-        losses.append(trainer.history[-1]["train_loss"])
-    return trainer, losses
+    return fit_at(model, steps, 1e-2, **kwargs)
 
 
 def flat(model):

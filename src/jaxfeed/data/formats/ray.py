@@ -44,6 +44,7 @@ from jaxfeed.data.formats.shards import (
     ShardWriter,
     conform,
     publish_shards,
+    target_features,
 )
 
 BLOCK_BYTES = 64 << 20  # Arrow bytes per block that to_ray puts into the object store
@@ -123,18 +124,6 @@ def _untensor(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
     return pa.chunked_array(chunks)
 
 
-def _target(stored: Features, features: Any, what: str) -> Features:
-    if features is None:
-        return stored
-    features = Features(features)
-    if set(features) != set(stored):
-        raise ValueError(
-            f"{what}: features {list(features)} must name exactly the dataset's columns "
-            f"{list(stored)}"
-        )
-    return Features({c: features[c] for c in stored})
-
-
 def _block_table(block: Any) -> pa.Table:
     if not isinstance(block, pa.Table):
         block = pa.Table.from_pandas(block, preserve_index=False)  # a block Ray holds as pandas
@@ -197,7 +186,7 @@ def write_ray(
     module's docstring); the folder is removed once mapped."""
     ray = require("ray", "ray", "from_ray")
     stored = arrow_features(ray_schema(ds), "from_ray")
-    target = _target(stored, features, "from_ray")
+    target = target_features(stored, features, "from_ray")
     root = cache_root(cache_dir) / "ray"
     folder = root / uuid.uuid4().hex[:24]
     written = root / f".{folder.name}.written"
@@ -260,7 +249,7 @@ class RayBlocks:
         self.ds = ds
         schema = ray_schema(ds)
         self.stored = arrow_features(schema, "from_ray")
-        self.features = _target(self.stored, features, "from_ray")
+        self.features = target_features(self.stored, features, "from_ray")
         materialized = type(ds).__name__ == "MaterializedDataset"
         self.blocks = list(_block_refs(ds)) if materialized else None
         self.num_shards = len(self.blocks) if self.blocks is not None else 1

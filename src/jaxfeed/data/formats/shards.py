@@ -66,6 +66,26 @@ STATS = pa.schema(
 )
 
 
+def target_features(stored: Features, features: Any, what: str) -> Features:
+    """The features to write: ``features`` (which must name exactly the source's columns, in any
+    order), else ``stored``, the ones of the source's schema; ``what`` names the call in errors.
+
+    >>> from jaxfeed import Value
+    >>> stored = Features({"a": Value("int64")})
+    >>> target_features(stored, {"a": Value("int32")}, "from_ray")["a"].dtype
+    'int32'
+    """
+    if features is None:
+        return stored
+    features = Features(features)
+    if set(features) != set(stored):
+        raise ValueError(
+            f"{what}: features {list(features)} must name exactly the source's columns "
+            f"{list(stored)}"
+        )
+    return Features({c: features[c] for c in stored})
+
+
 def conform(table: pa.Table, stored: Features, target: Features, where: str) -> pa.Table:
     """``table`` (columns of ``stored``'s features, maybe in the engine's own Arrow types) cast to
     ``target``'s storage; a value that does not fit raises an error naming its column.

@@ -47,6 +47,7 @@ from jaxfeed.data.formats.shards import (
     open_shards,
     publish_shards,
     remove_folder,
+    target_features,
 )
 
 STATS_DDL = "part long, shard long, file string, rows long, bytes long"
@@ -107,20 +108,6 @@ def _feature(dtype: Any, column: str) -> FeatureLike:
         "(expected numbers, strings, binary, booleans, dates, timestamps, arrays or structs "
         f"of them){'; ' + hint if hint else ''}"
     )
-
-
-def target_features(stored: Features, features: Any) -> Features:
-    """The features to write: ``features`` (which must name exactly the DataFrame's columns),
-    else the ones of the schema."""
-    if features is None:
-        return stored
-    features = Features(features)
-    if set(features) != set(stored):
-        raise ValueError(
-            f"from_spark: features {list(features)} must name exactly the DataFrame's columns "
-            f"{list(stored)}"
-        )
-    return Features({c: features[c] for c in stored})
 
 
 class _PartitionWriter:
@@ -188,7 +175,7 @@ def write_spark(
     module's docstring), memory-mapped."""
     require("pyspark", "spark", "from_spark")
     stored = spark_features(df.schema)
-    target = target_features(stored, features)
+    target = target_features(stored, features, "from_spark")
     payload = {
         "version": SHARDS_VERSION,
         "plan": int(df.semanticHash()),
@@ -246,7 +233,7 @@ class SparkPartitions:
         require("pyspark", "spark", "from_spark")
         self.df = df
         self.stored = spark_features(df.schema)
-        self.features = target_features(self.stored, features)
+        self.features = target_features(self.stored, features, "from_spark")
         self.num_partitions = df.rdd.getNumPartitions()
         self._rdd: Any = None
 
