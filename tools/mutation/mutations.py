@@ -114,10 +114,10 @@ MUTATIONS = [
     Mutation(
         "cores-nnx-dropout-ignores-seed",
         "src/jaxfeed/train/cores.py",
-        "objective, metrics, inputs = spec.objective, spec.metrics, spec.inputs\n"
-        "        base_key, dtype = jax.random.key(spec.seed), spec.compute_dtype",
-        "objective, metrics, inputs = spec.objective, spec.metrics, spec.inputs\n"
-        "        base_key, dtype = jax.random.key(0), spec.compute_dtype",
+        "            model.train()\n            batch = spec.preprocess(batch)\n"
+        "            key = dropout_key(spec.seed, step)",
+        "            model.train()\n            batch = spec.preprocess(batch)\n"
+        "            key = dropout_key(0, step)",
         [f"{TRAIN}::test_promise_dropout_keys_come_from_the_trainer_seed"],
         "dropout keys ignore the Trainer's seed (seeds 0 and 5 train identically)",
     ),
@@ -203,8 +203,8 @@ MUTATIONS = [
     Mutation(
         "cli-debug-ignored",
         "src/jaxfeed/cli/__init__.py",
-        "    except Exception as err:\n        if args.debug:\n            raise",
-        "    except Exception as err:\n        if False:\n            raise",
+        "            return 130\n        if args.debug:\n            raise",
+        "            return 130\n        if False:\n            raise",
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
         "--debug does not show the traceback",
     ),
