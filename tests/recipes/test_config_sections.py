@@ -20,7 +20,7 @@ from jaxfeed.recipes.kinds.registry import kind_of
 def test_sections_compose_one_flat_config_in_section_order():
     names = [f.name for f in dataclasses.fields(RunConfig)]
     assert names == [f.name for s in SECTIONS.values() for f in dataclasses.fields(s)]
-    assert len(names) == 61 and names[0] == "data" and names[-1] == "compile_cache"
+    assert len(names) == 62 and names[0] == "data" and names[-1] == "compile_cache"
     assert list(SECTIONS) == list(config.GROUPS)
     c = RunConfig(epochs=2, out="x")
     for section in (DataOptions, ModelOptions, OptimOptions, ProcessOptions):

@@ -10,6 +10,7 @@ shows the Python traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -385,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = args.run(args)
         if entry and status in (130, 143):  # stopped: nothing but the exit is left
             _stopping()
+            _exit_now(args, status)
         return status
     except SystemExit as stop:  # a run stopped by a signal (Preempted: 130 or 143), or argparse
         if entry and stop.code in (130, 143):
@@ -399,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if entry:
             _stopping()
         print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
+        if entry:
+            _exit_now(args, 130)
         return 130
     except BrokenPipeError as err:
         if _stdout_closed():  # the reader went away (| head): end quietly, as SIGPIPE would
@@ -412,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if entry:
                 _stopping()
             print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
+            if entry:
+                _exit_now(args, 130)
             return 130
         if args.debug:
             raise
@@ -503,6 +509,22 @@ def _quiet_stray_async_errors() -> None:
 
     excepthook.jaxfeed_quiet = True  # type: ignore[attr-defined]
     sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+# commands whose work is in flight on XLA's threads when Ctrl-C lands and that keep nothing to
+# finish: they end at once (no interpreter teardown under running computations, which segfaulted
+# `generate` in about half the tries); train, eval and the others unwind and close their files
+_ENDS_AT_ONCE = ("generate",)
+
+
+def _exit_now(args: Any, status: int) -> None:
+    """End a stopped :data:`_ENDS_AT_ONCE` command now with ``status``, its output flushed."""
+    if args.command not in _ENDS_AT_ONCE:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def _stopping() -> None:
