@@ -203,8 +203,8 @@ MUTATIONS = [
     Mutation(
         "cli-debug-ignored",
         "src/jaxfeed/cli/__init__.py",
-        "            return 130\n        if args.debug:\n            raise",
-        "            return 130\n        if False:\n            raise",
+        "            return _interrupted_status(args, entry)\n        if args.debug:\n            raise",
+        "            return _interrupted_status(args, entry)\n        if False:\n            raise",
         [f"{RUN}::test_promise_failures_exit_with_1_and_one_line_and_debug_shows_the_traceback"],
         "--debug does not show the traceback",
     ),

@@ -398,12 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jaxfeed {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if entry:
-            _stopping()
-        print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
-        if entry:
-            _exit_now(args, 130)
-        return 130
+        return _interrupted_status(args, entry)
     except BrokenPipeError as err:
         if _stdout_closed():  # the reader went away (| head): end quietly, as SIGPIPE would
             _quiet_stdout()
@@ -413,15 +408,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(args.command, err)
     except Exception as err:
         if _interrupted(err):  # Ctrl-C that Python wrapped (in a class's __set_name__, ...)
-            if entry:
-                _stopping()
-            print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
-            if entry:
-                _exit_now(args, 130)
-            return 130
+            return _interrupted_status(args, entry)
         if args.debug:
             raise
         return _report(args.command, err)
+
+
+def _interrupted_status(args: Any, entry: bool) -> int:
+    """A command stopped by Ctrl-C: say so and give 130 (the process's own command stops
+    listening for another Ctrl-C first, and a :data:`_ENDS_AT_ONCE` one ends here)."""
+    if entry:
+        _stopping()
+    print(f"jaxfeed {args.command}: interrupted", file=sys.stderr)
+    if entry:
+        _exit_now(args, 130)
+    return 130
 
 
 def _interrupted(err: BaseException) -> bool:
