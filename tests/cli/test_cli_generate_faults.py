@@ -54,6 +54,9 @@ def test_ctrl_c_always_ends_with_130(lm_folder):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         err = err.decode("utf-8", "replace")
+        if proc.returncode == 0:  # done between poll and signal: it must end cleanly all the same
+            assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+            continue
         assert proc.returncode == 130, f"after {delay} s: exit {proc.returncode}: {err[-2000:]}"
         assert err.strip().splitlines()[-1] == "jaxfeed generate: interrupted", err[-2000:]
 

@@ -386,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = args.run(args)
         if entry and status in (130, 143):  # stopped: nothing but the exit is left
             _stopping()
+        if entry:  # done too: a Ctrl-C in the interpreter's teardown would print a traceback
             _exit_now(args, status)
         return status
     except SystemExit as stop:  # a run stopped by a signal (Preempted: 130 or 143), or argparse
@@ -513,13 +514,14 @@ def _quiet_stray_async_errors() -> None:
 
 
 # commands whose work is in flight on XLA's threads when Ctrl-C lands and that keep nothing to
-# finish: they end at once (no interpreter teardown under running computations, which segfaulted
-# `generate` in about half the tries); train, eval and the others unwind and close their files
+# finish: they end at once, stopped or done (no interpreter teardown under running computations,
+# which segfaulted `generate` in about half the tries, and none for a late Ctrl-C to land in: it
+# printed JAX's atexit traceback and exit 0); train, eval and the others unwind and close files
 _ENDS_AT_ONCE = ("generate",)
 
 
 def _exit_now(args: Any, status: int) -> None:
-    """End a stopped :data:`_ENDS_AT_ONCE` command now with ``status``, its output flushed."""
+    """End a :data:`_ENDS_AT_ONCE` command (stopped or done) now with ``status``, its output flushed."""
     if args.command not in _ENDS_AT_ONCE:
         return
     for stream in (sys.stdout, sys.stderr):
