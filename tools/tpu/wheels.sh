@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 W=${TPU_WHEELS:-.tpu-wheels}
-MISSING="jsonargparse simplejpeg cloudpickle fsspec flatbuffers"  # not in the TPU machine's index
+MISSING="jsonargparse simplejpeg cloudpickle fsspec flatbuffers qwix huggingface_hub"  # not in the TPU index (its huggingface_hub 2.0.0 breaks transformers)
 rm -rf "$W"
 mkdir -p "$W"
 "$PY" -m pip wheel --disable-pip-version-check -q --no-deps -w "$W" .
