@@ -1,5 +1,6 @@
-"""Dropout keys of the Trainer's step are ``rbg`` keys from ``(seed, step)``: two runs with the
-same seed train bitwise the same parameters, another seed trains others."""
+"""Dropout keys of the Trainer's step come from ``(seed, step)`` (counter-hash keys on a CPU, ``rbg``
+on accelerators): two runs with the same seed train bitwise the same parameters, another seed
+trains others."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,8 @@ from flax import nnx
 
 from jaxfeed import Trainer
 from jaxfeed.models.hub import bert
-from jaxfeed.train.cores import DROPOUT_KEY_IMPL, dropout_key
+from jaxfeed.runtime.prng import COUNTER_HASH, dropout_impl
+from jaxfeed.train.cores import dropout_key
 
 CONFIG = {"vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
           "intermediate_size": 32, "max_position_embeddings": 16, "hidden_dropout_prob": 0.3,
@@ -39,7 +41,8 @@ def test_same_seed_same_run_other_seed_other_run():
     assert any(not np.array_equal(x, z) for x, z in zip(a, c, strict=True))
 
 
-def test_dropout_key_is_rbg_and_depends_on_seed_and_step():
-    assert DROPOUT_KEY_IMPL == "rbg"
+def test_dropout_key_is_the_backends_cheap_kind_and_depends_on_seed_and_step():
+    assert dropout_impl() is COUNTER_HASH and dropout_impl("tpu") == "rbg"  # tests run on CPU
+    assert str(jax.random.key_impl(dropout_key(0, 0))) == "ch"
     data = [np.asarray(jax.random.key_data(dropout_key(s, t))) for s, t in ((0, 0), (0, 1), (1, 0))]
     assert not np.array_equal(data[0], data[1]) and not np.array_equal(data[0], data[2])

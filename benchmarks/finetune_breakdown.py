@@ -1,0 +1,222 @@
+"""Where a BERT-base fine-tuning step spends its time on CPU, jaxfeed's NNX model against
+``transformers`` PyTorch eager, part by part, in one process, the cases taking turns.
+
+``python benchmarks/finetune_breakdown.py [--batch 8] [--seq 128] [--steps 2] [--repeats 3]
+[--small] [--threads N] [--out results.json]``
+
+Parts, each timed as its own compiled program (jaxfeed) or eager loop (PyTorch) on the same
+random BERT-base-size weights (``BertConfig()``, 110M parameters, float32) and batch:
+
+* ``forward``: the loss alone (dropout on, as in training);
+* ``forward+backward``: the loss and its gradients;
+* ``step``: gradients and the AdamW update, the whole fine-tuning step;
+* ``adamw``: the AdamW update alone, on gradients already computed;
+* for jaxfeed also ``step, no dropout`` (dropout rates 0), ``step, layers unrolled``
+  (``encoder.scan = False``: the layers one after another instead of a ``lax.scan``), and the
+  step with dropout keys of JAX's ``rbg`` and default ``threefry`` implementations instead of
+  the Trainer's counter hash (:mod:`jaxfeed.runtime.prng`).
+
+Medians of ``--repeats`` groups of ``--steps`` calls after a warm-up; the JAX and PyTorch parts
+alternate within each repeat, so a noisy period hits both. The ratio column is PyTorch's time
+over jaxfeed's (above 1: jaxfeed is faster). ``--small`` runs a 2-layer width-64 model (a check
+of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxfeed.models.hub import bert
+from jaxfeed.runtime.prng import dropout_impl
+
+BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512}  # fmt: skip
+SMALL = {**BASE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 128}  # fmt: skip
+
+
+def make_batch(vocab: int, b: int, t: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"input_ids": rng.integers(1, vocab, (b, t)).astype(np.int32),
+            "attention_mask": np.ones((b, t), np.int32),
+            "label": rng.integers(0, 2, b).astype(np.int32)}  # fmt: skip
+
+
+def jax_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
+    """jaxfeed's parts as ``run(n)`` callables (each its own compiled program)."""
+    batch = {k: jnp.asarray(v) for k, v in data.items()}
+
+    def build(scan: bool = True, dropout: bool = True) -> nnx.Module:
+        cfg = dict(config)
+        if not dropout:
+            cfg.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model = bert.build(cfg, task="sequence-classification", num_labels=2,
+                           dtype=jnp.float32, param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+        model.encoder.scan = scan
+        return model
+
+    def loss_fn(model: nnx.Module, key: jax.Array) -> jax.Array:
+        logits = model(batch["input_ids"], batch["attention_mask"], rngs=nnx.Rngs(dropout=key))
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+
+    def step_case(model: nnx.Module, impl: Any, what: str) -> Callable[[int], None]:
+        graphdef, state = nnx.split((model, nnx.Optimizer(model, optax.adamw(2e-5), wrt=nnx.Param)))
+
+        @jax.jit
+        def forward(state: nnx.State, key: jax.Array) -> jax.Array:
+            m, _ = nnx.merge(graphdef, state)
+            return loss_fn(m, key)
+
+        @jax.jit
+        def grads(state: nnx.State, key: jax.Array) -> nnx.State:
+            m, _ = nnx.merge(graphdef, state)
+            return nnx.grad(loss_fn)(m, key)
+
+        @jax.jit
+        def update(state: nnx.State, g: nnx.State) -> nnx.State:
+            m, opt = nnx.merge(graphdef, state)
+            opt.update(m, g)
+            return nnx.state((m, opt))
+
+        @jax.jit
+        def step(state: nnx.State, key: jax.Array) -> nnx.State:
+            m, opt = nnx.merge(graphdef, state)
+            opt.update(m, nnx.grad(loss_fn)(m, key))
+            return nnx.state((m, opt))
+
+        holder = {"state": state, "i": 0}
+        fixed = grads(state, jax.random.key(0, impl=impl)) if what == "adamw" else None
+
+        def run(n: int) -> None:
+            out = None
+            for _ in range(n):
+                key = jax.random.fold_in(jax.random.key(0, impl=impl), holder["i"])
+                holder["i"] += 1
+                if what == "forward":
+                    out = forward(holder["state"], key)
+                elif what == "forward+backward":
+                    out = grads(holder["state"], key)
+                elif what == "adamw":
+                    holder["state"] = out = update(holder["state"], fixed)
+                else:
+                    holder["state"] = out = step(holder["state"], key)
+            jax.block_until_ready(out)
+
+        return run
+
+    model = build()
+    impl = dropout_impl()  # the Trainer's: the counter hash on a CPU
+    cases = {f"jaxfeed {what}": step_case(model, impl, what)
+             for what in ("forward", "forward+backward", "step", "adamw")}  # fmt: skip
+    cases["jaxfeed step, no dropout"] = step_case(build(dropout=False), impl, "step")
+    cases["jaxfeed step, layers unrolled"] = step_case(build(scan=False), impl, "step")
+    cases["jaxfeed step, rbg dropout"] = step_case(build(), "rbg", "step")
+    cases["jaxfeed step, threefry dropout"] = step_case(build(), "threefry2x32", "step")
+    return cases
+
+
+def torch_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
+    """PyTorch eager's parts (``transformers``' BERT, random weights, train mode)."""
+    import torch  # optional: the baseline
+    import transformers  # optional: the baseline
+
+    torch.manual_seed(0)
+    net = transformers.BertForSequenceClassification(transformers.BertConfig(**config))
+    net.train()
+    opt = torch.optim.AdamW(net.parameters(), lr=2e-5)
+    inputs = {"input_ids": torch.from_numpy(data["input_ids"]).long(),
+              "attention_mask": torch.from_numpy(data["attention_mask"]).long(),
+              "labels": torch.from_numpy(data["label"]).long()}  # fmt: skip
+
+    def forward(n: int) -> None:
+        with torch.no_grad():
+            for _ in range(n):
+                net(**inputs).loss.item()
+
+    def backward(n: int) -> None:
+        for _ in range(n):
+            net(**inputs).loss.backward()
+            net.zero_grad(set_to_none=True)
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            net(**inputs).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    net(**inputs).loss.backward()  # gradients for the update-only part (the others drop theirs)
+    saved = [(q, q.grad) for q in net.parameters()]
+    net.zero_grad(set_to_none=True)
+
+    def adamw(n: int) -> None:
+        for q, g in saved:
+            q.grad = g
+        for _ in range(n):
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return {"PyTorch forward": forward, "PyTorch forward+backward": backward,
+            "PyTorch step": step, "PyTorch adamw": adamw}  # fmt: skip
+
+
+def timed(cases: dict[str, Callable[[int], None]], steps: int, repeats: int) -> dict[str, float]:
+    """Median ms per call of each case, the cases taking turns in every repeat."""
+    compile_s = {}
+    for name, run in cases.items():
+        start = time.perf_counter()
+        run(1)
+        compile_s[name] = time.perf_counter() - start
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, run in cases.items():
+            start = time.perf_counter()
+            run(steps)
+            times[name].append((time.perf_counter() - start) / steps * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--small", action="store_true")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    config = SMALL if args.small else BASE
+    data = make_batch(config["vocab_size"], args.batch, args.seq)
+    cases = {**jax_parts(config, data), **torch_parts(config, data)}
+    ms = timed(cases, args.steps, args.repeats)
+    load = os.getloadavg()
+    print(f"BERT-base{' (small)' if args.small else ''} {args.batch}x{args.seq}, float32, CPU, "
+          f"{os.cpu_count()} cores, load {load[0]:.1f}")  # fmt: skip
+    print(f"{'part':<32}{'jaxfeed ms':>12}{'PyTorch ms':>12}{'ratio':>8}")
+    for part in ("forward", "forward+backward", "step", "adamw"):
+        j, t = ms[f"jaxfeed {part}"], ms[f"PyTorch {part}"]
+        print(f"{part:<32}{j:>12.0f}{t:>12.0f}{t / j:>8.2f}")
+    for name in ("step, no dropout", "step, layers unrolled", "step, rbg dropout",
+                 "step, threefry dropout"):  # fmt: skip
+        print(f"{name:<32}{ms[f'jaxfeed {name}']:>12.0f}")
+    result = {"ms": ms, "batch": args.batch, "seq": args.seq, "load": load,
+              "jax": jax.__version__, "cores": os.cpu_count()}  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
