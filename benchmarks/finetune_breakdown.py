@@ -16,7 +16,8 @@ random BERT-base-size weights (``BertConfig()``, 110M parameters, float32) and b
   step with dropout keys of JAX's ``rbg`` and default ``threefry`` implementations instead of
   the Trainer's counter hash (:mod:`jaxfeed.runtime.prng`).
 
-Medians of ``--repeats`` groups of ``--steps`` calls after a warm-up; the JAX and PyTorch parts
+The parts run in a first group beside PyTorch's, the variants in a second group with the step
+again (``step (group 2)``, their reference). Medians of ``--repeats`` groups of ``--steps`` calls after a warm-up; the JAX and PyTorch parts
 alternate within each repeat, so a noisy period hits both. The ratio column is PyTorch's time
 over jaxfeed's (above 1: jaxfeed is faster). ``--small`` runs a 2-layer width-64 model (a check
 of the script).
@@ -30,6 +31,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,11 @@ def make_batch(vocab: int, b: int, t: int) -> dict[str, np.ndarray]:
             "label": rng.integers(0, 2, b).astype(np.int32)}  # fmt: skip
 
 
-def jax_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
-    """jaxfeed's parts as ``run(n)`` callables (each its own compiled program)."""
+def jax_parts(config: dict, data: dict, group: str) -> dict[str, Callable[[int], None]]:
+    """jaxfeed's parts as ``run(n)`` callables (each its own compiled program): ``group``
+    ``"parts"`` (forward, forward+backward, step, adamw on one model's state) or ``"variants"``
+    (the step and its variants, one model each); two groups, so that one process holds at most
+    five BERT-base states with their AdamW moments."""
     batch = {k: jnp.asarray(v) for k, v in data.items()}
 
     def build(scan: bool = True, dropout: bool = True) -> nnx.Module:
@@ -72,60 +77,48 @@ def jax_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
         logits = model(batch["input_ids"], batch["attention_mask"], rngs=nnx.Rngs(dropout=key))
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
 
-    def step_case(model: nnx.Module, impl: Any, what: str) -> Callable[[int], None]:
+    def cases_of(model: nnx.Module, impl: Any, parts: tuple[str, ...]) -> dict[str, Callable]:
         graphdef, state = nnx.split((model, nnx.Optimizer(model, optax.adamw(2e-5), wrt=nnx.Param)))
 
-        @jax.jit
-        def forward(state: nnx.State, key: jax.Array) -> jax.Array:
-            m, _ = nnx.merge(graphdef, state)
-            return loss_fn(m, key)
-
-        @jax.jit
-        def grads(state: nnx.State, key: jax.Array) -> nnx.State:
-            m, _ = nnx.merge(graphdef, state)
-            return nnx.grad(loss_fn)(m, key)
-
-        @jax.jit
-        def update(state: nnx.State, g: nnx.State) -> nnx.State:
+        @partial(jax.jit, static_argnums=0)
+        def call(what: str, state: nnx.State, key: jax.Array, g: Any = None) -> Any:
             m, opt = nnx.merge(graphdef, state)
-            opt.update(m, g)
-            return nnx.state((m, opt))
-
-        @jax.jit
-        def step(state: nnx.State, key: jax.Array) -> nnx.State:
-            m, opt = nnx.merge(graphdef, state)
-            opt.update(m, nnx.grad(loss_fn)(m, key))
+            if what == "forward":
+                return loss_fn(m, key)
+            if what == "forward+backward":
+                return nnx.grad(loss_fn)(m, key)
+            opt.update(m, g if what == "adamw" else nnx.grad(loss_fn)(m, key))
             return nnx.state((m, opt))
 
         holder = {"state": state, "i": 0}
-        fixed = grads(state, jax.random.key(0, impl=impl)) if what == "adamw" else None
+        fixed = call("forward+backward", state, jax.random.key(0, impl=impl))
 
-        def run(n: int) -> None:
-            out = None
-            for _ in range(n):
-                key = jax.random.fold_in(jax.random.key(0, impl=impl), holder["i"])
-                holder["i"] += 1
-                if what == "forward":
-                    out = forward(holder["state"], key)
-                elif what == "forward+backward":
-                    out = grads(holder["state"], key)
-                elif what == "adamw":
-                    holder["state"] = out = update(holder["state"], fixed)
-                else:
-                    holder["state"] = out = step(holder["state"], key)
-            jax.block_until_ready(out)
+        def case(what: str) -> Callable[[int], None]:
+            def run(n: int) -> None:
+                out = None
+                for _ in range(n):
+                    key = jax.random.fold_in(jax.random.key(0, impl=impl), holder["i"])
+                    holder["i"] += 1
+                    out = call(what, holder["state"], key, fixed if what == "adamw" else None)
+                    if what in ("step", "adamw"):
+                        holder["state"] = out
+                jax.block_until_ready(out)
 
-        return run
+            return run
 
-    model = build()
+        return {what: case(what) for what in parts}
+
     impl = dropout_impl()  # the Trainer's: the counter hash on a CPU
-    cases = {f"jaxfeed {what}": step_case(model, impl, what)
-             for what in ("forward", "forward+backward", "step", "adamw")}  # fmt: skip
-    cases["jaxfeed step, no dropout"] = step_case(build(dropout=False), impl, "step")
-    cases["jaxfeed step, layers unrolled"] = step_case(build(scan=False), impl, "step")
-    cases["jaxfeed step, rbg dropout"] = step_case(build(), "rbg", "step")
-    cases["jaxfeed step, threefry dropout"] = step_case(build(), "threefry2x32", "step")
-    return cases
+    if group == "parts":
+        parts = cases_of(build(), impl, ("forward", "forward+backward", "step", "adamw"))
+        return {f"jaxfeed {what}": run for what, run in parts.items()}
+    return {
+        "jaxfeed step": cases_of(build(), impl, ("step",))["step"],
+        "jaxfeed step, no dropout": cases_of(build(dropout=False), impl, ("step",))["step"],
+        "jaxfeed step, layers unrolled": cases_of(build(scan=False), impl, ("step",))["step"],
+        "jaxfeed step, rbg dropout": cases_of(build(), "rbg", ("step",))["step"],
+        "jaxfeed step, threefry dropout": cases_of(build(), "threefry2x32", ("step",))["step"],
+    }
 
 
 def torch_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
@@ -199,8 +192,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     config = SMALL if args.small else BASE
     data = make_batch(config["vocab_size"], args.batch, args.seq)
-    cases = {**jax_parts(config, data), **torch_parts(config, data)}
-    ms = timed(cases, args.steps, args.repeats)
+    ms = timed({**jax_parts(config, data, "parts"), **torch_parts(config, data)}, args.steps,
+               args.repeats)  # fmt: skip
+    variants = timed(jax_parts(config, data, "variants"), args.steps, args.repeats)
+    ms |= {
+        f"{name} (group 2)" if name == "jaxfeed step" else name: v for name, v in variants.items()
+    }
     load = os.getloadavg()
     print(f"BERT-base{' (small)' if args.small else ''} {args.batch}x{args.seq}, float32, CPU, "
           f"{os.cpu_count()} cores, load {load[0]:.1f}")  # fmt: skip
@@ -208,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     for part in ("forward", "forward+backward", "step", "adamw"):
         j, t = ms[f"jaxfeed {part}"], ms[f"PyTorch {part}"]
         print(f"{part:<32}{j:>12.0f}{t:>12.0f}{t / j:>8.2f}")
-    for name in ("step, no dropout", "step, layers unrolled", "step, rbg dropout",
+    for name in ("step (group 2)", "step, no dropout", "step, layers unrolled", "step, rbg dropout",
                  "step, threefry dropout"):  # fmt: skip
         print(f"{name:<32}{ms[f'jaxfeed {name}']:>12.0f}")
     result = {"ms": ms, "batch": args.batch, "seq": args.seq, "load": load,
