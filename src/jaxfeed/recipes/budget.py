@@ -84,6 +84,7 @@ class Budget:
     max_steps: int | None = None  # --max-steps: the run ends there if its epochs go further
     epochs_given: bool = True  # False: --max-steps alone set the epochs (enough to reach it)
     limited: str | None = None  # why the batch is smaller than a tenth of the rows asks
+    epochs_default: str | None = None  # the epochs are the kind's default (fine-tuning's), why
 
     @property
     def steps(self) -> int:
@@ -143,19 +144,22 @@ class Budget:
         '25 steps (--max-steps, given) = 1.47 epochs'
         >>> Budget(170, 10, 10, 17, None, None, [], max_steps=500)._length()
         '10 epochs = 170 steps (given; --max-steps 500 is not reached)'
+        >>> Budget(170, 10, 3, 17, None, None, [], epochs_default="a pretrained model's default")._length()
+        "3 epochs = 51 steps (a pretrained model's default)"
         """
         total = self.epochs * self.steps_per_epoch
+        source = self.epochs_default or "given"
         if self.max_steps is None:
-            return f"{self.epochs} epochs = {total} steps (given)"
+            return f"{self.epochs} epochs = {total} steps ({source})"
         if not self.epochs_given and self.max_steps <= total:  # --max-steps alone
             epochs = self.max_steps / self.steps_per_epoch
             return f"{self.max_steps} steps (--max-steps, given) = {epochs:.3g} epochs"
         if self.max_steps < total:
             return (
-                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs given "
-                f"would make {total})"
+                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs "
+                f"{'given' if self.epochs_default is None else 'of ' + source} would make {total})"
             )
-        return f"{self.epochs} epochs = {total} steps (given; --max-steps {self.max_steps} is not reached)"
+        return f"{self.epochs} epochs = {total} steps ({source}; --max-steps {self.max_steps} is not reached)"
 
 
 def auto_batch(
@@ -179,15 +183,21 @@ def resolve(
     batches: int,
     selection: bool,
     limit: tuple[int, str] | None = None,
+    default_epochs: tuple[int, str] | None = None,
 ) -> tuple[Any, Budget]:
     """The run's epochs, patience and BatchNorm momentum from its data (``rows`` train rows in
     ``batches`` batches an epoch), where the options leave them open (``batch_chosen``: the
     batch size came from :func:`auto_batch`); returns the config with them set (what
-    ``config.json`` saves, so that ``--resume`` continues them) and the budget."""
+    ``config.json`` saves, so that ``--resume`` continues them) and the budget.
+    ``default_epochs``: ``(epochs, why)`` the kind sets when ``--epochs`` is not given (a
+    pretrained model's fine-tuning), in place of the data's."""
     chosen = ["batch_size"] if batch_chosen else []
     steps = max(1, batches // max(config.grad_accum, 1))  # optimizer steps an epoch
+    default = default_epochs if config.epochs is None else None
     if config.epochs is not None:
         epochs = config.epochs
+    elif default is not None:  # not the user's: said as the kind's default, not "(given)"
+        epochs = default[0]
     elif config.max_steps is not None:  # --max-steps alone: the epochs do not cut it short
         epochs = max(DEFAULT_EPOCHS, math.ceil(config.max_steps / steps))
     else:
@@ -213,7 +223,8 @@ def resolve(
         limit[1] if limit and batch_chosen and choose_batch(rows) > config.batch_size else None
     )
     budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen,
-                    config.max_steps, config.epochs is not None, limited)  # fmt: skip
+                    config.max_steps, config.epochs is not None or default is not None, limited,
+                    epochs_default=None if default is None else default[1])  # fmt: skip
     return dataclasses.replace(config, **changes), budget
 
 

@@ -101,6 +101,11 @@ class Kind:
         """The largest batch size the budget may choose for these inputs, and why (None: any)."""
         return None
 
+    def default_epochs(self) -> tuple[int, str] | None:
+        """The run's epochs when ``--epochs`` is not given, and why (None: the budget's, from the
+        data)."""
+        return None
+
     def reopen(self, prep: Preprocessing, run_data: RunData, out: Path) -> None:
         """A resumed run's saved preprocessing made ready (its tokenizer, its clips checked)."""
 

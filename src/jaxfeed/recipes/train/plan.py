@@ -168,7 +168,13 @@ def _loaders(run: Run) -> None:
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
         run.config, budget = budgetmod.resolve(
-            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit
+            config,
+            batch_chosen,
+            splits.train.num_rows,
+            len(run.loaders[0]),
+            selection,
+            limit,
+            kind.default_epochs(),
         )
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))
