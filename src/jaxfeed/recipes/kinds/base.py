@@ -140,6 +140,18 @@ class Kind:
         """Extra ``DataLoader`` arguments (``train``: the train loader's, else evaluation's)."""
         return {}
 
+    def epoch_flops(self, prep: Preprocessing, config: RunConfig, train: Any,
+                    held: Any) -> float | None:  # fmt: skip
+        """The floating-point operations of one epoch: training on ``train`` (as the loader pads
+        it) and one evaluation of ``held`` (or None), for the budget's expected cost; None when
+        the kind cannot count them for this model."""
+        return None
+
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        """A held-out split's ``DataLoader`` arguments, for its ``batches`` batches: evaluation's
+        :meth:`loader_options`."""
+        return self.loader_options(prep, False)
+
     def write_files(self, prep: Preprocessing, out: Path) -> None:
         """The files a new run keeps beside ``config.json`` (a tokenizer)."""
 

@@ -59,6 +59,9 @@ class HubKind(Kind):
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         return self.inner.loader_options(prep, train)
 
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        return self.inner.held_options(prep, batches)
+
     def write_files(self, prep: Preprocessing, out: Path) -> None:
         """The inner kind's files, and the checkpoint's ``preprocessor_config.json`` (data)."""
         self.inner.write_files(prep, out)
