@@ -34,8 +34,9 @@ import jax.numpy as jnp
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.train.callbacks import EarlyStopping
 
-EFFICIENCY = 0.2  # the built-in text transformer's epochs reached about this share of the
-# matmul's FLOP/s (docs/guide/command-text.md: the licence classifier, timed on a 2-core machine)
+EFFICIENCY = 0.25  # the share of the matmul's FLOP/s the built-in text transformer's epochs
+# reached: 0.25-0.33 on the licence classifier of issue 54, 2 cores at load 7-9 (a little more time
+# said than taken, rather than less)
 STEP_FLOOR = 200  # optimizer steps a run gets at least, when its length is not given
 DEFAULT_EPOCHS = 10  # the run length of a data set large enough for the floor
 MAX_AUTO_BATCH = 64
@@ -196,8 +197,8 @@ class Budget:
     def expected(self) -> str | None:
         """The cost the budget expects, and what the estimate rests on.
 
-        >>> Budget(614, 16, 10, 39, 3, None, [], epoch_flops=2.3e11, matmul_rate=7e10).expected()
-        'expected at most 2.7 min of steps here (2.3 TFLOP at 14 GFLOP/s: 20% of the 70 GFLOP/s a matmul timed on this machine gave; compiling adds to it)'
+        >>> Budget(614, 8, 10, 77, 3, None, [], epoch_flops=2.5e11, matmul_rate=7e10).expected()
+        'expected at most 2.4 min of steps here (2.5 TFLOP at 18 GFLOP/s: 25% of the 70 GFLOP/s a matmul timed on this machine gave; compiling adds to it)'
         """
         seconds = self.expected_seconds
         if seconds is None or self.epoch_flops is None or self.matmul_rate is None:
