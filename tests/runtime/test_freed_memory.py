@@ -2,6 +2,8 @@
 each compilation and each epoch (glibc kept it: about 200 MB of the licence classifier's 1.1 GB
 peak)."""
 
+import os
+import subprocess
 import sys
 
 import jax
@@ -41,3 +43,14 @@ def test_the_command_hands_memory_back_at_each_epoch_end():
     before = freed_memory.trims()
     release[0].on_epoch_end(None, {})
     assert freed_memory.trims() == before + (1 if sys.platform.startswith("linux") else 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_one_arena_unless_the_environment_chose():
+    code = "from jaxfeed.runtime.freed_memory import one_arena; print(one_arena())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert ran.stdout.strip() == "True", ran.stderr[-2000:]
+    env["MALLOC_ARENA_MAX"] = "4"  # the user's choice stands
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert ran.stdout.strip() == "False", ran.stderr[-2000:]

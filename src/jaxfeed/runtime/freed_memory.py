@@ -6,8 +6,9 @@ the steps free their buffers in the threads that ran them; glibc keeps what was 
 per-thread arenas, so a process that compiled a few train and evaluation steps held it until it
 exited. On the text classifier of issue 54 (614 paragraphs, a 2-core machine) that was about
 200 MB of a 1.1 GB peak. :func:`release_after_compiles` has glibc return it (``malloc_trim``)
-each time JAX finishes compiling a program that took a while, :func:`release_now` at once;
-where the C library has no ``malloc_trim`` (not glibc) both do nothing.
+each time JAX finishes compiling a program that took a while, :func:`release_now` at once, and
+:func:`one_arena` keeps the threads' freed buffers in one arena; where the C library has no
+``malloc_trim`` (not glibc) they do nothing.
 
 >>> release_now() in (True, False)
 True
@@ -16,6 +17,7 @@ True
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from typing import Any
@@ -24,6 +26,7 @@ from jax import monitoring
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # JAX's, after each compilation
 LEAST_SECONDS = 0.3  # a shorter compilation frees little; a trim takes 10-150 ms
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {"trim": None, "looked": False, "installed": False, "trims": 0,
@@ -55,6 +58,22 @@ def release_now() -> bool:
     return True
 
 
+def one_arena() -> bool:
+    """Have glibc serve every thread from one malloc arena (``M_ARENA_MAX`` 1) unless
+    ``MALLOC_ARENA_MAX`` says otherwise: XLA's threads each kept the step buffers they freed in
+    an arena of their own (up to 8 a core), which :func:`release_now` only partly returns. The
+    steps allocate a few large buffers each, so the threads rarely wait on the one lock. Returns
+    whether it is set (False elsewhere than glibc, or when the environment chose)."""
+    if os.environ.get("MALLOC_ARENA_MAX") or _malloc_trim() is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, 1))
+
+
 def release_after_compiles(least_seconds: float = LEAST_SECONDS) -> bool:
     """After each compilation of at least ``least_seconds``, :func:`release_now`. Installed once
     per process (a later call sets the threshold); returns whether it is installed (False where
@@ -80,4 +99,4 @@ def trims() -> int:
     return int(_STATE["trims"])
 
 
-__all__ = ["release_after_compiles", "release_now", "trims"]
+__all__ = ["one_arena", "release_after_compiles", "release_now", "trims"]
