@@ -63,8 +63,8 @@ def test_the_budget_line_says_the_cost_it_expects(run):
     done, out = run
     budget = next(line for line in done.stdout.splitlines() if line.startswith("budget:"))
     found = re.search(
-        r"expected at most (\d[\d.]*) (s|min|h) of steps here \(([\d.]+) (G|T)FLOP at ([\d.]+) "
-        r"GFLOP/s: 25% of the ([\d.]+) GFLOP/s a matmul timed on this machine gave; compiling "
+        r"expected at most (\d[\d.]*) (s|min|h) of steps here \(([\d.]+) (G|T)FLOP at ([\d.,]+) "
+        r"GFLOP/s: 25% of the ([\d.,]+) GFLOP/s a matmul timed on this machine gave; compiling "
         r"adds to it\)",
         budget,
     )

@@ -70,6 +70,16 @@ def flops_text(flops: float) -> str:
     return f"{flops / 1e9:.3g} GFLOP"
 
 
+def gflops(rate: float) -> str:
+    """A rate in GFLOP/s, whole from 10 up.
+
+    >>> gflops(1.04e11), gflops(2.56e10), gflops(3.4e9)
+    ('104', '26', '3.4')
+    """
+    value = rate / 1e9
+    return f"{round(value):,}" if value >= 10 else f"{value:.2g}"
+
+
 def matmul_rate(seconds: float = 0.2) -> float:
     """The FLOP/s of a float32 matrix product (1024x512 by 512x512) compiled and timed on the
     default device for about ``seconds``: what this machine gives now, the load included."""
@@ -206,8 +216,8 @@ class Budget:
         total = self.epoch_flops * self.steps / max(self.steps_per_epoch, 1)
         return (
             f"expected at most {duration(seconds)} of steps here ({flops_text(total)} at "
-            f"{EFFICIENCY * self.matmul_rate / 1e9:.2g} GFLOP/s: {EFFICIENCY:.0%} of the "
-            f"{self.matmul_rate / 1e9:.2g} GFLOP/s a matmul timed on this machine gave; compiling "
+            f"{gflops(EFFICIENCY * self.matmul_rate)} GFLOP/s: {EFFICIENCY:.0%} of the "
+            f"{gflops(self.matmul_rate)} GFLOP/s a matmul timed on this machine gave; compiling "
             "adds to it)"
         )
 
