@@ -34,9 +34,9 @@ import jax.numpy as jnp
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.train.callbacks import EarlyStopping
 
-EFFICIENCY = 0.25  # the share of the matmul's FLOP/s the built-in text transformer's epochs
-# reached: 0.25-0.33 on the licence classifier of issue 54, 2 cores at load 7-9 (a little more time
-# said than taken, rather than less)
+EFFICIENCY = 0.25  # the share of the timed matmul's FLOP/s the built-in text transformer's
+# steps reached: 0.25-0.55 on the licence classifier of issue 54 (2 cores at load 4-9, the matmul
+# timed at a quieter or busier moment than the steps): rather more time said than taken
 STEP_FLOOR = 200  # optimizer steps a run gets at least, when its length is not given
 DEFAULT_EPOCHS = 10  # the run length of a data set large enough for the floor
 MAX_AUTO_BATCH = 64

@@ -275,7 +275,7 @@ class TextKind(Kind):
         total = 3 * forward_flops(padded_lengths(train, lengths), *shape)
         if held is not None and held.num_rows:
             batches = -(-held.num_rows // max(int(config.batch_size or 1), 1))
-            kept = lengths[-max(1, min(len(lengths), batches // BATCHES_PER_BUCKET)) :]
+            kept = np.asarray(self.held_options(prep, batches)["padding"].lengths, np.int64)
             total += forward_flops(padded_lengths(held, kept), *shape)
         return float(total)
 
