@@ -14,7 +14,9 @@ from jaxfeed import Dataset
 from jaxfeed.models import TransformerClassifier
 from jaxfeed.recipes.budget import auto_batch, resolve
 from jaxfeed.recipes.config import RunConfig
+from jaxfeed.recipes.kinds.lm import LMKind
 from jaxfeed.recipes.kinds.text import TextKind, forward_flops, transformer_shape
+from jaxfeed.recipes.spec import Preprocessing
 
 
 def test_long_tail_texts_get_a_shorter_cap_smaller_batches_and_fewer_buckets():
@@ -69,3 +71,15 @@ def test_an_epoch_counts_each_train_row_at_its_bucket_and_the_validation_rows_at
     assert kind.epoch_flops(prep, config, tokens, held) == pytest.approx(expected)
     other = RunConfig(vocab_size=300, batch_size=4, model="mlp")
     assert kind.epoch_flops(prep, other, tokens, held) is None  # counted for the transformer only
+
+
+def test_held_out_rows_are_loaded_as_the_kind_loads_them():
+    """A language model's validation rows are packed as its train rows (not padded as a
+    classifier's); a classifier's small validation split is padded to its longest length."""
+    lm = Preprocessing("lm", ["t"], "", [64], "lm", text={"max_length": 64, "lengths": [64],
+                                                          "pad_id": 0})  # fmt: skip
+    options = LMKind().held_options(lm, 3)
+    assert options == LMKind().loader_options(lm, False) and "packing" in options
+    text = Preprocessing("text", ["t"], "y", [256], text={"lengths": [96, 256], "pad_id": 0})
+    assert TextKind().held_options(text, 25)["padding"].lengths == (256,)
+    assert TextKind().loader_options(text, False)["padding"].lengths == (96, 256)
