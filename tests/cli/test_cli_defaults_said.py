@@ -8,11 +8,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import PIL.Image
+import pytest
 
 from cli_helpers import jaxfeed
+from hub_checkpoints import save_checkpoint
 from jaxfeed import Dataset
 from jaxfeed.data.features import Features, Image, Value
+from jaxfeed.recipes import budget
 from jaxfeed.recipes.config import RunConfig
+from jaxfeed.recipes.kinds.base import Kind
+from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.image import ImageKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,3 +56,38 @@ def test_a_checkpoint_image_size_is_credited_to_the_checkpoint(tmp_path):
         "images: resized to 16x16 (the size hf:org/vit takes), mode RGB (the mode hf:org/vit "
         "takes; the files are RGB)"
     ]
+
+
+def test_fine_tuning_epochs_the_user_never_gave_are_not_said_given(tmp_path):
+    """``--model CHECKPOINT`` without ``--epochs``: the budget line calls its 3 epochs the
+    pretrained model's default, not ``(given)``; ``--batch-size``, which was given, is."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+
+    checkpoint = tmp_path / "tiny-bert"
+    save_checkpoint(checkpoint, "bert", "masked-lm")
+    data = tmp_path / "reviews.csv"
+    rows = [
+        f"w{5 + i % 5} w{20 + i % 7} w{30 + i % 3},{'pos' if i % 2 else 'neg'}" for i in range(40)
+    ]
+    data.write_text("text,label\n" + "\n".join(rows) + "\n")
+    done = jaxfeed(
+        "train", "--data", str(data), "--model", str(checkpoint), "--batch-size", "8",
+        "--max-steps", "1", "--out", str(tmp_path / "run"), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = next(line for line in done.stdout.splitlines() if line.startswith("budget:"))
+    assert "batch 8 (given)" in said, said
+    assert "the 3 epochs of a pretrained model's default would make" in said, said
+    assert "epochs given" not in said and "steps (given)" not in said, said
+
+
+def test_the_budget_says_a_default_epoch_count_is_the_default():
+    default = HubKind(Kind("text")).default_epochs()
+    config, plan = budget.resolve(
+        RunConfig(batch_size=16), False, rows=100, batches=7, selection=True, default_epochs=default
+    )
+    line = plan.describe(config.monitor)
+    assert config.epochs == 3 and config.patience is None  # no early stopping, as before
+    assert "batch 16 (given), 3 epochs = 21 steps (a pretrained model's default)" in line, line
+    assert Kind("text").default_epochs() is None

@@ -134,6 +134,8 @@ def test_generate_greedy_continues_the_alphabet_and_the_export_agrees(lm_run, ca
                                segment_ids=np.ones_like(ids),
                                positions=np.arange(ids.shape[1], dtype=np.int32)[None]))  # fmt: skip
     assert tokenizer.decode([int(logits[0, -1].argmax())]) == greedy[0]["text"][0]
+    # a plain prompt needs its ids alone: the mask, segments and positions are its own
+    np.testing.assert_allclose(served(input_ids=ids), logits, atol=1e-6)
     # ... or strings: its tokenizer.json travels in model/ and makes the same ids
     assert (out / "model" / "tokenizer.json").is_file()
     np.testing.assert_allclose(served("defgh"), logits, atol=1e-6)

@@ -25,17 +25,73 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.train.callbacks import EarlyStopping
 
+EFFICIENCY = 0.25  # the share of the timed matmul's FLOP/s the built-in text transformer's
+# steps reached: 0.25-0.55 on the licence classifier of issue 54 (2 cores at load 4-9, the matmul
+# timed at a quieter or busier moment than the steps): rather more time said than taken
 STEP_FLOOR = 200  # optimizer steps a run gets at least, when its length is not given
 DEFAULT_EPOCHS = 10  # the run length of a data set large enough for the floor
 MAX_AUTO_BATCH = 64
 MIN_AUTO_BATCH = 8
 BATCHNORM_MODELS = tuple(n for n, b in BUILTINS.items() if b.batchnorm)  # ("cnn", "audio_cnn")
 DEFAULT_MOMENTUM = 0.9
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait.
+
+    >>> duration(42.4), duration(150), duration(5400), duration(0.2)
+    ('42 s', '2.5 min', '1.5 h', '1 s')
+    """
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.2g} min"
+    return f"{seconds / 3600:.2g} h"
+
+
+def flops_text(flops: float) -> str:
+    """A count of floating-point operations, in G, T or P.
+
+    >>> flops_text(7.5e11), flops_text(2.34e12), flops_text(3e9), flops_text(5e15)
+    ('750 GFLOP', '2.3 TFLOP', '3 GFLOP', '5 PFLOP')
+    """
+    for scale, name in ((1e15, "P"), (1e12, "T")):
+        if flops >= scale:
+            return f"{flops / scale:.2g} {name}FLOP"
+    return f"{flops / 1e9:.3g} GFLOP"
+
+
+def gflops(rate: float) -> str:
+    """A rate in GFLOP/s, whole from 10 up.
+
+    >>> gflops(1.04e11), gflops(2.56e10), gflops(3.4e9)
+    ('104', '26', '3.4')
+    """
+    value = rate / 1e9
+    return f"{round(value):,}" if value >= 10 else f"{value:.2g}"
+
+
+def matmul_rate(seconds: float = 0.2) -> float:
+    """The FLOP/s of a float32 matrix product (1024x512 by 512x512) compiled and timed on the
+    default device for about ``seconds``: what this machine gives now, the load included."""
+    a = jnp.ones((1024, 512), jnp.float32)
+    b = jnp.ones((512, 512), jnp.float32)
+    product = jax.jit(jnp.matmul)
+    product(a, b).block_until_ready()
+    runs, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or runs < 3:
+        product(a, b).block_until_ready()
+        runs += 1
+    return 2 * 1024 * 512 * 512 * runs / elapsed
 
 
 def choose_batch(rows: int) -> int:
@@ -84,6 +140,9 @@ class Budget:
     max_steps: int | None = None  # --max-steps: the run ends there if its epochs go further
     epochs_given: bool = True  # False: --max-steps alone set the epochs (enough to reach it)
     limited: str | None = None  # why the batch is smaller than a tenth of the rows asks
+    epochs_default: str | None = None  # the epochs are the kind's default (fine-tuning's), why
+    epoch_flops: float | None = None  # an epoch's training and evaluation (None: not counted)
+    matmul_rate: float | None = None  # FLOP/s of a matmul timed on this machine before the run
 
     @property
     def steps(self) -> int:
@@ -129,10 +188,38 @@ class Budget:
             parts.append(
                 f"BatchNorm momentum {self.momentum:.3g} (its statistics settle within an epoch)"
             )
+        if (cost := self.expected()) is not None:
+            parts.append(cost)
         line = f"budget: {self.rows:,} train {unit}: " + ", ".join(parts)
         if self.rows < 2 * MIN_AUTO_BATCH:
             line += f" (warning: {self.rows} train {unit} are too few to learn much from)"
         return line
+
+    @property
+    def expected_seconds(self) -> float | None:
+        """The run's training and evaluation at :data:`EFFICIENCY` of the timed matmul's rate,
+        over the epochs its steps make (early stopping may end it sooner); None when not known."""
+        if not self.epoch_flops or not self.matmul_rate:
+            return None
+        epochs = self.steps / max(self.steps_per_epoch, 1)
+        return epochs * self.epoch_flops / (EFFICIENCY * self.matmul_rate)
+
+    def expected(self) -> str | None:
+        """The cost the budget expects, and what the estimate rests on.
+
+        >>> Budget(614, 8, 10, 77, 3, None, [], epoch_flops=2.5e11, matmul_rate=7e10).expected()
+        'expected at most 2.4 min of steps here (2.5 TFLOP at 18 GFLOP/s: 25% of the 70 GFLOP/s a matmul timed on this machine gave; compiling adds to it)'
+        """
+        seconds = self.expected_seconds
+        if seconds is None or self.epoch_flops is None or self.matmul_rate is None:
+            return None
+        total = self.epoch_flops * self.steps / max(self.steps_per_epoch, 1)
+        return (
+            f"expected at most {duration(seconds)} of steps here ({flops_text(total)} at "
+            f"{gflops(EFFICIENCY * self.matmul_rate)} GFLOP/s: {EFFICIENCY:.0%} of the "
+            f"{gflops(self.matmul_rate)} GFLOP/s a matmul timed on this machine gave; compiling "
+            "adds to it)"
+        )
 
     def _length(self) -> str:
         """The run's length when options gave it: ``--epochs``, ``--max-steps`` or both.
@@ -143,19 +230,22 @@ class Budget:
         '25 steps (--max-steps, given) = 1.47 epochs'
         >>> Budget(170, 10, 10, 17, None, None, [], max_steps=500)._length()
         '10 epochs = 170 steps (given; --max-steps 500 is not reached)'
+        >>> Budget(170, 10, 3, 17, None, None, [], epochs_default="a pretrained model's default")._length()
+        "3 epochs = 51 steps (a pretrained model's default)"
         """
         total = self.epochs * self.steps_per_epoch
+        source = self.epochs_default or "given"
         if self.max_steps is None:
-            return f"{self.epochs} epochs = {total} steps (given)"
+            return f"{self.epochs} epochs = {total} steps ({source})"
         if not self.epochs_given and self.max_steps <= total:  # --max-steps alone
             epochs = self.max_steps / self.steps_per_epoch
             return f"{self.max_steps} steps (--max-steps, given) = {epochs:.3g} epochs"
         if self.max_steps < total:
             return (
-                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs given "
-                f"would make {total})"
+                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs "
+                f"{'given' if self.epochs_default is None else 'of ' + source} would make {total})"
             )
-        return f"{self.epochs} epochs = {total} steps (given; --max-steps {self.max_steps} is not reached)"
+        return f"{self.epochs} epochs = {total} steps ({source}; --max-steps {self.max_steps} is not reached)"
 
 
 def auto_batch(
@@ -179,15 +269,23 @@ def resolve(
     batches: int,
     selection: bool,
     limit: tuple[int, str] | None = None,
+    default_epochs: tuple[int, str] | None = None,
+    cost: tuple[float, float] | None = None,
 ) -> tuple[Any, Budget]:
     """The run's epochs, patience and BatchNorm momentum from its data (``rows`` train rows in
     ``batches`` batches an epoch), where the options leave them open (``batch_chosen``: the
     batch size came from :func:`auto_batch`); returns the config with them set (what
-    ``config.json`` saves, so that ``--resume`` continues them) and the budget."""
+    ``config.json`` saves, so that ``--resume`` continues them) and the budget.
+    ``default_epochs``: ``(epochs, why)`` the kind sets when ``--epochs`` is not given (a
+    pretrained model's fine-tuning), in place of the data's; ``cost``: ``(epoch FLOPs, matmul
+    FLOP/s)``, for the cost the budget expects."""
     chosen = ["batch_size"] if batch_chosen else []
     steps = max(1, batches // max(config.grad_accum, 1))  # optimizer steps an epoch
+    default = default_epochs if config.epochs is None else None
     if config.epochs is not None:
         epochs = config.epochs
+    elif default is not None:  # not the user's: said as the kind's default, not "(given)"
+        epochs = default[0]
     elif config.max_steps is not None:  # --max-steps alone: the epochs do not cut it short
         epochs = max(DEFAULT_EPOCHS, math.ceil(config.max_steps / steps))
     else:
@@ -213,7 +311,10 @@ def resolve(
         limit[1] if limit and batch_chosen and choose_batch(rows) > config.batch_size else None
     )
     budget = Budget(rows, config.batch_size, epochs, steps, patience, momentum, chosen,
-                    config.max_steps, config.epochs is not None, limited)  # fmt: skip
+                    config.max_steps, config.epochs is not None or default is not None, limited,
+                    epochs_default=None if default is None else default[1],
+                    epoch_flops=cost[0] if cost else None,
+                    matmul_rate=cost[1] if cost else None)  # fmt: skip
     return dataclasses.replace(config, **changes), budget
 
 

@@ -62,9 +62,11 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
         config = config.replace(values, f"--config {config_file}")
     config = config.replace(flags, "command line")
     spec = config.model_spec
-    if spec is not None and spec.source == "hub":  # fine-tuning: the options left out
+    if spec is not None and spec.source == "hub":  # fine-tuning: the options left out (its
+        # epochs are the budget's, which says they are the default: HubKind.default_epochs)
         config = config.replace(
-            {k: v for k, v in FINE_TUNE.items() if k not in given}, "fine-tuning defaults"
+            {k: v for k, v in FINE_TUNE.items() if k not in given and k != "epochs"},
+            "fine-tuning defaults",
         )
     config = _check_lora(config, given)
     _check_optimizer(config)

@@ -41,7 +41,8 @@ PREPROCESSOR_FILE = "preprocessor_config.json"
 # weights are added); a run recorded before some were hashed checks the ones it recorded
 RECORDED = ("config.json", "model.safetensors.index.json", *CARRIED)
 HASHED_BEFORE = ("config.json", "tokenizer.json", "preprocessor_config.json")
-# fine-tuning defaults of the options not given (jaxfeed.recipes.configure)
+# fine-tuning defaults of the options not given (lr: jaxfeed.recipes.configure; epochs: the
+# budget, through HubKind.default_epochs)
 FINE_TUNE = {"lr": 5e-5, "epochs": 3}
 LORA_LR = 2e-4  # --lora's learning rate when none is given (adapters start at zero: PEFT's usual)
 WARMUP_SHARE = 0.1  # of the run's optimizer steps, when --warmup-steps is left at 0

@@ -28,8 +28,10 @@ from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.recipes.user_models import CodePolicy as CodePolicy
 from jaxfeed.recipes.user_models import load_user_class as load_user_class
 from jaxfeed.recipes.user_models import model_file as model_file
+from jaxfeed.runtime.freed_memory import release_now
 from jaxfeed.runtime.sharding import ShardingError
 from jaxfeed.train import Trainer
+from jaxfeed.train.callbacks import Callback
 
 
 def build_model(
@@ -66,6 +68,15 @@ def resolve_class_weights(spec: Any, labels: np.ndarray, classes: int) -> list[f
     return [float(w) for w in spec]
 
 
+class ReleaseFreedMemory(Callback):
+    """At each epoch's end, the memory the steps and compilations freed goes back to the system
+    (:func:`jaxfeed.runtime.freed_memory.release_now`): the run's peak follows what it holds,
+    not what it once held (glibc kept ~50 MB more after each epoch of the text classifier)."""
+
+    def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
+        release_now()
+
+
 def build_trainer(
     config: RunConfig,
     prep: Preprocessing,
@@ -90,15 +101,10 @@ def build_trainer(
         total = min(total, config.max_steps)
     total = max(1, total // config.grad_accum)
     tx = build_optimizer(config, total, log_lr=log_lr)
-    callbacks = (
-        []
-        if config.patience is None
-        else [
-            ResumableEarlyStopping(
-                config.monitor, config.patience, mode=config.monitor_mode or "auto"
-            )
-        ]
-    )
+    callbacks: list[Any] = [ReleaseFreedMemory()]
+    if config.patience is not None:
+        mode = config.monitor_mode or "auto"
+        callbacks.append(ResumableEarlyStopping(config.monitor, config.patience, mode=mode))
     kind = kind_of(prep, model=config.model_spec)
     common: dict[str, Any] = {
         **kind.trainer_options(config, prep, class_weights),  # loss, metrics, preprocess

@@ -71,6 +71,7 @@ WEIGHTS, CONFIG, FUNCTION = "model.safetensors", "config.json", "model.stablehlo
 FILES = (CONFIG, WEIGHTS, FUNCTION)
 BATCH = "batch"  # the symbolic batch dimension
 LENGTH = "length"  # the symbolic sequence length, for models with `symbolic_length = True`
+DERIVED = ("attention_mask", "segment_ids", "positions")  # a token model's inputs a call may omit
 
 
 class ExportError(CheckpointError):
@@ -645,9 +646,11 @@ class ExportedModel:
         ids are never strings), its shape, one batch size and one sequence length across the
         inputs, no zero-length sequences, at most the model's ``max_length`` tokens (learned
         positions) and token ids inside the model's vocabulary. An empty batch gives an empty
-        result."""
+        result. A token model's ``attention_mask``, ``segment_ids`` and ``positions`` left out
+        are those of plain prompts (:meth:`token_defaults`)."""
         positional = [i for i in self.inputs if i["argument"] is None]
         keywords = {i["argument"]: i for i in self.inputs if i["argument"] is not None}
+        kwargs = self.token_defaults(kwargs, keywords)
         if len(args) != len(positional) or set(kwargs) != set(keywords):
             raise TypeError(
                 f"the exported model takes {len(positional)} positional input(s) and the keyword "
@@ -667,6 +670,41 @@ class ExportedModel:
             )  # fmt: skip
             return jax.tree.map(lambda x: x[:0], out)
         return self._exported.call(self.weights, *args, **kwargs)
+
+    def token_defaults(self, kwargs: dict[str, Any], keywords: Mapping[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the token inputs they leave out, as a batch of plain prompts has them:
+        every token real (or the given ``attention_mask``), one segment per row, positions
+        counting its real tokens from 0 (:func:`~jaxfeed.serve.spec.token_batch`'s); only when
+        the token ids are given and nothing else is missing. Ids or a mask of the wrong shape
+        are refused naming them."""
+        columns = self._token_columns(keywords)
+        missing = [a for a in keywords if a not in kwargs]
+        ids = next((a for a, c in columns.items() if c == "input_ids"), None)
+        if not missing or ids not in kwargs or any(columns.get(a) not in DERIVED for a in missing):
+            return kwargs
+        shape = checks.check_input(self.path, ids, kwargs[ids], keywords[ids]).shape
+        mask = np.ones(shape, np.int32)
+        given = next((a for a, c in columns.items() if c == "attention_mask" and a in kwargs), None)
+        if given is not None:
+            mask = np.asarray(checks.check_input(self.path, given, kwargs[given], keywords[given]))
+            if mask.shape != shape:
+                raise ValueError(
+                    f"input {given} of {self.path} has shape {mask.shape}; input {ids} "
+                    f"{tuple(shape)}: they must be the same"
+                )
+        derived = {
+            "attention_mask": mask,
+            "segment_ids": mask.astype(np.int32),
+            "positions": np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32),
+        }
+        return {**kwargs, **{a: derived[columns[a]] for a in missing}}
+
+    def _token_columns(self, keywords: Mapping[str, Any]) -> dict[str, str]:
+        """``{argument: column}`` of a token model's keyword inputs: the declared text inputs
+        (a run's export), else the arguments named as the columns."""
+        declared = (self.spec.text or {}).get("inputs") if self.spec is not None else None
+        declared = declared or (self.config.get("text") or {}).get("inputs") or {}
+        return {a: str(declared.get(a, a)) for a in keywords}
 
     def __repr__(self) -> str:
         return f"ExportedModel({str(self.path)!r}, {self.config['model'].get('class')})"

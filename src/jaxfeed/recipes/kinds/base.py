@@ -101,6 +101,11 @@ class Kind:
         """The largest batch size the budget may choose for these inputs, and why (None: any)."""
         return None
 
+    def default_epochs(self) -> tuple[int, str] | None:
+        """The run's epochs when ``--epochs`` is not given, and why (None: the budget's, from the
+        data)."""
+        return None
+
     def reopen(self, prep: Preprocessing, run_data: RunData, out: Path) -> None:
         """A resumed run's saved preprocessing made ready (its tokenizer, its clips checked)."""
 
@@ -134,6 +139,18 @@ class Kind:
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         """Extra ``DataLoader`` arguments (``train``: the train loader's, else evaluation's)."""
         return {}
+
+    def epoch_flops(self, prep: Preprocessing, config: RunConfig, train: Any,
+                    held: Any) -> float | None:  # fmt: skip
+        """The floating-point operations of one epoch: training on ``train`` (as the loader pads
+        it) and one evaluation of ``held`` (or None), for the budget's expected cost; None when
+        the kind cannot count them for this model."""
+        return None
+
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        """A held-out split's ``DataLoader`` arguments, for its ``batches`` batches: evaluation's
+        :meth:`loader_options`."""
+        return self.loader_options(prep, False)
 
     def write_files(self, prep: Preprocessing, out: Path) -> None:
         """The files a new run keeps beside ``config.json`` (a tokenizer)."""

@@ -59,6 +59,9 @@ class HubKind(Kind):
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         return self.inner.loader_options(prep, train)
 
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        return self.inner.held_options(prep, batches)
+
     def write_files(self, prep: Preprocessing, out: Path) -> None:
         """The inner kind's files, and the checkpoint's ``preprocessor_config.json`` (data)."""
         self.inner.write_files(prep, out)
@@ -88,6 +91,15 @@ class HubKind(Kind):
         return self.inner.next_step(quoted_out)
 
     # ------------------------------------------------------------------ fine-tuning
+    def default_epochs(self) -> tuple[int, str] | None:
+        """Fine-tuning's :data:`~jaxfeed.recipes.hub_checkpoint.FINE_TUNE` epochs (3), said as
+        the default they are (the user gave no ``--epochs``).
+
+        >>> HubKind(Kind("text")).default_epochs()
+        (3, "a pretrained model's default")
+        """
+        return pretrained.FINE_TUNE["epochs"], "a pretrained model's default"
+
     def fine_tune_defaults(self, config: RunConfig, steps_per_epoch: int) -> tuple[RunConfig, str]:
         """A warmup over 10% of the steps when none is given, and the line that says so."""
         return pretrained.fine_tune_defaults(config, steps_per_epoch)

@@ -174,6 +174,10 @@ class LMKind(TextKind):
         )
         return {"packing": packing}
 
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        """Held-out rows packed as the train rows are (one length already)."""
+        return self.loader_options(prep, False)
+
     def trainer_options(self, config: RunConfig, prep: Preprocessing,
                         class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip
         return {"preprocess": None, "targets": None, "loss": LM_LOSS,

@@ -25,6 +25,7 @@ from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.models.hub import preprocessor
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.kinds.base import Kind, select_columns, target_line
+from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
 from jaxfeed.recipes.text_columns import SAMPLE, check_labels, check_text_column, words
@@ -45,8 +46,9 @@ from jaxfeed.recipes.tokenizer import (
 MAX_TEXT_TOKENS = 512  # a classifier's longest text by default (longer ones are truncated)
 KEPT_WHOLE = 0.99  # ... and by default at most the length that keeps this share of texts whole
 BUCKETS = 4  # pad lengths of a classifier's batches, at most
-BATCHES_PER_BUCKET = 16  # ... and at most one per this many batches of an epoch (see buckets_for)
-BATCH_TOKENS = 4096  # a classifier's batch size by default: at most this many tokens a batch
+BATCHES_PER_BUCKET = 32  # ... and at most one per this many batches of an epoch (see buckets_for)
+BATCH_TOKENS = 2048  # a classifier's batch size by default: at most this many tokens a batch (a
+# step's buffers follow it: 120 MB at 8 x 256 tokens of the default transformer, 240 MB at 16)
 
 
 class TextKind(Kind):
@@ -227,7 +229,7 @@ class TextKind(Kind):
         """The power of two rows of ``length`` tokens that fit :data:`BATCH_TOKENS`, at least 8.
 
         >>> TextKind.max_batch_of(248), TextKind.max_batch_of(56), TextKind.max_batch_of(4000)
-        (16, 64, 8)
+        (8, 32, 8)
         """
         rows = max(BATCH_TOKENS // max(length, 1), 1)
         return max(8, 1 << (rows.bit_length() - 1))
@@ -252,13 +254,44 @@ class TextKind(Kind):
 
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         """The padding to the run's bucket lengths; the train loader batches similar lengths."""
-        padding = Padding(
-            lengths=tuple(int(v) for v in prep.text["lengths"]),
-            truncate=True,
-            pad_values={"input_ids": int(prep.text["pad_id"])},
-            columns=["input_ids", "attention_mask"],
-        )
+        padding = _padding(prep, [int(v) for v in prep.text["lengths"]])
         return {"padding": padding, "bucket_by_length": True} if train else {"padding": padding}
+
+    def epoch_flops(self, prep: Preprocessing, config: RunConfig, train: Dataset,
+                    held: Dataset | None) -> float | None:  # fmt: skip
+        """One epoch of the built-in ``transformer`` classifier (None for another model): each
+        train row padded to its bucket length and computed three times (a forward pass and a
+        backward pass of twice its cost), each held-out row once, padded as
+        :meth:`held_options` pads it (a multiply-add counts 2)."""
+        spec = config.model_spec
+        if (
+            self.task == "lm"
+            or spec is None
+            or (spec.source, spec.name) != ("builtin", "transformer")
+        ):
+            return None
+        shape = transformer_shape(spec.init_args)
+        lengths = np.asarray(prep.text["lengths"], np.int64)
+        total = 3 * forward_flops(padded_lengths(train, lengths), *shape)
+        if held is not None and held.num_rows:
+            batches = -(-held.num_rows // max(int(config.batch_size or 1), 1))
+            kept = np.asarray(self.held_options(prep, batches)["padding"].lengths, np.int64)
+            total += forward_flops(padded_lengths(held, kept), *shape)
+        return float(total)
+
+    def held_options(self, prep: Preprocessing, batches: int) -> dict[str, Any]:
+        """A held-out split padded to the longest of the run's lengths, and to shorter ones only
+        as its ``batches`` pay for them (:func:`buckets_for`): each length compiles the
+        evaluation step once more, which the few batches of a small validation split do not
+        pay back.
+
+        >>> prep = Preprocessing("text", ["t"], "y", [256], text={"lengths": [96, 256], "pad_id": 0})
+        >>> TextKind().held_options(prep, 9)["padding"].lengths, TextKind().held_options(prep, 64)["padding"].lengths
+        ((256,), (96, 256))
+        """
+        lengths = [int(v) for v in prep.text["lengths"]]
+        count = max(1, min(len(lengths), batches // BATCHES_PER_BUCKET))
+        return {"padding": _padding(prep, lengths[-count:])}
 
     def write_files(self, prep: Preprocessing, out: Path) -> None:
         write_tokenizer(prep, out)
@@ -336,16 +369,60 @@ class TextKind(Kind):
 
 
 # ---------------------------------------------------------------------------------- helpers
+def _padding(prep: Preprocessing, lengths: list[int]) -> Padding:
+    """Token ids and mask padded (and cut) to ``lengths``, ids with the run's pad id."""
+    return Padding(
+        lengths=tuple(lengths),
+        truncate=True,
+        pad_values={"input_ids": int(prep.text["pad_id"])},
+        columns=["input_ids", "attention_mask"],
+    )
+
+
 def buckets_for(rows: int, batch_size: int) -> int:
     """How many pad lengths a classifier's batches get: :data:`BUCKETS`, or fewer for a small
     data set, one per :data:`BATCHES_PER_BUCKET` batches of an epoch: each length compiles the
-    train and the evaluation step once more (seconds, and memory), which a few batches an epoch
-    do not pay back.
+    train step once more (seconds, and about 50 MB the run keeps), which a few dozen batches an
+    epoch do not pay back.
 
-    >>> buckets_for(541, 16), buckets_for(100_000, 64), buckets_for(160, 16), buckets_for(3, 1)
+    >>> buckets_for(614, 8), buckets_for(100_000, 64), buckets_for(160, 16), buckets_for(3, 1)
     (2, 4, 1, 1)
     """
     return max(1, min(BUCKETS, math.ceil(rows / batch_size) // BATCHES_PER_BUCKET))
+
+
+def transformer_shape(init_args: dict[str, Any]) -> tuple[int, int, int]:
+    """``(dim, depth, mlp_dim)`` of the built-in ``transformer`` with ``init_args`` (its own
+    defaults for the others).
+
+    >>> transformer_shape({}), transformer_shape({"dim": 64, "depth": 1})
+    ((128, 2, 512), (64, 1, 256))
+    """
+    params = inspect.signature(BUILTINS["transformer"].model_class().__init__).parameters
+    value = {
+        name: init_args.get(name, params[name].default) for name in ("dim", "depth", "mlp_dim")
+    }
+    dim = int(value["dim"])
+    mlp = 4 * dim if value["mlp_dim"] is None else int(value["mlp_dim"])
+    return dim, int(value["depth"]), mlp
+
+
+def forward_flops(padded: np.ndarray, dim: int, depth: int, mlp: int) -> float:
+    """The forward pass of the built-in transformer on rows padded to ``padded`` tokens: per
+    token and block the four attention projections and the MLP (``8 dim^2 + 4 dim mlp``) and
+    attention over the row (``4 length dim``).
+
+    >>> forward_flops(np.array([256] * 16), 128, 2, 512) / 1e9   # a batch of 16 x 256 tokens
+    4.294967296
+    """
+    t = padded.astype(np.float64)
+    return float((t * depth * (8 * dim * dim + 4 * dim * mlp + 4 * t * dim)).sum())
+
+
+def padded_lengths(ds: Dataset, lengths: np.ndarray) -> np.ndarray:
+    """Each row's tokens padded to the shortest of ``lengths`` that holds it (cut to the last)."""
+    tokens = np.minimum(token_lengths(ds), int(lengths[-1]))
+    return lengths[np.searchsorted(lengths, tokens)]
 
 
 def default_cap(lengths: np.ndarray) -> int:

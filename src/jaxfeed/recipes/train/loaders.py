@@ -116,8 +116,7 @@ def make_loaders(
                 f"note: the last {ds.num_rows % size} {name} rows do not split over "
                 f"{count} devices and are skipped"
             )
-        return DataLoader(
-            ds, size, drop_last=drop, **kwargs, **kind.loader_options(prep, False)
-        )  # fmt: skip
+        options = kind.held_options(prep, -(-ds.num_rows // size))
+        return DataLoader(ds, size, drop_last=drop, **kwargs, **options)
 
     return (train_loader, *(held_loader(name, ds) for name, ds in held.items()))

@@ -167,9 +167,12 @@ def _loaders(run: Run) -> None:
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
+        flops = kind.epoch_flops(prep, config, train, next(iter(held.values()), None))
+        cost = None if flops is None else (flops, budgetmod.matmul_rate())
         run.config, budget = budgetmod.resolve(
-            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit
-        )
+            config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit,
+            kind.default_epochs(), cost,
+        )  # fmt: skip
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))
 
