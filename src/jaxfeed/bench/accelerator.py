@@ -264,7 +264,7 @@ def vit_case(args: Any, chip: Chip) -> list[dict]:
     def make_model() -> Any:
         model = vit.FAMILY.build(config, task="image-classification", num_labels=1000,
                                  dtype=jnp.bfloat16, param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
-        model.vit.encoder.scan = args.scan
+        model.vit.encoder.scan, model.vit.encoder.remat = args.scan, remat_of(args, "vit")
         return model
 
     size, b = config["image_size"], args.vit_batch
@@ -283,7 +283,8 @@ def vit_case(args: Any, chip: Chip) -> list[dict]:
         return loader_rows(compiled, holder, ceiling, make_model, size, args, chip, formula)
 
     return training_rows("vit", make_model, loss_of, batch, args, chip, b, "images", formula,
-                         {"inputs": {"pixel_values": "image"}}, more)  # fmt: skip
+                         {"inputs": {"pixel_values": "image"}, "remat": remat_of(args, "vit")},
+                         more)  # fmt: skip
 
 
 def bert_case(args: Any, chip: Chip) -> list[dict]:
@@ -299,7 +300,7 @@ def bert_case(args: Any, chip: Chip) -> list[dict]:
         def make_model() -> Any:
             model = bert.build(config, task="sequence-classification", num_labels=2,
                                dtype=jnp.bfloat16, param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
-            model.encoder.scan = args.scan
+            model.encoder.scan, model.encoder.remat = args.scan, remat_of(args, "bert")
             return model
 
         rng = np.random.default_rng(0)
@@ -316,8 +317,20 @@ def bert_case(args: Any, chip: Chip) -> list[dict]:
                                 config["hidden_size"])  # fmt: skip
         inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
         rows += training_rows(f"bert {b}x{t}", make_model, loss_of, batch, args, chip, b * t,
-                              "tokens", formula, {"inputs": inputs})  # fmt: skip
+                              "tokens", formula, {"inputs": inputs, "remat": remat_of(args, "bert")})  # fmt: skip
     return rows
+
+
+#: Each case's gradient checkpointing unless ``--remat`` says otherwise: the 1B Llama at 2048
+#: tokens does not fit the 16 GiB of a v5e without it.
+DEFAULT_REMAT = {"vit": False, "bert": False, "llama": True}
+
+
+def remat_of(args: Any, case: str) -> bool | str:
+    """The ``remat`` setting of ``case``: ``--remat`` (none, full, dots) or the case's default."""
+    if args.remat is None:
+        return DEFAULT_REMAT[case]
+    return {"none": False, "full": True}.get(args.remat, args.remat)
 
 
 def llama_model(args: Any, layers: int) -> Any:
@@ -333,7 +346,7 @@ def llama_model(args: Any, layers: int) -> Any:
 def llama_case(args: Any, chip: Chip) -> list[dict]:
     def make_model() -> Any:
         model = llama_model(args, args.llama_layers)
-        model.remat = True
+        model.remat = remat_of(args, "llama")
         return model
 
     model = nnx.eval_shape(make_model)  # shapes only
@@ -347,7 +360,11 @@ def llama_case(args: Any, chip: Chip) -> list[dict]:
 
     spec = model.spec
     formula = formula_flops(param_count(model), b * t, spec.num_layers, t, spec.hidden_size)
-    kwargs = {"inputs": {"input_ids": "input_ids"}, "loss": "next_token", "remat": True}
+    kwargs = {
+        "inputs": {"input_ids": "input_ids"},
+        "loss": "next_token",
+        "remat": remat_of(args, "llama"),
+    }
     return training_rows("llama", make_model, loss_of, batch, args, chip, b * t, "tokens",
                          formula, kwargs)  # fmt: skip
 
@@ -561,6 +578,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--images", type=int, default=2048, help="JPEGs in the loader's folder")
     p.add_argument("--attention", choices=("auto", "xla", "flash"), default="auto")
     p.add_argument("--no-scan", dest="scan", action="store_false", help="unroll the layers")
+    p.add_argument(
+        "--unroll",
+        type=int,
+        default=1,
+        help="layers per scan iteration (1: one layer's code; ignored with --no-scan)",
+    )
+    p.add_argument(
+        "--remat",
+        choices=("none", "full", "dots"),
+        help="gradient checkpointing (default: llama full, the others none)",
+    )
     p.add_argument("--no-dropout", action="store_true", help="BERT without dropout (0.1 default)")
     p.add_argument("--mu-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                    help="AdamW's first moment (the second follows the parameters)")  # fmt: skip
@@ -580,6 +608,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown:
             p.error(f"--{name}: unknown {unknown}; known: {', '.join(known)}")
     args.mu_dtype = jnp.bfloat16 if args.mu_dtype == "bfloat16" else jnp.float32
+    if args.scan and args.unroll > 1:
+        args.scan = args.unroll  # run_layers: an int scans that many layers per iteration
     return args
 
 
@@ -594,7 +624,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows += CASES[name](args, chip)
             print_table(rows, chip)
     payload = {"chip": chip.kind, "peak_tflops": chip.peak_tflops, "jax": jax.__version__,
-               "quick": args.quick, "attention": args.attention, "scan": args.scan, "rows": rows}  # fmt: skip
+               "quick": args.quick, "attention": args.attention, "scan": args.scan, "remat": args.remat,
+               "rows": rows}  # fmt: skip
     save_json("accelerator" + ("-quick" if args.quick else ""), payload)
     if args.out is not None:
         tmp = args.out.with_suffix(args.out.suffix + ".tmp")

@@ -26,6 +26,49 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+#: What each ``remat`` setting keeps from the forward pass (the rest is recomputed backward):
+#: ``"full"`` (or ``True``) keeps only each layer's input; ``"dots"`` also keeps the outputs of
+#: matmuls against weights (no batch dimension), so only attention's score matmuls and the
+#: elementwise work are recomputed: most of full remat's memory saving for a few percent of time.
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "full": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def remat_policy(remat: bool | str) -> tuple[bool, Callable | None]:
+    """``(recompute, policy)`` for a ``remat`` setting: False, True (= ``"full"``) or a name in
+    :data:`REMAT_POLICIES`.
+
+    >>> remat_policy(False)
+    (False, None)
+    >>> remat_policy("full")
+    (True, None)
+    """
+    if remat is False or remat is None:
+        return False, None
+    name = "full" if remat is True else remat
+    if name not in REMAT_POLICIES:
+        raise ValueError(
+            f"remat={remat!r}: expected True, False or one of {sorted(REMAT_POLICIES)}"
+        )
+    return True, REMAT_POLICIES[name]
+
+
+def scan_unroll(scan: bool | int) -> int:
+    """Layers per scan iteration for a ``scan`` setting: True is 1 (one layer's code, the fastest
+    compile), an int ``n`` unrolls ``n`` layers per iteration (XLA can then overlap one layer's
+    weights with the previous layer's work; longer compiles), False is 0 (a Python loop).
+
+    >>> scan_unroll(True), scan_unroll(2), scan_unroll(False)
+    (1, 2, 0)
+    """
+    if isinstance(scan, bool):
+        return int(scan)
+    if not isinstance(scan, int) or scan < 0:
+        raise ValueError(f"scan={scan!r}: expected True, False or a positive number of layers")
+    return scan
+
 
 def layer_keys(rngs: nnx.Rngs | None, count: int) -> jax.Array | None:
     """One dropout key per layer from ``rngs`` (None without ``rngs``)."""
@@ -45,11 +88,13 @@ def _shared_graph(layers: Sequence[nnx.Module]) -> tuple[Any, list[Any]] | None:
 
 def run_layers(layers: Sequence[nnx.Module], x: Any,
                call: Callable[[nnx.Module, Any, Any], Any], *, rngs: nnx.Rngs | None = None,
-               remat: bool = False, scan: bool = True) -> Any:  # fmt: skip
+               remat: bool | str = False, scan: bool | int = True) -> Any:  # fmt: skip
     """``x = call(layer, x, rngs_i)`` for each layer in order, as one scan when ``scan`` and the
     layers share one graph (else a Python loop); ``rngs_i`` is an ``nnx.Rngs`` of that layer's
-    dropout key (None without ``rngs``), ``remat`` recomputes each layer in the backward pass.
-    The layers must not change their own state (dropout keys come through ``rngs_i``).
+    dropout key (None without ``rngs``), ``remat`` recomputes each layer in the backward pass
+    (:func:`remat_policy`), an int ``scan`` unrolls that many layers per iteration
+    (:func:`scan_unroll`). The layers must not change their own state (dropout keys come
+    through ``rngs_i``).
 
     >>> from flax import nnx
     >>> layers = [nnx.Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(3)]
@@ -58,12 +103,16 @@ def run_layers(layers: Sequence[nnx.Module], x: Any,
     """
     layers = list(layers)
     keys = layer_keys(rngs, len(layers))
-    shared = _shared_graph(layers) if scan and len(layers) > 1 else None
+    recompute, policy = remat_policy(remat)
+    unroll = scan_unroll(scan)
+    shared = _shared_graph(layers) if unroll and len(layers) > 1 else None
     if shared is None:
         for i, layer in enumerate(layers):
             layer_rngs = None if keys is None else nnx.Rngs(dropout=keys[i])
-            if remat:
-                x = nnx.remat(lambda mod, h, r: call(mod, h, r))(layer, x, layer_rngs)
+            if recompute:
+                x = nnx.remat(lambda mod, h, r: call(mod, h, r), policy=policy)(
+                    layer, x, layer_rngs
+                )
             else:
                 x = call(layer, x, layer_rngs)
         return x
@@ -75,7 +124,7 @@ def run_layers(layers: Sequence[nnx.Module], x: Any,
         layer = nnx.merge(graphdef, state)
         return call(layer, h, None if key is None else nnx.Rngs(dropout=key)), None
 
-    if remat:
-        body = jax.checkpoint(body, prevent_cse=False)
-    x, _ = jax.lax.scan(body, x, (stacked, keys))
+    if recompute:
+        body = jax.checkpoint(body, prevent_cse=False, policy=policy)
+    x, _ = jax.lax.scan(body, x, (stacked, keys), unroll=min(unroll, len(layers)))
     return x

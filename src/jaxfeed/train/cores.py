@@ -475,11 +475,15 @@ class NNXCore:
         pass  # an NNX model is built with its parameters
 
     def write_back(self) -> None:
-        """Put the trained state into the user's model and optimizer objects (copies, so the next
-        donated step cannot invalidate them)."""
+        """Put the trained state into the user's model and optimizer objects. They share the
+        state's arrays, not copies: a copy would hold a second model and optimizer state on the
+        devices for as long as the trainer lives (a 1B model's 6.6 GB on a 16 GB chip). A later
+        step donates those arrays, as the first step donates the arrays the model was built
+        with, so the objects are current after each ``fit``, ``evaluate`` or checkpoint and
+        stale while steps run."""
         from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
-        nnx.update((self.model, self.optimizer), jax.tree.map(jnp.copy, self.state))
+        nnx.update((self.model, self.optimizer), self.state)
 
     def checkpoint_state(self) -> Any:
         self.write_back()

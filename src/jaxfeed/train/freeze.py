@@ -163,15 +163,19 @@ def refuse_integer_params(model: Any) -> None:
                 )
 
 
-def enable_remat(model: Any) -> int:
-    """Switch on rematerialisation in every module of ``model`` declaring ``supports_remat``;
-    the number of such modules (a model with none is refused)."""
+def enable_remat(model: Any, remat: bool | str = True) -> int:
+    """Switch on rematerialisation (``True``/``"full"`` or ``"dots"``, see
+    :func:`jaxfeed.models.stacked.remat_policy`) in every module of ``model`` declaring
+    ``supports_remat``; the number of such modules (a model with none is refused)."""
     from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
+    from jaxfeed.models.stacked import remat_policy  # noqa: PLC0415 (import cost: as flax)
+
+    remat_policy(remat)  # a name it does not know is refused here, not at the first step
     count = 0
     for _, node in nnx.iter_graph(model):
         if isinstance(node, nnx.Module) and getattr(type(node), "supports_remat", False):
-            node.remat = True
+            node.remat = remat
             count += 1
     if not count:
         raise ValueError(

@@ -94,7 +94,8 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
     on float32 master parameters. ``trainable="all" | "head" | "lora" | <regex over paths>``
     trains only those parameters (the others get no gradient and no optimizer state; see
     :mod:`jaxfeed.train.freeze`); ``remat=True`` recomputes each layer's activations in the
-    backward pass (gradient checkpointing) in models whose layer stacks support it.
+    backward pass (gradient checkpointing) in models whose layer stacks support it;
+    ``remat="dots"`` keeps the weight matmuls' outputs and recomputes the rest.
 
     The train step is compiled once (``jax.jit`` over the split state, buffers donated). A short
     last batch is padded to the batch size and masked out of the loss, gradients and metrics, so
@@ -143,7 +144,7 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         precision: str = "float32",
         dtype: Any = None,
         trainable: str = "all",
-        remat: bool = False,
+        remat: bool | str = False,
         out_dir: str | os.PathLike | None = None,
         loggers: Sequence[str | Logger] = (),
         handle_signals: bool = True,
@@ -159,14 +160,14 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         if trainable == "all" and not _is_linen(model):
             refuse_integer_params(model)
         if remat:
-            enable_remat(model)
+            enable_remat(model, remat)
         if deterministic:
             _require_deterministic_backend()
         spec = _step_spec(
             model, loss, metrics, inputs, targets, preprocess, seed, precision, trainable
         )
         targets = spec.objective.targets or targets  # next_token: "input_ids" unless named
-        self.trainable, self.remat = trainable, bool(remat)
+        self.trainable, self.remat = trainable, remat
         self.inputs, self.targets = inputs, targets
         self.metrics = tuple(spec.metrics)
         self.split_metrics = resolve_split_metrics(metrics)  # over a whole eval split, on the host

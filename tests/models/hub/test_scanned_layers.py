@@ -7,9 +7,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
+from jaxfeed import Trainer
 from jaxfeed.models.hub import bert, decoder, vit
 from jaxfeed.models.stacked import run_layers
 
@@ -75,15 +77,19 @@ def _loss_and_grads(model, call, rngs_seed):
 
 
 @pytest.mark.parametrize(
-    ("name", "remat"), [("bert", False), ("vit", False), ("llama", False), ("llama", True)]
-)
-def test_scan_equals_loop_outputs_and_gradients(name, remat):
-    model, stack, call = MODELS[name](2)
+    ("name", "remat", "scan"),
+    [("bert", False, True), ("vit", False, True), ("llama", False, True), ("llama", True, True),
+     ("bert", "dots", 2), ("vit", "full", 2), ("llama", "dots", True)],
+)  # fmt: skip
+def test_scan_equals_loop_outputs_and_gradients(name, remat, scan):
+    """Scanned (one layer per iteration, or 2 of 3 layers unrolled with one left over), with or
+    without recomputation (all of a layer, or all but its weight matmuls): as the loop."""
+    model, stack, call = MODELS[name](3 if scan == 2 else 2)
     seed = None if name == "llama" else 3  # encoders train with dropout: the same keys either way
     if seed is None:
         model.eval()
     stack.remat = remat
-    stack.scan = True
+    stack.scan = scan
     (loss_s, out_s), grads_s = _loss_and_grads(model, call, seed)
     stack.scan = False
     (loss_l, out_l), grads_l = _loss_and_grads(model, call, seed)
@@ -135,3 +141,13 @@ def test_dropout_keys_differ_per_layer_and_repeat_per_seed():
     b = run_layers(layers, x, call, rngs=nnx.Rngs(dropout=jax.random.key(5)), scan=False)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert float(jnp.mean(a == 0)) > 0.5  # three independent masks, not one repeated
+
+
+def test_unknown_remat_and_scan_settings_are_refused_by_name():
+    model, _, _ = _llama(2)
+    with pytest.raises(ValueError, match=r"remat='fast'.*dots.*full"):
+        Trainer(model, optax.sgd(0.1), inputs={"input_ids": "input_ids"}, loss="next_token",
+                remat="fast")  # fmt: skip
+    layers = [nnx.Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(2)]
+    with pytest.raises(ValueError, match=r"scan=-1"):
+        run_layers(layers, jnp.ones((1, 2)), lambda layer, h, r: layer(h), scan=-1)
