@@ -25,7 +25,11 @@ from jaxfeed.models import MLP
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.train.checkpoint import CheckpointError, CheckpointManager
 
-EIGHT = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+# 8 devices in the command's process, compiled with the suite's XLA flags (conftest.py)
+EIGHT = {
+    "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8",
+    "JAX_PLATFORMS": "cpu",
+}
 
 
 def _table(path, rows=108, seed=0):

@@ -72,7 +72,7 @@ def test_a_lost_process_stops_the_job_which_resumes_and_trains_like_one_process(
         and f"[0] epoch 1/{done + 1}" not in resumed.stdout
     )
     argv, env = cli("train", "--model", "mlp", "--epochs", epochs, "--out", str(tmp_path / "one"),
-                    env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
+                    env={"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"})  # fmt: skip
     one = process_group.run(argv, env=env, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     assert "on 8 CPU devices in 1 process" in one.stdout and "1 processes" not in one.stdout
