@@ -43,11 +43,14 @@ ifndef SEED
 SEED := $(shell date +%s)
 endif
 
+# compileall writes jaxfeed's bytecode once: where PYTHONDONTWRITEBYTECODE is set, each process
+# the suite starts (a command run, a loader worker) compiled the modules it imports (0.3 CPU s).
 test: $(VENV)/.installed-dev
 	@echo "python: $$($(PY) --version) in $(VENV) (chosen from $(PYTHON); PYTHON=... to choose)"
 	$(PY) -m ruff check src tests benchmarks tools conftest.py
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
+	$(PY) -m compileall -q src/jaxfeed > /dev/null
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
 
 # The fast tier (-m "not slow") on the declared floors and on the newest releases, each in a venv

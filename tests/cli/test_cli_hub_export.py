@@ -54,14 +54,14 @@ def one_epoch(ckpt, reviews, tmp_path_factory):
     return train(ckpt, reviews, tmp_path_factory.mktemp("runs") / "one", "--epochs", "1")
 
 
-def test_a_run_fine_tuned_for_one_epoch_exports(one_epoch, tmp_path):
+def test_a_run_fine_tuned_for_one_epoch_exports(one_epoch, tmp_path, capsys):
     run, shown = one_epoch
     # the fine-tuning defaults warm up over 10% of the steps: a schedule with a step count, which
     # an optimizer rebuilt for one step per epoch (a constant learning rate) does not have
     assert "--epochs 1, --warmup-steps 1 " in shown, shown
-    target = tmp_path / "hf"
-    done = jaxfeed("export", str(run), "--format", "hf", "--out", str(target))
-    assert done.returncode == 0, done.stderr[-3000:]
+    target = tmp_path / "hf"  # the exports of this file run in this process (no JAX start each)
+    status, _, err = run_main(capsys, "export", str(run), "--format", "hf", "--out", str(target))
+    assert status == 0, err[-3000:]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in target.iterdir()
     }
@@ -105,7 +105,7 @@ def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, ca
     assert first != last  # each step's own weights
 
 
-def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path):
+def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path, capsys):
     run, _ = one_epoch
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -114,10 +114,10 @@ def test_a_run_without_checkpoints_is_refused_in_one_line(one_epoch, tmp_path):
         (bare, (), "has no checkpoints yet"),
         (run, ("--checkpoint", "99"), "no step 99"),
     ):
-        done = jaxfeed("export", str(folder), "--format", "hf", *flags, "--out",
-                       str(tmp_path / "hf"))  # fmt: skip
-        assert done.returncode == 2, done.stderr[-3000:]
-        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        status, _, err = run_main(capsys, "export", str(folder), "--format", "hf", *flags,
+                                  "--out", str(tmp_path / "hf"))  # fmt: skip
+        assert status == 2, err[-3000:]
+        assert message in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "hf").exists()
     assert json.loads((bare / "config.json").read_text())["pretrained"]
 
@@ -134,7 +134,7 @@ def test_eval_and_predict_restore_the_weights_of_a_one_epoch_run(one_epoch, revi
     assert "pos" in out or "neg" in out, out
 
 
-def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_path):
+def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_path, capsys):
     """Two ``export --format hf`` into one new folder: one writes it whole, the other is refused
     in one line (exit 2); ``--out FILE`` is refused in one line."""
     import subprocess
@@ -156,14 +156,14 @@ def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_pa
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
     file = tmp_path / "file"
     file.write_text("keep me")
-    done = jaxfeed("export", str(run), "--format", "hf", "--out", str(file))
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "is a file" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    status, _, err = run_main(capsys, "export", str(run), "--format", "hf", "--out", str(file))
+    assert status == 2, err[-3000:]
+    assert "is a file" in err and len(err.strip().splitlines()) == 1, err
     assert file.read_text() == "keep me"
 
 
 def test_an_export_never_copies_a_file_linked_from_outside_the_checkpoint(one_epoch, ckpt,
-                                                                           tmp_path):  # fmt: skip
+                                                                           tmp_path, capsys):  # fmt: skip
     """A checkpoint whose tokenizer_config.json became a link to a file elsewhere (the same
     bytes: the recorded hashes agree) is refused in one line; nothing is exported."""
     run, _ = one_epoch
@@ -176,8 +176,8 @@ def test_an_export_never_copies_a_file_linked_from_outside_the_checkpoint(one_ep
     shutil.move(moved / "tokenizer_config.json", elsewhere)
     (moved / "tokenizer_config.json").symlink_to(elsewhere)
     target = tmp_path / "hf"
-    done = jaxfeed("export", str(copied), "--format", "hf", "--out", str(target))
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "tokenizer_config.json" in done.stderr and "is a link to" in done.stderr, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    status, _, err = run_main(capsys, "export", str(copied), "--format", "hf", "--out", str(target))
+    assert status == 2, err[-3000:]
+    assert "tokenizer_config.json" in err and "is a link to" in err, err
+    assert len(err.strip().splitlines()) == 1, err
     assert not target.exists()

@@ -1,10 +1,11 @@
 """``jaxfeed train`` on tables in its own process: the budget line counts ``--max-steps``; a
 table too small to split well says what the split and the budget did (a validation row rounded
-up, a class only in validation, a batch of half the rows)."""
+up, a class only in validation, a batch of half the rows). A cell that is not a float32 is
+refused before any training, in this process (no JAX start per case)."""
 
 import numpy as np
 
-from cli_helpers import jaxfeed
+from cli_helpers import jaxfeed, run_main
 
 
 def line_of(stdout: str, start: str) -> str:
@@ -39,7 +40,7 @@ def test_the_budget_counts_max_steps_and_a_tiny_table_says_what_it_did(tmp_path)
     assert "warning: 1 train rows are too few to learn much from" in budget
 
 
-def test_a_cell_of_inf_or_past_float32_is_named_by_its_row_in_the_file(tmp_path):
+def test_a_cell_of_inf_or_past_float32_is_named_by_its_row_in_the_file(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = [f"{a:.3f},{b:.3f},{int(a + b > 0)}" for a, b in rng.normal(size=(40, 2))]
     cases = [  # row 7 lands in the train part, row 2 in the validation split (seed 0)
@@ -53,7 +54,8 @@ def test_a_cell_of_inf_or_past_float32_is_named_by_its_row_in_the_file(tmp_path)
         bad = list(rows)
         bad[row] = f"{value}," + rows[row].split(",", 1)[1]
         table.write_text("a,b,label\n" + "\n".join(bad) + "\n")
-        done = jaxfeed("train", "--data", str(table), "--out", str(tmp_path / value), timeout=600)
-        assert done.returncode == 2, done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
+        status, _, err = run_main(capsys, "train", "--data", str(table), "--out",
+                                  str(tmp_path / value))  # fmt: skip
+        assert status == 2, err
+        assert len(err.strip().splitlines()) == 1 and message in err, err
         assert not (tmp_path / value).exists()

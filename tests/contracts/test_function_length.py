@@ -13,6 +13,7 @@ Qualified.name"``. ``python tests/contracts/test_function_length.py --update`` p
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -66,20 +67,30 @@ def _where(key: str, lines: int) -> str:
     return f"{path}: {name} is {lines} lines"
 
 
-LENGTHS = function_lengths()
-LONG_RECIPES = sorted(k for k, n in LENGTHS.items() if k.startswith(RECIPES) and n > TARGET)
-OVER_CEILING = sorted(k for k, n in LENGTHS.items() if n > CEILING)
+@functools.cache
+def lengths() -> dict[str, int]:
+    """:func:`function_lengths`, read once by the worker that runs these tests (not at import:
+    every worker of ``make test`` imports this file to collect it)."""
+    return function_lengths()
 
 
 def test_no_recipe_function_over_80_lines():
     """Rule 1: the command's task logic reads as short steps."""
-    long = [f"{_where(k, LENGTHS[k])} (rule 1: at most {TARGET} in recipes/)" for k in LONG_RECIPES]
+    long = [
+        f"{_where(k, n)} (rule 1: at most {TARGET} in recipes/)"
+        for k, n in sorted(lengths().items())
+        if k.startswith(RECIPES) and n > TARGET
+    ]
     assert not long, "\n".join(long)
 
 
 def test_no_function_over_120_lines():
     """Rule 2: no function anywhere is longer than a screen and a half."""
-    long = [f"{_where(k, LENGTHS[k])} (rule 2: at most {CEILING} anywhere)" for k in OVER_CEILING]
+    long = [
+        f"{_where(k, n)} (rule 2: at most {CEILING} anywhere)"
+        for k, n in sorted(lengths().items())
+        if n > CEILING
+    ]
     assert not long, "\n".join(long)
 
 
@@ -87,7 +98,8 @@ def test_long_functions_are_listed_and_only_shrink():
     """Rule 3: outside recipes/, a function over 80 lines is in ALLOWLIST, no longer than its
     recorded length; one now at most 80 lines, or gone, leaves the list."""
     failures = []
-    for key, lines in sorted(LENGTHS.items()):
+    found = lengths()
+    for key, lines in sorted(found.items()):
         if key.startswith(RECIPES) or lines <= TARGET:
             continue
         if key not in ALLOWLIST:
@@ -97,15 +109,15 @@ def test_long_functions_are_listed_and_only_shrink():
                 f"{_where(key, lines)} (rule 3: grew past its recorded {ALLOWLIST[key]})"
             )
     for key, recorded in sorted(ALLOWLIST.items()):
-        if key not in LENGTHS:
+        if key not in found:
             path, name = key.split("::")
             failures.append(
                 f"{path}: {name}, listed at {recorded} lines, no longer exists (rule 3: remove it "
                 "from ALLOWLIST)"
             )
-        elif LENGTHS[key] <= TARGET:
+        elif found[key] <= TARGET:
             failures.append(
-                f"{_where(key, LENGTHS[key])}, at most {TARGET} now (rule 3: remove it from "
+                f"{_where(key, found[key])}, at most {TARGET} now (rule 3: remove it from "
                 "ALLOWLIST)"
             )
     assert not failures, "\n".join(failures)
@@ -113,7 +125,7 @@ def test_long_functions_are_listed_and_only_shrink():
 
 def allowlist_source() -> str:
     """The ``ALLOWLIST`` assignment for the code as it is (``--update`` prints it)."""
-    long = {k: n for k, n in sorted(LENGTHS.items()) if not k.startswith(RECIPES) and n > TARGET}
+    long = {k: n for k, n in sorted(lengths().items()) if not k.startswith(RECIPES) and n > TARGET}
     rows = "".join(f'    "{k}": {n},\n' for k, n in long.items())
     return f"ALLOWLIST: dict[str, int] = {{\n{rows}}}" if rows else "ALLOWLIST: dict[str, int] = {}"
 

@@ -284,7 +284,8 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     assert not (tmp_path / "bad" / "config.json").exists()
 
     # resumed on 2 devices: the mesh given for this machine, recorded in config.json
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}  # fmt: skip
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     argv = [sys.executable, "-m", "jaxfeed.cli", "train", "--out", str(out), "--resume",
             "--epochs", "2", "--mesh", "data=2"]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
