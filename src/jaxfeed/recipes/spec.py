@@ -105,12 +105,15 @@ class Preprocessing:
         """The ``text`` options of a text run's spec (``inputs``: the model's ``{argument:
         column}``, the Trainer's ``inputs``)."""
         text = self.text or {}
-        return {
+        out = {
             "column": text["column"],
             "max_length": int(text["max_length"]),
             "pad_id": int(text.get("pad_id", 0)),
             "inputs": dict(inputs or text.get("inputs") or {"input_ids": "input_ids"}),
         }
+        if text.get("truncation_side", "right") != "right":  # specs without it read as before
+            out["truncation_side"] = text["truncation_side"]
+        return out
 
     def __post_init__(self) -> None:
         self._columns: tuple[TableColumn, ...] | None = None  # table_columns(), made once

@@ -120,8 +120,9 @@ def token_batch(prep: Preprocessing, texts: list[str]) -> dict[str, np.ndarray]:
     (:func:`jaxfeed.serve.spec.token_batch`)."""
     try:
         batch = spec_token_batch(
-            prep.tokenizer, texts, int(prep.text["max_length"]), int(prep.text["pad_id"])
-        )
+            prep.tokenizer, texts, int(prep.text["max_length"]), int(prep.text["pad_id"]),
+            side=prep.text.get("truncation_side", "right"),
+        )  # fmt: skip
     except SpecError as err:
         raise ConfigError(str(err)) from None
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}

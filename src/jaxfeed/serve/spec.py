@@ -465,6 +465,7 @@ class ServingSpec:
             int(options["max_length"]),
             int(options.get("pad_id", 0)),
             cut=self.kind == "text",
+            side=options.get("truncation_side", "right"),
         )
         inputs = options.get("inputs") or {"input_ids": "input_ids"}
         return {str(a): batch[str(c)] for a, c in inputs.items()}
@@ -494,19 +495,22 @@ class ServingSpec:
 
 # ---------------------------------------------------------------------------------- text
 def token_batch(
-    tokenizer: Any, texts: Sequence[str], max_length: int, pad_id: int, cut: bool = True
-) -> dict[str, np.ndarray]:
+    tokenizer: Any, texts: Sequence[str], max_length: int, pad_id: int, cut: bool = True,
+    side: str = "right",
+) -> dict[str, np.ndarray]:  # fmt: skip
     """``texts`` tokenized as in training (cut to ``max_length`` with the tokenizer's own
-    truncation when ``cut``, special tokens kept) and padded with ``pad_id`` to the longest:
-    ``input_ids``, ``attention_mask``, ``segment_ids`` and ``positions`` (int32).
+    truncation when ``cut``, on ``side``: right keeps a text's first tokens, left its last;
+    special tokens kept) and padded with ``pad_id`` to the longest: ``input_ids``,
+    ``attention_mask``, ``segment_ids`` and ``positions`` (int32).
 
     Uncut texts (a language model's prompts) are encoded without special tokens, as
     :func:`jaxfeed.text.generate` encodes them. A text that gives no tokens (or, uncut, more
     than ``max_length``) raises :class:`SpecError` naming it."""
     if tokenizer.padding is not None:
         tokenizer.no_padding()  # a given tokenizer.json may pad: rows are padded here
-    if cut and (tokenizer.truncation or {}).get("max_length") != max_length:
-        tokenizer.enable_truncation(max_length)  # as jaxfeed.data.text.tokenize cut the texts
+    want = {"max_length": max_length, "direction": side}
+    if cut and {k: (tokenizer.truncation or {}).get(k) for k in want} != want:
+        tokenizer.enable_truncation(max_length, direction=side)  # as training cut the texts
     if not cut and tokenizer.truncation is not None:
         tokenizer.no_truncation()
     encoded = (
@@ -545,12 +549,20 @@ def text_options(values: Any, where: str) -> dict[str, Any] | None:
         isinstance(a, str) and c in known for a, c in inputs.items()
     ):
         raise SpecError(f"{where}: preprocessing.text.inputs must map arguments to {known}")
-    return {
+    side = values.get("truncation_side", "right")
+    if side not in ("left", "right"):
+        raise SpecError(
+            f"{where}: preprocessing.text.truncation_side must be 'left' or 'right', got {side!r}"
+        )
+    out = {
         "column": check.text(values, "column"),
         "max_length": int(check.number(values, "max_length", _REQUIRED, positive=True)),
         "pad_id": int(check.number(values, "pad_id", 0)),
         "inputs": dict(inputs),
     }
+    if side != "right":
+        out["truncation_side"] = side
+    return out
 
 
 # ---------------------------------------------------------------------------------- audio

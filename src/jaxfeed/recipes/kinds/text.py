@@ -212,6 +212,8 @@ class TextKind(Kind):
             prep, notes = self.plan_text(train, column, columns.label, run_data.task, options)
         if tokenizer.padding:
             prep.text["pad_id"] = int(tokenizer.padding["pad_id"])
+        if (tokenizer.truncation or {}).get("direction") == "left":  # tokenizer_config.json's
+            prep.text["truncation_side"] = "left"  # (tokenizer.json itself does not carry it)
         prep.text["pretrained"] = checkpoint.spec
         return prep, checkpoint_notes(notes, tokenizer)
 
@@ -531,7 +533,7 @@ def tokenized(prep: Preprocessing, ds: Dataset, keep: list[str], max_length: int
     try:
         return tokenize(
             ds.select_columns(keep), prep.tokenizer, column, max_length, remove_columns=True,
-            add_special_tokens=not joined,
+            add_special_tokens=not joined, truncation_side=prep.text.get("truncation_side"),
         )  # fmt: skip
     except ValueError as err:
         raise ConfigError(str(err)) from None
