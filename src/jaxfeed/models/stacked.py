@@ -55,18 +55,26 @@ def remat_policy(remat: bool | str) -> tuple[bool, Callable | None]:
     return True, REMAT_POLICIES[name]
 
 
-def scan_unroll(scan: bool | int) -> int:
+def scan_unroll(scan: bool | int | str) -> int:
     """Layers per scan iteration for a ``scan`` setting: True is 1 (one layer's code, the fastest
     compile), an int ``n`` unrolls ``n`` layers per iteration (XLA can then overlap one layer's
     weights with the previous layer's work; longer compiles), False is 0 (a Python loop).
+    ``"auto"`` (the Hub models' default) is a loop on CPU and 1 elsewhere: on a TPU the loop's
+    compile took minutes (71 s against 25 s for BERT-base), while on a CPU it costs about a second
+    more for 12 layers and each step is 10% faster (the scan copies the stacked weights forward
+    and their gradients back).
 
     >>> scan_unroll(True), scan_unroll(2), scan_unroll(False)
     (1, 2, 0)
     """
+    if scan == "auto":
+        return 0 if jax.default_backend() == "cpu" else 1
     if isinstance(scan, bool):
         return int(scan)
     if not isinstance(scan, int) or scan < 0:
-        raise ValueError(f"scan={scan!r}: expected True, False or a positive number of layers")
+        raise ValueError(
+            f"scan={scan!r}: expected True, False, 'auto' or a positive number of layers"
+        )
     return scan
 
 
@@ -88,7 +96,7 @@ def _shared_graph(layers: Sequence[nnx.Module]) -> tuple[Any, list[Any]] | None:
 
 def run_layers(layers: Sequence[nnx.Module], x: Any,
                call: Callable[[nnx.Module, Any, Any], Any], *, rngs: nnx.Rngs | None = None,
-               remat: bool | str = False, scan: bool | int = True) -> Any:  # fmt: skip
+               remat: bool | str = False, scan: bool | int | str = True) -> Any:  # fmt: skip
     """``x = call(layer, x, rngs_i)`` for each layer in order, as one scan when ``scan`` and the
     layers share one graph (else a Python loop); ``rngs_i`` is an ``nnx.Rngs`` of that layer's
     dropout key (None without ``rngs``), ``remat`` recomputes each layer in the backward pass

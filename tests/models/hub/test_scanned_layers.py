@@ -103,7 +103,8 @@ def test_scan_equals_loop_outputs_and_gradients(name, remat, scan):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_traced_program_does_not_grow_with_depth(name):
     def dots(depth):
-        model, _, call = MODELS[name](depth)
+        model, stack, call = MODELS[name](depth)
+        stack.scan = True  # the default ("auto") loops on CPU, where this test runs
         model.eval()
         graphdef, state = nnx.split(model)
         jaxpr = jax.make_jaxpr(lambda s: call(nnx.merge(graphdef, s)))(state)

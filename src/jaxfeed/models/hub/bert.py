@@ -166,7 +166,7 @@ class Encoder(nnx.Module):
         self.embeddings = Embeddings(s, dt, rngs)
         self.layers = nnx.List([Layer(s, dt, rngs) for _ in range(s.depth)])
         self.remat = False
-        self.scan = True  # the layers as one lax.scan (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the layers off CPU (jaxfeed.models.stacked)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  token_type_ids: jax.Array | None, position_ids: jax.Array | None,

@@ -344,7 +344,7 @@ class CausalLM(nnx.Module):
     def __init__(self, spec: DecoderSpec, *, dtype: Any = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
         self.spec, self.remat = spec, False
-        self.scan = True  # training's forward as one lax.scan over the layers (models.stacked)
+        self.scan = "auto"  # training's forward: one lax.scan over the layers off CPU (stacked)
         self.vocab_size, self.max_length = spec.vocab_size, spec.max_positions
         self.dtype = dtype
         init = nnx.initializers.normal(0.02)

@@ -232,7 +232,7 @@ class Layer(nnx.Module):
 class Encoder(nnx.Module):
     """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm. With
     ``remat`` set (``Trainer(remat=True)``) each block is recomputed in the backward pass
-    (gradient checkpointing); with ``scan`` (the default) the blocks run as one ``jax.lax.scan``."""
+    (gradient checkpointing); with ``scan`` (the default off CPU) the blocks run as one ``jax.lax.scan``."""
 
     supports_remat = True
 
@@ -241,7 +241,7 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([Layer(s, **kw) for _ in range(s.layers)])
         self.layernorm = _norm(s, **kw)
         self.remat = False
-        self.scan = True  # the blocks as one lax.scan (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the blocks off CPU (jaxfeed.models.stacked)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         x = run_layers(self.layers, x, lambda layer, h, r: layer(h, r), rngs=rngs,
