@@ -57,9 +57,12 @@ def save_tokenizer(folder: Path, model_max_length: int = 8) -> None:
     """A BERT-style WordPiece tokenizer over :data:`VOCAB`, saved as ``transformers`` does."""
     import transformers
 
-    vocab = Path(folder) / "vocab.txt"
-    vocab.write_text("\n".join(VOCAB) + "\n")
-    tok = transformers.BertTokenizerFast(vocab_file=str(vocab), model_max_length=model_max_length)
+    (Path(folder) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    # transformers 5 takes the vocabulary itself (a vocab_file= gave a tokenizer of the five
+    # special tokens only: every word was [UNK])
+    vocab = {word: i for i, word in enumerate(VOCAB)}
+    tok = transformers.BertTokenizerFast(vocab=vocab, model_max_length=model_max_length)
+    assert tok.convert_tokens_to_ids("w10") == VOCAB.index("w10")
     tok.save_pretrained(folder)
 
 

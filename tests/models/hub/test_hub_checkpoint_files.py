@@ -178,9 +178,9 @@ def test_config_fields_are_checked_at_load_naming_the_file(checkpoint, tmp_path)
 # ------------------------------------------------------------------------------ items 13, 24
 def test_tokenizer_settings_that_do_not_fit_name_the_file(checkpoint, tmp_path):
     small = copy(checkpoint, tmp_path / "small")
-    edit(small, vocab_size=4)  # the tokenizer has 5 tokens
+    edit(small, vocab_size=4)  # the tokenizer has 50 tokens
     with pytest.raises(
-        CheckpointError, match=r"tokenizer\.json has 5 tokens, more than .*vocab_size 4"
+        CheckpointError, match=r"tokenizer\.json has 50 tokens, more than .*vocab_size 4"
     ):
         preprocessor(small)
     for key in ("truncation_side", "padding_side"):
