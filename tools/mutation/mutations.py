@@ -605,13 +605,32 @@ MUTATIONS = [
     Mutation(
         "text-export-tokenizer-truncation",
         "src/jaxfeed/serve/spec.py",
-        'if cut and (tokenizer.truncation or {}).get("max_length") != max_length:',
+        "if cut and {k: (tokenizer.truncation or {}).get(k) for k in want} != want:",
         "if cut and tokenizer.truncation is None:",
         [
             "tests/cli/test_cli_hub.py::"
             "test_a_text_longer_than_the_run_is_cut_to_its_length_by_predict_and_the_export"
         ],
         "issue 55: a text export keeps tokenizer.json's own truncation, not the run's max_length",
+    ),
+    Mutation(
+        "checkpoint-truncation-side-dropped",
+        "src/jaxfeed/recipes/kinds/text.py",
+        'add_special_tokens=not joined, truncation_side=prep.text.get("truncation_side"),',
+        "add_special_tokens=not joined,",
+        [
+            "tests/recipes/test_truncation_side.py::"
+            "test_the_checkpoints_side_cuts_training_serving_and_the_spec"
+        ],
+        "issue 51 round: a checkpoint's truncation_side left is ignored by training's tokenization",
+    ),
+    Mutation(
+        "fit-leaves-a-second-state",
+        "src/jaxfeed/train/cores.py",
+        "nnx.update((self.model, self.optimizer), self.state)",
+        "nnx.update((self.model, self.optimizer), jax.tree.map(jnp.copy, self.state))",
+        ["tests/train/test_state_memory.py"],
+        "issue 51: after fit the model objects hold copies: the devices hold the state twice",
     ),
     Mutation(
         "worker-omp-threads-unset",
