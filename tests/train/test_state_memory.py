@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 
 from jaxfeed import Trainer
@@ -51,3 +52,24 @@ def test_fit_leaves_one_copy_of_the_state_and_the_model_stays_current() -> None:
     before = np.asarray(model.b.kernel[...]).copy()
     trainer.fit(batches, epochs=4)
     assert not np.array_equal(before, np.asarray(model.b.kernel[...]))
+
+
+def test_a_fit_that_fails_leaves_the_model_usable_at_the_state_its_steps_reached() -> None:
+    """The steps donate the arrays the model objects share: a loader failing mid-epoch must not
+    leave them deleted (the state the steps reached is written back before the error rises)."""
+    rng = np.random.default_rng(1)
+    batches = [{"x": rng.normal(size=(32, 16)).astype(np.float32),
+                "y": rng.integers(0, 2, 32).astype(np.int32)} for _ in range(3)]  # fmt: skip
+
+    def failing():
+        yield from batches[:2]
+        raise OSError("the disk went away")
+
+    model = Wide(nnx.Rngs(1))
+    trainer = Trainer(model, optax.adam(1e-3), inputs="x", targets="y", verbose=0)
+    trainer.fit(batches, epochs=1)
+    with pytest.raises(OSError, match="the disk went away"):
+        trainer.fit(failing(), epochs=2)
+    x = batches[0]["x"]
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(x))), np.asarray(trainer.predict([{"x": x}])),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip

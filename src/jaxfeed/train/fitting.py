@@ -25,7 +25,7 @@ from jaxfeed.train.checkpoint import CheckpointManager
 from jaxfeed.train.history import History, plot_history
 from jaxfeed.train.loggers import RunLog, make_loggers
 from jaxfeed.train.preemption import Preempted, SignalWatch
-from jaxfeed.train.reporting import REPORT_SECONDS
+from jaxfeed.train.reporting import REPORT_SECONDS, NonFiniteLossError
 from jaxfeed.train.schedule import EpochProgress, Schedule
 
 
@@ -142,6 +142,12 @@ class FitMixin:
         try:
             with watch or contextlib.nullcontext():
                 self._fit_epochs(train_loader, eval_loader, schedule, manager, run_log, watch)
+        except NonFiniteLossError:
+            self._back_to_last_checkpoint(manager)
+            raise
+        except BaseException:
+            self._write_back_after_failure()
+            raise
         finally:
             run_log.close()
             if manager is not None:
@@ -156,6 +162,25 @@ class FitMixin:
                 best=getattr(stopper, "best_epoch", None),
                 stopped=getattr(stopper, "stopped_epoch", None),
             )  # fmt: skip
+
+    def _back_to_last_checkpoint(self, manager: CheckpointManager | None) -> None:
+        """After a non-finite loss: the trainer (and the model objects) back at the fit's last
+        checkpoint, if it wrote one; else the model objects are left as they are (the steps
+        donated their arrays: only a checkpoint holds a finite state). The non-finite state is
+        written nowhere."""
+        if manager is None or manager.latest_step is None:
+            return
+        try:
+            self.restore_checkpoint(manager, "latest")
+        except Exception as err:  # the NaN's error is the one to raise; say why this failed
+            warnings.warn(f"could not restore the last checkpoint after the non-finite loss: {err}",
+                          stacklevel=3)  # fmt: skip
+
+    def _write_back_after_failure(self) -> None:
+        """After any other failure: the model objects get the state the steps reached (they
+        share the trainer's arrays, which the steps donated)."""
+        with contextlib.suppress(Exception):  # the failure being raised is the one to report
+            self.core.write_back()
 
     def _open_checkpoints(
         self,
