@@ -12,7 +12,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from cli_helpers import jaxfeed
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 from jaxfeed.cli import main
 from jaxfeed.recipes.config import RunConfig
@@ -83,16 +83,17 @@ def test_a_moved_run_serves_its_export_with_its_model_file_gone_and_runs_no_code
     mark = tmp_path / "imported.txt"
     env = {"JAXFEED_TEST_MARK": str(mark)}
 
-    os.chdir(elsewhere)  # eval in this process (no JAX start); the fixture restores the folder
+    # eval and predict in this process (no JAX start); the fixture restores the folder
+    os.chdir(elsewhere)
     monkeypatch.setenv("JAXFEED_TEST_MARK", str(mark))
     assert main(["eval", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["checkpoint"]["source"] == "model/"
     shutil.move(work / "imgs", work / "away")  # predict needs neither the data nor the model file
     folder = tmp_path / "inputs"
-    shown = jaxfeed("predict", str(run), str(folder), "--json", cwd=elsewhere, env=env)
-    assert shown.returncode == 0, shown.stderr
+    status, shown, err = run_main(capsys, "predict", str(run), str(folder), "--json")
+    assert status == 0, err
     shutil.move(work / "away", work / "imgs")
-    predicted = json.loads(shown.stdout)
+    predicted = json.loads(shown)
     files = sorted(str(p) for p in folder.rglob("*.png"))
     assert len(files) == 17 and files[-1] == str(folder / "top.png")
     assert [p["input"] for p in predicted] == files  # recursive, sorted

@@ -316,12 +316,12 @@ def test_a_replaced_tokenizer_is_refused_and_runs_without_a_digest_still_serve(
     other = train_tokenizer(corpus, "text", vocab_size=270, kind="bpe")
     assert other.get_vocab_size() != text["vocab_size"]
     (run / "tokenizer.json").write_text(other.to_str())
-    done = jaxfeed("predict", str(run), "a superb film", timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout
+    status, shown, err = run_main(capsys, "predict", str(run), "a superb film")
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1 and not shown
     assert (
         f"{run / 'tokenizer.json'} is not the tokenizer this run was trained with (its SHA-256 "
-        "differs from the one in config.json)" in done.stderr
+        "differs from the one in config.json)" in err
     )
     # a run of an earlier jaxfeed recorded no digest: the vocabulary size still tells
     config = json.loads((run / "config.json").read_text())
@@ -348,9 +348,9 @@ def test_an_image_or_audio_file_given_to_a_text_run_is_named(text_run, tmp_path,
     out = text_run[0]
     photo = tmp_path / "photo.png"
     PIL.Image.fromarray(np.zeros((8, 8), np.uint8)).save(photo)
-    done = jaxfeed("predict", str(out), str(photo), timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines() == [
+    status, shown, err = run_main(capsys, "predict", str(out), str(photo))
+    assert status == 2 and "Traceback" not in err and not shown, err[-2000:]
+    assert err.strip().splitlines() == [
         f"jaxfeed predict: error: {photo} is an image; this run reads texts: give a text, .txt "
         "files (one text a line) or tables with a 'review' column"
     ]
