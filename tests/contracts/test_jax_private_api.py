@@ -51,3 +51,29 @@ def test_without_the_private_api_the_public_fallbacks_run(no_private_jax):
     [y] = devices.device_put([x], [jax.devices()[0]])
     np.testing.assert_array_equal(np.asarray(y), x)
     assert "jax._src" in sys.modules  # JAX itself keeps working; only jaxfeed's imports fail
+
+
+def test_a_placement_the_private_path_fails_on_takes_the_public_one_alone(monkeypatch):
+    """jaxlib's batched_device_put raised ``bad_function_call`` for one mesh's sharding: that
+    placement goes through ``jax.device_put`` from then on, every other keeps the private path
+    (a process-wide switch made the private path's use depend on the tests' order)."""
+    cpu = jax.devices()[0]
+    broken = jax.sharding.SingleDeviceSharding(cpu)
+    real = devices._put_one
+
+    def put_one(x, placement, fast, copy):
+        if placement == broken:
+            raise RuntimeError("bad_function_call")
+        return real(x, placement, fast, copy)
+
+    monkeypatch.setattr(devices, "_put_one", put_one)
+    monkeypatch.setattr(devices, "_PUBLIC_ONLY", set())
+    x = np.arange(4, dtype=np.float32)
+    [y] = devices.device_put([x], [broken])
+    np.testing.assert_array_equal(np.asarray(y), x)
+    assert list(devices._PUBLIC_ONLY) == [broken]
+    assert devices.private_api_paths()["device_put"] == "jaxlib batched_device_put"
+    calls = []
+    monkeypatch.setattr(devices, "_put_one", lambda *a: calls.append(a) or real(*a))
+    devices.device_put([x], [cpu])
+    assert len(calls) == 1  # another placement still takes the private path

@@ -218,12 +218,26 @@ def device_put(
     True
     """
     fast = _load_fast_put()
-    if fast:
+    if fast and _PUBLIC_ONLY.isdisjoint(placements):
         try:
             return [_put_one(x, p, fast, copy) for x, p in zip(leaves, placements, strict=True)]
         except Exception:
-            global _fast_put
-            _fast_put = False
+            out = _public_put(leaves, placements, copy)  # bad input raises here: it says why
+            # the private path failed where the public one worked (jaxlib's batched_device_put
+            # raised bad_function_call for a sharding over a data=4,model=2 mesh): these
+            # placements take the public path from now on, the others keep the private one
+            _PUBLIC_ONLY.update(placements)
+            return out
+    return _public_put(leaves, placements, copy)
+
+
+#: Placements :func:`device_put` puts with ``jax.device_put`` (the private path failed on them).
+_PUBLIC_ONLY: set[Placement] = set()
+
+
+def _public_put(
+    leaves: list[np.ndarray], placements: list[Placement], copy: bool
+) -> list[jax.Array]:
     if copy:
         return jax.device_put(leaves, placements, may_alias=False)
     return jax.device_put(leaves, placements)
