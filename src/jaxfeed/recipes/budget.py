@@ -7,7 +7,7 @@ settle within the first epoch (``jaxfeed train`` with no ``--epochs``, ``--max-s
   than the rows);
 * run length: 10 epochs, or more when 10 epochs make fewer than :data:`STEP_FLOOR` optimizer
   steps (a small data set gets enough updates to learn; augmented images get the image kind's
-  higher floor, :data:`jaxfeed.recipes.kinds.image.AUGMENTED_STEP_FLOOR`);
+  floor, :func:`jaxfeed.recipes.kinds.image.augmented_floor`);
 * early stopping, with a validation split: after a fifth of the epochs (at least 3) without a
   better ``--monitor``;
 * BatchNorm momentum of the built-in models (cnn, audio_cnn): low enough that the running
@@ -149,7 +149,7 @@ class Budget:
     epoch_flops: float | None = None  # an epoch's training and evaluation (None: not counted)
     matmul_rate: float | None = None  # FLOP/s of a matmul timed on this machine before the run
     floor: int = STEP_FLOOR  # the optimizer steps a run of chosen length makes at least
-    floor_why: str | None = None  # why the floor is not STEP_FLOOR ("augmented images")
+    floor_why: str | None = None  # why the floor is not STEP_FLOOR (augmented images)
 
     @property
     def steps(self) -> int:
@@ -180,7 +180,7 @@ class Budget:
                 f"a floor of {self.floor} optimizer steps"
                 if self.epochs > DEFAULT_EPOCHS
                 else f"{DEFAULT_EPOCHS} epochs make at least {self.floor} steps"
-            ) + (f" for {self.floor_why}" if self.floor_why else "")
+            ) + (f"; {self.floor_why}" if self.floor_why else "")
             parts.append(f"at most {self.epochs} epochs = {self.steps} steps ({why})")
         else:
             parts.append(self._length())

@@ -25,10 +25,10 @@ from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.image import (
-    AUGMENTED_STEP_FLOOR,
     DEFAULT_AUGMENT,
     SMALL_IMAGE_FOLDER,
     Augmented,
+    augmented_floor,
 )
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.kinds.table import CellError, check_cells
@@ -172,7 +172,7 @@ def _loaders(run: Run) -> None:
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
-        floor = (AUGMENTED_STEP_FLOOR, "augmented images") if config.augment else None
+        floor = augmented_floor(config.batch_size, config.grad_accum) if config.augment else None
         flops = kind.epoch_flops(prep, config, train, next(iter(held.values()), None))
         cost = None if flops is None else (flops, budgetmod.matmul_rate())
         run.config, budget = budgetmod.resolve(
