@@ -16,8 +16,8 @@ from jaxfeed.bench.small_data import shape_folder
 from jaxfeed.models import CNN
 from jaxfeed.recipes import budget
 from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.kinds.builtins import CNN_DEFAULTS
-from jaxfeed.recipes.kinds.image import Augmented, ImageKind, augmented_floor
+from jaxfeed.recipes.kinds.array import ArrayKind
+from jaxfeed.recipes.kinds.image import IMAGE_CNN, Augmented, ImageKind, augmented_floor
 from jaxfeed.recipes.spec import INPUTS, Preprocessing
 
 
@@ -40,23 +40,25 @@ def test_defaults_learn_squares_against_discs(tmp_path):
     assert test["test_accuracy"] >= 0.95, said[-3000:]
     saved = json.loads((out / "config.json").read_text())
     assert saved["options"]["model"] == {
-        "class_path": "cnn", "init_args": {**CNN_DEFAULTS, "momentum": 0.5}
+        "class_path": "cnn", "init_args": {**IMAGE_CNN, "momentum": 0.5}
     }  # fmt: skip
     assert saved["budget"]["floor"] == 1000
 
 
-def test_a_new_run_records_the_built_in_cnn_s_design_and_a_resumed_one_keeps_its_own():
+def test_a_new_image_run_records_the_built_in_cnn_s_design_and_a_resumed_one_keeps_its_own():
     kind = ImageKind()
     new = kind.before_plan(RunConfig(), resumed=False)
-    assert new.model == {"class_path": "cnn", "init_args": CNN_DEFAULTS}
+    assert new.model == {"class_path": "cnn", "init_args": IMAGE_CNN}
     given = RunConfig(model={"class_path": "cnn", "init_args": {"head": "flatten"}})
     assert kind.before_plan(given, resumed=False).model["init_args"] == {
-        **CNN_DEFAULTS, "head": "flatten"
+        **IMAGE_CNN, "head": "flatten"
     }  # fmt: skip
     # a run recorded before the defaults changed rebuilds the model it trained
     old = RunConfig(model={"class_path": "cnn", "init_args": {"momentum": 0.5}})
     assert kind.before_plan(old, resumed=True).model == old.model
     assert kind.before_plan(RunConfig(model="mlp"), resumed=False).model == "mlp"
+    # arrays (the digits demo, mnist, cifar10) keep the article's model
+    assert ArrayKind().before_plan(RunConfig(), resumed=False).model is None
 
 
 def test_the_cnn_class_keeps_the_article_s_model_and_builds_the_command_s():
@@ -74,9 +76,9 @@ def test_the_cnn_class_keeps_the_article_s_model_and_builds_the_command_s():
     assert sorted({k.split(".")[0] for k in article}) == [
         "bn1", "bn2", "conv1", "conv2", "linear1", "linear2"
     ]  # fmt: skip
-    ours = shapes(CNN(2, (24, 24, 3), rngs=nnx.Rngs(0), **CNN_DEFAULTS))
+    ours = shapes(CNN(2, (24, 24, 3), rngs=nnx.Rngs(0), **IMAGE_CNN))
     assert ours["conv3.kernel"] == (3, 3, 64, 128) and ours["linear1.kernel"] == (128, 128)
-    big = shapes(CNN(2, (96, 96, 3), rngs=nnx.Rngs(0), **CNN_DEFAULTS))
+    big = shapes(CNN(2, (96, 96, 3), rngs=nnx.Rngs(0), **IMAGE_CNN))
     assert big == ours
     with pytest.raises(ValueError, match="head in"):
         CNN(2, (24, 24, 3), head="max", rngs=nnx.Rngs(0))

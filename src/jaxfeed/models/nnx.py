@@ -53,11 +53,11 @@ class CNN(nnx.Module):
     last followed by 2x2 max pooling, a 128-unit dense layer with dropout, and a class layer, for
     any input size. The defaults are the article's model: two blocks (32, 64), each pooled, the
     last map flattened (``head="flatten"``) and BatchNorm after the ReLU (``norm="after"``).
-    ``jaxfeed train``'s built-in ``cnn`` is ``widths=(32, 64, 128), head="mean", norm="before"``
-    (:data:`jaxfeed.recipes.kinds.builtins.CNN_DEFAULTS`): the last map averaged over its
-    positions (global average pooling: a feature counts wherever it is in the image) and
-    BatchNorm before the ReLU, so that each unit fires on about half of the positions whatever
-    the image's colours.
+    ``jaxfeed train``'s built-in ``cnn`` of an image folder is ``widths=(32, 64, 128),
+    head="mean", norm="before"`` (:data:`jaxfeed.recipes.kinds.image.IMAGE_CNN`): the last map
+    averaged over its positions (global average pooling: a feature counts wherever it is in the
+    image) and BatchNorm before the ReLU, so that each unit fires on about half of the positions
+    whatever the image's colours.
 
     BatchNorm momentum is 0.9 (PyTorch's default 0.1, in Flax's convention), so the PyTorch twin in
     ``benchmarks/`` trains the same way. Dropout takes its key at call time (``rngs=``); call

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.kinds.builtins import BUILTINS, LINEN, with_defaults
+from jaxfeed.recipes.kinds.builtins import BUILTINS, LINEN
 from jaxfeed.recipes.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, TARGETS, Preprocessing
 from jaxfeed.recipes.user_models import CodePolicy, build_user_model, load_user_class
@@ -57,10 +57,8 @@ class Kind:
         return data, []
 
     def before_plan(self, config: RunConfig, resumed: bool) -> RunConfig:
-        """Options the kind sets itself before planning: a new run's built-in model with the
-        command's defaults in its init_args (:func:`~jaxfeed.recipes.kinds.builtins.with_defaults`;
-        a resumed run keeps what it recorded)."""
-        return config if resumed else with_defaults(config, self.default_model)
+        """Options the kind sets itself before planning (a checkpoint's image size)."""
+        return config
 
     def pretrained_options(self, checkpoint: Any, config: RunConfig) -> RunConfig:
         """A new run's options that a pretrained checkpoint sets (an image model's size)."""

@@ -7,8 +7,6 @@ is imported: the constructors import the models when they run).
 ['audio_cnn', 'cnn', 'mlp', 'transformer', 'transformer_lm']
 >>> BUILTINS["cnn"].class_name, BUILTINS["transformer"].kinds
 ('CNN', ('text', 'lm'))
->>> BUILTINS["cnn"].defaults
-{'widths': [32, 64, 128], 'head': 'mean', 'norm': 'before'}
 """
 
 from __future__ import annotations
@@ -22,11 +20,6 @@ from typing import Any
 from jaxfeed.recipes.config.groups import ConfigError
 
 TOKEN_KINDS = ("text", "lm")  # token ids: the transformers' inputs
-# The command's ``cnn``: three blocks (32, 64, 128), the last averaged over its positions, and
-# BatchNorm before the ReLU. On 44 images of squares against discs of random colours and places
-# (issue 54) the article's model (the class's defaults: two blocks, flattened, BatchNorm after
-# the ReLU) learned the places and the colours; see docs/benchmarks (What the defaults learn).
-CNN_DEFAULTS: dict[str, Any] = {"widths": [32, 64, 128], "head": "mean", "norm": "before"}
 
 
 @dataclass(frozen=True)
@@ -40,7 +33,6 @@ class Builtin:
     kinds: tuple[str, ...]  # the Preprocessing kinds whose inputs it takes
     build: Callable[..., Any]
     batchnorm: bool = False  # it takes a BatchNorm ``momentum`` (the budget may set it)
-    defaults: dict[str, Any] | None = None  # init_args a new run records unless given
 
     def model_class(self) -> Any:
         """The class (imports flax)."""
@@ -132,7 +124,7 @@ def _transformer(builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args
 
 
 _TABLE = (
-    Builtin("cnn", "CNN", ("image", "array", "audio"), _cnn, batchnorm=True, defaults=CNN_DEFAULTS),
+    Builtin("cnn", "CNN", ("image", "array", "audio"), _cnn, batchnorm=True),
     Builtin("mlp", "MLP", ("image", "array", "table", "audio"), _mlp),
     Builtin("audio_cnn", "AudioCNN", ("image", "array", "audio"), _audio_cnn, batchnorm=True),
     Builtin("transformer", "TransformerClassifier", TOKEN_KINDS, _transformer),
@@ -142,27 +134,29 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in _TABLE}
 LINEN = {"cnn": "LinenCNN"}  # --api linen: the built-ins it has, and their Linen classes
 
 
-def with_defaults(config: Any, default_model: str) -> Any:
-    """``config`` of a new run with its built-in model's :attr:`Builtin.defaults` written into
-    ``--model.init_args`` (those given win), so that ``config.json`` records the model it built
-    and a run recorded before a default changed rebuilds as it was trained; other models as given.
+def with_init_args(config: Any, default_model: str, name: str, defaults: dict[str, Any]) -> Any:
+    """``config`` whose model, when it is the built-in ``name`` (given, or ``default_model`` when
+    ``--model`` is not), has ``defaults`` written into its init_args (those given win), so that
+    ``config.json`` records the model the run built; any other model as given.
 
     >>> from jaxfeed.recipes.config import RunConfig
-    >>> with_defaults(RunConfig(), "cnn").model
-    {'class_path': 'cnn', 'init_args': {'widths': [32, 64, 128], 'head': 'mean', 'norm': 'before'}}
-    >>> with_defaults(RunConfig(model={"class_path": "cnn", "init_args": {"head": "flatten"}}),
-    ...               "mlp").model["init_args"]["head"]
-    'flatten'
-    >>> with_defaults(RunConfig(), "mlp").model is None
-    True
+    >>> with_init_args(RunConfig(), "cnn", "cnn", {"head": "mean"}).model
+    {'class_path': 'cnn', 'init_args': {'head': 'mean'}}
+    >>> given = RunConfig(model={"class_path": "cnn", "init_args": {"head": "flatten"}})
+    >>> with_init_args(given, "cnn", "cnn", {"head": "mean", "norm": "before"}).model["init_args"]
+    {'head': 'flatten', 'norm': 'before'}
+    >>> with_init_args(RunConfig(model="mlp"), "cnn", "cnn", {"head": "mean"}).model
+    'mlp'
     """
     spec = config.model_spec
-    name, args = (spec.text, spec.init_args) if spec is not None else (default_model, {})
-    builtin = BUILTINS.get(name)
-    if builtin is None or not builtin.defaults or (spec is not None and spec.source != "builtin"):
+    if spec is not None and (spec.source != "builtin" or spec.text != name):
         return config
-    model = {"class_path": name, "init_args": {**builtin.defaults, **args}}
-    return dataclasses.replace(config, model=model)
+    if spec is None and default_model != name:
+        return config
+    args = spec.init_args if spec is not None else {}
+    return dataclasses.replace(
+        config, model={"class_path": name, "init_args": {**defaults, **args}}
+    )
 
 
-__all__ = ["BUILTINS", "CNN_DEFAULTS", "LINEN", "Builtin", "construct", "with_defaults"]
+__all__ = ["BUILTINS", "LINEN", "Builtin", "construct", "with_init_args"]
