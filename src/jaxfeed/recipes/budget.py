@@ -150,6 +150,7 @@ class Budget:
     matmul_rate: float | None = None  # FLOP/s of a matmul timed on this machine before the run
     floor: int = STEP_FLOOR  # the optimizer steps a run of chosen length makes at least
     floor_why: str | None = None  # why the floor is not STEP_FLOOR (augmented images)
+    floor_holds: bool = False  # that floor set the run's length: no early stopping cuts it
 
     @property
     def steps(self) -> int:
@@ -181,7 +182,10 @@ class Budget:
                 if self.epochs > DEFAULT_EPOCHS
                 else f"{DEFAULT_EPOCHS} epochs make at least {self.floor} steps"
             ) + (f"; {self.floor_why}" if self.floor_why else "")
-            parts.append(f"at most {self.epochs} epochs = {self.steps} steps ({why})")
+            if self.floor_holds:
+                why += ", no early stopping before it"
+            most = "" if self.floor_holds else "at most "
+            parts.append(f"{most}{self.epochs} epochs = {self.steps} steps ({why})")
         else:
             parts.append(self._length())
         if self.patience is not None:
@@ -287,7 +291,16 @@ def resolve(
     ``default_epochs``: ``(epochs, why)`` the kind sets when ``--epochs`` is not given (a
     pretrained model's fine-tuning), in place of the data's; ``cost``: ``(epoch FLOPs, matmul
     FLOP/s)``, for the cost the budget expects; ``floor``: ``(steps, why)`` instead of
-    :data:`STEP_FLOOR` (the kind's, for augmented images)."""
+    :data:`STEP_FLOOR` (the kind's, for augmented images): when it lengthens the run, early
+    stopping does not cut it short (on 39 augmented images of squares against discs, early
+    stopping on a validation split of 5 stopped a run at 0.92 test accuracy that reached 1.00
+    when it ran its floor).
+
+    >>> from jaxfeed.recipes.config import RunConfig
+    >>> config = RunConfig(model="mlp", batch_size=8)
+    >>> resolve(config, True, 39, 5, True, floor=(1000, "augmented"))[1].describe("eval_loss")
+    'budget: 39 train rows: batch 8 (about a tenth of the rows), 200 epochs = 1000 steps (a floor of 1000 optimizer steps; augmented, no early stopping before it)'
+    """
     steps_floor, floor_why = floor if floor is not None else (STEP_FLOOR, None)
     chosen = ["batch_size"] if batch_chosen else []
     steps = max(1, batches // max(config.grad_accum, 1))  # optimizer steps an epoch
@@ -302,7 +315,8 @@ def resolve(
         epochs = epochs_for(steps, None, steps_floor)
         chosen.append("epochs")
     patience = config.patience
-    if patience is None and selection and "epochs" in chosen:
+    holds = "epochs" in chosen and epochs > epochs_for(steps, None)  # the floor lengthened it
+    if patience is None and selection and "epochs" in chosen and not holds:
         patience = patience_for(epochs)
         chosen.append("patience")
     momentum = None
@@ -325,7 +339,7 @@ def resolve(
                     epochs_default=None if default is None else default[1],
                     epoch_flops=cost[0] if cost else None,
                     matmul_rate=cost[1] if cost else None, floor=steps_floor,
-                    floor_why=floor_why)  # fmt: skip
+                    floor_why=floor_why, floor_holds=holds)  # fmt: skip
     return dataclasses.replace(config, **changes), budget
 
 
