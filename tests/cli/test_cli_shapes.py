@@ -3,7 +3,7 @@ discs of random colours, sizes and places: ``benchmarks/quality.py``'s ``shapes`
 by ``jaxfeed train`` with no flag. The article's CNN (two blocks, flattened, BatchNorm after the
 ReLU) in 200 steps reached 0.59 to 0.73 on it; the built-in ``cnn`` is now three blocks averaged
 over their positions with BatchNorm before the ReLU, and an augmented run sees at least 8,000
-images (1,000 steps of 8 here) without early stopping before that."""
+images (1,000 steps of 8 here), without early stopping and with BatchNorm's momentum at 0.9."""
 
 import json
 
@@ -33,16 +33,14 @@ def test_defaults_learn_squares_against_discs(tmp_path):
     assert (
         "budget: 39 train rows: batch 8 (about a tenth of the rows), 200 epochs = 1000 steps (a "
         "floor of 1000 optimizer steps; augmented images: 8,000 seen at least, no early stopping "
-        "before it), BatchNorm momentum 0.5"
+        "before it)\n"
     ) in said
-    assert "model cnn(widths=[32, 64, 128], head='mean', norm='before', momentum=0.5)" in said
+    assert "model cnn(widths=[32, 64, 128], head='mean', norm='before') (nnx)" in said
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     test = next(row for row in rows if row.get("kind") == "test")
     assert test["test_accuracy"] >= 0.95, said[-3000:]
     saved = json.loads((out / "config.json").read_text())
-    assert saved["options"]["model"] == {
-        "class_path": "cnn", "init_args": {**IMAGE_CNN, "momentum": 0.5}
-    }  # fmt: skip
+    assert saved["options"]["model"] == {"class_path": "cnn", "init_args": IMAGE_CNN}
     assert saved["budget"]["floor"] == 1000
 
 
@@ -86,12 +84,15 @@ def test_the_cnn_class_keeps_the_article_s_model_and_builds_the_command_s():
 
 
 def test_an_augmented_run_sees_8000_images_at_least():
-    """39 images at batch 8 (5 steps an epoch): 200 epochs, not 40, and no early stopping (on a
-    validation split of 5 it stopped the quality benchmark's seed 2 at 0.92 test accuracy; run to
-    its floor: 1.00); batches of 64 keep the budget's floor of 200 steps and its early stopping."""
+    """39 images at batch 8 (5 steps an epoch): 200 epochs, not 40; no early stopping (a
+    validation split of 5 images is too noisy to stop on) and BatchNorm keeps its momentum of 0.9
+    (the budget's 0.5 made the statistics follow the last two batches: the quality benchmark's
+    shapes reached 0.95, 0.94, 0.94 test accuracy over three seeds, 0.99, 0.95, 0.99 at 0.9);
+    batches of 64 keep the budget's floor of 200 steps, its early stopping and its momentum."""
     config = RunConfig(model="cnn", batch_size=8)
     config, plan = budget.resolve(config, True, 39, 5, True, floor=augmented_floor(8))
     assert (config.epochs, plan.steps, plan.floor, config.patience) == (200, 1000, 1000, None)
+    assert plan.momentum is None and config.model == "cnn"
     line = plan.describe("eval_loss", "images")
     assert (
         "200 epochs = 1000 steps (a floor of 1000 optimizer steps; augmented images: 8,000 seen "
@@ -100,6 +101,7 @@ def test_an_augmented_run_sees_8000_images_at_least():
     config = RunConfig(model="cnn", batch_size=64)
     config, plan = budget.resolve(config, True, 441, 7, True, floor=augmented_floor(64))
     assert (config.epochs, config.patience) == (29, 6) and not plan.floor_holds
+    assert plan.momentum == config.model["init_args"]["momentum"] == 0.518
     assert augmented_floor(64)[0] == budget.STEP_FLOOR and augmented_floor(16, 2)[0] == 250
 
 
