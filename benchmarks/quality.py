@@ -24,8 +24,9 @@ Every case runs ``python -m jaxfeed.cli train --data DATA --out RUN`` (``--task 
 reads the run's ``metrics.jsonl``. A figure below its floor (well above chance) is marked FAIL
 and the script exits 1. ``--seeds`` runs each case once per seed (``--seed S``; seed 0 is the
 command's default, run without the flag): the row gives the mean, the steps and the wall time
-of the first seed, and a line below it each seed's figure; a case fails when any seed's figure
-is below its floor. Measured with the machine shared: compare figures, not times.
+of the first seed, and a line below it each seed's figure, steps and wall time; a case fails
+when any seed's figure is below its floor. Measured with the machine shared: compare figures,
+not times.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             if len(runs) > 1:
                 each = ", ".join(f"{s}: {v:.4f}" for s, v in zip(args.seeds, values, strict=True))
-                print(f"{'':<12}seeds {each}; steps {', '.join(str(r['steps']) for r in runs)}")
+                steps = ", ".join(str(run["steps"]) for run in runs)
+                walls = ", ".join(f"{run['wall_s']:.1f}" for run in runs)
+                print(f"{'':<12}seeds {each}; steps {steps}; wall s {walls}")
     return 0 if all(r.get("ok") for r in results) else 1
 
 
