@@ -2,7 +2,8 @@
 kind (issue 40): the figure a user sees (test accuracy, R² or perplexity), the optimizer steps
 the budget chose, and the wall time of the whole command.
 
-``python benchmarks/quality.py [--cases digits images audio text lm regression] [--out DIR]``
+``python benchmarks/quality.py [--cases digits images audio text lm regression] [--seeds 0 1 2]
+[--out DIR]``
 
 * ``digits``: the bundled digits (1,797 8x8 images, its own test split);
 * ``images``: 240 32x32 grey images of horizontal, vertical or diagonal stripes (201 train, 39 test);
@@ -21,7 +22,11 @@ the budget chose, and the wall time of the whole command.
 
 Every case runs ``python -m jaxfeed.cli train --data DATA --out RUN`` (``--task lm`` for lm) and
 reads the run's ``metrics.jsonl``. A figure below its floor (well above chance) is marked FAIL
-and the script exits 1. Measured with the machine shared: compare figures, not times.
+and the script exits 1. ``--seeds`` runs each case once per seed (``--seed S``; seed 0 is the
+command's default, run without the flag): the row gives the mean, the steps and the wall time
+of the first seed, and a line below it each seed's figure, steps and wall time; a case fails
+when any seed's figure is below its floor. Measured with the machine shared: compare figures,
+not times.
 """
 
 from __future__ import annotations
@@ -98,10 +103,11 @@ def prepare(case: str, work: Path) -> list[str]:
     raise ValueError(case)
 
 
-def run_case(case: str, work: Path) -> dict:
-    """Train ``case`` with defaults; its figure, steps and wall time."""
-    args = prepare(case, work)
-    out = work / f"run-{case}"
+def run_case(case: str, work: Path, seed: int = 0) -> dict:
+    """Train ``case`` with defaults (and ``--seed seed`` unless 0, the default); its figure,
+    steps and wall time."""
+    args = prepare(case, work) + (["--seed", str(seed)] if seed else [])
+    out = work / (f"run-{case}" if not seed else f"run-{case}-seed{seed}")
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "jaxfeed.cli", "train", *args, "--out", str(out)],
@@ -132,6 +138,10 @@ def run_case(case: str, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(FLOORS), choices=list(FLOORS))
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=[0],
+        help="run each case once per seed; the row gives the mean (default: 0, the command's)",
+    )  # fmt: skip
     parser.add_argument("--out", help="keep the data and runs here (default: a temporary folder)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,17 +152,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{'case':<12}{'figure':<24}{'value':>8}{'floor':>8}{'steps':>7}{'batch':>7}{'wall s':>8}"
         )
         for case in args.cases:
-            r = run_case(case, work)
-            results.append(r)
-            if "error" in r:
-                print(f"{case:<12}ERROR {r['error']}")
+            runs = [run_case(case, work, seed) for seed in args.seeds]
+            results.extend(runs)
+            failed = [r for r in runs if "error" in r]
+            if failed:
+                print(f"{case:<12}ERROR {failed[0]['error']}")
                 continue
-            mark = "" if r["ok"] else "  FAIL"
+            r, values = runs[0], [run["value"] for run in runs]
+            mark = "" if all(run["ok"] for run in runs) else "  FAIL"
             print(
-                f"{case:<12}{r['figure']:<24}{r['value']:>8.4f}{r['floor']:>8g}{r['steps']:>7}"
-                f"{r['batch'] or '':>7}{r['wall_s']:>8.1f}{mark}",
+                f"{case:<12}{r['figure']:<24}{sum(values) / len(values):>8.4f}{r['floor']:>8g}"
+                f"{r['steps']:>7}{r['batch'] or '':>7}{r['wall_s']:>8.1f}{mark}",
                 flush=True,
             )
+            if len(runs) > 1:
+                each = ", ".join(f"{s}: {v:.4f}" for s, v in zip(args.seeds, values, strict=True))
+                steps = ", ".join(str(run["steps"]) for run in runs)
+                walls = ", ".join(f"{run['wall_s']:.1f}" for run in runs)
+                print(f"{'':<12}seeds {each}; steps {steps}; wall s {walls}")
     return 0 if all(r.get("ok") for r in results) else 1
 
 

@@ -129,7 +129,10 @@ def test_resume_with_only_out_and_epochs(image_run, capsys, tmp_path):
     shutil.copytree(image_run[0], out)
     before = (out / "config.json").read_text()
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--model", "mlp")
-    saved = "{'class_path': 'cnn', 'init_args': {'momentum': 0.5}}"  # the budget's momentum
+    saved = (  # an image folder's cnn (IMAGE_CNN), with the budget's momentum
+        "{'class_path': 'cnn', 'init_args': {'widths': [32, 64, 128], 'head': 'mean', "
+        "'norm': 'before', 'momentum': 0.5}}"
+    )
     assert status == 2 and f"--model 'mlp' contradicts the run's saved model {saved}" in err
     assert (out / "config.json").read_text() == before
     result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "4")

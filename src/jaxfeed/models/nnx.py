@@ -44,9 +44,20 @@ def _as_image(x: jax.Array, channels: int) -> jax.Array:
     return x
 
 
+HEADS = ("flatten", "mean")  # CNN's ``head``: the last feature map flattened, or averaged
+NORMS = ("after", "before")  # CNN's ``norm``: BatchNorm after the ReLU, or between conv and ReLU
+
+
 class CNN(nnx.Module):
-    """The article's image classifier: two conv + ReLU + BatchNorm + 2x2 max-pool blocks, a
-    128-unit dense layer with dropout, and a class layer, for any input size.
+    """An image classifier: conv + BatchNorm + ReLU blocks of ``widths`` channels, each but the
+    last followed by 2x2 max pooling, a 128-unit dense layer with dropout, and a class layer, for
+    any input size. The defaults are the article's model: two blocks (32, 64), each pooled, the
+    last map flattened (``head="flatten"``) and BatchNorm after the ReLU (``norm="after"``).
+    ``jaxfeed train``'s built-in ``cnn`` of an image folder is ``widths=(32, 64, 128),
+    head="mean", norm="before"`` (:data:`jaxfeed.recipes.kinds.image.IMAGE_CNN`): the last map
+    averaged over its positions (global average pooling: a feature counts wherever it is in the
+    image) and BatchNorm before the ReLU, so that each unit fires on about half of the positions
+    whatever the image's colours.
 
     BatchNorm momentum is 0.9 (PyTorch's default 0.1, in Flax's convention), so the PyTorch twin in
     ``benchmarks/`` trains the same way. Dropout takes its key at call time (``rngs=``); call
@@ -58,6 +69,9 @@ class CNN(nnx.Module):
     >>> model.eval()
     >>> model(jnp.zeros((2, 8, 8))).shape
     (2, 10)
+    >>> wide = CNN(2, (24, 24, 3), widths=(32, 64, 128), head="mean", norm="before", rngs=nnx.Rngs(0))
+    >>> wide.linear1.in_features, wide.conv3.out_features
+    (128, 128)
     """
 
     def __init__(
@@ -68,33 +82,43 @@ class CNN(nnx.Module):
         *,
         rngs: nnx.Rngs,
         momentum: float = 0.9,
+        widths: Sequence[int] = (32, 64),
+        head: str = "flatten",
+        norm: str = "after",
     ) -> None:
         if len(input_shape) == 2:
             input_shape = (*input_shape, 1)
         h, w, c = (int(d) for d in input_shape)
-        if h < 4 or w < 4:
+        widths = tuple(int(width) for width in widths)
+        if head not in HEADS or norm not in NORMS or not widths or min(widths) < 1:
             raise ValueError(
-                f"CNN needs inputs of at least 4x4 (two 2x2 poolings), got {input_shape}"
+                f"CNN takes head in {HEADS}, norm in {NORMS} and at least one width >= 1; got "
+                f"head={head!r}, norm={norm!r}, widths={list(widths)}"
+            )
+        pools = len(widths) - (head == "mean")  # the mean head replaces the last pooling
+        if h < 2**pools or w < 2**pools:
+            raise ValueError(
+                f"CNN needs inputs of at least {2**pools}x{2**pools} ({pools} 2x2 poolings), got "
+                f"{input_shape}"
             )
         self.num_classes = num_classes
         self.input_shape = (h, w, c)
         self.dropout_rate = dropout_rate
         self.momentum = momentum
+        self.widths, self.head, self.norm = widths, head, norm
         conv = {
             "kernel_metadata": axes(None, None, None, "conv"),
             "bias_metadata": axes("conv"),
             "conv_general_dilated": im2col_conv,  # the first layer's few channels: im2col
         }
-        norm = {"scale_metadata": axes("conv"), "bias_metadata": axes("conv")}
-        self.conv1 = nnx.Conv(c, 32, kernel_size=(3, 3), rngs=rngs, **conv)
-        self.bn1 = nnx.BatchNorm(
-            32, momentum=momentum, use_running_average=False, rngs=rngs, **norm
-        )
-        self.conv2 = nnx.Conv(32, 64, kernel_size=(3, 3), rngs=rngs, **conv)
-        self.bn2 = nnx.BatchNorm(
-            64, momentum=momentum, use_running_average=False, rngs=rngs, **norm
-        )
-        self.linear1 = nnx.Linear((h // 2 // 2) * (w // 2 // 2) * 64, 128, rngs=rngs,
+        norms = {"scale_metadata": axes("conv"), "bias_metadata": axes("conv")}
+        for i, (depth, width) in enumerate(zip((c, *widths), widths, strict=False), start=1):
+            setattr(self, f"conv{i}", nnx.Conv(depth, width, kernel_size=(3, 3), rngs=rngs, **conv))
+            setattr(self, f"bn{i}", nnx.BatchNorm(
+                width, momentum=momentum, use_running_average=False, rngs=rngs, **norms
+            ))  # fmt: skip
+        features = widths[-1] if head == "mean" else (h >> pools) * (w >> pools) * widths[-1]
+        self.linear1 = nnx.Linear(features, 128, rngs=rngs,
                                   kernel_metadata=axes("embed", "mlp"), bias_metadata=axes("mlp"))  # fmt: skip
         self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
         self.linear2 = nnx.Linear(128, num_classes, rngs=rngs, kernel_metadata=axes("mlp", "classes"),
@@ -107,13 +131,19 @@ class CNN(nnx.Module):
             "input_shape": list(self.input_shape),
             "dropout_rate": self.dropout_rate,
             "momentum": self.momentum,
+            "widths": list(self.widths),
+            "head": self.head,
+            "norm": self.norm,
         }
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         x = _as_image(x, self.input_shape[2])
-        x = max_pool_2x2(self.bn1(nnx.relu(self.conv1(x))))
-        x = max_pool_2x2(self.bn2(nnx.relu(self.conv2(x))))
-        x = x.reshape((x.shape[0], -1))
+        for i in range(1, len(self.widths) + 1):
+            conv, bn = getattr(self, f"conv{i}"), getattr(self, f"bn{i}")
+            x = nnx.relu(bn(conv(x))) if self.norm == "before" else bn(nnx.relu(conv(x)))
+            if i < len(self.widths) or self.head == "flatten":
+                x = max_pool_2x2(x)
+        x = jnp.mean(x, axis=(1, 2)) if self.head == "mean" else x.reshape((x.shape[0], -1))
         x = self.dropout(nnx.relu(self.linear1(x)), rngs=rngs)
         return self.linear2(x)
 

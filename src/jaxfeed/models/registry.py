@@ -46,7 +46,8 @@ def model_config(model: Any) -> dict[str, Any]:
     """
     if isinstance(model, LinenCNN):
         kwargs = {"num_classes": model.num_classes, "dropout_rate": model.dropout_rate,
-                  "momentum": model.momentum}  # fmt: skip
+                  "momentum": model.momentum, "widths": [int(w) for w in model.widths],
+                  "head": model.head, "norm": model.norm}  # fmt: skip
         return {"class": "LinenCNN", "kwargs": kwargs}
     name = type(model).__name__
     config = getattr(model, "config", None)

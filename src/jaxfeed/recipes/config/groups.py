@@ -278,7 +278,8 @@ class OptimOptions:
     epochs: int | None = option(
         None,
         "epochs in total (default: from the data: 10, or as many as make 200 optimizer steps, "
-        "with early stopping on the validation split; the summary says what was chosen)",
+        "with early stopping on the validation split; augmented images: as many as show 8,000 "
+        "images, run to the end; the summary says what was chosen)",
         minimum=1,
         maximum=1_000_000,
         resumable=True,

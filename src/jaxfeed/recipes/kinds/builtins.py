@@ -11,6 +11,7 @@ is imported: the constructors import the models when they run).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,4 +133,30 @@ _TABLE = (
 BUILTINS: dict[str, Builtin] = {b.name: b for b in _TABLE}
 LINEN = {"cnn": "LinenCNN"}  # --api linen: the built-ins it has, and their Linen classes
 
-__all__ = ["BUILTINS", "LINEN", "Builtin", "construct"]
+
+def with_init_args(config: Any, default_model: str, name: str, defaults: dict[str, Any]) -> Any:
+    """``config`` whose model, when it is the built-in ``name`` (given, or ``default_model`` when
+    ``--model`` is not), has ``defaults`` written into its init_args (those given win), so that
+    ``config.json`` records the model the run built; any other model as given.
+
+    >>> from jaxfeed.recipes.config import RunConfig
+    >>> with_init_args(RunConfig(), "cnn", "cnn", {"head": "mean"}).model
+    {'class_path': 'cnn', 'init_args': {'head': 'mean'}}
+    >>> given = RunConfig(model={"class_path": "cnn", "init_args": {"head": "flatten"}})
+    >>> with_init_args(given, "cnn", "cnn", {"head": "mean", "norm": "before"}).model["init_args"]
+    {'head': 'flatten', 'norm': 'before'}
+    >>> with_init_args(RunConfig(model="mlp"), "cnn", "cnn", {"head": "mean"}).model
+    'mlp'
+    """
+    spec = config.model_spec
+    if spec is not None and (spec.source != "builtin" or spec.text != name):
+        return config
+    if spec is None and default_model != name:
+        return config
+    args = spec.init_args if spec is not None else {}
+    return dataclasses.replace(
+        config, model={"class_path": name, "init_args": {**defaults, **args}}
+    )
+
+
+__all__ = ["BUILTINS", "LINEN", "Builtin", "construct", "with_init_args"]

@@ -24,7 +24,12 @@ from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.hub import HubKind
-from jaxfeed.recipes.kinds.image import DEFAULT_AUGMENT, SMALL_IMAGE_FOLDER, Augmented
+from jaxfeed.recipes.kinds.image import (
+    DEFAULT_AUGMENT,
+    SMALL_IMAGE_FOLDER,
+    Augmented,
+    augmented_floor,
+)
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.kinds.table import CellError, check_cells
 from jaxfeed.recipes.models import resolve_class_weights
@@ -167,11 +172,12 @@ def _loaders(run: Run) -> None:
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
+        floor = augmented_floor(config.batch_size, config.grad_accum) if config.augment else None
         flops = kind.epoch_flops(prep, config, train, next(iter(held.values()), None))
         cost = None if flops is None else (flops, budgetmod.matmul_rate())
         run.config, budget = budgetmod.resolve(
             config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit,
-            kind.default_epochs(), cost,
+            kind.default_epochs(), cost, floor,
         )  # fmt: skip
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))
