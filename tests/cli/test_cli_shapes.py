@@ -38,7 +38,10 @@ def test_defaults_learn_squares_against_discs(tmp_path):
     assert "model cnn(widths=[32, 64, 128], head='mean', norm='before') (nnx)" in said
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     test = next(row for row in rows if row.get("kind") == "test")
-    assert test["test_accuracy"] >= 0.95, said[-3000:]
+    # the quality benchmark's figure over seeds 0-4 is 0.91-0.99 (benchmarks page); a machine
+    # whose float rounding differs trains another trajectory, so this guards the 0.59-0.73 of the
+    # old defaults without betting on one seed's 0.95
+    assert test["test_accuracy"] >= 0.85, said[-3000:]
     saved = json.loads((out / "config.json").read_text())
     assert saved["options"]["model"] == {"class_path": "cnn", "init_args": IMAGE_CNN}
     assert saved["budget"]["floor"] == 1000
