@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from jaxfeed.cli import main
 
@@ -17,6 +19,15 @@ def jaxfeed(*args, cwd=None, stdin=None, env=None, timeout=600) -> subprocess.Co
         [sys.executable, "-m", "jaxfeed.cli", *args],
         capture_output=True, text=True, cwd=cwd, input=stdin, timeout=timeout, env=env,
     )  # fmt: skip
+
+
+def train_with_defaults(data, out) -> tuple[str, dict]:
+    """``jaxfeed train --data DATA --out OUT`` and no other flag, in a subprocess, which must
+    succeed: what it printed and the test split's row of ``metrics.jsonl``."""
+    done = jaxfeed("train", "--data", str(data), "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    return done.stdout, next(row for row in rows if row.get("kind") == "test")
 
 
 def run_main(capsys, *args) -> tuple[int | str | None, str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import jaxfeed
+from cli_helpers import train_with_defaults
 from small_data import tone_folder
 
 
@@ -17,16 +17,12 @@ from small_data import tone_folder
 def test_defaults_learn_a_small_tone_folder(tmp_path):
     data = tone_folder(tmp_path / "tones", seconds=0.25)  # the 120 + 36 clips, shorter
     out = tmp_path / "run"
-    done = jaxfeed("train", "--data", str(data), "--out", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
-    said = done.stdout
+    said, test = train_with_defaults(data, out)
     assert (
         "budget: 108 train rows: batch 16 (about a tenth of the rows), at most 29 epochs = 203 "
         "steps (a floor of 200 optimizer steps), early stopping after 6 epochs (42 steps) without "
         "improvement on validation loss, BatchNorm momentum 0.518"
     ) in said
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    test = next(row for row in rows if row.get("kind") == "test")
     assert test["test_accuracy"] >= 0.95, said[-3000:]
     saved = json.loads((out / "config.json").read_text())
     options = saved["options"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from cli_helpers import jaxfeed
+from cli_helpers import train_with_defaults
 from jaxfeed.bench.small_data import shape_folder
 from jaxfeed.models import CNN
 from jaxfeed.recipes import budget
@@ -27,17 +27,13 @@ def test_defaults_learn_squares_against_discs(tmp_path):
     instead of 50 (the figure's resolution is 0.02; the training, the cost, is the same)."""
     data = shape_folder(tmp_path / "shapes", test=25)
     out = tmp_path / "run"
-    done = jaxfeed("train", "--data", str(data), "--out", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
-    said = done.stdout
+    said, test = train_with_defaults(data, out)
     assert (
         "budget: 39 train rows: batch 8 (about a tenth of the rows), 200 epochs = 1000 steps (a "
         "floor of 1000 optimizer steps; augmented images: 8,000 seen at least, no early stopping "
         "before it)\n"
     ) in said
     assert "model cnn(widths=[32, 64, 128], head='mean', norm='before') (nnx)" in said
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    test = next(row for row in rows if row.get("kind") == "test")
     # the quality benchmark's figure over seeds 0-4 is 0.91-0.99 (benchmarks page); a machine
     # whose float rounding differs trains another trajectory, so this guards the 0.59-0.73 of the
     # old defaults without betting on one seed's 0.95
