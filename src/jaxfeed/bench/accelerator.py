@@ -55,6 +55,7 @@ import optax
 from flax import nnx
 
 from jaxfeed.bench._common import save_json
+from jaxfeed.runtime.prng import COUNTER_HASH, dropout_impl
 
 # (what device_kind contains, lowercased; dense bfloat16 peak TFLOP/s; HBM GB/s), first match wins
 CHIPS: tuple[tuple[str, float, float], ...] = (
@@ -307,7 +308,7 @@ def bert_case(args: Any, chip: Chip) -> list[dict]:
         batch = {"input_ids": jnp.asarray(rng.integers(1, config["vocab_size"], (b, t)), jnp.int32),
                  "attention_mask": jnp.ones((b, t), jnp.int32),
                  "label": jnp.asarray(rng.integers(0, 2, b), jnp.int32)}  # fmt: skip
-        key = jax.random.key(0, impl="rbg")
+        key = jax.random.key(0, impl=DROPOUT_PRNG[args.dropout_prng]())
 
         def loss_of(m: Any, batch: dict, key: Any = key) -> jax.Array:
             logits = m(batch["input_ids"], batch["attention_mask"], rngs=nnx.Rngs(dropout=key))
@@ -319,6 +320,16 @@ def bert_case(args: Any, chip: Chip) -> list[dict]:
         rows += training_rows(f"bert {b}x{t}", make_model, loss_of, batch, args, chip, b * t,
                               "tokens", formula, {"inputs": inputs, "remat": remat_of(args, "bert")})  # fmt: skip
     return rows
+
+
+#: ``--dropout-prng``: the key implementation of the hand-written BERT step's dropout (the
+#: ``Trainer`` draws its keys with :func:`jaxfeed.runtime.prng.dropout_impl`, ``auto`` here).
+DROPOUT_PRNG: dict[str, Callable[[], Any]] = {
+    "auto": dropout_impl,
+    "rbg": lambda: "rbg",
+    "counter": lambda: COUNTER_HASH,
+    "threefry": lambda: "threefry2x32",
+}
 
 
 #: Each case's gradient checkpointing unless ``--remat`` says otherwise: the 1B Llama at 2048
@@ -589,6 +600,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("none", "full", "dots"),
         help="gradient checkpointing (default: llama full, the others none)",
     )
+    p.add_argument("--dropout-prng", choices=sorted(DROPOUT_PRNG), default="auto",
+                   help="the hand-written BERT step's dropout keys (auto: rbg off CPU)")  # fmt: skip
     p.add_argument("--no-dropout", action="store_true", help="BERT without dropout (0.1 default)")
     p.add_argument("--mu-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                    help="AdamW's first moment (the second follows the parameters)")  # fmt: skip
