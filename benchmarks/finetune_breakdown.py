@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -41,6 +39,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxfeed.bench._steps import ms_per_step
 from jaxfeed.models.hub import bert
 from jaxfeed.runtime.prng import dropout_impl
 
@@ -165,22 +164,6 @@ def torch_parts(config: dict, data: dict) -> dict[str, Callable[[int], None]]:
             "PyTorch step": step, "PyTorch adamw": adamw}  # fmt: skip
 
 
-def timed(cases: dict[str, Callable[[int], None]], steps: int, repeats: int) -> dict[str, float]:
-    """Median ms per call of each case, the cases taking turns in every repeat."""
-    compile_s = {}
-    for name, run in cases.items():
-        start = time.perf_counter()
-        run(1)
-        compile_s[name] = time.perf_counter() - start
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, run in cases.items():
-            start = time.perf_counter()
-            run(steps)
-            times[name].append((time.perf_counter() - start) / steps * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=8)
@@ -192,9 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     config = SMALL if args.small else BASE
     data = make_batch(config["vocab_size"], args.batch, args.seq)
-    ms = timed({**jax_parts(config, data, "parts"), **torch_parts(config, data)}, args.steps,
-               args.repeats)  # fmt: skip
-    variants = timed(jax_parts(config, data, "variants"), args.steps, args.repeats)
+    parts = {**jax_parts(config, data, "parts"), **torch_parts(config, data)}
+    ms = ms_per_step(parts, args.steps, args.repeats, warmup=1)  # a BERT-base step: seconds
+    variants = ms_per_step(jax_parts(config, data, "variants"), args.steps, args.repeats, warmup=1)
     ms |= {
         f"{name} (group 2)" if name == "jaxfeed step" else name: v for name, v in variants.items()
     }

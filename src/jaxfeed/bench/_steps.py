@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 BATCH, SHAPE = 128, (32, 32, 3)
 
 
-def ms_per_step(cases: dict, steps: int, repeats: int) -> dict[str, float]:
-    """Median ms/step of each case; the cases take turns in every repeat, so a noisy period of
-    the machine hits them all alike."""
+def ms_per_step(cases: dict, steps: int, repeats: int, warmup: int = 3) -> dict[str, float]:
+    """Median ms/step of each case after ``warmup`` steps (compile included); the cases take
+    turns in every repeat, so a noisy period of the machine hits them all alike."""
     for run in cases.values():
-        run(3)  # compile and warm up
+        run(warmup)
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
         for name, run in cases.items():

@@ -148,14 +148,19 @@ def _write_block(
 @contextlib.contextmanager
 def _in_order(ds: Any) -> Iterator[None]:
     """Ray Data hands blocks out in its dataset's order while this holds (its own setting,
-    ``preserve_order``, restored after)."""
-    options = ds.context.execution_options
-    before = options.preserve_order
-    options.preserve_order = True
+    ``preserve_order``, restored after), set on the dataset's context and on the current one:
+    with the dataset's alone, a resumed ``from_ray`` stream once got block 3 before block 2."""
+    import ray.data  # noqa: PLC0415 (optional: the ray extra, present when ds is a Ray Dataset)
+
+    contexts = [ds.context, ray.data.DataContext.get_current()]
+    before = [c.execution_options.preserve_order for c in contexts]
+    for c in contexts:
+        c.execution_options.preserve_order = True
     try:
         yield
     finally:
-        options.preserve_order = before
+        for c, value in zip(contexts, before, strict=True):
+            c.execution_options.preserve_order = value
 
 
 def _block_refs(ds: Any) -> Iterator[Any]:
