@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors: this interpreter, not python3
     from pyspark.sql import SparkSession
 
+    handlers = _signal_handlers()
+
     # A short-lived JVM: the client compiler only, the serial collector, no whole-stage code
     # generation (Spark's own speed-up for long jobs), on the loopback interface: the file's
     # processes took 37 CPU seconds instead of 63 (the JVM 13 instead of 33) on the 2-core machine.
@@ -63,12 +66,14 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    _restore(handlers)  # SparkContext leaves its SIGINT handler installed after stop()
 
 
 @pytest.fixture(scope="module")
 def ray_data():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     pytest.importorskip("ray.data")
+    handlers = _signal_handlers()
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -79,6 +84,18 @@ def ray_data():
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray.data
     ray.shutdown()
+    _restore(handlers)  # ray.init installs a SIGTERM handler that shutdown() leaves behind
+
+
+def _signal_handlers():
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(handlers):
+    """Put back the handlers an engine replaced: the tests that run after this file in the same
+    process (the trainer's preemption tests among them) expect the interpreter's own."""
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 # ------------------------------------------------------------- ported from `datasets`' tests

@@ -157,13 +157,14 @@ class SignalAt(Callback):
 def test_sigint_without_checkpoint_dir_stops_with_130(digits, capsys):
     trainer = Trainer(mlp(), optax.adam(1e-3), preprocess=scale_images, verbose=0,
                       callbacks=[SignalAt(3, signal.SIGINT)])  # fmt: skip
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(Preempted) as info:
         trainer.fit(DataLoader(digits["train"], 100), epochs=2)
     assert info.value.code == 130 and trainer.step == 3
     assert capsys.readouterr().err.strip() == (
         "SIGINT: stopped after step 3 (0 epochs done); nothing saved (fit had no checkpoint_dir)"
     )
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # put back as it was
 
 
 def test_sigterm_saves_and_resume_is_bitwise_identical(digits, tmp_path, capsys):
@@ -179,6 +180,7 @@ def test_sigterm_saves_and_resume_is_bitwise_identical(digits, tmp_path, capsys)
     trainer.fit(train, epochs=2)  # 15 steps an epoch
     straight = params(model)
     model, trainer, train = make([SignalAt(20, signum)])
+    before = signal.getsignal(signum)
     with pytest.raises(Preempted) as info:
         trainer.fit(train, epochs=2, checkpoint_dir=tmp_path / "ckpt")
     assert info.value.code == 128 + signum and info.value.step == 20
@@ -188,7 +190,7 @@ def test_sigterm_saves_and_resume_is_bitwise_identical(digits, tmp_path, capsys)
         meta = ckpt.meta(ckpt.latest_step)
     assert ckpt.latest_step == 20 and meta["loader"]["batches_consumed"] == 5
     assert meta["progress"]["first_step"] == 15 and meta["epoch"] == 1
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers are put back
+    assert signal.getsignal(signum) is before  # handlers are put back as they were
     model, trainer, train = make()
     history = trainer.fit(train, epochs=2, checkpoint_dir=tmp_path / "ckpt", resume=True)
     for a, b in zip(straight, params(model), strict=True):
