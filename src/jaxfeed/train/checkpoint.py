@@ -36,6 +36,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,7 @@ class CheckpointManager:
         best_metric: str = DEFAULT_MONITOR,
         best_mode: str | None = None,
         save_every_epochs: int = 1,
+        min_save_interval: float = 0.0,
         async_save: bool = True,
     ) -> None:
         import orbax.checkpoint as ocp  # noqa: PLC0415 (import cost: orbax, when checkpointing)
@@ -306,6 +308,8 @@ class CheckpointManager:
             )
         if save_every_epochs < 1:
             raise ValueError(f"save_every_epochs must be >= 1, got {save_every_epochs}")
+        if not min_save_interval >= 0:
+            raise ValueError(f"min_save_interval must be >= 0 seconds, got {min_save_interval}")
         self.directory = Path(directory).absolute()
         if not self.directory.exists():
             check_writable(self.directory, "checkpoint directory", min_free=64 << 20)
@@ -313,6 +317,11 @@ class CheckpointManager:
             raise CheckpointError(f"the checkpoint directory {self.directory} is not a folder")
         self.best_metric, self.best_mode = best_metric, best_mode
         self.save_every_epochs = save_every_epochs
+        self.min_save_interval = float(min_save_interval)
+        self._last_save: float | None = None  # time.monotonic() of this manager's last save
+        self._opened = time.monotonic()
+        self._best_saved: float | None = None  # best_metric's best value among the saved steps
+        self._best_read = False  # _best_saved read from a folder this manager opened
         preserve = [policies.LatestN(n=keep_last)]
         if keep_best > 0:
             sign = 1.0 if best_mode == "max" else -1.0
@@ -460,6 +469,9 @@ class CheckpointManager:
             **dict(meta or {}),
         }
         json.dumps(payload)  # fail now, not in a background thread
+        self._last_save = time.monotonic()
+        if self._improves(metrics):
+            self._best_saved = metrics[self.best_metric]
         if self._pending is not None:  # Orbax waits for it too: its error is its own
             self.wait()
         try:
@@ -475,6 +487,42 @@ class CheckpointManager:
         except Exception as err:  # this save, or the asynchronous one before it, failed
             raise self._write_failed(self._pending or int(step), err) from None
         self._pending = int(step)
+
+    def wants_epoch(self, metrics: Mapping[str, Any]) -> bool:
+        """Whether an epoch that ended with ``metrics`` is saved under ``min_save_interval``:
+        always with 0 (the default), else once that many seconds have passed since this
+        manager's last save (or its opening, on a folder that holds checkpoints), or when the epoch is the best so far by ``best_metric`` (so the
+        best checkpoint is never skipped). Short epochs then cost a save every
+        ``min_save_interval`` seconds, not one each (``Trainer.fit`` still saves where training
+        ends and on SIGTERM).
+
+        >>> import tempfile
+        >>> ckpt = CheckpointManager(tempfile.mkdtemp(), min_save_interval=60, async_save=False)
+        >>> ckpt.wants_epoch({"eval_loss": 1.0})  # nothing saved yet
+        True
+        >>> ckpt.save(1, {"w": np.ones(2)}, metrics={"eval_loss": 1.0})
+        >>> ckpt.wants_epoch({"eval_loss": 1.5}), ckpt.wants_epoch({"eval_loss": 0.5})
+        (False, True)
+        >>> ckpt.close()
+        """
+        last = self._last_save
+        if last is None and self.latest_step is not None:  # resumed: counted from the opening
+            last = self._opened
+        if self.min_save_interval == 0 or last is None:
+            return True
+        if time.monotonic() - last >= self.min_save_interval:
+            return True
+        return self._improves(metrics)
+
+    def _improves(self, metrics: Mapping[str, Any]) -> bool:
+        """Whether ``metrics`` rank above every saved step's (ties go to the earlier step)."""
+        value = metrics.get(self.best_metric)
+        if not self._best_read:  # a resumed folder: its best step so far, read once
+            self._best_read = True
+            best = self.best_step if self.latest_step is not None else None
+            if best is not None and self._best_saved is None:
+                self._best_saved = self.metrics(best).get(self.best_metric)
+        return pick_best([(0, self._best_saved), (1, value)], self.best_mode) == 1
 
     def _write_failed(self, step: int, err: BaseException) -> CheckpointError:
         """One error for a save that failed (Orbax reports it from several threads): the step,

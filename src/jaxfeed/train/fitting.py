@@ -251,8 +251,12 @@ class FitMixin:
             run_log.write({**logs, "step": self.step, "state_bytes_per_device": memory}, "epoch")
             if self.out_dir is not None and self.primary:
                 atomic_write(self.out_dir / "history.csv", self.history.to_csv())
+            last = self.stop_training or schedule.finished(self.step, self.epoch)
             if manager is not None and (
-                self.epoch % manager.save_every_epochs == 0
+                (
+                    self.epoch % manager.save_every_epochs == 0
+                    and (last or manager.wants_epoch(logs))
+                )
                 or schedule.due("checkpoint_every", self.step)
             ):
                 self.save_checkpoint(manager, train_loader, logs)
