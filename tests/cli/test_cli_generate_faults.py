@@ -74,11 +74,15 @@ SHORT_LIMIT = (
 
 def rendering(proc: subprocess.Popen, timeout: float = 120) -> bool:
     """Whether ``proc`` started its chat template's rendering process (``chat_sandbox.py``)
-    within ``timeout`` seconds: its children are polled every 50 ms."""
+    within ``timeout`` seconds: its children are polled every 50 ms (without /proc: 6 s, by
+    when the import, a few seconds, is over)."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if not children.exists():
+        time.sleep(6)
+        return proc.poll() is None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        for child in children.read_text().split() if children.exists() else ():
+        for child in children.read_text().split():
             with contextlib.suppress(OSError):
                 if b"chat_sandbox" in Path(f"/proc/{child}/cmdline").read_bytes():
                     return True
