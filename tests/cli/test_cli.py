@@ -123,7 +123,33 @@ def test_predict_a_differently_sized_image_with_the_best_checkpoint(image_run, t
     assert served.predict(raw)[0] == [p["label"] for p in predictions]
 
 
-def test_resume_with_only_out_and_epochs(image_run, capsys, tmp_path):
+@pytest.fixture(scope="module")
+def user_model_run(image_run, tmp_path_factory):
+    """``--config`` of the module's run with a user's model file for 1 epoch, then ``--resume``d
+    with only ``--out`` and ``--epochs 2`` from another directory: ``(folder of the model file,
+    run folder, first stdout, (its options and checkpoints before the resume), resumed
+    stdout)``. One run for two tests (a command run costs seconds of CPU); they only read it."""
+    out, _, _ = image_run
+    work = tmp_path_factory.mktemp("user_model")
+    (work / "my_model.py").write_text(MODEL_FILE)
+    again = work / "again"
+    result = jaxfeed(
+        "train", "--config", str(out / "config.json"), "--model", "my_model.py:Tiny",
+        "--epochs", "1", "--out", str(again), cwd=work,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    checkpoints = [p.name for p in (again / "checkpoints").iterdir() if p.name.isdigit()]
+    options = json.loads((again / "config.json").read_text())["options"]
+    # --resume from another directory imports the model file from its recorded absolute path
+    # (no --trust-code: that is for the run's own copy, when the file is gone)
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    resumed = jaxfeed("train", "--out", str(again), "--resume", "--epochs", "2", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    return work, again, result.stdout, (options, checkpoints), resumed.stdout
+
+
+def test_resume_with_only_out_and_epochs(image_run, user_model_run, capsys, tmp_path):
     # a copy: the module's run is shared by tests that read its epochs, in any order
     out = tmp_path / "run"
     shutil.copytree(image_run[0], out)
@@ -135,35 +161,22 @@ def test_resume_with_only_out_and_epochs(image_run, capsys, tmp_path):
     )
     assert status == 2 and f"--model 'mlp' contradicts the run's saved model {saved}" in err
     assert (out / "config.json").read_text() == before
-    result = jaxfeed("train", "--out", str(out), "--resume", "--epochs", "4")
-    assert result.returncode == 0, result.stderr
-    assert "epoch 4/4" in result.stdout and "epoch 1/4" not in result.stdout
-    assert "preprocessing: as saved in the run" in result.stdout
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
-    assert json.loads((out / "config.json").read_text())["options"]["epochs"] == 4
+    # `train --out RUN --resume --epochs 2` (the run of a user's model: one command run less)
+    _, again, _, _, resumed = user_model_run
+    assert "epoch 2/2" in resumed and "epoch 1/2" not in resumed
+    assert "preprocessing: as saved in the run" in resumed
+    assert len((again / "metrics.jsonl").read_text().splitlines()) == 2
+    assert json.loads((again / "config.json").read_text())["options"]["epochs"] == 2
 
 
-def test_config_from_a_saved_run_with_a_user_model(image_run, tmp_path):
+def test_config_from_a_saved_run_with_a_user_model(image_run, user_model_run):
     out, _, _ = image_run
-    (tmp_path / "my_model.py").write_text(MODEL_FILE)
-    again = tmp_path / "again"
-    result = jaxfeed(
-        "train", "--config", str(out / "config.json"), "--model", "my_model.py:Tiny",
-        "--epochs", "1", "--out", str(again), cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert f"model {tmp_path / 'my_model.py'}:Tiny (nnx), 1 epochs" in result.stdout
+    work, _, said, (second, checkpoints), resumed = user_model_run
+    assert f"model {work / 'my_model.py'}:Tiny (nnx), 1 epochs" in said
     first = json.loads((out / "config.json").read_text())["options"]
-    second = json.loads((again / "config.json").read_text())["options"]
     assert {k for k in first if first[k] != second[k]} == {"epochs", "model"}
-    assert [p.name for p in (again / "checkpoints").iterdir() if p.name.isdigit()]
-    # --resume from another directory imports the model file from its recorded absolute path
-    # (no --trust-code: that is for the run's own copy, when the file is gone)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    resumed = jaxfeed("train", "--out", str(again), "--resume", "--epochs", "2", cwd=elsewhere)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "epoch 2/2" in resumed.stdout and "epoch 1/2" not in resumed.stdout
+    assert checkpoints
+    assert "epoch 2/2" in resumed and "epoch 1/2" not in resumed
 
 
 # A single-chip TPU VM's variables and a SLURM job of one task: one host, no jax.distributed

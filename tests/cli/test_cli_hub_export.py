@@ -89,13 +89,13 @@ def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, ca
     run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2", "--lr", "3e-3")
     steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) == 2, steps
+    record = read_run(run)
+    trainer, _ = build_run_trainer(record, run)  # the optimizer and schedule rebuilt (once)
     for which in ("best", *steps):
         status, _, err = run_main(capsys, "export", str(run), "--format", "hf", "--checkpoint",
                                   which, "--out", str(tmp_path / f"hf-{which}"))  # fmt: skip
         assert status == 0, err
-        record = read_run(run)
-        trainer, _ = build_run_trainer(record, run)  # the optimizer and schedule rebuilt
-        restore(trainer, run, record, which)
+        restore(trainer, run, record, which)  # every weight of the checkpoint, over the last
         save_pretrained(hub_model(trainer.model), tmp_path / f"old-{which}", source=ckpt,
                         id2label={0: "neg", 1: "pos"})  # fmt: skip
         for name in ("model.safetensors", "config.json"):
