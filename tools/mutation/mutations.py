@@ -363,6 +363,17 @@ MUTATIONS = [
         "issue 12: a SIGTERM/SIGINT mid-epoch stops without saving a checkpoint",
     ),
     Mutation(
+        "checkpoint-interval-skips-the-best-epoch",
+        "src/jaxfeed/train/checkpoint.py",
+        "        return self._improves(metrics)\n",
+        "        return False\n",
+        [
+            "tests/train/test_checkpoint_interval.py::"
+            "test_an_hour_between_saves_keeps_the_best_epochs_and_the_last"
+        ],
+        "issue 51 round: min_save_interval skips an epoch that is the best so far",
+    ),
+    Mutation(
         "cache-key-ignores-source-changes",
         "src/jaxfeed/data/formats/files.py",
         'return {"path": os.path.realpath(path), "size": st.st_size, "version": version}',
