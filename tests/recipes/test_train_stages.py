@@ -71,7 +71,7 @@ def test_config_json_keys_of_a_run_and_its_resume(tmp_path):
     assert isinstance(first, TrainResult) and first.best is not None
     saved = json.loads((out / "config.json").read_text())
     assert list(saved) == [*HEAD, "budget", "class_weights", "lr_logged", "early_stopping"]
-    resumed = RunConfig(out=str(out), resume=True, epochs=2, max_steps=8)
+    resumed = RunConfig(out=str(out), model="mlp", resume=True, epochs=2, max_steps=8)
     train(resumed, say=lambda *a, **k: None, verbose=0)
     again = json.loads((out / "config.json").read_text())
     assert list(again) == [*HEAD, "budget", "early_stopping", "class_weights", "lr_logged"]
