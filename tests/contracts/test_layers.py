@@ -17,6 +17,7 @@ they stand: at the top, inside a function, or under ``if TYPE_CHECKING:``.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -100,10 +101,17 @@ def _in_type_checking(parents: list[ast.AST]) -> bool:
     return any(isinstance(p, ast.If) and "TYPE_CHECKING" in ast.unparse(p.test) for p in parents)
 
 
-def _imports(module: str) -> list[tuple[str, int, str, bool]]:
-    """(target, line, where, type_only) per first-party import; where is "top" or "function"."""
-    path = MODULES[module]
-    tree = ast.parse(path.read_text())
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every test here (read, never changed)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _imports(module: str) -> tuple[tuple[str, int, str, bool], ...]:
+    """(target, line, where, type_only) per first-party import; where is "top" or "function".
+    Computed once per module: four tests walk every module's imports."""
+    tree = _tree(MODULES[module])
     found = []
 
     def visit(node: ast.AST, parents: list[ast.AST]) -> None:
@@ -124,7 +132,7 @@ def _imports(module: str) -> list[tuple[str, int, str, bool]]:
             visit(child, [*parents, node])
 
     visit(tree, [])
-    return found
+    return tuple(found)
 
 
 def test_every_module_has_a_layer():
@@ -149,7 +157,7 @@ def test_imports_only_go_down():
 
 
 def _uses_face_names(module: str) -> bool:
-    tree = ast.parse(MODULES[module].read_text())
+    tree = _tree(MODULES[module])
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.ImportFrom)
@@ -280,7 +288,7 @@ def test_function_level_imports_say_why():
     for module, path in MODULES.items():
         rel = str(path.relative_to(SRC.parent))
         lines = path.read_text().splitlines()
-        tree = ast.parse("\n".join(lines))
+        tree = _tree(path)
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
@@ -299,7 +307,7 @@ def test_modules_stay_small_or_say_why():
     for module, path in MODULES.items():
         lines = path.read_text().count("\n")
         if lines > 800:
-            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            doc = ast.get_docstring(_tree(path)) or ""
             if "long because" not in doc.lower():
                 long.append(f"{module} ({lines} lines)")
     assert not long, long
@@ -316,7 +324,7 @@ def test_private_names_stay_in_their_package():
     found = []
     for path in sorted(SRC.rglob("*.py")):
         mine = _package_of(path)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxfeed")):
                 continue
             module = node.module or ""

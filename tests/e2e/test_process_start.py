@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
         if CASE == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
     import numpy as np
-    from jaxfeed import DataLoader, Dataset
+    from jaxfeed import Dataset  # DataLoader, which imports JAX, is imported where a loader starts:
+    # the map and filter workers that run this script again stop before it (1 CPU s each)
 
     def double(batch):  # defined in __main__: sent to the workers by value
         return {"y": [2 * v for v in batch["x"]]}
@@ -47,10 +48,14 @@ SCRIPT = textwrap.dedent(
         assert bomb is not None
         return {"x": batch["x"] + big[:1]}
 
+    def loader(*args, **kwargs):
+        from jaxfeed import DataLoader
+        return DataLoader(*args, **kwargs)
+
     starters = {
         "map": lambda: ds.map(lambda r: {"y": r["x"] * 2}, num_proc=2),
         "filter": lambda: ds.filter(lambda r: r["x"] % 2 == 0, num_proc=2),
-        "loader": lambda: list(DataLoader(ds, batch_size=1000, num_workers=2, transform=shift)),
+        "loader": lambda: list(loader(ds, batch_size=1000, num_workers=2, transform=shift)),
     }
     if __name__ == "__main__":  # guarded: works (its children skip the rest, CASE == "works")
         small = Dataset.from_dict({"x": list(range(10))})

@@ -6,7 +6,6 @@ import wave
 import numpy as np
 import optax
 import pytest
-import scipy.signal
 from flax import nnx
 
 from jaxfeed import DataLoader, Dataset, Padding, Trainer, export, load_exported
@@ -34,6 +33,8 @@ def wav_bytes(samples, rate):
 
 
 def test_log_mel_equals_scipy_stft_through_the_filterbank():
+    import scipy.signal  # here, not at the top: 1 s of every xdist worker's collection
+
     rng = np.random.default_rng(0)
     clip = rng.normal(size=4000).astype(np.float32) * 0.1
     t = T.log_mel(8000, 40, n_fft=256, hop_length=100)

@@ -66,12 +66,12 @@ def test_config_json_keys_of_a_run_and_its_resume(tmp_path):
     """A run with early stopping, then resumed: ``config.json``'s keys as earlier releases wrote
     them (the resumed run writes the budget and stopping state it carries over first)."""
     out = tmp_path / "run"
-    config = RunConfig(data="digits", epochs=1, patience=1, out=str(out), max_steps=4)
+    config = RunConfig(data="digits", model="mlp", epochs=1, patience=1, out=str(out), max_steps=4)
     first = train(config, say=lambda *a, **k: None, verbose=0)
     assert isinstance(first, TrainResult) and first.best is not None
     saved = json.loads((out / "config.json").read_text())
     assert list(saved) == [*HEAD, "budget", "class_weights", "lr_logged", "early_stopping"]
-    resumed = RunConfig(out=str(out), resume=True, epochs=2, max_steps=8)
+    resumed = RunConfig(out=str(out), model="mlp", resume=True, epochs=2, max_steps=8)
     train(resumed, say=lambda *a, **k: None, verbose=0)
     again = json.loads((out / "config.json").read_text())
     assert list(again) == [*HEAD, "budget", "early_stopping", "class_weights", "lr_logged"]

@@ -121,3 +121,26 @@ def test_a_job_whose_processes_do_not_meet_in_time_is_a_cluster_error(
     assert f"could not join the 2-process job of coordinator 127.0.0.1:{port}" in message
     assert "within 1 s (JAXFEED_INIT_TIMEOUT)" in message and cause in message
     assert "\n" not in message and not jax.distributed.is_initialized()
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, 30), ("7", 7)])
+def test_the_heartbeat_timeout_is_30_s_or_jaxfeed_heartbeat_timeout(monkeypatch, value, expected):
+    """What JAX is given: a process silent this long makes the others fail (the e2e test of a
+    killed process sets it short, so the survivor is not waiting 30 s to exit)."""
+    _clear(monkeypatch)
+    monkeypatch.delenv("JAXFEED_HEARTBEAT_TIMEOUT", raising=False)
+    if value is not None:
+        monkeypatch.setenv("JAXFEED_HEARTBEAT_TIMEOUT", value)
+    given = {}
+    monkeypatch.setattr(distributed, "_reach", lambda *args: None)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: given.update(kwargs))
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    before = jax.config.jax_cpu_collectives_implementation
+    try:
+        assert distributed.initialize("127.0.0.1:1", 2, 1) is True
+    finally:
+        jax.config.update("jax_cpu_collectives_implementation", before)
+    assert given["heartbeat_timeout_seconds"] == expected
+    monkeypatch.setenv("JAXFEED_HEARTBEAT_TIMEOUT", "0")
+    with pytest.raises(ValueError, match="JAXFEED_HEARTBEAT_TIMEOUT must be a number of seconds"):
+        distributed.initialize("127.0.0.1:1", 2, 1)

@@ -274,24 +274,25 @@ RESUME_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path):
-    """For an nnx and a linen model: one process trains two epochs straight, and one epoch with
-    checkpoints; a second process resumes from those and ends bitwise equal to the straight run.
-    (Both models share the processes: each process start costs seconds.)"""
-
-    def run(phase):
-        result = subprocess.run(
-            [sys.executable, "-c", RESUME_SCRIPT, phase, str(tmp_path)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result.stdout.split()
-
-    # two epochs straight; the checkpointed run stops after epoch 1 and the process exits
+def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, monkeypatch, capsys):
+    """For an nnx and a linen model: this process trains two epochs straight, and one epoch with
+    checkpoints; a new process resumes from those and ends bitwise equal to the straight run.
+    (Both models share the processes: each process start costs seconds. The new process has this
+    one's 8 CPU devices, so that both compile the same programs.)"""
+    # two epochs straight; the checkpointed run stops after epoch 1 (here, the first phase)
+    monkeypatch.setattr(sys, "argv", ["-c", "first", str(tmp_path)])
+    exec(compile(RESUME_SCRIPT, "RESUME_SCRIPT", "exec"), {"__name__": "__main__"})
     first = ["nnx", "2", "2", "nnx", "1", "1", "linen", "2", "2", "linen", "1", "1"]
-    assert run("first") == first
-    # the history is restored; one more epoch
-    assert run("resumed") == ["nnx", "2", "2", "linen", "2", "2"]
+    assert capsys.readouterr().out.split() == first
+    # the history is restored in a new process; one more epoch
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    result = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, "resumed", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["nnx", "2", "2", "linen", "2", "2"]
     for api in ("nnx", "linen"):
         straight = np.load(tmp_path / f"{api}-straight.npz")
         resumed = np.load(tmp_path / f"{api}-resumed.npz")

@@ -259,7 +259,8 @@ def test_sigterm_mid_epoch_in_a_subprocess_then_bitwise_resume(process_group, di
 @pytest.mark.slow
 def test_jaxfeed_train_stops_on_sigterm_with_a_resume_line(process_group, tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "jaxfeed.cli", "train", "--epochs", "50", "--out", str(out)]
+    argv = [sys.executable, "-m", "jaxfeed.cli", "train", "--model", "mlp", "--epochs", "50",
+            "--out", str(out)]  # fmt: skip
     proc = process_group(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("epoch 1/50"):

@@ -254,7 +254,7 @@ def test_command_records_mesh_and_sharding_and_resumes_on_another_device_count(t
     out = tmp_path / "run"
     rules = tmp_path / "rules.yaml"
     rules.write_text("mesh: data=4,model=2\nsharding: {conv: model, mlp: model, fsdp: true}\n")
-    args = ["train", "--epochs", "1", "--batch-size", "64", "--out", str(out)]
+    args = ["train", "--model", "mlp", "--epochs", "1", "--batch-size", "64", "--out", str(out)]
     assert main([*args, "--mesh", "data=4,model=2", "--sharding", "fsdp"]) == 0
     printed = capsys.readouterr().out
     assert 'on 8 CPU devices in 1 process (mesh data=4,model=2, sharding "fsdp")' in printed

@@ -27,6 +27,8 @@ import jax
 ENV = ("JAXFEED_COORDINATOR", "JAXFEED_NUM_PROCESSES", "JAXFEED_PROCESS_ID")
 TIMEOUT_ENV = "JAXFEED_INIT_TIMEOUT"
 DEFAULT_TIMEOUT_S = 120  # how long the processes of a job may take to find each other
+HEARTBEAT_ENV = "JAXFEED_HEARTBEAT_TIMEOUT"
+DEFAULT_HEARTBEAT_S = 30  # a process silent this long makes the others fail
 # the variables each launcher sets: the first one present with a value names the job's size
 _TPU = ("TPU_WORKER_HOSTNAMES", "TPU_HOST_BOUNDS", "TPU_WORKER_ID")
 _SLURM = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
@@ -131,7 +133,7 @@ def initialize(
     num_processes: int | None = None,
     process_id: int | None = None,
     *,
-    heartbeat_timeout_seconds: int = 30,
+    heartbeat_timeout_seconds: int | None = None,
     timeout_seconds: int | None = None,
 ) -> bool:
     """Join a multi-process JAX job; returns whether one was joined (False: a single process).
@@ -141,8 +143,8 @@ def initialize(
     cluster detection (TPU pods, SLURM, Open MPI) runs only where :func:`detect_cluster` finds a
     job of several hosts, else this is a no-op. The processes have ``timeout_seconds`` (default
     ``$JAXFEED_INIT_TIMEOUT`` or 120) to find each other, else :class:`ClusterError`; a process
-    that stops answering for ``heartbeat_timeout_seconds`` makes the others fail instead of
-    waiting forever.
+    that stops answering for ``heartbeat_timeout_seconds`` (default ``$JAXFEED_HEARTBEAT_TIMEOUT``
+    or 30) makes the others fail instead of waiting forever.
 
     >>> from jaxfeed.runtime import distributed
     >>> distributed.initialize()  # nothing set: one process
@@ -167,7 +169,11 @@ def initialize(
             raise ValueError(f"process id {process_id} is outside [0, {num_processes})")
     if jax.distributed.is_initialized():  # joined earlier in this process (a second main())
         return True
-    timeout = timeout_seconds if timeout_seconds is not None else _timeout()
+    timeout = (
+        timeout_seconds if timeout_seconds is not None else _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+    )
+    if heartbeat_timeout_seconds is None:
+        heartbeat_timeout_seconds = _seconds(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)
     try:
         local_devices = None
         if cluster is not None:  # the launcher's own variables say where process 0 listens
@@ -292,12 +298,13 @@ def _unreachable(
     )
 
 
-def _timeout() -> int:
-    if not os.environ.get(TIMEOUT_ENV):
-        return DEFAULT_TIMEOUT_S
-    value = _int_env(TIMEOUT_ENV)
+def _seconds(name: str, default: int) -> int:
+    """The environment variable ``name``, a whole number of seconds >= 1, or ``default`` unset."""
+    if not os.environ.get(name):
+        return default
+    value = _int_env(name)
     if value < 1:
-        raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds >= 1, got {value}")
+        raise ValueError(f"{name} must be a number of seconds >= 1, got {value}")
     return value
 
 
