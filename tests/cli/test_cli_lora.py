@@ -11,7 +11,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
 pytest.importorskip("tokenizers")
 pytest.importorskip("qwix")
 
@@ -24,6 +23,13 @@ from models.hub.lm_checkpoints import save_checkpoint  # noqa: E402
 
 ARGV = ["--seq-len", "32", "--batch-size", "8", "--lr", "1e-2", "--lora", "4",
         "--lora-targets", "q_proj,v_proj,down_proj", "--lora-dropout", "0.05"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def peft():
+    """peft, imported by the tests that load an adapter in it, not when the file is collected
+    (its import took about 4 s of each xdist worker's collection)."""
+    return pytest.importorskip("peft")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,7 @@ def test_lora_run_records_its_options_resumes_and_generates(lora_run, capsys):
 
 
 @pytest.mark.slow  # a training process or two: about a minute of CPU
-def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, tmp_path):
+def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, peft, tmp_path):
     ckpt, out, _ = lora_run
     adapter = tmp_path / "adapter"
     assert main(["export", str(out), "--format", "hf", "--out", str(adapter)]) == 0
@@ -107,7 +113,7 @@ def test_flags_that_train_nothing_are_refused(argv, message, tmp_path, capsys):
 
 
 @pytest.mark.slow  # a training process or two: about a minute of CPU
-def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_path, capsys):
+def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(peft, tmp_path, capsys):
     """A BERT masked-LM checkpoint on labelled texts with --lora: the new classifier trains with
     the adapters, eval and predict serve the run, the adapter folder carries the head."""
     from cli.test_cli_hub import text_checkpoint, write_reviews
@@ -136,7 +142,7 @@ def test_text_classification_lora_run_evals_predicts_and_exports_for_peft(tmp_pa
 
 
 @pytest.mark.slow  # a training process or two: about a minute of CPU
-def test_image_lora_int8_run_predicts_and_exports_for_peft(tmp_path, capsys):
+def test_image_lora_int8_run_predicts_and_exports_for_peft(peft, tmp_path, capsys):
     """A bare ViT on a folder of images with --lora --quantize int8: the adapter folder (with
     the new classifier) loads in peft with the logits of jaxfeed's float32 model."""
     from cli.test_cli_hub import pets, vit_ckpt

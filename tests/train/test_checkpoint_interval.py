@@ -27,7 +27,7 @@ def fit(digits, folder, epochs, interval, resume=False):
         resume=resume, checkpoint_options={"keep_last": 99, "keep_best": 99,
                                            "min_save_interval": interval},
     )  # fmt: skip
-    return trainer, history
+    return history
 
 
 def _improving(history, before=float("inf")):
@@ -41,7 +41,7 @@ def _improving(history, before=float("inf")):
 
 
 def test_an_hour_between_saves_keeps_the_best_epochs_and_the_last(digits, tmp_path):
-    trainer, history = fit(digits, tmp_path / "ckpt", epochs=8, interval=3600)
+    history = fit(digits, tmp_path / "ckpt", epochs=8, interval=3600)
     improving = _improving(history)
     assert len(improving) < 8, "every epoch improved: the test needs one that does not"
     with CheckpointManager(tmp_path / "ckpt") as ckpt:
@@ -49,7 +49,7 @@ def test_an_hour_between_saves_keeps_the_best_epochs_and_the_last(digits, tmp_pa
         assert ckpt.best_step == min(ckpt.all_steps, key=lambda s: ckpt.metrics(s)["eval_loss"])
     assert saved == {*improving, 8}
     # resumed for 4 epochs more: the folder's best so far is read, not forgotten
-    trainer, history = fit(digits, tmp_path / "ckpt", epochs=12, interval=3600, resume=True)
+    history = fit(digits, tmp_path / "ckpt", epochs=12, interval=3600, resume=True)
     best_before = min(r["eval_loss"] for r in history[:8])
     with CheckpointManager(tmp_path / "ckpt") as ckpt:
         later = {ckpt.meta(s)["epoch"] for s in ckpt.all_steps} - saved

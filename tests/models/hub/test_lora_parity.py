@@ -6,6 +6,7 @@ documented tolerance; bad adapters and settings are refused, naming the value or
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+peft: Any = None  # imported by _import_peft when this file's first test runs, not at collection
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lm_checkpoints import save_checkpoint as save_lm  # noqa: E402
@@ -58,6 +59,14 @@ def _bert(folder: Path):
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _import_peft():
+    """peft for this file's tests (and a skip without it), imported when they run: at
+    collection its import took about 4 s of every xdist worker."""
+    global peft  # the helpers below use the module's name
+    peft = pytest.importorskip("peft")
 
 
 @pytest.fixture(scope="module")
