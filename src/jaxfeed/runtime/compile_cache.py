@@ -6,9 +6,10 @@ JAX keeps a program there once it took ``jax_persistent_cache_min_compile_time_s
 0.1 s here (:data:`MIN_COMPILE_SECONDS`), unless that variable is set, not JAX's default of 1 s,
 which compiles a small run's many short programs (parameter initialisers, the evaluation step)
 afresh every time: a second ``jaxfeed train --data digits --model mlp --epochs 1`` took 6.6 CPU s
-at 1 s, 3.7-4.0 at 0.1 (2-core CPU, quiet). Entries are keyed by the program, its compile options, the devices and
-the JAX version, so a changed model or another chip compiles afresh. A folder that cannot be
-written is a warning and the run compiles as usual: the cache only saves time.
+at 1 s, 3.7-4.0 at 0.1 (2-core CPU, quiet). Entries are keyed by the program, its compile
+options, the devices and the JAX version, so a changed model or another chip compiles afresh.
+A folder that cannot be written is a warning and the run compiles as usual: the cache only
+saves time.
 """
 
 from __future__ import annotations

@@ -469,9 +469,10 @@ class CheckpointManager:
             **dict(meta or {}),
         }
         json.dumps(payload)  # fail now, not in a background thread
-        self._last_save = time.monotonic()
-        if self._improves(metrics):
-            self._best_saved = metrics[self.best_metric]
+        if self.min_save_interval:  # what wants_epoch compares with (nothing to track at 0)
+            self._last_save = time.monotonic()
+            if self._improves(metrics):
+                self._best_saved = metrics[self.best_metric]
         if self._pending is not None:  # Orbax waits for it too: its error is its own
             self.wait()
         try:
@@ -491,10 +492,10 @@ class CheckpointManager:
     def wants_epoch(self, metrics: Mapping[str, Any]) -> bool:
         """Whether an epoch that ended with ``metrics`` is saved under ``min_save_interval``:
         always with 0 (the default), else once that many seconds have passed since this
-        manager's last save (or its opening, on a folder that holds checkpoints), or when the epoch is the best so far by ``best_metric`` (so the
-        best checkpoint is never skipped). Short epochs then cost a save every
-        ``min_save_interval`` seconds, not one each (``Trainer.fit`` still saves where training
-        ends and on SIGTERM).
+        manager's last save (or its opening, on a folder that holds checkpoints), or when the
+        epoch is the best so far by ``best_metric`` (so the best checkpoint is never skipped).
+        Short epochs then cost a save every ``min_save_interval`` seconds, not one each
+        (``Trainer.fit`` still saves where training ends and on SIGTERM).
 
         >>> import tempfile
         >>> ckpt = CheckpointManager(tempfile.mkdtemp(), min_save_interval=60, async_save=False)
