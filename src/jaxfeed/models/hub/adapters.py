@@ -9,8 +9,12 @@ does (``base_model.model.<module>.lora_A.weight`` ``[rank, in]``, ``lora_B.weigh
 ``[out, rank]``, a new head under ``modules_to_save``); :func:`load_adapter` reads one, refusing an
 adapter for another model, rank or target set. :func:`merged` is PEFT's ``merge_and_unload``.
 
->>> sorted(DEFAULT_TARGETS["llama"]), DEFAULT_TARGETS["gpt2"]
-(['q_proj', 'v_proj'], ('c_attn',))
+The default targets (PEFT's per-architecture ``target_modules``) and the module renames of
+``transformers`` >= 5 are facts of each family (:class:`~jaxfeed.models.hub.family.Family`'s
+``lora_targets`` and ``module_renames``).
+
+>>> default_targets("llama"), default_targets("gpt2")
+(('q_proj', 'v_proj'), ('c_attn',))
 """
 
 from __future__ import annotations
@@ -31,34 +35,6 @@ from jaxfeed.models.hub.registry import family_of
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule, variables
 from jaxfeed.models.lora import LoRA, LoRALinear, merge
 
-# PEFT's per-architecture default target_modules (and the same for the families it lacks)
-DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
-    "llama": ("q_proj", "v_proj"),
-    "mistral": ("q_proj", "v_proj"),
-    "qwen2": ("q_proj", "v_proj"),
-    "qwen3": ("q_proj", "v_proj"),
-    "gpt2": ("c_attn",),
-    "bert": ("query", "value"),
-    "roberta": ("query", "value"),
-    "distilbert": ("q_lin", "v_lin"),
-    "vit": ("query", "value"),
-    "audio-spectrogram-transformer": ("query", "value"),
-}
-# transformers >= 5 renamed the modules of some families (the checkpoints keep the old names); PEFT
-# names adapters by the live modules: (pattern, replacement) on a checkpoint module name, first
-# match wins
-_VIT_RENAMES = (
-    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.query$", r"\1layers.\2.attention.q_proj"),
-    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.key$", r"\1layers.\2.attention.k_proj"),
-    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.value$", r"\1layers.\2.attention.v_proj"),
-    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.output\.dense$", r"\1layers.\2.attention.o_proj"),
-    (r"(^|\.)encoder\.layer\.(\d+)\.intermediate\.dense$", r"\1layers.\2.mlp.fc1"),
-    (r"(^|\.)encoder\.layer\.(\d+)\.output\.dense$", r"\1layers.\2.mlp.fc2"),
-)  # fmt: skip
-MODULE_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
-    "vit": _VIT_RENAMES,
-    "audio-spectrogram-transformer": _VIT_RENAMES,
-}
 TASK_TYPES = {
     "causal-lm": "CAUSAL_LM",
     "sequence-classification": "SEQ_CLS",
@@ -98,13 +74,19 @@ def _peft_module(family: Any, task: str, hf: str) -> str:
     return hf
 
 
+def default_targets(model_type: str) -> tuple[str, ...]:
+    """PEFT's default ``target_modules`` of a ``model_type`` (its family's ``lora_targets``)."""
+    return family_of({"model_type": model_type}).lora_targets
+
+
 def live_name(model_type: str, name: str) -> str:
-    """A checkpoint module name as the installed ``transformers`` (and so PEFT) names the module.
+    """A checkpoint module name as the installed ``transformers`` (and so PEFT) names the module
+    (its family's ``module_renames``).
 
     >>> live_name("vit", "vit.encoder.layer.0.attention.attention.query")
     'vit.layers.0.attention.q_proj'
     """
-    for pattern, replacement in MODULE_RENAMES.get(model_type, ()):
+    for pattern, replacement in family_of({"model_type": model_type}).module_renames:
         new, count = re.subn(pattern, replacement, name)
         if count:
             return new
@@ -153,9 +135,7 @@ def matches(name: str, targets: tuple[str, ...] | str) -> bool:
 
 def _targets(model_type: str, lora: LoRA, names: list[str]) -> tuple[str, ...]:
     """``names``: every linear layer's module name, live and in the checkpoint."""
-    targets = lora.targets if lora.targets is not None else DEFAULT_TARGETS.get(model_type)
-    if targets is None:
-        raise ValueError(f"LoRA on {model_type!r} models needs targets= (module names)")
+    targets = lora.targets if lora.targets is not None else default_targets(model_type)
     short = sorted({n.rsplit(".", 1)[-1] for n in names})
     for t in targets:
         if not any(matches(n, (t,)) for n in names):
@@ -437,10 +417,10 @@ def merged(model: Any) -> Any:
 
 
 __all__ = [
-    "DEFAULT_TARGETS",
     "adapter_config",
     "adapter_tensors",
     "add_lora",
+    "default_targets",
     "has_lora",
     "linear_modules",
     "load_adapter",

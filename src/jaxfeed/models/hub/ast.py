@@ -37,6 +37,8 @@ from jaxfeed.models.hub.audio_features import ASTFeatureExtractor, for_model
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.vit import (
     OUTPUTS,
+    VIT_FIELDS,
+    VIT_RENAMES,
     Encoder,
     PatchEmbed,
     Settings,
@@ -216,6 +218,15 @@ def preprocessor(folder: Path, config: dict) -> ASTFeatureExtractor:
     return processor_for(folder, config, "audio", for_model)
 
 
+# the config.json fields the family reads (jaxfeed.models.hub.config_check's kinds)
+AST_FIELDS: dict[str, Any] = {
+    **VIT_FIELDS,
+    "patch_size": "count",
+    "frequency_stride": "count",
+    "time_stride": "count",
+    "max_length": "count",
+    "num_mel_bins": "count",
+}  # fmt: skip
 FAMILY = Family(
     model_types=(MODEL_TYPE,),
     tasks=TASKS,
@@ -229,6 +240,10 @@ FAMILY = Family(
         ("ASTForAudioClassification", "audio-classification"),
         ("ASTModel", "feature-extraction"),
     ),
+    lora_targets=("query", "value"),
+    module_renames=VIT_RENAMES,
+    config_fields=AST_FIELDS,
+    divides=None,
 )
 
 __all__ = ["FAMILY", "ASTForAudioClassification", "ASTModel"]

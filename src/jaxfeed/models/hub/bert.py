@@ -40,6 +40,19 @@ ACTIVATIONS = {
 }
 
 
+# the config.json fields a BERT-like encoder reads (jaxfeed.models.hub.config_check's kinds)
+ENCODER_FIELDS: dict[str, Any] = {
+    "vocab_size": "count!", "hidden_size": "count!", "num_hidden_layers": "count!",
+    "num_attention_heads": "count!", "intermediate_size": "count!",
+    "max_position_embeddings": "count", "type_vocab_size": "count",
+    "hidden_act": tuple(ACTIVATIONS), "layer_norm_eps": "positive",
+    "hidden_dropout_prob": "rate", "attention_probs_dropout_prob": "rate",
+    "classifier_dropout": "rate?", "initializer_range": "std", "tie_word_embeddings": "bool",
+}  # fmt: skip
+ENCODER_DIVIDES = ("hidden_size", "num_attention_heads")
+QUERY_VALUE = ("query", "value")  # PEFT's default target_modules of BERT-like encoders
+
+
 def activation(name: Any) -> Any:
     """The activation ``config.json`` names (``hidden_act``), or a clear error."""
     if name not in ACTIVATIONS:
@@ -355,4 +368,8 @@ FAMILY = Family(
         *((v, k) for k, v in ARCHITECTURES.items()),
         ("BertForPreTraining", "masked-lm"),
     ),
+    lora_targets=QUERY_VALUE,
+    module_renames=(),
+    config_fields=ENCODER_FIELDS,
+    divides=ENCODER_DIVIDES,
 )

@@ -533,6 +533,17 @@ def build_lm(spec: DecoderSpec, config: dict, *, task: str, num_labels: int | No
     return model
 
 
+# the config.json fields a Llama-like decoder reads (jaxfeed.models.hub.config_check's kinds)
+DECODER_FIELDS: dict[str, Any] = {
+    "vocab_size": "count!", "hidden_size": "count!", "num_hidden_layers": "count!",
+    "num_attention_heads": "count!", "intermediate_size": "count!",
+    "max_position_embeddings": "count!", "num_key_value_heads": "count?", "head_dim": "count?",
+    "hidden_act": ACTIVATIONS, "rms_norm_eps": "positive", "rope_theta": "positive",
+    "tie_word_embeddings": "bool", "attention_bias": "bool", "mlp_bias": "bool",
+    "initializer_range": "std", "sliding_window": "count?",
+}  # fmt: skip
+
+
 def llama_like_family(model_type: str, spec: Any, architecture: str) -> Family:
     """The :class:`Family` of a Llama-shaped causal LM whose variant ``spec(config)`` reads from
     its ``config.json`` (weights under ``model.``, named as Llama's; ``architecture`` is the
@@ -558,4 +569,8 @@ def llama_like_family(model_type: str, spec: Any, architecture: str) -> Family:
         rules=rules,
         prefix="model",
         architecture=lambda task: architecture,
+        lora_targets=("q_proj", "v_proj"),
+        module_renames=(),
+        config_fields=DECODER_FIELDS,
+        divides=None,  # head_dim may be given; the decoder checks its heads when it builds
     )

@@ -9,6 +9,7 @@ from typing import Any
 from flax import nnx
 
 from jaxfeed.models.hub.bert import (
+    ACTIVATIONS,
     TASKS,
     EncoderModel,
     Settings,
@@ -79,6 +80,22 @@ ARCHITECTURES = {
     "masked-lm": "DistilBertForMaskedLM",
     "feature-extraction": "DistilBertModel",
 }
+# the config.json fields the family reads (jaxfeed.models.hub.config_check's kinds)
+DISTILBERT_FIELDS: dict[str, Any] = {
+    "vocab_size": "count!",
+    "dim": "count",
+    "n_layers": "count",
+    "n_heads": "count",
+    "hidden_dim": "count",
+    "max_position_embeddings": "count",
+    "activation": tuple(ACTIVATIONS),
+    "dropout": "rate",
+    "attention_dropout": "rate",
+    "seq_classif_dropout": "rate",
+    "qa_dropout": "rate",
+    "initializer_range": "std",
+    "tie_word_embeddings": "bool",
+}  # fmt: skip
 FAMILY = Family(
     model_types=("distilbert",),
     tasks=TASKS,
@@ -88,4 +105,8 @@ FAMILY = Family(
     architecture=ARCHITECTURES.__getitem__,
     prefix="distilbert",
     tasks_by_architecture=tuple((v, k) for k, v in ARCHITECTURES.items()),
+    lora_targets=("q_lin", "v_lin"),
+    module_renames=(),
+    config_fields=DISTILBERT_FIELDS,
+    divides=("dim", "n_heads"),
 )

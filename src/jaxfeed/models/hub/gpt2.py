@@ -3,7 +3,9 @@ stored as ``Conv1D`` (``[in, out]``, already the JAX layout), the tanh GELU, tie
 
 from __future__ import annotations
 
-from jaxfeed.models.hub.decoder import TASKS, DecoderSpec, build_lm, head_dim_of
+from typing import Any
+
+from jaxfeed.models.hub.decoder import ACTIVATIONS, TASKS, DecoderSpec, build_lm, head_dim_of
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 
@@ -66,6 +68,22 @@ def rules(config: dict, task: str) -> list:
     return out
 
 
+# the config.json fields the family reads (jaxfeed.models.hub.config_check's kinds)
+GPT2_FIELDS: dict[str, Any] = {
+    "vocab_size": "count!",
+    "n_embd": "count!",
+    "n_layer": "count!",
+    "n_head": "count!",
+    "n_positions": "count!",
+    "n_inner": "count?",
+    "activation_function": ACTIVATIONS,
+    "layer_norm_epsilon": "positive",
+    "resid_pdrop": "rate",
+    "embd_pdrop": "rate",
+    "attn_pdrop": "rate",
+    "initializer_range": "std",
+    "tie_word_embeddings": "bool",
+}  # fmt: skip
 FAMILY = Family(
     model_types=("gpt2",),
     tasks=TASKS,
@@ -74,4 +92,8 @@ FAMILY = Family(
     rules=rules,
     prefix="transformer",
     architecture=lambda task: "GPT2LMHeadModel",
+    lora_targets=("c_attn",),
+    module_renames=(),
+    config_fields=GPT2_FIELDS,
+    divides=("n_embd", "n_head"),
 )

@@ -56,7 +56,7 @@ def family_of(config: dict, where: object = None) -> Family:
             f"{', '.join(sorted(FAMILIES))}"
         )
     if where is not None:
-        check_config(config, where)
+        check_config(config, family, where)
     return family
 
 

@@ -10,6 +10,9 @@ from typing import Any
 from flax import nnx
 
 from jaxfeed.models.hub.bert import (
+    ENCODER_DIVIDES,
+    ENCODER_FIELDS,
+    QUERY_VALUE,
     TASKS,
     EncoderModel,
     _classifier_dropout,
@@ -72,4 +75,8 @@ FAMILY = Family(
     architecture=ARCHITECTURES.__getitem__,
     prefix="roberta",
     tasks_by_architecture=tuple((v, k) for k, v in ARCHITECTURES.items()),
+    lora_targets=QUERY_VALUE,
+    module_renames=(),
+    config_fields=ENCODER_FIELDS,
+    divides=ENCODER_DIVIDES,
 )

@@ -544,6 +544,24 @@ def processor_for(folder: Path, config: dict, kind: str, make: Callable) -> Any:
     return make(read_json(path, "preprocessor config"), config, str(path))
 
 
+# the config.json fields a ViT-like encoder reads (jaxfeed.models.hub.config_check's kinds)
+VIT_FIELDS: dict[str, Any] = {
+    "hidden_size": "count", "num_hidden_layers": "count", "num_attention_heads": "count",
+    "intermediate_size": "count", "hidden_act": tuple(ACTIVATIONS),
+    "layer_norm_eps": "positive", "hidden_dropout_prob": "rate",
+    "attention_probs_dropout_prob": "rate", "initializer_range": "std", "qkv_bias": "bool",
+    "num_channels": "count",
+}  # fmt: skip
+# transformers >= 5 renamed ViT's modules (the checkpoints keep the old names); PEFT names adapters
+# by the live modules: (pattern, replacement) on a checkpoint module name, first match wins
+VIT_RENAMES = (
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.query$", r"\1layers.\2.attention.q_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.key$", r"\1layers.\2.attention.k_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.attention\.value$", r"\1layers.\2.attention.v_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.attention\.output\.dense$", r"\1layers.\2.attention.o_proj"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.intermediate\.dense$", r"\1layers.\2.mlp.fc1"),
+    (r"(^|\.)encoder\.layer\.(\d+)\.output\.dense$", r"\1layers.\2.mlp.fc2"),
+)  # fmt: skip
 FAMILY = Family(
     model_types=("vit",),
     tasks=TASKS,
@@ -557,6 +575,10 @@ FAMILY = Family(
         ("ViTForImageClassification", "image-classification"),
         ("ViTModel", "feature-extraction"),
     ),
+    lora_targets=("query", "value"),
+    module_renames=VIT_RENAMES,
+    config_fields=VIT_FIELDS,
+    divides=None,  # ViT's attention splits hidden_size by heads at build time (its own check)
 )
 
 __all__ = ["FAMILY", "Encoder", "ViTForImageClassification", "ViTModel", "channels_last"]
