@@ -18,7 +18,7 @@ from jaxfeed import DataLoader
 from jaxfeed.recipes.config import RunConfig
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.kinds.table import TableOptions
-from jaxfeed.recipes.run import load_run_data
+from jaxfeed.recipes.run_data import load_run_data
 
 ROWS = 200
 
@@ -36,7 +36,7 @@ def _csv(folder: Path, columns: int) -> Path:
 
 def preprocess(path: Path) -> float:
     start = time.perf_counter()
-    run = load_run_data(RunConfig(data=str(path)))
+    run = load_run_data(RunConfig(data=str(path)), None, kind_for)
     columns = run.columns
     kind = kind_for("table", run.task, None)
     prep, _ = kind.plan_columns(run.splits.train, columns.inputs, columns.label, run.task, None,

@@ -14,11 +14,12 @@ from cli_helpers import jaxfeed
 from hub_checkpoints import save_checkpoint
 from jaxfeed import Dataset
 from jaxfeed.data.features import Features, Image, Value
-from jaxfeed.recipes import budget
-from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.kinds.hub import HubKind
+from jaxfeed.recipes.config import RunConfig, budget
+from jaxfeed.recipes.config.model_spec import parse_model
 from jaxfeed.recipes.kinds.image import ImageKind
+from jaxfeed.recipes.sources.hub import HubSource
+from jaxfeed.recipes.sources.hub_checkpoint import Pretrained
+from jaxfeed.recipes.sources.registry import source_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,8 +51,8 @@ def test_a_checkpoint_image_size_is_credited_to_the_checkpoint(tmp_path):
         task="classification",
     )
     config = RunConfig(image_size="16x16", image_mode="RGB")  # as the checkpoint sets them
-    checkpoint = SimpleNamespace(spec="hf:org/vit")
-    _, notes = ImageKind().plan_pretrained(checkpoint, run_data, config)
+    pretrained = Pretrained("hf:org/vit", "vit", tmp_path, image_size=(16, 16))
+    _, notes = ImageKind().plan(run_data, config, pretrained)
     assert notes == [
         "images: resized to 16x16 (the size hf:org/vit takes), mode RGB (the mode hf:org/vit "
         "takes; the files are RGB)"
@@ -83,11 +84,11 @@ def test_fine_tuning_epochs_the_user_never_gave_are_not_said_given(tmp_path):
 
 
 def test_the_budget_says_a_default_epoch_count_is_the_default():
-    default = HubKind(Kind("text")).default_epochs()
+    default = HubSource(parse_model("hf:org/bert")).default_epochs()
     config, plan = budget.resolve(
         RunConfig(batch_size=16), False, rows=100, batches=7, selection=True, default_epochs=default
     )
     line = plan.describe(config.monitor)
     assert config.epochs == 3 and config.patience is None  # no early stopping, as before
     assert "batch 16 (given), 3 epochs = 21 steps (a pretrained model's default)" in line, line
-    assert Kind("text").default_epochs() is None
+    assert source_for(parse_model("mlp")).default_epochs() is None

@@ -67,7 +67,7 @@ LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% 
 # `jaxfeed generate` with the chat template's time limit at 1 s, not 10: the same command in its
 # own process (exit status, stderr), without 9 s of a template spinning a core at each run
 SHORT_LIMIT = (
-    "import sys; from jaxfeed.recipes import hub_generate; hub_generate.RENDER_SECONDS = 1.0; "
+    "import sys; from jaxfeed.recipes.serving import hub_generate; hub_generate.RENDER_SECONDS = 1.0; "
     "from jaxfeed.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
@@ -91,7 +91,7 @@ def rendering(proc: subprocess.Popen, timeout: float = 120) -> bool:
 
 
 def test_a_chat_template_that_never_ends_is_refused_or_stopped_by_ctrl_c(lm_folder, tmp_path):
-    from jaxfeed.recipes import hub_generate
+    from jaxfeed.recipes.serving import hub_generate
     from models.hub.chat_templates import checkpoint
 
     assert hub_generate.RENDER_SECONDS == 10.0  # the command's limit; 1 s in the first run below

@@ -25,7 +25,7 @@ pytest.importorskip("tokenizers")
 from cli_helpers import jaxfeed, run_main  # noqa: E402
 from hub_checkpoints import VOCAB, save_checkpoint  # noqa: E402
 from jaxfeed import load_exported  # noqa: E402
-from jaxfeed.recipes.hub_checkpoint import RECORDED  # noqa: E402
+from jaxfeed.recipes.sources.hub_checkpoint import RECORDED  # noqa: E402
 
 MAX_LENGTH = 12  # the tokenizer's model_max_length: texts are cut to it
 OWN_TRUNCATION = 20  # the truncation tokenizer.json itself holds: the run's length wins over it
@@ -532,7 +532,7 @@ def test_a_hub_id_is_resolved_pinned_and_recorded(text_ckpt, tmp_path, monkeypat
     hub_constants = pytest.importorskip("huggingface_hub.constants")
     from hub_server import FakeModelHub
     from jaxfeed.recipes.config import ConfigError
-    from jaxfeed.recipes.hub_checkpoint import check_unchanged, open_checkpoint
+    from jaxfeed.recipes.sources.hub_checkpoint import check_unchanged, open_checkpoint
     from remote_servers import serve
 
     commit = "3" * 40

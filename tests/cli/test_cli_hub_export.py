@@ -82,20 +82,19 @@ def test_a_run_fine_tuned_for_one_epoch_exports(one_epoch, tmp_path, capsys):
 def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, capsys):
     """On a run the trainer can restore whole, the export is the same bytes as before."""
     from jaxfeed.models.hub import save_pretrained
-    from jaxfeed.recipes.config import read_run
-    from jaxfeed.recipes.hub_checkpoint import hub_model
-    from jaxfeed.recipes.run import build_run_trainer, restore
+    from jaxfeed.recipes.serving.saved import read_saved
+    from jaxfeed.recipes.sources.hub import hub_model
 
     run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2", "--lr", "3e-3")
     steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) == 2, steps
-    record = read_run(run)
-    trainer, _ = build_run_trainer(record, run)  # the optimizer and schedule rebuilt (once)
+    saved = read_saved(run)
+    trainer = saved.trainer()  # the optimizer and schedule rebuilt (once)
     for which in ("best", *steps):
         status, _, err = run_main(capsys, "export", str(run), "--format", "hf", "--checkpoint",
                                   which, "--out", str(tmp_path / f"hf-{which}"))  # fmt: skip
         assert status == 0, err
-        restore(trainer, run, record, which)  # every weight of the checkpoint, over the last
+        saved.restore(trainer, which)  # every weight of the checkpoint, over the last
         save_pretrained(hub_model(trainer.model), tmp_path / f"old-{which}", source=ckpt,
                         id2label={0: "neg", 1: "pos"})  # fmt: skip
         for name in ("model.safetensors", "config.json"):

@@ -161,11 +161,12 @@ def test_generate_crosses_line_ends_unless_told_to_stop(lm_run, capsys):
 
 def test_sample_by_paragraph_reads_one_text_per_paragraph(corpus):
     from jaxfeed.recipes.config import RunConfig
-    from jaxfeed.recipes.run import load_run_data
+    from jaxfeed.recipes.kinds.registry import kind_for
+    from jaxfeed.recipes.run_data import load_run_data
 
     for sample_by, rows in (("paragraph", 260), ("document", 1), (None, None)):
         data = load_run_data(
-            RunConfig(data=str(corpus), task="lm", sample_by=sample_by, val_split=0)
+            RunConfig(data=str(corpus), task="lm", sample_by=sample_by, val_split=0), None, kind_for
         )
         texts = data.splits.train["text"][:]
         if rows is not None:
@@ -231,7 +232,8 @@ def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):
 
 def test_a_jsonl_column_is_a_corpus_too(tmp_path):
     from jaxfeed.recipes.config import RunConfig
-    from jaxfeed.recipes.run import load_run_data
+    from jaxfeed.recipes.kinds.registry import kind_for
+    from jaxfeed.recipes.run_data import load_run_data
 
     path = tmp_path / "docs.jsonl"
     lines = alphabet_lines(40)
@@ -240,9 +242,9 @@ def test_a_jsonl_column_is_a_corpus_too(tmp_path):
         config = RunConfig(data=str(path), task="lm", text_column=text_column)
         if text_column is None:  # one word per line is not free text: the column must be named
             with pytest.raises(ValueError, match="--task lm needs a text column"):
-                load_run_data(config)
+                load_run_data(config, None, kind_for)
             continue
-        run_data = load_run_data(config)
+        run_data = load_run_data(config, None, kind_for)
         assert run_data.task == "lm" and run_data.columns.inputs == ["body"]
         assert run_data.columns.kind == "lm" and run_data.labels == []
         assert run_data.splits.train.num_rows == 36 and run_data.splits.eval.num_rows == 4

@@ -12,7 +12,6 @@ import csv
 import json
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -145,10 +144,10 @@ def test_a_given_tokenizer_without_eos_is_refused_for_texts_put_end_to_end(tmp_p
 
 
 def test_the_checkpoints_eos_token_id_separates_texts_when_the_tokenizer_has_none():
-    from jaxfeed.recipes.hub_checkpoint import config_eos
+    from jaxfeed.recipes.sources.hub_checkpoint import _token_id
 
     def eos(config):
-        return config_eos(SimpleNamespace(config=config))
+        return _token_id(config.get("eos_token_id"))
 
     assert eos({"eos_token_id": 2}) == 2
     assert eos({"eos_token_id": [128001, 128009]}) == 128001  # Llama 3 lists several

@@ -16,7 +16,7 @@ from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 from jaxfeed.cli import main
 from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.evaluate import evaluate, predict
+from jaxfeed.recipes.serving.evaluate import evaluate, predict
 from jaxfeed.recipes.train import train
 
 MODEL_FILE = """

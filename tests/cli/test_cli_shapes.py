@@ -14,8 +14,7 @@ from flax import nnx
 from cli_helpers import train_with_defaults
 from jaxfeed.bench.small_data import shape_folder
 from jaxfeed.models import CNN
-from jaxfeed.recipes import budget
-from jaxfeed.recipes.config import RunConfig
+from jaxfeed.recipes.config import RunConfig, budget
 from jaxfeed.recipes.kinds.array import ArrayKind
 from jaxfeed.recipes.kinds.image import IMAGE_CNN, Augmented, ImageKind, augmented_floor
 from jaxfeed.recipes.spec import INPUTS, Preprocessing

@@ -267,7 +267,8 @@ def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path)
     from jaxfeed import Dataset
     from jaxfeed.recipes.config import RunConfig
     from jaxfeed.recipes.data import choose_columns
-    from jaxfeed.recipes.run import load_run_data
+    from jaxfeed.recipes.kinds.registry import kind_for
+    from jaxfeed.recipes.run_data import load_run_data
 
     cities = Dataset.from_dict(
         {"city": ["New York City", "Los Angeles West"] * 20, "y": [0, 1] * 20}
@@ -280,7 +281,7 @@ def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path)
     few = tmp_path / "few.csv"
     with open(few, "w", newline="") as f:
         csv.writer(f).writerows(rows)
-    run_data = load_run_data(RunConfig(data=str(few), label_column="stars"))
+    run_data = load_run_data(RunConfig(data=str(few), label_column="stars"), None, kind_for)
     assert run_data.notes == [
         "text: left out 2 rows of split 'train' whose 'review' is empty (rows 3, 10)"
     ]

@@ -13,7 +13,10 @@ from flax import nnx
 from jaxfeed import DataLoader, Dataset, Packing, Padding, Trainer, export, load_exported
 from jaxfeed.models import TransformerClassifier, TransformerLM
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.models import build_model
+from jaxfeed.recipes.kinds.registry import kind_of
+from jaxfeed.recipes.sources.registry import source_for
+from jaxfeed.recipes.train.trainer import RunParts
+from jaxfeed.recipes.train.trainer import build_model as build_run_model
 from jaxfeed.serve.export import rebuild
 from jaxfeed.text import generate, tokenize, train_tokenizer
 from jaxfeed.train.generation import compilations
@@ -297,6 +300,12 @@ def test_classifier_as_a_regressor():
     assert out.shape == (2, 1)
     assert result["loss"] == pytest.approx(float(np.mean((out[:, 0] - batch["y"]) ** 2)), rel=1e-5)
     assert result["mae"] == pytest.approx(float(np.mean(np.abs(out[:, 0] - batch["y"]))), rel=1e-5)
+
+
+def build_model(config, prep, outputs, seed):
+    """The model the command builds for ``config`` and ``prep`` (its kind's and source's)."""
+    parts = RunParts(config, prep, kind_of(prep), source_for(config.model_spec), outputs)
+    return build_run_model(parts)
 
 
 def test_cli_registry_builds_the_transformers_by_name():

@@ -5,8 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jaxfeed.recipes import budget
-from jaxfeed.recipes.config import RunConfig
+from jaxfeed.recipes.config import RunConfig, budget
 
 
 def test_a_small_set_gets_a_small_batch_and_a_floor_of_steps():

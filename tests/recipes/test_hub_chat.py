@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from jaxfeed.recipes import hub_generate
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.hub_generate import TEMPLATE_FILE, chat_prompts, chat_template
+from jaxfeed.recipes.serving import hub_generate
+from jaxfeed.recipes.serving.hub_generate import TEMPLATE_FILE, chat_prompts, chat_template
 from models.hub.chat_templates import CHATML, LLAMA3, checkpoint
 
 

@@ -14,7 +14,6 @@ from jaxfeed.recipes.config import BUILTIN_MODELS, ConfigError, RunConfig
 from jaxfeed.recipes.config.model_spec import ModelSpec, parse_model
 from jaxfeed.recipes.data import choose_splits
 from jaxfeed.recipes.kinds.builtins import BUILTINS
-from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.registry import KINDS, kind_for, kind_of
 from jaxfeed.recipes.kinds.table import TableOptions
 from jaxfeed.recipes.spec import Preprocessing
@@ -60,13 +59,11 @@ def test_registry_chooses_the_kind():
         "image": "ImageKind", "array": "ArrayKind", "table": "TableKind",
         "audio": "AudioKind", "text": "TextKind", "lm": "LMKind",
     }  # fmt: skip
-    assert kind_for("text", "lm", None).name == "lm"
-    assert kind_for("text", "classification", parse_model("transformer")).name == "text"
-    hub = kind_for("image", "classification", parse_model("hf:org/vit"))
-    assert isinstance(hub, HubKind) and hub.inner is KINDS["image"]
+    assert kind_for("text", "lm") is KINDS["lm"]
+    assert kind_for("text", "classification") is KINDS["text"]
+    assert kind_for("image", "classification") is KINDS["image"]
     prep = Preprocessing("table", ["a"], "y", [1], "regression")
     assert kind_of(prep) is KINDS["table"]
-    assert isinstance(kind_of(prep, model=parse_model("./ckpt")), HubKind)
 
 
 def test_defaults_units_and_next_steps():
@@ -86,7 +83,7 @@ def test_unknown_kind_is_refused_when_planned():
         task="classification",
     )
 
-    kind = kind_for("binary", "classification", None)
+    kind = kind_for("binary", "classification")
     with pytest.raises(
         ConfigError, match="cannot learn from the input column 'blob': it is binary"
     ):

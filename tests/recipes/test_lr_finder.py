@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from cli_helpers import run_main
-from jaxfeed.recipes import lr_finder
+from jaxfeed.recipes.train import lr_finder
 
 
 def test_the_choice_is_a_tenth_of_the_rate_at_the_lowest_smoothed_loss():

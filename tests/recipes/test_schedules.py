@@ -6,8 +6,8 @@ import pytest
 
 from jaxfeed.cli.options import parse_train
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.models import build_optimizer
-from jaxfeed.recipes.schedules import build_schedule
+from jaxfeed.recipes.config.optimizers import build_optimizer
+from jaxfeed.recipes.config.schedules import build_schedule
 
 
 def test_any_optax_schedule_with_its_arguments_and_the_old_names():
@@ -19,7 +19,7 @@ def test_any_optax_schedule_with_its_arguments_and_the_old_names():
     )  # fmt: skip
     lr = build_schedule(config, 20)
     assert [float(lr(s)) for s in (0, 3, 4, 8)] == pytest.approx([0.5, 0.5, 0.05, 0.025])
-    yaml_keys = RunConfig(schedule={"class_path": "optax.piecewise_constant_schedule",
+    yaml_keys = RunConfig(lr=1e-3, schedule={"class_path": "optax.piecewise_constant_schedule",
                                     "init_args": {"boundaries_and_scales": {"4": 0.1}}})  # fmt: skip
     assert float(build_schedule(yaml_keys, 20)(5)) == pytest.approx(1e-4)
 
@@ -73,7 +73,7 @@ def test_any_optax_schedule_with_its_arguments_and_the_old_names():
 )  # fmt: skip
 def test_a_wrong_schedule_is_refused_naming_it(schedule, message):
     with pytest.raises(ConfigError) as err:
-        build_schedule(RunConfig(schedule=schedule), 10)
+        build_schedule(RunConfig(lr=1e-3, schedule=schedule), 10)
     assert message in str(err.value)
     with pytest.raises(ConfigError, match=r"schedule must be the name of an optax schedule"):
         RunConfig().replace({"schedule": "1cycle!"}, "flags")

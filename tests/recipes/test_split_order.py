@@ -9,13 +9,14 @@ from jaxfeed import Dataset
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes.config import RunConfig
 from jaxfeed.recipes.data import choose_splits
-from jaxfeed.recipes.run import load_run_data
+from jaxfeed.recipes.kinds.registry import kind_for
+from jaxfeed.recipes.run_data import load_run_data
 
 
 def test_a_corpus_split_in_blocks_keeps_its_line_order(tmp_path):
     path = tmp_path / "numbered.txt"
     path.write_text("".join(f"line {i}\n" for i in range(300)))
-    data = load_run_data(RunConfig(data=str(path), task="lm"))
+    data = load_run_data(RunConfig(data=str(path), task="lm"), None, kind_for)
     numbers = {}
     for name in ("train", "eval"):
         texts = getattr(data.splits, name)["text"][:]
@@ -28,7 +29,7 @@ def test_a_corpus_split_in_blocks_keeps_its_line_order(tmp_path):
         data.splits.note
     )
     # rows of a table (one text each, --sample-by line) are still split at random
-    lines = load_run_data(RunConfig(data=str(path), task="lm", sample_by="line"))
+    lines = load_run_data(RunConfig(data=str(path), task="lm", sample_by="line"), None, kind_for)
     assert "at random" in lines.splits.note
 
 

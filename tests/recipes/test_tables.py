@@ -8,8 +8,8 @@ import pytest
 from jaxfeed import Dataset, load_dataset
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.data import choose_columns
-from jaxfeed.recipes.evaluate import _expand
 from jaxfeed.recipes.kinds.table import TableOptions, plan_table
+from jaxfeed.recipes.serving.evaluate import _expand
 
 ROWS = {
     "id": list(range(100, 130)),

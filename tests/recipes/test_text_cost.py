@@ -12,8 +12,8 @@ from flax import nnx
 
 from jaxfeed import Dataset
 from jaxfeed.models import TransformerClassifier
-from jaxfeed.recipes.budget import auto_batch, resolve
 from jaxfeed.recipes.config import RunConfig
+from jaxfeed.recipes.config.budget import auto_batch, resolve
 from jaxfeed.recipes.kinds.lm import LMKind
 from jaxfeed.recipes.kinds.text import TextKind, forward_flops, transformer_shape
 from jaxfeed.recipes.spec import Preprocessing

@@ -132,4 +132,7 @@ def test_which_models_may_skip_the_export():
     """Models of your own only: a Hub checkpoint is jaxfeed's own family, whether named
     ``hf:ORG/NAME`` or by its folder (the old rule, ``:`` in ``--model``, let ``hf:`` ids pass)."""
     names = ("net.py:Net", "pkg.nets.Net", "hf:org/bert", "./bert", "cnn")
-    assert [may_skip_export(parse_model(m)) for m in names] == [True, True, False, False, False]
+    from jaxfeed.recipes.sources.registry import source_for
+
+    skips = [may_skip_export(source_for(parse_model(m))) for m in names]
+    assert skips == [True, True, False, False, False]

@@ -14,7 +14,8 @@ from hub_checkpoints import VOCAB, save_checkpoint
 from jaxfeed import Dataset
 from jaxfeed.recipes.config import RunConfig
 from jaxfeed.recipes.kinds.text import TextKind, tokenized
-from jaxfeed.recipes.tokenizer import token_batch
+from jaxfeed.recipes.sources.hub_checkpoint import open_checkpoint, pretrained_inputs
+from jaxfeed.recipes.text.tokenizer import token_batch
 from jaxfeed.serve.spec import SpecError, text_options
 
 LONG = " ".join(f"w{i}" for i in range(10, 30))  # 20 words: past the checkpoint's 8 tokens
@@ -40,8 +41,8 @@ def plans(tmp_path_factory):
             columns=SimpleNamespace(inputs=["text"], label="label"),
             task="classification",
         )
-        checkpoint = SimpleNamespace(spec=f"./{side}", folder=folder, model_type="bert")
-        prep, _ = TextKind().plan_pretrained(checkpoint, run_data, RunConfig())
+        pretrained = pretrained_inputs(open_checkpoint(str(folder), hashed=False))
+        prep, _ = TextKind().plan(run_data, RunConfig(), pretrained)
         TextKind().reopen(prep, run_data, folder)  # the run's tokenizer loaded, as eval does
         reference = transformers.AutoTokenizer.from_pretrained(folder)
         out[side] = prep, train, reference(LONG, truncation=True)["input_ids"]

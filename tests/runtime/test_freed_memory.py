@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import pytest
 
 from jaxfeed.recipes.config import RunConfig
-from jaxfeed.recipes.models import ReleaseFreedMemory, build_trainer
+from jaxfeed.recipes.kinds.registry import kind_of
+from jaxfeed.recipes.sources.registry import source_for
 from jaxfeed.recipes.spec import Preprocessing
+from jaxfeed.recipes.train.trainer import ReleaseFreedMemory, RunParts, build_trainer
 from jaxfeed.runtime import freed_memory
 
 
@@ -32,12 +34,10 @@ def test_each_compilation_is_followed_by_a_trim():
 
 
 def test_the_command_hands_memory_back_at_each_epoch_end():
-    trainer_callbacks = build_trainer(
-        RunConfig(model="mlp", epochs=1, batch_size=4),
-        Preprocessing("array", ["x"], "y", [3]),
-        2,
-        1,
-    ).callbacks
+    config = RunConfig(model="mlp", epochs=1, batch_size=4, lr=1e-3)
+    prep = Preprocessing("array", ["x"], "y", [3])
+    parts = RunParts(config, prep, kind_of(prep), source_for(config.model_spec), 2)
+    trainer_callbacks = build_trainer(parts).callbacks
     release = [c for c in trainer_callbacks if isinstance(c, ReleaseFreedMemory)]
     assert len(release) == 1
     before = freed_memory.trims()

@@ -579,7 +579,7 @@ MUTATIONS = [
     ),
     Mutation(
         "budget-ignores-grad-accum",
-        "src/jaxfeed/recipes/budget.py",
+        "src/jaxfeed/recipes/config/budget.py",
         "steps = max(1, batches // max(config.grad_accum, 1))",
         "steps = max(1, batches)",
         [
@@ -590,7 +590,7 @@ MUTATIONS = [
     ),
     Mutation(
         "lr-auto-rate-at-minimum",
-        "src/jaxfeed/recipes/lr_finder.py",
+        "src/jaxfeed/recipes/train/lr_finder.py",
         '"lr": float(f"{chosen:.2g}"),',
         '"lr": float(f"{at_min:.2g}"),',
         [

@@ -55,8 +55,10 @@ def train(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.evaluate import evaluate as run_eval  # import cost: JAX and pyarrow
-    from jaxfeed.recipes.evaluate import format_evaluation  # import cost: JAX and pyarrow
+    from jaxfeed.recipes.serving.evaluate import (
+        evaluate as run_eval,  # import cost: JAX and pyarrow
+    )
+    from jaxfeed.recipes.serving.evaluate import format_evaluation  # import cost: JAX and pyarrow
 
     _compile_cache(args.compile_cache)
     result = run_eval(
@@ -95,8 +97,11 @@ def predict(args: argparse.Namespace) -> int:
     output = args.output
     if output is not None and not output.lower().endswith(OUTPUT_KINDS):
         raise ConfigError(f"--output {output}: give a .csv or .jsonl file")
-    from jaxfeed.recipes.evaluate import UNSEEN, iter_predictions  # import cost: JAX and pyarrow
-    from jaxfeed.recipes.text_serve import shown_input  # import cost: JAX and pyarrow
+    from jaxfeed.recipes.serving.evaluate import (  # import cost: JAX and pyarrow
+        UNSEEN,
+        iter_predictions,
+    )
+    from jaxfeed.recipes.serving.text_serve import shown_input  # import cost: JAX and pyarrow
 
     _compile_cache(args.compile_cache)
     notes: list[str] = []
@@ -163,8 +168,13 @@ def _generate(args: argparse.Namespace) -> int:
         _check_utf8(prompt, f"PROMPT {i + 1}")
     for text in args.stop or []:
         _check_utf8(text, "--stop")
-    from jaxfeed.recipes.hub_generate import generate_pretrained, is_pretrained  # import cost
-    from jaxfeed.recipes.text_serve import generate as run_generate  # import cost: JAX, pyarrow
+    from jaxfeed.recipes.serving.generate import (
+        generate as run_generate,  # import cost: JAX, pyarrow
+    )
+    from jaxfeed.recipes.serving.hub_generate import (  # import cost
+        generate_pretrained,
+        is_pretrained,
+    )
 
     _compile_cache(args.compile_cache)
     if is_pretrained(args.run_dir):  # hf:ORG/NAME or a Hub-format folder: no run
@@ -211,7 +221,9 @@ def _check_utf8(text: str, name: str) -> None:
 
 
 def export(args: argparse.Namespace) -> int:
-    from jaxfeed.recipes.hub_export import export_hf  # import cost: JAX, flax and the Hub layer
+    from jaxfeed.recipes.serving.hub_export import (
+        export_hf,  # import cost: JAX, flax and the Hub layer
+    )
 
     out = export_hf(args.run_dir, args.out, args.checkpoint, merge=getattr(args, "merge", False))
     how = (

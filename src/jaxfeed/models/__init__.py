@@ -20,7 +20,7 @@ _EXPORTS = {
     "preprocessor": "jaxfeed.models.hub",
     "save_pretrained": "jaxfeed.models.hub",
     "LinenCNN": "jaxfeed.models.linen",
-    "LoRA": "jaxfeed.models.lora",
+    "LoRA": "jaxfeed.models.lora_settings",
     "CNN": "jaxfeed.models.nnx",
     "MLP": "jaxfeed.models.nnx",
     "max_pool_2x2": "jaxfeed.models.pool",
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from jaxfeed.models.conv import im2col_conv
     from jaxfeed.models.hub import from_pretrained, preprocessor, save_pretrained
     from jaxfeed.models.linen import LinenCNN
-    from jaxfeed.models.lora import LoRA
+    from jaxfeed.models.lora_settings import LoRA
     from jaxfeed.models.nnx import CNN, MLP
     from jaxfeed.models.pool import max_pool_2x2
     from jaxfeed.models.transformer import TransformerClassifier, TransformerLM

@@ -1,6 +1,7 @@
 """Low-rank adapters (LoRA) on frozen linear layers, optionally over int8 weights.
 
-:class:`LoRA` is the setting (``rank``, ``alpha``, ``targets``, ``dropout``), validated when made.
+:class:`LoRA` is the setting (``rank``, ``alpha``, ``targets``, ``dropout``), validated when made
+(:mod:`jaxfeed.models.lora_settings`, which needs no JAX).
 :class:`LoRALinear` replaces an ``nnx.Linear``: it keeps the layer's ``kernel`` and ``bias`` (the
 frozen weights, under the same names, so a checkpoint's rules still find them) and adds
 ``lora_a`` ``[in, rank]`` and ``lora_b`` ``[rank, out]`` (:class:`LoRAParam`, float32), so that
@@ -22,17 +23,11 @@ dequantized into the layer's compute dtype inside the matmul; the adapters stay 
 True
 >>> layer.lora_a[...].shape, layer.lora_b[...].shape
 ((4, 2), (2, 3))
->>> LoRA(rank=0)
-Traceback (most recent call last):
-...
-ValueError: LoRA rank must be a positive int, got 0
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -40,57 +35,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed._base.extras import require
+from jaxfeed.models.lora_settings import QUANTIZE, LoRA
 from jaxfeed.models.nnx import axes
-
-QUANTIZE = ("int8",)
-
-
-@dataclass(frozen=True)
-class LoRA:
-    """Low-rank adapters to add to a model's linear layers (PEFT's ``LoraConfig``).
-
-    ``rank`` (PEFT's ``r``) and ``alpha`` (``lora_alpha``): the update is ``A B * alpha / rank``.
-    ``targets``: module names of the checkpoint (``"q_proj"``, ``"value"``, ``"c_attn"``), each
-    matching every module whose dotted name ends with it, as PEFT's ``target_modules``; None takes
-    the family's query and value projections. ``dropout``: on the adapters' input, in training.
-
-    >>> LoRA(targets=["q_proj", "v_proj"]).targets
-    ('q_proj', 'v_proj')
-    >>> LoRA(rank=4, alpha=8).scaling
-    2.0
-    """
-
-    rank: int = 8
-    alpha: float = 16
-    targets: Sequence[str] | None = None
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"LoRA rank must be a positive int, got {self.rank!r}")
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
-            raise ValueError(f"LoRA alpha must be a positive number, got {alpha!r}")
-        dropout = self.dropout
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, int | float)
-            or not (0.0 <= dropout < 1.0)
-        ):
-            raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r}")
-        targets = self.targets
-        if targets is not None:
-            if isinstance(targets, str):
-                targets = [t for t in targets.split(",") if t.strip()]
-            targets = tuple(str(t).strip() for t in targets)
-            if not targets or any(not t for t in targets):
-                raise ValueError(f"LoRA targets must be module names, got {self.targets!r}")
-            object.__setattr__(self, "targets", targets)
-
-    @property
-    def scaling(self) -> float:
-        """``alpha / rank``, the factor of the adapters' update."""
-        return float(self.alpha) / self.rank
 
 
 class LoRAParam(nnx.Param):

@@ -9,9 +9,9 @@
 * :mod:`~jaxfeed.recipes.kinds`: one ``Kind`` per input kind (image, array, table, audio, text,
   language model; a Hub checkpoint wraps one) that plans, prepares, builds the model, serves and
   exports; its registry chooses a run's; the built-in models' table.
-* :mod:`~jaxfeed.recipes.models`: the model (through the run's kind), optimizer and schedule,
+* :mod:`~jaxfeed.recipes.train.trainer`: the model (through the run's kind), optimizer and schedule,
   the trainer.
-* :mod:`~jaxfeed.recipes.train`, :mod:`~jaxfeed.recipes.evaluate`, :mod:`~jaxfeed.recipes.report`:
+* :mod:`~jaxfeed.recipes.train`, :mod:`~jaxfeed.recipes.serving.evaluate`, :mod:`~jaxfeed.recipes.report`:
   the recipes and their reports; :mod:`~jaxfeed.recipes.interrupt`: reliable Ctrl-C.
 
 Only :mod:`~jaxfeed.recipes.config` is imported here: it needs neither JAX nor pyarrow.

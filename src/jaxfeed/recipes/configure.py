@@ -1,7 +1,9 @@
 """A run's options: defaults, then a config file, then the command line, or a resumed run's own
 ``config.json`` (:func:`configure`). It sits above :mod:`jaxfeed.recipes.config` (the options
 themselves) and :mod:`jaxfeed.recipes.run` (run folders), and checks the optimizer and schedule
-against optax before any data is read."""
+against optax before any data is read. The options a run leaves out that depend on its model
+(``--lr``, a fine-tune's epochs and warmup) stay unset here: the run's model source fills them
+in at one moment (:meth:`jaxfeed.recipes.sources.base.ModelSource.defaults`)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,11 @@ from typing import Any
 
 from jaxfeed.recipes.config.files import read_config_file
 from jaxfeed.recipes.config.groups import ConfigError
+from jaxfeed.recipes.config.optimizers import LEGACY_OPTIMIZERS, optimizer_factory
 from jaxfeed.recipes.config.record import read_run
 from jaxfeed.recipes.config.run_config import RunConfig
-from jaxfeed.recipes.hub_checkpoint import FINE_TUNE, LORA_LR
-from jaxfeed.recipes.optimizers import LEGACY_OPTIMIZERS, optimizer_factory
+from jaxfeed.recipes.config.schedules import build_schedule
 from jaxfeed.recipes.run import absolute_paths, check_out_folder
-from jaxfeed.recipes.schedules import build_schedule
 
 
 def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
@@ -55,44 +56,12 @@ def configure(flags: dict[str, Any], config_file: str | None = None) -> RunConfi
                     f"configuration (only {allowed} may change)"
                 )
         return wanted
-    given = set(flags)
     if config_file is not None:
         values = read_config_file(config_file)
-        given |= set(values)
         config = config.replace(values, f"--config {config_file}")
     config = config.replace(flags, "command line")
-    spec = config.model_spec
-    if spec is not None and spec.source == "hub":  # fine-tuning: the options left out (its
-        # epochs are the budget's, which says they are the default: HubKind.default_epochs)
-        config = config.replace(
-            {k: v for k, v in FINE_TUNE.items() if k not in given and k != "epochs"},
-            "fine-tuning defaults",
-        )
-    config = _check_lora(config, given)
     _check_optimizer(config)
     return config.replace(absolute_paths(paths_of(config)), "command line")
-
-
-def _check_lora(config: RunConfig, given: set[str]) -> RunConfig:
-    """``--lora`` and its companions: only on a Hub checkpoint; ``--quantize`` only with it; the
-    learning rate of adapters when none is given."""
-    if config.lora is None:
-        for name in ("lora_alpha", "lora_targets", "quantize"):
-            if getattr(config, name) is not None:
-                flag = "--" + name.replace("_", "-")
-                why = " freezes the weights, so nothing would train" if name == "quantize" else ""
-                raise ConfigError(f"{flag}{why}: give --lora RANK (the adapters' rank)")
-        if config.lora_dropout:
-            raise ConfigError("--lora-dropout: give --lora RANK (the adapters' rank)")
-        return config
-    spec = config.model_spec
-    if spec is None or spec.source != "hub":
-        raise ConfigError(
-            f"--lora {config.lora}: adapters train on a pretrained model's frozen weights; give "
-            "--model hf:ORG/NAME or a checkpoint folder (a model trained from scratch trains "
-            "every weight)"
-        )
-    return config.replace({"lr": LORA_LR} if "lr" not in given else {}, "LoRA defaults")
 
 
 def _check_moved_data(new: str, old: str, resolved: dict[str, Any], out: Path) -> None:
@@ -131,6 +100,6 @@ def _check_optimizer(config: RunConfig) -> None:
     name, args = config.component("optimizer")
     if name not in LEGACY_OPTIMIZERS or args:
         optimizer_factory(name)
-    if config.lr == "auto":  # the range test picks it later; any value checks the schedule
+    if not isinstance(config.lr, float):  # auto, or the model's default: any value checks it
         config = dataclasses.replace(config, lr=1e-3)
     build_schedule(config, 100)  # an unknown schedule or argument, before any data is read

@@ -32,9 +32,9 @@ from jaxfeed.data.load.builtin import BUILTIN
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.corpus import CORPUS_SUFFIXES
-from jaxfeed.recipes.corpus_reader import read_corpus
-from jaxfeed.recipes.text_columns import text_column_of
+from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
+from jaxfeed.recipes.text.corpus_reader import read_corpus
+from jaxfeed.recipes.text.text_columns import text_column_of
 
 EVAL_SPLITS = ("test", "validation")
 DEFAULT_VAL_SPLIT = 0.1
@@ -157,7 +157,7 @@ def fingerprint_changes(saved: dict[str, Any], new: dict[str, Any] | None) -> li
 
 def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Source:
     """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
-    ``corpus`` says: see :func:`jaxfeed.recipes.corpus_reader.read_corpus`)."""
+    ``corpus`` says: see :func:`jaxfeed.recipes.text.corpus_reader.read_corpus`)."""
     local = Path(path).expanduser()
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
@@ -499,7 +499,7 @@ def choose_columns(
     """The input columns and the label column, given or found.
 
     Without ``inputs``: the first image, audio or array column; else a column of free text
-    (``text_column``, or found: :mod:`jaxfeed.recipes.text_columns`); else every number, bool or
+    (``text_column``, or found: :mod:`jaxfeed.recipes.text.text_columns`); else every number, bool or
     string column of a table but the label (which of them are categories, identifiers or free
     text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
     text column alone, no label.

@@ -2,65 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from jaxfeed._base.files import FolderLock, LockedError, atomic_write
-from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.data.load.builtin import BUILTIN
-from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord, read_run
-from jaxfeed.recipes.config.model_spec import parse_model
-from jaxfeed.recipes.corpus import CONCAT
-from jaxfeed.recipes.kinds.registry import kind_for
-from jaxfeed.recipes.run_data import RunData as RunData
+from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
+from jaxfeed.recipes.sources.registry import absolute_model
 from jaxfeed.recipes.spec import Preprocessing
 
 BEST_METRIC = (
     "eval_loss"  # the default --monitor (jaxfeed.train.monitor: min, the earliest on ties)
 )
-
-
-def load_run_data(config: RunConfig, labels: list[str] | None = None) -> RunData:
-    """Detect and load ``config.data``; pick columns and task (the input kind's checks of its
-    rows: empty texts left out); encode class labels; split."""
-    corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
-    source = datamod.detect(config.data, config.data_dir, corpus)
-    train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
-    columns = datamod.choose_columns(
-        train_raw, config.input_columns, config.label_column, config.text_column, config.task
-    )
-    kind = kind_for(columns.kind, config.task, None)
-    data, notes = kind.clean(dict(source.data), columns)
-    task = kind.task or datamod.infer_task(train_raw, columns.label, config.task)
-    if task == "classification":
-        given = labels is not None
-        data, labels = datamod.encode_labels(data, columns.label, labels, vocabulary=train_raw)
-        if not given and len(labels) < 2:
-            found = f"one class ({labels[0]!r})" if labels else "no class"
-            raise ConfigError(
-                f"--data {config.data}: the label column {columns.label!r} has {found}; a "
-                "classifier needs two or more (an image folder: one subfolder per class)"
-            )
-    else:
-        labels = []
-    splits = datamod.choose_splits(
-        DatasetDict(data),
-        config.split_train,
-        config.split_eval,
-        config.val_split,
-        columns.label if task == "classification" else None,
-        config.seed,
-        in_order=task == "lm" and corpus == CONCAT,  # a corpus end to end keeps its order
-    )
-    return RunData(source, splits, columns, task, list(labels), notes)
-
-
-def outputs_of(task: str, labels: list[str]) -> int:
-    return len(labels) if task == "classification" else 1
 
 
 def is_run_folder(folder: Path) -> bool:
@@ -186,32 +141,7 @@ def preprocessing_of(record: RunRecord, where: str) -> Preprocessing:
     return Preprocessing.from_dict(record.resolved["preprocess"], where)
 
 
-def build_run_trainer(
-    record: RunRecord, run: Path, *, verbose: int = 0, trust_code: bool = False
-) -> tuple[Any, Preprocessing]:
-    """The trainer of a saved run (for eval and predict), before its weights are restored; a
-    model file of the user's is imported only with ``trust_code``."""
-    from jaxfeed.recipes.models import CodePolicy, build_trainer  # import cost: JAX, optax, flax
-
-    prep = preprocessing_of(record, str(run / "config.json"))
-    outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
-    policy = CodePolicy(named_by_run=True, copy=model_copy(record, run), trust=trust_code)
-    trainer = build_trainer(
-        record.options,
-        prep,
-        outputs,
-        1,
-        None,
-        verbose=verbose,
-        policy=policy,
-        class_weights=record.resolved.get("class_weights"),
-        log_lr=bool(record.resolved.get("lr_logged", False)),  # as the run's optimizer state
-    )
-    return trainer, prep
-
-
 # ---------------------------------------------------------------------------------- portability
-CODE_DIR = "code"  # the run's copy of a user's model file, for reference
 
 
 def is_url(text: str) -> bool:
@@ -233,45 +163,9 @@ def absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
             local = Path(text).expanduser()
             if local.exists():
                 out[key] = str(local.resolve())
-    model = out.get("model")
-    text = model.get("class_path") if isinstance(model, dict) else model
-    spec = parse_model(text) if isinstance(text, str) else None
-    if spec is None or (spec.source == "file" and is_url(spec.text)):
-        return out
-    if spec.source == "hub" and spec.path is not None and "/" in spec.path:  # a checkpoint folder
-        local = Path(spec.path).expanduser()
-        if local.is_dir():
-            out["model"] = (
-                {**model, "class_path": str(local.resolve())}
-                if isinstance(model, dict)
-                else str(local.resolve())
-            )
-    elif spec.source == "file":
-        local = Path(spec.path).expanduser()
-        if local.is_file():
-            resolved = f"{local.resolve()}:{spec.name}"
-            out["model"] = (
-                {**model, "class_path": resolved} if isinstance(model, dict) else resolved
-            )
+    if out.get("model") is not None:  # a model file, a checkpoint folder: its model source's
+        out["model"] = absolute_model(out["model"])
     return out
-
-
-def copy_model_code(config: RunConfig, out: Path) -> dict[str, Any] | None:
-    """Keep a copy of a user's model file in ``out/code/`` (for reference: imported only with
-    ``--trust-code``); returns what ``config.json`` records of it."""
-    spec = config.model_spec
-    if spec is None or spec.source != "file":  # no file: a built-in, a module or a Hub model
-        return None
-    source = Path(spec.path)
-    data = source.read_bytes()
-    target = out / CODE_DIR / source.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, data)
-    return {
-        "file": f"{CODE_DIR}/{source.name}",
-        "source": str(source),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
 
 
 def model_copy(record: RunRecord, run: Path) -> Path | None:

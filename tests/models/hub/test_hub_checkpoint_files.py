@@ -21,8 +21,8 @@ from jaxfeed.models.hub.audio_features import ASTFeatureExtractor
 from jaxfeed.models.hub.files import Weights, read_header, write_safetensors
 from jaxfeed.models.hub.image_processing import ImageProcessor
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.hub_checkpoint import check_unchanged, open_checkpoint
-from jaxfeed.recipes.hub_generate import chat_template
+from jaxfeed.recipes.serving.hub_generate import chat_template
+from jaxfeed.recipes.sources.hub_checkpoint import check_unchanged, open_checkpoint
 from jaxfeed.train.generation import generation_config
 
 

@@ -12,6 +12,9 @@ from jaxfeed._base import remote
 from jaxfeed._base.extras import require
 
 KINDS = ("bpe", "wordpiece", "unigram")
+# the names of special tokens in a vocabulary, most usual first (the first one found is used)
+EOS_NAMES = ("<eos>", "</s>", "<|endoftext|>", "<|eos|>", "[SEP]")
+PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>")
 _BATCH = 1000
 
 

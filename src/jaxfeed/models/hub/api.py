@@ -42,7 +42,8 @@ from jaxfeed.models.hub.files import (
 )
 from jaxfeed.models.hub.registry import family_of
 from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
-from jaxfeed.models.lora import QUANTIZE, LoRA
+from jaxfeed.models.lora import LoRA
+from jaxfeed.models.lora_settings import check_adapters
 
 # files a saved folder carries over from the checkpoint it came from
 CARRIED = (
@@ -93,7 +94,7 @@ def _dtype(value: Any, what: str) -> Any:
 
 
 def from_pretrained(
-    name_or_path: str | os.PathLike,
+    name_or_path: str | os.PathLike | Resolved,
     *,
     task: str | None = None,
     num_labels: int | None = None,
@@ -108,8 +109,9 @@ def from_pretrained(
     adapter: str | os.PathLike | None = None,
     quantize: str | None = None,
 ) -> nnx.Module:
-    """An NNX model with the ``task``'s head from a Hub checkpoint (a local folder in the Hub's
-    layout, or ``hf:org/name``/``org/name`` downloaded into the ``huggingface_hub`` cache).
+    """An NNX model with the ``task``'s head from a Hub checkpoint: a local folder in the Hub's
+    layout, ``hf:org/name``/``org/name`` downloaded into the ``huggingface_hub`` cache at
+    ``revision``, or one already resolved (:class:`~jaxfeed.models.hub.files.Resolved`).
 
     ``task``: ``"sequence-classification"``, ``"token-classification"``, ``"masked-lm"``,
     ``"feature-extraction"``, ... (default: what ``config.json``'s ``architectures`` names).
@@ -140,8 +142,8 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
-    _check_lora(lora, adapter, quantize)
-    resolved = resolve(name_or_path, revision)
+    check_adapters(lora, adapter, quantize)
+    resolved = _resolved(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
     family = family_of(config, folder / "config.json")
@@ -171,6 +173,19 @@ def from_pretrained(
     _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _resolved(name_or_path: str | os.PathLike | Resolved, revision: str | None) -> Resolved:
+    """The checkpoint's folder (and commit): ``name_or_path`` resolved at ``revision``, or as
+    already resolved."""
+    if not isinstance(name_or_path, Resolved):
+        return resolve(name_or_path, revision)
+    if revision is not None:
+        raise ValueError(
+            f"revision={revision!r}: the checkpoint is already resolved (at commit "
+            f"{name_or_path.commit}); give its id instead"
+        )
+    return name_or_path
 
 
 def _warn_load(folder: Path, task: str, report: Any, held: set[str]) -> None:
@@ -265,20 +280,6 @@ class _OneRule:
         return [self.rule]
 
 
-def _check_lora(lora: Any, adapter: Any, quantize: Any) -> None:
-    if lora is not None and not isinstance(lora, LoRA):
-        raise TypeError(f"lora= takes a jaxfeed.models.LoRA, got {type(lora).__name__}")
-    if lora is not None and adapter is not None:
-        raise ValueError("give lora= (new adapters) or adapter= (a saved one), not both")
-    if quantize is not None and quantize not in QUANTIZE:
-        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
-    if quantize is not None and lora is None and adapter is None:
-        raise ValueError(
-            f"quantize={quantize!r} freezes the weights: give lora= (or adapter=) so that "
-            "something trains"
-        )
-
-
 def _task_and_labels(
     family: Any, config: dict[str, Any], task: str | None, num_labels: int | None
 ) -> tuple[str, dict[str, Any]]:
@@ -346,7 +347,7 @@ def preprocessor(name_or_path: str | os.PathLike, *, revision: str | None = None
     ...
     jaxfeed.models.hub.files.CheckpointError: ... has no config.json: ...
     """
-    resolved = resolve(name_or_path, revision)
+    resolved = _resolved(name_or_path, revision)
     config = read_config(resolved.folder)
     family = family_of(config, resolved.folder / "config.json")
     if family.preprocessor is not None:

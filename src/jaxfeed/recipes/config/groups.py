@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from jaxfeed.models.lora_settings import QUANTIZE
+
 RUN_FORMAT = "jaxfeed-run"
 RUN_VERSION = 2
 TASKS = ("classification", "regression", "lm")
@@ -262,12 +264,15 @@ class ModelOptions:
         below=1.0,
         metavar="P",
     )
-    quantize: Literal["int8"] | None = option(
+    quantize: Literal[QUANTIZE] | None = option(  # type: ignore[valid-type]
         None,
         "with --lora: store the frozen weights of the transformer blocks as int8 with one scale "
         "per output channel (weight-only; the adapters stay float32) (default: off)",
         metavar="int8",
     )
+
+
+DEFAULT_LR = 1e-3  # --lr of the built-in models and your own (the Hub source has its own)
 
 
 @dataclass
@@ -300,12 +305,12 @@ class OptimOptions:
         "gets --lr as learning_rate and --weight-decay when it takes one (default: adamw)",
         metavar="NAME|SPEC",
     )
-    lr: float | Literal["auto"] = option(
-        1e-3,
+    lr: float | Literal["auto"] | None = option(
+        None,
         "peak learning rate, or auto: a short learning-rate range test before training picks it "
-        "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for every built-in "
-        "model and task; 5e-5 fine-tuning a Hub model, with --epochs 3 and a warmup over 10% of "
-        "the steps)",
+        "(the choice and the curve go to RUN/lr_finder.json) (default: 1e-3 for the built-in "
+        "models and your own; 5e-5 fine-tuning a Hub model and 2e-4 for its LoRA adapters, with "
+        "--epochs 3 and a warmup over 10% of the steps)",
         minimum=0.0,
         exclusive=True,
         metavar="LR|auto",

@@ -62,10 +62,13 @@ class ModelSpec:
             return Path(self.text.removeprefix(HUB_PREFIX)).name
         return self.name
 
-    @property
-    def is_code(self) -> bool:
-        """A model of your own (a file or a module): jaxfeed imports it (``--trust-code``)."""
-        return self.source in ("file", "module")
+    def names_builtin(self, name: str) -> bool:
+        """Whether ``--model`` is jaxfeed's built-in model ``name``.
+
+        >>> parse_model("cnn").names_builtin("cnn"), parse_model("net.py:cnn").names_builtin("cnn")
+        (True, False)
+        """
+        return self.source == "builtin" and self.name == name
 
 
 def is_hub_model(text: Any) -> bool:

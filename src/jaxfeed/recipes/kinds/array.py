@@ -12,7 +12,7 @@ import numpy as np
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import Preprocessing
 
 

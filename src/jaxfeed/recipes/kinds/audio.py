@@ -34,8 +34,18 @@ class AudioKind(Kind):
         if config.image_size is not None:
             raise ConfigError("--image-size: the input column holds audio, not images")
 
-    def plan(self, run_data: Any, config: RunConfig) -> tuple[Preprocessing, list[str]]:
+    def plan(self, run_data: Any, config: RunConfig,
+             pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """The clips' log-mel features planned from every split; with a Hub checkpoint
+        (``pretrained``), its front end (its ``preprocessor_config.json``, checked against the
+        model), clips resampled to its rate (:func:`jaxfeed.recipes.audio.plan_front_end`)."""
         columns = run_data.columns
+        if pretrained is not None:
+            extractor = pretrained.processor_with("num_mel_bins", "audio")
+            return audiomod.plan_front_end(
+                run_data.source.data, columns.inputs[0], columns.label, run_data.task, extractor,
+                pretrained.spec, config.sample_rate, config.clip_seconds,
+            )  # fmt: skip
         return audiomod.plan_audio(
             run_data.source.data, columns.inputs[0], columns.label, run_data.task,
             config.sample_rate, config.clip_seconds,
@@ -49,19 +59,6 @@ class AudioKind(Kind):
             f"the input column {inputs[0]!r} is audio: plan it with jaxfeed.recipes.audio.plan_audio"
         )
 
-    def plan_pretrained(self, checkpoint: Any, run_data: Any,
-                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        """The checkpoint's front end (its ``preprocessor_config.json``, checked against the
-        model), clips resampled to its rate (:func:`jaxfeed.recipes.audio.plan_front_end`)."""
-        from jaxfeed.recipes import hub_checkpoint as pretrained  # import cost: the Hub layer
-
-        columns = run_data.columns
-        extractor = pretrained.audio_processor(checkpoint)
-        return audiomod.plan_front_end(
-            run_data.source.data, columns.inputs[0], columns.label, run_data.task, extractor,
-            checkpoint.spec, config.sample_rate, config.clip_seconds,
-        )  # fmt: skip
-
     def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
         audiomod.scan_splits(run_data.source.data, prep.input_columns[0])
 
@@ -74,11 +71,6 @@ class AudioKind(Kind):
             sample_rate=audio.get("sample_rate", config.sample_rate),
             clip_seconds=audio.get("clip_seconds", config.clip_seconds),
         )
-
-    def wrap_pretrained(self, spec: str, model: Any) -> Any:
-        from jaxfeed.recipes import hub_checkpoint as pretrained  # import cost: the Hub layer
-
-        return pretrained.AudioModel(model)
 
     def loader_options(self, prep: Preprocessing, train: bool) -> dict[str, Any]:
         return {"row_transform": audiomod.row_transform(prep, train=train)}

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.kinds.builtins import BUILTINS, LINEN
-from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, TARGETS, Preprocessing
-from jaxfeed.recipes.user_models import CodePolicy, build_user_model, load_user_class
 from jaxfeed.serve.export import FUNCTION
 from jaxfeed.serve.spec import SpecError
 
@@ -33,7 +31,6 @@ class Kind:
     unit = "rows"  # what an epoch counts
     default_model = "cnn"  # --model when none is given
     tokens = False  # inputs are token ids (tokenizer.json, buckets or packing)
-    scores_pretrained = False  # a pretrained model is evaluated before fine-tuning (an LM)
     hub_task: str | None = None  # the Hub task of a checkpoint fine-tuned on it (none: refused)
     task: str | None = None  # the task the kind implies (a language model's), else inferred
 
@@ -56,17 +53,18 @@ class Kind:
         notes saying so (read as the data is loaded)."""
         return data, []
 
-    def before_plan(self, config: RunConfig, resumed: bool) -> RunConfig:
-        """Options the kind sets itself before planning (a checkpoint's image size)."""
-        return config
-
-    def pretrained_options(self, checkpoint: Any, config: RunConfig) -> RunConfig:
-        """A new run's options that a pretrained checkpoint sets (an image model's size)."""
+    def before_plan(self, config: RunConfig, resumed: bool,
+                    pretrained: Any = None) -> RunConfig:  # fmt: skip
+        """Options the kind sets itself before planning (``pretrained``: what a Hub checkpoint
+        fixes of the inputs, :class:`~jaxfeed.recipes.sources.hub_checkpoint.Pretrained`, handed
+        in by the model source: an image model's size)."""
         return config
 
     # ------------------------------------------------------------------ planning
-    def plan(self, run_data: RunData, config: RunConfig) -> tuple[Preprocessing, list[str]]:
-        """The run's preprocessing, planned on the train split, and what was chosen (lines)."""
+    def plan(self, run_data: RunData, config: RunConfig,
+             pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """The run's preprocessing, planned on the train split, and what was chosen (lines);
+        ``pretrained`` (from a Hub checkpoint) brings its tokenizer or front end."""
         columns = run_data.columns
         return self.plan_columns(
             run_data.splits.train, columns.inputs, columns.label, run_data.task,
@@ -92,18 +90,8 @@ class Kind:
         """The inputs' preprocessing, from the train split's ``inputs`` columns."""
         raise ConfigError(f"cannot learn from the input column {inputs[0]!r}: it is {self.name}")
 
-    def plan_pretrained(self, checkpoint: Any, run_data: RunData,
-                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        """The preprocessing with a pretrained checkpoint's (its tokenizer, its front end)."""
-        return self.plan(run_data, config)
-
     def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
         """The largest batch size the budget may choose for these inputs, and why (None: any)."""
-        return None
-
-    def default_epochs(self) -> tuple[int, str] | None:
-        """The run's epochs when ``--epochs`` is not given, and why (None: the budget's, from the
-        data)."""
         return None
 
     def reopen(self, prep: Preprocessing, run_data: RunData, out: Path) -> None:
@@ -156,32 +144,6 @@ class Kind:
         """The files a new run keeps beside ``config.json`` (a tokenizer)."""
 
     # ------------------------------------------------------------------ model
-    def build_model(self, config: RunConfig, prep: Preprocessing, outputs: int, seed: int,
-                    policy: CodePolicy | None = None) -> Any:  # fmt: skip
-        """The run's model: a built-in (:data:`~jaxfeed.recipes.kinds.builtins.BUILTINS`), the
-        Linen CNN of ``--api linen``, or a class of your own."""
-        spec = config.model_spec
-        name = spec.text if spec is not None else self.default_model
-        init_args = dict(spec.init_args) if spec is not None else {}
-        if config.api == "linen":
-            if name not in LINEN:
-                raise ConfigError("--api linen supports --model cnn only")
-            from jaxfeed.models.registry import MODEL_CLASSES  # import cost: flax
-
-            return MODEL_CLASSES[LINEN[name]](outputs, **init_args)
-        from flax import nnx  # import cost: flax, when a model is built
-
-        rngs = nnx.Rngs(seed)
-        if name in BUILTINS:
-            builtin = BUILTINS[name]
-            return builtin.build(builtin, self, prep, outputs, init_args, rngs)
-        cls = load_user_class(name, policy)
-        return build_user_model(name, cls, prep, outputs, init_args, rngs)
-
-    def wrap_pretrained(self, spec: str, model: Any) -> Any:
-        """A Hub checkpoint's model as the run calls it (an image model normalises pixels)."""
-        return model
-
     def trainer_options(self, config: RunConfig, prep: Preprocessing,
                         class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip
         """The Trainer's ``preprocess`` (on the device), ``targets``, ``loss`` and ``metrics``."""

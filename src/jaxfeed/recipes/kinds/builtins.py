@@ -134,6 +134,24 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in _TABLE}
 LINEN = {"cnn": "LinenCNN"}  # --api linen: the built-ins it has, and their Linen classes
 
 
+def build_builtin(spec: Any, kind: Any, prep: Any, outputs: int, config: Any) -> Any:
+    """The built-in model ``spec`` names (None: ``kind``'s default) for a run of ``kind`` and
+    ``prep`` with ``outputs`` outputs, seeded by ``config.seed``; the Linen CNN for ``--api
+    linen``."""
+    name = spec.text if spec is not None else kind.default_model
+    init_args = dict(spec.init_args) if spec is not None else {}
+    if config.api == "linen":
+        if name not in LINEN:
+            raise ConfigError("--api linen supports --model cnn only")
+        from jaxfeed.models.registry import MODEL_CLASSES  # import cost: flax, when built
+
+        return MODEL_CLASSES[LINEN[name]](outputs, **init_args)
+    from flax import nnx  # import cost: flax, when a model is built
+
+    builtin = BUILTINS[name]
+    return builtin.build(builtin, kind, prep, outputs, init_args, nnx.Rngs(config.seed))
+
+
 def with_init_args(config: Any, default_model: str, name: str, defaults: dict[str, Any]) -> Any:
     """``config`` whose model, when it is the built-in ``name`` (given, or ``default_model`` when
     ``--model`` is not), has ``defaults`` written into its init_args (those given win), so that
@@ -149,7 +167,7 @@ def with_init_args(config: Any, default_model: str, name: str, defaults: dict[st
     'mlp'
     """
     spec = config.model_spec
-    if spec is not None and (spec.source != "builtin" or spec.text != name):
+    if spec is not None and not spec.names_builtin(name):
         return config
     if spec is None and default_model != name:
         return config
@@ -159,4 +177,4 @@ def with_init_args(config: Any, default_model: str, name: str, defaults: dict[st
     )
 
 
-__all__ = ["BUILTINS", "LINEN", "Builtin", "construct", "with_init_args"]
+__all__ = ["BUILTINS", "LINEN", "Builtin", "build_builtin", "construct", "with_init_args"]

@@ -17,11 +17,11 @@ import numpy as np
 
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Image
-from jaxfeed.recipes.budget import STEP_FLOOR
 from jaxfeed.recipes.config import ConfigError, RunConfig, parse_colour
+from jaxfeed.recipes.config.budget import STEP_FLOOR
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.builtins import with_init_args
-from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, Preprocessing
 from jaxfeed.serve.spec import CHANNELS, has_alpha
 
@@ -63,23 +63,37 @@ class ImageKind(Kind):
     def __init__(self, name: str = "image") -> None:
         super().__init__(name)
 
-    def before_plan(self, config: RunConfig, resumed: bool) -> RunConfig:
-        """A new run's built-in ``cnn`` with :data:`IMAGE_CNN` in its init_args (a resumed run
-        keeps the model it recorded)."""
-        return config if resumed else with_init_args(config, self.default_model, "cnn", IMAGE_CNN)
+    def before_plan(self, config: RunConfig, resumed: bool,
+                    pretrained: Any = None) -> RunConfig:  # fmt: skip
+        """A new run's built-in ``cnn`` with :data:`IMAGE_CNN` in its init_args; with a Hub
+        checkpoint (``pretrained``), its image size and RGB (another size given is refused). A
+        resumed run keeps what it recorded."""
+        if resumed:
+            return config
+        if pretrained is None:
+            return with_init_args(config, self.default_model, "cnn", IMAGE_CNN)
+        pretrained.processor_with("image_mean", "image")
+        h, w = pretrained.image_size
+        if config.image_size is not None and config.image_hw() != (h, w):
+            raise ConfigError(
+                f"--image-size {config.image_size}: --model {pretrained.spec} takes {h}x{w} "
+                "images (its preprocessor_config.json); drop --image-size"
+            )
+        if config.image_mode not in (None, "RGB"):
+            raise ConfigError(
+                f"--image-mode {config.image_mode}: --model {pretrained.spec} takes RGB images"
+            )
+        return dataclasses.replace(config, image_size=f"{h}x{w}", image_mode="RGB")
 
-    def pretrained_options(self, checkpoint: Any, config: RunConfig) -> RunConfig:
-        """The checkpoint's image size and RGB (another size given is refused)."""
-        from jaxfeed.recipes import hub_checkpoint  # import cost: the Hub layer
-
-        return hub_checkpoint.image_options(checkpoint, config)
-
-    def plan_pretrained(self, checkpoint: Any, run_data: Any,
-                        config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        """:meth:`plan` at the checkpoint's size and mode, which the line credits to it (not to
-        ``--image-size`` and ``--image-mode``, which the user did not give)."""
-        prep, notes = self.plan(run_data, config)
-        spec = getattr(checkpoint, "spec", "the checkpoint")
+    def plan(self, run_data: Any, config: RunConfig,
+             pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        """The images' preprocessing; with a Hub checkpoint at its size and mode, which the line
+        credits to it (not to ``--image-size`` and ``--image-mode``, which the user did not
+        give)."""
+        prep, notes = super().plan(run_data, config)
+        if pretrained is None:
+            return prep, notes
+        spec = pretrained.spec
         notes = [
             n.replace("(--image-size)", f"(the size {spec} takes)").replace(
                 "(--image-mode;", f"(the mode {spec} takes;"
@@ -118,11 +132,6 @@ class ImageKind(Kind):
         if ds.features[column] != Image(mode=mode):
             ds = ds.cast_column(column, Image(mode=mode))
         return ds
-
-    def wrap_pretrained(self, spec: str, model: Any) -> Any:
-        from jaxfeed.recipes import hub_checkpoint  # import cost: the Hub layer
-
-        return hub_checkpoint.image_model(spec, model)
 
     def trainer_options(self, config: RunConfig, prep: Preprocessing,
                         class_weights: list[float] | None) -> dict[str, Any]:  # fmt: skip

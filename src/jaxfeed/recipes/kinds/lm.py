@@ -1,5 +1,5 @@
 """Language models (``--task lm``): the text itself is the target, its token rows packed into
-windows of ``--seq-len`` (:mod:`jaxfeed.recipes.corpus`: a corpus's texts put end to end, or one
+windows of ``--seq-len`` (:mod:`jaxfeed.recipes.text.corpus`: a corpus's texts put end to end, or one
 segment per text with ``--sample-by``); an epoch counts texts; perplexity is the figure;
 ``jaxfeed generate`` uses the run. A causal LM checkpoint brings its tokenizer and context."""
 
@@ -13,24 +13,22 @@ import numpy as np
 
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.loading.packing import Packing
-from jaxfeed.recipes import hub_checkpoint as pretrained
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.corpus import (
-    CONCAT,
-    concatenate,
-    ends_with_line_breaks,
-    no_separator,
-    separator,
-)
+from jaxfeed.recipes.kinds.objectives import LM_LOSS, lm_metrics
 from jaxfeed.recipes.kinds.text import (
     TextKind,
     checkpoint_notes,
     checkpoint_tokenizer,
     tokenized,
 )
-from jaxfeed.recipes.objectives import LM_LOSS, lm_metrics
 from jaxfeed.recipes.spec import TEXT_COLUMNS, Preprocessing
-from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
+from jaxfeed.recipes.text.corpus import (
+    CONCAT,
+    concatenate,
+    ends_with_line_breaks,
+    no_separator,
+    separator,
+)
 
 LM_SEQ_LEN = 128  # --seq-len of a language model by default
 HUB_SEQ_LEN = 1024  # ... of a causal LM checkpoint, at most its context (as run_clm)
@@ -47,7 +45,6 @@ class LMKind(TextKind):
     """
 
     unit = "texts"  # an LM's epochs count packed rows of its texts
-    scores_pretrained = True  # its perplexity before fine-tuning, in the summary
     hub_task = "causal-lm"
     task = "lm"  # no label: the text is the target
     token_columns = TEXT_COLUMNS  # ids, mask, segments and positions of packed rows
@@ -108,36 +105,38 @@ class LMKind(TextKind):
         )
         return [seq_len]
 
-    def plan_pretrained(self, checkpoint: Any, run_data: Any,
+    def plan(self, run_data: Any, config: RunConfig,
+             pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        if pretrained is not None:
+            return self.plan_pretrained(pretrained, run_data, config)
+        return super().plan(run_data, config)
+
+    def plan_pretrained(self, pretrained: Any, run_data: Any,
                         config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         """``--task lm`` on a causal LM checkpoint: its ``tokenizer.json`` (no tokenizer trained),
         texts packed into rows of ``--seq-len`` tokens (default: the context, at most
         :data:`HUB_SEQ_LEN`); texts put end to end are separated by the tokenizer's
-        end-of-sequence token, else the one ``config.json`` sets."""
-        if config.tokenizer is not None:
-            raise ConfigError(
-                f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop "
-                "--tokenizer"
-            )
-        spec = checkpoint.spec
-        tokenizer = checkpoint_tokenizer(checkpoint, f"--model {spec}: it has no tokenizer.json")
-        context = pretrained.context_of(checkpoint)
+        end-of-sequence token, else the one ``config.json`` sets (``pretrained``: what the model
+        source handed in)."""
+        spec = pretrained.spec
+        tokenizer = checkpoint_tokenizer(pretrained, config, "a corpus")
+        context = pretrained.context
         seq_len = config.seq_len or min(HUB_SEQ_LEN, context or HUB_SEQ_LEN)
         if context is not None and seq_len > context:
             raise ConfigError(
-                f"--seq-len {seq_len}: {spec} ({checkpoint.model_type}) takes at most "
+                f"--seq-len {seq_len}: {spec} ({pretrained.model_type}) takes at most "
                 f"{context} positions (its config.json); give --seq-len {context} or less"
             )
-        source = str(checkpoint.folder / TOKENIZER_FILE)
+        source = str(pretrained.tokenizer_file)
         options = dataclasses.replace(config, tokenizer=source, seq_len=seq_len)
         prep, notes = self.plan_text(
             run_data.splits.train, run_data.columns.inputs[0], None, "lm", options,
-            eos_fallback=pretrained.config_eos(checkpoint), owner=f"--model {spec}",
+            eos_fallback=pretrained.eos_id, owner=f"--model {spec}",
         )  # fmt: skip
         eos = prep.text.get("eos_id")
         pad = (tokenizer.padding or {}).get("pad_id")
         if pad is None:
-            pad = checkpoint.config.get("pad_token_id")
+            pad = pretrained.pad_id
         if isinstance(pad, int):
             prep.text["pad_id"] = pad
         elif eos is not None:  # GPT-2 has no pad token: padded slots are masked anyway

@@ -1,6 +1,6 @@
-"""Text: one column of free text (:mod:`jaxfeed.recipes.text_columns`), tokenized (``--tokenizer``,
+"""Text: one column of free text (:mod:`jaxfeed.recipes.text.text_columns`), tokenized (``--tokenizer``,
 or a byte-level BPE trained on the train split, kept as ``tokenizer.json``:
-:mod:`jaxfeed.recipes.tokenizer`) and padded to a few bucket lengths, batches of similar lengths;
+:mod:`jaxfeed.recipes.text.tokenizer`) and padded to a few bucket lengths, batches of similar lengths;
 the ``transformer`` classifier (or regressor) by default; exported with its tokenizer, strings in.
 A Hub checkpoint brings its own ``tokenizer.json`` and length limit (:meth:`TextKind.plan_pretrained`).
 
@@ -22,14 +22,13 @@ import numpy as np
 
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.loading.padding import Padding, choose_lengths
-from jaxfeed.models.hub import preprocessor
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.kinds.base import Kind, select_columns, target_line
 from jaxfeed.recipes.kinds.builtins import BUILTINS
-from jaxfeed.recipes.objectives import numeric_options
+from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
-from jaxfeed.recipes.text_columns import SAMPLE, check_labels, check_text_column, words
-from jaxfeed.recipes.tokenizer import (
+from jaxfeed.recipes.text.text_columns import SAMPLE, check_labels, check_text_column, words
+from jaxfeed.recipes.text.tokenizer import (
     EOS_NAMES,
     PAD_NAMES,
     TOKENIZER_FILE,
@@ -89,7 +88,10 @@ class TextKind(Kind):
         return data, notes
 
     # ------------------------------------------------------------------ planning
-    def plan(self, run_data: Any, config: RunConfig) -> tuple[Preprocessing, list[str]]:
+    def plan(self, run_data: Any, config: RunConfig,
+             pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
+        if pretrained is not None:
+            return self.plan_pretrained(pretrained, run_data, config)
         columns = run_data.columns
         prep, notes = self.plan_text(
             run_data.splits.train, columns.inputs[0], columns.label, run_data.task, config
@@ -183,29 +185,20 @@ class TextKind(Kind):
         )
         return [buckets[-1]]
 
-    def plan_pretrained(self, checkpoint: Any, run_data: Any,
+    def plan_pretrained(self, pretrained: Any, run_data: Any,
                         config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
-        """The checkpoint's ``tokenizer.json`` (as ``--tokenizer``), its pad id, texts cut to the
-        length the model takes."""
+        """A Hub checkpoint's ``tokenizer.json`` (as ``--tokenizer``), its pad id, texts cut to
+        the length the model takes (``pretrained``: what the model source handed in)."""
         columns = run_data.columns
         train, column = run_data.splits.train, columns.inputs[0]
-        if config.tokenizer is not None:
-            raise ConfigError(
-                f"--tokenizer: --model {checkpoint.spec} brings its own tokenizer.json; drop "
-                "--tokenizer"
-            )
-        tokenizer = checkpoint_tokenizer(
-            checkpoint,
-            f"--model {checkpoint.spec} is a {checkpoint.model_type} model (not text); the data "
-            f"is text (column {column!r})",
-        )
+        tokenizer = checkpoint_tokenizer(pretrained, config, f"column {column!r}")
         limit = (tokenizer.truncation or {}).get("max_length")
         if config.seq_len is not None and limit and config.seq_len > limit:
             raise ConfigError(
                 f"--seq-len {config.seq_len}: the model takes at most {limit} tokens "
-                f"({checkpoint.spec}'s tokenizer_config.json / max_position_embeddings)"
+                f"({pretrained.spec}'s tokenizer_config.json / max_position_embeddings)"
             )
-        options = dataclasses.replace(config, tokenizer=str(checkpoint.folder / TOKENIZER_FILE))
+        options = dataclasses.replace(config, tokenizer=str(pretrained.tokenizer_file))
         prep, notes = self.plan_text(train, column, columns.label, run_data.task, options)
         if limit and int(prep.text["max_length"]) > limit:
             options = dataclasses.replace(options, seq_len=int(limit))
@@ -214,7 +207,7 @@ class TextKind(Kind):
             prep.text["pad_id"] = int(tokenizer.padding["pad_id"])
         if (tokenizer.truncation or {}).get("direction") == "left":  # tokenizer_config.json's
             prep.text["truncation_side"] = "left"  # (tokenizer.json itself does not carry it)
-        prep.text["pretrained"] = checkpoint.spec
+        prep.text["pretrained"] = pretrained.spec
         return prep, checkpoint_notes(notes, tokenizer)
 
     def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
@@ -479,15 +472,21 @@ def _target_scale(train: Dataset, label: str) -> tuple[float, float]:
     return float(y.mean()), float(y.std() or 1.0)
 
 
-def checkpoint_tokenizer(checkpoint: Any, missing: str) -> Any:
-    """The checkpoint's ``tokenizer.json``, checked against its vocabulary by
-    :func:`~jaxfeed.models.hub.preprocessor` (``missing``: the error when it has none)."""
-    try:
-        tokenizer = preprocessor(checkpoint.folder)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"--model {checkpoint.spec}: {err}") from None
+def checkpoint_tokenizer(pretrained: Any, config: RunConfig, what: str) -> Any:
+    """A Hub checkpoint's tokenizer (``pretrained.processor``, read from its ``tokenizer.json``
+    and checked against its vocabulary by :func:`~jaxfeed.models.hub.preprocessor`); refused when
+    it has none (``what``: the text the run reads) or when ``--tokenizer`` gives another."""
+    if config.tokenizer is not None:
+        raise ConfigError(
+            f"--tokenizer: --model {pretrained.spec} brings its own tokenizer.json; drop "
+            "--tokenizer"
+        )
+    tokenizer = pretrained.processor
     if not hasattr(tokenizer, "encode_batch"):
-        raise ConfigError(missing)
+        raise ConfigError(
+            f"--model {pretrained.spec} is a {pretrained.model_type} model with no tokenizer.json "
+            f"(not a text model); the data is text ({what})"
+        )
     return tokenizer  # (one with more tokens than vocab_size: refused by preprocessor)
 
 

@@ -1,9 +1,11 @@
-"""Stage 3 of a run: build its trainer. ``--lr auto``'s range test, the trainer, ``--monitor``
-checked against its metrics, a resumed run's checkpoint restored, a pretrained language model's
-perplexity before fine-tuning, the run folder's files (``config.json``, a model file's copy, the
-tokenizer), and the line that says what trains where.
+"""Stage 3 of a run: build its trainer. ``--lr auto``'s range test, the trainer (its model made by
+the run's model source), ``--monitor`` checked against its metrics, a resumed run's checkpoint
+restored, a pretrained language model's perplexity before fine-tuning, the run folder's files
+(``config.json``, a model file's copy, the tokenizer, a checkpoint's preprocessor), and the line
+that says what trains where.
 
 >>> import tempfile
+>>> from jaxfeed.recipes.config import RunConfig
 >>> from jaxfeed.recipes.train.opening import open_run
 >>> from jaxfeed.recipes.train.plan import plan
 >>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), lambda *a: None, 0) as run:
@@ -17,23 +19,18 @@ tokenizer), and the line that says what trains where.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import jax
 
 from jaxfeed._base.files import atomic_write
-from jaxfeed.recipes import lr_finder
-from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
-from jaxfeed.recipes.hub_checkpoint import FINE_TUNE
-from jaxfeed.recipes.kinds.hub import HubKind
-from jaxfeed.recipes.models import build_trainer
-from jaxfeed.recipes.run import copy_model_code, outputs_of
+from jaxfeed.recipes.config import ConfigError, did_you_mean
+from jaxfeed.recipes.train import lr_finder
 from jaxfeed.recipes.train.loaders import make_loaders
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.recipes.train.resume import restore
+from jaxfeed.recipes.train.trainer import build_trainer
 from jaxfeed.runtime.devices import describe_devices
 from jaxfeed.runtime.sharding import ShardingPlan, data_axis
 
@@ -42,7 +39,7 @@ def build(run: Run) -> Any:
     """The run's trainer, restored to a resumed run's checkpoint, with the run folder written:
     everything checked that can be before the folder holds anything new."""
     found = _find_lr(run)
-    trainer = _trainer(run, run.config, run.out, run.verbose)
+    trainer = build_trainer(run, out=run.out, verbose=run.verbose)
     # the initialisers compiled a program per parameter shape (~25 for the text transformer, about
     # 50 MB held in JAX's caches) that nothing runs again: dropped before the steps compile
     jax.clear_caches()
@@ -54,26 +51,16 @@ def build(run: Run) -> Any:
         )
     if run.record is not None:  # the checkpoint and the loader's position checked before any write
         restore(trainer, run.out, run.config, run.to_record(), run.loaders[0], run.primary, run.say)
-    if isinstance(run.kind, HubKind):  # a language model's perplexity before fine-tuning
-        before = run.kind.before_fine_tuning(
-            trainer, run.loaders[1], run.splits.eval_name, run.record, run.say
-        )
-        if before is not None:
-            run.pretrained_eval = before
+    assert run.model_source is not None  # a language model's perplexity before fine-tuning
+    before = run.model_source.before_fine_tuning(
+        trainer, run.loaders[1], run.splits.eval_name, run.record, run.say
+    )
+    if before is not None:
+        run.pretrained_eval = before
     if run.primary:
         _write_folder(run, found)
     _say_setup(run)
     return trainer
-
-
-def _trainer(run: Run, config: RunConfig, out: Path | None, verbose: int) -> Any:
-    """A trainer of ``config`` for the run (``out``: its folder, None for none)."""
-    assert run.prep is not None
-    return build_trainer(
-        config, run.prep, outputs_of(run.task, run.data.labels), len(run.loaders[0]), out,
-        verbose, run.policy, class_weights=run.class_weights, log_lr=run.lr_logged,
-        mesh=run.mesh, sharding=config.sharding,
-    )  # fmt: skip
 
 
 def _find_lr(run: Run) -> dict[str, Any] | None:
@@ -85,13 +72,10 @@ def _find_lr(run: Run) -> dict[str, Any] | None:
         train = kind.prepare(prep, run.splits.train)
         return make_loaders(train, {}, prep, kind, config, run.say, run.mesh)[0]
 
-    default = (
-        (FINE_TUNE["lr"], "a pretrained model's")
-        if isinstance(kind, HubKind)
-        else (next(f.default for f in dataclasses.fields(RunConfig) if f.name == "lr"), "")
-    )
+    assert run.model_source is not None
+    default = (run.model_source.default_lr(), run.model_source.default_whose())
     run.config, found = lr_finder.resolve(
-        config, lambda probe: _trainer(run, probe, None, 0), loader, run.say, default
+        config, lambda probe: build_trainer(run, probe), loader, run.say, default
     )
     if found is not None:
         run.lr_finder = {k: v for k, v in found.items() if k != "curve"}
@@ -105,9 +89,11 @@ def _write_folder(run: Run, found: dict[str, Any] | None) -> None:
     assert prep is not None and kind is not None
     out.mkdir(parents=True, exist_ok=True)
     if record is None:
-        if (code := copy_model_code(run.config, out)) is not None:
+        assert run.model_source is not None
+        if (code := run.model_source.copy_code(out)) is not None:
             run.model_code = code
         kind.write_files(prep, out)
+        run.model_source.write_files(out)
     run.write_record()
     if found is not None:
         atomic_write(out / "lr_finder.json", json.dumps(found, indent=1))

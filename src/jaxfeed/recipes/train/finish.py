@@ -12,8 +12,8 @@ import jax
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.config.model_spec import ModelSpec
 from jaxfeed.recipes.run import open_checkpoints, umask_mode
+from jaxfeed.recipes.sources.base import ModelSource
 from jaxfeed.recipes.train.record import Run, TrainResult
 from jaxfeed.recipes.train.summary import size_text, summary
 from jaxfeed.train.checkpoint import CheckpointError
@@ -62,7 +62,7 @@ def export_best(run: Run, trainer: Any) -> dict[str, Any] | None:
     try:
         _export(run, trainer, step, best["epoch"])
     except Exception as err:
-        if not may_skip_export(run.config.model_spec):
+        if not may_skip_export(run.model_source):
             raise
         run.say(
             f"note: model/ not written ({type(err).__name__}: {err}); eval and predict use checkpoints/"
@@ -87,15 +87,16 @@ def _export(run: Run, trainer: Any, step: int, epoch: int) -> None:
     kind.export(trainer, run.out / "model", prep, data.labels, extra)
 
 
-def may_skip_export(spec: ModelSpec | None) -> bool:
+def may_skip_export(source: ModelSource | None) -> bool:
     """Whether a failed export leaves a note instead of failing the run: a model of your own (a
     file or a module) that ``jax.export`` cannot trace; eval and predict use the checkpoints.
 
     >>> from jaxfeed.recipes.config.model_spec import parse_model
-    >>> [may_skip_export(parse_model(m)) for m in ("net.py:Net", "pkg.nets.Net", "hf:org/bert")]
+    >>> from jaxfeed.recipes.sources.registry import source_for
+    >>> [may_skip_export(source_for(parse_model(m))) for m in ("net.py:Net", "pkg.Net", "hf:o/b")]
     [True, True, False]
     """
-    return spec is not None and spec.is_code
+    return source is not None and source.runs_code
 
 
 def follow_umask(folder: Path) -> None:

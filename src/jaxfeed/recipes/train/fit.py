@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from jaxfeed.recipes import budget as budgetmod
+from jaxfeed.recipes.config import budget as budgetmod
 from jaxfeed.recipes.run import BEST_METRIC
 from jaxfeed.recipes.train.record import Run
 from jaxfeed.train.checkpoint import CheckpointError

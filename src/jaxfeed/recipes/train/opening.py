@@ -1,12 +1,13 @@
 """Stage 1 of a run: open it. The options checked before anything is read (distributed
-initialisation, ``--tensorboard``, text options, ``--mesh``), the run folder checked and locked,
-a resumed run's record read, a model file checked and a pretrained checkpoint opened and checked
-against the record.
+initialisation, ``--tensorboard``, text options, the model source's options, ``--mesh``), the run
+folder checked and locked, a resumed run's record read, and the run's model source chosen
+(:func:`~jaxfeed.recipes.sources.registry.source_for`) and opened: a model file checked, a
+Hub checkpoint resolved at its revision, hashed and checked against the record.
 
 >>> import tempfile
 >>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), print, 0) as run:
-...     run.record is None, run.checkpoint is None, run.out.is_dir()
-(True, True, True)
+...     run.record is None, run.model_source.name, run.out.is_dir()
+(True, 'builtin', True)
 >>> default_out(RunConfig(data="digits", model="net.py:Net")).name.startswith("digits-Net-")
 True
 """
@@ -23,14 +24,15 @@ from typing import Any
 
 import jax
 
-from jaxfeed.recipes import hub_checkpoint
 from jaxfeed.recipes.config import ConfigError, RunConfig, read_run
 from jaxfeed.recipes.configure import paths_of
 from jaxfeed.recipes.kinds.registry import check_options as check_kind_options
 from jaxfeed.recipes.run import absolute_paths, check_out_folder, lock_run_folder, model_copy
+from jaxfeed.recipes.sources.base import ModelSource
+from jaxfeed.recipes.sources.registry import source_for
+from jaxfeed.recipes.sources.user import CodePolicy
 from jaxfeed.recipes.train.loaders import mesh_of
 from jaxfeed.recipes.train.record import Run
-from jaxfeed.recipes.user_models import CodePolicy, model_file
 from jaxfeed.runtime import distributed
 from jaxfeed.train.checkpoint import CheckpointError as SaveFailed
 
@@ -50,13 +52,13 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
         say = _silent
     out = Path(config.out) if config.out else default_out(config)
     config = config.replace(absolute_paths(paths_of(config)), "the run's options")
-    _check_options(config)
+    source = _check_options(config)
     check_out_folder(out, config.resume)
     created = not out.exists()
     was_empty = not config.resume and (created or not any(out.iterdir()))
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
-        yield _resumed(Run(config, out, primary, say, verbose))
+        yield _resumed(Run(config, out, primary, say, verbose), source)
     except Exception as err:
         if was_empty and lock is not None and not isinstance(err, SaveFailed):
             _undo(out, created)  # (an interrupted run or a failed save says how to resume)
@@ -99,32 +101,31 @@ def default_out(config: RunConfig) -> Path:
     return Path("runs") / f"{name}-{model}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
-def _check_options(config: RunConfig) -> None:
-    """The options refused before any data is read."""
+def _check_options(config: RunConfig) -> ModelSource:
+    """The options refused before any data is read; the run's model source (not yet opened)."""
     if config.tensorboard and importlib.util.find_spec("tensorboardX") is None:
         raise ConfigError(
             "--tensorboard needs tensorboardX, an optional part: pip install 'jaxfeed[tensorboard]'"
         )
     check_kind_options(config)  # --task lm's, --tokenizer
+    source = source_for(config.model_spec)
+    source.check_options(config)  # --lora and its companions
     if config.mesh is not None:
         mesh_of(config)  # a --mesh the devices cannot make is refused before any data is read
+    return source
 
 
-def _resumed(run: Run) -> Run:
-    """``run`` with a resumed run's record, the policy for a model file's code and a pretrained
-    checkpoint (resolved, hashed and checked against the record before any write)."""
+def _resumed(run: Run, source: ModelSource) -> Run:
+    """``run`` with a resumed run's record, the policy for a model file's code and its model
+    source, opened (a model file checked, a Hub checkpoint resolved, hashed and checked against
+    the record) before any write."""
     config, out = run.config, run.out
     run.record = record = read_run(out) if config.resume else None
     run.policy = CodePolicy(
         copy=None if record is None else model_copy(record, out), trust=config.trust_code
     )
-    spec = config.model_spec
-    if spec is not None and spec.source == "hub":
-        run.checkpoint = hub_checkpoint.open_checkpoint(spec.text)
-        if record is not None:
-            hub_checkpoint.check_unchanged(record.resolved.get("pretrained") or {}, run.checkpoint)
-    elif spec is not None and spec.source == "file":
-        model_file(spec.text, run.policy)  # a missing file or copy is refused before any work
+    run.model_source = source
+    source.open(config, record, run.policy)
     return run
 
 

@@ -1,8 +1,9 @@
 """Stage 2 of a run: plan it. The data loaded and described, its input kind chosen
-(:mod:`jaxfeed.recipes.kinds`), its preprocessing planned by the kind (or a resumed run's
-reopened), the options resolved, the loaders made over the run's mesh, the budget (batch size,
-epochs, patience), a fine-tuning's defaults and the class weights: everything ``config.json``
-records.
+(:mod:`jaxfeed.recipes.kinds`: the one place a new run's kind is), its preprocessing planned by the
+kind with what the model source hands it (or a resumed run's reopened), the options resolved, the
+loaders made over the run's mesh, the model source's defaults (at one moment: the steps of an
+epoch known), the budget (batch size, epochs, patience) and the class weights: everything
+``config.json`` records.
 
 >>> import tempfile
 >>> from jaxfeed.recipes.config import RunConfig
@@ -19,11 +20,10 @@ import dataclasses
 
 import numpy as np
 
-from jaxfeed.recipes import budget as budgetmod
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.config import budget as budgetmod
 from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.kinds.hub import HubKind
 from jaxfeed.recipes.kinds.image import (
     DEFAULT_AUGMENT,
     SMALL_IMAGE_FOLDER,
@@ -32,10 +32,12 @@ from jaxfeed.recipes.kinds.image import (
 )
 from jaxfeed.recipes.kinds.registry import kind_for, kind_of
 from jaxfeed.recipes.kinds.table import CellError, check_cells
-from jaxfeed.recipes.models import resolve_class_weights
-from jaxfeed.recipes.run import load_run_data, preprocessing_of
+from jaxfeed.recipes.run import preprocessing_of
+from jaxfeed.recipes.run_data import load_run_data
+from jaxfeed.recipes.sources.base import DEFAULTED, given_options
 from jaxfeed.recipes.train.loaders import data_devices, make_loaders, mesh_of
 from jaxfeed.recipes.train.record import CARRIED_KEYS, Run
+from jaxfeed.recipes.train.trainer import resolve_class_weights
 from jaxfeed.train.monitor import monitor_mode
 
 
@@ -46,28 +48,30 @@ def plan(run: Run) -> None:
     _preprocess(run, kind)
     _resolve(run)
     _loaders(run)
-    _fine_tuning(run)
+    _source(run)
     _class_weights(run)
 
 
 def _load(run: Run) -> Kind:
-    """The run's data (detected, split) and the kind of its input columns, which checks the
-    flags (and a pretrained checkpoint) against it."""
+    """The run's data (detected, split) and the kind of its input columns (chosen here), which
+    checks the flags; the model source takes the kind (a Hub checkpoint: the data's kind checked
+    against it, its image size)."""
     config, record, say = run.config, run.record, run.say
     labels = (
         record.resolved["labels"]
         if record and record.resolved["task"] == "classification"
         else None
     )
-    run.run_data = data = load_run_data(config, labels)
+    run.run_data = data = load_run_data(config, labels, kind_for)
     say(f"data {data.source.path}: detected {data.source.kind}")
     if data.splits.note:
         say(data.splits.note)
-    kind = kind_for(data.columns.kind, data.task, config.model_spec, run.checkpoint)
+    kind = kind_for(data.columns.kind, data.task)
     kind.check(config)
     for note in data.notes:
         say(note)
-    run.config = kind.before_plan(config, resumed=record is not None)
+    assert run.model_source is not None
+    run.config = run.model_source.before_plan(kind, config, resumed=record is not None)
     return kind
 
 
@@ -80,7 +84,7 @@ def _preprocess(run: Run, kind: Kind) -> None:
         notes = ["preprocessing: as saved in the run"]
     else:
         try:
-            prep, notes = kind.plan(data, config)
+            prep, notes = kind.plan(data, config, run.model_source.inputs())
         except CellError as err:  # named by its row in the data, not in the shuffled train part
             raise ConfigError(err.template.format(where=data.splits.data_row(err.row))) from None
         if prep.kind == "table" and data.splits.eval is not None:
@@ -89,14 +93,14 @@ def _preprocess(run: Run, kind: Kind) -> None:
             except CellError as err:
                 where = data.splits.data_row(err.row, "eval")
                 raise ConfigError(err.template.format(where=where)) from None
-    run.prep, run.kind = prep, kind_of(prep, run.checkpoint)
+    run.prep, run.kind = prep, kind if prep.kind == kind.name else kind_of(prep)
     defaulted = False
     if run.record is not None:
         run.kind.reopen(prep, data, run.out)  # its tokenizer attached, its clips checked
     elif (
         config.augment is None
         and prep.kind == "image"
-        and run.checkpoint is None
+        and run.model_source.inputs() is None  # a Hub model's images are its own size
         and data.splits.train.num_rows < SMALL_IMAGE_FOLDER
     ):  # a small image folder of a built-in model: augmented
         run.config = config = dataclasses.replace(config, augment=list(DEFAULT_AUGMENT))
@@ -154,8 +158,8 @@ def _resolve(run: Run) -> None:
 
 
 def _loaders(run: Run) -> None:
-    """The mesh, the batch size, the loaders, and a new run's budget (a resumed run keeps the
-    budget its ``config.json`` saved)."""
+    """The mesh, the batch size, the loaders, and a new run's model-source defaults and budget (a
+    resumed run keeps the options and budget its ``config.json`` saved)."""
     prep, kind, splits, selection = run.prep, run.kind, run.splits, run.selection
     assert prep is not None and kind is not None
     held = {
@@ -172,27 +176,35 @@ def _loaders(run: Run) -> None:
     train = kind.prepare(prep, splits.train)
     run.loaders = make_loaders(train, held, prep, kind, config, run.say, run.mesh)
     if run.record is None:
+        source = run.model_source
+        given = given_options(config)
+        config, lines = source.defaults(config, given, len(run.loaders[0]))
         floor = augmented_floor(config.batch_size, config.grad_accum) if config.augment else None
         flops = kind.epoch_flops(prep, config, train, next(iter(held.values()), None))
         cost = None if flops is None else (flops, budgetmod.matmul_rate())
         run.config, budget = budgetmod.resolve(
             config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit,
-            kind.default_epochs(), cost, floor,
+            None if "epochs" in given else source.default_epochs(), cost, floor,
         )  # fmt: skip
         run.budget = budget.to_dict()
         run.say(budget.describe(run.config.monitor, kind.unit))
+        for line in lines:
+            run.say(line)
+    else:  # a resumed run: what its options leave out, as the run recorded it
+        saved = run.record.options
+        left = {k: getattr(saved, k) for k in DEFAULTED if getattr(config, k) is None}
+        run.config = dataclasses.replace(config, **left)
 
 
-def _fine_tuning(run: Run) -> None:
-    """A pretrained checkpoint's fine-tuning defaults (a new run's), its record and its line."""
-    kind = run.kind
-    if not isinstance(kind, HubKind):  # no pretrained checkpoint
-        return
-    if run.record is None:  # a resumed run keeps the options it recorded
-        run.config, line = kind.fine_tune_defaults(run.config, len(run.loaders[0]))
+def _source(run: Run) -> None:
+    """What ``config.json`` records of the model source (a Hub checkpoint: its id, commit and
+    hashes; a resumed run's as recorded) and its line."""
+    source = run.model_source
+    assert source is not None
+    recorded = run.record.resolved.get("pretrained") if run.record else source.record()
+    run.pretrained = recorded
+    for line in source.lines():
         run.say(line)
-    run.pretrained = run.record.resolved["pretrained"] if run.record else kind.record()
-    run.say(kind.source_line())
 
 
 def _class_weights(run: Run) -> None:

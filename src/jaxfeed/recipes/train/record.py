@@ -22,11 +22,11 @@ from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import RunConfig, RunRecord
 
 if TYPE_CHECKING:  # the record's field types: the modules that fill them import these
-    from jaxfeed.recipes.hub_checkpoint import Checkpoint
     from jaxfeed.recipes.kinds.base import Kind
     from jaxfeed.recipes.run_data import RunData
+    from jaxfeed.recipes.sources.base import ModelSource
+    from jaxfeed.recipes.sources.user import CodePolicy
     from jaxfeed.recipes.spec import Preprocessing
-    from jaxfeed.recipes.user_models import CodePolicy
 
 HEAD_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
@@ -56,9 +56,12 @@ class TrainResult:
 @dataclass
 class Run:
     """One run as the stages of :func:`~jaxfeed.recipes.train.train` fill it in: opened (the
-    options, the folder, a resumed run's record, a pretrained checkpoint), planned (data,
-    preprocessing, loaders, the resolved values ``config.json`` records), then built, fitted and
-    finished. A resolved value of None is not recorded (``class_weights`` and ``lr_logged`` are)."""
+    options, the folder, a resumed run's record, its model source: a Hub checkpoint opened),
+    planned (data, its input kind, preprocessing, loaders, the resolved values ``config.json``
+    records), then built, fitted and finished. Its two choices, each made once: ``model_source``
+    (where the model comes from, by ``open_run``) and ``kind`` (what the inputs are, by
+    ``plan``). A resolved value of None is not recorded (``class_weights`` and ``lr_logged``
+    are)."""
 
     config: RunConfig
     out: Path
@@ -67,10 +70,10 @@ class Run:
     verbose: int = 1
     record: RunRecord | None = None  # the resumed run's config.json
     policy: CodePolicy | None = None  # whether a model file's code may run
-    checkpoint: Checkpoint | None = None  # --model hf:...: opened and hashed
+    model_source: ModelSource | None = None  # where the model comes from (opened)
     # planned
     run_data: RunData | None = None
-    kind: Kind | None = None  # the planned inputs' (HubKind: with the checkpoint)
+    kind: Kind | None = None  # what the inputs are
     prep: Preprocessing | None = None
     loaders: tuple[Any, ...] = ()  # train, validation (or None), test (or None)
     mesh: Any = None
@@ -101,6 +104,16 @@ class Run:
     @property
     def splits(self) -> Any:
         return self.data.splits
+
+    @property
+    def outputs(self) -> int:
+        """The model's outputs: a classifier's classes, else 1."""
+        return len(self.data.labels) if self.task == "classification" else 1
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches of an epoch of the train loader (1 before the loaders are made)."""
+        return len(self.loaders[0]) if self.loaders else 1
 
     @property
     def selection(self) -> bool:

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.recipes import hub_checkpoint
 from jaxfeed.recipes.train.record import Run
 
 
@@ -41,8 +40,8 @@ def summary(
     if test is not None:
         what += f"; {splits.test_name} was read once, on it"
     say(what + "; eval and predict use it)")
-    before = run.pretrained_eval  # a fine-tuned language model: what it gained
-    if (line := hub_checkpoint.perplexity_line(before, best, splits.eval_name)) is not None:
+    assert run.model_source is not None  # a fine-tuned language model: what it gained
+    for line in run.model_source.summary_lines(run.pretrained_eval, best, splits.eval_name):
         say(line)
     if state:
         say(f"model and optimizer state: {state}")

@@ -1,7 +1,9 @@
 """``jaxfeed export RUN --format hf``: a run fine-tuned from a Hub checkpoint (``--model
-hf:ORG/NAME`` or ``./folder``, :mod:`jaxfeed.recipes.hub_checkpoint`) as a Hub-format folder that
-``transformers`` loads with the same logits. Only the model's weights are restored: no optimizer,
-schedule or metrics are rebuilt, so every run with a checkpoint exports, whatever its schedule."""
+hf:ORG/NAME`` or ``./folder``, :mod:`jaxfeed.recipes.sources.hub`) as a Hub-format folder that
+``transformers`` loads with the same logits. The checkpoint is the one the run recorded (reopened
+at its commit, its files checked against the run's hashes); only the model's weights are
+restored: no optimizer, schedule or metrics are rebuilt, so every run with a checkpoint exports,
+whatever its schedule."""
 
 from __future__ import annotations
 
@@ -13,17 +15,12 @@ from typing import Any
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import save_pretrained
-from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.hub_checkpoint import check_unchanged, hub_model, open_checkpoint
-from jaxfeed.recipes.models import build_model
-from jaxfeed.recipes.run import (
-    checkpoint_step,
-    open_checkpoints,
-    outputs_of,
-    preprocessing_of,
-    selects,
-)
-from jaxfeed.recipes.tokenizer import TOKENIZER_FILE
+from jaxfeed.recipes.config import ConfigError, read_run
+from jaxfeed.recipes.run import checkpoint_step, open_checkpoints, selects
+from jaxfeed.recipes.serving.saved import SavedRun, read_saved
+from jaxfeed.recipes.sources.hub import hub_model
+from jaxfeed.recipes.text.tokenizer import TOKENIZER_FILE
+from jaxfeed.recipes.train.trainer import build_model
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
 
 
@@ -49,9 +46,9 @@ def export_hf(
         raise ConfigError("--format hf needs --out FOLDER (a new or empty folder to write)")
     target = Path(out)
     _check_target(target)
-    checkpoint = open_checkpoint(str(saved["model"]))  # the architecture is rebuilt from it
-    check_unchanged(saved, checkpoint)
-    model = _run_weights(record, run, which)
+    run_read = read_saved(run, record=record, verify_source=True)
+    checkpoint = run_read.model_source.checkpoint  # at its recorded commit, files checked
+    model = _run_weights(run_read, which)
     labels = record.resolved.get("labels") or []
     id2label = dict(enumerate(labels)) if record.resolved.get("task") == "classification" else None
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -90,17 +87,16 @@ def _check_target(target: Path) -> None:
         )
 
 
-def _run_weights(record: RunRecord, run: Path, which: str) -> Any:
+def _run_weights(saved: SavedRun, which: str) -> Any:
     """The run's model (built as for training) holding the weights of its checkpoint ``which``
     (``best``, ``last`` or a step; a run without a validation split's best is its last)."""
+    run, record = saved.out, saved.record
     manager = open_checkpoints(run, record)  # first: a run without checkpoints stops here
     try:
         step = checkpoint_step(
             manager, "last" if which == "best" and not selects(record) else which
         )
-        prep = preprocessing_of(record, str(run / "config.json"))
-        outputs = outputs_of(record.resolved["task"], record.resolved["labels"])
-        model = build_model(record.options, prep, outputs, record.options.seed)
+        model = build_model(saved)
         restore_weights(manager, model, step)
     except CheckpointError as err:
         raise ConfigError(f"{run}: {err}") from err

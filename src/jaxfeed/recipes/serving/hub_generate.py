@@ -9,7 +9,7 @@ template, read as text and rendered in jinja2's immutable sandbox as ``transform
 ``apply_chat_template`` renders it: ``messages=[{"role": "user", "content": PROMPT}]``,
 ``add_generation_prompt=True``, the special tokens by name) and continues the rendered text.
 It renders in a process of its own with bounds on its output, memory and time
-(:mod:`jaxfeed.recipes.chat_sandbox`). A checkpoint that names no end-of-sequence token is refused with ``--chat`` unless ``--stop``
+(:mod:`jaxfeed.recipes.serving.chat_sandbox`). A checkpoint that names no end-of-sequence token is refused with ``--chat`` unless ``--stop``
 is given (:func:`check_reply_ends`): nothing would end the reply.
 
 >>> render_chat("{{ bos_token }}[{{ messages[0]['content'] }}]{% if add_generation_prompt %}>"
@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.recipes import chat_sandbox
-from jaxfeed.recipes.chat_sandbox import MAX_CHARS, MEMORY_BYTES
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.serving import chat_sandbox
+from jaxfeed.recipes.serving.chat_sandbox import MAX_CHARS, MEMORY_BYTES
 
 TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -113,8 +113,8 @@ def render_chats(template: str, specials: dict[str, str], prompts: list[str],
                  name: str) -> list[str]:  # fmt: skip
     """``template`` rendered for each user message in ``prompts`` with the generation prompt,
     in jinja2's immutable sandbox (nothing in a template reaches Python beyond it), in a
-    process of its own (:mod:`jaxfeed.recipes.chat_sandbox`) with bounds: at most
-    :data:`~jaxfeed.recipes.chat_sandbox.MAX_CHARS` characters a prompt, 1 GiB of memory and
+    process of its own (:mod:`jaxfeed.recipes.serving.chat_sandbox`) with bounds: at most
+    :data:`~jaxfeed.recipes.serving.chat_sandbox.MAX_CHARS` characters a prompt, 1 GiB of memory and
     :data:`RENDER_SECONDS` seconds; Ctrl-C stops it. A template that fails to render or passes
     a bound is a :class:`ConfigError` naming ``name``."""
     _check_jinja()

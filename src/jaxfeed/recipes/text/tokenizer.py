@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.text.tokenizer import EOS_NAMES as EOS_NAMES
+from jaxfeed.data.text.tokenizer import PAD_NAMES as PAD_NAMES
 from jaxfeed.data.text.tokenizer import check_texts
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.spec import Preprocessing
@@ -27,8 +29,6 @@ from jaxfeed.serve.spec import token_batch as spec_token_batch
 
 TOKENIZER_FILE = "tokenizer.json"
 # a tokenizer's end-of-sequence token, by name (as jaxfeed.train.generation.EOS_TOKENS)
-EOS_NAMES = ("<eos>", "</s>", "<|endoftext|>", "<|eos|>", "[SEP]")
-PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>")
 
 
 def load_tokenizer_option(path: str) -> Any:

@@ -1,5 +1,5 @@
 """A ``.txt`` corpus read as the rows of a ``text`` column (:func:`read_corpus`, as
-``--sample-by`` samples it: :mod:`jaxfeed.recipes.corpus`)."""
+``--sample-by`` samples it: :mod:`jaxfeed.recipes.text.corpus`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.load.load import load_dataset
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.corpus import CONCAT, CORPUS_MODES
+from jaxfeed.recipes.text.corpus import CONCAT, CORPUS_MODES
 
 
 def read_corpus(path: Path, sample_by: str = "line") -> Dataset:

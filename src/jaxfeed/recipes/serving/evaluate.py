@@ -23,10 +23,11 @@ from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.recipes import audio as audiomod
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes import report, text_serve
-from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.kinds.registry import kind_named, kind_of
-from jaxfeed.recipes.run import build_run_trainer, load_run_data, preprocessing_of, restore
+from jaxfeed.recipes import report
+from jaxfeed.recipes.config import ConfigError, RunRecord
+from jaxfeed.recipes.run_data import load_run_data
+from jaxfeed.recipes.serving import text_serve
+from jaxfeed.recipes.serving.saved import SavedRun, read_saved
 from jaxfeed.serve.export import ExportError, load_exported
 from jaxfeed.serve.spec import ServingSpec, SpecError, category_key
 
@@ -49,15 +50,12 @@ class Served:
             raise ConfigError(str(err)) from None
 
 
-def serve(
-    run: Path, record: RunRecord, checkpoint: str = "best", *, trust_code: bool = False
-) -> Served:
+def serve(saved: SavedRun, checkpoint: str = "best") -> Served:
     """The run's export for ``best`` (no code imported), else checkpoint ``checkpoint`` in a
-    rebuilt trainer (a user's model file only with ``trust_code``); the run's kind says how its
-    raw inputs reach the model (a text run's tokenizer turns texts into token ids)."""
-    labels = list(record.resolved["labels"])
-    prep = preprocessing_of(record, str(run / "config.json"))
-    kind = kind_of(prep)
+    rebuilt trainer (a user's model file only if the run was read with ``trust_code``); the run's
+    kind says how its raw inputs reach the model (a text run's tokenizer turns texts into token
+    ids)."""
+    run, prep, kind, labels = saved.out, saved.prep, saved.kind, saved.labels
     kind.open_served(prep, run)
     folder = run / MODEL_DIR
     if checkpoint == "best" and kind.servable(folder):
@@ -73,8 +71,8 @@ def serve(
             "source": "model/",
         }
         return Served(spec, logits, which)
-    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
-    meta = restore(trainer, run, record, checkpoint)
+    trainer = saved.trainer()
+    meta = saved.restore(trainer, checkpoint)
     which = {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
              "source": "checkpoints/"}  # fmt: skip
     return Served(prep.serving(labels), kind.trained_logits(trainer, prep), which)
@@ -94,23 +92,20 @@ def evaluate(
     """Evaluate checkpoint ``checkpoint`` of a run on its held-out test split (its validation
     split when it has none), on ``split`` of ``data``, or on all of ``data`` when it has no
     splits."""
-    run = Path(run_dir)
-    record = read_run(run)
-    config = record.options
-    task, labels = record.resolved["task"], list(record.resolved["labels"])
-    prep = preprocessing_of(record, str(run / "config.json"))
+    saved = read_saved(run_dir, trust_code=trust_code)
+    run, record, config, prep, kind = saved.out, saved.record, saved.config, saved.prep, saved.kind
+    task, labels = saved.task, saved.labels
     if data is None and split is None:
-        ds, split_name, note = _held_out(run, record, prep, data_dir)
+        ds, split_name, note = _held_out(saved, data_dir)
     else:
         ds, split_name, note = _given_split(record, prep, data, data_dir, split)
     if ds.num_rows == 0:
         raise ConfigError(f"split {split_name!r} of {run}'s data has no rows: nothing to evaluate")
     if task == "lm":
-        return text_serve.evaluate_lm(run, record, ds, split_name, checkpoint, trust_code)
-    kind = kind_of(prep)
+        return text_serve.evaluate_lm(saved, ds, split_name, checkpoint)
     ds, dropped = kind.eval_rows(prep, ds, split_name)  # a text run: raw texts, served tokenized
     note = "; ".join(n for n in (note, dropped) if n) or None
-    served = serve(run, record, checkpoint, trust_code=trust_code)
+    served = serve(saved, checkpoint)
     chunks = [served.logits(kind.raw_batch(prep, b)) for b in _batches(ds, config.batch_size)]
     width = len(labels) if task == "classification" else 1
     outputs = np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
@@ -133,18 +128,17 @@ def evaluate(
     return out
 
 
-def _held_out(run: Path, record: RunRecord, prep: Any,
-              data_dir: str | None) -> tuple[Dataset, str, str | None]:  # fmt: skip
+def _held_out(saved: SavedRun, data_dir: str | None) -> tuple[Dataset, str, str | None]:
     """The run's own test split (its validation split when it has none), loaded as trained."""
-    config, task = record.options, record.resolved["task"]
-    labels = list(record.resolved["labels"])
+    run, config, prep = saved.out, saved.config, saved.prep
     if not datamod.exists_or_named(config.data):
         raise ConfigError(
             f"the run's data {config.data} is gone: give --data (a file or folder with the "
             f"columns {[*prep.input_columns[:5], prep.label_column]})"
         )
     config = dataclasses.replace(config, data_dir=data_dir or config.data_dir)
-    splits = load_run_data(config, labels if task == "classification" else None).splits
+    labels = saved.labels if saved.task == "classification" else None
+    splits = load_run_data(config, labels, lambda *_: saved.kind).splits
     if splits.test is not None:
         return splits.test, splits.test_name, None
     if splits.eval is not None:
@@ -223,7 +217,7 @@ def _cross_entropy(
     logits: np.ndarray, truth: np.ndarray, class_weights: list[float] | None = None
 ) -> float:
     """The mean cross entropy; with ``class_weights`` each row's weighted by its class, averaged
-    over rows, as the training loss is (:func:`jaxfeed.recipes.models.run_loss`).
+    over rows, as the training loss is (:func:`jaxfeed.recipes.train.trainer.run_loss`).
 
     >>> logits, truth = np.log(np.array([[0.5, 0.5], [0.25, 0.75]])), np.array([0, 1])
     >>> round(_cross_entropy(logits, truth), 4), round(_cross_entropy(logits, truth, [2.0, 0.0]), 4)
@@ -302,15 +296,13 @@ def iter_predictions(
     strict: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """:func:`predict` one batch at a time (``notes`` is filled as batches are read)."""
-    run = Path(run_dir)
-    record = read_run(run)
-    size = record.options.batch_size
-    preprocess = record.resolved["preprocess"]
-    kind = kind_named(preprocess.get("kind"))  # the paths are checked before the run is read
+    saved = read_saved(run_dir, trust_code=trust_code)
+    size, kind = saved.config.batch_size, saved.kind
+    preprocess = saved.record.resolved["preprocess"]
     for given in inputs if kind.reads != "texts" else ():  # a text run takes texts too
         if not Path(given).exists():
             raise ConfigError(datamod.no_such_path(given))
-    served = serve(run, record, checkpoint, trust_code=trust_code)
+    served = serve(saved, checkpoint)
     spec = served.spec
     notes = notes if notes is not None else []
     which = {k: served.checkpoint[k] for k in ("step", "epoch")}

@@ -36,7 +36,9 @@ from typing import Any
 
 import optax
 
-from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.config.groups import ConfigError
+from jaxfeed.recipes.config.run_config import RunConfig
+from jaxfeed.recipes.config.values import did_you_mean
 
 LEGACY_SCHEDULES = ("constant", "cosine", "linear")  # the first jaxfeed's names, built as then
 _NOT_SCHEDULES = ("inject_hyperparams", "inject_stateful_hyperparams", "join_schedules")
@@ -79,7 +81,13 @@ def schedule_factory(name: str) -> Callable[..., Any]:
 
 def build_schedule(config: RunConfig, total_steps: int) -> Any:
     """The learning rate of a run of ``total_steps`` optimizer updates: a float (``constant``
-    without warmup: no step count in the optimizer state) or an optax schedule."""
+    without warmup: no step count in the optimizer state) or an optax schedule. ``--lr`` must be
+    a number by now: a run's model source sets the default one it leaves out."""
+    if isinstance(config.lr, bool) or not isinstance(config.lr, int | float):
+        raise ConfigError(
+            f"--lr {config.lr!r}: the learning rate is not resolved yet (a run's model source "
+            "sets its default; give --lr VALUE to build an optimizer outside a run)"
+        )
     name, args = config.component("schedule")
     warmup = min(config.warmup_steps, max(total_steps - 1, 0))
     after = max(total_steps - warmup, 1)

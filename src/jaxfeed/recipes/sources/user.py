@@ -1,7 +1,8 @@
-"""Models of your own: ``--model FILE.py:ClassName`` or ``package.module.ClassName``, imported
-under a :class:`CodePolicy` (a run folder's model file runs only with ``--trust-code``) and built
-as ``ClassName(num_classes, input_shape=..., vocab_size=..., rngs=...)`` (each argument passed
-only when its ``__init__`` takes it; ``num_outputs`` is accepted for ``num_classes``).
+"""Models of your own (:class:`UserSource`): ``--model FILE.py:ClassName`` or
+``package.module.ClassName``, imported under a :class:`CodePolicy` (a run folder's model file runs
+only with ``--trust-code``) and built as ``ClassName(num_classes, input_shape=..., vocab_size=...,
+rngs=...)`` (each argument passed only when its ``__init__`` takes it; ``num_outputs`` is
+accepted for ``num_classes``). A new run keeps a copy of the file in ``RUN/code/``.
 
 >>> model_file("missing.py:Net")
 Traceback (most recent call last):
@@ -11,6 +12,7 @@ jaxfeed.recipes.config.ConfigError: --model missing.py:Net: no such file missing
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -19,8 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxfeed.recipes.config import ConfigError, did_you_mean
+from jaxfeed._base.files import atomic_write
+from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.sources.base import ModelSource
 from jaxfeed.recipes.spec import Preprocessing
+
+CODE_DIR = "code"  # the run's copy of a user's model file, for reference
 
 
 @dataclass(frozen=True)
@@ -152,4 +158,64 @@ def _takes_kwargs(params: Any) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-__all__ = ["CodePolicy", "build_user_model", "load_user_class", "model_file"]
+class UserSource(ModelSource):
+    """A model class of your own (see the module docstring): its file checked when the run
+    opens, imported under the run's :class:`CodePolicy`, built with the run's outputs, input
+    shape and vocabulary; a failed export leaves a note (eval and predict use the checkpoints).
+
+    >>> from jaxfeed.recipes.config.model_spec import parse_model
+    >>> UserSource(parse_model("net.py:Net")).absolute("net.py:Net")  # no such file: as given
+    'net.py:Net'
+    """
+
+    name = "code"
+    runs_code = True
+
+    def absolute(self, model: Any) -> Any:
+        spec = self.spec
+        assert spec is not None
+        local = Path(spec.path).expanduser() if spec.path is not None else None
+        if local is None or "://" in spec.text or not local.is_file():
+            return model
+        resolved = f"{local.resolve()}:{spec.name}"
+        return {**model, "class_path": resolved} if isinstance(model, dict) else resolved
+
+    def open(self, config: RunConfig, record: Any, policy: Any) -> None:
+        """A missing model file (or copy) is refused before any work."""
+        assert self.spec is not None
+        if self.spec.path is not None:
+            model_file(self.spec.text, policy)
+
+    def build_model(self, run: Any, config: RunConfig) -> Any:
+        from flax import nnx  # import cost: flax, when a model is built
+
+        spec = self.spec
+        assert spec is not None
+        if config.api == "linen":
+            raise ConfigError("--api linen supports --model cnn only")
+        cls = load_user_class(spec.text, run.policy)
+        return build_user_model(
+            spec.text, cls, run.prep, run.outputs, dict(spec.init_args), nnx.Rngs(config.seed)
+        )
+
+    def copy_code(self, out: Path) -> dict[str, Any] | None:
+        """The model file copied into ``out/code/`` (for reference: imported only with
+        ``--trust-code``), and what ``config.json`` records of it; a module: None."""
+        spec = self.spec
+        assert spec is not None
+        if spec.path is None:  # a module by name: no file to keep
+            return None
+        source = Path(spec.path)
+        data = source.read_bytes()
+        target = out / CODE_DIR / source.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, data)
+        return {
+            "file": f"{CODE_DIR}/{source.name}",
+            "source": str(source),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+
+__all__ = ["CODE_DIR", "CodePolicy", "UserSource", "build_user_model", "load_user_class",
+           "model_file"]  # fmt: skip

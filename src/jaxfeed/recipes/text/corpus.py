@@ -1,7 +1,7 @@
 """A language model's corpus: how its texts are sampled (``--sample-by``: :data:`CORPUS_MODES`),
 put end to end and cut into windows (:func:`concatenate`), with what separates them
 (:func:`separator`; none at all is refused: :func:`no_separator`). A ``.txt`` file is read as
-rows by :func:`jaxfeed.recipes.corpus_reader.read_corpus`."""
+rows by :func:`jaxfeed.recipes.text.corpus_reader.read_corpus`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.text.tokenizer import EOS_NAMES
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.text_columns import SAMPLE
-from jaxfeed.recipes.tokenizer import EOS_NAMES
+from jaxfeed.recipes.text.text_columns import SAMPLE
 
 CORPUS_SUFFIXES = (".txt",)
 

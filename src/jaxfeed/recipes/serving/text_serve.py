@@ -14,30 +14,21 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxfeed import DataLoader, load_dataset
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from jaxfeed.recipes.config import ConfigError, RunRecord, read_run
-from jaxfeed.recipes.corpus import CORPUS_SUFFIXES
+from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.data import no_such_path
-from jaxfeed.recipes.hub_generate import chat_prompts, check_reply_ends
-from jaxfeed.recipes.kinds.registry import kind_of
-from jaxfeed.recipes.run import build_run_trainer, preprocessing_of, restore
-from jaxfeed.recipes.spec import Preprocessing
-from jaxfeed.recipes.text_columns import check_text_column
-from jaxfeed.recipes.tokenizer import attach_tokenizer, token_lengths
-from jaxfeed.text import generate as generate_tokens
+from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
+from jaxfeed.recipes.text.text_columns import check_text_column
+from jaxfeed.recipes.text.tokenizer import attach_tokenizer, token_lengths
+
+if TYPE_CHECKING:  # the saved run is handed in (its reader sits above this module)
+    from jaxfeed.recipes.serving.saved import SavedRun
 
 NAME_CHARS = 50  # predict's plain output names a text given on the command line by its start
-
-
-def run_preprocessing(run: Path, record: RunRecord) -> Preprocessing:
-    """The run's preprocessing with its tokenizer loaded."""
-    prep = preprocessing_of(record, str(run / "config.json"))
-    attach_tokenizer(prep, run)
-    return prep
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -143,25 +134,23 @@ def _table_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------- language models
-def lm_trainer(run: Path, record: RunRecord, checkpoint: str, trust_code: bool) -> tuple[Any, dict]:
+def lm_trainer(saved: SavedRun, checkpoint: str) -> tuple[Any, dict]:
     """The run's language model rebuilt (jaxfeed's own by name) with ``checkpoint`` restored."""
-    trainer, _ = build_run_trainer(record, run, trust_code=trust_code)
-    meta = restore(trainer, run, record, checkpoint)
+    trainer = saved.trainer()
+    meta = saved.restore(trainer, checkpoint)
     return trainer, {"step": int(meta["step"]), "epoch": int(meta["epoch"]), "which": checkpoint,
                      "source": "checkpoints/"}  # fmt: skip
 
 
-def evaluate_lm(
-    run: Path, record: RunRecord, ds: Any, split: str, checkpoint: str, trust_code: bool
-) -> dict[str, Any]:
+def evaluate_lm(saved: SavedRun, ds: Any, split: str, checkpoint: str) -> dict[str, Any]:
     """Loss (mean over real tokens), perplexity and token accuracy of ``ds`` (raw texts), packed
     as in training."""
-    prep = run_preprocessing(run, record)
-    kind = kind_of(prep)
+    run, record, prep, kind = saved.out, saved.record, saved.prep, saved.kind
+    attach_tokenizer(prep, run)
     ds, _ = check_text_column(ds, prep.text["column"], f"split {split!r}")
     texts = int(ds.num_rows)
     tokens = kind.prepare(prep, ds)  # concatenated: windows of --seq-len tokens
-    trainer, which = lm_trainer(run, record, checkpoint, trust_code)
+    trainer, which = lm_trainer(saved, checkpoint)
     size = min(record.options.batch_size, max(tokens.num_rows, 1))
     loader = DataLoader(tokens, size, transform=prep, **kind.loader_options(prep, train=True))
     figures = trainer.evaluate(loader)
@@ -191,67 +180,3 @@ def format_lm(result: dict[str, Any]) -> str:
         if k in result
     )
     return f"{head}\n{figures}"
-
-
-def generate(
-    run_dir: str,
-    prompts: list[str],
-    *,
-    max_new_tokens: int = 50,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 0,
-    checkpoint: str = "best",
-    trust_code: bool = False,
-    stop: list[str] | None = None,
-    chat: bool = False,
-) -> list[str]:
-    """Continuations of ``prompts`` by the run's language model (:func:`jaxfeed.text.generate`
-    on the restored checkpoint), each ended before the first of the ``stop`` texts it holds
-    (line breaks included: nothing stops at a line end unless ``stop`` says so; a row stops
-    decoding once its text holds one); a prompt that does not fit the model's context with
-    ``max_new_tokens`` more is refused naming it. A run fine-tuned from a Hub checkpoint
-    generates as the checkpoint does (its context, end ids, special tokens); ``chat`` renders
-    each prompt with the checkpoint's chat template (:mod:`jaxfeed.recipes.hub_generate`)."""
-    run = Path(run_dir)
-    record = read_run(run)
-    prep = preprocessing_of(record, str(run / "config.json"))
-    kind_of(prep).check_generates(run, record.resolved["task"])
-    attach_tokenizer(prep, run)
-    for i, prompt in enumerate(prompts):
-        if not prompt:
-            raise ConfigError(f"prompt {i} is empty")
-    hub = record.resolved.get("pretrained")
-    if chat:
-        if not isinstance(hub, dict):
-            raise ConfigError(
-                f"--chat: {run} trained its own language model, which has no chat template (a run "
-                "fine-tuned from a Hub checkpoint that has one takes --chat); drop --chat"
-            )
-        prompts = chat_prompts(hub.get("folder") or hub["model"], str(hub["model"]), prompts)
-    if not isinstance(hub, dict):
-        init_args = record.options.model_spec.init_args if record.options.model_spec else {}
-        context = int(init_args.get("max_length", prep.max_length))
-        for i, prompt in enumerate(prompts):
-            n = len(prep.tokenizer.encode(prompt, add_special_tokens=False).ids)
-            if n + max_new_tokens > context:
-                raise ConfigError(
-                    f"prompt {i} ({prompt[:40]!r}) is {n} token{'' if n == 1 else 's'}; with --max-new-tokens "
-                    f"{max_new_tokens} that is more than the model's context of {context} tokens "
-                    "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
-                )
-    trainer, _ = lm_trainer(run, record, checkpoint, trust_code)
-    if chat:
-        check_reply_ends(trainer.model, prep.tokenizer, stop, str(hub["model"]))
-    try:
-        return list(
-            generate_tokens(
-                trainer.model, prep.tokenizer, list(prompts), max_new_tokens=max_new_tokens,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                stop=stop or None,
-                add_special_tokens=False if chat else None,
-            )
-        )  # fmt: skip
-    except ValueError as err:  # a prompt too long for a Hub model's context, and the like
-        raise ConfigError(str(err)) from None

@@ -1,8 +1,8 @@
 """A run's optimizer: ``--optimizer`` (any optax optimizer, with its ``init_args``), ``--lr``,
-``--weight-decay``, the schedule (:mod:`jaxfeed.recipes.schedules`), ``--grad-clip`` and
+``--weight-decay``, the schedule (:mod:`jaxfeed.recipes.config.schedules`), ``--grad-clip`` and
 ``--grad-accum``, as one optax transformation.
 
->>> opt = build_optimizer(RunConfig(optimizer="sgd", schedule="cosine", warmup_steps=2), 10)
+>>> opt = build_optimizer(RunConfig(optimizer="sgd", lr=0.1, schedule="cosine", warmup_steps=2), 10)
 >>> type(opt).__name__
 'GradientTransformationExtraArgs'
 """
@@ -14,8 +14,10 @@ from typing import Any
 
 import optax
 
-from jaxfeed.recipes import schedules
-from jaxfeed.recipes.config import ConfigError, RunConfig, did_you_mean
+from jaxfeed.recipes.config.groups import ConfigError
+from jaxfeed.recipes.config.run_config import RunConfig
+from jaxfeed.recipes.config.schedules import build_schedule
+from jaxfeed.recipes.config.values import did_you_mean
 
 LEGACY_OPTIMIZERS = ("adamw", "adam", "sgd")  # built as the first jaxfeed built them
 
@@ -45,11 +47,11 @@ def optimizer_factory(name: str) -> Any:
 
 def build_optimizer(config: RunConfig, total_steps: int, *, log_lr: bool = True) -> Any:
     """``--optimizer`` (any optax optimizer, with its ``init_args``), ``--lr``, ``--weight-decay``,
-    ``--schedule`` and ``--warmup-steps`` (:mod:`jaxfeed.recipes.schedules`), ``--grad-clip`` and ``--grad-accum`` as one optax
+    ``--schedule`` and ``--warmup-steps`` (:mod:`jaxfeed.recipes.config.schedules`), ``--grad-clip`` and ``--grad-accum`` as one optax
     transformation (``total_steps`` optimizer updates in all). ``log_lr``: the learning rate is an
     ``optax.inject_hyperparams`` hyperparameter, so the trainer logs it (runs of earlier
     versions, whose optimizer state has none, are rebuilt with ``log_lr=False``)."""
-    lr = schedules.build_schedule(config, total_steps)
+    lr = build_schedule(config, total_steps)
     name, args = config.component("optimizer")
 
     def make(factory: Any, **kwargs: Any) -> Any:

@@ -1,5 +1,5 @@
 """A chat template rendered in a process of its own, with bounds: the script that
-:func:`jaxfeed.recipes.hub_generate.render_chats` runs (``python -P chat_sandbox.py``).
+:func:`jaxfeed.recipes.serving.hub_generate.render_chats` runs (``python -P chat_sandbox.py``).
 
 A chat template is code from a downloaded checkpoint. jinja2's immutable sandbox keeps it from
 reaching Python, but not from spending time or memory: a 60-byte template can loop for hours
