@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -314,6 +315,27 @@ def test_modules_stay_small_or_say_why():
             if "long because" not in doc.lower():
                 long.append(f"{module} ({lines} lines)")
     assert not long, long
+
+
+SIZES = Path(__file__).with_name("module_sizes.json")  # the modules over 800 lines, as they are
+
+
+def test_long_modules_do_not_grow():
+    """The module-size ratchet: a module over 800 lines may not grow past its recorded size, and
+    one that shrinks records its new size (``python tests/contracts/test_layers.py --update``
+    writes them): a long module is split, not extended."""
+    recorded = json.loads(SIZES.read_text())
+    found = {
+        str(path.relative_to(SRC)): path.read_text().count("\n")
+        for path in MODULES.values()
+        if path.read_text().count("\n") > 800
+    }
+    grown = [f"{m}: {n} lines, recorded {recorded.get(m, 800)}" for m, n in found.items()
+             if n > recorded.get(m, 800)]  # fmt: skip
+    shrunk = [f"{m}: {found.get(m, '800 or fewer')} lines now, recorded {n} (--update)"
+              for m, n in recorded.items() if found.get(m, 0) < n]  # fmt: skip
+    assert not grown, f"long modules grew (split them instead): {grown}"
+    assert not shrunk, f"long modules shrank: record it (--update): {shrunk}"
 
 
 def _package_of(path: Path) -> str:

@@ -74,14 +74,14 @@ class LoRA:
             raise SettingError("dropout", f"LoRA dropout must be in [0, 1), got {dropout!r}")
         targets = self.targets
         if targets is not None:
-            if isinstance(targets, str):
-                targets = [t for t in targets.split(",") if t.strip()]
-            targets = tuple(str(t).strip() for t in targets)
-            if not targets or any(not t for t in targets):
+            items = [targets] if isinstance(targets, str) else list(targets)
+            names = tuple(part.strip() for t in items for part in str(t).split(","))
+            if not names or any(not n for n in names):
                 raise SettingError(
-                    "targets", f"LoRA targets must be module names, got {self.targets!r}"
+                    "targets",
+                    f"LoRA targets must be module names (q_proj, value, ...), got {self.targets!r}",
                 )
-            object.__setattr__(self, "targets", targets)
+            object.__setattr__(self, "targets", names)
 
     @property
     def scaling(self) -> float:

@@ -50,8 +50,8 @@ def check_config(config: dict, family: Family, where: object = "config.json") ->
     :class:`CheckpointError` naming ``where``, the field and the value."""
     model_type = config.get("model_type")
     fields = family.config_fields
-    required = [k for k, kind in fields.items() if isinstance(kind, str) and kind.endswith("!")]
-    for key, kind in fields.items():
+    required = [k for k, check in fields.items() if isinstance(check, str) and check.endswith("!")]
+    for key, check in fields.items():
         if key not in config:
             if key in required:
                 raise CheckpointError(
@@ -60,16 +60,16 @@ def check_config(config: dict, family: Family, where: object = "config.json") ->
                 )
             continue
         value = config[key]
-        if isinstance(kind, tuple):
-            if value not in kind:
+        if isinstance(check, tuple):
+            if value not in check:
                 raise CheckpointError(
                     f"{where}: {key}={value!r} is not an activation jaxfeed computes; expected "
-                    f"one of {', '.join(sorted(kind))}"
+                    f"one of {', '.join(sorted(check))}"
                 )
             continue
-        if value is None and kind.endswith("?"):
+        if value is None and check.endswith("?"):
             continue
-        test, expected = KINDS[kind.rstrip("!?")]
+        test, expected = KINDS[check.rstrip("!?")]
         if not test(value):
             raise CheckpointError(f"{where}: {key} must be {expected}, got {value!r}")
     pair = family.divides

@@ -1,6 +1,7 @@
 """The saved-run reader: a run folder as eval, predict, generate and export use it
 (:class:`SavedRun`), its two choices rebuilt from its record: the input kind from its
-preprocessing (:func:`~jaxfeed.recipes.kinds.registry.kind_of`) and the model source from its
+preprocessing (:func:`~jaxfeed.recipes.kinds.registry.kind_named`, read before the
+preprocessing itself: predict checks its paths first) and the model source from its
 ``--model`` and what it resolved (:func:`~jaxfeed.recipes.sources.registry.source_of`: a Hub
 checkpoint reopened at the commit the run recorded). The trainer of a saved run
 (:meth:`SavedRun.trainer`) is built as training built it, before a checkpoint's weights are
@@ -25,7 +26,7 @@ from typing import Any
 
 from jaxfeed.recipes.config import RunConfig, RunRecord, read_run
 from jaxfeed.recipes.kinds.base import Kind
-from jaxfeed.recipes.kinds.registry import kind_of
+from jaxfeed.recipes.kinds.registry import kind_named
 from jaxfeed.recipes.run import model_copy, preprocessing_of, restore
 from jaxfeed.recipes.sources.base import ModelSource
 from jaxfeed.recipes.sources.registry import source_of
@@ -42,12 +43,16 @@ class SavedRun:
 
     out: Path
     record: RunRecord
-    prep: Preprocessing
     kind: Kind
     policy: CodePolicy
     verify_source: bool = False  # a Hub checkpoint's files checked against the record (export)
     mesh: Any = None  # a saved run is evaluated on one device (replicated)
     steps_per_epoch: int = 1
+
+    @functools.cached_property
+    def prep(self) -> Preprocessing:
+        """The run's preprocessing, read from its record (a damaged one refused naming it)."""
+        return preprocessing_of(self.record, str(self.out / "config.json"))
 
     @property
     def config(self) -> RunConfig:
@@ -98,9 +103,10 @@ def read_saved(run: str | Path, *, trust_code: bool = False, verify_source: bool
     files are checked against the hashes the run recorded."""
     run = Path(run)
     record = record if record is not None else read_run(run)
-    prep = preprocessing_of(record, str(run / "config.json"))
+    saved = record.resolved.get("preprocess")
+    kind = kind_named(saved.get("kind") if isinstance(saved, dict) else None)
     policy = CodePolicy(named_by_run=True, copy=model_copy(record, run), trust=trust_code)
-    return SavedRun(run, record, prep, kind_of(prep), policy, verify_source)
+    return SavedRun(run, record, kind, policy, verify_source)
 
 
 __all__ = ["SavedRun", "read_saved"]

@@ -116,8 +116,10 @@ class ModelSource:
     # ------------------------------------------------------------------ the model
     def build_model(self, run: Any, config: RunConfig) -> Any:
         """The run's model (``run``: a run or a saved one, its kind, preprocessing and outputs):
-        a built-in by name, or the Linen CNN of ``--api linen``."""
-        return build_builtin(self.spec, run.kind, run.prep, run.outputs, config)
+        a built-in by name, or the Linen CNN of ``--api linen``. It is built from
+        ``config.model_spec`` as the run resolved it (the budget's BatchNorm momentum, a kind's
+        arguments), not from the ``--model`` the source was chosen by."""
+        return build_builtin(config.model_spec, run.kind, run.prep, run.outputs, config)
 
     def trainer_options(self, config: RunConfig) -> dict[str, Any]:
         """The Trainer's arguments the source sets (``trainable=``)."""

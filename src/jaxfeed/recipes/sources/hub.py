@@ -186,7 +186,8 @@ class HubSource(ModelSource):
                 self.check_options(config)
             options.update(lora=self.lora, quantize=self.quantize)
         mesh = getattr(run, "mesh", None)
-        init_args = {k: v for k, v in self._init_args().items() if k != "revision"}
+        spec = config.model_spec  # as the run resolved it
+        init_args = {k: v for k, v in spec.init_args.items() if k != "revision"}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "classifier newly initialised": the run trains it
             try:

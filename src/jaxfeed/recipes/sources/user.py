@@ -189,7 +189,7 @@ class UserSource(ModelSource):
     def build_model(self, run: Any, config: RunConfig) -> Any:
         from flax import nnx  # import cost: flax, when a model is built
 
-        spec = self.spec
+        spec = config.model_spec
         assert spec is not None
         if config.api == "linen":
             raise ConfigError("--api linen supports --model cnn only")

@@ -3,10 +3,10 @@
 >>> mesh_of(RunConfig()) is None or mesh_of(RunConfig()).size > 1
 True
 >>> from jaxfeed import Dataset
->>> from jaxfeed.recipes.kinds.registry import kind_of
+>>> from jaxfeed.recipes.kinds.registry import KINDS
 >>> prep = Preprocessing("array", ["x"], "y", [2])
 >>> ds = Dataset.from_dict({"x": [[0.0, 1.0]] * 20, "y": [0, 1] * 10})
->>> loaders = make_loaders(ds, {"validation": ds, "test": None}, prep, kind_of(prep),
+>>> loaders = make_loaders(ds, {"validation": ds, "test": None}, prep, KINDS["array"],
 ...                        RunConfig(batch_size=8), print)
 >>> [len(loader) for loader in loaders[:2]], loaders[2], data_devices(None)
 ([3, 3], None, 1)
