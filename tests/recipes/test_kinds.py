@@ -16,7 +16,7 @@ from jaxfeed.recipes.data import choose_splits
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.kinds.registry import KINDS, kind_for, kind_of
 from jaxfeed.recipes.kinds.table import TableOptions
-from jaxfeed.recipes.spec import Preprocessing
+from jaxfeed.recipes.spec import INPUTS, TARGETS, Preprocessing
 
 
 @pytest.mark.parametrize(
@@ -111,3 +111,90 @@ def test_a_regression_target_is_standardised_on_the_train_split_only(kind):
     y = np.asarray(train.with_format("numpy")["y"], np.float64)
     assert len(y) == 30
     assert (prep.target_mean, prep.target_std) == pytest.approx((y.mean(), y.std()))
+
+
+# ---------------------------------------------------------------------------------- every kind
+def _sample(kind: str, root):
+    """A few rows of data of ``kind``, as a file or folder the command reads, and its task."""
+    import wave
+
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(0)
+    if kind in ("image", "audio"):
+        for label in ("a", "b"):
+            (root / label).mkdir(parents=True)
+            for i in range(6):
+                if kind == "image":
+                    pixels = rng.integers(0, 255, (10, 12, 3), dtype=np.uint8)
+                    PILImage.fromarray(pixels).save(root / label / f"{i}.png")
+                    continue
+                with wave.open(str(root / label / f"{i}.wav"), "wb") as w:
+                    w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000)
+                    w.writeframes((rng.normal(0, 0.1, 1600) * 32767).astype("<i2").tobytes())
+        return str(root), None
+    if kind == "array":
+        return "digits", None
+    if kind == "table":
+        rows = [f"{i},{i % 3},{'x' if i % 2 else 'y'},{'a' if i % 2 else 'b'}" for i in range(24)]
+        (root / "t.csv").write_text("n,m,c,label\n" + "\n".join(rows) + "\n")
+        return str(root / "t.csv"), None
+    words = ["alpha beta", "gamma delta epsilon", "zeta eta", "theta iota kappa lambda"]
+    if kind == "text":
+        rows = [f"{words[i % 4]} {i},{'p' if i % 2 else 'n'}" for i in range(24)]
+        (root / "t.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+        return str(root / "t.csv"), None
+    (root / "corpus.txt").write_text("\n".join(f"{words[i % 4]} {i}" for i in range(40)) + "\n")
+    return str(root / "corpus.txt"), "lm"
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def planned(request, tmp_path_factory):
+    """Each kind's run on a sample of its data, planned by the kind alone (no model source
+    hands it anything): its run data, preprocessing and notes."""
+    from jaxfeed.recipes.run_data import load_run_data
+
+    data, task = _sample(request.param, tmp_path_factory.mktemp(request.param))
+    config = RunConfig(data=data, task=task, seq_len=8 if task == "lm" else None)
+    run_data = load_run_data(config, None, kind_for)
+    kind = kind_for(run_data.columns.kind, run_data.task)
+    assert kind is KINDS[request.param]
+    config = kind.before_plan(config, resumed=False)
+    prep, notes = kind.plan(run_data, config)
+    return kind, config, run_data, prep, notes
+
+
+def test_each_kind_plans_its_inputs_and_says_what_it_chose(planned):
+    kind, config, run_data, prep, notes = planned
+    assert prep.kind == kind.name and notes and all(isinstance(n, str) for n in notes)
+    assert kind.describe(prep, run_data)
+    resolved = kind.resolved_options(config, prep, run_data)
+    assert resolved.model_spec is not None and resolved.task == run_data.task
+    assert kind.default_model in BUILTINS and kind.name in BUILTINS[kind.default_model].kinds
+
+
+def test_each_kinds_loader_gives_batches_of_its_planned_shape(planned):
+    from jaxfeed import DataLoader
+
+    kind, config, run_data, prep, _ = planned
+    ds = kind.prepare(prep, run_data.splits.train)
+    loader = DataLoader(ds, 4, transform=prep, **kind.loader_options(prep, train=True))
+    batch = next(iter(loader))
+    key = "input_ids" if kind.tokens else INPUTS  # token kinds name their columns
+    assert tuple(batch[key].shape[1:]) == tuple(prep.input_shape), batch[key].shape
+    assert len(batch[key]) == 4 and (kind.name == "lm" or len(batch[TARGETS]) == 4)
+    options = kind.trainer_options(config, prep, None)
+    assert {"loss", "metrics"} <= set(options)
+
+
+def test_each_kind_is_only_its_inputs(planned):
+    """The Hub checkpoint is the model source's (jaxfeed.recipes.sources): no kind carries a
+    hook for it, only ``hub_task``, the Hub task that learns from it (data)."""
+    from jaxfeed.models.hub.family import TASKS
+
+    kind = planned[0]
+    for hook in ("plan_pretrained", "pretrained_options", "wrap_pretrained", "build_model",
+                 "default_epochs", "scores_pretrained", "fine_tune_defaults"):  # fmt: skip
+        assert not hasattr(kind, hook), hook
+    assert kind.hub_task is None or kind.hub_task in TASKS
+    assert "RUN" in kind.next_step("RUN")

@@ -108,10 +108,10 @@ class LMKind(TextKind):
     def plan(self, run_data: Any, config: RunConfig,
              pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         if pretrained is not None:
-            return self.plan_pretrained(pretrained, run_data, config)
+            return self.plan_from_checkpoint(pretrained, run_data, config)
         return super().plan(run_data, config)
 
-    def plan_pretrained(self, pretrained: Any, run_data: Any,
+    def plan_from_checkpoint(self, pretrained: Any, run_data: Any,
                         config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         """``--task lm`` on a causal LM checkpoint: its ``tokenizer.json`` (no tokenizer trained),
         texts packed into rows of ``--seq-len`` tokens (default: the context, at most

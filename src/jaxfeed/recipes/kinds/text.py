@@ -2,7 +2,7 @@
 or a byte-level BPE trained on the train split, kept as ``tokenizer.json``:
 :mod:`jaxfeed.recipes.text.tokenizer`) and padded to a few bucket lengths, batches of similar lengths;
 the ``transformer`` classifier (or regressor) by default; exported with its tokenizer, strings in.
-A Hub checkpoint brings its own ``tokenizer.json`` and length limit (:meth:`TextKind.plan_pretrained`).
+A Hub checkpoint brings its own ``tokenizer.json`` and length limit (:meth:`TextKind.plan_from_checkpoint`).
 
 >>> prep = Preprocessing("lm", ["t"], "", [4], "lm", text={})
 >>> export_example(prep, {"input_ids": "input_ids", "positions": "positions"})["positions"]
@@ -91,7 +91,7 @@ class TextKind(Kind):
     def plan(self, run_data: Any, config: RunConfig,
              pretrained: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         if pretrained is not None:
-            return self.plan_pretrained(pretrained, run_data, config)
+            return self.plan_from_checkpoint(pretrained, run_data, config)
         columns = run_data.columns
         prep, notes = self.plan_text(
             run_data.splits.train, columns.inputs[0], columns.label, run_data.task, config
@@ -185,7 +185,7 @@ class TextKind(Kind):
         )
         return [buckets[-1]]
 
-    def plan_pretrained(self, pretrained: Any, run_data: Any,
+    def plan_from_checkpoint(self, pretrained: Any, run_data: Any,
                         config: RunConfig) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         """A Hub checkpoint's ``tokenizer.json`` (as ``--tokenizer``), its pad id, texts cut to
         the length the model takes (``pretrained``: what the model source handed in)."""
