@@ -22,6 +22,7 @@ from typing import Any
 
 QUANTIZE = ("int8",)  # the modes of from_pretrained(quantize=) and jaxfeed train --quantize
 ALPHA_PER_RANK = 2  # LoRA's alpha when none is given: 2 x rank, a scale of 2 whatever the rank
+MAX_ALPHA = 1e6  # past it the update overflows float32 (1e300 gave NaN logits); --lora-alpha's bound
 
 
 class SettingError(ValueError):
@@ -65,9 +66,10 @@ class LoRA:
         alpha = self.alpha
         if alpha is None:
             object.__setattr__(self, "alpha", ALPHA_PER_RANK * self.rank)
-        elif not _number(alpha) or not math.isfinite(alpha) or not alpha > 0:
+        elif not _number(alpha) or not math.isfinite(alpha) or not 0 < alpha <= MAX_ALPHA:
             raise SettingError(
-                "alpha", f"LoRA alpha must be a finite number above 0, got {alpha!r}"
+                "alpha", f"LoRA alpha must be a finite number above 0, at most {MAX_ALPHA:g}, got "
+                f"{alpha!r}"
             )
         dropout = self.dropout
         if not _number(dropout) or not (0.0 <= dropout < 1.0):
@@ -117,4 +119,4 @@ def check_adapters(lora: Any, adapter: Any, quantize: Any) -> None:
         )
 
 
-__all__ = ["ALPHA_PER_RANK", "QUANTIZE", "LoRA", "SettingError", "check_adapters"]
+__all__ = ["ALPHA_PER_RANK", "MAX_ALPHA", "QUANTIZE", "LoRA", "SettingError", "check_adapters"]

@@ -203,7 +203,10 @@ def test_int8_logits_within_the_documented_tolerance(bases, tmp_path):
     ("kwargs", "message"),
     [
         ({"rank": 0}, "rank must be a positive int, got 0"),
-        ({"rank": 2, "alpha": 0}, "alpha must be a positive number, got 0"),
+        ({"rank": 2, "alpha": 0}, "alpha must be a finite number above 0, at most 1e.06, got 0"),
+        ({"rank": 2, "alpha": float("inf")}, "alpha must be a finite number above 0.*got inf"),
+        ({"rank": 2, "alpha": float("nan")}, "alpha must be a finite number above 0.*got nan"),
+        ({"rank": 2, "alpha": 1e300}, "alpha must be a finite number above 0.*got 1e.300"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
     ],
