@@ -51,6 +51,7 @@ import numpy as np
 
 from jaxfeed._base.files import check_writable
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.train.trained_part import base_problem, merged, prune, saved_paths
 from jaxfeed.train.writer_record import (
     REMOVING,
     WRITER_FILE,
@@ -916,8 +917,17 @@ def _restore_weights(manager: CheckpointManager, into: Any, step: Any) -> dict[s
             f"{', '.join(sorted(tops)) or 'none'}); restore a tree into it"
         )
     if "['model']" in tops:  # an NNX trainer's {model, optimizer}
-        restored = manager.restore(step, state={"model": tree})
-        weights = restored["state"]["model"]
+        target, meta = {"model": tree}, manager.meta(step)
+        if meta.get("frozen"):  # its trained part alone: the frozen weights are ``into``'s
+            saved = saved_paths(meta)
+            problem = base_problem(meta, tree, saved)
+            if problem:
+                raise CheckpointError(
+                    f"cannot restore step {step} of {manager.directory}: {problem}"
+                )
+            target = prune(target, saved)
+        restored = manager.restore(step, state=target)
+        weights = merged(tree, restored["state"]["model"])
         if module is not None:
             load_nnx_pure_state({"model": weights}, module)
         return {"weights": weights, "meta": restored["meta"]}
