@@ -240,6 +240,7 @@ class _ReportedFragments(logging.Filter):
 
 
 _REPORTED_FRAGMENTS = _ReportedFragments()
+_SAID_CUT_SHORT: set[tuple[str, int, str]] = set()  # (folder, step, what is missing) said
 
 
 # ---------------------------------------------------------------------------------- manager
@@ -450,7 +451,9 @@ class CheckpointManager:
                 )
             if condition == "cut short":
                 self.cut_short[int(step)] = missing
-        if self.cut_short and jax.process_index() == 0:
+        said = {(str(self.directory), s, m) for s, m in self.cut_short.items()}
+        if said - _SAID_CUT_SHORT and jax.process_index() == 0:  # once a process, not per opening
+            _SAID_CUT_SHORT.update(said)
             print(
                 f"jaxfeed: checkpoint {self._cut_short_words()}: skipped (steps: {self.all_steps}); "
                 "the next run that writes there removes it",
