@@ -4,9 +4,11 @@ a terminal; subprocesses whose whole process group ends with the test."""
 import atexit
 import contextlib
 import importlib.util
+import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -197,6 +199,91 @@ class ProcessGroups:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 proc.communicate(timeout=30)
+
+
+# Tests and benchmarks connect only to this machine's loopback (127.0.0.0/8, ::1): issue 63 found
+# the suite reaching for a private-range address. Every connection a Python socket of this
+# process opens (socket.connect / connect_ex, and so socket.create_connection, asyncio, ssl,
+# http clients; sendto / sendmsg for datagrams) is checked: any other address is refused with
+# OffLoopbackError before a packet leaves, and the test that asked fails. Not covered: the
+# processes a test starts (a subprocess, Spark's JVM, Ray's workers) and connections made in C
+# or C++ (gRPC in JAX's distributed runtime, TensorStore, Py4J's Java side), and name lookups
+# (a hostname other than localhost is refused without being resolved, so none is made from here).
+OFF_LOOPBACK: list[str] = []  # "test id: address", of the test running now
+
+
+class OffLoopbackError(PermissionError):
+    """A connection of the test suite to an address outside the loopback interface."""
+
+
+def on_loopback(address) -> bool:
+    """Whether a socket address (an (host, port, ...) tuple, or a path for AF_UNIX) is this
+    machine's loopback: 127.0.0.0/8, ::1, an IPv4-mapped ::ffff:127.x, "localhost", or an
+    unspecified address (0.0.0.0, ::, ""), which connects to this machine."""
+    if not isinstance(address, tuple) or not address:
+        return True  # AF_UNIX paths, AF_NETLINK and the like: never leave the machine
+    host = address[0]
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    if host in ("", "localhost") or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False  # another hostname: resolving it may already leave the machine
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or ip.is_unspecified or (mapped is not None and mapped.is_loopback)
+
+
+def _refuse_off_loopback(address) -> None:
+    if not on_loopback(address):
+        where = os.environ.get("PYTEST_CURRENT_TEST", "outside a test").split(" (")[0]
+        OFF_LOOPBACK.append(f"{where}: {address!r}")
+        raise OffLoopbackError(
+            f"the test suite connects only to loopback (127.0.0.0/8, ::1), not {address!r}: use a "
+            "closed loopback port for an address that cannot be reached"
+        )
+
+
+def _guarded(method, address_at):
+    def guarded(self, *args, **kwargs):
+        if len(args) > address_at:
+            _refuse_off_loopback(args[address_at])
+        elif "address" in kwargs:
+            _refuse_off_loopback(kwargs["address"])
+        return method(self, *args, **kwargs)
+
+    guarded.__wrapped__ = method
+    return guarded
+
+
+for _name, _at in (("connect", 0), ("connect_ex", 0), ("sendmsg", 3)):
+    setattr(socket.socket, _name, _guarded(getattr(socket.socket, _name), _at))
+_sendto = socket.socket.sendto
+
+
+def _guarded_sendto(self, data, *rest):
+    """``sendto(data, address)`` or ``sendto(data, flags, address)``."""
+    if rest:
+        _refuse_off_loopback(rest[-1])
+    return _sendto(self, data, *rest)
+
+
+socket.socket.sendto = _guarded_sendto
+
+
+def fail_off_loopback() -> None:
+    """Fail the running test when a connection off loopback was tried since the last check."""
+    found, OFF_LOOPBACK[:] = list(OFF_LOOPBACK), []
+    if found:
+        pytest.fail("connected outside loopback: " + "; ".join(found))
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only():
+    """Fail the test during which something connected off loopback (a refused connection that
+    the code under test caught and retried, or turned into another error, still fails it)."""
+    yield
+    fail_off_loopback()
 
 
 @pytest.fixture(autouse=True)

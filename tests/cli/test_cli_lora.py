@@ -61,6 +61,24 @@ def test_lora_run_records_its_options_resumes_and_generates(lora_run, capsys):
     assert text.startswith("t5 t6")
 
 
+@pytest.mark.slow  # the module's run: a training process or two
+def test_lora_run_checkpoints_hold_the_adapters_not_the_frozen_model(lora_run):
+    """Issue 63 D13: each saved step held the whole frozen (int8) model; now the adapters, the
+    other variables and their optimizer state, the frozen weights by their fingerprint."""
+    _ckpt, out, _ = lora_run
+    steps = [p for p in (out / "checkpoints").iterdir() if p.name.isdigit()]
+    assert steps
+    for step in steps:
+        meta = json.loads((step / "meta" / "metadata").read_text())
+        assert meta["frozen"]["parameters"] > 0 and meta["frozen"]["base"]["folder"]
+        model = [p for p in meta["shapes"] if p.startswith("['model']")]
+        assert model and all(p.endswith(("['lora_a']", "['lora_b']")) or "['rngs']" in p
+                             for p in model), model  # fmt: skip
+        held = sum(np.prod(shape) * np.dtype(dtype).itemsize
+                   for shape, dtype in meta["shapes"].values())  # fmt: skip
+        assert held < meta["frozen"]["bytes"], (held, meta["frozen"])  # a tiny model's 42 KB
+
+
 @pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, peft, tmp_path):
     ckpt, out, _ = lora_run

@@ -474,3 +474,121 @@ def test_missing_extra_names_it(monkeypatch, module, call, extra):
     monkeypatch.setitem(sys.modules, module, None)  # import pyspark / ray fails
     with pytest.raises(MissingExtraError, match=rf"jaxfeed\[{extra}\]"):
         call()
+
+
+# ----------------------------------------------------------------- issue 63: faults of engines
+def test_from_ray_of_a_dataset_filtered_to_no_rows(ray_data, tmp_path):
+    """D15: a Ray Dataset filtered to no rows (its blocks empty, without columns) failed with a
+    KeyError inside a Ray task; now a dataset without rows, with the columns Ray knows."""
+    features = Features({"id": Value("int64")})
+    empty = ray_data.range(10, override_num_blocks=2).filter(lambda row: row["id"] > 100)
+    ds = Dataset.from_ray(empty, cache_dir=str(tmp_path))
+    assert ds.num_rows == 0 and ds.features == features
+    assert list(IterableDataset.from_ray(empty)) == []
+    half = ray_data.range(10, override_num_blocks=2).filter(lambda row: row["id"] >= 5)
+    assert Dataset.from_ray(half, cache_dir=str(tmp_path))["id"][:] == [5, 6, 7, 8, 9]
+    assert [r["id"] for r in IterableDataset.from_ray(half)] == [5, 6, 7, 8, 9]
+    done = empty.materialize()  # Ray no longer knows its columns: they must be given
+    with pytest.raises(
+        ValueError, match=r"has no rows, and Ray does not know its columns: pass features="
+    ):
+        Dataset.from_ray(done, cache_dir=str(tmp_path))
+    given = Dataset.from_ray(done, features=features, cache_dir=str(tmp_path))
+    assert given.num_rows == 0 and given.features == features
+    assert list(IterableDataset.from_ray(done, features=features)) == []
+
+
+def test_from_spark_never_shares_a_cache_entry_between_two_dataframes(spark, tmp_path, monkeypatch):
+    """D07: the cache was keyed by the DataFrame's 32-bit semanticHash(): two different
+    DataFrames whose hashes collide (here: made equal) read one entry, the first's rows."""
+    cache = str(tmp_path)
+    for make in (
+        lambda v: spark.createDataFrame([(v,)], "x int"),  # an RDD of local rows
+        lambda v: spark.sql(f"select * from values ({v}) as t(x)"),  # a local relation
+    ):
+        first, second = make(1), make(2)
+        monkeypatch.setattr(second, "semanticHash", first.semanticHash)  # a collision
+        ds = Dataset.from_spark(first, cache_dir=cache)
+        assert ds["x"][:] == [1]
+        assert Dataset.from_spark(second, cache_dir=cache)["x"][:] == [2]
+        again = Dataset.from_spark(
+            first, cache_dir=cache
+        )  # the same DataFrame still maps its files
+        assert again.cache_files == ds.cache_files and again["x"][:] == [1]
+
+
+def _one_line(err):
+    text = str(err.value)
+    assert "\n" not in text.strip(), text
+    return text
+
+
+def test_a_failed_spark_job_or_a_stopped_session_is_one_line_naming_the_cause(
+    spark, tmp_path, monkeypatch
+):
+    """D25: an executor's error surfaced as "An exception was thrown from the Python worker"
+    (or a Py4J "An error occurred while calling o298.javaToPython") and a Java stack trace; now
+    one line with the executor's own error, or saying the session is stopped."""
+    from pyspark.sql import functions as F
+
+    bad = spark.createDataFrame([("bird",)], "label string")
+    with pytest.raises(ValueError) as err:
+        features = Features({"label": ClassLabel(names=["cat"])})
+        Dataset.from_spark(bad, features=features, cache_dir=str(tmp_path))
+    assert _one_line(err).startswith("Dataset.from_spark: a Spark executor failed: FeatureError: ")
+    assert "column 'label', row 0" in str(err.value) and "'bird'" in str(err.value)
+    zero = F.udf(lambda x: 1 // (x - x), "long")
+    boom = spark.range(3).select(zero("id").alias("y"))
+    for what, call in (
+        ("Dataset.from_spark", lambda: Dataset.from_spark(boom, cache_dir=str(tmp_path))),
+        ("IterableDataset.from_spark", lambda: list(IterableDataset.from_spark(boom))),
+    ):
+        with pytest.raises(RuntimeError) as err:
+            call()
+        assert _one_line(err).startswith(
+            f"{what}: a Spark executor failed: ZeroDivisionError: integer division"
+        )
+    # stopped: what SparkContext.stop() clears on the Python side (the shared session lives on)
+    df = spark.range(3)
+    monkeypatch.setattr(spark.sparkContext, "_jsc", None)
+    monkeypatch.setattr(type(spark.sparkContext), "_active_spark_context", None)
+    for what, call in (
+        ("Dataset.from_spark", lambda: Dataset.from_spark(df, cache_dir=str(tmp_path))),
+        ("IterableDataset.from_spark", lambda: list(IterableDataset.from_spark(df))),
+    ):
+        with pytest.raises(RuntimeError) as err:
+            call()
+        assert _one_line(err).startswith(f"{what}: the DataFrame's Spark session is stopped")
+
+
+def test_executors_need_not_find_jaxfeed_in_spark_s_python(spark, tmp_path, monkeypatch):
+    """Also (issue 63): run as .venv/bin/python without the venv activated, Spark's executors
+    started python3 from PATH, which cannot import jaxfeed: a Java stack trace ending in
+    ModuleNotFoundError. On a local master they now run this interpreter; on a cluster, where
+    they run Spark's PYSPARK_PYTHON, one line says to set it."""
+    from jaxfeed.data.formats import spark as spark_module
+
+    blocked = tmp_path / "blocked" / "jaxfeed"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'jaxfeed'\", name='jaxfeed')\n"
+    )
+    python3 = tmp_path / "bin" / "python3"  # a Python that has pyspark and pyarrow, not jaxfeed
+    python3.parent.mkdir()
+    python3.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{blocked.parent}:$PYTHONPATH" exec "{sys.executable}" "$@"\n'
+    )
+    python3.chmod(0o755)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", str(python3))
+    cache = str(tmp_path / "cache")
+    assert sorted(Dataset.from_spark(spark.range(4), cache_dir=cache)["id"][:]) == [0, 1, 2, 3]
+    assert [r["id"] for r in IterableDataset.from_spark(spark.range(3))] == [0, 1, 2]
+    assert spark.sparkContext.pythonExec == str(python3)  # the user's setting, left as it was
+    monkeypatch.setattr(spark_module, "runs_here", lambda sc: False)  # a cluster's executors
+    with pytest.raises(RuntimeError) as err:
+        Dataset.from_spark(spark.range(5), cache_dir=cache)
+    assert _one_line(err) == (
+        f"Dataset.from_spark: Spark's executors run {python3}, which cannot import jaxfeed: set "
+        f"PYSPARK_PYTHON to a Python that has jaxfeed and pyarrow (as {sys.executable}) before "
+        "the Spark session starts"
+    )

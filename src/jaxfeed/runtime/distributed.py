@@ -9,6 +9,12 @@ host (one worker hostname, or host bounds ``1,1,1``), a SLURM job or an Open MPI
 and a machine none of them describes run as one process without ``jax.distributed``. A cluster
 that cannot be reached within ``JAXFEED_INIT_TIMEOUT`` seconds is a :class:`ClusterError` that
 names the variables read and what to set, never a hang or a bare ``ConnectionError``.
+
+The processes meet on the coordinator's port before JAX's own start, and keep those connections
+until each has joined JAX's job (:class:`_Watch`): a process that stops in between (killed, or its
+JAX start failed) can only make JAX abort the others (SIGABRT, a C++ stack trace, once
+``JAXFEED_INIT_TIMEOUT`` has passed), so each of them exits at once instead, with status 2 and
+one line saying which process stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import selectors
 import socket
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +38,7 @@ TIMEOUT_ENV = "JAXFEED_INIT_TIMEOUT"
 DEFAULT_TIMEOUT_S = 120  # how long the processes of a job may take to find each other
 HEARTBEAT_ENV = "JAXFEED_HEARTBEAT_TIMEOUT"
 DEFAULT_HEARTBEAT_S = 30  # a process silent this long makes the others fail
+MAX_SECONDS = 2**31 - 1  # the longest timeout JAX's runtime takes (a C++ int of seconds)
 # the variables each launcher sets: the first one present with a value names the job's size
 _TPU = ("TPU_WORKER_HOSTNAMES", "TPU_HOST_BOUNDS", "TPU_WORKER_ID")
 _SLURM = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
@@ -169,17 +179,21 @@ def initialize(
             raise ValueError(f"process id {process_id} is outside [0, {num_processes})")
     if jax.distributed.is_initialized():  # joined earlier in this process (a second main())
         return True
-    timeout = (
-        timeout_seconds if timeout_seconds is not None else _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+    if coordinator_address is not None:
+        _port(coordinator_address)
+    timeout = _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, timeout_seconds, "timeout_seconds")
+    heartbeat_timeout_seconds = _seconds(
+        HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S, heartbeat_timeout_seconds, "heartbeat_timeout_seconds"
     )
-    if heartbeat_timeout_seconds is None:
-        heartbeat_timeout_seconds = _seconds(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)
+    watch = _Watch({}, "")
     try:
         local_devices = None
         if cluster is not None:  # the launcher's own variables say where process 0 listens
             coordinator_address, num_processes, process_id, local_devices = _detected(timeout)
         if coordinator_address is not None and process_id is not None:
-            _reach(coordinator_address, num_processes or 1, process_id, timeout)
+            links = _reach(coordinator_address, num_processes or 1, process_id, timeout) or {}
+            job = f"the {num_processes}-process job of coordinator {coordinator_address}"
+            watch = _Watch(links, job)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # across CPU processes
         jax.distributed.initialize(
             coordinator_address,
@@ -190,10 +204,26 @@ def initialize(
             heartbeat_timeout_seconds=heartbeat_timeout_seconds,
         )
     except (OSError, RuntimeError, ValueError) as err:  # unreachable, refused, timed out, no DNS
+        watch.close()  # the others learn that this process will not join
         if isinstance(err, ClusterError):
             raise
         raise _unreachable(err, cluster, coordinator_address, num_processes, timeout) from err
+    except BaseException:
+        watch.close()
+        raise
+    watch.joined()
     return True
+
+
+def _port(coordinator: str) -> int:
+    """The port of ``HOST:PORT``, 1 to 65535; else ``ValueError`` naming the address."""
+    host, _, port_text = coordinator.rpartition(":")
+    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(
+            f"the coordinator address must be HOST:PORT with a port from 1 to 65535 "
+            f"(JAXFEED_COORDINATOR or --coordinator), got {coordinator!r}"
+        )
+    return int(port_text)
 
 
 def _detected(timeout: int) -> tuple[str | None, int | None, int | None, Any]:
@@ -208,42 +238,49 @@ def _detected(timeout: int) -> tuple[str | None, int | None, int | None, Any]:
         return None, None, None, None
 
 
-def _reach(coordinator: str, num_processes: int, process_id: int, timeout: int) -> None:
+def _reach(
+    coordinator: str, num_processes: int, process_id: int, timeout: int
+) -> dict[int, socket.socket]:
     """Meet every process of the job on the coordinator's port before JAX's client starts (one
     that cannot reach the coordinator, or waits for a process that never comes, makes JAX abort
     the process): process 0 listens there until the others have said hello, then lets them go
     and closes the port for JAX's service; the others connect, retrying until ``timeout``
-    seconds have passed. Raises ``OSError`` (refused, no such host, timed out, port taken)."""
-    host, _, port_text = coordinator.rpartition(":")
-    if not host or not port_text.isdigit():
-        raise ValueError(f"the coordinator address must be HOST:PORT, got {coordinator!r}")
+    seconds have passed. Returns the connections, by the other side's process id (process 0:
+    every other one; the others: process 0), for :class:`_Watch`. Raises ``OSError`` (refused,
+    no such host, timed out, port taken)."""
+    host = coordinator.rpartition(":")[0]
+    port = _port(coordinator)
     deadline = time.monotonic() + timeout
     if process_id == 0:
-        _meet_peers(int(port_text), num_processes - 1, deadline)
-        return
+        return _meet_peers(port, num_processes - 1, deadline)
     while True:
         try:
-            peer = socket.create_connection((host.strip("[]"), int(port_text)), timeout=5)
+            peer = socket.create_connection((host.strip("[]"), port), timeout=5)
             break
         except OSError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.25)
-    with peer:
+    try:
         peer.settimeout(max(deadline - time.monotonic(), 1.0))
         peer.sendall(f"jaxfeed {process_id}\n".encode())
         if peer.recv(16) != _GO:
             raise ConnectionError(f"the coordinator at {coordinator} did not answer as jaxfeed's")
+    except BaseException:
+        peer.close()
+        raise
+    return {0: peer}
 
 
 _GO = b"jaxfeed go\n"
+_JOINED = b"joined\n"
 
 
-def _meet_peers(port: int, peers: int, deadline: float) -> None:
+def _meet_peers(port: int, peers: int, deadline: float) -> dict[int, socket.socket]:
     """Process 0's side of :func:`_reach`: ``peers`` hellos on ``port`` before ``deadline``."""
-    with socket.create_server(("", port), reuse_port=False) as server:
-        waiting: list[socket.socket] = []
-        try:
+    waiting: dict[int, socket.socket] = {}
+    try:
+        with socket.create_server(("", port), reuse_port=False) as server:
             while len(waiting) < peers:
                 server.settimeout(max(deadline - time.monotonic(), 0.01))
                 try:
@@ -253,20 +290,83 @@ def _meet_peers(port: int, peers: int, deadline: float) -> None:
                         f"{len(waiting)} of the {peers} other processes connected to port {port}"
                     ) from None
                 conn.settimeout(5)
-                try:
-                    if conn.recv(32).startswith(b"jaxfeed "):
-                        waiting.append(conn)
+                with contextlib.suppress(OSError, ValueError):
+                    hello = conn.recv(32).split()
+                    if len(hello) == 2 and hello[0] == b"jaxfeed" and int(hello[1]) not in waiting:
+                        waiting[int(hello[1])] = conn
                         continue
-                except OSError:
-                    pass
                 conn.close()  # not one of the job's processes
-            for conn in waiting:
+            for conn in waiting.values():
                 conn.sendall(_GO)
-            for conn in waiting:  # the peer closes first: no TIME_WAIT left on JAX's port here
-                with contextlib.suppress(OSError):
-                    conn.recv(1)
-        finally:
-            for conn in waiting:
+    except BaseException:
+        for conn in waiting.values():
+            conn.close()
+        raise
+    return waiting
+
+
+class _Watch:
+    """The connections the job's processes met on, kept until each side has joined JAX's job:
+    the other side closing its end before it said so means it stopped (killed, or its JAX start
+    failed), and JAX's start here can then only abort this process once its timeout passes (a
+    C++ stack trace); this process exits at once instead, with status 2 and one line. Once this
+    side has joined, it tells the others; a side closing after that is JAX's heartbeat's to
+    report."""
+
+    def __init__(self, links: dict[int, socket.socket], job: str) -> None:
+        self.links, self.job = dict(links), job
+        self.done = threading.Event()
+        self._selector = selectors.DefaultSelector()
+        for process, conn in self.links.items():
+            conn.setblocking(False)
+            self._selector.register(conn, selectors.EVENT_READ, process)
+        self._thread = threading.Thread(target=self._run, name="jaxfeed-join-watch", daemon=True)
+        if self.links:
+            self._thread.start()
+
+    def _run(self) -> None:
+        heard: dict[int, bytes] = {}
+        with self._selector:
+            while self._selector.get_map():
+                for key, _ in self._selector.select(timeout=1.0):
+                    process, conn = key.data, key.fileobj
+                    try:
+                        data = conn.recv(64)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    heard[process] = heard.get(process, b"") + data
+                    if data and _JOINED not in heard[process]:
+                        continue  # more to come
+                    self._selector.unregister(conn)
+                    conn.close()
+                    if _JOINED not in heard[process] and not self.done.is_set():
+                        self._stopped(process)
+
+    def _stopped(self, process: int) -> None:
+        who = "process 0 (the coordinator)" if process == 0 else f"process {process}"
+        print(
+            f"jaxfeed: error: could not join {self.job}: {who} stopped after it met this one, "
+            "before JAX's job started (its connection closed): this process stops too (status "
+            "2); start every process of the job again",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(2)  # JAX's start under way in the main thread could only abort the process
+
+    def joined(self) -> None:
+        """This side joined JAX's job: say so to the others (who close first)."""
+        self.done.set()
+        for conn in self.links.values():
+            with contextlib.suppress(OSError):  # closed already: that side is done with it
+                conn.send(_JOINED)  # 7 bytes into an empty send buffer: never blocks
+
+    def close(self) -> None:
+        """This side will not join (its start failed): the others learn it from the closing."""
+        self.done.set()
+        for conn in self.links.values():
+            with contextlib.suppress(OSError):
                 conn.close()
 
 
@@ -298,13 +398,20 @@ def _unreachable(
     )
 
 
-def _seconds(name: str, default: int) -> int:
-    """The environment variable ``name``, a whole number of seconds >= 1, or ``default`` unset."""
-    if not os.environ.get(name):
+def _seconds(name: str, default: int, given: int | None = None, argument: str = "") -> int:
+    """``given`` (the argument ``argument``), else the environment variable ``name``, else
+    ``default``: a whole number of seconds from 1 to :data:`MAX_SECONDS`, or ``ValueError``
+    naming where it came from."""
+    if given is not None:
+        value, source = given, argument
+    elif not os.environ.get(name):
         return default
-    value = _int_env(name)
-    if value < 1:
-        raise ValueError(f"{name} must be a number of seconds >= 1, got {value}")
+    else:
+        value, source = _int_env(name), name
+    if not isinstance(value, int) or not 1 <= value <= MAX_SECONDS:
+        raise ValueError(
+            f"{source} must be a number of seconds >= 1 (at most {MAX_SECONDS}), got {value}"
+        )
     return value
 
 

@@ -15,7 +15,11 @@ changed (flipped bits, a truncated file) with a :class:`CheckpointError` naming 
 it restores whatever optimizer, schedule or metrics wrote the step.
 
 Orbax writes each step into a temporary folder and renames it when complete, so a process killed
-mid-save leaves the previous steps restorable. Opening a manager only reads: the first ``save``
+mid-save leaves the previous steps restorable; it removes an old step by renaming it into
+``.jaxfeed-removing/``, where the writer deletes it, so a process killed mid-removal leaves the
+others restorable too. A step some of whose files are gone all the same (a removal by an older
+version cut short, an interrupted copy) is skipped by every reader, named in one line, and
+removed by the next writer. Opening a manager only reads: the first ``save``
 makes it the directory's writer, recorded in ``.jaxfeed-writer.json`` (pid, host, process start
 time). A writer removes half-written steps only when they are provably abandoned: the recorded
 writer is a process of this host that no longer runs (or itself, when closing). A second live
@@ -47,11 +51,15 @@ import numpy as np
 
 from jaxfeed._base.files import check_writable
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.train.trained_part import base_problem, merged, prune, saved_paths
 from jaxfeed.train.writer_record import (
+    REMOVING,
     WRITER_FILE,
     claiming,
+    finish_removals,
     identity,
     partial_saves,
+    step_condition,
     writer_alive,
 )
 
@@ -232,6 +240,7 @@ class _ReportedFragments(logging.Filter):
 
 
 _REPORTED_FRAGMENTS = _ReportedFragments()
+_SAID_CUT_SHORT: set[tuple[str, int, str]] = set()  # (folder, step, what is missing) said
 
 
 # ---------------------------------------------------------------------------------- manager
@@ -342,9 +351,11 @@ class CheckpointManager:
             enable_async_checkpointing=async_save,
             cleanup_tmp_directories=False,  # see begin_writing: only provably abandoned ones
             create=False,
+            todelete_subdir=REMOVING,  # a removal is one rename; wait() deletes what is there
         )
         self._ocp = ocp
         self.removed_partial: list[str] = []
+        self.cut_short: dict[int, str] = {}  # steps some of whose files are gone: what is missing
         self._pending: int | None = None  # the step an asynchronous save is writing
         self._failed: CheckpointError | None = None  # a save that failed (reported once)
         self.writing = False
@@ -357,7 +368,7 @@ class CheckpointManager:
                 options=ocp.CheckpointManagerOptions(read_only=True, create=False),
                 item_names=("state", "meta"),
             )
-        self._check_foreign()
+        self._check_steps()
 
     def begin_writing(self) -> None:
         """Become the directory's writer (``save`` does this on its first call).
@@ -402,6 +413,8 @@ class CheckpointManager:
             for path in partial:
                 shutil.rmtree(path, ignore_errors=True)
             self.removed_partial = [p.name for p in partial]
+        if alive is False or previous is None or previous.get("pid") == me["pid"]:
+            self._remove_cut_short()  # no other writer removes anything here meanwhile
         elif partial and alive is None:
             print(
                 f"jaxfeed: {self.directory} holds unfinished saves {[p.name for p in partial]} whose writer "
@@ -423,17 +436,49 @@ class CheckpointManager:
             if json.loads(record_path.read_text()).get("pid") == self._owner["pid"]:
                 for path in partial_saves(self.directory):
                     shutil.rmtree(path, ignore_errors=True)
+                finish_removals(self.directory)
                 record_path.unlink()
         self._owner = None
 
-    def _check_foreign(self) -> None:
+    def _check_steps(self) -> None:
+        """Refuse another program's Orbax steps; set aside (and name) the steps cut short."""
         for step in self._manager.all_steps():
-            meta = self.directory / str(step) / "meta"
-            if not meta.exists():
+            condition, missing = step_condition(self.directory / str(step))
+            if condition == "foreign":
                 raise CheckpointError(
                     f"{self.directory} holds Orbax step {step} that jaxfeed did not write (no 'meta' item); "
                     "use another checkpoint directory"
                 )
+            if condition == "cut short":
+                self.cut_short[int(step)] = missing
+        said = {(str(self.directory), s, m) for s, m in self.cut_short.items()}
+        if said - _SAID_CUT_SHORT and jax.process_index() == 0:  # once a process, not per opening
+            _SAID_CUT_SHORT.update(said)
+            print(
+                f"jaxfeed: checkpoint {self._cut_short_words()}: skipped (steps: {self.all_steps}); "
+                "the next run that writes there removes it",
+                file=sys.stderr,
+            )
+
+    def _cut_short_words(self) -> str:
+        cut = sorted(self.cut_short)
+        missing = ", ".join(f"{s}/{self.cut_short[s]}" for s in cut)
+        return (
+            f"step{'s' if len(cut) > 1 else ''} {', '.join(map(str, cut))} in {self.directory} "
+            f"{'were' if len(cut) > 1 else 'was'} cut short (a removal or copy interrupted: "
+            f"{missing} missing)"
+        )
+
+    def _remove_cut_short(self) -> None:
+        """The writer (no other one runs): delete the steps cut short, and what a removal left in
+        ``.jaxfeed-removing/``, by the same rename and delete as Orbax's removals."""
+        removing = self.directory / REMOVING
+        for step in sorted(self.cut_short):
+            removing.mkdir(exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.replace(self.directory / str(step), removing / f"{step}.cut-short")
+        self.cut_short = {}
+        finish_removals(self.directory)
 
     # ------------------------------------------------------------------ saving
     def save(
@@ -488,6 +533,8 @@ class CheckpointManager:
         except Exception as err:  # this save, or the asynchronous one before it, failed
             raise self._write_failed(self._pending or int(step), err) from None
         self._pending = int(step)
+        if not self._options.enable_async_checkpointing and self._owner is not None:
+            finish_removals(self.directory)  # the steps this save's policy removed (renamed)
 
     def wants_epoch(self, metrics: Mapping[str, Any]) -> bool:
         """Whether an epoch that ended with ``metrics`` is saved under ``min_save_interval``:
@@ -559,6 +606,8 @@ class CheckpointManager:
         except Exception as err:
             raise self._write_failed(self._pending or 0, err) from None
         self._pending = None
+        if self._owner is not None:  # the steps Orbax removed (renamed) meanwhile
+            finish_removals(self.directory)
 
     def close(self) -> None:
         """Wait for pending saves (raising their errors) and release the manager (and the
@@ -585,7 +634,8 @@ class CheckpointManager:
     # ------------------------------------------------------------------ reading
     @property
     def all_steps(self) -> list[int]:
-        return sorted(self._manager.all_steps())
+        """The steps saved here (those cut short left out: :attr:`cut_short`)."""
+        return sorted(s for s in self._manager.all_steps() if s not in self.cut_short)
 
     @property
     def latest_step(self) -> int | None:
@@ -633,6 +683,11 @@ class CheckpointManager:
             found = self.best_step
         elif isinstance(step, int | np.integer) or (isinstance(step, str) and step.isdigit()):
             found = int(step)
+            if found in self.cut_short:
+                raise CheckpointError(
+                    f"checkpoint {self._cut_short_words()}: restore another step "
+                    f"(steps: {self.all_steps})"
+                )
             if found not in self.all_steps:
                 raise CheckpointError(
                     f"no step {found} in {self.directory}; steps: {self.all_steps}"
@@ -865,8 +920,17 @@ def _restore_weights(manager: CheckpointManager, into: Any, step: Any) -> dict[s
             f"{', '.join(sorted(tops)) or 'none'}); restore a tree into it"
         )
     if "['model']" in tops:  # an NNX trainer's {model, optimizer}
-        restored = manager.restore(step, state={"model": tree})
-        weights = restored["state"]["model"]
+        target, meta = {"model": tree}, manager.meta(step)
+        if meta.get("frozen"):  # its trained part alone: the frozen weights are ``into``'s
+            saved = saved_paths(meta)
+            problem = base_problem(meta, tree, saved)
+            if problem:
+                raise CheckpointError(
+                    f"cannot restore step {step} of {manager.directory}: {problem}"
+                )
+            target = prune(target, saved)
+        restored = manager.restore(step, state=target)
+        weights = merged(tree, restored["state"]["model"])
         if module is not None:
             load_nnx_pure_state({"model": weights}, module)
         return {"weights": weights, "meta": restored["meta"]}

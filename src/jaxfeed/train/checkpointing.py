@@ -23,8 +23,11 @@ class CheckpointMixin:
     def save_checkpoint(
         self, manager: Any, loader: Any = None, metrics: dict[str, Any] | None = None
     ) -> None:
-        """Save the model, optimizer, step, epoch, history and ``loader``'s position as step ``self.step``."""
+        """Save the model, optimizer, step, epoch, history and ``loader``'s position as step
+        ``self.step`` (of a model trained in part, ``trainable=``, the trained part alone: the
+        frozen weights are recorded by a fingerprint, :mod:`jaxfeed.train.trained_part`)."""
         progress = self._progress
+        state = self.core.checkpoint_state()
         meta = {
             "epoch": self.epoch,
             "progress": None
@@ -40,8 +43,9 @@ class CheckpointMixin:
                 "targets": self.targets,
                 "processes": jax.process_count(),
             },
+            **self.core.checkpoint_meta(state),
         }
-        manager.save(self.step, self.core.checkpoint_state(), metrics=metrics or {}, meta=meta)
+        manager.save(self.step, state, metrics=metrics or {}, meta=meta)
 
     def restore_checkpoint(
         self, manager: Any, step: int | str | None = "latest", loader: Any = None

@@ -34,6 +34,7 @@ import optax
 from jaxfeed.runtime.prng import dropout_impl
 from jaxfeed.train import ids, tokens
 from jaxfeed.train.checkpoint import (
+    CheckpointError,
     abstract_like,
     load_nnx_pure_state,
     nnx_pure_state,
@@ -42,6 +43,7 @@ from jaxfeed.train.checkpoint import (
 )
 from jaxfeed.train.losses import Objective
 from jaxfeed.train.sharding import Leaf
+from jaxfeed.train.trained_part import base_problem, frozen_record, prune, saved_paths
 
 Batch = dict[str, jax.Array]
 
@@ -283,6 +285,10 @@ class Core(Protocol):
 
     def checkpoint_state(self) -> Any: ...
 
+    def checkpoint_meta(self, state: Any) -> dict[str, Any]:
+        """What a checkpoint of ``state`` records besides it (``frozen``: the weights it leaves
+        out, :mod:`jaxfeed.train.trained_part`)."""
+
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
         """Read ``step`` into the state (into ``shardings``, a tree like the state, when given)."""
 
@@ -486,18 +492,50 @@ class NNXCore:
         nnx.update((self.model, self.optimizer), self.state)
 
     def checkpoint_state(self) -> Any:
+        """The model and the optimizer as pure dicts; of a model trained in part (``trainable=``)
+        the trained parameters and the variables that are not parameters alone, never the
+        frozen weights (:mod:`jaxfeed.train.trained_part`)."""
+        from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
         self.write_back()
-        return nnx_pure_state(self.model, self.optimizer)
+        if self.spec.trainable is None:
+            return nnx_pure_state(self.model, self.optimizer)
+        part = nnx.Any(self.spec.trainable, nnx.Not(nnx.Param))
+        return {"model": nnx.to_pure_dict(nnx.state(self.model, part)),
+                "optimizer": nnx.to_pure_dict(nnx.state(self.optimizer))}  # fmt: skip
+
+    def checkpoint_meta(self, state: Any) -> dict[str, Any]:
+        if self.spec.trainable is None:
+            return {}
+        saved = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]}
+        model = nnx_pure_state(self.model)["model"]
+        return {"frozen": frozen_record(model, saved, getattr(self.model, "hub_source", None))}
 
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
         from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
 
-        if shardings is None:  # into the shardings the model's arrays have now
-            restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
-        else:  # straight into the target layout: no device ever holds more than its shards
-            target = nnx_pure_state(self.model, self.optimizer)
+        step = manager.resolve(step)
+        meta = manager.meta(step)
+        layout = None
+        if shardings is not None:  # straight into it: no device ever holds more than its shards
             layout = {"model": nnx.to_pure_dict(shardings[0]),
                       "optimizer": nnx.to_pure_dict(shardings[1])}  # fmt: skip
+        if meta.get("frozen"):  # the trained part alone: the frozen weights are the model's
+            saved = saved_paths(meta)
+            problem = base_problem(meta, nnx_pure_state(self.model)["model"], saved)
+            if problem:
+                raise CheckpointError(
+                    f"cannot restore step {step} of {manager.directory}: {problem}"
+                )
+            target = prune(nnx_pure_state(self.model, self.optimizer), saved)
+            if layout is not None:
+                target = abstract_like(target, prune(layout, saved))
+            restored = manager.restore(step, state=target)
+            load_nnx_pure_state(restored["state"], self.model, self.optimizer)
+        elif layout is None:  # into the shardings the model's arrays have now
+            restored = manager.restore(step, model=self.model, optimizer=self.optimizer)
+        else:
+            target = nnx_pure_state(self.model, self.optimizer)
             restored = manager.restore(step, state=abstract_like(target, layout))
             load_nnx_pure_state(restored["state"], self.model, self.optimizer)
         self.graphdef, self.state = nnx.split((self.model, self.optimizer))
@@ -636,6 +674,9 @@ class LinenCore:
 
     def checkpoint_state(self) -> Any:
         return self.state
+
+    def checkpoint_meta(self, state: Any) -> dict[str, Any]:
+        return {}  # a Linen trainer trains every parameter
 
     def restore(self, manager: Any, step: Any, shardings: Any = None) -> dict[str, Any]:
         target = self.state if shardings is None else abstract_like(self.state, shardings)

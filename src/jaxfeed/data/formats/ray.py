@@ -140,8 +140,9 @@ def _write_block(
     """A Ray task: one block cast to the features and written as shards; their stats rows."""
     stored_f, target_f = Features.from_dict(stored), Features.from_dict(target)
     writer = ShardWriter(folder, target_f, index, max_size)
-    table = conform(_block_table(block), stored_f, target_f, f"from_ray (block {index})")
-    writer.write(table)
+    table = _block_table(block)
+    if table.num_rows:  # a block a filter emptied: no rows, and often no columns either
+        writer.write(conform(table, stored_f, target_f, f"from_ray (block {index})"))
     return writer.finish()
 
 
@@ -170,11 +171,17 @@ def _block_refs(ds: Any) -> Iterator[Any]:
                 yield entry[0] if isinstance(entry, tuple) else entry.ref
 
 
-def ray_schema(ds: Any) -> pa.Schema:
-    """The Arrow schema of a Ray Dataset (computing its first block when Ray does not know it)."""
+def ray_schema(ds: Any, features: Any = None) -> pa.Schema:
+    """The Arrow schema of a Ray Dataset (computing its first block when Ray does not know it);
+    for a dataset without rows whose schema Ray does not know, that of ``features``."""
     schema = ds.schema()
+    if schema is None and features is not None:
+        return Features(features).arrow_schema
     if schema is None:
-        raise ValueError("from_ray: the Ray Dataset has no rows and no schema")
+        raise ValueError(
+            "from_ray: the Ray Dataset has no rows, and Ray does not know its columns: pass "
+            "features= (the columns' features) to get a dataset without rows"
+        )
     base = getattr(schema, "base_schema", schema)
     if not isinstance(base, pa.Schema):
         raise TypeError(f"from_ray: the Ray Dataset's schema is not an Arrow schema ({base})")
@@ -190,7 +197,7 @@ def write_ray(
     """The rows of a Ray Dataset written by Ray tasks as Arrow shards, memory-mapped (see the
     module's docstring); the folder is removed once mapped."""
     ray = require("ray", "ray", "from_ray")
-    stored = arrow_features(ray_schema(ds), "from_ray")
+    stored = arrow_features(ray_schema(ds, features), "from_ray")
     target = target_features(stored, features, "from_ray")
     root = cache_root(cache_dir) / "ray"
     folder = root / uuid.uuid4().hex[:24]
@@ -252,7 +259,7 @@ class RayBlocks:
     def __init__(self, ds: Any, features: Any = None) -> None:
         self.ray = require("ray", "ray", "from_ray")
         self.ds = ds
-        schema = ray_schema(ds)
+        schema = ray_schema(ds, features)
         self.stored = arrow_features(schema, "from_ray")
         self.features = target_features(self.stored, features, "from_ray")
         materialized = type(ds).__name__ == "MaterializedDataset"
@@ -265,7 +272,8 @@ class RayBlocks:
         refs = [self.blocks[index]] if self.blocks is not None else _block_refs(self.ds)
         for i, ref in enumerate(refs):
             table = _block_table(self.ray.get(ref))
-            yield conform(table, self.stored, self.features, f"from_ray (block {index + i})")
+            if table.num_rows:  # a block a filter emptied has no rows, and often no columns
+                yield conform(table, self.stored, self.features, f"from_ray (block {index + i})")
 
     def identity(self) -> dict[str, Any]:
         """What a saved position is valid for: the schema and the number of blocks."""

@@ -6,11 +6,17 @@ Spark's types map to features (:func:`spark_features`); a type with no feature i
 (``DataFrame.mapInArrow``) in which every executor casts its partitions to the features and
 writes them as Arrow files (:mod:`jaxfeed.data.formats.shards`) into a folder of the cache, or
 of ``working_dir``; the driver collects one small row per file, never the data, then
-memory-maps the files in the DataFrame's order. The folder is keyed by the DataFrame's
-``semanticHash()`` (its logical plan, as `datasets` keys it) and the features: the same
-DataFrame maps the existing files unless ``load_from_cache_file=False``. On a cluster of
-several machines the folder must be one that every executor and the driver reach (a shared
-file system); that is checked by one small job before writing.
+memory-maps the files in the DataFrame's order. The folder is keyed by the DataFrame's logical
+plan (:func:`plan_identity`: its ``semanticHash()``, as `datasets` keys it, which is 32 bits,
+with the plan in full and what it reads) and the features: the same DataFrame maps the existing
+files unless ``load_from_cache_file=False``. On a cluster of several machines the folder must be
+one that every executor and the driver reach (a shared file system); that is checked by one
+small job before writing.
+
+On a ``local`` master the executors run jaxfeed's functions in this interpreter, whatever
+``PYSPARK_PYTHON`` says (``python3`` from ``PATH`` when unset, which may lack jaxfeed); on a
+cluster they run Spark's ``PYSPARK_PYTHON``. A job that fails there, a stopped session and
+executors that cannot import jaxfeed are one line naming the cause (:func:`spark_job`).
 
 ``IterableDataset.from_spark`` streams partition by partition (:class:`SparkPartitions`): each
 partition is computed by one Spark job when the stream reaches it and comes to the driver as
@@ -23,7 +29,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import shutil
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -174,11 +182,13 @@ def write_spark(
     """The rows of ``df`` written by Spark's executors as Arrow shards into the cache (see the
     module's docstring), memory-mapped."""
     require("pyspark", "spark", "from_spark")
+    sc = running_context(df, "Dataset.from_spark")
     stored = spark_features(df.schema)
     target = target_features(stored, features, "from_spark")
     payload = {
         "version": SHARDS_VERSION,
         "plan": int(df.semanticHash()),
+        "plan_sha256": plan_identity(df) or uuid.uuid4().hex,  # unknown: never shared
         "features": target.to_dict(),
         "max_shard_size": int(max_shard_size),
     }
@@ -193,10 +203,122 @@ def write_spark(
         remove_folder(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with _written_to(folder, working_dir) as written:
-        check_reachable(df, written)
-        job = _PartitionWriter(str(written), stored, target, max_shard_size)
-        stats = [r.asDict() for r in df.mapInArrow(job, STATS_DDL).collect()]
+        with spark_job(sc, "Dataset.from_spark"):
+            check_reachable(df, written)
+            job = _PartitionWriter(str(written), stored, target, max_shard_size)
+            stats = [r.asDict() for r in df.mapInArrow(job, STATS_DDL).collect()]
         return publish_shards(folder, written, stats, target, payload)
+
+
+def plan_identity(df: Any) -> str | None:
+    """A SHA-256 of what ``df`` computes, for the cache's key: its canonical logical plan in
+    full (Spark's JSON of it), its ``semanticHash()`` (which covers the data of local rows and
+    the code of Python functions that the JSON leaves out), the Spark application, and what each
+    leaf reads (an RDD's id in this application, a local relation's rows, a file source's
+    paths). None where the plan cannot be read (Spark Connect): the DataFrame is then written
+    afresh, never matched to another one's files.
+
+    ``semanticHash()`` alone is 32 bits: two different DataFrames could share a cache entry.
+    """
+    try:
+        plan = df._jdf.queryExecution().analyzed().canonicalized()
+        parts = [plan.toJSON(), str(df.semanticHash())]
+        parts.append(str(df.sparkSession.sparkContext.applicationId))
+        leaves = plan.collectLeaves()
+        for i in range(leaves.size()):
+            parts.append(_leaf_identity(leaves.apply(i)))
+    except Exception:  # Py4J errors, a Spark without these methods, Spark Connect (no _jdf)
+        return None
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _leaf_identity(leaf: Any) -> str:
+    """What a leaf of a plan reads, which Spark's JSON of the plan leaves out (as null)."""
+    kind = leaf.getClass().getName()
+    name = kind.rsplit(".", 1)[-1]
+    if name == "LogicalRDD":
+        return f"{kind}: rdd {leaf.rdd().id()}"  # ids are unique in an application
+    if name == "LocalRelation":
+        rows = leaf.data().mkString("\n")  # UnsafeRows: their bytes, in hex
+        return f"{kind}: {hashlib.sha256(rows.encode()).hexdigest()}"
+    if name == "LogicalRelation":
+        relation = leaf.relation()
+        with contextlib.suppress(Exception):  # a file source: its folders
+            return f"{kind}: {relation.toString()} {relation.location().rootPaths().mkString(',')}"
+        return f"{kind}: {relation.toString()}"
+    return f"{kind}: {leaf.toString()}"
+
+
+def running_context(df: Any, what: str) -> Any:
+    """The SparkContext of ``df``'s session; ``RuntimeError`` in one line when it was stopped."""
+    try:
+        sc = df.sparkSession.sparkContext
+        stopped = sc._jsc is None or type(sc)._active_spark_context is None
+    except Exception:  # pyspark's "SparkContext or SparkSession should be created first"
+        stopped = True
+    if stopped:
+        raise RuntimeError(
+            f"{what}: the DataFrame's Spark session is stopped (spark.stop() was called): "
+            "build the DataFrame again in a running session"
+        )
+    return sc
+
+
+def runs_here(sc: Any) -> bool:
+    """Whether ``sc``'s executors run on this machine (a ``local`` master)."""
+    return str(sc.master).startswith("local")
+
+
+@contextlib.contextmanager
+def spark_job(sc: Any, what: str) -> Iterator[None]:
+    """Spark jobs of jaxfeed's functions, run in this interpreter on a local master (the Python
+    functions created meanwhile carry ``sys.executable``, not Spark's ``python3``: it has jaxfeed
+    and pyarrow), and their failures in one line: the executors' own error (its last line, not
+    Spark's ``An exception was thrown from the Python worker``), executors that cannot import
+    jaxfeed or pyarrow (set ``PYSPARK_PYTHON``), a session stopped meanwhile."""
+    before = sc.pythonExec
+    if runs_here(sc):
+        sc.pythonExec = sys.executable
+    try:
+        yield
+    except Exception as err:
+        if not type(err).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise _one_line(err, sc, before, what) from None
+    finally:
+        sc.pythonExec = before
+
+
+_PYTHON_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+
+
+def _one_line(err: BaseException, sc: Any, python: str, what: str) -> Exception:
+    """A Spark job's failure as an exception whose one-line message names the cause."""
+    if sc._jsc is None:
+        return RuntimeError(f"{what}: the Spark session was stopped while the job ran")
+    text = str(err)
+    cause = None
+    for line in reversed(text.splitlines()):
+        found = _PYTHON_ERROR.match(line.strip())
+        if found and not found.group(1).startswith(("java.", "org.", "scala.", "py4j.")):
+            cause = found
+            break
+    if cause is None:
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        return RuntimeError(f"{what}: Spark's job failed: {type(err).__name__}: {first[:300]}")
+    name, message = cause.group(1), (cause.group(2) or "").strip()
+    missing = re.match(r"No module named '(jaxfeed|pyarrow)[.']", message + "'")
+    if name.endswith("ModuleNotFoundError") and missing:
+        return RuntimeError(
+            f"{what}: Spark's executors run {python}, which cannot import {missing.group(1)}: "
+            f"set PYSPARK_PYTHON to a Python that has jaxfeed and pyarrow (as {sys.executable}) "
+            "before the Spark session starts"
+        )
+    kind = ValueError if name.rsplit(".", 1)[-1] in ("ValueError", "FeatureError") else RuntimeError
+    return kind(f"{what}: a Spark executor failed: {name.rsplit('.', 1)[-1]}: {message[:500]}")
 
 
 @contextlib.contextmanager
@@ -232,18 +354,23 @@ class SparkPartitions:
     def __init__(self, df: Any, features: Any = None) -> None:
         require("pyspark", "spark", "from_spark")
         self.df = df
+        sc = running_context(df, "IterableDataset.from_spark")
         self.stored = spark_features(df.schema)
         self.features = target_features(self.stored, features, "from_spark")
-        self.num_partitions = df.rdd.getNumPartitions()
+        with spark_job(sc, "IterableDataset.from_spark"):
+            self.num_partitions = df.rdd.getNumPartitions()
         self._rdd: Any = None
 
     def tables(self, part: int) -> Iterator[pa.Table]:
         """Partition ``part``'s rows as Arrow tables (one per record batch Spark made)."""
-        if self._rdd is None:
-            self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
-        sc = self.df.sparkSession.sparkContext
+        what = "IterableDataset.from_spark"
+        sc = running_context(self.df, what)
+        with spark_job(sc, what):
+            if self._rdd is None:
+                self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
+            blobs = sc.runJob(self._rdd, _blobs, [part])
         where = f"from_spark (partition {part})"
-        for blob in sc.runJob(self._rdd, _blobs, [part]):
+        for blob in blobs:
             table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
             yield conform(table, self.stored, self.features, where)
 
