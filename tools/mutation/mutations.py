@@ -15,6 +15,7 @@ RUN = "tests/contracts/test_promises_run.py"
 GUARD = "tests/contracts/test_promises_guard.py"
 RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
+LORA = "tests/models/hub/test_lora_parity.py"
 VARIANT_PARITY = (
     "tests/models/hub/test_causal_lm.py::"
     "test_logits_equal_transformers_with_theta_scaling_and_epsilon_from_the_config"
@@ -653,5 +654,99 @@ MUTATIONS = [
             "test_workers_run_blas_and_openmp_on_one_thread_unless_the_user_said_otherwise"
         ],
         "issue 55: worker processes start without OMP_NUM_THREADS=1",
+    ),
+    # ------------------------------------------------------------------ issue 65: seeded bugs
+    # that survived both tiers. Snippets of items 1 and 3 are in adapters.py's DEFAULT_TARGETS /
+    # load_adapter as of 6b9ffc2 (to move with them into the family records); items 8, 11, 12,
+    # 13 are against models/stacked.py, train/cores.py and models/attention.py as of 6b9ffc2.
+    Mutation(
+        "lora-bert-default-targets-query-key",
+        "src/jaxfeed/models/hub/adapters.py",
+        '"bert": ("query", "value"),',
+        '"bert": ("query", "key"),',
+        [f"{LORA}::test_default_targets_are_pefts"],
+        "issue 65 #1: LoRA() on BERT adapts query and key instead of PEFT's query and value",
+    ),
+    Mutation(
+        "lora-trainable-freezes-new-head",
+        "src/jaxfeed/train/freeze.py",
+        'if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") or p in extra}',
+        'if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}',
+        [
+            "tests/train/test_hub_finetune.py::"
+            "test_trainable_lora_trains_a_new_head_with_the_adapters"
+        ],
+        "issue 65 #2: trainable='lora' freezes a newly initialised head (it stays random)",
+    ),
+    Mutation(
+        "lora-old-vit-targets-refused",
+        "src/jaxfeed/models/hub/adapters.py",
+        "chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]",
+        "chosen = [n for n, m in modules.items() if matches(n, wanted)]",
+        [f"{LORA}::test_an_adapter_saved_before_the_vit_renames_loads"],
+        "issue 65 #3: a PEFT adapter of ViT's pre-transformers-5 names is refused (match no layer)",
+    ),
+    Mutation(
+        "lora-old-vit-tensor-names-unmapped",
+        "src/jaxfeed/models/hub/adapters.py",
+        "by_name = {_normalised(model_type, n): n for n in weights.names()}",
+        "by_name = {n: n for n in weights.names()}",
+        [f"{LORA}::test_an_adapter_saved_before_the_vit_renames_loads"],
+        "issue 65 #3: an old ViT adapter's tensor names are not renamed (refused: missing)",
+    ),
+    Mutation(
+        "lora-merge-int8-casts-to-int8",
+        "src/jaxfeed/models/lora.py",
+        "jnp.float32 if layer.kernel_scale is not None else layer.kernel[...].dtype",
+        "layer.kernel[...].dtype",
+        [
+            "tests/models/test_lora.py::test_a_merged_int8_layer_is_float32_dequantized_plus_the_update"
+        ],
+        "issue 65 #4: merging an int8 LoRA layer casts the merged kernel to int8 without scales",
+    ),
+    Mutation(
+        "lora-int8-merge-skips-full-precision",
+        "src/jaxfeed/models/hub/api.py",
+        '    if getattr(model, "hub_quantize", None):\n        model = _unquantized(model)\n',
+        "",
+        [f"{LORA}::test_an_int8_model_merges_into_the_checkpoints_full_precision_weights"],
+        "issue 65 #4: save_pretrained(merge=True) of an int8 model merges the int8-rounded weights",
+    ),
+    Mutation(
+        "checkpoint-interval-best-always-minimised",
+        "src/jaxfeed/train/checkpoint.py",
+        "return pick_best([(0, self._best_saved), (1, value)], self.best_mode) == 1",
+        'return pick_best([(0, self._best_saved), (1, value)], "min") == 1',
+        ["tests/train/test_checkpoint_interval.py::test_a_maximised_metric_saves_its_best_epochs"],
+        "issue 65 #7: min_save_interval with accuracy skips the best epochs, saves worse ones",
+    ),
+    Mutation(
+        "int8-scale-per-tensor",
+        "src/jaxfeed/models/lora.py",
+        "channelwise_axes=[1]",
+        "channelwise_axes=[]",
+        ["tests/models/test_lora.py::test_int8_scales_are_one_per_output_channel"],
+        "issue 65 also: int8 kernels get one scale per tensor, not per output channel",
+    ),
+    Mutation(
+        "lora-dropout-at-inference",
+        "src/jaxfeed/models/lora.py",
+        "h = x if self.dropout is None else self.dropout(x)",
+        "h = x if self.dropout is None else self.dropout(x, deterministic=False)",
+        [
+            "tests/models/test_lora.py::test_adapter_dropout_acts_in_training_only",
+            f"{LORA}::test_adapter_dropout_is_off_at_inference",
+        ],
+        "issue 65 also: LoRA dropout drops adapter inputs at inference (generate crashes)",
+    ),
+    Mutation(
+        "lora-dropout-made-after-eval",
+        "src/jaxfeed/models/hub/api.py",
+        "    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)\n"
+        "    model.eval()",
+        "    model.eval()\n"
+        "    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)",
+        [f"{LORA}::test_adapter_dropout_is_off_at_inference"],
+        "issue 65 also: from_pretrained's adapters are made after eval(): their dropout is on",
     ),
 ]
