@@ -138,6 +138,15 @@ def test_repartition_df_if_needed_max_num_df_rows(spark, tmp_path):
     assert len(ds.cache_files) == 100  # not more shards than rows
 
 
+def test_partitions_over_max_shard_size_keep_the_frames_order(spark, tmp_path):
+    """Two partitions of 50 rows, each written as several files of 8 rows: the dataset holds
+    them in the DataFrame's order (not file 0 of each partition, then file 1 of each, ...)."""
+    df = spark.range(0, 100, 1, 2)
+    ds = Dataset.from_spark(df, cache_dir=str(tmp_path), max_shard_size=64)
+    assert len(ds.cache_files) == 14  # 7 files a partition: 6 of 8 rows, one of 2
+    assert ds["id"][:] == list(range(100))
+
+
 def test_generate_iterable_examples(spark):
     df = spark.range(10).repartition(2)
     ds = IterableDataset.from_spark(df)
@@ -379,6 +388,22 @@ def test_ray_pipeline_order_and_materialized_blocks(ray_data, tmp_path):
     assert [r["id"] for r in blocks.shard(4, 1)] == list(range(5, 10))
     keep = Dataset.from_ray(ray_ds, cache_dir=str(tmp_path), keep_in_memory=True)
     assert keep["sq"][-1] == 99 * 99
+
+
+def test_ray_blocks_over_max_shard_size_keep_the_order_and_to_ray_each_row_once(
+    ray_data, tmp_path, monkeypatch
+):
+    """from_ray of two blocks of 50 rows written as files of 8 rows keeps the dataset's order;
+    to_ray of a dataset over a block's size puts each row into one block, in order."""
+    from jaxfeed.data.formats import ray as ray_format
+
+    shards = ray_format.write_ray(ray_data.range(100, override_num_blocks=2),
+                                  cache_dir=str(tmp_path), max_shard_size=64)  # fmt: skip
+    assert shards.table.column("id").to_pylist() == list(range(100))
+    monkeypatch.setattr(ray_format, "BLOCK_BYTES", 25 * 8)  # 25 int64 rows a block
+    ray_ds = Dataset.from_dict({"x": list(range(100))}).to_ray()
+    assert ray_ds.count() == 100
+    assert [r["x"] for r in ray_ds.take_all()] == list(range(100))
 
 
 def test_ray_tensors_become_arrays(ray_data, tmp_path):

@@ -131,3 +131,18 @@ def test_flash_path_equals_xla_path_interpreted(interpreted_flash, case):
                   jax.grad(loss, (1, 2, 3))(xla, q, k, v))):  # fmt: skip
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-4)
+
+
+def test_flash_pairs_each_query_head_with_its_groups_kv_head_interpreted(interpreted_flash):
+    """Grouped-query attention with 2 key/value heads and 4 query heads: query heads 0, 1 read
+    key/value head 0 and heads 2, 3 read head 1, as the XLA path and transformers group them
+    (with one key/value head every layout agrees, so the test above cannot tell)."""
+    rng = np.random.default_rng(1)
+    q = jnp.asarray(rng.normal(size=(1, 128, 4, 8)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(1, 128, 2, 8)), jnp.float32) for _ in range(2))
+    key_mask = jnp.asarray(np.arange(128)[None] < 100)
+    got = np.asarray(att.flash_attention(q, k, v, key_mask=key_mask))
+    allowed = np.broadcast_to(np.asarray(key_mask)[:, None, :], (1, 128, 128))
+    np.testing.assert_allclose(got, _reference(q, k, v, allowed), rtol=1e-4, atol=1e-4)
+    xla = att.attention(q, k, v, key_mask=key_mask, implementation="xla")
+    np.testing.assert_allclose(got, np.asarray(xla), rtol=1e-4, atol=1e-4)

@@ -69,3 +69,54 @@ def test_a_bad_background_colour_is_one_line(capsys, tmp_path):
         "a name (white, black, "
         "...), #RRGGBB or R,G,B with values in 0..255, got 'nope'"
     ]
+
+
+def _transparent_image(kind: str) -> PIL.Image.Image:
+    """A 6x6 image whose 2x2 glyph is opaque (10, 20, 30) or grey 40, the rest stored as red (or
+    grey 200) and transparent: a palette with a transparent colour (``P``), RGB with a ``tRNS``
+    colour, or grey with alpha (``LA``)."""
+    inside = np.zeros((6, 6), bool)
+    inside[2:4, 2:4] = True
+    if kind == "P":
+        image = PIL.Image.fromarray(inside.astype(np.uint8), "P")
+        image.putpalette([200, 0, 0, 10, 20, 30])
+        image.info["transparency"] = 0
+    elif kind == "RGB":
+        pixels = np.where(inside[..., None], [10, 20, 30], [200, 0, 0]).astype(np.uint8)
+        image = PIL.Image.fromarray(pixels, "RGB")
+        image.info["transparency"] = (200, 0, 0)
+    else:
+        grey = np.where(inside, 40, 200).astype(np.uint8)
+        image = PIL.Image.fromarray(np.dstack([grey, inside * np.uint8(255)]), "LA")
+    return image
+
+
+@pytest.mark.parametrize(("kind", "mode", "glyph", "outside"), [
+    ("P", "RGB", [10, 20, 30], [255, 255, 255]),
+    ("RGB", "RGB", [10, 20, 30], [255, 255, 255]),
+    ("LA", "L", 40, 255),
+])  # fmt: skip
+def test_transparent_colours_and_grey_alpha_are_composited(tmp_path, kind, mode, glyph, outside):
+    """A palette PNG with a transparent colour, an RGB PNG with ``tRNS`` and a grey-with-alpha
+    PNG: their transparent pixels become the background (white) in training and in serving, not
+    their stored colour."""
+    paths = []
+    for i in range(2):
+        paths.append(str(tmp_path / f"{i}.png"))
+        image = _transparent_image(kind)
+        image.save(paths[-1], transparency=image.info.get("transparency"))
+    with PIL.Image.open(paths[0]) as check:  # the file holds what the test means
+        assert check.mode == kind and (kind == "LA" or "transparency" in check.info)
+    features = Features({"image": Image(), "label": Value("int64")})
+    rows = Dataset.from_dict({"image": paths, "label": [0, 1]}, features=features)
+    image_kind = ImageKind()
+    prep, notes = image_kind.plan_inputs(rows, ["image"], "label", "classification", None, None)
+    assert prep.image_mode == mode and prep.image_background == [255, 255, 255], notes
+    assert "transparency (2 of 2) composited onto white" in notes[0]
+    x = prep(image_kind.prepare(prep, rows)[:2])["x"]
+    assert x[0, 0, 0].tolist() == outside and x[1, 2, 2].tolist() == glyph
+    spec = prep.serving(["a", "b"])
+    arrays, counts = spec.read_images(paths)
+    served = spec.fit_images(arrays)
+    assert counts["composited"] == 2
+    assert served[0, 0, 0].tolist() == outside and served[1, 2, 2].tolist() == glyph

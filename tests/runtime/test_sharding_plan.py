@@ -10,7 +10,7 @@ from jaxfeed.models.hub.weights import plan_shardings
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.config.values import parse_sharding
 from jaxfeed.runtime import sharding
-from jaxfeed.runtime.sharding import ShardingError, ShardingPlan, make_mesh
+from jaxfeed.runtime.sharding import Leaf, ShardingError, ShardingPlan, make_mesh, state_shardings
 from jaxfeed.runtime.sharding_grammar import parse_rules
 
 SHAPES = [
@@ -112,3 +112,22 @@ def test_the_old_path_names_the_same_objects():
     from jaxfeed.train import ShardingError as public
 
     assert public is ShardingError
+
+
+def test_a_logical_name_that_is_a_mesh_axis_splits_over_it_without_a_rule():
+    """A parameter annotated ``("embed", "model")`` on a mesh with a ``model`` axis splits its
+    second dimension over it though no rule names ``model`` (tensor parallelism by the axis'
+    name, whatever the rules for other names); a rule for ``model`` wins."""
+    mesh = make_mesh({"data": 4, "model": 2})
+    P = jax.sharding.PartitionSpec
+    cases = [({"mlp": "model"}, P(None, "model")), ({"embed": None}, P(None, "model")),
+             ({}, P(None, "model")), ({"fsdp": True}, P("data", "model")), ({"model": None}, P())]  # fmt: skip
+    for rules, spec in cases:
+        plan = ShardingPlan.parse(rules)
+        assert plan.spec("w", (8, 4096), ("embed", "model"), mesh) == spec, rules
+    leaves = [Leaf("w", (8, 4096), ("embed", "model")), Leaf("v", (8, 64), ("embed", None))]
+    placed = state_shardings(leaves, ShardingPlan.parse({"embed": None}), mesh)
+    assert [s.shard_shape(leaf.shape) for s, leaf in zip(placed, leaves, strict=True)] == [
+        (8, 2048),
+        (8, 64),
+    ]

@@ -2,6 +2,7 @@
 best epoch and the last are always saved (the command's small folders ran 200 epochs of 5 steps
 and spent as long saving as training)."""
 
+import numpy as np
 import optax
 import pytest
 from flax import nnx
@@ -65,3 +66,23 @@ def test_no_interval_saves_every_epoch(digits, tmp_path):
 def test_a_negative_interval_is_refused(tmp_path):
     with pytest.raises(ValueError, match="min_save_interval must be >= 0 seconds, got -1"):
         CheckpointManager(tmp_path / "ckpt", min_save_interval=-1)
+
+
+def test_a_maximised_metric_saves_its_best_epochs(tmp_path):
+    """best_metric="eval_accuracy" (maximised): under an hour's interval the epochs whose
+    accuracy beats every earlier one are saved, the worse ones skipped, and the best checkpoint
+    is the most accurate."""
+    accuracy = [0.50, 0.70, 0.60, 0.80, 0.75, 0.90, 0.85]
+    with CheckpointManager(tmp_path / "ckpt", keep_last=99, keep_best=99, async_save=False,
+                           best_metric="eval_accuracy", min_save_interval=3600) as ckpt:  # fmt: skip
+        for epoch, value in enumerate(accuracy, 1):
+            metrics = {"eval_accuracy": value, "eval_loss": 1.0}
+            if ckpt.wants_epoch(metrics):
+                ckpt.save(epoch, {"w": np.full(2, epoch, np.float32)}, metrics=metrics)
+        ckpt.wait()
+        assert ckpt.all_steps == [1, 2, 4, 6]
+        assert ckpt.best_step == 6
+    with CheckpointManager(tmp_path / "ckpt", best_metric="eval_accuracy",
+                           min_save_interval=3600) as ckpt:  # resumed: its best read  # fmt: skip
+        assert ckpt.wants_epoch({"eval_accuracy": 0.95})
+        assert not ckpt.wants_epoch({"eval_accuracy": 0.88})

@@ -46,3 +46,17 @@ def test_dropout_key_is_the_backends_cheap_kind_and_depends_on_seed_and_step():
     assert str(jax.random.key_impl(dropout_key(0, 0))) == "ch"
     data = [np.asarray(jax.random.key_data(dropout_key(s, t))) for s, t in ((0, 0), (0, 1), (1, 0))]
     assert not np.array_equal(data[0], data[1]) and not np.array_equal(data[0], data[2])
+
+
+def test_no_seed_replays_another_seeds_keys_at_another_step():
+    """Every (seed, step) has its own key: with ``key(seed + step)`` seed 1 would replay seed
+    0's masks one step later, and a seed sweep's runs would be correlated."""
+    keys = {
+        (seed, step): tuple(np.asarray(jax.random.key_data(dropout_key(seed, step))).tolist())
+        for seed in range(4)
+        for step in range(8)
+    }
+    assert len(set(keys.values())) == len(keys)
+    masks = [np.asarray(jax.random.bernoulli(dropout_key(s, t), 0.5, (4096,)))
+             for s, t in ((1, 0), (0, 1))]  # fmt: skip
+    assert 0.45 < float(np.mean(masks[0] == masks[1])) < 0.55  # independent: half agree

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from hub_checkpoints import inputs, save_checkpoint
 from jaxfeed import Trainer
-from jaxfeed.models import from_pretrained
+from jaxfeed.models import LoRA, from_pretrained
 
 INPUTS = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
 
@@ -103,3 +103,23 @@ def test_bfloat16_compute_float32_master_weights(checkpoint):
     assert trainer.precision == "bfloat16"
     assert all(v.dtype == np.float32 for v in params(model).values())
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_trainable_lora_trains_a_new_head_with_the_adapters(tmp_path):
+    """A masked-LM checkpoint fine-tuned for classification through adapters: the newly
+    initialised head (pooler, classifier) trains with them, or the classifier would keep its
+    random head (near-chance predictions) and still save it; the encoder stays as loaded."""
+    save_checkpoint(tmp_path, "bert", "masked-lm", tokenizer=False, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)  # fmt: skip
+    with pytest.warns(UserWarning, match="newly initialised"):
+        model = from_pretrained(tmp_path, task="sequence-classification", num_labels=3,
+                                lora=LoRA(rank=2))  # fmt: skip
+    before = params(model)
+    _, losses = fit(model, steps=2, lr=1e-2, trainable="lora")
+    after = params(model)
+    changed = {k for k in before if not np.array_equal(before[k], after[k])}
+    assert {"classifier.kernel", "classifier.bias"} <= changed, sorted(changed)
+    assert any(k.endswith("lora_b") for k in changed), sorted(changed)
+    assert all(k.startswith(("classifier.", "pooler.")) or k.endswith(("lora_a", "lora_b"))
+               for k in changed), sorted(changed)  # fmt: skip
+    assert losses[1] < losses[0], losses

@@ -15,6 +15,8 @@ RUN = "tests/contracts/test_promises_run.py"
 GUARD = "tests/contracts/test_promises_guard.py"
 RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
+LORA = "tests/models/hub/test_lora_parity.py"
+ALPHA = "tests/recipes/test_image_alpha.py"
 VARIANT_PARITY = (
     "tests/models/hub/test_causal_lm.py::"
     "test_logits_equal_transformers_with_theta_scaling_and_epsilon_from_the_config"
@@ -653,5 +655,200 @@ MUTATIONS = [
             "test_workers_run_blas_and_openmp_on_one_thread_unless_the_user_said_otherwise"
         ],
         "issue 55: worker processes start without OMP_NUM_THREADS=1",
+    ),
+    # ------------------------------------------------------------------ issue 65: seeded bugs
+    # that survived both tiers. Snippets of items 1 and 3 are in adapters.py's DEFAULT_TARGETS /
+    # load_adapter as of 6b9ffc2 (to move with them into the family records); items 8, 11, 12,
+    # 13 are against models/stacked.py, train/cores.py and models/attention.py as of 6b9ffc2.
+    Mutation(
+        "lora-bert-default-targets-query-key",
+        "src/jaxfeed/models/hub/adapters.py",
+        '"bert": ("query", "value"),',
+        '"bert": ("query", "key"),',
+        [f"{LORA}::test_default_targets_are_pefts"],
+        "issue 65 #1: LoRA() on BERT adapts query and key instead of PEFT's query and value",
+    ),
+    Mutation(
+        "lora-trainable-freezes-new-head",
+        "src/jaxfeed/train/freeze.py",
+        'if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b") or p in extra}',
+        'if p.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}',
+        [
+            "tests/train/test_hub_finetune.py::"
+            "test_trainable_lora_trains_a_new_head_with_the_adapters"
+        ],
+        "issue 65 #2: trainable='lora' freezes a newly initialised head (it stays random)",
+    ),
+    Mutation(
+        "lora-old-vit-targets-refused",
+        "src/jaxfeed/models/hub/adapters.py",
+        "chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]",
+        "chosen = [n for n, m in modules.items() if matches(n, wanted)]",
+        [f"{LORA}::test_an_adapter_saved_before_the_vit_renames_loads"],
+        "issue 65 #3: a PEFT adapter of ViT's pre-transformers-5 names is refused (match no layer)",
+    ),
+    Mutation(
+        "lora-old-vit-tensor-names-unmapped",
+        "src/jaxfeed/models/hub/adapters.py",
+        "by_name = {_normalised(model_type, n): n for n in weights.names()}",
+        "by_name = {n: n for n in weights.names()}",
+        [f"{LORA}::test_an_adapter_saved_before_the_vit_renames_loads"],
+        "issue 65 #3: an old ViT adapter's tensor names are not renamed (refused: missing)",
+    ),
+    Mutation(
+        "lora-merge-int8-casts-to-int8",
+        "src/jaxfeed/models/lora.py",
+        "kernel = (base + layer.delta()).astype(dtype)",
+        "kernel = (base + layer.delta()).astype(layer.kernel[...].dtype)",
+        [
+            "tests/models/test_lora.py::test_a_merged_int8_layer_is_float32_dequantized_plus_the_update"
+        ],
+        "issue 65 #4: merging an int8 LoRA layer casts the merged kernel to int8 without scales",
+    ),
+    Mutation(
+        "lora-int8-merge-skips-full-precision",
+        "src/jaxfeed/models/hub/api.py",
+        '    if getattr(model, "hub_quantize", None):\n        model = _unquantized(model)\n',
+        "",
+        [f"{LORA}::test_an_int8_model_merges_into_the_checkpoints_full_precision_weights"],
+        "issue 65 #4: save_pretrained(merge=True) of an int8 model merges the int8-rounded weights",
+    ),
+    Mutation(
+        "checkpoint-interval-best-always-minimised",
+        "src/jaxfeed/train/checkpoint.py",
+        "return pick_best([(0, self._best_saved), (1, value)], self.best_mode) == 1",
+        'return pick_best([(0, self._best_saved), (1, value)], "min") == 1',
+        ["tests/train/test_checkpoint_interval.py::test_a_maximised_metric_saves_its_best_epochs"],
+        "issue 65 #7: min_save_interval with accuracy skips the best epochs, saves worse ones",
+    ),
+    Mutation(
+        "int8-scale-per-tensor",
+        "src/jaxfeed/models/lora.py",
+        "channelwise_axes=[1]",
+        "channelwise_axes=[]",
+        ["tests/models/test_lora.py::test_int8_scales_are_one_per_output_channel"],
+        "issue 65 also: int8 kernels get one scale per tensor, not per output channel",
+    ),
+    Mutation(
+        "lora-dropout-at-inference",
+        "src/jaxfeed/models/lora.py",
+        "h = x if self.dropout is None else self.dropout(x)",
+        "h = x if self.dropout is None else self.dropout(x, deterministic=False)",
+        [
+            "tests/models/test_lora.py::test_adapter_dropout_acts_in_training_only",
+            f"{LORA}::test_adapter_dropout_is_off_at_inference",
+        ],
+        "issue 65 also: LoRA dropout drops adapter inputs at inference (generate crashes)",
+    ),
+    Mutation(
+        "lora-dropout-made-after-eval",
+        "src/jaxfeed/models/hub/api.py",
+        "    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)\n"
+        "    model.eval()",
+        "    model.eval()\n"
+        "    _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)",
+        [f"{LORA}::test_adapter_dropout_is_off_at_inference"],
+        "issue 65 also: from_pretrained's adapters are made after eval(): their dropout is on",
+    ),
+    Mutation(
+        "shards-interleave-partitions",
+        "src/jaxfeed/data/formats/shards.py",
+        'rows = sorted(stats, key=lambda r: (r["part"], r["shard"]))',
+        'rows = sorted(stats, key=lambda r: (r["shard"], r["part"]))',
+        [
+            "tests/data/formats/test_shards.py::"
+            "test_pieces_over_max_shard_size_keep_the_sources_order"
+        ],
+        "issue 65 #5: from_spark/from_ray of pieces over max_shard_size interleave their rows",
+    ),
+    Mutation(
+        "to-ray-blocks-accumulate",
+        "src/jaxfeed/data/formats/ray.py",
+        "            pending, size = [], 0\n",
+        "            size = 0\n",
+        ["tests/data/formats/test_shards.py::test_to_ray_puts_each_row_into_one_block"],
+        "issue 65 #6: to_ray() over 64 MiB repeats rows (each block holds the ones before it)",
+    ),
+    Mutation(
+        "dropout-key-seed-plus-step",
+        "src/jaxfeed/train/cores.py",
+        "return jax.random.fold_in(jax.random.key(seed, impl=dropout_impl()), step)",
+        "return jax.random.key(seed + step, impl=dropout_impl())",
+        [
+            "tests/train/test_dropout_keys.py::"
+            "test_no_seed_replays_another_seeds_keys_at_another_step"
+        ],
+        "issue 65 #8: dropout keys are key(seed + step): seed 1 replays seed 0 a step later",
+    ),
+    Mutation(
+        "sharding-mesh-axis-name-without-rule-whole",
+        "src/jaxfeed/runtime/sharding.py",
+        "                elif logical_name in mesh.axis_names:\n"
+        "                    entries[dim] = (logical_name,)\n",
+        "",
+        [
+            "tests/runtime/test_sharding_plan.py::"
+            "test_a_logical_name_that_is_a_mesh_axis_splits_over_it_without_a_rule"
+        ],
+        "issue 65 #10: a logical axis named like a mesh axis, with no rule, is not split",
+    ),
+    Mutation(
+        "scan-auto-inverted",
+        "src/jaxfeed/models/stacked.py",
+        'return 0 if jax.default_backend() == "cpu" else 1',
+        'return 1 if jax.default_backend() == "cpu" else 0',
+        [
+            "tests/models/hub/test_scanned_layers.py::"
+            "test_auto_scan_loops_on_cpu_and_scans_on_accelerators"
+        ],
+        "issue 65 #11: scan='auto' scans on CPU and loops on TPU (minutes-long TPU compiles)",
+    ),
+    Mutation(
+        "remat-ignored-in-layer-loop",
+        "src/jaxfeed/models/stacked.py",
+        "            if recompute:\n"
+        "                x = nnx.remat(lambda mod, h, r: call(mod, h, r), policy=policy)(\n"
+        "                    layer, x, layer_rngs\n"
+        "                )\n"
+        "            else:\n"
+        "                x = call(layer, x, layer_rngs)\n",
+        "            x = call(layer, x, layer_rngs)\n",
+        ["tests/models/hub/test_scanned_layers.py::test_remat_recomputes_each_layer_run_as_a_loop"],
+        "issue 65 #12: remat does nothing where layers run as a loop (CPU's 'auto', scan=False)",
+    ),
+    Mutation(
+        "flash-gqa-heads-tiled",
+        "src/jaxfeed/models/attention.py",
+        "k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)",
+        "k, v = jnp.tile(k, (1, 1, group, 1)), jnp.tile(v, (1, 1, group, 1))",
+        [
+            "tests/models/test_attention.py::"
+            "test_flash_pairs_each_query_head_with_its_groups_kv_head_interpreted"
+        ],
+        "issue 65 #13: TPU flash pairs query heads with the wrong KV heads (2+ KV heads)",
+    ),
+    Mutation(
+        "image-transparent-colour-not-alpha",
+        "src/jaxfeed/serve/spec.py",
+        'return image.mode in ALPHA_MODES or "transparency" in image.info',
+        "return image.mode in ALPHA_MODES",
+        [f"{ALPHA}::test_transparent_colours_and_grey_alpha_are_composited"],
+        "issue 65 #14: a palette/RGB PNG's transparent colour is not composited",
+    ),
+    Mutation(
+        "image-grey-alpha-not-composited",
+        "src/jaxfeed/serve/spec.py",
+        "if self.image_background is not None and have in (2, 4) and channels != 4:",
+        "if self.image_background is not None and have == 4 and channels != 4:",
+        [f"{ALPHA}::test_transparent_colours_and_grey_alpha_are_composited"],
+        "issue 65 #15: grey-with-alpha (LA) images are not composited (alpha dropped)",
+    ),
+    Mutation(
+        "image-la-not-an-alpha-mode",
+        "src/jaxfeed/serve/spec.py",
+        'ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")',
+        'ALPHA_MODES = ("RGBA", "PA", "RGBa", "La")',
+        [f"{ALPHA}::test_transparent_colours_and_grey_alpha_are_composited"],
+        "issue 65 #15: LA images are not seen as transparent: their alpha is dropped",
     ),
 ]

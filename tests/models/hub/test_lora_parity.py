@@ -4,6 +4,7 @@ logits, the merged checkpoint equals ``merge_and_unload()``; int8 weights stay w
 documented tolerance; bad adapters and settings are refused, naming the value or the file."""
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,11 @@ def jax_logits(model, x) -> np.ndarray:
     return np.asarray(model(**{k: jnp.asarray(v) for k, v in x.items()}))
 
 
-def peft_adapter(folder: Path, family: str, out: Path):
-    """A peft LoRA model of ``family`` with random (non-zero) B, saved to ``out``."""
-    targets, task_type = CASES[family]
+def peft_adapter(folder: Path, family: str, out: Path, targets: list[str] | None = None):
+    """A peft LoRA model of ``family`` (on ``targets``, default the family's case) with random
+    (non-zero) B, saved to ``out``."""
+    cased, task_type = CASES[family]
+    targets = targets or cased
     torch.manual_seed(1)
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type=task_type)
     model = peft.get_peft_model(torch_base(folder, family), config)
@@ -197,6 +200,90 @@ def test_int8_logits_within_the_documented_tolerance(bases, tmp_path):
     assert int8.layers[0].attention.query.lora_a[...].dtype == jnp.float32
     diff = np.abs(jax_logits(int8, x) - jax_logits(full, x)).max()
     assert 0 < diff < INT8_TOL * np.abs(jax_logits(full, x)).max()
+
+
+def test_an_int8_model_merges_into_the_checkpoints_full_precision_weights(bases, tmp_path):
+    """save_pretrained(merge=True) of an int8 model: float32 weights equal to peft's
+    merge_and_unload() of the same adapter on the full-precision checkpoint (int8 rounding
+    would move the logits by about 1e-2, not 1e-4)."""
+    from safetensors.numpy import load_file
+
+    reference = peft_adapter(bases / "llama", "llama", tmp_path / "adapter")
+    int8 = from_pretrained(bases / "llama", adapter=tmp_path / "adapter", quantize="int8")
+    out = save_pretrained(int8, tmp_path / "merged", merge=True)
+    tensors = load_file(out / "model.safetensors")
+    assert {str(v.dtype) for v in tensors.values()} == {"float32"}
+    unloaded = reference.merge_and_unload().eval()
+    theirs = {k: v.detach().numpy() for k, v in unloaded.state_dict().items()}
+    for name, value in tensors.items():
+        np.testing.assert_allclose(value, theirs[name], atol=1e-5, err_msg=name)
+    x = inputs("llama")
+    merged = torch_base(out, "llama")
+    assert np.abs(torch_logits(merged, x) - torch_logits(unloaded, x)).max() < TOL
+
+
+def test_default_targets_are_pefts(bases, tmp_path):
+    """LoRA() without targets adapts the layers PEFT's LoraConfig() adapts (BERT: query and
+    value): the saved adapter holds the tensors PEFT's own default adapter holds."""
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.numpy import load_file
+
+    for family in ("llama", "gpt2", "bert"):
+        task_type = CASES[family][1]
+        default = peft.LoraConfig(r=2, task_type=task_type)
+        theirs = peft.get_peft_model(torch_base(bases / family, family), default)
+        want = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(theirs).items()
+                if ".lora_" in k}  # fmt: skip
+        out = save_pretrained(from_pretrained(bases / family, lora=LoRA(rank=2)),
+                              tmp_path / family)  # fmt: skip
+        got = {k: v.shape for k, v in load_file(out / "adapter_model.safetensors").items()
+               if ".lora_" in k}  # fmt: skip
+        assert got == want, family
+        config = json.loads((out / "adapter_config.json").read_text())
+        assert config["target_modules"] == sorted(theirs.peft_config["default"].target_modules)
+
+
+def test_an_adapter_saved_before_the_vit_renames_loads(bases, tmp_path):
+    """transformers < 5 named ViT's modules as its checkpoints still do (``query``, ``value``
+    under ``encoder.layer.N.attention.attention``): a PEFT adapter of then, with those
+    target_modules and tensor names, loads with the logits of the same adapter under today's
+    names."""
+    from safetensors.numpy import load_file, save_file
+
+    reference = peft_adapter(bases / "vit", "vit", tmp_path / "new", targets=["q_proj", "v_proj"])
+    old_names = {"q_proj": "query", "v_proj": "value"}
+    tensors = {
+        re.sub(r"\.layers\.(\d+)\.attention\.([qv]_proj)\.",
+               lambda m: f".encoder.layer.{m[1]}.attention.attention.{old_names[m[2]]}.", k): v
+        for k, v in load_file(tmp_path / "new" / "adapter_model.safetensors").items()
+    }  # fmt: skip
+    assert len(tensors) == 8 and all(".attention.attention." in k for k in tensors), tensors
+    config = json.loads((tmp_path / "new" / "adapter_config.json").read_text())
+    config["target_modules"] = ["query", "value"]
+    (tmp_path / "old").mkdir()
+    save_file(tensors, tmp_path / "old" / "adapter_model.safetensors")
+    (tmp_path / "old" / "adapter_config.json").write_text(json.dumps(config))
+    model = from_pretrained(bases / "vit", adapter=tmp_path / "old")
+    x = inputs("vit")
+    assert np.abs(jax_logits(model, x) - torch_logits(reference, x)).max() < TOL
+
+
+def test_adapter_dropout_is_off_at_inference(bases):
+    """from_pretrained's model is inference-ready: LoRA(dropout=0.5) changes nothing until the
+    model trains (the logits equal those of the same adapters without dropout)."""
+    x = inputs("llama")
+    dropped, plain = (from_pretrained(bases / "llama", lora=LoRA(rank=2, dropout=p))
+                      for p in (0.5, 0.0))  # fmt: skip
+    randomise_adapters(plain)
+    same = variables(plain)
+    for path, var in variables(dropped).items():
+        if path.endswith(("lora_a", "lora_b")):
+            var.set_value(same[path].get_value())
+    expected = jax_logits(plain, x)
+    assert np.abs(expected - jax_logits(from_pretrained(bases / "llama"), x)).max() > 1e-2
+    np.testing.assert_allclose(jax_logits(dropped, x), expected, atol=TOL)
+    dropped.train()
+    assert np.abs(jax_logits(dropped, x) - expected).max() > 1e-3
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from flax import nnx
 
 from jaxfeed import Trainer
 from jaxfeed.models.hub import bert, decoder, vit
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, scan_unroll
 
 BERT = {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
         "intermediate_size": 32, "max_position_embeddings": 32, "hidden_dropout_prob": 0.2,
@@ -172,3 +172,60 @@ def test_unknown_remat_and_scan_settings_are_refused_by_name():
     layers = [nnx.Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(2)]
     with pytest.raises(ValueError, match=r"scan=-1"):
         run_layers(layers, jnp.ones((1, 2)), lambda layer, h, r: layer(h), scan=-1)
+
+
+class _Stack(nnx.Module):
+    """Three linear layers (the second without a bias when ``mixed``: graphs that differ)."""
+
+    def __init__(self, mixed: bool = False):
+        self.layers = nnx.List([nnx.Linear(3, 3, use_bias=not (mixed and i == 1),
+                                           rngs=nnx.Rngs(i)) for i in range(3)])  # fmt: skip
+
+
+def _stack_program(stack, *, scan, remat=False, grad=False):
+    """The jaxpr of running ``stack``'s layers (or of its gradient), and the function."""
+    graphdef, state = nnx.split(stack)
+
+    def f(s, x):
+        m = nnx.merge(graphdef, s)
+        return jnp.sum(run_layers(m.layers, x, lambda layer, h, r: layer(h), scan=scan,
+                                  remat=remat) ** 2)  # fmt: skip
+
+    fn = jax.grad(f) if grad else f
+    return jax.make_jaxpr(fn)(state, jnp.ones((2, 3))).jaxpr, fn, state
+
+
+def _primitives(jaxpr) -> list[str]:
+    return [e.primitive.name for e in jaxpr.eqns]
+
+
+REMAT_PRIMITIVES = ("checkpoint", "remat", "remat2")  # jax.checkpoint's name across versions
+
+
+def test_auto_scan_loops_on_cpu_and_scans_on_accelerators(monkeypatch):
+    """``scan="auto"``: a Python loop on a CPU (each step faster, three matmuls traced) and one
+    scan elsewhere (a TPU's compile of the loop took minutes)."""
+    assert scan_unroll("auto") == 0  # the tests run on a CPU
+    cpu = _primitives(_stack_program(_Stack(), scan="auto")[0])
+    assert "scan" not in cpu and cpu.count("dot_general") == 3, cpu
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert scan_unroll("auto") == 1
+    tpu = _primitives(_stack_program(_Stack(), scan="auto")[0])
+    assert tpu.count("scan") == 1 and "dot_general" not in tpu, tpu  # inside the scan's body
+
+
+@pytest.mark.parametrize(("scan", "mixed"), [(False, False), ("auto", False), (True, True)])
+def test_remat_recomputes_each_layer_run_as_a_loop(scan, mixed):
+    """Layers run one after the other (``scan=False``, ``"auto"`` on a CPU, graphs that differ
+    under ``scan=True``) are each wrapped in ``jax.checkpoint`` with ``remat``, with the
+    gradients of the plain loop."""
+    for remat, count in ((False, 0), (True, 3), ("dots", 3)):
+        jaxpr, fn, state = _stack_program(_Stack(mixed), scan=scan, remat=remat, grad=True)
+        names = _primitives(jaxpr)
+        assert sum(names.count(p) for p in REMAT_PRIMITIVES) == count, (remat, names)
+        assert "scan" not in names
+        grads = fn(state, jnp.ones((2, 3)))
+        if remat is False:
+            plain = grads
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(plain), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)

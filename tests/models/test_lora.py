@@ -1,0 +1,79 @@
+"""``jaxfeed.models.lora`` on one layer: int8 kernels keep one scale per output channel, a merged
+int8 layer is float32 (the dequantized kernel plus the adapters' update), and the adapters'
+dropout acts in training only."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+pytest.importorskip("qwix")
+
+from jaxfeed.models.lora import LoRA, LoRALinear, merge, quantize_int8
+
+COLUMN_SCALES = np.array([1e-3, 1.0, 10.0, 1000.0], np.float32)
+
+
+def _kernel(n_in=32):
+    rng = np.random.default_rng(0)
+    return jnp.asarray(rng.normal(size=(n_in, 4)).astype(np.float32) * COLUMN_SCALES)
+
+
+def _adapted(dropout=0.0, quantize=None, wide=True):
+    """A LoRALinear (over a kernel whose columns differ a millionfold when ``wide``) with
+    random (non-zero) B."""
+    base = nnx.Linear(32, 4, rngs=nnx.Rngs(0))
+    if wide:
+        base.kernel.set_value(_kernel())
+    layer = LoRALinear(base, LoRA(rank=2, alpha=4, dropout=dropout), key=jax.random.key(1),
+                       quantize=quantize)  # fmt: skip
+    b = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
+    layer.lora_b.set_value(jnp.asarray(b))
+    return base, layer
+
+
+def test_int8_scales_are_one_per_output_channel():
+    """absmax per column: each column's largest value is +-127, whatever the other columns hold
+    (one scale for the tensor would round the 1e-3 column to zeros)."""
+    kernel = _kernel()
+    q, scale = quantize_int8(kernel)
+    absmax = np.abs(np.asarray(kernel)).max(axis=0)
+    assert q.dtype == jnp.int8 and scale.shape == (1, 4)
+    ratio = np.asarray(scale)[0] / absmax  # qwix's step: absmax / 127.5
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-5)
+    assert 1 / 128 <= ratio[0] <= 1 / 126, ratio
+    assert np.abs(np.asarray(q, np.int32)).max(axis=0).tolist() == [127] * 4
+    error = np.abs(np.asarray(q, np.float32) * np.asarray(scale) - np.asarray(kernel)).max(axis=0)
+    assert (error <= absmax / 126).all(), error / absmax  # within a step, in every column
+
+
+def test_a_merged_int8_layer_is_float32_dequantized_plus_the_update():
+    base, layer = _adapted(quantize="int8")
+    assert layer.kernel[...].dtype == jnp.int8
+    merged = merge(layer)
+    kernel = np.asarray(merged.kernel[...])
+    assert kernel.dtype == np.float32
+    dequantized = np.asarray(layer.base_kernel(jnp.float32))
+    np.testing.assert_allclose(kernel, dequantized + np.asarray(layer.delta()), rtol=1e-6,
+                               atol=1e-6)  # fmt: skip
+    # close to the full-precision kernel plus the update: within an int8 step in every column
+    full = np.asarray(base.kernel[...]) + np.asarray(layer.delta())
+    step = np.abs(np.asarray(base.kernel[...])).max(axis=0) / 126
+    assert (np.abs(kernel - full).max(axis=0) <= step).all()
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(3, 32)), jnp.float32)
+    np.testing.assert_allclose(np.asarray(merged(x)), np.asarray(layer(x)), rtol=1e-4, atol=1e-3)
+
+
+def test_adapter_dropout_acts_in_training_only():
+    base, layer = _adapted(dropout=0.5, wide=False)
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(8, 32)), jnp.float32)
+    update = np.asarray((x @ layer.lora_a[...] @ layer.lora_b[...]) * layer.scaling)
+    expected = np.asarray(base(x)) + update
+    layer.eval()
+    for _ in range(2):  # the same output each call: no mask
+        np.testing.assert_allclose(np.asarray(layer(x)), expected, rtol=1e-5, atol=1e-4)
+    layer.train()
+    trained = np.asarray(layer(x))
+    assert np.abs(trained - expected).max() > 0.1 * np.abs(update).max()  # half the inputs dropped
+    np.testing.assert_allclose(np.asarray(merge(layer)(x)), expected, rtol=1e-5, atol=1e-4)
