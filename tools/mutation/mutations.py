@@ -662,9 +662,9 @@ MUTATIONS = [
     # 13 are against models/stacked.py, train/cores.py and models/attention.py as of 6b9ffc2.
     Mutation(
         "lora-bert-default-targets-query-key",
-        "src/jaxfeed/models/hub/adapters.py",
-        '"bert": ("query", "value"),',
-        '"bert": ("query", "key"),',
+        "src/jaxfeed/models/hub/bert.py",
+        'QUERY_VALUE = ("query", "value")',
+        'QUERY_VALUE = ("query", "key")',
         [f"{LORA}::test_default_targets_are_pefts"],
         "issue 65 #1: LoRA() on BERT adapts query and key instead of PEFT's query and value",
     ),
