@@ -35,12 +35,12 @@ from jaxfeed.runtime.prng import dropout_impl
 from jaxfeed.train import ids, tokens
 from jaxfeed.train.checkpoint import (
     CheckpointError,
-    abstract_like,
     load_nnx_pure_state,
     nnx_pure_state,
     restore_linen,
     restore_weights,
 )
+from jaxfeed.train.checkpoint_trees import abstract_like
 from jaxfeed.train.losses import Objective
 from jaxfeed.train.sharding import Leaf
 from jaxfeed.train.trained_part import base_problem, frozen_record, prune, saved_paths
