@@ -3,11 +3,13 @@ model table, and --model decoded once (ModelSpec)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from cli_helpers import run_main
 from jaxfeed import Dataset
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes.config import BUILTIN_MODELS, ConfigError, RunConfig
@@ -96,6 +98,20 @@ def test_flags_that_do_not_apply():
     with pytest.raises(ConfigError, match="--image-size: the input column holds audio"):
         KINDS["audio"].check(RunConfig(image_size="32"))
     KINDS["audio"].check(RunConfig(sample_rate=16000))
+
+
+@pytest.mark.parametrize(("field", "value"), [("sample_rate", 16000), ("clip_seconds", 1.0)])
+def test_the_audio_flags_are_refused_by_every_other_kind(field, value):
+    """--sample-rate and --clip-seconds shape clips only: every other kind refuses each of them
+    (an image, table or text run would otherwise ignore it without a word)."""
+    flag = "--" + field.replace("_", "-")
+    for name, kind in KINDS.items():
+        config = RunConfig(**{field: value})
+        if name == "audio":
+            kind.check(config)
+            continue
+        with pytest.raises(ConfigError, match=f"^{flag}: the input column holds {name} data"):
+            kind.check(config)
 
 
 @pytest.mark.parametrize("kind", ["table", "array"])
@@ -198,3 +214,19 @@ def test_each_kind_is_only_its_inputs(planned):
         assert not hasattr(kind, hook), hook
     assert kind.hub_task is None or kind.hub_task in TASKS
     assert "RUN" in kind.next_step("RUN")
+
+
+def test_a_run_of_any_other_kind_refuses_clip_seconds(planned, tmp_path, capsys):
+    """``jaxfeed train --clip-seconds`` on image, array, table, text or corpus data stops with
+    the flag named, before anything is written (the audio kind takes it: its plan reads it)."""
+    kind, config = planned[:2]
+    if kind.name == "audio":
+        kind.check(dataclasses.replace(config, clip_seconds=1.0))
+        return
+    out, task = tmp_path / "run", ["--task", config.task] if config.task else []
+    status, _, err = run_main(
+        capsys, "train", "--data", config.data, "--out", str(out), *task, "--clip-seconds", "1"
+    )
+    message = f"--clip-seconds: the input column holds {kind.name} data, not audio"
+    assert status == 2 and message in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    assert not out.exists() or not any(out.iterdir())

@@ -17,6 +17,7 @@ RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
 LORA = "tests/models/hub/test_lora_parity.py"
 ALPHA = "tests/recipes/test_image_alpha.py"
+KINDS = "tests/recipes/test_kinds.py"
 VARIANT_PARITY = (
     "tests/models/hub/test_causal_lm.py::"
     "test_logits_equal_transformers_with_theta_scaling_and_epsilon_from_the_config"
@@ -850,5 +851,21 @@ MUTATIONS = [
         'ALPHA_MODES = ("RGBA", "PA", "RGBa", "La")',
         [f"{ALPHA}::test_transparent_colours_and_grey_alpha_are_composited"],
         "issue 65 #15: LA images are not seen as transparent: their alpha is dropped",
+    ),
+    Mutation(
+        "kind-check-ignores-clip-seconds",
+        "src/jaxfeed/recipes/kinds/base.py",
+        '        for flag, value in (("--sample-rate", config.sample_rate),\n'
+        '                            ("--clip-seconds", config.clip_seconds)):  # fmt: skip\n',
+        '        for flag, value in (("--sample-rate", config.sample_rate),):  # fmt: skip\n',
+        [
+            f"{KINDS}::test_the_audio_flags_are_refused_by_every_other_kind",
+            # not [array]: with the bug its run of digits trains for a minute before failing
+            *(
+                f"{KINDS}::test_a_run_of_any_other_kind_refuses_clip_seconds[{kind}]"
+                for kind in ("image", "table", "text", "lm")
+            ),
+        ],
+        "issue 65 #9: --clip-seconds on an image, table or text run is silently ignored",
     ),
 ]
