@@ -868,4 +868,12 @@ MUTATIONS = [
         ],
         "issue 65 #9: --clip-seconds on an image, table or text run is silently ignored",
     ),
+    Mutation(
+        "corpus-split-rows-random",
+        "src/jaxfeed/recipes/data.py",
+        "rows = _part_rows(train, fraction, seed, stratify, n_val if in_order else None)",
+        "rows = _part_rows(train, fraction, seed, stratify)",
+        ["tests/recipes/test_split_order.py::test_a_corpus_splits_rows_name_the_lines_they_hold"],
+        "issue 65 #16: a corpus's split records a random split's rows: errors name wrong lines",
+    ),
 ]
