@@ -55,8 +55,9 @@ from jaxfeed.train.checkpoint_trees import (
     _flat_shapes,
     _key_paths,
     _keys_to_data,
-    checksums,
 )
+from jaxfeed.train.checkpoint_trees import abstract_like as abstract_like  # public here too
+from jaxfeed.train.checkpoint_trees import checksums as checksums  # public here too
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 from jaxfeed.train.trained_part import base_problem, merged, prune, saved_paths
 from jaxfeed.train.writer_record import (
