@@ -39,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from jaxfeed.models.attention import active_dropout, attention
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError, checkpoint_file, read_json
 from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
@@ -200,7 +201,7 @@ class Attention(nnx.Module):
         self.key = _dense(s.hidden, s.hidden, ("embed", "heads"), s, use_bias=s.qkv_bias, **kw)
         self.value = _dense(s.hidden, s.hidden, ("embed", "heads"), s, use_bias=s.qkv_bias, **kw)
         self.output = _dense(s.hidden, s.hidden, ("heads", "embed"), s, **kw)
-        self.dropout = nnx.Dropout(s.attention_dropout, deterministic=False)
+        self.dropout = Dropout(s.attention_dropout, deterministic=False)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         b, t, d = x.shape
@@ -221,7 +222,7 @@ class Layer(nnx.Module):
         self.fc1 = _dense(s.hidden, s.intermediate, ("embed", "mlp"), s, **kw)
         self.fc2 = _dense(s.intermediate, s.hidden, ("mlp", "embed"), s, **kw)
         self.act = s.act
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         x = x + self.dropout(self.attention(self.layernorm_before(x), rngs), rngs=rngs)
@@ -277,7 +278,7 @@ def encoder_rules(hf: str, path: str, layers: int) -> list[Rule]:
 
 
 def hidden_states(x: jax.Array, patches: PatchEmbed, tokens: list[jax.Array],
-                  position: jax.Array, dropout: nnx.Dropout,
+                  position: jax.Array, dropout: Dropout,
                   rngs: nnx.Rngs | None) -> jax.Array:  # fmt: skip
     """Patch embeddings after the special ``tokens`` (each ``(1, 1, hidden)``), plus positions."""
     x = patches(x)
@@ -384,7 +385,7 @@ class ViTEmbeddings(nnx.Module):
         )
         self.patch_embeddings = PatchEmbed(self.channels, s.hidden, patch, patch, s, dtype=dtype,
                                            param_dtype=param_dtype, rngs=rngs)  # fmt: skip
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
     def __call__(self, pixel_values: Any, rngs: nnx.Rngs | None) -> jax.Array:
         return self.embed(pixel_values, False, rngs)
