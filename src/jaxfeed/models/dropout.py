@@ -51,6 +51,13 @@ class Dropout(nnx.Dropout):
     def __init__(self, rate: float, **kwargs: Any) -> None:
         if kwargs.get("broadcast_dims"):
             raise ValueError("jaxfeed's Dropout draws a mask per element: no broadcast_dims")
+        rngs = kwargs.get("rngs")
+        collection = kwargs.get("rng_collection", "dropout")
+        stream = rngs[collection] if isinstance(rngs, nnx.Rngs) else rngs
+        if isinstance(stream, nnx.RngStream) and stream.key.ndim:  # one key per stacked layer
+            super().__init__(rate, **{**kwargs, "rngs": None})
+            self.rngs = stream  # its own: forking splits one key, not a stack of them
+            return
         super().__init__(rate, **kwargs)
 
     def __call__(self, inputs: jax.Array, *, deterministic: bool | None = None,

@@ -25,7 +25,7 @@ from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, stacked_layers
 
 TASKS = ("sequence-classification", "token-classification", "masked-lm", "feature-extraction")
 
@@ -165,9 +165,9 @@ class Encoder(nnx.Module):
     def __init__(self, s: Settings, dt: dict, rngs: nnx.Rngs) -> None:
         self.settings = s
         self.embeddings = Embeddings(s, dt, rngs)
-        self.layers = nnx.List([Layer(s, dt, rngs) for _ in range(s.depth)])
+        self.layers = stacked_layers(lambda r: Layer(s, dt, r), s.depth, rngs)
         self.remat = False
-        self.scan = "auto"  # one lax.scan over the layers off CPU (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the stacked layers (jaxfeed.models.stacked)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  token_type_ids: jax.Array | None, position_ids: jax.Array | None,

@@ -45,7 +45,7 @@ from jaxfeed.models.hub.files import CheckpointError, checkpoint_file, read_json
 from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
 from jaxfeed.models.hub.weights import CONV2D, IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, stacked_layers
 
 TASKS = ("image-classification", "feature-extraction")
 OUTPUTS = ("last_hidden_state", "pooler_output")
@@ -233,16 +233,19 @@ class Layer(nnx.Module):
 class Encoder(nnx.Module):
     """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm. With
     ``remat`` set (``Trainer(remat=True)``) each block is recomputed in the backward pass
-    (gradient checkpointing); with ``scan`` (the default off CPU) the blocks run as one ``jax.lax.scan``."""
+    (gradient checkpointing); the blocks are stored stacked and run as one ``jax.lax.scan``
+    (``scan = False``: one after the other)."""
 
     supports_remat = True
 
     def __init__(self, s: Settings, *, dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
-        self.layers = nnx.List([Layer(s, **kw) for _ in range(s.layers)])
+        self.layers = stacked_layers(
+            lambda r: Layer(s, dtype=dtype, param_dtype=param_dtype, rngs=r), s.layers, rngs
+        )
         self.layernorm = _norm(s, **kw)
         self.remat = False
-        self.scan = "auto"  # one lax.scan over the blocks off CPU (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the stacked blocks (jaxfeed.models.stacked)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         x = run_layers(self.layers, x, lambda layer, h, r: layer(h, r), rngs=rngs,
