@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.runtime.sharding import LAYERS  # a stack's leading axis: kept whole by default
+
 #: What each ``remat`` setting keeps from the forward pass (the rest is recomputed backward):
 #: ``"full"`` (or ``True``) keeps only each layer's input; ``"dots"`` also keeps the outputs of
 #: matmuls against weights (no batch dimension), so only attention's score matmuls and the
@@ -81,9 +83,6 @@ def scan_unroll(scan: bool | int | str) -> int:
             f"scan={scan!r}: expected True, False, 'auto' or a positive number of layers"
         )
     return scan
-
-
-LAYERS = "layers"  # the logical axis name of a stack's leading axis (kept whole by default)
 
 
 class Stack(nnx.Module):
