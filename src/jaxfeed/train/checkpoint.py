@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfeed._base.files import check_writable
+from jaxfeed.train import restack
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
 from jaxfeed.train.writer_record import (
     WRITER_FILE,
@@ -674,8 +675,17 @@ class CheckpointManager:
         if partial:
             saved = {k: v for k, v in saved.items() if k.startswith(partial)}
         difference = _first_difference(saved, _flat_shapes(wanted))
-        if difference:
-            raise CheckpointError(f"cannot restore step {step} of {self.directory}: {difference}")
+        if difference:  # a checkpoint of layers held one by one, for a model holding them stacked
+            layers = restack.plan(saved, _flat_shapes(wanted))
+            if layers is None:
+                raise CheckpointError(
+                    f"cannot restore step {step} of {self.directory}: {difference}"
+                )
+            converted = restack.restore(self, step, wanted, layers)
+            arrays = _data_to_keys(converted["state"], state)
+            if model is not None:
+                load_nnx_pure_state(arrays, model, optimizer)
+            return {"state": arrays, "meta": converted["meta"]}
         ocp = self._ocp
         try:
             if partial:  # Orbax partial restore, outside the manager (its item handler is Standard)
