@@ -35,12 +35,11 @@ encoders)
     --out "$O/vit.json"
   ;;
 decoders)
-  run 200 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
-  run 60 lora-7b-memory python3 benchmarks/lora.py --case 7b --memory --out "$O/lora-7b-memory.json"
-  run 150 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/lora-7b.json"
-  run 150 llama "${bench[@]}" --steps 3 --cases llama --modes reference,device,trainer \
-    --out "$O/llama.json"
-  run 80 generate "${bench[@]}" --cases generate --modes device --out "$O/generate.json"
+  run 180 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  run 130 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/lora-7b.json"
+  run 60 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
+    --out "$O/generate.json"
+  run 70 llama "${bench[@]}" --steps 3 --cases llama --modes device --out "$O/llama.json"
   ;;
 *)
   echo "usage: bash tools/tpu/issue62.sh encoders|decoders" >&2

@@ -12,8 +12,12 @@ Cases (``--cases``, comma separated):
 * ``generate``: that decoder's greedy decoding at batch 1 and 16: prefill and decode tokens/s,
   and the decode step against the HBM bound (the weights' bytes read once per step).
 
-Modes of a training case (``--modes``): ``device`` is a hand-written ``jax.jit`` step (split
-once, merged inside, state donated) on one batch already on the device: the ceiling. ``trainer``
+Modes of a training case (``--modes``): ``reference`` is a plain JAX step of the same shapes
+written without jaxfeed (:mod:`jaxfeed.bench.accelerator_reference`: the same matmuls, attention,
+norms, remat and optimizer, ``jax.random.bernoulli`` dropout), in the same process; every
+``device`` and ``trainer`` row then gives ``vs_reference``, its step time as a ratio of it
+("of reference": the reference's time over its own). ``device`` is a hand-written ``jax.jit``
+step (split once, merged inside, state donated) on one batch already on the device: the ceiling. ``trainer``
 is ``Trainer.fit`` over that batch repeated (its share of the ceiling is the Trainer's overhead).
 For ``vit``, ``loader`` feeds the same hand-written step from jaxfeed's ``DataLoader`` over a
 folder of JPEGs (process workers: decode, random-resized crop, flip, normalise), ``fit`` runs
