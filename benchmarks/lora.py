@@ -14,13 +14,18 @@ peak device memory and MFU.
   ``remat=True``, batch 8 x 1024.
 * ``7b``: Llama-shape 7B (32 layers, width 4096, MLP 11008, 32 heads, 32000 tokens), LoRA rank
   16 on ``q_proj,v_proj`` over int8 weights (``quantize="int8"``), bfloat16 compute,
-  ``remat=True``, batch 1 x 1024.
+  ``remat=True``, batch 1 x 2048.
+
+``--memory`` (1b, 7b) compiles the Trainer's step on shapes alone, nothing allocated, and prints
+XLA's memory analysis (weights and optimizer state, temporaries) and the compile seconds: on a
+CPU a proxy of what the chip will need; ``--remat full|dots|none`` sets the recomputation.
 
 The weights are random and made on the device, never written to disk (a 7B checkpoint is 13.5 GB
 in bfloat16, 27 GB in float32): the model is built abstractly, as ``from_pretrained`` builds it,
-each variable is drawn on the device in bfloat16, and each transformer-block linear layer is
-quantized to int8 right after its weight is drawn (``LoRALinear(quantize="int8")``), so at most
-one layer's bfloat16 weight exists besides the int8 ones. MFU counts ``6 x parameters x tokens``
+each variable is drawn on the device in bfloat16 (a layer stack one layer at a time), and each
+stacked linear layer of the transformer blocks is quantized to int8 right after its weight is
+drawn (``add_lora(quantize="int8", fill=...)``, one layer at a time), so at most one stacked
+module's bfloat16 weight (2.9 GB for the 7B's MLP) exists besides the int8 ones. MFU counts ``6 x parameters x tokens``
 (the forward and backward of the whole model, as for full fine-tuning) against the chip's peak
 (``--peak-tflops``, default 197: TPU v5e bfloat16).
 """
@@ -41,7 +46,7 @@ CASES = {
     "7b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
            "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000},
 }  # fmt: skip
-SHAPES = {"cpu": (4, 256), "1b": (8, 1024), "7b": (1, 1024)}
+SHAPES = {"cpu": (4, 256), "1b": (8, 1024), "7b": (1, 2048)}
 
 
 def config_of(case: str) -> dict[str, Any]:
@@ -50,53 +55,86 @@ def config_of(case: str) -> dict[str, Any]:
             "hidden_act": "silu", "tie_word_embeddings": False, **CASES[case]}  # fmt: skip
 
 
-def random_model(case: str, *, dtype: Any, lora: Any = None, quantize: str | None = None) -> Any:
-    """A random Llama-shape model of ``case`` made on the device (see the module docstring),
-    with adapters (and int8 block weights) when ``lora`` is given."""
+def _draw(path: str, var: Any, key: Any) -> None:
+    """A random value for the variable at ``path`` made on the device: ones for norm scales,
+    zeros for biases, else normal(0.02); a layer stack's drawn one layer at a time (no float32
+    copy of a whole stack)."""
     import jax
     import jax.numpy as jnp
+
+    shape, kind = var.get_value().shape, var.get_value().dtype
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in ("scale", "bias") or leaf.endswith(("_scale", "_bias")):
+        fill = jnp.ones if leaf.endswith("scale") else jnp.zeros
+        var.set_value(jax.jit(lambda: fill(shape, kind))())
+        return
+
+    def one(k: Any) -> Any:
+        return (0.02 * jax.random.normal(k, shape[-2:], jnp.float32)).astype(kind)
+
+    if len(shape) == 3:  # [layers, in, out]
+        var.set_value(jax.jit(lambda k: jax.lax.map(one, jax.random.split(k, shape[0])))(key))
+    else:
+        var.set_value(jax.jit(one)(key))
+
+
+def random_model(case: str, *, dtype: Any, lora: Any = None, quantize: str | None = None,
+                 abstract: bool = False) -> Any:  # fmt: skip
+    """A random Llama-shape model of ``case`` made on the device (see the module docstring),
+    with adapters (and int8 block weights) when ``lora`` is given; ``abstract``: shapes only,
+    nothing allocated (for the compiled memory analysis)."""
+    import jax
     from flax import nnx
 
     from jaxfeed.models.hub import adapters
     from jaxfeed.models.hub.family import HubConfig
     from jaxfeed.models.hub.registry import family_of
     from jaxfeed.models.hub.weights import variables
-    from jaxfeed.models.lora import LoRALinear
+    from jaxfeed.models.stacked import locate
 
     config = config_of(case)
     family = family_of(config)
-    model = nnx.eval_shape(lambda: family.build(config, task="causal-lm", dtype=dtype,
-                                                param_dtype=dtype, rngs=nnx.Rngs(0)))  # fmt: skip
-    model.hub_config, model.hub_task = HubConfig(config), "causal-lm"
-    key = jax.random.key(0)
 
-    def draw(var: Any, i: int) -> None:
-        shape, kind = var.get_value().shape, var.get_value().dtype
-        make = jax.jit(lambda k: (0.02 * jax.random.normal(k, shape, jnp.float32)).astype(kind))
-        var.set_value(
-            jnp.ones(shape, kind) if len(shape) == 1 else make(jax.random.fold_in(key, i))
-        )
-
-    later = (
-        set()
-        if lora is None
-        else {p + ".kernel" for p, _, _ in adapters.linear_modules(model).values()}
-    )  # drawn just before their layer is wrapped (and quantized)
-    for i, (path, var) in enumerate(variables(model).items()):
-        if path not in later and isinstance(var.get_value(), jax.ShapeDtypeStruct):
-            draw(var, i)
-    if lora is None:
+    def build() -> Any:
+        model = family.build(config, task="causal-lm", dtype=dtype, param_dtype=dtype,
+                             rngs=nnx.Rngs(0))  # fmt: skip
+        model.hub_config, model.hub_task = HubConfig(config), "causal-lm"
         return model
-    for i, (name, (path, fan, _)) in enumerate(adapters.linear_modules(model).items()):
-        parent, attr, node = adapters._module(model, path)
-        if isinstance(node.kernel.get_value(), jax.ShapeDtypeStruct):
-            draw(node.kernel, 10_000 + i)
-        wanted = adapters.matches(name, lora.targets)
-        in_block = quantize if ".layers." in f".{path}." else None
-        setattr(parent, attr, LoRALinear(node, lora if wanted else None, key=jax.random.fold_in(key, i),
-                                         quantize=in_block, fan_in_fan_out=fan))  # fmt: skip
-    model.hub_lora, model.trainable_with_lora = lora, ()
+
+    if abstract:
+
+        def adapted() -> Any:
+            model = build()
+            if lora is not None:
+                adapters.add_lora(model, lora, quantize=quantize)
+            return model
+
+        return nnx.eval_shape(adapted)
+    model = nnx.eval_shape(build)
+    kernels = {locate(model, m[0] + ".kernel")[0] for m in adapters.linear_modules(model).values()}
+    for path, var in variables(model).items():
+        if path not in kernels:
+            _draw(path, var, _key(path))
+    if lora is not None:
+
+        def fill(path: str) -> None:  # each adapted (and quantized) layer's kernel, just before
+            where, var, _ = locate(model, path + ".kernel")
+            _draw(where, var, _key(where))
+
+        adapters.add_lora(model, lora, quantize=quantize, fill=fill)
+    for path, var in variables(model).items():  # the kernels of the layers left plain
+        if isinstance(var.get_value(), jax.ShapeDtypeStruct):
+            _draw(path, var, _key(path))
     return model
+
+
+def _key(path: str) -> Any:
+    """The random key of a variable: the same path, the same values, whatever else is drawn."""
+    import zlib
+
+    import jax
+
+    return jax.random.fold_in(jax.random.key(0), zlib.crc32(path.encode()) & 0x7FFFFFFF)
 
 
 def step_case(model: Any, trainable: str, batch: tuple[int, int], dtype: str, remat: bool) -> Any:
@@ -160,7 +198,8 @@ def cpu(steps: int, rounds: int) -> dict[str, Any]:
     return out
 
 
-def device(case: str, steps: int, batch: tuple[int, int], peak_tflops: float) -> dict[str, Any]:
+def device(case: str, steps: int, batch: tuple[int, int], peak_tflops: float,
+           remat: Any = True) -> dict[str, Any]:  # fmt: skip
     import jax
     import jax.numpy as jnp
 
@@ -170,17 +209,53 @@ def device(case: str, steps: int, batch: tuple[int, int], peak_tflops: float) ->
     model = random_model(case, dtype=jnp.bfloat16, lora=lora,
                          quantize="int8" if case == "7b" else None)  # fmt: skip
     n = parameters(model)
-    trainer, step = step_case(model, "lora", batch, "bfloat16", True)
-    step(2)
+    trainer, step = step_case(model, "lora", batch, "bfloat16", remat)
+    start = time.perf_counter()
+    step(1)  # compiles
+    first = time.perf_counter() - start
+    step(1)
     start = time.perf_counter()
     step(steps)
     seconds = (time.perf_counter() - start) / steps
     tokens = batch[0] * batch[1]
     stats = jax.devices()[0].memory_stats() or {}
     return {"parameters": n, "tokens_per_s": tokens / seconds, "ms_per_step": seconds * 1e3,
-            "peak_hbm_gib": stats.get("peak_bytes_in_use", 0) / 2**30,
-            "mfu": 6 * n * tokens / seconds / (peak_tflops * 1e12),
+            "compile_s": first - seconds, "peak_hbm_gib": stats.get("peak_bytes_in_use", 0) / 2**30,
+            "mfu": 6 * n * tokens / seconds / (peak_tflops * 1e12), "remat": str(remat),
             "optimizer_state_bytes": optimizer_bytes(trainer), "batch": list(batch)}  # fmt: skip
+
+
+def memory(case: str, batch: tuple[int, int], remat: Any = True) -> dict[str, Any]:
+    """The Trainer's LoRA step of ``case`` compiled for this backend on shapes alone (nothing
+    allocated): compile seconds and XLA's memory analysis (the arguments, i.e. the weights and
+    optimizer state, and the temporaries), in GiB."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from jaxfeed import Trainer
+    from jaxfeed.models import LoRA
+    from jaxfeed.train.cores import empty_sums
+
+    lora = LoRA(rank=16, alpha=32, targets=("q_proj", "v_proj"))
+    model = random_model(case, dtype=jnp.bfloat16, lora=lora, abstract=True,
+                         quantize="int8" if case == "7b" else None)  # fmt: skip
+    trainer = Trainer(model, optax.adamw(1e-4), loss="next_token", inputs={"input_ids": "input_ids"},
+                      verbose=0, trainable="lora", precision="bfloat16", remat=remat)  # fmt: skip
+    ids = jax.ShapeDtypeStruct(batch, jnp.int32)
+    start = time.perf_counter()
+    compiled = trainer.core.train_step.lower(trainer.core.state, empty_sums(trainer.metrics),
+                                             {"input_ids": ids}, np.int32(batch[0]),
+                                             np.int32(0)).compile()  # fmt: skip
+    seconds = time.perf_counter() - start
+    analysis = compiled.memory_analysis()
+    gib = 2.0**30
+    args = analysis.argument_size_in_bytes / gib
+    temp = analysis.temp_size_in_bytes / gib
+    return {"compile_s": seconds, "arguments_gib": args, "temporaries_gib": temp,
+            "total_gib": args + temp, "remat": str(remat), "batch": list(batch),
+            "backend": jax.default_backend()}  # fmt: skip
 
 
 def main() -> None:
@@ -191,16 +266,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--seq", type=int)
     parser.add_argument("--peak-tflops", type=float, default=197.0)
+    parser.add_argument("--remat", choices=("full", "dots", "none"), default="full",
+                        help="the 1b/7b cases' gradient checkpointing")  # fmt: skip
+    parser.add_argument("--memory", action="store_true",
+                        help="1b/7b: compile on shapes alone and print XLA's memory analysis "
+                        "(no weights made; runs on a CPU as a proxy)")  # fmt: skip
     parser.add_argument("--out")
     args = parser.parse_args()
     import jax
 
     rows, seq = SHAPES[args.case]
     shape = (args.batch or rows, args.seq or seq)
+    remat = {"full": True, "none": False}.get(args.remat, args.remat)
     if args.case == "cpu":
         result = cpu(args.steps, args.rounds)
+    elif args.memory:
+        result = memory(args.case, shape, remat)
     else:
-        result = device(args.case, args.steps, shape, args.peak_tflops)
+        result = device(args.case, args.steps, shape, args.peak_tflops, remat)
     result = {"case": args.case, "device": str(jax.devices()[0].device_kind), **result}
     text = json.dumps(result, indent=2)
     print(text)

@@ -27,8 +27,8 @@ def png(pixels: np.ndarray) -> bytes:
 
 def random_checkpoint(folder, config: dict, task: str, *, scale: float = 1.0):
     """A Hub-format checkpoint of random weights (``config.json`` + ``model.safetensors``) built
-    and saved by jaxfeed itself (no PyTorch on a TPU machine); 2-D weights times ``scale`` (an LM
-    whose logits differ clearly from token to token)."""
+    and saved by jaxfeed itself (no PyTorch on a TPU machine); kernels and embeddings times
+    ``scale`` (an LM whose logits differ clearly from token to token)."""
     import jax.numpy as jnp
     from flax import nnx
 
@@ -37,9 +37,11 @@ def random_checkpoint(folder, config: dict, task: str, *, scale: float = 1.0):
 
     model = family_of(config).build(config, task=task, num_labels=config.get("num_labels"),
                                     dtype=None, param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
-    if scale != 1.0:
-        params = nnx.state(model, nnx.Param)
-        nnx.update(model, jax.tree.map(lambda x: x * scale if x.ndim == 2 else x, params))
+    if scale != 1.0:  # the matrices (a layer stack's too), not the norms and biases
+        for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+            if str(path[-1]) in ("kernel", "embedding"):
+                var.set_value(var.get_value() * scale)
+        nnx.update(model, nnx.state(model, nnx.Param))
     model.hub_config, model.hub_task = dict(config), task
     return save_pretrained(model, folder)
 

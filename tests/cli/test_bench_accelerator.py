@@ -44,3 +44,54 @@ def test_quick_flags_and_refusals():
 def test_registered_by_name_not_in_all():
     assert BENCHES["accelerator"].module == "accelerator"
     assert not BENCHES["accelerator"].in_all
+
+
+def _count(tree):
+    import jax
+    import numpy as np
+
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("case", ["bert", "vit", "llama"])
+@pytest.mark.parametrize("scan", [True, False])
+def test_reference_has_the_models_shapes(case, scan):
+    """The plain JAX step's parameters are as many as jaxfeed's model of the case (quick sizes),
+    stacked [layers, ...] when scanned, a list of layers when not."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxfeed.bench import accelerator_reference as plain
+
+    config = dict(A.QUICK[case])
+    if case == "vit":
+        from jaxfeed.models.hub import vit
+
+        model = nnx.eval_shape(lambda: vit.FAMILY.build({"model_type": "vit", **config},
+                               task="image-classification", num_labels=1000, dtype=None,
+                               param_dtype=jnp.float32, rngs=nnx.Rngs(0)))  # fmt: skip
+    elif case == "bert":
+        from jaxfeed.models.hub import bert
+
+        model = nnx.eval_shape(lambda: bert.build(config, task="sequence-classification",
+                               num_labels=2, dtype=None, param_dtype=jnp.float32,
+                               rngs=nnx.Rngs(0)))  # fmt: skip
+    else:
+        config["num_hidden_layers"] = 2
+        args = A.parse_args(["--quick"])
+        model = nnx.eval_shape(lambda: A.llama_model(args, 2))
+    init, _ = getattr(plain, case)(config, scan=scan, remat=False)
+    params = jax.eval_shape(init, jax.random.key(0))
+    assert _count(params) == A.param_count(model)
+    assert isinstance(params["layers"], dict if scan else list)
+
+
+def test_reference_mode_gives_each_row_its_ratio(monkeypatch):
+    monkeypatch.setattr(A, "save_json", lambda name, payload: None)
+    rows = A.main(["--quick", "--cases", "bert", "--modes", "reference,device", "--steps", "1",
+                   "--repeats", "1"])  # fmt: skip
+    modes = {r["mode"]: r for r in rows}
+    assert set(modes) == {"reference", "device"}
+    ratio = modes["reference"]["step_ms"] / modes["device"]["step_ms"]
+    assert modes["device"]["vs_reference"] == pytest.approx(ratio)

@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 from hub_checkpoints import inputs, save_checkpoint
 from jaxfeed import Trainer
 from jaxfeed.models import LoRA, from_pretrained
+from jaxfeed.train.freeze import layer_paths
 
 INPUTS = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
 
@@ -37,8 +38,14 @@ def batches(n=4):
 
 
 def params(model):
+    """Each parameter by path, a layer stack's one per layer (``encoder.layers.1.…``)."""
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    return {".".join(map(str, k)): np.asarray(v.get_value()) for k, v in flat}
+    values = {".".join(map(str, k)): np.asarray(v.get_value()) for k, v in flat}
+    out = {}
+    for path, names in layer_paths(model).items():
+        for i, name in enumerate(names):
+            out[name] = values[path] if len(names) == 1 else values[path][i]
+    return out
 
 
 def fit(model, steps=4, lr=2e-5, **kwargs):

@@ -12,8 +12,12 @@ Cases (``--cases``, comma separated):
 * ``generate``: that decoder's greedy decoding at batch 1 and 16: prefill and decode tokens/s,
   and the decode step against the HBM bound (the weights' bytes read once per step).
 
-Modes of a training case (``--modes``): ``device`` is a hand-written ``jax.jit`` step (split
-once, merged inside, state donated) on one batch already on the device: the ceiling. ``trainer``
+Modes of a training case (``--modes``): ``reference`` is a plain JAX step of the same shapes
+written without jaxfeed (:mod:`jaxfeed.bench.accelerator_reference`: the same matmuls, attention,
+norms, remat and optimizer, ``jax.random.bernoulli`` dropout), in the same process; every
+``device`` and ``trainer`` row then gives ``vs_reference``, its step time as a ratio of it
+("of reference": the reference's time over its own). ``device`` is a hand-written ``jax.jit``
+step (split once, merged inside, state donated) on one batch already on the device: the ceiling. ``trainer``
 is ``Trainer.fit`` over that batch repeated (its share of the ceiling is the Trainer's overhead).
 For ``vit``, ``loader`` feeds the same hand-written step from jaxfeed's ``DataLoader`` over a
 folder of JPEGs (process workers: decode, random-resized crop, flip, normalise), ``fit`` runs
@@ -225,14 +229,47 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     ).mean()
 
 
+def reference_row(case: str, reference: tuple, batch: dict, args: Any, chip: Chip, items: int,
+                  unit: str, formula: float, shape: str) -> dict:  # fmt: skip
+    """The ``reference`` row: the plain JAX step ``reference = (init, loss, key)`` of
+    :mod:`jaxfeed.bench.accelerator_reference` on ``batch`` (the same optimizer)."""
+    from jaxfeed.bench.accelerator_reference import step_of  # import cost: this mode only
+
+    init, loss, key = reference
+    tx = optax.adamw(1e-4, mu_dtype=args.mu_dtype)
+    params = jax.jit(init)(jax.random.key(0))
+    holder = {"state": (params, tx.init(params))}
+    del params
+    start = time.perf_counter()
+    compiled = step_of(loss, tx, key).lower(holder["state"], batch).compile()
+    compile_s = time.perf_counter() - start
+
+    def run() -> jax.Array:
+        holder["state"], value = compiled(holder["state"], batch)
+        return value
+
+    step_s = median_step(run, args.steps, args.repeats)
+    flops = compiled_flops(compiled)
+    holder.clear()
+    return row(case, "reference", chip=chip, compile_s=compile_s, step_s=step_s, items=items,
+               unit=unit, flops=(flops, formula), shape=shape)  # fmt: skip
+
+
 def training_rows(case: str, make_model: Callable[[], Any], loss_of: Callable, batch: dict,
                   args: Any, chip: Chip, items: int, unit: str, formula: float,
-                  trainer_kwargs: dict, more: Callable | None = None) -> list[dict]:  # fmt: skip
-    """The rows of a training case as ``--modes`` asks: ``device`` (the hand-written step on
-    ``batch``), what ``more(compiled, holder, ceiling_row)`` adds with that step (the loader
-    modes), then ``trainer``; each mode on a fresh model."""
+                  trainer_kwargs: dict, more: Callable | None = None,
+                  reference: tuple | None = None) -> list[dict]:  # fmt: skip
+    """The rows of a training case as ``--modes`` asks: ``reference`` (a plain JAX step of the
+    same shapes: ``(init, loss, key)``), ``device`` (the hand-written step on ``batch``), what
+    ``more(compiled, holder, ceiling_row)`` adds with that step (the loader modes), then
+    ``trainer``; each mode on a fresh model. With a reference row, each other row's
+    ``vs_reference`` is the reference's step time over its own."""
     out: list[dict] = []
     shape = "x".join(str(s) for s in next(iter(batch.values())).shape[:2])
+    ref = None
+    if "reference" in args.modes and reference is not None:
+        ref = reference_row(case, reference, batch, args, chip, items, unit, formula, shape)
+        out.append(ref)
     if {"device", "loader", "fit", "torch"} & set(args.modes):
         tx = optax.adamw(1e-4, mu_dtype=args.mu_dtype)
         compile_s, step_s, flops, compiled, holder = device_ceiling(
@@ -251,9 +288,13 @@ def training_rows(case: str, make_model: Callable[[], Any], loss_of: Callable, b
         r = row(case, "trainer", chip=chip, compile_s=first, step_s=step_s, items=items,
                 unit=unit, flops=(None, formula), shape=shape, data_wait=wait,
                 fit_overhead_ms=overhead * 1e3)  # fmt: skip
-        if out:
-            r["share"] = out[0]["step_ms"] / r["step_ms"]
+        ceiling = next((x for x in out if x["mode"] == "device"), None)
+        if ceiling is not None:
+            r["share"] = ceiling["step_ms"] / r["step_ms"]
         out.append(r)
+    for r in out:
+        if ref is not None and r is not ref and r["mode"] in ("device", "trainer"):
+            r["vs_reference"] = ref["step_ms"] / r["step_ms"]
     return out
 
 
@@ -283,12 +324,16 @@ def vit_case(args: Any, chip: Chip) -> list[dict]:
     def more(compiled: Any, holder: dict, ceiling: dict) -> list[dict]:
         return loader_rows(compiled, holder, ceiling, make_model, size, args, chip, formula)
 
+    from jaxfeed.bench import accelerator_reference as plain  # import cost: this case only
+
+    init, loss = plain.vit(config, scan=args.scan, remat=remat_of(args, "vit"))
     return training_rows("vit", make_model, loss_of, batch, args, chip, b, "images", formula,
                          {"inputs": {"pixel_values": "image"}, "remat": remat_of(args, "vit")},
-                         more)  # fmt: skip
+                         more, reference=(init, loss, jax.random.key(0)))  # fmt: skip
 
 
 def bert_case(args: Any, chip: Chip) -> list[dict]:
+    from jaxfeed.bench import accelerator_reference as plain  # import cost: this case only
     from jaxfeed.models.hub import bert  # import cost: the Hub models
 
     config = dict(QUICK["bert"] if args.quick else BERT_BASE)
@@ -317,8 +362,10 @@ def bert_case(args: Any, chip: Chip) -> list[dict]:
         formula = formula_flops(param_count(nnx.eval_shape(make_model)), b * t, config["num_hidden_layers"], t,
                                 config["hidden_size"])  # fmt: skip
         inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
+        init, loss = plain.bert(config, scan=args.scan, remat=remat_of(args, "bert"))
         rows += training_rows(f"bert {b}x{t}", make_model, loss_of, batch, args, chip, b * t,
-                              "tokens", formula, {"inputs": inputs, "remat": remat_of(args, "bert")})  # fmt: skip
+                              "tokens", formula, {"inputs": inputs, "remat": remat_of(args, "bert")},
+                              reference=(init, loss, key))  # fmt: skip
     return rows
 
 
@@ -376,8 +423,12 @@ def llama_case(args: Any, chip: Chip) -> list[dict]:
         "loss": "next_token",
         "remat": remat_of(args, "llama"),
     }
+    from jaxfeed.bench import accelerator_reference as plain  # import cost: this case only
+
+    config = dict(QUICK["llama"] if args.quick else LLAMA_1B, num_hidden_layers=args.llama_layers)
+    init, loss = plain.llama(config, scan=args.scan, remat=remat_of(args, "llama"))
     return training_rows("llama", make_model, loss_of, batch, args, chip, b * t, "tokens",
-                         formula, kwargs)  # fmt: skip
+                         formula, kwargs, reference=(init, loss, jax.random.key(0)))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- loaders
@@ -543,7 +594,7 @@ def generate_case(args: Any, chip: Chip) -> list[dict]:
 
 # ---------------------------------------------------------------------------------- command
 CASES = {"vit": vit_case, "bert": bert_case, "llama": llama_case, "generate": generate_case}
-MODES = ("device", "trainer", "loader", "fit", "torch")
+MODES = ("reference", "device", "trainer", "loader", "fit", "torch")
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -558,7 +609,8 @@ def print_table(rows: list[dict], chip: Chip) -> None:
           f"{head[6]:>7}  {head[7]:<6}{head[8]}")  # fmt: skip
     for r in rows:
         notes = []
-        for key, label, spec in (("share", "of ceiling", ".2f"), ("data_wait", "data_wait", ".3f"),
+        for key, label, spec in (("vs_reference", "of reference", ".2f"),
+                                 ("share", "of ceiling", ".2f"), ("data_wait", "data_wait", ".3f"),
                                  ("fit_overhead_ms", "ms per fit call", ".1f"),
                                  ("prefill_per_s", "prefill tok/s", ",.0f"),
                                  ("hbm_fraction", "of HBM bound", ".2f")):  # fmt: skip
@@ -574,7 +626,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny shapes (runs on a CPU)")
     p.add_argument("--cases", default="vit,bert,llama,generate")
-    p.add_argument("--modes", default="device,trainer,loader,fit,torch")
+    p.add_argument("--modes", default="reference,device,trainer,loader,fit,torch")
     p.add_argument("--steps", type=int, default=10, help="steps per timed group")
     p.add_argument("--repeats", type=int, default=3, help="timed groups (median)")
     p.add_argument("--vit-batch", type=int, default=128)
@@ -610,7 +662,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         for name, value in (("steps", 2), ("repeats", 2), ("vit_batch", 8), ("bert_shapes", "4x32"),
                             ("llama_layers", 2), ("llama_length", 64), ("gen_batches", "1"),
-                            ("modes", "device,trainer,loader,torch"),
+                            ("modes", "reference,device,trainer,loader,torch"),
                             ("prompt", 16), ("new_tokens", 8), ("images", 32),
                             ("workers", min(args.workers, 2))):  # fmt: skip
             if getattr(args, name) == p.get_default(name):

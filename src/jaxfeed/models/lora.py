@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed._base.extras import require
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.lora_settings import QUANTIZE, LoRA
 from jaxfeed.models.nnx import axes
 
@@ -47,9 +48,11 @@ class Int8Kernel(nnx.Param):
     """A frozen int8 weight (or its per-channel scale) of a quantized :class:`LoRALinear`."""
 
 
-def _kernel_axes(base: nnx.Linear) -> tuple[Any, Any]:
-    names = base.kernel.get_metadata().get("out_sharding") or (None, None)
-    return next(iter(names)), tuple(names)[1]
+def _kernel_axes(base: nnx.Linear) -> tuple[tuple[Any, ...], Any, Any]:
+    """The logical names of the kernel's leading (layer stack) axes, its input and its output."""
+    ndim = base.kernel.get_value().ndim
+    names = tuple(base.kernel.get_metadata().get("out_sharding") or (None,) * ndim)
+    return names[:-2], names[-2], names[-1]
 
 
 def quantize_int8(kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -61,6 +64,8 @@ def quantize_int8(kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
     ('int8', [[64, -127], [-127, 64]], (1, 2))
     """
     qwix = require("qwix", "quant", "quantize='int8'")
+    if kernel.ndim > 2:  # a layer stack [layers, in, out]: one layer at a time
+        return jax.jit(lambda k: jax.lax.map(quantize_int8, k))(kernel)
     q = qwix.quantize(kernel, jnp.int8, channelwise_axes=[1], scale_dtype=jnp.float32)
     return q.qvalue, q.scale
 
@@ -80,12 +85,13 @@ class LoRALinear(nnx.Module):
         self.in_features, self.out_features = n_in, n_out
         self.dtype, self.precision = base.dtype, base.precision
         self.fan_in_fan_out, self.quantized = fan_in_fan_out, quantize
-        a_axis, b_axis = _kernel_axes(base)
+        lead, a_axis, b_axis = _kernel_axes(base)
+        stack = tuple(base.kernel.get_value().shape[:-2])  # a layer stack's leading axes
         self.kernel, self.kernel_scale = base.kernel, nnx.data(None)
         if quantize == "int8":
             qvalue, scale = quantize_int8(base.kernel[...])
-            self.kernel = Int8Kernel(qvalue, **axes(a_axis, b_axis))
-            self.kernel_scale = Int8Kernel(scale, **axes(None, b_axis))
+            self.kernel = Int8Kernel(qvalue, **axes(*lead, a_axis, b_axis))
+            self.kernel_scale = Int8Kernel(scale, **axes(*lead, None, b_axis))
         elif quantize is not None:
             raise ValueError(
                 f"quantize must be one of {', '.join(QUANTIZE)} or None, got {quantize!r}"
@@ -97,12 +103,14 @@ class LoRALinear(nnx.Module):
             return
         self.rank, self.alpha, self.scaling = lora.rank, float(lora.alpha), lora.scaling
         bound = 1.0 / math.sqrt(n_in)  # kaiming_uniform(a=sqrt(5)) on A [rank, in], as PEFT
-        a = jax.random.uniform(key, (n_in, lora.rank), jnp.float32, -bound, bound)
-        self.lora_a = LoRAParam(a, **axes(a_axis, None))
-        self.lora_b = LoRAParam(jnp.zeros((lora.rank, n_out), jnp.float32), **axes(None, b_axis))
+        a = jax.random.uniform(key, (*stack, n_in, lora.rank), jnp.float32, -bound, bound)
+        self.lora_a = LoRAParam(a, **axes(*lead, a_axis, None))
+        self.lora_b = LoRAParam(jnp.zeros((*stack, lora.rank, n_out), jnp.float32),
+                                **axes(*lead, None, b_axis))  # fmt: skip
         if lora.dropout:
             key = jax.random.fold_in(key, 1)
-            self.dropout = nnx.Dropout(float(lora.dropout), rngs=nnx.Rngs(dropout=key))
+            keys = jax.random.split(key, stack) if stack else key  # one stream per layer
+            self.dropout = Dropout(float(lora.dropout), rngs=nnx.Rngs(dropout=keys))
 
     def base_kernel(self, dtype: Any = None) -> jax.Array:
         """The frozen kernel ``[in, out]`` as a float array (dequantized when int8)."""
@@ -113,9 +121,11 @@ class LoRALinear(nnx.Module):
         return self.kernel[...].astype(dtype) * self.kernel_scale[...].astype(dtype)
 
     def delta(self) -> jax.Array:
-        """The adapters' update of the kernel, ``A B * alpha / rank`` ``[in, out]`` (float32)."""
+        """The adapters' update of the kernel, ``A B * alpha / rank`` ``[in, out]`` (float32;
+        ``[layers, in, out]`` for a layer stack's)."""
         if self.lora_a is None:
-            return jnp.zeros((self.in_features, self.out_features), jnp.float32)
+            stack = self.kernel.get_value().shape[:-2]
+            return jnp.zeros((*stack, self.in_features, self.out_features), jnp.float32)
         return (self.lora_a[...] @ self.lora_b[...]) * self.scaling
 
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.nnx import axes
 
 POSITIONS = ("learned", "rotary")
@@ -174,7 +175,7 @@ class Block(nnx.Module):
                                  bias_metadata=axes("mlp"))  # fmt: skip
         self.mlp_out = nnx.Linear(mlp_dim, dim, rngs=rngs, kernel_metadata=axes("mlp", "embed"),
                                   bias_metadata=axes("embed"))  # fmt: skip
-        self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
+        self.dropout = Dropout(dropout_rate, deterministic=False)
 
     def __call__(self, x: jax.Array, mask: jax.Array, positions: jax.Array,
                  rngs: nnx.Rngs | None) -> jax.Array:  # fmt: skip
@@ -213,7 +214,7 @@ class Trunk(nnx.Module):
         )
         self.norm = nnx.LayerNorm(dim, rngs=rngs, scale_metadata=axes("embed"),
                                   bias_metadata=axes("embed"))  # fmt: skip
-        self.dropout = nnx.Dropout(dropout_rate, deterministic=False)
+        self.dropout = Dropout(dropout_rate, deterministic=False)
 
     def __call__(self, ids: jax.Array, mask: jax.Array, positions: jax.Array,
                  rngs: nnx.Rngs | None) -> jax.Array:  # fmt: skip

@@ -16,7 +16,8 @@ straight onto its shards. The plan is the one reading of the sharding grammar
   along the mesh axes their logical names map to (tensor parallelism). A name without a rule is
   used as a mesh axis when the mesh has one by that name, else that dimension stays whole. The
   key ``"fsdp": True`` in the dict adds FSDP over the data axis for the dimensions the rules
-  leave whole.
+  leave whole. A layer stack's leading axis is named ``"layers"``: kept whole (the scanned step
+  slices it), by FSDP too, unless a rule names it.
 
 Everything is checked before compiling: a rule naming an axis the mesh lacks, a rule whose
 logical name no parameter carries (a typo), or a dimension that does not divide by its mesh axes,
@@ -49,6 +50,7 @@ from jaxfeed.runtime.sharding_grammar import Rules, ShardingError, parse_rules
 
 FSDP_MIN_SIZE = 4096  # elements: arrays smaller than this stay replicated under FSDP
 DATA_AXIS = "data"
+LAYERS = "layers"  # a layer stack's leading axis: whole unless a rule names it (never FSDP's)
 
 
 def data_axis(mesh: Mesh) -> str:
@@ -243,7 +245,9 @@ class ShardingPlan:
             ways = mesh.shape[axis]
             used = {a for e in entries for a in e}
             if ways > 1 and axis not in used and math.prod(shape) >= self.fsdp_min_size:
-                free = [d for d in range(len(shape)) if not entries[d] and shape[d] % ways == 0]
+                stack = {d for d, n in enumerate(logical or ()) if n == LAYERS}  # scanned over
+                free = [d for d in range(len(shape))
+                        if not entries[d] and shape[d] % ways == 0 and d not in stack]  # fmt: skip
                 if free:
                     best = max(free, key=lambda d: (shape[d], -d))
                     entries[best] = (axis,)

@@ -48,6 +48,7 @@ import jax
 import numpy as np
 
 from jaxfeed._base.files import check_writable
+from jaxfeed.train import restack
 from jaxfeed.train.checkpoint_trees import (
     _abstract,
     _data_to_keys,
@@ -59,6 +60,7 @@ from jaxfeed.train.checkpoint_trees import (
 from jaxfeed.train.checkpoint_trees import abstract_like as abstract_like  # public here too
 from jaxfeed.train.checkpoint_trees import checksums as checksums  # public here too
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
+from jaxfeed.train.orbax_logs import _REPORTED_FRAGMENTS, _first_line, _quiet_orbax
 from jaxfeed.train.trained_part import base_problem, merged, prune, saved_paths
 from jaxfeed.train.writer_record import (
     REMOVING,
@@ -88,43 +90,6 @@ class CheckpointError(ValueError):
     """
 
 
-def _first_line(err: BaseException) -> str:
-    """A one-line cause for an Orbax/TensorStore error (which can print whole specs)."""
-    causes = []
-    while err is not None and len(causes) < 4:
-        causes.append(err)
-        err = err.__cause__ or err.__context__
-    for candidate in reversed(causes):
-        text = str(candidate).strip()
-        if text and "TensorStore(" not in text.split("\n")[0][:300]:
-            return f"{type(candidate).__name__}: {text.splitlines()[0][:300]}"
-    text = str(causes[0]).strip().split(" See full TensorStore")[0]
-    return f"{type(causes[0]).__name__}: {text.splitlines()[0][:300] if text else ''}"
-
-
-@contextlib.contextmanager
-def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
-    log = logging.getLogger("absl")
-    level = log.level
-    log.setLevel(level_while)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
-class _ReportedFragments(logging.Filter):
-    """Drops asyncio's "... exception was never retrieved" for Orbax's write fragments. When a
-    save fails (a full disk), each fragment's task fails; one is reported as the
-    :class:`CheckpointError`, the others were logged with a traceback when collected, after the
-    command's one-line error. Installed on the ``asyncio`` logger by the first failed save."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not ("exception was never retrieved" in text.split("\n")[0] and "orbax" in text)
-
-
-_REPORTED_FRAGMENTS = _ReportedFragments()
 _SAID_CUT_SHORT: set[tuple[str, int, str]] = set()  # (folder, step, what is missing) said
 
 
@@ -614,8 +579,17 @@ class CheckpointManager:
         if partial:
             saved = {k: v for k, v in saved.items() if k.startswith(partial)}
         difference = _first_difference(saved, _flat_shapes(wanted))
-        if difference:
-            raise CheckpointError(f"cannot restore step {step} of {self.directory}: {difference}")
+        if difference:  # a checkpoint of layers held one by one, for a model holding them stacked
+            layers = restack.plan(saved, _flat_shapes(wanted))
+            if layers is None:
+                raise CheckpointError(
+                    f"cannot restore step {step} of {self.directory}: {difference}"
+                )
+            converted = restack.restore(self, step, wanted, layers)
+            arrays = _data_to_keys(converted["state"], state)
+            if model is not None:
+                load_nnx_pure_state(arrays, model, optimizer)
+            return {"state": arrays, "meta": converted["meta"]}
         ocp = self._ocp
         try:
             if partial:  # Orbax partial restore, outside the manager (its item handler is Standard)

@@ -411,6 +411,7 @@ class NNXCore:
         convention, graphdef = self.convention, self.graphdef
         objective, metrics, inputs = spec.objective, spec.metrics, spec.inputs
         dtype = spec.compute_dtype
+        layer_masks = getattr(spec.trainable, "layer_masks", None) or {}  # layers kept frozen
 
         def forward(model: Any, batch: Batch, train: bool, key: Any = None) -> Any:
             args, kwargs = inputs.call(cast_floats(batch, dtype))
@@ -436,7 +437,9 @@ class NNXCore:
                 params
             )
             nnx.update(model, _restore_dtypes(new_rest, rest))
+            before = _held_layers(params, layer_masks)
             optimizer.update(model, grads, **_extra_args(optimizer.tx, mean))
+            _keep_layers(model, before, layer_masks)
             sums = add_sums(sums, objective, metrics, outputs, batch, rows, n, step)
             sums = ids.record(sums, spec.id_columns, batch, n, step)
             return nnx.state((model, optimizer)), sums
@@ -554,6 +557,32 @@ class NNXCore:
 
     def variables(self) -> Any:
         raise AttributeError("variables is for Linen trainers; an NNX model holds its own state")
+
+
+def _held_layers(params: Any, masks: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    """The values before the update of the stacked parameters trained in some layers only."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    if not masks:
+        return {}
+    flat = {".".join(map(str, k)): v for k, v in nnx.to_flat_state(params)}
+    return {path: flat[path].get_value() for path in masks if path in flat}
+
+
+def _keep_layers(model: Any, before: Mapping[str, jax.Array],
+                 masks: Mapping[str, np.ndarray]) -> None:  # fmt: skip
+    """Put back the layers a regular expression ``trainable=`` left out of a stacked parameter
+    (``jaxfeed.train.freeze.trainable_layers``): only the selected layers change."""
+    from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)
+
+    if not before:
+        return
+    for path, var in nnx.iter_graph(model):
+        name = ".".join(map(str, path))
+        if isinstance(var, nnx.Variable) and name in before:
+            new = var.get_value()
+            keep = jnp.asarray(masks[name]).reshape((-1,) + (1,) * (new.ndim - 1))
+            var.set_value(jnp.where(keep, new, before[name]))
 
 
 # ---------------------------------------------------------------------------------- Linen

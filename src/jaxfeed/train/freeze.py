@@ -4,7 +4,9 @@
 names in ``head_modules``, else its ``head`` attribute, else every top-level module but its
 ``encoder``/``backbone``/``trunk``), ``"lora"`` (the low-rank adapters, ``lora_a``/``lora_b``, and
 the paths a model lists in ``trainable_with_lora``: a new head) or a regular expression searched in each parameter's dotted
-path (``"classifier|encoder\\.layers\\.11\\."``). Frozen parameters get no gradient and no
+path (``"classifier|encoder\\.layers\\.11\\."``; a layer stack's parameters are matched by
+each layer's path, ``encoder.layers.11.…``, and where only some layers match, the others keep
+their values: :attr:`layer_masks` of the filter). Frozen parameters get no gradient and no
 optimizer state. ``remat=True`` turns on per-layer rematerialisation in every module that
 declares ``supports_remat = True`` (it then recomputes each layer's activations in the backward
 pass instead of keeping them).
@@ -97,8 +99,50 @@ def _with_lora(model: Any) -> set[str]:
     return out
 
 
+def layer_paths(model: Any) -> dict[str, list[str]]:
+    """Each parameter's path, and the paths of its layers' slices when it belongs to a layer
+    stack (``encoder.layers.layer.query.bias`` -> ``encoder.layers.0.query.bias``, ...), as the
+    checkpoint's layout names them.
+
+    >>> from flax import nnx
+    >>> from jaxfeed.models.stacked import Stack
+    >>> class Net(nnx.Module):
+    ...     def __init__(self):
+    ...         self.layers = Stack(lambda rngs: nnx.Linear(2, 2, rngs=rngs), 2, rngs=nnx.Rngs(0))
+    >>> layer_paths(Net())["layers.layer.bias"]
+    ['layers.0.bias', 'layers.1.bias']
+    """
+    from jaxfeed.models.stacked import stacks  # noqa: PLC0415 (import cost: flax, for NNX models)
+
+    found = {f"{where}.layer.": (where, len(stack)) for where, stack in stacks(model).items()}
+    out = {}
+    for path in _param_paths(model):
+        prefix = next((p for p in found if path.startswith(p)), None)
+        if prefix is None:
+            out[path] = [path]
+            continue
+        where, count = found[prefix]
+        out[path] = [f"{where}.{i}.{path[len(prefix) :]}" for i in range(count)]
+    return out
+
+
+def trainable_layers(model: Any, trainable: str) -> dict[str, np.ndarray]:
+    """The layer stacks' parameters that a regular expression ``trainable`` selects in some of
+    their layers only: ``{path: [layers] booleans}`` (the other layers stay as they are)."""
+    if trainable in ("all", "head", "lora") or not isinstance(trainable, str):
+        return {}
+    pattern = re.compile(trainable)
+    out = {}
+    for path, names in layer_paths(model).items():
+        hits = np.array([bool(pattern.search(n)) for n in names])
+        if len(names) > 1 and hits.any() and not hits.all():
+            out[path] = hits
+    return out
+
+
 def trainable_paths(model: Any, trainable: str) -> set[str]:
-    """The dotted paths of the parameters ``trainable`` selects; refuses a selection of none."""
+    """The dotted paths of the parameters ``trainable`` selects (for a regular expression: in
+    any of a stack's layers); refuses a selection of none."""
     paths = _param_paths(model)
     if trainable == "all":
         return set(paths)
@@ -124,7 +168,8 @@ def trainable_paths(model: Any, trainable: str) -> set[str]:
             raise ValueError(
                 f"trainable={trainable!r} is not a regular expression: {err}"
             ) from None
-        chosen = {p for p in paths if pattern.search(p)}
+        chosen = {p for p, names in layer_paths(model).items()
+                  if any(pattern.search(n) for n in names)}  # fmt: skip
     if not chosen:
         raise ValueError(
             f"trainable={trainable!r} selects no parameter of {type(model).__name__} "
@@ -144,6 +189,7 @@ def trainable_filter(model: Any, trainable: str) -> Any:
     def selected(path: tuple, value: Any) -> bool:
         return isinstance(value, nnx.Param) and ".".join(str(p) for p in path) in chosen
 
+    selected.layer_masks = trainable_layers(model, trainable)  # type: ignore[attr-defined]
     return selected
 
 

@@ -341,3 +341,25 @@ def test_bad_adapter_folders_are_refused(bases, tmp_path):
         from_pretrained(bases / "llama", adapter=rank)
     with pytest.raises(CheckpointError, match="match no layer of this gpt2 model"):
         from_pretrained(bases / "gpt2", adapter=tmp_path / "good")
+
+
+def test_adapters_on_some_layers_leave_the_stack_and_load_in_peft(bases, tmp_path):
+    """Adapters on layer 0's q_proj only: the layers must differ, so the stack becomes a list
+    of layers (the others stay plain), and the adapter saved loads in peft with equal logits."""
+    from flax import nnx
+
+    from jaxfeed.models.stacked import Stack
+
+    whole = from_pretrained(bases / "llama", lora=LoRA(rank=2, targets=["q_proj"]))
+    assert isinstance(whole.layers, Stack)  # every layer alike: still one stack
+    model = from_pretrained(
+        bases / "llama", lora=LoRA(rank=2, targets=["layers.0.self_attn.q_proj"])
+    )
+    assert isinstance(model.layers, nnx.List)
+    assert model.hub_lora_modules == ("model.layers.0.self_attn.q_proj",)
+    assert model.layers[1].attention.query.__class__ is nnx.Linear
+    randomise_adapters(model)
+    out = save_pretrained(model, tmp_path / "adapter")
+    loaded = peft.PeftModel.from_pretrained(torch_base(bases / "llama", "llama"), out).eval()
+    x = inputs("llama")
+    assert np.abs(torch_logits(loaded, x) - jax_logits(model, x)).max() < TOL

@@ -34,6 +34,7 @@ from jaxfeed.models.hub.files import CheckpointError, Weights, read_json, resolv
 from jaxfeed.models.hub.registry import family_of
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule, variables
 from jaxfeed.models.lora import LoRA, LoRALinear, merge
+from jaxfeed.models.stacked import locate, stack_at, unstack
 
 TASK_TYPES = {
     "causal-lm": "CAUSAL_LM",
@@ -57,13 +58,26 @@ def _hub(model: Any) -> tuple[Any, dict, str]:
 
 
 def _module(model: Any, path: str) -> tuple[Any, str | int, Any]:
-    """The parent of the module at dotted ``path``, its attribute (or index) there, the module."""
-    parent, parts = model, path.split(".")
-    for part in parts[:-1]:
-        parent = parent[int(part)] if part.isdigit() else getattr(parent, part)
-    last = int(parts[-1]) if parts[-1].isdigit() else parts[-1]
-    node = parent[last] if isinstance(last, int) else getattr(parent, last)
-    return parent, last, node
+    """The parent of the module at dotted ``path``, its attribute (or index) there, the module;
+    through a layer stack (:class:`~jaxfeed.models.stacked.Stack`) the stacked module, whose
+    layer the path's number is (:func:`_layer`)."""
+    parent_path, _, last = path.rpartition(".")
+    parent = locate(model, parent_path)[1] if parent_path else model
+    attr: str | int = int(last) if last.isdigit() else last
+    node = parent[attr] if isinstance(attr, int) else getattr(parent, attr)
+    return parent, attr, node
+
+
+def _layer(model: Any, path: str) -> int | None:
+    """The layer of a stack that the module at ``path`` is (None: a module of its own)."""
+    return locate(model, path)[2]
+
+
+def _value(var: Any, index: int | None, cache: dict[int, np.ndarray]) -> np.ndarray:
+    """A variable's value on the host (a stack's read once), the layer ``index`` of it."""
+    if id(var) not in cache:
+        cache[id(var)] = np.asarray(jax.device_get(var.get_value()))
+    return cache[id(var)] if index is None else cache[id(var)][index]
 
 
 def _peft_module(family: Any, task: str, hf: str) -> str:
@@ -188,14 +202,20 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
     every = [*modules, *(m[2] for m in modules.values())]
     targets = _targets(str(config.get("model_type")), lora, every)
     head_paths, head_modules = _new_head(model, list(newly_initialised))
-    key, adapted = jax.random.key(seed), []
-    for i, (name, (path, fan_in_fan_out, old)) in enumerate(modules.items()):
-        wanted = matches(name, targets) or matches(old, targets)
-        in_block = _in_block(old) and not any(
-            path.startswith(h + ".") or path == h for h in head_paths
-        )
-        if not wanted and not (quantize and in_block):
+    choice = {name: _choice(name, path, old, targets, head_paths, quantize)
+              for name, (path, _, old) in modules.items()}  # fmt: skip
+    if _unstack_mixed(model, modules, choice):  # layers of a stack that must differ
+        modules = linear_modules(model)
+    key, adapted, done = jax.random.key(seed), [], set()
+    for i, (name, (path, fan_in_fan_out, _)) in enumerate(modules.items()):
+        wanted, in_block = choice[name]
+        if not wanted and not in_block:
             continue
+        parent, attr, node = _module(model, path)
+        if (id(parent), attr) in done:  # a stack's module, wrapped with its first layer
+            adapted += [name] if wanted else []
+            continue
+        done.add((id(parent), attr))
         if fill is not None:
             fill(path)
         parent, attr, node = _module(model, path)
@@ -217,6 +237,33 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
     model.trainable_with_lora = tuple(head_paths)
     model.hub_modules_to_save = head_modules
     return tuple(adapted)
+
+
+def _choice(name: str, path: str, old: str, targets: Any, head_paths: tuple[str, ...],
+            quantize: str | None) -> tuple[bool, bool]:  # fmt: skip
+    """Whether the linear layer gets adapters, and whether it is stored as int8."""
+    wanted = matches(name, targets) or matches(old, targets)
+    in_block = _in_block(old) and not any(path.startswith(h + ".") or path == h for h in head_paths)
+    return wanted, bool(quantize) and in_block
+
+
+def _unstack_mixed(model: Any, modules: dict, choice: dict) -> bool:
+    """Put the layers of each stack whose layers must differ (adapters on some of them only)
+    into a list of their own; whether any was."""
+    seen: dict[tuple[int, Any], set] = {}
+    paths: dict[tuple[int, Any], str] = {}
+    for name, (path, _, _) in modules.items():
+        if _layer(model, path) is None:
+            continue
+        parent, attr, _ = _module(model, path)
+        seen.setdefault((id(parent), attr), set()).add(choice[name])
+        paths[id(parent), attr] = path
+    mixed = {stack_at(model, paths[k]) for k, v in seen.items() if len(v) > 1}
+    for where in sorted(mixed - {None}):
+        holder, _, attr = where.rpartition(".")
+        parent = locate(model, holder)[1] if holder else model
+        setattr(parent, attr, unstack(getattr(parent, attr)))
+    return bool(mixed - {None})
 
 
 def has_lora(model: Any) -> bool:
@@ -257,10 +304,13 @@ def adapter_tensors(model: Any) -> dict[str, np.ndarray]:
     family, _config, task = _hub(model)
     modules = linear_modules(model)
     out: dict[str, np.ndarray] = {}
+    read: dict[int, np.ndarray] = {}
     for name in model.hub_lora_modules:
-        _, _, layer = _module(model, modules[name][0])
-        a = np.asarray(jax.device_get(layer.lora_a[...]), np.float32)
-        b = np.asarray(jax.device_get(layer.lora_b[...]), np.float32)
+        path = modules[name][0]
+        _, _, layer = _module(model, path)
+        index = _layer(model, path)
+        a = _value(layer.lora_a, index, read).astype(np.float32)
+        b = _value(layer.lora_b, index, read).astype(np.float32)
         out[f"{PREFIX}{name}.lora_A.weight"] = np.ascontiguousarray(a.T)
         out[f"{PREFIX}{name}.lora_B.weight"] = np.ascontiguousarray(b.T)
     for rule in _head_rules(model):
@@ -349,19 +399,22 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
     """Set the adapters (and saved head) from ``weights``; every tensor used exactly once."""
     family, config, task = _hub(model)
     modules = linear_modules(model)
-    expected: dict[str, tuple[Any, str, Any]] = {}
+    expected: dict[str, tuple[Any, str, Any, int | None]] = {}
     for name in model.hub_lora_modules:
-        _, _, layer = _module(model, modules[name][0])
-        expected[f"{PREFIX}{name}.lora_A.weight"] = (layer.lora_a, "T", None)
-        expected[f"{PREFIX}{name}.lora_B.weight"] = (layer.lora_b, "T", None)
-    model_vars = variables(model)
+        path = modules[name][0]
+        _, _, layer = _module(model, path)
+        index = _layer(model, path)
+        expected[f"{PREFIX}{name}.lora_A.weight"] = (layer.lora_a, "T", None, index)
+        expected[f"{PREFIX}{name}.lora_B.weight"] = (layer.lora_b, "T", None, index)
     for rule in family.rules(config, task):
         module = rule.hf.rsplit(".", 1)[0]
         if saved and any(matches(module, (s,)) for s in saved):
+            _, var, index = locate(model, rule.path)
             expected[PREFIX + _peft_module(family, task, rule.hf)] = (
-                model_vars[rule.path],
+                var,
                 "rule",
                 rule.transform,
+                index,
             )
     heads = {n[len(PREFIX) :].rsplit(".", 1)[0] for n, e in expected.items() if e[1] == "rule"}
     model.hub_modules_to_save = tuple(sorted(heads | set(model.hub_modules_to_save)))
@@ -380,10 +433,11 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
         raise CheckpointError(
             f"{file}{made_for} does not fit this model: {'; '.join(p for p in parts if p)}"
         )
-    for name, (var, how, transform) in expected.items():
+    stacked: dict[int, tuple[Any, np.ndarray]] = {}  # a stack's variable, set once
+    for name, (var, how, transform, index) in expected.items():
         host = np.asarray(weights.get(by_name[name]))
         value = host.T if how == "T" else transform.to_jax(host)
-        want = tuple(var.get_value().shape)
+        want = tuple(var.get_value().shape)[0 if index is None else 1 :]
         if tuple(value.shape) != want:
             raise CheckpointError(
                 f"{file}{made_for}: tensor {name!r} has shape {list(host.shape)}, this model's "
@@ -391,7 +445,14 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
                 "rank)"
             )
         old = var.get_value()
-        var.set_value(jax.device_put(value.astype(old.dtype), old.sharding))
+        if index is None:
+            var.set_value(jax.device_put(value.astype(old.dtype), old.sharding))
+            continue
+        if id(var) not in stacked:
+            stacked[id(var)] = (var, np.array(jax.device_get(old)))
+        stacked[id(var)][1][index] = value
+    for var, value in stacked.values():
+        var.set_value(jax.device_put(value, var.get_value().sharding))
 
 
 def _saved_paths(family: Any, config: dict, task: str, heads: set[str]) -> list[tuple]:

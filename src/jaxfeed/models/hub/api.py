@@ -44,6 +44,7 @@ from jaxfeed.models.hub.registry import family_of
 from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
 from jaxfeed.models.lora import LoRA
 from jaxfeed.models.lora_settings import check_adapters
+from jaxfeed.models.stacked import locate
 
 # files a saved folder carries over from the checkpoint it came from
 CARRIED = (
@@ -165,7 +166,8 @@ def from_pretrained(
     model.hub_config, model.hub_task = HubConfig(config), task
     late = _hold_back(model) if quantize is not None and (lora or adapter) is not None else {}
     report = _load(model, weights, family, config, task, num_labels, placement, late)
-    _warn_load(folder, task, report, {r.hf for r in family.rules(config, task) if r.path in late})
+    held = {r.hf for r in family.rules(config, task) if locate(model, r.path)[0] in late}
+    _warn_load(folder, task, report, held)
     model.hub_config = HubConfig(config)
     model.hub_task = task
     model.hub_source = resolved
@@ -244,10 +246,12 @@ def _hold_back(model: Any) -> dict[str, Any]:
     """The block kernels an int8 load reads one at a time, each just before it is quantized: a
     concrete placeholder now (so the first load neither reads nor initialises them), their
     abstract value kept to restore."""
-    late, held = {}, variables(model)
+    late = {}
     for path in block_kernels(model):
-        late[path] = held[path].get_value()
-        held[path].set_value(jnp.zeros((), late[path].dtype))
+        where, var, _ = locate(model, path)  # a stack's kernel: once, for all its layers
+        if where not in late:
+            late[where] = var.get_value()
+            var.set_value(jnp.zeros((), late[where].dtype))
     return late
 
 
@@ -256,28 +260,30 @@ def _late_loader(model: Any, weights: Weights, family: Any, config: dict, task: 
     """``fill(module path)``: the held-back kernel of that module read from the checkpoint."""
     if not late:
         return None
-    rules = {r.path: r for r in family.rules(config, task)}
+    rules: dict[str, list] = {}
+    for rule in family.rules(config, task):
+        rules.setdefault(locate(model, rule.path)[0], []).append(rule)
 
     def fill(path: str) -> None:
-        kernel = path + ".kernel"
+        kernel = locate(model, path + ".kernel")[0]  # a stack's: every layer's tensor
         if kernel not in late:
             return
         variables(model)[kernel].set_value(late.pop(kernel))
-        one = _OneRule(rules[kernel], family.prefix)
-        _load(model, weights, one, config, task, num_labels, placement)
+        some = _SomeRules(tuple(rules[kernel]), family.prefix)
+        _load(model, weights, some, config, task, num_labels, placement)
 
     return fill
 
 
 @dataclasses.dataclass(frozen=True)
-class _OneRule:
-    """A family whose rules are one rule (a held-back kernel)."""
+class _SomeRules:
+    """A family whose rules are those of one held-back kernel (a stack's: one per layer)."""
 
-    rule: Any
+    chosen: tuple
     prefix: str = ""
 
     def rules(self, config: dict, task: str) -> list:
-        return [self.rule]
+        return list(self.chosen)
 
 
 def _task_and_labels(
@@ -319,7 +325,7 @@ def _load(
         return load_weights(
             model,
             weights,
-            [r for r in family.rules(config, task) if r.path not in (late or {})],
+            [r for r in family.rules(config, task) if locate(model, r.path)[0] not in (late or {})],
             shardings=plan_shardings(sharding, mesh),
             prefix=family.prefix,
             init_std=float(config.get("initializer_range", 0.02)),

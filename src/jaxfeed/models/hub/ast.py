@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.audio_features import ASTFeatureExtractor, for_model
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.vit import (
@@ -82,7 +83,7 @@ class ASTEmbeddings(nnx.Module):
         )
         self.patch_embeddings = PatchEmbed(1, s.hidden, (patch, patch), stride, s, dtype=dtype,
                                            param_dtype=param_dtype, rngs=rngs)  # fmt: skip
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
     def __call__(self, input_values: Any, rngs: nnx.Rngs | None) -> jax.Array:
         x = jnp.asarray(input_values)

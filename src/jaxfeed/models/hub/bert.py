@@ -21,10 +21,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxfeed.models.attention import active_dropout, attention
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, stacked_layers
 
 TASKS = ("sequence-classification", "token-classification", "masked-lm", "feature-extraction")
 
@@ -121,7 +122,7 @@ class Attention(nnx.Module):
         self.key = _linear(s.dim, s.dim, ("embed", "heads"), dt, rngs)
         self.value = _linear(s.dim, s.dim, ("embed", "heads"), dt, rngs)
         self.out = _linear(s.dim, s.dim, ("heads", "embed"), dt, rngs)
-        self.dropout = nnx.Dropout(s.attention_dropout, deterministic=False)
+        self.dropout = Dropout(s.attention_dropout, deterministic=False)
 
     def __call__(self, x: jax.Array, keys: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         b, t, dim = x.shape
@@ -141,7 +142,7 @@ class Layer(nnx.Module):
         self.mlp_in = _linear(s.dim, s.mlp_dim, ("embed", "mlp"), dt, rngs)
         self.mlp_out = _linear(s.mlp_dim, s.dim, ("mlp", "embed"), dt, rngs)
         self.mlp_norm = _norm(s.dim, s.eps, dt, rngs)
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
         self.act = s.act
 
     def __call__(self, x: jax.Array, keys: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
@@ -165,7 +166,7 @@ class Embeddings(nnx.Module):
             else None
         )
         self.norm = _norm(s.dim, s.eps, dt, rngs)
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
 
 class Encoder(nnx.Module):
@@ -177,9 +178,9 @@ class Encoder(nnx.Module):
     def __init__(self, s: Settings, dt: dict, rngs: nnx.Rngs) -> None:
         self.settings = s
         self.embeddings = Embeddings(s, dt, rngs)
-        self.layers = nnx.List([Layer(s, dt, rngs) for _ in range(s.depth)])
+        self.layers = stacked_layers(lambda r: Layer(s, dt, r), s.depth, rngs)
         self.remat = False
-        self.scan = "auto"  # one lax.scan over the layers off CPU (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the stacked layers (jaxfeed.models.stacked)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  token_type_ids: jax.Array | None, position_ids: jax.Array | None,
@@ -228,7 +229,7 @@ class EncoderModel(nnx.Module):
         dt = {"dtype": dtype, "param_dtype": param_dtype}
         self.task, self.head_kind, self.settings = task, head, s
         self.encoder = Encoder(s, dt, rngs)
-        self.dropout = nnx.Dropout(classifier_dropout, deterministic=False)
+        self.dropout = Dropout(classifier_dropout, deterministic=False)
         n = int(num_labels or 2)
         pooler = classifier = transform = transform_norm = decoder = decoder_bias = None
         if task == "sequence-classification":

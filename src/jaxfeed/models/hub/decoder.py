@@ -40,7 +40,7 @@ from jaxfeed.models.attention import attention, xla_attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, stacked_layers
 from jaxfeed.models.transformer import run_positions
 
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -344,7 +344,7 @@ class CausalLM(nnx.Module):
     def __init__(self, spec: DecoderSpec, *, dtype: Any = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs) -> None:  # fmt: skip
         self.spec, self.remat = spec, False
-        self.scan = "auto"  # training's forward: one lax.scan over the layers off CPU (stacked)
+        self.scan = "auto"  # training's forward: one lax.scan over the stacked layers
         self.vocab_size, self.max_length = spec.vocab_size, spec.max_positions
         self.dtype = dtype
         init = nnx.initializers.normal(0.02)
@@ -359,9 +359,15 @@ class CausalLM(nnx.Module):
         )  # fmt: skip
         windows = spec.windows or (None,) * spec.num_layers
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
-        self.layers = nnx.List(
-            [DecoderLayer(spec, windows[i], **kw) for i in range(spec.num_layers)]
-        )
+        if len(set(windows)) == 1:  # one graph: stored stacked, scanned
+            dt = {"dtype": dtype, "param_dtype": param_dtype}
+            self.layers = stacked_layers(
+                lambda r: DecoderLayer(spec, windows[0], **dt, rngs=r), spec.num_layers, rngs
+            )
+        else:  # windows that differ per layer: graphs that differ, run one after the other
+            self.layers = nnx.List(
+                [DecoderLayer(spec, windows[i], **kw) for i in range(spec.num_layers)]
+            )
         self.norm = Norm(spec.hidden_size, spec.norm, spec.norm_eps, names=("embed",),
                          param_dtype=param_dtype, dtype=dtype)  # fmt: skip
         self.lm_head = (
@@ -420,7 +426,9 @@ class CausalLM(nnx.Module):
         s = self.spec
         shape = (batch, length, s.num_kv_heads, s.head_dim)
         dtype = self.dtype or self.embed.embedding[...].dtype
-        return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers)
+        return tuple(
+            (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(len(self.layers))
+        )
 
     def decode(self, input_ids: jax.Array, positions: jax.Array, key_mask: jax.Array,
                cache: Cache, index: jax.Array) -> tuple[jax.Array, Cache]:  # fmt: skip

@@ -39,12 +39,13 @@ import numpy as np
 from flax import nnx
 
 from jaxfeed.models.attention import active_dropout, attention
+from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.files import CheckpointError, checkpoint_file, read_json
 from jaxfeed.models.hub.image_processing import ImageProcessor, for_model
 from jaxfeed.models.hub.weights import CONV2D, IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers
+from jaxfeed.models.stacked import run_layers, stacked_layers
 
 TASKS = ("image-classification", "feature-extraction")
 OUTPUTS = ("last_hidden_state", "pooler_output")
@@ -200,7 +201,7 @@ class Attention(nnx.Module):
         self.key = _dense(s.hidden, s.hidden, ("embed", "heads"), s, use_bias=s.qkv_bias, **kw)
         self.value = _dense(s.hidden, s.hidden, ("embed", "heads"), s, use_bias=s.qkv_bias, **kw)
         self.output = _dense(s.hidden, s.hidden, ("heads", "embed"), s, **kw)
-        self.dropout = nnx.Dropout(s.attention_dropout, deterministic=False)
+        self.dropout = Dropout(s.attention_dropout, deterministic=False)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         b, t, d = x.shape
@@ -221,7 +222,7 @@ class Layer(nnx.Module):
         self.fc1 = _dense(s.hidden, s.intermediate, ("embed", "mlp"), s, **kw)
         self.fc2 = _dense(s.intermediate, s.hidden, ("mlp", "embed"), s, **kw)
         self.act = s.act
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         x = x + self.dropout(self.attention(self.layernorm_before(x), rngs), rngs=rngs)
@@ -232,16 +233,19 @@ class Layer(nnx.Module):
 class Encoder(nnx.Module):
     """Token sequence -> ``num_hidden_layers`` :class:`Layer` blocks -> final LayerNorm. With
     ``remat`` set (``Trainer(remat=True)``) each block is recomputed in the backward pass
-    (gradient checkpointing); with ``scan`` (the default off CPU) the blocks run as one ``jax.lax.scan``."""
+    (gradient checkpointing); the blocks are stored stacked and run as one ``jax.lax.scan``
+    (``scan = False``: one after the other)."""
 
     supports_remat = True
 
     def __init__(self, s: Settings, *, dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
         kw = {"dtype": dtype, "param_dtype": param_dtype, "rngs": rngs}
-        self.layers = nnx.List([Layer(s, **kw) for _ in range(s.layers)])
+        self.layers = stacked_layers(
+            lambda r: Layer(s, dtype=dtype, param_dtype=param_dtype, rngs=r), s.layers, rngs
+        )
         self.layernorm = _norm(s, **kw)
         self.remat = False
-        self.scan = "auto"  # one lax.scan over the blocks off CPU (jaxfeed.models.stacked)
+        self.scan = "auto"  # one lax.scan over the stacked blocks (jaxfeed.models.stacked)
 
     def __call__(self, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         x = run_layers(self.layers, x, lambda layer, h, r: layer(h, r), rngs=rngs,
@@ -277,7 +281,7 @@ def encoder_rules(hf: str, path: str, layers: int) -> list[Rule]:
 
 
 def hidden_states(x: jax.Array, patches: PatchEmbed, tokens: list[jax.Array],
-                  position: jax.Array, dropout: nnx.Dropout,
+                  position: jax.Array, dropout: Dropout,
                   rngs: nnx.Rngs | None) -> jax.Array:  # fmt: skip
     """Patch embeddings after the special ``tokens`` (each ``(1, 1, hidden)``), plus positions."""
     x = patches(x)
@@ -384,7 +388,7 @@ class ViTEmbeddings(nnx.Module):
         )
         self.patch_embeddings = PatchEmbed(self.channels, s.hidden, patch, patch, s, dtype=dtype,
                                            param_dtype=param_dtype, rngs=rngs)  # fmt: skip
-        self.dropout = nnx.Dropout(s.dropout, deterministic=False)
+        self.dropout = Dropout(s.dropout, deterministic=False)
 
     def __call__(self, pixel_values: Any, rngs: nnx.Rngs | None) -> jax.Array:
         return self.embed(pixel_values, False, rngs)

@@ -40,6 +40,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfeed.models.hub.files import CheckpointError, Weights
+from jaxfeed.models.stacked import locate
 from jaxfeed.runtime.sharding import ShardingPlan, default_mesh
 
 
@@ -183,6 +184,38 @@ def _place(host: np.ndarray, dtype: Any, sharding: jax.sharding.Sharding | None)
     return jax.make_array_from_single_device_arrays(shape, sharding, pieces)
 
 
+def _place_stacked(hosts: Sequence[np.ndarray], dtype: Any,
+                   sharding: jax.sharding.Sharding | None) -> jax.Array:  # fmt: skip
+    """The per-layer tensors ``hosts`` (views of memory maps) as one ``[layers, ...]`` array on
+    ``sharding``: device by device, each device's chunk assembled from only its slice of each
+    layer's tensor, so at most one chunk is in host memory besides what the devices hold."""
+    if sharding is None:
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shape = (len(hosts), *hosts[0].shape)
+    pieces = []
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
+        index = tuple(index) + (slice(None),) * (len(shape) - len(index))
+        rows = range(len(hosts))[index[0]]
+        first = hosts[rows[0]][index[1:]]
+        chunk = np.empty((len(rows), *first.shape), dtype)
+        for j, layer in enumerate(rows):
+            chunk[j] = _copy(hosts[layer][index[1:]], dtype)
+        pieces.append(_put(chunk, device))
+        del chunk
+    return jax.make_array_from_single_device_arrays(shape, sharding, pieces)
+
+
+def _layer_sharding(sharding: jax.sharding.Sharding | None) -> jax.sharding.Sharding | None:
+    """The sharding of one layer of a stack laid out on ``sharding`` (its leading axis whole:
+    the rest as the stack's; a split leading axis: replicated, the stacking re-lays it)."""
+    if not isinstance(sharding, NamedSharding):
+        return sharding
+    spec = tuple(sharding.spec)
+    if spec and spec[0] is not None:
+        return NamedSharding(sharding.mesh, PartitionSpec())
+    return NamedSharding(sharding.mesh, PartitionSpec(*spec[1:]))
+
+
 BLOCK_BYTES = 8 << 20  # of the file read between releases of the memory map's pages
 
 
@@ -319,78 +352,142 @@ def load_weights(
     ``transformers`` does (``init_std``), and reported.
     """
     model_vars = variables(model)
-    sharding_of = _sharding_fn(shardings, mesh)
-    budget = _FreshBudget(weights)
-    report = LoadReport()
-    used: set[str] = set()
-    covered: set[str] = set()
-    key = jax.random.key(seed)
-    for i, rule in enumerate(rules):
-        var = model_vars.get(rule.path)
-        if var is None:
-            raise KeyError(
-                f"rule for {rule.hf!r} names {rule.path!r}, which the model does not have "
-                f"(e.g. {', '.join(list(model_vars)[:4])})"
-            )
-        covered.add(rule.path)
-        shape, dtype = _shape_dtype(var)
-        target = sharding_of(rule.path, shape, logical_axes(var))
-        name = next((n for n in _candidates(rule.hf, prefix) if n in weights), None)
-        fresh = name is None
-        if name is not None:
-            used.add(name)
-            host = rule.transform.to_jax(weights.get(name))
-            if tuple(host.shape) != shape:
-                mismatch = (
-                    ignore_mismatched(rule.hf) if callable(ignore_mismatched) else ignore_mismatched
-                )
-                expected = _hf_shape(rule.transform, shape, dtype)
-                if not mismatch:
-                    raise CheckpointError(
-                        f"tensor {name!r} in {weights.folder} has shape "
-                        f"{list(weights.shape(name))}, but the model built from its config.json "
-                        f"expects {list(expected or shape)} (parameter {rule.path}, "
-                        f"{list(shape)} in jaxfeed's layout)"
-                    )
-                report.mismatched.append(
-                    f"{rule.hf}: {list(weights.shape(name))} -> {list(expected or shape)}"
-                )
-                fresh = True
-            else:
-                var.set_value(_place(host, dtype, target))
-        if fresh:
-            budget.take(rule.hf if name is None else name, shape, dtype)
-            if name is None:
-                report.missing.append(rule.hf)
-            report.newly_initialised.append(rule.hf)
-            var.set_value(_init_value(rule.path, shape, dtype, init_std,
-                                      jax.random.fold_in(key, i), target))  # fmt: skip
+    load = _Load(weights, _sharding_fn(shardings, mesh), prefix, init_std,
+                 jax.random.key(seed), ignore_mismatched)  # fmt: skip
+    for where, entries in _by_variable(model, model_vars, rules).items():
+        var = model_vars[where]
+        if entries[0][2] is None:
+            load.one(where, var, *entries[0][:2])
+        else:
+            load.stacked(where, var, entries)
     for j, (path, var) in enumerate(model_vars.items()):
-        if path in covered or not _abstract(var):
+        if path in load.covered or not _abstract(var):
             continue
         shape, dtype = _shape_dtype(var)
         if not jnp.issubdtype(dtype, jnp.floating):
             raise CheckpointError(f"no rule gives the model's variable {path} ({dtype}) a value")
-        budget.take(path, shape, dtype)
-        target = sharding_of(path, shape, logical_axes(var))
+        load.budget.take(path, shape, dtype)
+        target = load.sharding_of(path, shape, logical_axes(var))
         var.set_value(_init_value(path, shape, dtype, init_std,
-                                  jax.random.fold_in(key, len(rules) + j), target))  # fmt: skip
-        report.newly_initialised.append(path)
-    report.unexpected = [n for n in weights.names() if n not in used]
-    return report
+                                  jax.random.fold_in(load.key, len(rules) + j), target))  # fmt: skip
+        load.report.newly_initialised.append(path)
+    load.report.unexpected = [n for n in weights.names() if n not in load.used]
+    return load.report
+
+
+def _by_variable(model: Any, model_vars: Mapping[str, Any], rules: Sequence[Rule]) -> dict:
+    """``{variable path: [(rule number, rule, layer index or None), ...]}``: the rules of one
+    layer of a stack name the stacked variable and their layer."""
+    out: dict[str, list[tuple[int, Rule, int | None]]] = {}
+    for i, rule in enumerate(rules):
+        try:
+            where, var, index = locate(model, rule.path)
+        except (KeyError, IndexError, AttributeError, TypeError):
+            where, var, index = rule.path, None, None
+        if not isinstance(var, nnx.Variable) or where not in model_vars:
+            raise KeyError(
+                f"rule for {rule.hf!r} names {rule.path!r}, which the model does not have "
+                f"(e.g. {', '.join(list(model_vars)[:4])})"
+            )
+        out.setdefault(where, []).append((i, rule, index))
+    return out
+
+
+class _Load:
+    """One :func:`load_weights` call's state: what it read, covered and reported."""
+
+    def __init__(self, weights: Weights, sharding_of: ShardingFn, prefix: str, init_std: float,
+                 key: jax.Array, ignore_mismatched: Any) -> None:  # fmt: skip
+        self.weights, self.sharding_of, self.prefix = weights, sharding_of, prefix
+        self.init_std, self.key, self.ignore = init_std, key, ignore_mismatched
+        self.budget = _FreshBudget(weights)
+        self.report = LoadReport()
+        self.used: set[str] = set()
+        self.covered: set[str] = set()
+
+    def read(self, rule: Rule, shape: tuple[int, ...], dtype: Any, what: str) -> Any:
+        """The checkpoint tensor of ``rule`` in the parameter's layout (a view), or None when
+        the variable must be made afresh (missing, or resized under ``ignore_mismatched``)."""
+        name = next((n for n in _candidates(rule.hf, self.prefix) if n in self.weights), None)
+        if name is None:
+            self.budget.take(rule.hf, shape, dtype)
+            self.report.missing.append(rule.hf)
+            self.report.newly_initialised.append(rule.hf)
+            return None
+        self.used.add(name)
+        host = rule.transform.to_jax(self.weights.get(name))
+        if tuple(host.shape) == shape:
+            return host
+        ignore = self.ignore(rule.hf) if callable(self.ignore) else self.ignore
+        expected = _hf_shape(rule.transform, shape, dtype)
+        if not ignore:
+            raise CheckpointError(
+                f"tensor {name!r} in {self.weights.folder} has shape "
+                f"{list(self.weights.shape(name))}, but the model built from its config.json "
+                f"expects {list(expected or shape)} (parameter {what}, {list(shape)} in "
+                "jaxfeed's layout)"
+            )
+        self.report.mismatched.append(
+            f"{rule.hf}: {list(self.weights.shape(name))} -> {list(expected or shape)}"
+        )
+        self.budget.take(name, shape, dtype)
+        self.report.newly_initialised.append(rule.hf)
+        return None
+
+    def one(self, where: str, var: nnx.Variable, i: int, rule: Rule) -> None:
+        """A variable of its own from its one tensor."""
+        self.covered.add(where)
+        shape, dtype = _shape_dtype(var)
+        target = self.sharding_of(where, shape, logical_axes(var))
+        host = self.read(rule, shape, dtype, rule.path)
+        if host is not None:
+            var.set_value(_place(host, dtype, target))
+        else:
+            var.set_value(_init_value(rule.path, shape, dtype, self.init_std,
+                                      jax.random.fold_in(self.key, i), target))  # fmt: skip
+
+    def stacked(self, where: str, var: nnx.Variable, entries: list) -> None:
+        """A layer stack's variable ``[layers, ...]`` from one tensor per layer: straight onto
+        its shards when every layer's tensor is there, else stacked from per-layer arrays
+        (tensors read, missing layers made as ``transformers`` makes them)."""
+        self.covered.add(where)
+        shape, dtype = _shape_dtype(var)
+        target = self.sharding_of(where, shape, logical_axes(var))
+        hosts: list[Any] = [None] * shape[0]
+        rules: dict[int, tuple[int, Rule]] = {}
+        for i, rule, index in entries:
+            rules[index] = (i, rule)
+            hosts[index] = self.read(rule, shape[1:], dtype, f"{rule.path} of {where}")
+        if all(h is not None for h in hosts):
+            var.set_value(_place_stacked(hosts, dtype, target))
+            return
+        one = _layer_sharding(target)
+        pieces = []
+        for index, host in enumerate(hosts):
+            if host is not None:
+                pieces.append(_place(host, dtype, one))
+                continue
+            i, rule = rules.get(index, (1_000_000 + index, Rule(where, where)))
+            if index not in rules:
+                self.budget.take(f"{where}[{index}]", shape[1:], dtype)
+                self.report.newly_initialised.append(f"{where}[{index}]")
+            pieces.append(_init_value(rule.path, shape[1:], dtype, self.init_std,
+                                      jax.random.fold_in(self.key, i), one))  # fmt: skip
+        var.set_value(jax.jit(lambda *xs: jnp.stack(xs), out_shardings=target)(*pieces))
 
 
 def export_weights(model: Any, rules: Sequence[Rule]) -> dict[str, np.ndarray]:
     """The checkpoint tensors of ``model`` by ``rules`` (numpy, checkpoint layout, C order): the
     inverse of :func:`load_weights`, for ``save_pretrained``."""
     model_vars = variables(model)
+    read: dict[str, np.ndarray] = {}  # a stack's variable is read once for all its layers
     out: dict[str, np.ndarray] = {}
-    for rule in rules:
-        var = model_vars.get(rule.path)
-        if var is None:
-            raise KeyError(f"rule for {rule.hf!r} names {rule.path!r}, which the model lacks")
-        value = np.asarray(jax.device_get(var.get_value()))
-        out[rule.hf] = np.ascontiguousarray(rule.transform.to_hf(value))
+    for where, entries in _by_variable(model, model_vars, rules).items():
+        if where not in read:
+            read[where] = np.asarray(jax.device_get(model_vars[where].get_value()))
+        for _, rule, index in entries:
+            value = read[where] if index is None else read[where][index]
+            out[rule.hf] = np.ascontiguousarray(rule.transform.to_hf(value))
     return out
 
 

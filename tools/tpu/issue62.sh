@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The TPU figures of issue 62 (layer stacks stored stacked, cheap dropout, 7B LoRA over int8), in
+# two calls of a few minutes each, from the project's root on the TPU machine:
+#   bash tools/tpu/issue62.sh encoders   # BERT-base 32x512 with and without dropout, ViT-B/16 b128
+#   bash tools/tpu/issue62.sh decoders   # the accelerator tier, the 7B LoRA, Llama 1.1B, decoding
+# Each command's output goes to $OUT/issue62-<part>.log (and JSON beside it); every command has a
+# time limit of its own so that one stuck case does not take the others' time.
+set -o pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=tools/tpu/setup.sh
+source tools/tpu/setup.sh
+export PYTHONPATH="$PWD/src:$PYTHONPATH"
+O=${OUT:-.}
+LOG="$O/issue62-$1.log"
+START=$(date +%s)
+
+run() {  # run SECONDS NAME COMMAND...: one command, its output in the log
+  local limit=$1 name=$2
+  shift 2
+  echo "== $name ($(($(date +%s) - START)) s in): $*" | tee -a "$LOG"
+  timeout "$limit" "$@" 2>&1 | grep -vE "^\s*$|UserWarning|warnings.warn" | tee -a "$LOG" | tail -n 25
+  echo "== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+}
+
+bench=(python3 benchmarks/accelerator.py --steps 5 --repeats 3)
+case "$1" in
+encoders)
+  run 150 bert-nodrop "${bench[@]}" --cases bert --bert-shapes 32x512 --no-dropout --remat dots \
+    --modes reference,device,trainer --out "$O/bert-nodrop.json"
+  run 120 bert-dropout "${bench[@]}" --cases bert --bert-shapes 32x512 --remat dots \
+    --modes reference,device --out "$O/bert-dropout.json"
+  run 70 bert-dropout-counter "${bench[@]}" --cases bert --bert-shapes 32x512 --remat dots \
+    --dropout-prng counter --modes device --out "$O/bert-counter.json"
+  run 120 vit "${bench[@]}" --cases vit --vit-batch 128 --remat dots --modes reference,device \
+    --out "$O/vit.json"
+  ;;
+decoders)
+  run 180 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  run 130 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/lora-7b.json"
+  run 60 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
+    --out "$O/generate.json"
+  run 70 llama "${bench[@]}" --steps 3 --cases llama --modes device --out "$O/llama.json"
+  ;;
+*)
+  echo "usage: bash tools/tpu/issue62.sh encoders|decoders" >&2
+  exit 2
+  ;;
+esac
+echo "== done in $(($(date +%s) - START)) s" | tee -a "$LOG"
