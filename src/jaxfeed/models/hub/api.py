@@ -28,6 +28,7 @@ from jaxfeed.models.hub.adapters import (
     has_lora,
     load_adapter,
     merged,
+    read_adapter,
     save_adapter,
 )
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
@@ -142,7 +143,7 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
-    check_adapters(lora, adapter, quantize)
+    _check_adapters(lora, adapter, quantize)
     resolved = _resolved(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
@@ -173,6 +174,14 @@ def from_pretrained(
     _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _check_adapters(lora: Any, adapter: Any, quantize: Any) -> None:
+    """``lora=``, ``adapter=`` and ``quantize=`` together, and the adapter's settings, before a
+    byte of the base's weights is read."""
+    check_adapters(lora, adapter, quantize)
+    if adapter is not None:
+        read_adapter(adapter)
 
 
 def _resolved(name_or_path: str | os.PathLike | Resolved, revision: str | None) -> Resolved:

@@ -472,6 +472,15 @@ class Weights:
                 "model.safetensors.index.json"
             )
 
+    @classmethod
+    def of_file(cls, path: str | os.PathLike) -> Weights:
+        """The tensors of the one safetensors file ``path`` (an adapter's
+        ``adapter_model.safetensors``), whatever else its folder holds."""
+        view = cls.__new__(cls)
+        view.folder = Path(path).parent
+        view.entries = read_header(Path(path))
+        return view
+
     def names(self) -> list[str]:
         """Every tensor name, in file order."""
         return list(self.entries)
