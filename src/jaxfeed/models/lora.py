@@ -56,10 +56,25 @@ def quantize_int8(kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``kernel`` ``[in, out]`` as int8 values and float32 scales ``[1, out]`` (absmax per output
     channel, symmetric), by ``qwix``.
 
+    A weight holding NaN or infinity is refused (``ValueError``): int8 has no such values, and
+    absmax scaling turned a NaN into 0, making a broken model's outputs finite and plausible.
+
     >>> q, s = quantize_int8(jnp.array([[1.0, -4.0], [-2.0, 2.0]]))
     >>> q.dtype.name, q.tolist(), s.shape
     ('int8', [[64, -127], [-127, 64]], (1, 2))
+    >>> quantize_int8(jnp.array([[1.0, jnp.nan]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: its weight holds 1 NaN or infinite value: int8 cannot hold them (the float model's outputs are NaN too); repair the checkpoint, or load it without quantize
     """
+    if not isinstance(kernel, jax.core.Tracer):
+        bad = int(jnp.sum(~jnp.isfinite(kernel)))
+        if bad:
+            raise ValueError(
+                f"its weight holds {bad} NaN or infinite value{'s' if bad > 1 else ''}: int8 cannot "
+                "hold them (the float model's outputs are NaN too); repair the checkpoint, or load "
+                "it without quantize"
+            )
     qwix = require("qwix", "quant", "quantize='int8'")
     q = qwix.quantize(kernel, jnp.int8, channelwise_axes=[1], scale_dtype=jnp.float32)
     return q.qvalue, q.scale
