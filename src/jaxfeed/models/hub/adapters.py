@@ -40,6 +40,7 @@ from jaxfeed.models.hub.adapter_config import (
 )
 from jaxfeed.models.hub.files import CheckpointError, Weights, resolve, write_safetensors
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.save_folder import replace_checkpoint
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule, variables
 from jaxfeed.models.lora import LoRA, LoRALinear, merge
 
@@ -284,15 +285,19 @@ def _head_rules(model: Any) -> list[Rule]:
 def save_adapter(model: Any, folder: str | os.PathLike, *,
                  base_model_name_or_path: str | None = None) -> Path:  # fmt: skip
     """Write ``model``'s adapters as a PEFT folder (``adapter_config.json``,
-    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads."""
+    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; a model or
+    adapter saved in ``folder`` before is replaced whole (:mod:`.save_folder`)."""
     if not has_lora(model):
         raise ValueError("the model has no LoRA adapters (from_pretrained(..., lora=LoRA()))")
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    write_safetensors(out / WEIGHTS, adapter_tensors(model), metadata={"format": "pt"})
-    config = adapter_config(model, base_model_name_or_path)
-    atomic_write(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return out
+    tensors, config = adapter_tensors(model), adapter_config(model, base_model_name_or_path)
+
+    def write(out: Path) -> list[str]:
+        write_safetensors(out / WEIGHTS, tensors, metadata={"format": "pt"})
+        atomic_write(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return [WEIGHTS, CONFIG]
+
+    # whole, at once: a model or adapter saved there before is replaced, never mixed with this one
+    return replace_checkpoint(folder, write)
 
 
 def read_adapter(name_or_path: str | os.PathLike,

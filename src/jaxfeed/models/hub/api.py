@@ -42,6 +42,7 @@ from jaxfeed.models.hub.files import (
     write_safetensors,
 )
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.save_folder import replace_checkpoint
 from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
 from jaxfeed.models.lora import LoRA
 from jaxfeed.models.lora_settings import check_adapters
@@ -413,6 +414,9 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     ``merge=True`` as the full checkpoint with the adapters merged in (PEFT's
     ``merge_and_unload``); int8 weights are read again from the checkpoint the model came
     from, so the adapters merge into its full-precision weights.
+
+    A folder that already holds a save (a sharded checkpoint, an adapter, a merged model) is
+    replaced whole and at once, its other files kept (:mod:`.save_folder`).
     """
     if has_lora(model) and not merge:
         return save_adapter(model, path)
@@ -426,12 +430,12 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
         src = model.hub_source.folder
     carried: dict[str, Path] = {}
-    if src is not None and src.resolve() != out.resolve():
+    other = src is not None and src.resolve() != out.resolve()
+    if other:
         for name in CARRIED:  # checked before a byte is written: a link leading out is refused
             found = checkpoint_file(src, name)
             if found is not None:
                 carried[name] = found
-    out.mkdir(parents=True, exist_ok=True)
     if id2label is not None:
         labels = {str(int(k)): str(v) for k, v in dict(id2label).items()}
         config["id2label"] = labels
@@ -445,10 +449,17 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
         tensors = {
             k[cut:] if k.startswith(family.prefix + ".") else k: v for k, v in tensors.items()
         }
-    write_safetensors(out / "model.safetensors", tensors, metadata={"format": "pt"})
-    atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name, found in carried.items():
-        tmp = temporary_file(out / name)
-        shutil.copyfile(found, tmp)
-        os.replace(tmp, out / name)
-    return out
+
+    def write(into: Path) -> list[str]:
+        write_safetensors(into / "model.safetensors", tensors, metadata={"format": "pt"})
+        atomic_write(into / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+        for name, found in carried.items():
+            tmp = temporary_file(into / name)
+            shutil.copyfile(found, tmp)
+            os.replace(tmp, into / name)
+        return ["model.safetensors", "config.json", *carried]
+
+    # whole, at once: an older checkpoint's shards and index, an adapter, the preprocessing files
+    # of another source are replaced, never mixed with this save (models/hub/save_folder.py)
+    stale = [n for n in CARRIED if n not in carried] if other else []
+    return replace_checkpoint(out, write, stale)
