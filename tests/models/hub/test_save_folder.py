@@ -18,7 +18,7 @@ import pytest
 
 from jaxfeed.models import LoRA, from_pretrained, save_pretrained
 from jaxfeed.models.hub import adapters
-from jaxfeed.models.hub.files import Weights, write_safetensors
+from jaxfeed.models.hub.files import CheckpointError, Weights, write_safetensors
 from jaxfeed.models.hub.weights import variables
 from models.hub.lm_checkpoints import save_tiny
 
@@ -163,3 +163,24 @@ def test_where_folders_cannot_trade_places_the_files_are_replaced_in_place(
     save_pretrained(model, folder)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     assert_same(from_pretrained(folder), values(model))
+
+
+# ------------------------------------------------------------------------------ D06
+def test_an_int8_merge_refuses_a_checkpoint_that_changed_since_the_load(base, tmp_path):
+    """merge=True of an int8 model reads the full-precision weights again from the folder it was
+    loaded from: another checkpoint there (a new download, a save) was merged in silently."""
+    pytest.importorskip("qwix")
+    folder = tmp_path / "ckpt"
+    shutil.copytree(base, folder)
+    model = scaled(from_pretrained(folder, lora=LoRA(rank=2), quantize="int8"), 1.0)
+    save_pretrained(model, tmp_path / "merged", merge=True)  # the same files: merged
+    assert sorted(p.name for p in (tmp_path / "merged").iterdir()) == [
+        "config.json", "model.safetensors"
+    ]  # fmt: skip
+    save_tiny(tmp_path / "other", seed=1)
+    shutil.copy(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"reads the full-precision weights again from .*"
+                       r"ckpt, whose files changed since the model was loaded from it: "
+                       r"model.safetensors \(changed\); load the model again"):  # fmt: skip
+        save_pretrained(model, tmp_path / "merged-again", merge=True)
+    assert not (tmp_path / "merged-again").exists()

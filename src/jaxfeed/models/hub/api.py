@@ -36,7 +36,9 @@ from jaxfeed.models.hub.files import (
     CheckpointError,
     Resolved,
     Weights,
+    changed_files,
     checkpoint_file,
+    file_stamps,
     read_config,
     resolve,
     write_safetensors,
@@ -168,13 +170,20 @@ def from_pretrained(
     late = _hold_back(model) if quantize is not None and (lora or adapter) is not None else {}
     report = _load(model, weights, family, config, task, num_labels, placement, late)
     _warn_load(folder, task, report, {r.hf for r in family.rules(config, task) if r.path in late})
-    model.hub_config = HubConfig(config)
-    model.hub_task = task
-    model.hub_source = resolved
+    _keep_source(model, config, task, resolved, weights)
     fill = _late_loader(model, weights, family, config, task, num_labels, placement, late)
     _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _keep_source(model: Any, config: dict, task: str, resolved: Resolved, weights: Weights) -> None:
+    """What :func:`save_pretrained` needs of the checkpoint: its config, task, where it lies and
+    which files were read (``hub_files``: a merge of an int8 model reads them again)."""
+    model.hub_config = HubConfig(config)
+    model.hub_task = task
+    model.hub_source = resolved
+    model.hub_files = file_stamps(resolved.folder, weights)
 
 
 def _check_adapters(lora: Any, adapter: Any, quantize: Any) -> None:
@@ -380,17 +389,34 @@ def _family(model: Any) -> tuple[Family, dict, str]:
 
 def _unquantized(model: Any) -> Any:
     """``model``'s adapters on the full-precision weights of the checkpoint it came from."""
-    source = getattr(model, "hub_source", None)
-    if not isinstance(source, Resolved):
+    source, stamps = getattr(model, "hub_source", None), getattr(model, "hub_files", None)
+    if not isinstance(source, Resolved) or not isinstance(stamps, tuple):
         raise ValueError("an int8 model merges only with the checkpoint it was loaded from")
+    _check_same_files(source, stamps)  # before reading them again
     task, config = model.hub_task, model.hub_config
     labels = config.get("num_labels") if task in LABEL_TASKS else None
     with tempfile.TemporaryDirectory() as tmp:
         save_adapter(model, tmp)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a new head: it comes from the adapter
-            return from_pretrained(source.folder, task=task, num_labels=labels, adapter=tmp,
+            full = from_pretrained(source, task=task, num_labels=labels, adapter=tmp,
                                    ignore_mismatched_sizes=True)  # fmt: skip
+    _check_same_files(source, stamps, full.hub_files)  # and the files read were those
+    return full
+
+
+def _check_same_files(source: Resolved, stamps: tuple, now: tuple | None = None) -> None:
+    """Refuse to merge an int8 model into a checkpoint whose files are not the ones it was loaded
+    from (``stamps``; ``now``: those a reload read), naming them and what to do."""
+    changed = changed_files(source.folder, stamps) if now is None else (
+        [s[0] + " (changed)" for s in sorted(set(now) ^ set(stamps))])  # fmt: skip
+    if changed:
+        raise CheckpointError(
+            f"save_pretrained(merge=True) of an int8 model reads the full-precision weights again "
+            f"from {source.folder}, whose files changed since the model was loaded from it: "
+            f"{', '.join(dict.fromkeys(changed))}; load the model again from the checkpoint as it "
+            "is now, or save the adapter alone (merge=False)"
+        )
 
 
 def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
