@@ -67,14 +67,12 @@ def test_a_save_over_a_sharded_checkpoint_reloads_as_what_was_saved(base, tmp_pa
     """The index and shards stayed and won: from_pretrained reloaded the old model."""
     folder = sharded_copy(base, tmp_path / "ckpt")
     (folder / "README.md").write_text("kept")
-    (folder / "notes").mkdir()
-    (folder / "notes" / "a.txt").write_text("kept too")
     model = scaled(from_pretrained(folder), 1.5)
     save_pretrained(model, folder)
     assert sorted(p.name for p in folder.iterdir()) == [
-        "README.md", "config.json", "model.safetensors", "notes"
+        "README.md", "config.json", "model.safetensors"
     ]  # fmt: skip
-    assert (folder / "notes" / "a.txt").read_text() == "kept too"
+    assert (folder / "README.md").read_text() == "kept"
     assert_same(from_pretrained(folder), values(model))
     assert [p.name for p in folder.parent.iterdir()] == ["ckpt"]  # no temporary folder left
 
@@ -148,20 +146,31 @@ def test_a_save_that_fails_midway_leaves_the_previous_one(base, tmp_path, monkey
     assert [p.name for p in folder.parent.iterdir()] == ["adapter"]
 
 
-def test_where_folders_cannot_trade_places_the_files_are_replaced_in_place(
-    base, tmp_path, monkeypatch
+@pytest.mark.parametrize("why", ["a mount point", "a git clone", "the working folder"])
+def test_where_folders_cannot_or_should_not_trade_places_files_are_replaced_in_place(
+    base, tmp_path, monkeypatch, why
 ):
-    """A mount point (EBUSY) or a system without renameat2: the fallback still removes the old
-    checkpoint's files."""
+    """A mount point (EBUSY), a folder with sub-folders (copied whole otherwise), the process's
+    working folder (left pointing at the old one otherwise): the files are replaced in place, and
+    the old checkpoint's files still go."""
     folder = sharded_copy(base, tmp_path / "ckpt")
+    if why == "a mount point":
 
-    def cannot(first, second):
-        raise OSError(errno.EBUSY, "a mount point")
+        def cannot(first, second):
+            raise OSError(errno.EBUSY, "a mount point")
 
-    monkeypatch.setattr("jaxfeed.models.hub.save_folder.exchange", cannot)
+        monkeypatch.setattr("jaxfeed.models.hub.save_folder.exchange", cannot)
+    elif why == "a git clone":
+        (folder / ".git").mkdir()
+        (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    else:
+        monkeypatch.chdir(folder)
+    inode = folder.stat().st_ino
     model = scaled(from_pretrained(folder), 0.5)
     save_pretrained(model, folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    kept = [".git"] if why == "a git clone" else []
+    assert sorted(p.name for p in folder.iterdir()) == [*kept, "config.json", "model.safetensors"]
+    assert folder.stat().st_ino == inode  # the same folder, written in place
     assert_same(from_pretrained(folder), values(model))
 
 

@@ -4,8 +4,8 @@ what was saved, and at every moment as one whole save.
 
 The new files are written into a new folder beside the target (a
 :class:`~jaxfeed._base.files.LockedTemporary`), with the target's other files linked in (a
-README, a tokenizer of an adapter folder, sub-folders: anything that is not a checkpoint's
-weights or settings); then the two folders trade places in one atomic step
+README, the tokenizer of an adapter folder: anything that is not a checkpoint's weights or
+settings); then the two folders trade places in one atomic step
 (:func:`~jaxfeed._base.files.exchange`) and the old one is removed. What an older save left
 there (the shards and index of a sharded checkpoint, an adapter beside a merged model, a merged
 model beside an adapter) is gone, and nothing of it mixes with the new save: a crash before the
@@ -13,8 +13,9 @@ swap leaves the previous folder as it was, one after it the new one; two process
 one folder leave one's whole save, the last to swap.
 
 Where the folders cannot trade places (a mount point, a parent folder that is not writable, a
-system without Linux's ``renameat2``), the files are replaced in place under an OS lock on the
-folder: each new file whole (written aside and renamed), then the old files removed, the index
+system without Linux's ``renameat2``), or should not (a folder holding sub-folders or many other
+files, such as a ``git`` clone of a Hub repository; the working folder of this process), the
+files are replaced in place under an OS lock on the folder: each new file whole (written aside and renamed), then the old files removed, the index
 first. A crash there may leave the new weights beside the old settings; that is the fallback
 only.
 
@@ -53,6 +54,7 @@ from jaxfeed._base.files import (
 STALE = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
          "pytorch_model.bin.index.json", "adapter_model.bin", "tf_model*.h5", "flax_model*.msgpack",
          "flax_model.msgpack.index.json", "adapter_config.json", "config.json")  # fmt: skip
+MAX_KEPT = 64  # other files a swapped folder may hold (hard-linked into the new one)
 # errors of a swap that cannot be done here (not of a save that failed): then the files in place
 CANNOT_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EBUSY, errno.EXDEV, errno.EPERM, errno.EACCES,
                errno.ENOTSUP, errno.EROFS}  # fmt: skip
@@ -79,6 +81,8 @@ def replace_checkpoint(path: str | os.PathLike, write: Callable[[Path], list[str
         raise FileExistsError(f"{path} is a file: save into a folder (a new or existing one)")
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(target.parent, f".{target.name}.tmp-")  # left by a save that crashed
+    if target.is_dir() and not _swappable(target, also):
+        return _in_place(target, write, also)
     try:
         writing = LockedTemporary(target, "checkpoint being saved")
     except PermissionError:  # the parent folder is not writable: the target may still be
@@ -95,6 +99,21 @@ def replace_checkpoint(path: str | os.PathLike, write: Callable[[Path], list[str
             return _in_place(target, write, also)
     fsync_folder(target.parent)
     return Path(path)
+
+
+def _swappable(target: Path, also: Iterable[str]) -> bool:
+    """Whether ``target`` is a folder of a save to trade places with: a few files beside the
+    save's own (at most :data:`MAX_KEPT`, no sub-folder: not a project or a ``git`` clone, which
+    would be copied), and not the working folder of this process (or one above it), which would
+    be left pointing at the old folder."""
+    here = os.path.realpath(os.getcwd())
+    if here == str(target) or here.startswith(str(target) + os.sep):
+        return False
+    names = [p.name for p in target.iterdir()]
+    kept = [n for n in names if n not in set(stale(names, also))]
+    if len(kept) > MAX_KEPT:
+        return False
+    return not any((target / n).is_dir() and not (target / n).is_symlink() for n in kept)
 
 
 def _swap(staged: Path, target: Path) -> None:
@@ -126,8 +145,6 @@ def _keep(target: Path, staged: Path, also: Iterable[str]) -> None:
             continue
         if source.is_symlink():
             os.symlink(os.readlink(source), copy)
-        elif source.is_dir():
-            shutil.copytree(source, copy, symlinks=True, copy_function=_link)
         else:
             _link(source, copy)
     os.chmod(staged, stat.S_IMODE(os.stat(target).st_mode))
