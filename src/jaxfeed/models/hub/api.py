@@ -146,7 +146,7 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
-    _check_adapters(lora, adapter, quantize)
+    adapter = _check_adapters(lora, adapter, quantize)
     resolved = _resolved(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
@@ -186,12 +186,11 @@ def _keep_source(model: Any, config: dict, task: str, resolved: Resolved, weight
     model.hub_files = file_stamps(resolved.folder, weights)
 
 
-def _check_adapters(lora: Any, adapter: Any, quantize: Any) -> None:
+def _check_adapters(lora: Any, adapter: Any, quantize: Any) -> Path | None:
     """``lora=``, ``adapter=`` and ``quantize=`` together, and the adapter's settings, before a
-    byte of the base's weights is read."""
+    byte of the base's weights is read; the adapter's folder (a Hub id resolved once)."""
     check_adapters(lora, adapter, quantize)
-    if adapter is not None:
-        read_adapter(adapter)
+    return None if adapter is None else read_adapter(adapter)[0]
 
 
 def _resolved(name_or_path: str | os.PathLike | Resolved, revision: str | None) -> Resolved:
