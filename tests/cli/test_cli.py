@@ -385,6 +385,39 @@ def test_a_late_ctrl_c_after_the_command_stopped_still_exits_130(how):
     assert "Traceback" not in result.stderr
 
 
+# A command during which Python code warns (issue 63, D21): jaxfeed's own warning with a line break
+# and numpy's RuntimeWarning, from a stand-in command (the formatting is the entry point's).
+WARNS = textwrap.dedent(
+    """
+    import sys, warnings
+    import numpy as np
+    from jaxfeed.cli import commands, main
+
+    def warned(args):
+        warnings.warn("the compilation cache folder /x cannot be written:\\ncompiling without it")
+        np.array([1e39]).astype(np.float32)
+        return 0
+
+    commands.info = warned
+    sys.exit(main())
+    """
+)
+
+
+def test_warnings_during_a_command_are_one_clean_line_each():
+    """They were Python's two lines: the source path and line number, then the code line."""
+    result = subprocess.run(
+        [sys.executable, "-c", WARNS, "info", "digits"], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        "jaxfeed info: warning: the compilation cache folder /x cannot be written: compiling "
+        "without it",
+        "jaxfeed info: warning: overflow encountered in cast",
+    ]
+
+
 def test_a_coordinator_that_cannot_be_reached_is_one_line_and_exit_2(tmp_path):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

@@ -230,6 +230,22 @@ def test_bad_corpora_are_refused_before_anything_is_written(tmp_path, capsys):
         assert not out.exists()
 
 
+def test_a_corpus_of_one_line_says_to_give_val_split_0(tmp_path, capsys):
+    """issue 63, D22: refused for its validation split without saying how to train on it."""
+    corpus = tmp_path / "one-line.txt"
+    corpus.write_text(" ".join(alphabet_lines(200)) + "\n")
+    out = tmp_path / "out"
+    status, _, err = run_main(capsys, "train", "--task", "lm", "--data", str(corpus), "--out",
+                              str(out))  # fmt: skip
+    assert status == 2 and not out.exists(), err
+    assert err.strip().splitlines() == [
+        "jaxfeed train: error: --val-split 0.1: the train split has 1 row (a line of the corpus), "
+        "too few to carve a validation split from: give --val-split 0 (no validation split: the "
+        "last epoch is kept) or put the corpus on more lines (the validation split takes whole "
+        "lines)"
+    ]
+
+
 def test_a_jsonl_column_is_a_corpus_too(tmp_path):
     from jaxfeed.recipes.config import RunConfig
     from jaxfeed.recipes.kinds.registry import kind_for

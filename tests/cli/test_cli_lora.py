@@ -19,7 +19,7 @@ from cli_helpers import jaxfeed, run_main  # noqa: E402
 from jaxfeed.cli import main  # noqa: E402
 from jaxfeed.models import from_pretrained  # noqa: E402
 from models.hub.chat_templates import checkpoint as with_tokenizer  # noqa: E402
-from models.hub.lm_checkpoints import save_checkpoint  # noqa: E402
+from models.hub.lm_checkpoints import save_checkpoint, save_tiny  # noqa: E402
 
 ARGV = ["--seq-len", "32", "--batch-size", "8", "--lr", "1e-2", "--lora", "4",
         "--lora-targets", "q_proj,v_proj,down_proj", "--lora-dropout", "0.05"]  # fmt: skip
@@ -128,6 +128,24 @@ def test_flags_that_train_nothing_are_refused(argv, message, tmp_path, capsys):
                             "--out", str(tmp_path / "run"))  # fmt: skip
     assert code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_empty_lora_targets_are_one_line_naming_the_flag_before_anything_starts(tmp_path, capsys):
+    """issue 63, D20: ``--lora-targets ""`` (or ``,``) failed after JAX started, with exit 1 and
+    "ValueError: LoRA targets must be module names, got []", naming no flag."""
+    ckpt = with_tokenizer(save_tiny(tmp_path / "tiny-llama"))
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=20)
+    argv = ["train", "--task", "lm", "--data", str(corpus), "--model", str(ckpt), "--lora", "4"]
+    done = jaxfeed(*argv, "--lora-targets", "", "--out", str(tmp_path / "run"), timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "jaxfeed train: error: --lora-targets: LoRA targets must be module names (q_proj, value, "
+        "...), got []"
+    ]
+    assert done.stdout == "" and not (tmp_path / "run").exists()  # no data read, no folder
+    code, out, err = run_main(capsys, *argv, "--lora-targets", ",", "--out", str(tmp_path / "r2"))
+    assert code == 2 and err.startswith("jaxfeed train: error: --lora-targets: ") and out == ""
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r2").exists()
 
 
 @pytest.mark.slow  # a training process or two: about a minute of CPU

@@ -1,4 +1,4 @@
-"""``jaxfeed.models.lora`` on one layer: int8 kernels keep one scale per output channel, a merged
+"""``jaxfeed.models.lora`` on one layer (and int8 loading of a checkpoint, issue 63 D11): int8 kernels keep one scale per output channel, a merged
 int8 layer is float32 (the dequantized kernel plus the adapters' update), and the adapters'
 dropout acts in training only."""
 
@@ -10,7 +10,12 @@ from flax import nnx
 
 pytest.importorskip("qwix")
 
+from safetensors.numpy import load_file
+
+from jaxfeed.models import from_pretrained
+from jaxfeed.models.hub.files import write_safetensors
 from jaxfeed.models.lora import LoRA, LoRALinear, merge, quantize_int8
+from models.hub.lm_checkpoints import save_tiny
 
 COLUMN_SCALES = np.array([1e-3, 1.0, 10.0, 1000.0], np.float32)
 
@@ -77,3 +82,20 @@ def test_adapter_dropout_acts_in_training_only():
     trained = np.asarray(layer(x))
     assert np.abs(trained - expected).max() > 0.1 * np.abs(update).max()  # half the inputs dropped
     np.testing.assert_allclose(np.asarray(merge(layer)(x)), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_weight_is_not_quantized_into_a_finite_one(bad):
+    kernel = jnp.ones((3, 4)).at[1, 2].set(bad)
+    with pytest.raises(ValueError, match=r"holds 1 NaN or infinite value: int8 cannot hold them"):
+        quantize_int8(kernel)
+
+
+def test_int8_loading_names_the_layer_whose_weight_is_nan(tmp_path):
+    """The float model's logits were NaN, the int8 model's finite and plausible."""
+    folder = save_tiny(tmp_path / "llama")
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.1.mlp.up_proj.weight"][3, 5] = np.nan
+    write_safetensors(folder / "model.safetensors", tensors)
+    with pytest.raises(ValueError, match=r"model.layers.1.mlp.up_proj: its weight holds 1 NaN"):
+        from_pretrained(folder, lora=LoRA(rank=2), quantize="int8")

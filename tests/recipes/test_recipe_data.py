@@ -130,6 +130,23 @@ def test_val_split_is_stratified_and_split_expressions_work():
     assert datamod.choose_splits(with_test, "train", "test", None, None, 0).test is None
 
 
+@pytest.mark.parametrize(
+    ("rows", "fraction", "in_order", "advice"),
+    [
+        (1, None, True, "give --val-split 0 (no validation split: the last epoch is kept) or put "
+                        "the corpus on more lines"),
+        (1, None, False, "give --val-split 0 (no validation split: the last epoch is kept)"),
+        (4, 0.9, False, "give a smaller --val-split, or --val-split 0 (no validation split"),
+    ],
+)  # fmt: skip
+def test_too_few_rows_for_a_validation_split_says_what_to_do(rows, fraction, in_order, advice):
+    """issue 63, D22: the refusal named --val-split's value, not the way out (--val-split 0)."""
+    data = DatasetDict({"train": Dataset.from_dict({"text": ["a b c"] * rows})})
+    with pytest.raises(ConfigError, match=r"too few to carve a validation split from: ") as err:
+        datamod.choose_splits(data, "train", None, fraction, None, 0, in_order=in_order)
+    assert advice in str(err.value)
+
+
 def test_columns_and_tasks_of_a_table(tmp_path):
     ds = datamod.detect(str(_csv(tmp_path / "t.csv"))).data["train"]
     columns = datamod.choose_columns(ds, None, "price")

@@ -3,6 +3,7 @@ dataset's own files resolved inside its folder, and file checksums."""
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
@@ -404,6 +405,51 @@ def swap_into_place(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, target)
+
+
+def exchange(first: str | os.PathLike, second: str | os.PathLike) -> None:
+    """Swap two existing paths in one atomic step (Linux's ``renameat2(RENAME_EXCHANGE)``): a
+    reader sees one or the other at each name, never neither. Raises ``OSError`` where it cannot
+    be done (another system, a file system without it: ``EINVAL``/``ENOSYS``; a mount point:
+    ``EBUSY``; ``ENOENT`` when one is missing), so the caller can fall back.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> atomic_write(root / "a", "A"); atomic_write(root / "b", "B")
+    >>> try:
+    ...     exchange(root / "a", root / "b")
+    ... except OSError:  # not Linux: swapped by hand for the example
+    ...     os.replace(root / "a", root / "c"); os.replace(root / "b", root / "a")
+    ...     os.replace(root / "c", root / "b")
+    >>> (root / "a").read_text(), (root / "b").read_text()
+    ('B', 'A')
+    """
+    import ctypes  # noqa: PLC0415 (import cost: only a folder swap calls the C library)
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        raise OSError(errno.ENOSYS, "renameat2 is not available here", str(first)) from None
+    at_fdcwd, rename_exchange = -100, 2  # <fcntl.h>, <linux/fs.h>
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]  # fmt: skip
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange):
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(first), None, str(second))
+
+
+def fsync_folder(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename in it) to disk, where the system allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_set_aside(target: str | os.PathLike) -> list[Path]:

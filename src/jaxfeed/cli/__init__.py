@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -379,9 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.entry = entry
     if args.command == "train":
         args.debug = args.debug or "--debug" in rest
+    shown = warnings.showwarning
     if not args.debug:
         _quiet_stray_async_errors()
         logging.getLogger("absl").setLevel(logging.CRITICAL)  # Orbax's: jaxfeed says what failed
+        warnings.showwarning = _warning_line(args.command)  # --debug: Python's, with the source
     try:
         status = args.run(args)
         if entry and status in (130, 143):  # stopped: nothing but the exit is left
@@ -413,6 +416,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         return _report(args.command, err)
+    finally:
+        warnings.showwarning = shown
+
+
+def _warning_line(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: each warning one line on stderr, ``jaxfeed
+    COMMAND: warning: MESSAGE`` (its lines joined), as errors are; not Python's two lines naming
+    the source file, the line number and the code line that warned (``--debug`` keeps those).
+
+    >>> import io
+    >>> err = io.StringIO()
+    >>> _warning_line("train")("a folder\\ncannot be written", RuntimeWarning, "/x/y.py", 3, err)
+    >>> err.getvalue()
+    'jaxfeed train: warning: a folder cannot be written\\n'
+    """
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:  # fmt: skip
+        text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: never a reason to fail
+            print(f"jaxfeed {command}: warning: {text}", file=file or sys.stderr, flush=True)
+
+    return show
 
 
 def _interrupted_status(args: Any, entry: bool) -> int:

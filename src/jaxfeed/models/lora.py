@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxfeed._base.extras import require
@@ -59,10 +60,29 @@ def quantize_int8(kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``kernel`` ``[in, out]`` as int8 values and float32 scales ``[1, out]`` (absmax per output
     channel, symmetric), by ``qwix``.
 
+    A weight holding NaN or infinity is refused (``ValueError``): int8 has no such values, and
+    absmax scaling turned a NaN into 0, making a broken model's outputs finite and plausible.
+
     >>> q, s = quantize_int8(jnp.array([[1.0, -4.0], [-2.0, 2.0]]))
     >>> q.dtype.name, q.tolist(), s.shape
     ('int8', [[64, -127], [-127, 64]], (1, 2))
+    >>> quantize_int8(jnp.array([[1.0, jnp.nan]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: its weight holds 1 NaN or infinite value: int8 cannot hold them (the float model's outputs are NaN too); repair the checkpoint, or load it without quantize
     """
+    if not isinstance(kernel, jax.core.Tracer):
+        per_layer = np.asarray(jnp.sum(~jnp.isfinite(kernel), axis=(-2, -1))).reshape(-1)
+        if per_layer.any():
+            bad = int(per_layer.sum())
+            err = ValueError(
+                f"its weight holds {bad} NaN or infinite value{'s' if bad > 1 else ''}: int8 cannot "
+                "hold them (the float model's outputs are NaN too); repair the checkpoint, or load "
+                "it without quantize"
+            )
+            # a layer stack's first layer holding them (the caller names that layer)
+            err.layer = int(np.flatnonzero(per_layer)[0]) if kernel.ndim > 2 else None
+            raise err
     qwix = require("qwix", "quant", "quantize='int8'")
     if kernel.ndim > 2:  # a layer stack [layers, in, out]: one layer at a time
         return jax.jit(lambda k: jax.lax.map(quantize_int8, k))(kernel)

@@ -293,6 +293,24 @@ def _named_in(name: str, expression: str) -> bool:
     return any(part.split("[")[0].strip() == name for part in expression.split("+"))
 
 
+def _too_few(rows: int, fraction: float, in_order: bool) -> str:
+    """Why no validation split can be carved from ``rows`` train rows, and what to do.
+
+    >>> _too_few(1, 0.1, True)[:96]
+    '--val-split 0.1: the train split has 1 row (a line of the corpus), too few to carve a validation'
+    """
+    unit = f"{rows} {'row' if rows == 1 else 'rows'}"
+    if in_order:
+        unit += f" ({'a line' if rows == 1 else 'lines'} of the corpus)"
+    smaller = " a smaller --val-split, or" if rows >= 2 else ""
+    lines = (" or put the corpus on more lines (the validation split takes whole lines)" if in_order
+             else "")  # fmt: skip
+    return (
+        f"--val-split {fraction}: the train split has {unit}, too few to carve a validation split "
+        f"from: give{smaller} --val-split 0 (no validation split: the last epoch is kept){lines}"
+    )
+
+
 def choose_splits(
     data: DatasetDict,
     split_train: str,
@@ -344,10 +362,7 @@ def choose_splits(
     fraction = DEFAULT_VAL_SPLIT if val_split is None else val_split
     n_val = int(np.ceil(fraction * train.num_rows))
     if train.num_rows < 2 or n_val >= train.num_rows:
-        raise ConfigError(
-            f"--val-split {fraction}: the train split has {train.num_rows} rows, too few to carve "
-            "a validation split from"
-        )
+        raise ConfigError(_too_few(train.num_rows, fraction, in_order))
     column, counts, how = stratify, None, "at random"
     if stratify is not None:
         counts = np.bincount(np.asarray(train.with_format("numpy")[stratify]).astype(np.int64))

@@ -121,3 +121,38 @@ def word_tokenizer():
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(["<pad>", "<s>", "</s>"])
     return tok
+
+
+TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **COMMON,
+              "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32,
+              "rms_norm_eps": 1e-6, "tie_word_embeddings": False}  # fmt: skip
+
+
+def save_tiny(folder: Path, *, seed: int = 0) -> Path:
+    """A tiny random Llama checkpoint written by jaxfeed and numpy alone (no torch, no JAX
+    computation: the model is built abstractly, its weights drawn by numpy through the family's
+    rules): for the tests whose subject is a folder's files (adapters, saving), not parity with
+    ``transformers``. Returns ``folder``."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxfeed.models.hub.files import write_safetensors
+    from jaxfeed.models.hub.registry import family_of
+    from jaxfeed.models.stacked import locate
+
+    config, task = dict(TINY_LLAMA), "causal-lm"
+    family = family_of(config)
+    model = nnx.eval_shape(lambda: family.build(config, task=task, num_labels=None, dtype=None,
+                                                param_dtype=jnp.float32, rngs=nnx.Rngs(0)))  # fmt: skip
+    rng, tensors = np.random.default_rng(seed), {}
+    for rule in family.rules(config, task):
+        _, var, index = locate(model, rule.path)  # a stacked layer's slice of its stack
+        shape = var.shape if index is None else var.shape[1:]
+        value = rng.normal(1.0 if len(shape) == 1 else 0.0, 0.3, shape).astype(np.float32)
+        tensors[rule.hf] = np.ascontiguousarray(rule.transform.to_hf(value))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_safetensors(folder / "model.safetensors", tensors, metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder

@@ -30,8 +30,17 @@ import numpy as np
 from flax import nnx
 
 from jaxfeed._base.files import atomic_write
-from jaxfeed.models.hub.files import CheckpointError, Weights, read_json, resolve, write_safetensors
+from jaxfeed.models.hub.adapter_config import (
+    CONFIG,
+    WEIGHTS,
+    adapter_weights,
+    pattern_matches,
+    read_adapter_config,
+    unknown_tensors,
+)
+from jaxfeed.models.hub.files import CheckpointError, Weights, resolve, write_safetensors
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.save_folder import replace_checkpoint
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule, variables
 from jaxfeed.models.lora import LoRA, LoRALinear, merge
 from jaxfeed.models.stacked import locate, stack_at, unstack
@@ -42,10 +51,7 @@ TASK_TYPES = {
     "token-classification": "TOKEN_CLS",
     "feature-extraction": "FEATURE_EXTRACTION",
 }
-CONFIG, WEIGHTS, PREFIX = "adapter_config.json", "adapter_model.safetensors", "base_model.model."
-# adapter_config.json settings jaxfeed cannot follow, with the value that is harmless
-UNSUPPORTED = {"use_dora": False, "use_rslora": False, "rank_pattern": {}, "alpha_pattern": {},
-               "layers_to_transform": None, "lora_bias": False, "target_parameters": None}  # fmt: skip
+PREFIX = "base_model.model."
 
 
 def _hub(model: Any) -> tuple[Any, dict, str]:
@@ -142,8 +148,8 @@ def matches(name: str, targets: tuple[str, ...] | str) -> bool:
     >>> matches("model.layers.0.self_attn.q_proj", ("q_proj",)), matches("a.xq_proj", ("q_proj",))
     (True, False)
     """
-    if isinstance(targets, str):
-        return re.fullmatch(targets, name) is not None
+    if isinstance(targets, str):  # checked: no pattern that backtracks without bound
+        return pattern_matches(targets, name)
     return any(name == t or name.endswith("." + t) for t in targets)
 
 
@@ -224,7 +230,9 @@ def add_lora(model: Any, lora: LoRA, *, quantize: str | None = None, seed: int =
                              quantize=quantize if in_block else None,
                              fan_in_fan_out=fan_in_fan_out)  # fmt: skip
         except ValueError as err:
-            raise ValueError(f"{name}: {err}") from None
+            layer = getattr(err, "layer", None)  # a stack's layer: its own name, not the first's
+            where = name if layer is None else re.sub(r"\.\d+\.", f".{layer}.", name, count=1)
+            raise ValueError(f"{where}: {err}") from None
         if isinstance(attr, int):
             parent[attr] = new
         else:
@@ -329,45 +337,30 @@ def _head_rules(model: Any) -> list[Rule]:
 def save_adapter(model: Any, folder: str | os.PathLike, *,
                  base_model_name_or_path: str | None = None) -> Path:  # fmt: skip
     """Write ``model``'s adapters as a PEFT folder (``adapter_config.json``,
-    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads."""
+    ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads; a model or
+    adapter saved in ``folder`` before is replaced whole (:mod:`.save_folder`)."""
     if not has_lora(model):
         raise ValueError("the model has no LoRA adapters (from_pretrained(..., lora=LoRA()))")
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    write_safetensors(out / WEIGHTS, adapter_tensors(model), metadata={"format": "pt"})
-    config = adapter_config(model, base_model_name_or_path)
-    atomic_write(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return out
+    tensors, config = adapter_tensors(model), adapter_config(model, base_model_name_or_path)
+
+    def write(out: Path) -> list[str]:
+        write_safetensors(out / WEIGHTS, tensors, metadata={"format": "pt"})
+        atomic_write(out / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return [WEIGHTS, CONFIG]
+
+    # whole, at once: a model or adapter saved there before is replaced, never mixed with this one
+    return replace_checkpoint(folder, write)
 
 
 def read_adapter(name_or_path: str | os.PathLike,
                  revision: str | None = None) -> tuple[Path, dict[str, Any], LoRA]:  # fmt: skip
     """An adapter folder (or Hub id), its ``adapter_config.json`` and the :class:`LoRA` it
-    describes; refuses what jaxfeed cannot follow, naming the file and the setting."""
+    describes; refuses what jaxfeed cannot follow, naming the file and the setting
+    (:func:`~jaxfeed.models.hub.adapter_config.read_adapter_config`)."""
     folder = resolve(name_or_path, revision).folder
-    path = folder / CONFIG
-    if not path.is_file():
-        raise CheckpointError(f"{folder} has no {CONFIG}: not a PEFT adapter folder")
-    config = read_json(path, "PEFT adapter config")
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise CheckpointError(f"{path}: peft_type {config.get('peft_type')!r} is not LORA")
-    for key, fine in UNSUPPORTED.items():
-        if config.get(key, fine) not in (fine, None, {}, False):
-            raise CheckpointError(f"{path}: {key}={config[key]!r} is not supported")
-    if not (folder / WEIGHTS).is_file():
-        pickled = sorted(p.name for p in folder.glob("*.bin"))
-        what = f"only pickled weights ({', '.join(pickled)}), which jaxfeed never unpickles" if (
-            pickled) else "no weights"  # fmt: skip
-        raise CheckpointError(f"{folder} has {what}: expected {WEIGHTS}")
-    targets = config.get("target_modules")
-    try:
-        lora = LoRA(int(config.get("r", 8)), float(config.get("lora_alpha", 8)),
-                    None, float(config.get("lora_dropout") or 0.0))  # fmt: skip
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path}: {err}") from None
-    if not targets or not isinstance(targets, str | list):
-        raise CheckpointError(f"{path}: target_modules must be module names, got {targets!r}")
-    return folder, config, lora
+    config = read_adapter_config(folder)
+    adapter_weights(folder)
+    return folder, config.raw, config.lora
 
 
 def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str | None = None,
@@ -376,22 +369,21 @@ def load_adapter(model: Any, name_or_path: str | os.PathLike, *, quantize: str |
     """Put the PEFT adapter at ``name_or_path`` onto ``model`` (from ``from_pretrained``);
     refuses an adapter with missing or extra tensors, or tensors of another shape (an adapter
     for another base model, rank or target set), naming the tensor and the file."""
-    folder, config, lora = read_adapter(name_or_path, revision)
-    targets = config["target_modules"]
+    folder = resolve(name_or_path, revision).folder
+    config = read_adapter_config(folder)
+    file = adapter_weights(folder)  # adapter_model.safetensors, whatever else the folder holds
+    targets, lora, base = config.targets, config.lora, config.base
     modules = linear_modules(model)
-    wanted = targets if isinstance(targets, str) else tuple(targets)
-    chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]
-    base = config.get("base_model_name_or_path")
+    chosen = [n for n, m in modules.items() if matches(n, targets) or matches(m[2], targets)]
     if not chosen:
         raise CheckpointError(
-            f"{folder / CONFIG}: target_modules {targets!r} match no layer of this "
+            f"{config.path}: target_modules {targets!r} match no layer of this "
             f"{model.hub_config.get('model_type')} model (the adapter was made for {base!r})"
         )
     names = tuple(sorted({n.rsplit(".", 1)[-1] for n in chosen}))
-    saved = list(config.get("modules_to_save") or ())
     add_lora(model, LoRA(lora.rank, lora.alpha, names, lora.dropout), quantize=quantize,
              seed=seed, newly_initialised=list(newly_initialised), fill=fill)  # fmt: skip
-    _fill(model, Weights(folder), folder / WEIGHTS, base, saved)
+    _fill(model, Weights.of_file(file), file, base, list(config.modules_to_save))
     return model
 
 
@@ -427,6 +419,12 @@ def _fill(model: Any, weights: Weights, file: Path, base: Any, saved: list[str])
     missing = sorted(set(expected) - present)
     extra = sorted(present - set(expected))
     made_for = f" (made for {base!r})" if base else ""
+    kind = unknown_tensors(extra)
+    if kind:  # tensors of a kind jaxfeed cannot apply: named, not a mere mismatch
+        raise CheckpointError(
+            f"{file} holds {kind} ({', '.join(extra[:3])}), which jaxfeed cannot apply (it "
+            "loads LoRA adapters on linear layers); load this adapter with peft"
+        )
     if missing or extra:
         parts = [f"missing {', '.join(missing[:3])}" if missing else "",
                  f"extra {', '.join(extra[:3])}" if extra else ""]  # fmt: skip

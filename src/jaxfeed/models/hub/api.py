@@ -28,6 +28,7 @@ from jaxfeed.models.hub.adapters import (
     has_lora,
     load_adapter,
     merged,
+    read_adapter,
     save_adapter,
 )
 from jaxfeed.models.hub.family import LABEL_TASKS, Family, HubConfig
@@ -35,12 +36,15 @@ from jaxfeed.models.hub.files import (
     CheckpointError,
     Resolved,
     Weights,
+    changed_files,
     checkpoint_file,
+    file_stamps,
     read_config,
     resolve,
     write_safetensors,
 )
 from jaxfeed.models.hub.registry import family_of
+from jaxfeed.models.hub.save_folder import replace_checkpoint
 from jaxfeed.models.hub.weights import export_weights, load_weights, plan_shardings, variables
 from jaxfeed.models.lora import LoRA
 from jaxfeed.models.lora_settings import check_adapters
@@ -143,7 +147,7 @@ def from_pretrained(
     >>> model(input_ids=jnp.array([[1, 5, 7, 0]]), attention_mask=jnp.array([[1, 1, 1, 0]])).shape
     (1, 2)
     """
-    check_adapters(lora, adapter, quantize)
+    adapter = _check_adapters(lora, adapter, quantize)
     resolved = _resolved(name_or_path, revision)
     folder = resolved.folder
     config = read_config(folder)
@@ -168,13 +172,27 @@ def from_pretrained(
     report = _load(model, weights, family, config, task, num_labels, placement, late)
     held = {r.hf for r in family.rules(config, task) if locate(model, r.path)[0] in late}
     _warn_load(folder, task, report, held)
-    model.hub_config = HubConfig(config)
-    model.hub_task = task
-    model.hub_source = resolved
+    _keep_source(model, config, task, resolved, weights)
     fill = _late_loader(model, weights, family, config, task, num_labels, placement, late)
     _adapt(model, lora, adapter, quantize, seed, list(report.newly_initialised), fill)
     model.eval()  # as transformers: inference-ready; the Trainer switches to training mode
     return model
+
+
+def _keep_source(model: Any, config: dict, task: str, resolved: Resolved, weights: Weights) -> None:
+    """What :func:`save_pretrained` needs of the checkpoint: its config, task, where it lies and
+    which files were read (``hub_files``: a merge of an int8 model reads them again)."""
+    model.hub_config = HubConfig(config)
+    model.hub_task = task
+    model.hub_source = resolved
+    model.hub_files = file_stamps(resolved.folder, weights)
+
+
+def _check_adapters(lora: Any, adapter: Any, quantize: Any) -> Path | None:
+    """``lora=``, ``adapter=`` and ``quantize=`` together, and the adapter's settings, before a
+    byte of the base's weights is read; the adapter's folder (a Hub id resolved once)."""
+    check_adapters(lora, adapter, quantize)
+    return None if adapter is None else read_adapter(adapter)[0]
 
 
 def _resolved(name_or_path: str | os.PathLike | Resolved, revision: str | None) -> Resolved:
@@ -376,17 +394,34 @@ def _family(model: Any) -> tuple[Family, dict, str]:
 
 def _unquantized(model: Any) -> Any:
     """``model``'s adapters on the full-precision weights of the checkpoint it came from."""
-    source = getattr(model, "hub_source", None)
-    if not isinstance(source, Resolved):
+    source, stamps = getattr(model, "hub_source", None), getattr(model, "hub_files", None)
+    if not isinstance(source, Resolved) or not isinstance(stamps, tuple):
         raise ValueError("an int8 model merges only with the checkpoint it was loaded from")
+    _check_same_files(source, stamps)  # before reading them again
     task, config = model.hub_task, model.hub_config
     labels = config.get("num_labels") if task in LABEL_TASKS else None
     with tempfile.TemporaryDirectory() as tmp:
         save_adapter(model, tmp)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a new head: it comes from the adapter
-            return from_pretrained(source.folder, task=task, num_labels=labels, adapter=tmp,
+            full = from_pretrained(source, task=task, num_labels=labels, adapter=tmp,
                                    ignore_mismatched_sizes=True)  # fmt: skip
+    _check_same_files(source, stamps, full.hub_files)  # and the files read were those
+    return full
+
+
+def _check_same_files(source: Resolved, stamps: tuple, now: tuple | None = None) -> None:
+    """Refuse to merge an int8 model into a checkpoint whose files are not the ones it was loaded
+    from (``stamps``; ``now``: those a reload read), naming them and what to do."""
+    changed = changed_files(source.folder, stamps) if now is None else (
+        [s[0] + " (changed)" for s in sorted(set(now) ^ set(stamps))])  # fmt: skip
+    if changed:
+        raise CheckpointError(
+            f"save_pretrained(merge=True) of an int8 model reads the full-precision weights again "
+            f"from {source.folder}, whose files changed since the model was loaded from it: "
+            f"{', '.join(dict.fromkeys(changed))}; load the model again from the checkpoint as it "
+            "is now, or save the adapter alone (merge=False)"
+        )
 
 
 def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
@@ -410,6 +445,9 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     ``merge=True`` as the full checkpoint with the adapters merged in (PEFT's
     ``merge_and_unload``); int8 weights are read again from the checkpoint the model came
     from, so the adapters merge into its full-precision weights.
+
+    A folder that already holds a save (a sharded checkpoint, an adapter, a merged model) is
+    replaced whole and at once, its other files kept (:mod:`.save_folder`).
     """
     if has_lora(model) and not merge:
         return save_adapter(model, path)
@@ -423,12 +461,12 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
     if src is None and isinstance(getattr(model, "hub_source", None), Resolved):
         src = model.hub_source.folder
     carried: dict[str, Path] = {}
-    if src is not None and src.resolve() != out.resolve():
+    other = src is not None and src.resolve() != out.resolve()
+    if other:
         for name in CARRIED:  # checked before a byte is written: a link leading out is refused
             found = checkpoint_file(src, name)
             if found is not None:
                 carried[name] = found
-    out.mkdir(parents=True, exist_ok=True)
     if id2label is not None:
         labels = {str(int(k)): str(v) for k, v in dict(id2label).items()}
         config["id2label"] = labels
@@ -442,10 +480,17 @@ def save_pretrained(model: Any, path: str | os.PathLike, *, source: str | os.Pat
         tensors = {
             k[cut:] if k.startswith(family.prefix + ".") else k: v for k, v in tensors.items()
         }
-    write_safetensors(out / "model.safetensors", tensors, metadata={"format": "pt"})
-    atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name, found in carried.items():
-        tmp = temporary_file(out / name)
-        shutil.copyfile(found, tmp)
-        os.replace(tmp, out / name)
-    return out
+
+    def write(into: Path) -> list[str]:
+        write_safetensors(into / "model.safetensors", tensors, metadata={"format": "pt"})
+        atomic_write(into / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+        for name, found in carried.items():
+            tmp = temporary_file(into / name)
+            shutil.copyfile(found, tmp)
+            os.replace(tmp, into / name)
+        return ["model.safetensors", "config.json", *carried]
+
+    # whole, at once: an older checkpoint's shards and index, an adapter, the preprocessing files
+    # of another source are replaced, never mixed with this save (models/hub/save_folder.py)
+    stale = [n for n in CARRIED if n not in carried] if other else []
+    return replace_checkpoint(out, write, stale)

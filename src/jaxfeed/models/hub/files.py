@@ -472,6 +472,15 @@ class Weights:
                 "model.safetensors.index.json"
             )
 
+    @classmethod
+    def of_file(cls, path: str | os.PathLike) -> Weights:
+        """The tensors of the one safetensors file ``path`` (an adapter's
+        ``adapter_model.safetensors``), whatever else its folder holds."""
+        view = cls.__new__(cls)
+        view.folder = Path(path).parent
+        view.entries = read_header(Path(path))
+        return view
+
     def names(self) -> list[str]:
         """Every tensor name, in file order."""
         return list(self.entries)
@@ -501,3 +510,55 @@ class Weights:
         if e.end == e.start:
             return np.zeros(e.shape, e.dtype)
         return np.memmap(e.file, dtype=e.dtype, mode="r", offset=e.start, shape=e.shape)
+
+
+# ---------------------------------------------------------------------------------- identity
+def file_stamps(folder: str | os.PathLike, weights: Weights | None = None) -> tuple[tuple, ...]:
+    """``(name, device, inode, size, mtime_ns)`` of the checkpoint's ``config.json``, index and
+    weights files: which files a model was read from. A file replaced since (a save, a download,
+    a copy: another inode) or rewritten (another size or time) has another stamp. Stat, not
+    hashes: hashing a 7B checkpoint's 13.5 GB at every load and every check would cost about as
+    much again as the load.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "config.json").write_text("{}")
+    >>> write_safetensors(folder / "model.safetensors", {"w": np.zeros(2, np.float32)})
+    >>> [stamp[0] for stamp in file_stamps(folder)]
+    ['config.json', 'model.safetensors']
+    """
+    folder = Path(folder)
+    weights = Weights(folder) if weights is None else weights
+    paths = [folder / CONFIG, *weights.files()]
+    if checkpoint_file(folder, INDEX) is not None:
+        paths.append(folder / INDEX)
+    stamps = []
+    for path in paths:
+        st = os.stat(path)
+        stamps.append((path.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(stamps))
+
+
+def changed_files(folder: str | os.PathLike, stamps: tuple[tuple, ...]) -> list[str]:
+    """The files of ``folder`` that are not the ones ``stamps`` (:func:`file_stamps`) recorded,
+    each as ``NAME (changed | gone | new)``; ``[]`` when they all are.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "config.json").write_text("{}")
+    >>> write_safetensors(folder / "model.safetensors", {"w": np.zeros(2, np.float32)})
+    >>> before = file_stamps(folder)
+    >>> write_safetensors(folder / "model.safetensors", {"w": np.ones(2, np.float32)})
+    >>> changed_files(folder, before)
+    ['model.safetensors (changed)']
+    """
+    try:
+        now = {s[0]: s[1:] for s in file_stamps(folder)}
+    except (OSError, CheckpointError) as err:
+        return [f"its files cannot be read ({err})"]
+    then = {s[0]: s[1:] for s in stamps}
+    return [
+        f"{name} ({'gone' if name not in now else 'new' if name not in then else 'changed'})"
+        for name in sorted(set(now) | set(then))
+        if now.get(name) != then.get(name)
+    ]
