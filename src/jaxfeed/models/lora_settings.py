@@ -22,9 +22,7 @@ from typing import Any
 
 QUANTIZE = ("int8",)  # the modes of from_pretrained(quantize=) and jaxfeed train --quantize
 ALPHA_PER_RANK = 2  # LoRA's alpha when none is given: 2 x rank, a scale of 2 whatever the rank
-MAX_ALPHA = (
-    1e6  # past it the update overflows float32 (1e300 gave NaN logits); --lora-alpha's bound
-)
+MAX_ALPHA = 1e6  # past it the update overflows float32 (1e300 gave NaN logits); --lora-alpha's bound
 
 
 class SettingError(ValueError):
@@ -70,8 +68,8 @@ class LoRA:
             object.__setattr__(self, "alpha", ALPHA_PER_RANK * self.rank)
         elif not _number(alpha) or not math.isfinite(alpha) or not 0 < alpha <= MAX_ALPHA:
             raise SettingError(
-                "alpha",
-                f"LoRA alpha must be a finite number above 0, at most {MAX_ALPHA:g}, got {alpha!r}",
+                "alpha", f"LoRA alpha must be a finite number above 0, at most {MAX_ALPHA:g}, got "
+                f"{alpha!r}"
             )
         dropout = self.dropout
         if not _number(dropout) or not (0.0 <= dropout < 1.0):
