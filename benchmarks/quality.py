@@ -163,7 +163,7 @@ def run_case(case: str, work: Path, seed: int = 0, command: list[str] | None = N
     saved = json.loads((out / "config.json").read_text())
     budget, baselines = saved.get("budget", {}), saved.get("baselines") or {}
     key = "test_r2" if case == "regression" else "test_accuracy"
-    model = saved.get("model")
+    model = saved.get("options", {}).get("model")
     ok = value >= floor if higher else value <= floor
     return {
         "case": case, "figure": name, "value": value, "floor": floor, "ok": ok, "steps": steps,

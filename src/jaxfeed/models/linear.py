@@ -99,8 +99,8 @@ class LinearModel(nnx.Module):
     def set_weights(self, weights: Any, bias: Any) -> None:
         """The layer's ``(features, outputs)`` weights and ``(outputs,)`` bias, as a fit on
         :meth:`features` found them."""
-        self.kernel.value = _host(weights, self.kernel.shape)
-        self.bias.value = _host(bias, self.bias.shape)
+        self.kernel[...] = _host(weights, self.kernel.shape)
+        self.bias[...] = _host(bias, self.bias.shape)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.features(x) @ self.kernel[...] + self.bias[...]
@@ -120,6 +120,8 @@ class NGramModel(nnx.Module):
     >>> bag.features(jnp.array([[3, 4, 1]]), jnp.array([[1, 1, 0]]))[0].tolist()
     [[3, 4, 1]]
     """
+
+    symbolic_length = True  # jaxfeed.export keeps the sequence length symbolic: any text length
 
     def __init__(
         self, vocab_size: int, num_classes: int, *, n: int = 2, buckets: int = 2**18,
@@ -153,13 +155,16 @@ class NGramModel(nnx.Module):
         xp = np if isinstance(input_ids, np.ndarray) else jnp
         ids = input_ids.astype(xp.uint32)
         mask = xp.ones(ids.shape, bool) if attention_mask is None else attention_mask > 0
-        length = ids.shape[1]
+
+        def ahead(values: Any, j: int) -> Any:  # the value j positions on (past the end: 0)
+            return values if j == 0 else xp.pad(values[:, j:], ((0, 0), (0, j)))
+
         index, valid = [], []
         for size in range(1, self.n + 1):
             h, ok = ids, mask
             for j in range(1, size):  # the n-gram starting at each position
-                h = h * xp.uint32(_MULTIPLIER) + xp.roll(ids, -j, axis=1)
-                ok = ok & xp.roll(mask, -j, axis=1) & (xp.arange(length) < length - j)
+                h = h * xp.uint32(_MULTIPLIER) + ahead(ids, j)
+                ok = ok & ahead(mask, j)
             if size > 1:  # longer n-grams: hashed, and apart from the unigrams' ids
                 h = h + xp.uint32(size)
                 h = (h ^ (h >> xp.uint32(16))) * xp.uint32(_MIX1)
@@ -174,8 +179,8 @@ class NGramModel(nnx.Module):
     def set_weights(self, weights: Any, bias: Any) -> None:
         """The ``(buckets, outputs)`` weights and ``(outputs,)`` bias, as a fit on
         :meth:`features` found them."""
-        self.weights.value = _host(weights, self.weights.shape)
-        self.bias.value = _host(bias, self.bias.shape)
+        self.weights[...] = _host(weights, self.weights.shape)
+        self.bias[...] = _host(bias, self.bias.shape)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
         index, value = self.features(input_ids, attention_mask)

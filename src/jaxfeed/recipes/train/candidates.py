@@ -162,24 +162,33 @@ def _design(run: Run, model: Any, loader: Any) -> tuple[Design, np.ndarray]:
             parts.append(model.features(**{a: batch[c] for a, c in inputs.items()}))
         targets.append(batch[TARGETS])
     y = np.concatenate(targets)
+    kept = y >= 0 if run.task == "classification" else np.ones(len(y), bool)  # -1: no label
     if not isinstance(parts[0], tuple):
-        return Design.dense(np.concatenate(parts)), y
+        return Design.dense(np.concatenate(parts)[kept]), y[kept]
     k = max(p[0].shape[1] for p in parts)  # batches padded to different lengths: zeros added
     index = np.concatenate([np.pad(p[0], ((0, 0), (0, k - p[0].shape[1]))) for p in parts])
     value = np.concatenate([np.pad(p[1], ((0, 0), (0, k - p[1].shape[1]))) for p in parts])
-    return Design.sparse(index, value, model.buckets), y
+    return Design.sparse(index[kept], value[kept], model.buckets), y[kept]
 
 
 def _majority(run: Run, held: tuple[Design, np.ndarray] | None) -> dict[str, Any]:
     """The majority class's figures (the train split's class frequencies as its prediction),
     or the train mean's (a regression: 0 on the standardised target)."""
+    prior = _prior(run)
     if run.task != "classification":
-        return {"predicts": "the train mean", **_named_split(run, held, np.zeros(1), "eval")}
+        return {"predicts": "the train mean", **_named_split(run, held, prior, "eval")}
+    label = run.data.labels[int(prior.argmax())]
+    return {"predicts": repr(label), **_named_split(run, held, prior, "eval")}
+
+
+def _prior(run: Run) -> np.ndarray:
+    """The majority baseline's outputs: the log of the train split's class frequencies (each
+    count plus one: never 0 for a class unseen), or 0 (the standardised train mean)."""
+    if run.task != "classification":
+        return np.zeros(1)
     labels = np.asarray(run.splits.train.with_format("numpy")[run.data.columns.label])
     counts = np.bincount(labels[labels >= 0].astype(np.int64), minlength=run.outputs)
-    prior = np.log((counts + 1) / (counts.sum() + run.outputs))  # never 0 for a class unseen
-    label = run.data.labels[int(counts.argmax())]
-    return {"predicts": repr(label), **_named_split(run, held, prior, "eval")}
+    return np.log((counts + 1) / (counts.sum() + run.outputs))
 
 
 def _named_split(run: Run, held: tuple[Design, np.ndarray] | None, row: np.ndarray,
@@ -269,7 +278,7 @@ def choose(run: Run, trainer: Any) -> Any:
     choice["kept"] = f"candidates/{default}/checkpoints"
     chosen = _install(run, trainer, candidate)
     run.say(
-        f"model: linear, chosen on {said}: it is the run's model (checkpoints/, model/, eval, "
+        f"model: {linear}, chosen on {said}: it is the run's model (checkpoints/, model/, eval, "
         f"predict); the {default}'s checkpoints are kept in {choice['kept']}"
     )
     return chosen
@@ -358,12 +367,7 @@ def test_baselines(run: Run) -> None:
         x, y = _design(run, candidate.model, run.loaders[2])
         test = figures(candidate.fit.outputs(x), y, run.task, _weights(run))
         found["linear"].update(_named(run, test, "test"))
-        prior = np.zeros(1)
-        if run.task == "classification":
-            labels = np.asarray(run.splits.train.with_format("numpy")[run.data.columns.label])
-            counts = np.bincount(labels[labels >= 0].astype(np.int64), minlength=run.outputs)
-            prior = np.log((counts + 1) / (counts.sum() + run.outputs))
-        found["majority"].update(_named_split(run, (x, y), prior, "test"))
+        found["majority"].update(_named_split(run, (x, y), _prior(run), "test"))
     run.write_record()
     if run.primary:
         path = run.out / "metrics.jsonl"
@@ -379,7 +383,8 @@ def summary_rows(run: Run) -> list[tuple[str, dict[str, float]]]:
     return [(f"baseline ({name})", found[name]) for name in ("majority", "linear") if name in found]
 
 
-def chosen_linear(run: Run) -> bool:
-    """Whether the run's model is the linear one, chosen on validation."""
+def chosen_linear(run: Run) -> str | None:
+    """The linear model's name when it is the run's model, chosen on validation (else None)."""
     choice = run.choice or {}
-    return "kept" in choice and choice.get("chosen") == (choice.get("candidates") or [None, ""])[1]
+    linear = (choice.get("candidates") or [None, None])[1]
+    return linear if "kept" in choice and choice.get("chosen") == linear else None

@@ -32,8 +32,8 @@ def summary(
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
     for row in rows:
         say("".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=True)).rstrip())
-    if candidates.chosen_linear(run):
-        what = f"(the linear model, chosen on the {splits.eval_name} split"
+    if chosen := candidates.chosen_linear(run):
+        what = f"(the {chosen} model, chosen on the {splits.eval_name} split"
     elif run.best_metric:
         metric, mode = run.best_metric, run.best_mode
         what = (
@@ -115,8 +115,8 @@ def _columns(
         shown_epoch = f"{best['epoch_in_progress']} (part)"
     columns = [("best epoch" if run.best_metric else "last epoch", shown_epoch)]
     columns.append(("step", f"{best['step']}"))
-    if candidates.chosen_linear(run):  # no epoch of its own: fitted beside the run's model
-        columns = [("model", "linear")]
+    if chosen := candidates.chosen_linear(run):  # no epoch of its own: fitted beside the model
+        columns = [("model", chosen)]
     if splits.eval is not None:
         loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
