@@ -18,10 +18,20 @@ the budget chose, and the wall time of the whole command.
 * ``text``: a 200-row sentiment CSV (160 train, 40 test) with one word of the label's sentiment
   among filler words;
 * ``lm``: a character-level corpus (``--task lm`` on repeated sentences; validation perplexity);
-* ``regression``: 400 rows with two numeric and two categorical columns (R² on 80 test rows).
+* ``regression``: 400 rows with two numeric and two categorical columns (R² on 80 test rows);
+* the three shapes of issue 64, where the defaults lost to a linear model
+  (:mod:`jaxfeed.bench.user_data`): ``theme``, 227 + 66 transparent icons of a desktop theme in 8
+  classes of 2-4 glyphs, at sizes 16-48; ``code``, 810 code-like lines labelled by their package
+  (6), the test split whole modules no train line comes from; ``packages``, a 582-row table of
+  installed packages labelled by section, with a repeated maintainer column (trained with
+  ``--input-columns``).
 
 Every case runs ``python -m jaxfeed.cli train --data DATA --out RUN`` (``--task lm`` for lm) and
-reads the run's ``metrics.jsonl``. A figure below its floor (well above chance) is marked FAIL
+reads the run's ``metrics.jsonl`` and ``config.json``: the test figure, and beside it the
+baselines the run fitted (``baselines``: the linear model's and the majority class's test
+figures) and the model it chose (``choice``); a run of a jaxfeed without them shows ``-``.
+``--jaxfeed "CMD"`` runs another command (another checkout, to measure before and after on the
+same data: ``--jaxfeed "env -u PYTHONPATH /work/main/.venv/bin/python -m jaxfeed.cli"``). A figure below its floor (well above chance) is marked FAIL
 and the script exits 1. ``--seeds`` runs each case once per seed (``--seed S``; seed 0 is the
 command's default, run without the flag): the row gives the mean, the steps and the wall time
 of the first seed, and a line below it each seed's figure, steps and wall time; a case fails
@@ -33,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +63,7 @@ from jaxfeed.bench.small_data import (
     text_csv,
     texture_folder,
 )
+from jaxfeed.bench.user_data import code_snippets, package_table, theme_icons
 
 FLOORS = {  # (figure, floor, higher is better)
     "digits": ("test accuracy", 0.95, True),
@@ -62,7 +75,11 @@ FLOORS = {  # (figure, floor, higher is better)
     "text": ("test accuracy", 0.95, True),
     "lm": ("validation perplexity", 8.0, False),
     "regression": ("test R2", 0.8, True),
+    "theme": ("test accuracy", 0.6, True),
+    "code": ("test accuracy", 0.6, True),
+    "packages": ("test accuracy", 0.6, True),
 }
+PACKAGE_INPUTS = "maintainer,priority,architecture,installed_size,depends"
 # the data of the cases (jaxfeed.bench.small_data): three kinds of stripes, three tones and two
 # chirps, exactly one sentiment word among 15 filler words
 STRIPES = ("horizontal", "vertical", "diagonal")
@@ -100,19 +117,35 @@ def prepare(case: str, work: Path) -> list[str]:
         return ["--task", "lm", "--data", str(corpus(work / "lm"))]
     if case == "regression":
         return ["--data", str(regression_table(work / "table")), "--label-column", "target"]
+    if case == "theme":
+        return ["--data", str(theme_icons(work / "theme"))]
+    if case == "code":
+        return ["--data", str(code_snippets(work / "code"))]
+    if case == "packages":
+        table = package_table(work / "packages")
+        return [
+            "--data",
+            str(table),
+            "--label-column",
+            "section",
+            "--input-columns",
+            PACKAGE_INPUTS,
+        ]
     raise ValueError(case)
 
 
-def run_case(case: str, work: Path, seed: int = 0) -> dict:
-    """Train ``case`` with defaults (and ``--seed seed`` unless 0, the default); its figure,
-    steps and wall time."""
+def run_case(case: str, work: Path, seed: int = 0, command: list[str] | None = None) -> dict:
+    """Train ``case`` with defaults (and ``--seed seed`` unless 0, the default) by ``command``
+    (default: this Python's ``-m jaxfeed.cli``); its figure, steps, wall time, the baselines'
+    test figures and the model the run chose."""
     args = prepare(case, work) + (["--seed", str(seed)] if seed else [])
     out = work / (f"run-{case}" if not seed else f"run-{case}-seed{seed}")
+    shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
+    command = command or [sys.executable, "-m", "jaxfeed.cli"]
     done = subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", "train", *args, "--out", str(out)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [*command, "train", *args, "--out", str(out)], capture_output=True, text=True
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         return {"case": case, "error": done.stderr.strip().splitlines()[-1:], "wall_s": wall}
@@ -127,11 +160,17 @@ def run_case(case: str, work: Path, seed: int = 0) -> dict:
     else:
         value = test["test_accuracy"]
     steps = max(int(r.get("step", 0)) for r in rows)
-    budget = json.loads((out / "config.json").read_text()).get("budget", {})
+    saved = json.loads((out / "config.json").read_text())
+    budget, baselines = saved.get("budget", {}), saved.get("baselines") or {}
+    key = "test_r2" if case == "regression" else "test_accuracy"
+    model = saved.get("options", {}).get("model")
     ok = value >= floor if higher else value <= floor
     return {
         "case": case, "figure": name, "value": value, "floor": floor, "ok": ok, "steps": steps,
         "batch": budget.get("batch_size"), "wall_s": wall,
+        "model": model.get("class_path") if isinstance(model, dict) else model,
+        "linear": baselines.get("linear", {}).get(key),
+        "majority": baselines.get("majority", {}).get(key),
     }  # fmt: skip
 
 
@@ -143,16 +182,21 @@ def main(argv: list[str] | None = None) -> int:
         help="run each case once per seed; the row gives the mean (default: 0, the command's)",
     )  # fmt: skip
     parser.add_argument("--out", help="keep the data and runs here (default: a temporary folder)")
+    parser.add_argument(
+        "--jaxfeed", help="the command to run (default: this Python's -m jaxfeed.cli)"
+    )
     args = parser.parse_args(argv)
+    command = shlex.split(args.jaxfeed) if args.jaxfeed else None
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.out or tmp)
         work.mkdir(parents=True, exist_ok=True)
         results = []
         print(
-            f"{'case':<12}{'figure':<24}{'value':>8}{'floor':>8}{'steps':>7}{'batch':>7}{'wall s':>8}"
+            f"{'case':<12}{'figure':<24}{'value':>8}{'floor':>8}{'steps':>7}{'batch':>7}"
+            f"{'wall s':>8}  {'model':<12}{'linear':>8}{'majority':>9}"
         )
         for case in args.cases:
-            runs = [run_case(case, work, seed) for seed in args.seeds]
+            runs = [run_case(case, work, seed, command) for seed in args.seeds]
             results.extend(runs)
             failed = [r for r in runs if "error" in r]
             if failed:
@@ -160,17 +204,28 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             r, values = runs[0], [run["value"] for run in runs]
             mark = "" if all(run["ok"] for run in runs) else "  FAIL"
+            linear = _mean([run["linear"] for run in runs])
+            majority = _mean([run["majority"] for run in runs])
             print(
                 f"{case:<12}{r['figure']:<24}{sum(values) / len(values):>8.4f}{r['floor']:>8g}"
-                f"{r['steps']:>7}{r['batch'] or '':>7}{r['wall_s']:>8.1f}{mark}",
+                f"{r['steps']:>7}{r['batch'] or '':>7}{r['wall_s']:>8.1f}  {r['model'] or '-':<12}"
+                f"{linear:>8}{majority:>9}{mark}",
                 flush=True,
             )
             if len(runs) > 1:
                 each = ", ".join(f"{s}: {v:.4f}" for s, v in zip(args.seeds, values, strict=True))
                 steps = ", ".join(str(run["steps"]) for run in runs)
                 walls = ", ".join(f"{run['wall_s']:.1f}" for run in runs)
-                print(f"{'':<12}seeds {each}; steps {steps}; wall s {walls}")
+                models = ", ".join(str(run["model"]) for run in runs)
+                print(f"{'':<12}seeds {each}; steps {steps}; wall s {walls}; models {models}")
     return 0 if all(r.get("ok") for r in results) else 1
+
+
+def _mean(values: list[float | None]) -> str:
+    """The mean of the runs' figures, or ``-`` when a run has none (a jaxfeed without baselines)."""
+    if not values or any(v is None for v in values):
+        return "-"
+    return f"{sum(values) / len(values):.4f}"
 
 
 if __name__ == "__main__":

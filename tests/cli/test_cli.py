@@ -450,7 +450,8 @@ def test_a_coordinator_that_cannot_be_reached_is_one_line_and_exit_2(tmp_path):
         ),
         (
             ["train", "--model", "resnet"],
-            "model must be cnn, mlp, audio_cnn, transformer, transformer_lm, FILE.py:ClassName, "
+            "model must be cnn, mlp, audio_cnn, transformer, transformer_lm, linear, ngram, "
+            "FILE.py:ClassName, "
             "package.module.ClassName, hf:ORG/NAME or a checkpoint folder (./folder), got 'resnet'",
         ),
         (["train", "--optimizer", "adamx"], "--optimizer 'adamx' is not an optax optimizer"),

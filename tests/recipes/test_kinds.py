@@ -52,7 +52,8 @@ def test_model_spec_init_args_and_default():
 def test_builtin_names_come_from_the_table():
     assert tuple(BUILTINS) == BUILTIN_MODELS
     assert {b.class_name for b in BUILTINS.values()} <= {
-        "CNN", "MLP", "AudioCNN", "TransformerClassifier", "TransformerLM",
+        "CNN", "MLP", "AudioCNN", "TransformerClassifier", "TransformerLM", "LinearModel",
+        "NGramModel",
     }  # fmt: skip
 
 

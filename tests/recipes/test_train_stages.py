@@ -38,11 +38,11 @@ def _keys(run: Run) -> list[str]:
 def test_a_new_runs_resolved_values_keep_the_order_earlier_releases_wrote():
     everything = {
         "budget": {}, "pretrained": {}, "lr_finder": {}, "pretrained_eval": {}, "model_code": {},
-        "early_stopping": {},
+        "early_stopping": {}, "baselines": {}, "choice": {},
     }  # fmt: skip
     assert _keys(_run(**everything)) == [
         *HEAD, "budget", "pretrained", "class_weights", "lr_logged", "lr_finder",
-        "pretrained_eval", "model_code", "early_stopping",
+        "pretrained_eval", "model_code", "early_stopping", "baselines", "choice",
     ]  # fmt: skip
     # None is not recorded, except the class weights and whether the rate is logged
     assert _keys(_run()) == [*HEAD, "class_weights", "lr_logged"]
@@ -70,17 +70,19 @@ def test_config_json_keys_of_a_run_and_its_resume(tmp_path):
     first = train(config, say=lambda *a, **k: None, verbose=0)
     assert isinstance(first, TrainResult) and first.best is not None
     saved = json.loads((out / "config.json").read_text())
-    assert list(saved) == [*HEAD, "budget", "class_weights", "lr_logged", "early_stopping"]
+    later = ["budget", "class_weights", "lr_logged", "early_stopping", "baselines"]
+    assert list(saved) == [*HEAD, *later]  # a model given: baselines, no choice
     resumed = RunConfig(out=str(out), model="mlp", resume=True, epochs=2, max_steps=8)
     train(resumed, say=lambda *a, **k: None, verbose=0)
     again = json.loads((out / "config.json").read_text())
-    assert list(again) == [*HEAD, "budget", "early_stopping", "class_weights", "lr_logged"]
+    carried = ["budget", "early_stopping", "baselines"]
+    assert list(again) == [*HEAD, *carried, "class_weights", "lr_logged"]
     assert again["data_fingerprint"] == saved["data_fingerprint"]
 
 
 def test_the_public_names_stay_importable():
     assert callable(train) and callable(follow_umask) and callable(unused_axes)
-    assert recordmod.CARRIED_KEYS == ("model_code", "budget", "early_stopping")
+    assert recordmod.CARRIED_KEYS[:3] == ("model_code", "budget", "early_stopping")
 
 
 TINY = """

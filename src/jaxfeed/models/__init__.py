@@ -1,6 +1,7 @@
 """Reference models: the article's CNN in Flax NNX (`CNN`) and Linen (`LinenCNN`), an `MLP`,
-`AudioCNN` over log-mel spectrograms, and transformers for token sequences
-(`TransformerClassifier`, `TransformerLM`); pretrained Hub checkpoints through
+`AudioCNN` over log-mel spectrograms, transformers for token sequences
+(`TransformerClassifier`, `TransformerLM`), linear models (`LinearModel` on the inputs,
+`NGramModel` on a bag of token n-grams); pretrained Hub checkpoints through
 `from_pretrained`, `preprocessor` and `save_pretrained` (`jaxfeed.models.hub`), with low-rank
 adapters (`LoRA`, `jaxfeed.models.lora`).
 
@@ -20,6 +21,8 @@ _EXPORTS = {
     "preprocessor": "jaxfeed.models.hub",
     "save_pretrained": "jaxfeed.models.hub",
     "LinenCNN": "jaxfeed.models.linen",
+    "LinearModel": "jaxfeed.models.linear",
+    "NGramModel": "jaxfeed.models.linear",
     "LoRA": "jaxfeed.models.lora_settings",
     "CNN": "jaxfeed.models.nnx",
     "MLP": "jaxfeed.models.nnx",
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from jaxfeed.models.audio import AudioCNN
     from jaxfeed.models.conv import im2col_conv
     from jaxfeed.models.hub import from_pretrained, preprocessor, save_pretrained
+    from jaxfeed.models.linear import LinearModel, NGramModel
     from jaxfeed.models.linen import LinenCNN
     from jaxfeed.models.lora_settings import LoRA
     from jaxfeed.models.nnx import CNN, MLP
@@ -56,8 +60,10 @@ __all__ = [
     "CNN",
     "MLP",
     "AudioCNN",
+    "LinearModel",
     "LinenCNN",
     "LoRA",
+    "NGramModel",
     "TransformerClassifier",
     "TransformerLM",
     "from_pretrained",

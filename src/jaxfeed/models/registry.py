@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxfeed.models.audio import AudioCNN
+from jaxfeed.models.linear import LinearModel, NGramModel
 from jaxfeed.models.linen import LinenCNN
 from jaxfeed.models.nnx import CNN, MLP
 from jaxfeed.models.transformer import TransformerClassifier, TransformerLM
@@ -19,6 +20,8 @@ MODEL_CLASSES: dict[str, Callable[..., Any]] = {
     "CNN": CNN,
     "MLP": MLP,
     "LinenCNN": LinenCNN,
+    "LinearModel": LinearModel,
+    "NGramModel": NGramModel,
     "AudioCNN": AudioCNN,
     "TransformerClassifier": TransformerClassifier,
     "TransformerLM": TransformerLM,
@@ -30,7 +33,7 @@ def model_classes() -> dict[str, Callable[..., Any]]:
     construct.
 
     >>> sorted(model_classes())
-    ['AudioCNN', 'CNN', 'LinenCNN', 'MLP', 'TransformerClassifier', 'TransformerLM']
+    ['AudioCNN', 'CNN', 'LinearModel', 'LinenCNN', 'MLP', 'NGramModel', 'TransformerClassifier', 'TransformerLM']
     """
     return MODEL_CLASSES
 

@@ -89,10 +89,34 @@ def lock_run_folder(out: Path, resume: bool) -> FolderLock:
     return lock
 
 
+CHOSEN = "checkpoints.chosen"  # a model chosen at the end of a run, before it is checkpoints/
+
+
+def settle_choice(run: Path, record: RunRecord) -> None:
+    """Complete the model choice ``config.json`` records (its ``choice`` keeps the model
+    chosen and ``kept``, where the other model's checkpoints go): ``checkpoints.chosen/`` takes
+    the place of ``checkpoints/``, which moves to ``kept``. A run cut short between the two
+    renames is completed by the next reader; one cut short before ``config.json`` recorded the
+    choice keeps its checkpoints (the stale folder is replaced when the run finishes again)."""
+    staged, current = run / CHOSEN, run / "checkpoints"
+    choice = record.resolved.get("choice")
+    if not staged.is_dir() or not isinstance(choice, dict) or not choice.get("kept"):
+        return
+    kept = run / str(choice["kept"])
+    if not kept.resolve().is_relative_to(run.resolve()):
+        raise ConfigError(f"{run}/config.json: choice.kept {choice['kept']!r} is outside the run")
+    if current.is_dir() and not kept.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        current.rename(kept)
+    if not current.exists():
+        staged.rename(current)
+
+
 def open_checkpoints(run: Path, record: RunRecord, *, read_only: bool = True) -> Any:
     """The run's checkpoint manager, ranking steps as the run did."""
     from jaxfeed.train.checkpoint import CheckpointManager  # import cost: JAX, checkpoints only
 
+    settle_choice(run, record)
     metric = record.resolved.get("best_metric", BEST_METRIC) or BEST_METRIC
     folder = run / "checkpoints"
     if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):

@@ -13,7 +13,11 @@ settle within the first epoch (``jaxfeed train`` with no ``--epochs``, ``--max-s
 * BatchNorm momentum of the built-in models (cnn, audio_cnn): low enough that the running
   statistics forget their initial values within the first epoch (at most Flax's 0.9), so that
   evaluation matches training on short runs (an augmented run lengthened by its floor keeps 0.9
-  and runs to its end: :func:`resolve`).
+  and runs to its end: :func:`resolve`);
+* the linear baseline (:mod:`jaxfeed.recipes.train.candidates`): images averaged over blocks
+  down to :data:`LINEAR_FEATURES` numbers at most (:func:`linear_pool`), fitted on as many train
+  rows as :data:`BASELINE_WORK` allows (:func:`baseline_rows`): every row of a small data set,
+  when it is also a candidate for the run's model.
 
 >>> choose_batch(108), choose_batch(1437), choose_batch(30)
 (16, 64, 8)
@@ -45,6 +49,13 @@ MAX_AUTO_BATCH = 64
 MIN_AUTO_BATCH = 8
 BATCHNORM_MODELS = tuple(n for n, b in BUILTINS.items() if b.batchnorm)  # ("cnn", "audio_cnn")
 DEFAULT_MOMENTUM = 0.9
+LINEAR_FEATURES = 4096  # a linear baseline's inputs at most (images averaged over blocks to fit)
+# rows x features x outputs a baseline fit reads: one pass of the objective and its gradient is
+# then about 0.27 GFLOP (tens of ms on 2 cores), a fit of 5 penalties a few hundred passes
+BASELINE_WORK = 2**26
+BASELINE_MIN_ROWS = 1000  # ... but at least this many rows, however wide
+NGRAM_BUCKETS = 2**18  # hashed n-gram rows of the text baseline (ngram); 1 and 2 tokens long
+NGRAM_N = 2
 
 
 def duration(seconds: float) -> str:
@@ -94,6 +105,37 @@ def matmul_rate(seconds: float = 0.2) -> float:
         product(a, b).block_until_ready()
         runs += 1
     return 2 * 1024 * 512 * 512 * runs / elapsed
+
+
+def linear_pool(shape: Any, limit: int = LINEAR_FEATURES) -> int:
+    """The side of the blocks a linear baseline averages an input of ``shape`` over (its first
+    two axes, when it has two or more), so that at most ``limit`` numbers are left: 1 when they
+    already fit.
+
+    >>> linear_pool([8, 8]), linear_pool([32, 32, 3]), linear_pool([224, 224, 3]), linear_pool([40])
+    (1, 1, 7, 1)
+    """
+    shape = [int(d) for d in shape]
+    if len(shape) < 2:
+        return 1
+    rest = math.prod(shape[2:])
+    pool = 1
+    while (shape[0] // pool) * (shape[1] // pool) * rest > limit and pool < min(shape[:2]):
+        pool += 1
+    return pool
+
+
+def baseline_rows(rows: int, width: int, outputs: int) -> int:
+    """The train rows a baseline is fitted on: all ``rows``, or as many as
+    :data:`BASELINE_WORK` allows at ``width`` features (non-zeros, for a bag of n-grams) and
+    ``outputs`` outputs, at least :data:`BASELINE_MIN_ROWS`. Fitted on every row, the linear
+    model is also a candidate for the run's model.
+
+    >>> baseline_rows(1437, 64, 10), baseline_rows(50_000, 3072, 10)
+    (1437, 2184)
+    """
+    most = max(BASELINE_MIN_ROWS, BASELINE_WORK // max(width * max(outputs, 1), 1))
+    return min(rows, most)
 
 
 def choose_batch(rows: int) -> int:

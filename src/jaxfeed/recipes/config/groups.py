@@ -224,12 +224,14 @@ class ModelOptions:
 
     model: str | dict[str, Any] | None = option(  # noqa: RUF009 (option() returns a field)
         None,
-        "cnn, mlp, audio_cnn, transformer, transformer_lm, hf:ORG/NAME or a checkpoint folder "
+        "cnn, mlp, audio_cnn, transformer, transformer_lm, linear, ngram, hf:ORG/NAME or a "
+        "checkpoint folder "
         "(a Hub model, fine-tuned: an encoder on labelled data, a causal LM with --task lm), "
         "FILE.py:ClassName or "
         "package.module.ClassName (your own flax.nnx.Module), or {class_path: ..., init_args: "
         "{...}} with constructor arguments (also --model.init_args.NAME VALUE) (default: cnn for "
-        "images, mlp for tables, audio_cnn for audio, transformer for text)",
+        "images, mlp for tables, audio_cnn for audio, transformer for text, each compared on "
+        "validation with a linear model, ngram for text, which is kept when it does as well)",
         metavar="NAME|SPEC",
     )
     api: Literal["nnx", "linen"] = option("nnx", "Flax API of the built-in CNN (default: nnx)")

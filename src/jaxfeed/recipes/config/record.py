@@ -37,6 +37,7 @@ RESOLVED_KEYS = (
     "task", "labels", "preprocess", "best_metric", "best_mode", "data_kind", "eval_split",
     "test_split", "class_weights", "lr_logged", "processes", "devices", "model_code",
     "data_fingerprint", "pretrained", "pretrained_eval", "budget", "early_stopping", "lr_finder",
+    "baselines", "choice",
 )  # fmt: skip
 
 

@@ -32,7 +32,9 @@ first: the options checked before any data is read):
 * ``prepare(prep, ds)`` (a split as the loader reads it), ``loader_options(prep, train)``
   (buckets, packing, audio's row transform), ``write_files(prep, out)`` (``tokenizer.json``);
 * ``trainer_options(config, prep, class_weights)`` (loss, metrics, targets, the on-device
-  conversion), ``model_inputs(prep, model)`` (the Trainer's ``inputs=``);
+  conversion), ``model_inputs(prep, model)`` (the Trainer's ``inputs=``), ``baseline(prep)``
+  (the linear model fitted beside the run's and compared with it: ``linear`` on the inputs,
+  ``ngram`` on a text's tokens; none for a language model);
 * ``export(trainer, folder, prep, labels, extra)`` (``model/``), ``next_step(quoted_out)``
   (the summary's last line).
 

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from jaxfeed.recipes.config import ConfigError, RunConfig
+from jaxfeed.recipes.config.budget import linear_pool
 from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, TARGETS, Preprocessing
 from jaxfeed.serve.export import FUNCTION
@@ -22,6 +24,16 @@ from jaxfeed.serve.spec import SpecError
 
 if TYPE_CHECKING:
     from jaxfeed.recipes.run_data import RunData
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The cheap model a kind compares the run's with (:mod:`jaxfeed.recipes.train.candidates`):
+    a built-in (``model``, ``init_args``), fitted in seconds on ``reads`` (said in a line)."""
+
+    model: str
+    init_args: dict[str, Any]
+    reads: str
 
 
 class Kind:
@@ -89,6 +101,19 @@ class Kind:
                     image_mode: str | None = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         """The inputs' preprocessing, from the train split's ``inputs`` columns."""
         raise ConfigError(f"cannot learn from the input column {inputs[0]!r}: it is {self.name}")
+
+    def baseline(self, prep: Preprocessing) -> Baseline | None:
+        """The linear model the run's is compared with: the built-in ``linear`` on the inputs,
+        averaged over blocks of their first two axes down to the budget's
+        :data:`~jaxfeed.recipes.config.budget.LINEAR_FEATURES` numbers (None: no baseline).
+
+        >>> Kind("array").baseline(Preprocessing("array", ["x"], "y", [128, 128]))
+        Baseline(model='linear', init_args={'pool': 2}, reads='inputs (128, 128) averaged over 2x2 blocks')
+        """
+        pool = linear_pool(prep.input_shape)
+        shape = tuple(prep.input_shape)
+        blocks = f" averaged over {pool}x{pool} blocks" if pool > 1 else ""
+        return Baseline("linear", {"pool": pool} if pool > 1 else {}, f"inputs {shape}{blocks}")
 
     def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
         """The largest batch size the budget may choose for these inputs, and why (None: any)."""

@@ -4,9 +4,9 @@ input kinds it accepts and its constructor. ``recipes/config`` reads the names f
 is imported: the constructors import the models when they run).
 
 >>> sorted(BUILTINS)
-['audio_cnn', 'cnn', 'mlp', 'transformer', 'transformer_lm']
->>> BUILTINS["cnn"].class_name, BUILTINS["transformer"].kinds
-('CNN', ('text', 'lm'))
+['audio_cnn', 'cnn', 'linear', 'mlp', 'ngram', 'transformer', 'transformer_lm']
+>>> BUILTINS["cnn"].class_name, BUILTINS["transformer"].kinds, BUILTINS["ngram"].kinds
+('CNN', ('text', 'lm'), ('text',))
 """
 
 from __future__ import annotations
@@ -103,6 +103,37 @@ def _mlp(
     return construct(cls, builtin.name, init_args, outputs, input_shape=shape, rngs=rngs)
 
 
+def _linear(
+    builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any
+) -> Any:
+    """``linear``: one linear layer on the inputs (images averaged over ``pool`` x ``pool``
+    blocks first): logistic regression, or a linear regressor."""
+    _no_tokens(builtin, kind)
+    shape = tuple(prep.input_shape)
+    cls = builtin.model_class()
+    try:
+        return construct(cls, builtin.name, init_args, outputs, input_shape=shape, rngs=rngs)
+    except ValueError as err:
+        raise ConfigError(f"--model linear: {err}") from None
+
+
+def _ngram(
+    builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any], rngs: Any
+) -> Any:
+    """``ngram``: a bag of the text's token n-grams, hashed, under one linear layer."""
+    vocab_size = getattr(prep, "vocab_size", None)
+    if kind.name not in builtin.kinds or not vocab_size:
+        raise ConfigError(
+            f"--model ngram needs a text column classified or regressed (token ids); the data is "
+            f"{prep.kind}: use --model linear"
+        )
+    cls = builtin.model_class()
+    try:
+        return construct(cls, builtin.name, init_args, vocab_size, outputs, rngs=rngs)
+    except ValueError as err:
+        raise ConfigError(f"--model ngram: {err}") from None
+
+
 def _transformer(builtin: Builtin, kind: Any, prep: Any, outputs: int, init_args: dict[str, Any],
                  rngs: Any) -> Any:  # fmt: skip
     """``transformer`` (the classifier of a text column; on ``--task lm`` the language model) or
@@ -129,6 +160,8 @@ _TABLE = (
     Builtin("audio_cnn", "AudioCNN", ("image", "array", "audio"), _audio_cnn, batchnorm=True),
     Builtin("transformer", "TransformerClassifier", TOKEN_KINDS, _transformer),
     Builtin("transformer_lm", "TransformerLM", TOKEN_KINDS, _transformer),
+    Builtin("linear", "LinearModel", ("image", "array", "table", "audio"), _linear),
+    Builtin("ngram", "NGramModel", ("text",), _ngram),
 )
 BUILTINS: dict[str, Builtin] = {b.name: b for b in _TABLE}
 LINEN = {"cnn": "LinenCNN"}  # --api linen: the built-ins it has, and their Linen classes

@@ -19,7 +19,7 @@ from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Image
 from jaxfeed.recipes.config import ConfigError, RunConfig, parse_colour
 from jaxfeed.recipes.config.budget import STEP_FLOOR
-from jaxfeed.recipes.kinds.base import Kind
+from jaxfeed.recipes.kinds.base import Baseline, Kind
 from jaxfeed.recipes.kinds.builtins import with_init_args
 from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import INPUTS, Preprocessing
@@ -118,6 +118,23 @@ class ImageKind(Kind):
 
     def augments(self, prep: Preprocessing) -> bool:
         return True
+
+    def baseline(self, prep: Preprocessing) -> Baseline | None:
+        """The built-in ``linear`` on the pixels as the run reads them (composited, resized),
+        averaged over blocks when there are more than the budget takes.
+
+        >>> ImageKind().baseline(Preprocessing("image", ["i"], "y", [128, 96, 3], image_mode="RGB")).reads
+        'pixels: 128x96 RGB averaged over 3x3 blocks (42x32)'
+        """
+        found = super().baseline(prep)
+        assert found is not None
+        h, w = prep.hw
+        mode = prep.serving([]).image_mode
+        pool = int(found.init_args.get("pool", 1))
+        blocks = (
+            f" averaged over {pool}x{pool} blocks ({h // pool}x{w // pool})" if pool > 1 else ""
+        )
+        return dataclasses.replace(found, reads=f"pixels: {h}x{w} {mode}{blocks}")
 
     def resolved_options(self, config: RunConfig, prep: Preprocessing,
                          run_data: Any) -> RunConfig:  # fmt: skip

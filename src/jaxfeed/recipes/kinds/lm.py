@@ -53,6 +53,10 @@ class LMKind(TextKind):
         super().__init__("lm")
 
     # ------------------------------------------------------------------ planning
+    def baseline(self, prep: Preprocessing) -> Any:
+        """None: a language model has no linear baseline (its perplexity is its figure)."""
+        return None
+
     def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
         """Packed windows: the budget's batch size as for any rows."""
         return None

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.kinds.base import Kind
+from jaxfeed.recipes.kinds.base import Baseline, Kind
 from jaxfeed.recipes.spec import Preprocessing
 from jaxfeed.serve.spec import category_key
 
@@ -68,6 +68,20 @@ class TableKind(Kind):
                     image_size: Any, options: Any = None,
                     image_mode: Any = None) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         return plan_table(train, inputs, label, task, options or TableOptions())
+
+    def baseline(self, prep: Preprocessing) -> Baseline | None:
+        """The built-in ``linear`` on the encoded row: numbers standardised, categories one-hot.
+
+        >>> TableKind().baseline(Preprocessing("table", ["a", "b"], "y", [5], categories={"b": ["u", "v", "w"]})).reads
+        'the 5 encoded inputs (1 number standardised, 1 category one-hot)'
+        """
+        categories = len(prep.categories or {})
+        numbers = len(prep.input_columns) - categories
+        parts = [f"{numbers} number{'s' if numbers != 1 else ''} standardised"] if numbers else []
+        if categories:
+            parts.append(f"{categories} categor{'ies' if categories != 1 else 'y'} one-hot")
+        shown = f"the {prep.input_shape[0]} encoded inputs ({', '.join(parts)})"
+        return Baseline("linear", {}, shown)
 
     def raw_batch(self, prep: Preprocessing, batch: dict[str, Any]) -> Any:
         return {c: batch[c] for c in prep.input_columns}

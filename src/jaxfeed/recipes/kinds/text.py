@@ -23,7 +23,8 @@ import numpy as np
 from jaxfeed.data.dataset import Dataset
 from jaxfeed.loading.padding import Padding, choose_lengths
 from jaxfeed.recipes.config import ConfigError, RunConfig
-from jaxfeed.recipes.kinds.base import Kind, select_columns, target_line
+from jaxfeed.recipes.config.budget import NGRAM_BUCKETS, NGRAM_N
+from jaxfeed.recipes.kinds.base import Baseline, Kind, select_columns, target_line
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
@@ -212,6 +213,15 @@ class TextKind(Kind):
 
     def reopen(self, prep: Preprocessing, run_data: Any, out: Path) -> None:
         attach_tokenizer(prep, out)
+
+    def baseline(self, prep: Preprocessing) -> Baseline | None:
+        """The built-in ``ngram``: a bag of the run's token 1- and 2-grams, hashed.
+
+        >>> TextKind().baseline(Preprocessing("text", ["t"], "y", [24], text={})).model
+        'ngram'
+        """
+        shown = f"a bag of token 1- to {NGRAM_N}-grams (the run's tokenizer), hashed"
+        return Baseline("ngram", {"n": NGRAM_N, "buckets": NGRAM_BUCKETS}, shown)
 
     def max_batch(self, prep: Preprocessing) -> tuple[int, str] | None:
         """A classifier's batch size by default: at most :data:`BATCH_TOKENS` tokens of its

@@ -1,5 +1,7 @@
-"""Stage 5 of a run: finish. The chosen checkpoint restored and exported to ``model/``, the test
-split read once on it, and the summary (:mod:`jaxfeed.recipes.train`'s example runs every
+"""Stage 5 of a run: finish. The run's model chosen (its own, or the linear baseline when that
+does as well on validation: :mod:`~jaxfeed.recipes.train.candidates`), the chosen checkpoint
+restored and exported to ``model/``, the test split read once on it (and on the baselines), and
+the summary (:mod:`jaxfeed.recipes.train`'s example runs every
 stage, this one included)."""
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.run import open_checkpoints, umask_mode
 from jaxfeed.recipes.sources.base import ModelSource
+from jaxfeed.recipes.train import candidates
 from jaxfeed.recipes.train.record import Run, TrainResult
 from jaxfeed.recipes.train.summary import size_text, summary
 from jaxfeed.train.checkpoint import CheckpointError
 
 
 def finish(run: Run, trainer: Any, history: Any, seconds: float) -> TrainResult:
-    """Export the chosen checkpoint, evaluate the test split on it, say the summary."""
+    """Choose the run's model (its own or the linear baseline, on validation), export its
+    chosen checkpoint, evaluate the test split on it (and the baselines), say the summary."""
+    trainer = candidates.choose(run, trainer)
     memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
     best = export_best(run, trainer)
     test = None
+    candidates.test_baselines(run)
     if best is not None and run.loaders[2] is not None:
         test = _test_once(trainer, run.loaders[2], best, run.out, run.primary)
     if best is not None:

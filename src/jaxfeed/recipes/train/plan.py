@@ -2,8 +2,8 @@
 (:mod:`jaxfeed.recipes.kinds`: the one place a new run's kind is), its preprocessing planned by the
 kind with what the model source hands it (or a resumed run's reopened), the options resolved, the
 loaders made over the run's mesh, the model source's defaults (at one moment: the steps of an
-epoch known), the budget (batch size, epochs, patience) and the class weights: everything
-``config.json`` records.
+epoch known), the budget (batch size, epochs, patience), the class weights and the baselines
+(:mod:`~jaxfeed.recipes.train.candidates`): everything ``config.json`` records.
 
 >>> import tempfile
 >>> from jaxfeed.recipes.config import RunConfig
@@ -35,6 +35,7 @@ from jaxfeed.recipes.kinds.table import CellError, check_cells
 from jaxfeed.recipes.run import preprocessing_of
 from jaxfeed.recipes.run_data import load_run_data
 from jaxfeed.recipes.sources.base import DEFAULTED, given_options
+from jaxfeed.recipes.train import candidates
 from jaxfeed.recipes.train.loaders import data_devices, make_loaders, mesh_of
 from jaxfeed.recipes.train.record import CARRIED_KEYS, Run
 from jaxfeed.recipes.train.trainer import resolve_class_weights
@@ -43,13 +44,15 @@ from jaxfeed.train.monitor import monitor_mode
 
 def plan(run: Run) -> None:
     """Fill in ``run``'s data, kind, preprocessing, resolved options and values, mesh and
-    loaders (each said in a line as it is decided)."""
+    loaders, and its baselines (each said in a line as it is decided)."""
+    run.model_given = run.config.model is not None or run.config.api != "nnx"
     kind = _load(run)
     _preprocess(run, kind)
     _resolve(run)
     _loaders(run)
     _source(run)
     _class_weights(run)
+    candidates.fit_baselines(run)
 
 
 def _load(run: Run) -> Kind:

@@ -34,9 +34,10 @@ HEAD_KEYS = (
 )  # fmt: skip
 LATER_KEYS = (
     "budget", "pretrained", "class_weights", "lr_logged", "lr_finder", "pretrained_eval",
-    "model_code", "early_stopping",
+    "model_code", "early_stopping", "baselines", "choice",
 )  # fmt: skip
-CARRIED_KEYS = ("model_code", "budget", "early_stopping")  # a resumed run's, as it recorded them
+# a resumed run's, as it recorded them
+CARRIED_KEYS = ("model_code", "budget", "early_stopping", "baselines", "choice")
 ALWAYS = ("class_weights", "lr_logged")  # recorded when None too
 
 
@@ -90,7 +91,11 @@ class Run:
     pretrained_eval: dict[str, Any] | None = None
     model_code: dict[str, Any] | None = None
     early_stopping: dict[str, Any] | None = None
+    baselines: dict[str, Any] | None = None  # the majority class's and the linear model's figures
+    choice: dict[str, Any] | None = None  # the run's model against the linear one (candidates)
     carried: tuple[str, ...] = ()  # the CARRIED_KEYS a resumed run's record holds
+    model_given: bool = False  # --model (or --api linen) named the model: it is not compared
+    candidate: Any = None  # the linear model as fitted (recipes.train.candidates.Candidate)
 
     @property
     def data(self) -> RunData:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxfeed.recipes.config import ConfigError, RunConfig, RunRecord
-from jaxfeed.recipes.run import open_checkpoints
+from jaxfeed.recipes.run import open_checkpoints, settle_choice
 from jaxfeed.train.checkpoint import CheckpointError
 
 
@@ -35,6 +35,7 @@ def restore(
     Steps after ``--resume-step`` are set aside (``RUN/set-aside/``), since this run replaces
     them. No checkpoint yet: the run starts from the beginning."""
     folder = out / "checkpoints"
+    settle_choice(out, record)  # a choice of model cut short: completed
     if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
         if config.resume_step is not None:
             raise ConfigError(f"--resume-step {config.resume_step}: {out} has no checkpoints yet")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxfeed.recipes.train import candidates
 from jaxfeed.recipes.train.record import Run
 
 
@@ -26,10 +27,14 @@ def summary(
     is added to ``best`` and ``test``, in the label's units)."""
     say, splits, out = run.say, run.splits, run.out
     columns = _columns(run, history, best, test, seconds)
-    widths = [max(len(h), len(v)) + 2 for h, v in columns]
+    rows = [[v for _, v in columns], *_baseline_rows(run, [h for h, _ in columns])]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) + 2 for i, (h, _) in enumerate(columns)]
     say("\n" + "".join(f"{h:<{w}}" for (h, _), w in zip(columns, widths, strict=True)).rstrip())
-    say("".join(f"{v:<{w}}" for (_, v), w in zip(columns, widths, strict=True)).rstrip())
-    if run.best_metric:
+    for row in rows:
+        say("".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=True)).rstrip())
+    if chosen := candidates.chosen_linear(run):
+        what = f"(the {chosen} model, chosen on the {splits.eval_name} split"
+    elif run.best_metric:
         metric, mode = run.best_metric, run.best_mode
         what = (
             f"(best: the checkpoint of {'lowest' if mode == 'min' else 'highest'} {metric} on the "
@@ -110,6 +115,8 @@ def _columns(
         shown_epoch = f"{best['epoch_in_progress']} (part)"
     columns = [("best epoch" if run.best_metric else "last epoch", shown_epoch)]
     columns.append(("step", f"{best['step']}"))
+    if chosen := candidates.chosen_linear(run):  # no epoch of its own: fitted beside the model
+        columns = [("model", chosen)]
     if splits.eval is not None:
         loss = "loss (standardised)" if task == "regression" else "loss"
         columns.append((f"{splits.eval_name} {loss}", f"{best['eval_loss']:.4f}"))
@@ -129,6 +136,25 @@ def _columns(
     if run.class_weights is not None:  # the loss as trained and selected on: say so
         columns = [(f"{h} (class-weighted)" if h.endswith(" loss") else h, v) for h, v in columns]
     return columns + [("time", f"{seconds:.1f}")] + ([("rows/s", f"{rows:,.0f}")] if epochs else [])
+
+
+def _baseline_rows(run: Run, headings: list[str]) -> list[list[str]]:
+    """The baselines' rows of the summary table: each figure under its column's heading
+    (validation and test loss and accuracy, or RMSE), the label in the first column."""
+    splits, task = run.splits, run.task
+    shown = {"classification": "accuracy", "lm": "perplexity"}.get(task, "RMSE")
+    names = {splits.eval_name: "eval", splits.test_name: "test"}
+    rows = []
+    for label, found in candidates.summary_rows(run):
+        row = [label]
+        for heading in headings[1:]:
+            split, _, what = heading.removesuffix(" (class-weighted)").partition(" ")
+            key = f"{names.get(split)}_{'loss' if what.startswith('loss') else what.lower()}"
+            loss = what.startswith("loss")
+            value = found.get(key) if loss or what == shown else None
+            row.append("" if value is None else f"{value:.4f}" if loss else _figure(value, task))
+        rows.append(row)
+    return rows
 
 
 def _figure(value: float, task: str) -> str:

@@ -111,11 +111,12 @@ class ReleaseFreedMemory(Callback):
 
 
 def build_trainer(run: TrainerInputs, config: RunConfig | None = None, out: Path | None = None,
-                  verbose: int = 0) -> Trainer:  # fmt: skip
+                  verbose: int = 0, model: Any = None) -> Trainer:  # fmt: skip
     """The trainer of ``run``: model, optimizer, loss, metrics and callbacks (``config``: options
     other than the run's, a learning-rate probe's; ``out``: the folder it writes to, None for
-    none); the state laid out on the run's mesh by its ``--sharding`` (evaluation and prediction
-    of a saved run replicate)."""
+    none; ``model``: one already built for ``config``, a fitted linear model); the state laid
+    out on the run's mesh by its ``--sharding`` (evaluation and prediction of a saved run
+    replicate)."""
     config = config or run.config
     epochs = config.epochs if config.epochs is not None else 10  # unresolved: the old default
     total = epochs * run.steps_per_epoch
@@ -141,7 +142,7 @@ def build_trainer(run: TrainerInputs, config: RunConfig | None = None, out: Path
         "mesh": run.mesh,
         "sharding": config.sharding if run.mesh is not None else "replicate",
     }
-    model = build_model(run, config)
+    model = build_model(run, config) if model is None else model
     common["inputs"] = kind.model_inputs(prep, model)
     sharding = common["sharding"]
     try:
