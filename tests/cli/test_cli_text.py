@@ -265,8 +265,8 @@ def test_regression_on_text(tmp_path, capsys):
 
 def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path):
     from jaxfeed import Dataset
+    from jaxfeed.recipes.columns import choose_columns
     from jaxfeed.recipes.config import RunConfig
-    from jaxfeed.recipes.data import choose_columns
     from jaxfeed.recipes.kinds.registry import kind_for
     from jaxfeed.recipes.run_data import load_run_data
 

@@ -14,6 +14,7 @@ import pytest
 
 from jaxfeed import ClassLabel, Dataset, DatasetDict, Features
 from jaxfeed.recipes import data as datamod
+from jaxfeed.recipes.columns import choose_columns
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -132,7 +133,7 @@ def test_val_split_is_stratified_and_split_expressions_work():
 
 def test_columns_and_tasks_of_a_table(tmp_path):
     ds = datamod.detect(str(_csv(tmp_path / "t.csv"))).data["train"]
-    columns = datamod.choose_columns(ds, None, "price")
+    columns = choose_columns(ds, None, "price")
     # every scalar column is a candidate; the plan keeps categories and leaves identifiers out
     assert columns.inputs == ["a", "b", "name", "kind"] and columns.kind == "table"
     assert datamod.infer_task(ds, "price", None) == "regression"
@@ -143,7 +144,7 @@ def test_columns_and_tasks_of_a_table(tmp_path):
     with pytest.raises(ConfigError, match="non-integer floats"):
         datamod.infer_task(ds, "a", "classification")
     with pytest.raises(ConfigError, match="--label-column 'nope' is not a column"):
-        datamod.choose_columns(ds, None, "nope")
+        choose_columns(ds, None, "nope")
 
 
 def test_string_labels_become_classes_with_names(tmp_path):

@@ -1,11 +1,11 @@
-"""Data for a run: what ``--data PATH`` is, its splits, its columns and its task.
+"""Data for a run: what ``--data PATH`` is, its splits, its labels and its task.
 
 :func:`detect` names the kind of source (image or audio folder, a data file, a ``save_to_disk``
 folder, a Hub-layout folder, a built-in name, a cached Hub id) and loads it; :func:`choose_splits`
 picks the train and eval splits (split expressions such as ``train[:80%]`` work, and a stratified
-validation split is carved when the data has none); :func:`choose_columns` and :func:`infer_task`
-decide what is learned from what; :func:`encode_labels` turns string or integer class values into
-class ids with names.
+validation split is carved when the data has none); :func:`infer_task` decides what is learned
+(the columns: :mod:`jaxfeed.recipes.columns`); :func:`encode_labels` turns string or integer
+class values into class ids with names.
 
 >>> source = detect("digits")
 >>> source.kind, sorted(source.data)
@@ -15,7 +15,7 @@ class ids with names.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jaxfeed.data.dataset import Dataset, DatasetDict
-from jaxfeed.data.features import Audio, ClassLabel, Features, Image, Value
-from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.features import ClassLabel, Features, Value
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load import load_dataset
 from jaxfeed.data.load.builtin import BUILTIN
@@ -34,11 +33,9 @@ from jaxfeed.data.load.load import pick_split  # the split-expression grammar of
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
 from jaxfeed.recipes.text.corpus_reader import read_corpus
-from jaxfeed.recipes.text.text_columns import text_column_of
 
 EVAL_SPLITS = ("test", "validation")
 DEFAULT_VAL_SPLIT = 0.1
-LABEL_NAMES = ("label", "labels", "target", "class", "y")
 MAX_CLASSES_OF_INTS = 20  # integer labels with at most this many values are classes
 
 
@@ -464,149 +461,6 @@ def block_split(train: Dataset, n_val: int, seed: int) -> tuple[dict[str, Datase
         parts,
         f"in {chosen} block{'s' if chosen != 1 else ''} of consecutive rows, the order kept",
     )
-
-
-# ---------------------------------------------------------------------------------- columns
-@dataclass
-class Columns:
-    inputs: list[str]
-    label: str
-    kind: str  # "image", "array", "audio" or "table"
-    given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
-    excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
-
-
-def _numeric(feature: Any) -> bool:
-    return isinstance(feature, Value) and (
-        feature.dtype.startswith(("int", "uint", "float")) or feature.dtype == "bool"
-    )
-
-
-def _scalar(feature: Any) -> bool:
-    """A table cell jaxfeed learns from: a number, a bool or a string (a category)."""
-    return _numeric(feature) or (
-        isinstance(feature, Value) and feature.dtype in ("string", "large_string")
-    )
-
-
-def choose_columns(
-    ds: Dataset,
-    inputs: list[str] | None,
-    label: str | None,
-    text_column: str | None = None,
-    task: str | None = None,
-) -> Columns:
-    """The input columns and the label column, given or found.
-
-    Without ``inputs``: the first image, audio or array column; else a column of free text
-    (``text_column``, or found: :mod:`jaxfeed.recipes.text.text_columns`); else every number, bool or
-    string column of a table but the label (which of them are categories, identifiers or free
-    text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
-    text column alone, no label.
-    """
-    features = ds.features
-    if task == "lm":
-        column = text_column_of(ds, inputs, label, text_column, task)
-        return Columns([column], "", "lm", text_column is not None)
-    for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
-        if name is not None and name not in features:
-            raise ConfigError(
-                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
-            )
-    if label is None:
-        label = _found_label(features)
-    column = text_column_of(ds, inputs, label, text_column, task)
-    if column is not None:
-        others = [c for c in features if c not in (column, label)]
-        excluded = [(c, f"the text column {column!r} is the input") for c in others]
-        return Columns([column], label, "text", text_column is not None, excluded)
-    given = inputs is not None
-    excluded: list[tuple[str, str]] = []
-    if inputs is None:
-        inputs, excluded = _found_inputs(features, label)
-    if label in inputs:
-        raise ConfigError(f"--label-column {label!r} is also an input column")
-    kinds = {c: _kind(features[c]) for c in inputs}
-    if len(inputs) > 1 or kinds[inputs[0]] == "table":
-        bad = [c for c, k in kinds.items() if k != "table"]
-        if bad:
-            raise ConfigError(
-                f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
-                "be table cells (numbers, bools or strings)"
-            )
-        return Columns(list(inputs), label, "table", given, excluded)
-    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
-
-
-def _found_label(features: Any) -> str:
-    """The label column when none is given: the first ClassLabel, else one named as a label."""
-    label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
-    label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
-    if (
-        label is None
-        and features
-        and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
-    ):  # a folder of images (or clips) without class sub-folders
-        raise ConfigError(
-            "the folder's files lie directly in it: a classifier of a folder needs one "
-            "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
-            "with a label column"
-        )
-    if label is None:
-        raise ConfigError(
-            f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
-            f"{_names(features)}; give --label-column"
-        )
-    return label
-
-
-def _found_inputs(features: Any, label: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The input columns when none are given: the first image, audio or array column, else every
-    number, bool or string column but the label; and the columns excluded, with why."""
-    excluded: list[tuple[str, str]] = []
-    media = next(
-        (
-            c
-            for c, f in features.items()
-            if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
-        ),
-        None,
-    )
-    if media is not None:
-        return [media], excluded
-    inputs = []
-    for c, f in features.items():
-        if c == label:
-            continue
-        if _scalar(f):
-            inputs.append(c)
-        else:
-            excluded.append((c, f"{type(f).__name__}, not a number or a category"))
-    if not inputs:
-        raise ConfigError(
-            f"no image, array, numeric or text column to learn {label!r} from among "
-            f"{_names(features)}; give --input-columns"
-        )
-    return inputs, excluded
-
-
-def _names(features: Any, limit: int = 12) -> str:
-    """Column names for a message, shortened past ``limit``."""
-    names = list(features)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return f"[{shown}{f', ... ({len(names)} columns)' if len(names) > limit else ''}]"
-
-
-def _kind(feature: Any) -> str:
-    if isinstance(feature, Image):
-        return "image"
-    if isinstance(feature, Audio):
-        return "audio"
-    if type(feature).__name__ in ARRAY_TYPES:
-        return "array"
-    if _scalar(feature):
-        return "table"
-    return f"unsupported {feature!r}"
 
 
 def infer_task(ds: Dataset, label: str, task: str | None) -> str:

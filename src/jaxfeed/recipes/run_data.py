@@ -2,7 +2,7 @@
 labels) and :func:`load_run_data`, which makes one for a new run's plan or a saved run's
 evaluation (each choosing the kind its rows are checked by).
 
->>> from jaxfeed.recipes.data import Columns
+>>> from jaxfeed.recipes.columns import Columns
 >>> RunData(None, None, Columns(inputs=["x"], label="y", kind="table"), "regression", []).task
 'regression'
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes import data as datamod
+from jaxfeed.recipes.columns import Columns, choose_columns
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.text.corpus import CONCAT
 
@@ -25,7 +26,7 @@ class RunData:
 
     source: datamod.Source
     splits: datamod.Splits
-    columns: datamod.Columns
+    columns: Columns
     task: str
     labels: list[str]
     notes: list[str] = field(default_factory=list)  # what was left out (empty texts)
@@ -39,7 +40,7 @@ def load_run_data(config: RunConfig, labels: list[str] | None,
     corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
     source = datamod.detect(config.data, config.data_dir, corpus)
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
-    columns = datamod.choose_columns(
+    columns = choose_columns(
         train_raw, config.input_columns, config.label_column, config.text_column, config.task
     )
     kind = choose_kind(columns.kind, config.task)

@@ -1,0 +1,163 @@
+"""Which columns a run learns from: :func:`choose_columns` finds (or checks) the input columns
+and the label column and names their kind (image, audio, array, table, text).
+
+>>> from jaxfeed import Dataset
+>>> columns = choose_columns(Dataset.from_dict({"x": [1.0, 2.0], "y": [0, 1]}), None, None)
+>>> columns.inputs, columns.label, columns.kind
+(['x'], 'y', 'table')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxfeed.data.dataset import Dataset
+from jaxfeed.data.features import Audio, ClassLabel, Image, Value
+from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.text.text_columns import text_column_of
+
+LABEL_NAMES = ("label", "labels", "target", "class", "y")
+
+
+@dataclass
+class Columns:
+    inputs: list[str]
+    label: str
+    kind: str  # "image", "array", "audio" or "table"
+    given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
+
+
+def _numeric(feature: Any) -> bool:
+    return isinstance(feature, Value) and (
+        feature.dtype.startswith(("int", "uint", "float")) or feature.dtype == "bool"
+    )
+
+
+def _scalar(feature: Any) -> bool:
+    """A table cell jaxfeed learns from: a number, a bool or a string (a category)."""
+    return _numeric(feature) or (
+        isinstance(feature, Value) and feature.dtype in ("string", "large_string")
+    )
+
+
+def choose_columns(
+    ds: Dataset,
+    inputs: list[str] | None,
+    label: str | None,
+    text_column: str | None = None,
+    task: str | None = None,
+) -> Columns:
+    """The input columns and the label column, given or found.
+
+    Without ``inputs``: the first image, audio or array column; else a column of free text
+    (``text_column``, or found: :mod:`jaxfeed.recipes.text.text_columns`); else every number, bool or
+    string column of a table but the label (which of them are categories, identifiers or free
+    text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
+    text column alone, no label.
+    """
+    features = ds.features
+    if task == "lm":
+        column = text_column_of(ds, inputs, label, text_column, task)
+        return Columns([column], "", "lm", text_column is not None)
+    for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
+        if name is not None and name not in features:
+            raise ConfigError(
+                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
+            )
+    if label is None:
+        label = _found_label(features)
+    column = text_column_of(ds, inputs, label, text_column, task)
+    if column is not None:
+        others = [c for c in features if c not in (column, label)]
+        excluded = [(c, f"the text column {column!r} is the input") for c in others]
+        return Columns([column], label, "text", text_column is not None, excluded)
+    given = inputs is not None
+    excluded: list[tuple[str, str]] = []
+    if inputs is None:
+        inputs, excluded = _found_inputs(features, label)
+    if label in inputs:
+        raise ConfigError(f"--label-column {label!r} is also an input column")
+    kinds = {c: _kind(features[c]) for c in inputs}
+    if len(inputs) > 1 or kinds[inputs[0]] == "table":
+        bad = [c for c, k in kinds.items() if k != "table"]
+        if bad:
+            raise ConfigError(
+                f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
+                "be table cells (numbers, bools or strings)"
+            )
+        return Columns(list(inputs), label, "table", given, excluded)
+    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
+
+
+def _found_label(features: Any) -> str:
+    """The label column when none is given: the first ClassLabel, else one named as a label."""
+    label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
+    label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
+    if (
+        label is None
+        and features
+        and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
+    ):  # a folder of images (or clips) without class sub-folders
+        raise ConfigError(
+            "the folder's files lie directly in it: a classifier of a folder needs one "
+            "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
+            "with a label column"
+        )
+    if label is None:
+        raise ConfigError(
+            f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
+            f"{_names(features)}; give --label-column"
+        )
+    return label
+
+
+def _found_inputs(features: Any, label: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The input columns when none are given: the first image, audio or array column, else every
+    number, bool or string column but the label; and the columns excluded, with why."""
+    excluded: list[tuple[str, str]] = []
+    media = next(
+        (
+            c
+            for c, f in features.items()
+            if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
+        ),
+        None,
+    )
+    if media is not None:
+        return [media], excluded
+    inputs = []
+    for c, f in features.items():
+        if c == label:
+            continue
+        if _scalar(f):
+            inputs.append(c)
+        else:
+            excluded.append((c, f"{type(f).__name__}, not a number or a category"))
+    if not inputs:
+        raise ConfigError(
+            f"no image, array, numeric or text column to learn {label!r} from among "
+            f"{_names(features)}; give --input-columns"
+        )
+    return inputs, excluded
+
+
+def _names(features: Any, limit: int = 12) -> str:
+    """Column names for a message, shortened past ``limit``."""
+    names = list(features)
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return f"[{shown}{f', ... ({len(names)} columns)' if len(names) > limit else ''}]"
+
+
+def _kind(feature: Any) -> str:
+    if isinstance(feature, Image):
+        return "image"
+    if isinstance(feature, Audio):
+        return "audio"
+    if type(feature).__name__ in ARRAY_TYPES:
+        return "array"
+    if _scalar(feature):
+        return "table"
+    return f"unsupported {feature!r}"
