@@ -16,7 +16,7 @@ from jaxfeed.data.dataset import Dataset
 from jaxfeed.data.features import Audio, ClassLabel, Image, Value
 from jaxfeed.data.features.array import ARRAY_TYPES
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.text.text_columns import text_column_of
+from jaxfeed.recipes.text.text_columns import MIN_WORDS, is_string, string_profile, text_column_of
 
 LABEL_NAMES = ("label", "labels", "target", "class", "y")
 
@@ -28,6 +28,7 @@ class Columns:
     kind: str  # "image", "array", "audio" or "table"
     given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
+    notes: list[str] = field(default_factory=list)  # why a column is what it is (for the run)
 
 
 def _numeric(feature: Any) -> bool:
@@ -76,8 +77,10 @@ def choose_columns(
         return Columns([column], label, "text", text_column is not None, excluded)
     given = inputs is not None
     excluded: list[tuple[str, str]] = []
+    notes: list[str] = []
     if inputs is None:
         inputs, excluded = _found_inputs(features, label)
+        notes = _not_text(ds, inputs)
     if label in inputs:
         raise ConfigError(f"--label-column {label!r} is also an input column")
     kinds = {c: _kind(features[c]) for c in inputs}
@@ -88,8 +91,23 @@ def choose_columns(
                 f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
                 "be table cells (numbers, bools or strings)"
             )
-        return Columns(list(inputs), label, "table", given, excluded)
-    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
+        return Columns(list(inputs), label, "table", given, excluded, notes)
+    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded, notes)
+
+
+def _not_text(ds: Dataset, inputs: list[str]) -> list[str]:
+    """A line for each string input of a table that reads like text (a median of
+    :data:`~jaxfeed.recipes.text.text_columns.MIN_WORDS` words or more) but is no free text:
+    why (its values repeat: a category), and the flag that reads it as text."""
+    notes = []
+    for name in inputs:
+        if is_string(ds.features[name]):
+            profile = string_profile(ds, name)
+            if profile.median >= MIN_WORDS:
+                notes.append(
+                    f"columns: {name!r} is {profile.why()} (--text-column {name} reads it as text)"
+                )
+    return notes
 
 
 def _found_label(features: Any) -> str:

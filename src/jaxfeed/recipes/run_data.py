@@ -45,6 +45,7 @@ def load_run_data(config: RunConfig, labels: list[str] | None,
     )
     kind = choose_kind(columns.kind, config.task)
     data, notes = kind.clean(dict(source.data), columns)
+    notes = columns.notes + notes
     task = kind.task or datamod.infer_task(train_raw, columns.label, config.task)
     if task == "classification":
         given = labels is not None

@@ -27,7 +27,7 @@ from jaxfeed.recipes.kinds.base import Kind, select_columns, target_line
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
-from jaxfeed.recipes.text.text_columns import SAMPLE, check_labels, check_text_column, words
+from jaxfeed.recipes.text.text_columns import check_labels, check_text_column, string_profile
 from jaxfeed.recipes.text.tokenizer import (
     EOS_NAMES,
     PAD_NAMES,
@@ -98,7 +98,10 @@ class TextKind(Kind):
         )
         if columns.excluded:
             excluded = ", ".join(c for c, _ in columns.excluded)
-            notes.append(f"excluded: {excluded} (the text column is the input)")
+            notes.append(
+                f"excluded: {excluded} (the text column is the input; to learn from the others "
+                "as a table instead, name them in --input-columns)"
+            )
         return prep, notes
 
     def plan_text(
@@ -149,13 +152,10 @@ class TextKind(Kind):
 
     def column_line(self, train: Dataset, column: str, config: RunConfig) -> str:
         """The plan's first line: the text column, and why."""
-        median, distinct = words(train, column)
+        profile = string_profile(train, column)
         if config.text_column is not None:
-            return f"text: column {column!r} (--text-column), median {median:g} words"
-        return (
-            f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
-            f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
-        )
+            return f"text: column {column!r} (--text-column), median {profile.median:g} words"
+        return f"text: column {column!r} is {profile.why()} (--text-column to choose)"
 
     def plan_lengths(self, text: dict[str, Any], train: Dataset, lengths: np.ndarray,
                      config: RunConfig, notes: list[str], owner: str | None) -> list[int]:  # fmt: skip
