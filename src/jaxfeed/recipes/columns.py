@@ -29,6 +29,7 @@ class Columns:
     given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
     notes: list[str] = field(default_factory=list)  # why a column is what it is (for the run)
+    why: str | None = None  # why the text column is text (found by the rule, or the folder's)
 
 
 def _numeric(feature: Any) -> bool:
@@ -74,7 +75,8 @@ def choose_columns(
     if column is not None:
         others = [c for c in features if c not in (column, label)]
         excluded = [(c, f"the text column {column!r} is the input") for c in others]
-        return Columns([column], label, "text", text_column is not None, excluded)
+        why = None if text_column is not None else string_profile(ds, column).why()
+        return Columns([column], label, "text", text_column is not None, excluded, why=why)
     given = inputs is not None
     excluded: list[tuple[str, str]] = []
     notes: list[str] = []

@@ -15,7 +15,7 @@ class values into class ids with names.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,10 @@ from jaxfeed.data.features import ClassLabel, Features, Value
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load import load_dataset
 from jaxfeed.data.load.builtin import BUILTIN
-from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.data.load.folder import load_text_folder
 from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.folders import folder_kind
 from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
 from jaxfeed.recipes.text.corpus_reader import read_corpus
 
@@ -46,6 +47,14 @@ class Source:
     path: str
     kind: str
     data: DatasetDict
+    notes: list[str] = field(default_factory=list)  # the files of a folder it does not read
+    unread_classes: str | None = None  # a folder's class sub-folders with no file it reads
+    text_column: str | None = None  # the text column of a folder of texts by class
+
+    @property
+    def text_why(self) -> str | None:
+        """Why :attr:`text_column` is text, for the run's line."""
+        return "one text per file, labelled by its sub-folder" if self.text_column else None
 
 
 PATH_HINTS = (".csv", ".tsv", ".parquet", ".json", ".jsonl", ".arrow", ".txt", ".zip", ".gz")
@@ -156,6 +165,7 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
     """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
     ``corpus`` says: see :func:`jaxfeed.recipes.text.corpus_reader.read_corpus`)."""
     local = Path(path).expanduser()
+    notes, unread = [], None
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
@@ -171,13 +181,21 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
             )
         kind, loader = f"{_FORMAT_NAMES[fmt]} file", str(local)
     elif local.is_dir():
-        kind, loader = _folder_kind(local)
+        folder = folder_kind(local)
+        kind, loader, notes, unread = (
+            folder.kind,
+            folder.loader,
+            folder.notes,
+            folder.unread_classes,
+        )
     else:
         kind, loader = "cached Hub dataset", path
     try:
         with warnings.catch_warnings():  # the run's preprocessing says which mode it decodes in
             warnings.filterwarnings("ignore", message=r"imagefolder .* mix modes")
-            if loader in ("imagefolder", "audiofolder"):
+            if loader == "textfolder":
+                data = DatasetDict(load_text_folder(local))
+            elif loader in ("imagefolder", "audiofolder"):
                 data = load_dataset(loader, data_dir=str(local))
             else:
                 data = load_dataset(loader, data_dir=data_dir)
@@ -192,36 +210,11 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
         raise ConfigError(f"--data {path}: {err}") from err
     if not isinstance(data, DatasetDict):
         data = DatasetDict({"train": data})
-    return Source(path, kind, data)
+    text = "text" if loader == "textfolder" else None
+    return Source(path, kind, data, notes, unread, text)
 
 
 _FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "json": "JSON Lines", "arrow": "Arrow"}
-
-
-def _folder_kind(folder: Path) -> tuple[str, str]:
-    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
-        return "save_to_disk folder", str(folder)
-    images = audio = data_files = 0
-    for p in folder.rglob("*"):
-        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(folder).parts):
-            continue
-        suffix = p.suffix.lower()
-        if suffix in IMAGE_EXTENSIONS:
-            images += 1
-        elif suffix in AUDIO_EXTENSIONS:
-            audio += 1
-        elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):
-            data_files += 1
-    if data_files:
-        return "Hub-layout folder of data files", str(folder)
-    if images:
-        return "image folder", "imagefolder"
-    if audio:
-        return "audio folder", "audiofolder"
-    raise ConfigError(
-        f"--data {folder}: found no images ({', '.join(sorted(IMAGE_EXTENSIONS))}), audio, or "
-        "Parquet/CSV/JSON/Arrow files in it"
-    )
 
 
 def describe(source: Source) -> str:

@@ -40,21 +40,25 @@ def load_run_data(config: RunConfig, labels: list[str] | None,
     corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
     source = datamod.detect(config.data, config.data_dir, corpus)
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
+    text_column = config.text_column or source.text_column  # a folder of texts: its column
     columns = choose_columns(
-        train_raw, config.input_columns, config.label_column, config.text_column, config.task
+        train_raw, config.input_columns, config.label_column, text_column, config.task
     )
+    if text_column != config.text_column and columns.kind in ("text", "lm"):
+        columns.why = source.text_why
     kind = choose_kind(columns.kind, config.task)
     data, notes = kind.clean(dict(source.data), columns)
-    notes = columns.notes + notes
+    notes = source.notes + columns.notes + notes
     task = kind.task or datamod.infer_task(train_raw, columns.label, config.task)
     if task == "classification":
         given = labels is not None
         data, labels = datamod.encode_labels(data, columns.label, labels, vocabulary=train_raw)
         if not given and len(labels) < 2:
             found = f"one class ({labels[0]!r})" if labels else "no class"
+            unread = f"; {source.unread_classes}" if source.unread_classes else ""
             raise ConfigError(
-                f"--data {config.data}: the label column {columns.label!r} has {found}; a "
-                "classifier needs two or more (an image folder: one subfolder per class)"
+                f"--data {config.data}: the label column {columns.label!r} has {found}{unread}; a "
+                "classifier needs two or more (a folder: one sub-folder per class)"
             )
     else:
         labels = []
