@@ -3,13 +3,20 @@ table whose name column repeats is a table, not text; engine-prepared Parquet (i
 token ids, embeddings) trains; files a folder holds but the run does not read are counted and
 named; a folder of class sub-folders of ``.txt`` files is text classification."""
 
+import io
 import json
 import random
 import wave
 
+import numpy as np
 import PIL.Image
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
-from cli_helpers import jaxfeed
+from cli_helpers import jaxfeed, run_main
+from jaxfeed import load_exported
+from jaxfeed.serving import SpecError
 
 SMALL = ["--model", "transformer", "--model.init_args.dim", "32", "--model.init_args.depth", "1",
          "--model.init_args.num_heads", "2"]  # fmt: skip
@@ -132,3 +139,79 @@ def test_class_folders_of_txt_files_train_a_text_classifier(tmp_path):
     )
     assert "label 'label' (2 classes)" in done.stdout
     assert preprocess(out)["kind"] == "text"
+
+
+# ---------------------------------------------------------------------------------- 64.3, D24
+def png_bytes(shade: int) -> bytes:
+    out = io.BytesIO()
+    PIL.Image.new("RGB", (8, 8), (shade, 0, 255 - shade)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_a_parquet_of_image_bytes_trains_on_images(tmp_path):
+    """64.3: Ray's Parquet of PNG bytes and a label was refused ('no image, array, numeric or
+    text column')."""
+    data = tmp_path / "images.parquet"
+    labels = [i % 2 for i in range(16)]
+    images = pa.array([png_bytes(200 * y + i) for i, y in enumerate(labels)], pa.binary())
+    pq.write_table(pa.table({"image": images, "label": labels}), data)
+    out = tmp_path / "run"
+    done = jaxfeed("train", "--data", str(data), "--epochs", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "columns: 'image' holds image files (PNG) as bytes: read as images" in done.stdout
+    assert "images: 8x8, mode RGB" in done.stdout
+    assert preprocess(out)["kind"] == "image"
+
+
+def test_lists_of_integers_train_as_token_ids(tmp_path):
+    """64.3: Spark's pre-tokenized ``input_ids`` (List(int32)) was refused, found or given
+    ('it is unsupported List(Value('int32'))')."""
+    rng = np.random.default_rng(0)
+    labels = [i % 2 for i in range(48)]
+    ids = [(rng.integers(1, 20, rng.integers(3, 9)) + 20 * y).tolist() for y in labels]
+    data = tmp_path / "tokens.parquet"
+    pq.write_table(
+        pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "stars": labels}), data
+    )
+    out = tmp_path / "run"
+    done = jaxfeed("train", "--data", str(data), "--label-column", "stars", "--input-columns",
+                   "input_ids", "--epochs", "1", "--out", str(out), *SMALL)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = lines_of(done.stdout, "tokens: ")
+    assert "column 'input_ids' holds token ids (lists of integers), read as they are" in line
+    assert "a vocabulary of 40 (the data's ids)" in line, line
+    assert "inputs: token ids (up to 8), label 'stars' (2 classes)" in done.stdout
+    assert not (out / "tokenizer.json").exists()
+    saved = preprocess(out)
+    assert saved["kind"] == "tokens" and saved["text"]["vocab_size"] == 40
+    served = load_exported(out / "model")  # ids in, as the run read them
+    predicted, _ = served.predict({"input_ids": [[21, 22, 23], [1, 2]]})
+    assert len(predicted) == 2 and set(predicted) <= {"0", "1"}
+    with pytest.raises(SpecError, match="row 0 of token ids holds 40; the model's ids are 0 to 39"):
+        served.predict([[1, 40]])
+
+
+def test_lists_of_floats_train_as_arrays(tmp_path, capsys):
+    """63's D24: a Parquet list<double> column (embeddings) was refused as 'unsupported' with no
+    way forward; a row of another length is named."""
+    rng = np.random.default_rng(0)
+    labels = [i % 2 for i in range(40)]
+    vectors = [(rng.normal(size=4) + 2 * y).tolist() for y in labels]
+    data = tmp_path / "embeddings.parquet"
+    pq.write_table(pa.table({"embedding": pa.array(vectors, pa.list_(pa.float64())),
+                             "label": labels}), data)  # fmt: skip
+    out = tmp_path / "run"
+    done = jaxfeed("train", "--data", str(data), "--epochs", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "inputs: 'embedding' arrays (4,) float64" in done.stdout
+    assert "model mlp (nnx)" in done.stdout  # vectors: no image for the cnn
+    assert preprocess(out)["kind"] == "array"
+    status, shown, err = run_main(capsys, "predict", str(out), str(data), "--json")
+    assert status == 0, err
+    assert len(json.loads(shown)) == 40
+    vectors[7] = vectors[7][:3]
+    odd = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"embedding": pa.array(vectors, pa.list_(pa.float64())),
+                             "label": labels}), odd)  # fmt: skip
+    status, _, err = run_main(capsys, "train", "--data", str(odd), "--out", str(tmp_path / "o"))
+    assert status == 2 and "split 'train', row 7: column 'embedding' holds 3 numbers where" in err

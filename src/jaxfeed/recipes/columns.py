@@ -1,5 +1,6 @@
 """Which columns a run learns from: :func:`choose_columns` finds (or checks) the input columns
-and the label column and names their kind (image, audio, array, table, text).
+and the label column and names their kind (image, audio, array, token ids, table, text);
+:func:`read_image_bytes` reads the binary columns that hold image files as images.
 
 >>> from jaxfeed import Dataset
 >>> columns = choose_columns(Dataset.from_dict({"x": [1.0, 2.0], "y": [0, 1]}), None, None)
@@ -9,11 +10,12 @@ and the label column and names their kind (image, audio, array, table, text).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxfeed.data.dataset import Dataset
-from jaxfeed.data.features import Audio, ClassLabel, Image, Value
+from jaxfeed.data.dataset import Dataset, DatasetDict
+from jaxfeed.data.features import Audio, ClassLabel, Image, Sequence, Value
 from jaxfeed.data.features.array import ARRAY_TYPES
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.text.text_columns import MIN_WORDS, is_string, string_profile, text_column_of
@@ -25,7 +27,7 @@ LABEL_NAMES = ("label", "labels", "target", "class", "y")
 class Columns:
     inputs: list[str]
     label: str
-    kind: str  # "image", "array", "audio" or "table"
+    kind: str  # "image", "array", "audio", "tokens", "table", "text" or "lm"
     given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
     notes: list[str] = field(default_factory=list)  # why a column is what it is (for the run)
@@ -135,33 +137,105 @@ def _found_label(features: Any) -> str:
 
 
 def _found_inputs(features: Any, label: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The input columns when none are given: the first image, audio or array column, else every
-    number, bool or string column but the label; and the columns excluded, with why."""
+    """The input columns when none are given: the first image, audio or array column (lists of
+    floats are arrays), else a column of token ids (lists of integers: ``input_ids`` first),
+    else every number, bool or string column but the label; and the columns excluded, with
+    why."""
     excluded: list[tuple[str, str]] = []
-    media = next(
-        (
-            c
-            for c, f in features.items()
-            if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
-        ),
-        None,
-    )
+    candidates = [(c, f) for c, f in features.items() if c != label]
+    media = next((c for c, f in candidates if _kind(f) in ("image", "audio", "array")), None)
     if media is not None:
         return [media], excluded
+    tokens = [c for c, f in candidates if _kind(f) == "tokens"]
+    if tokens:
+        column = "input_ids" if "input_ids" in tokens else tokens[0]
+        why = f"lists of integers; the token ids are {column!r}"
+        return [column], [(c, why) for c in tokens if c != column]
     inputs = []
-    for c, f in features.items():
-        if c == label:
-            continue
+    for c, f in candidates:
         if _scalar(f):
             inputs.append(c)
         else:
-            excluded.append((c, f"{type(f).__name__}, not a number or a category"))
+            excluded.append((c, _unread(f)))
     if not inputs:
+        why = "; ".join(f"{c!r}: {reason}" for c, reason in excluded[:5])
         raise ConfigError(
-            f"no image, array, numeric or text column to learn {label!r} from among "
-            f"{_names(features)}; give --input-columns"
+            f"no image, array, token-id, numeric or text column to learn {label!r} from among "
+            f"{_names(features)}{f' ({why})' if why else ''}; give --input-columns"
         )
     return inputs, excluded
+
+
+def _unread(feature: Any) -> str:
+    """Why a column is no input of a table, for the excluded line."""
+    if isinstance(feature, Value) and feature.dtype in ("binary", "large_binary"):
+        return "bytes that are not images jaxfeed reads (PNG, JPEG, ...)"
+    if isinstance(feature, Sequence):
+        return f"{feature!r}: lists of numbers are token ids (integers) or arrays (floats)"
+    return f"{type(feature).__name__}, not a number or a category"
+
+
+def _list_of(feature: Any) -> str | None:
+    """``"int"`` or ``"float"`` for a column of lists of numbers (token ids, or vectors such as
+    embeddings); None for any other column."""
+    if isinstance(feature, Sequence) and isinstance(feature.feature, Value):
+        dtype = feature.feature.dtype
+        if dtype.startswith(("int", "uint")):
+            return "int"
+        if dtype.startswith("float"):
+            return "float"
+    return None
+
+
+def read_image_bytes(data: DatasetDict) -> tuple[DatasetDict, list[str]]:
+    """``data`` with its binary columns whose values are image files (PNG, JPEG, ...: a Ray or
+    Spark job's bytes) read as images, and a line for each. The first :data:`IMAGE_SAMPLE`
+    values of the first split decide (their headers only); a column of other bytes is left as
+    it is.
+
+    >>> import io, PIL.Image
+    >>> png = io.BytesIO(); PIL.Image.new("L", (2, 2)).save(png, "PNG")
+    >>> data = DatasetDict({"train": Dataset.from_dict({"img": [png.getvalue()], "raw": [b"ab"]})})
+    >>> data, notes = read_image_bytes(data)
+    >>> data["train"].features["img"], data["train"].features["raw"], notes
+    (Image(), Value('binary'), ["columns: 'img' holds image files (PNG) as bytes: read as images"])
+    """
+    first = next(iter(data.values()), None)
+    if first is None:
+        return data, []
+    notes = []
+    for name, feature in first.features.items():
+        if not (isinstance(feature, Value) and feature.dtype in ("binary", "large_binary")):
+            continue
+        formats = _image_formats(first, name)
+        if formats is None:
+            continue
+        data = DatasetDict({k: v.cast_column(name, Image()) for k, v in data.items()})
+        notes.append(
+            f"columns: {name!r} holds image files ({', '.join(sorted(formats))}) as bytes: "
+            "read as images"
+        )
+    return data, notes
+
+
+IMAGE_SAMPLE = 8  # values of a binary column whose headers tell image files from other bytes
+
+
+def _image_formats(ds: Dataset, column: str) -> set[str] | None:
+    """The image formats of the first :data:`IMAGE_SAMPLE` non-null values of ``column``
+    (their headers read by Pillow); None when one is not an image or there is none."""
+    import PIL.Image  # import cost: Pillow, only for a binary column
+
+    head = ds.select_columns([column]).select(range(min(ds.num_rows, 4 * IMAGE_SAMPLE)))
+    values = [v for v in head.flatten_indices().data.column(column).to_pylist() if v]
+    formats = set()
+    for value in values[:IMAGE_SAMPLE]:
+        try:
+            with PIL.Image.open(io.BytesIO(value)) as image:
+                formats.add(str(image.format))
+        except (OSError, ValueError, PIL.Image.DecompressionBombError):
+            return None
+    return formats or None
 
 
 def _names(features: Any, limit: int = 12) -> str:
@@ -176,8 +250,10 @@ def _kind(feature: Any) -> str:
         return "image"
     if isinstance(feature, Audio):
         return "audio"
-    if type(feature).__name__ in ARRAY_TYPES:
+    if type(feature).__name__ in ARRAY_TYPES or _list_of(feature) == "float":
         return "array"
+    if _list_of(feature) == "int":
+        return "tokens"
     if _scalar(feature):
         return "table"
     return f"unsupported {feature!r}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes import data as datamod
-from jaxfeed.recipes.columns import Columns, choose_columns
+from jaxfeed.recipes.columns import Columns, choose_columns, read_image_bytes
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.text.corpus import CONCAT
 
@@ -39,6 +39,8 @@ def load_run_data(config: RunConfig, labels: list[str] | None,
     chooses it: a new run's ``kind_for``, a saved run's own); encode class labels; split."""
     corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
     source = datamod.detect(config.data, config.data_dir, corpus)
+    source.data, read = read_image_bytes(source.data)  # a Ray or Spark job's image bytes
+    source.notes += read
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
     text_column = config.text_column or source.text_column  # a folder of texts: its column
     columns = choose_columns(
