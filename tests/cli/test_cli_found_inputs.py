@@ -103,7 +103,7 @@ def test_a_folder_names_the_files_it_does_not_read(tmp_path):
     (skipped,) = lines_of(done.stdout, "skipped ")
     assert skipped.startswith("skipped 24 files an image folder does not read: 8 "), skipped
     assert all(f"8 .{s}" in skipped for s in ("svg", "wav", "txt")), skipped
-    assert "convert the others to train on them" in skipped  # the .svg
+    assert "convert the .svg files to train on them" in skipped
     assert "give the " in skipped and "files a folder of their own" in skipped  # clips, texts
     assert preprocess(out)["kind"] == "image"
     svgs = tmp_path / "svgs"

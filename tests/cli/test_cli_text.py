@@ -63,7 +63,7 @@ def text_run(reviews, tmp_path_factory):
 def test_free_text_is_detected_tokenized_and_learned(reviews, text_run):
     out, stdout = text_run
     assert (
-        "text: column 'review' is free text: a median of 10 words, 360 distinct values in 360 "
+        "text: column 'review' is free text: a median of 10 words, 400 distinct values in 400 "
         "rows (0% of rows repeat a value) (--text-column to choose)" in stdout
     )
     assert "tokenizer: byte-level BPE trained on the train split" in stdout

@@ -14,7 +14,7 @@ are named in the error of a folder with one class.
 >>> found.kind, found.loader
 ('image folder', 'imagefolder')
 >>> print(found.notes[0])
-skipped 2 files an image folder does not read: 2 .svg (it reads .bmp, .gif, .jpeg, .jpg, .pgm, .png, .ppm, .tif, .tiff, .webp: convert the others to train on them)
+skipped 2 files an image folder does not read: 2 .svg (it reads .bmp, .gif, .jpeg, .jpg, .pgm, .png, .ppm, .tif, .tiff, .webp: convert the .svg files to train on them)
 >>> found.unread_classes
 "the sub-folders 'py', 'rust' hold no file an image folder reads (2 .svg)"
 """
@@ -124,11 +124,14 @@ def folder_kind(folder: Path) -> Folder:
 
 def _skipped(kind: str, unread: Counter, extensions: set[str]) -> str:
     """The line on the files a folder of ``kind`` leaves unread, and what to do about them."""
-    media = [s for s in unread if s in IMAGE_EXTENSIONS | AUDIO_EXTENSIONS | TEXT_EXTENSIONS]
+    order = [s for s, _ in unread.most_common()]
+    media = [s for s in order if s in IMAGE_EXTENSIONS | AUDIO_EXTENSIONS | TEXT_EXTENSIONS]
+    other = [s or "extensionless" for s in order if s not in media]
     hints = []
-    if len(media) < len(unread):
+    if other:
         hints.append(
-            f"it reads {', '.join(sorted(extensions))}: convert the others to train on them"
+            f"it reads {', '.join(sorted(extensions))}: convert the "
+            f"{', '.join(other[:SHOWN])} files to train on them"
         )
     if media:
         hints.append(
