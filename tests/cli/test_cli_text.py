@@ -63,12 +63,15 @@ def text_run(reviews, tmp_path_factory):
 def test_free_text_is_detected_tokenized_and_learned(reviews, text_run):
     out, stdout = text_run
     assert (
-        "text: column 'review' is free text (median 10 words, 360 distinct of the first 360 rows)"
-        in stdout
+        "text: column 'review' is free text: a median of 10 words, 400 distinct values in 400 "
+        "rows (0% of rows repeat a value) (--text-column to choose)" in stdout
     )
     assert "tokenizer: byte-level BPE trained on the train split" in stdout
     assert "padding: to" in stdout and "(bucket_by_length)" in stdout
-    assert "excluded: id, genre (the text column is the input)" in stdout
+    assert (
+        "excluded: id, genre (the text column is the input; to learn from the others as a table "
+        "instead, name them in --input-columns)" in stdout
+    )
     assert "360 train / 40 validation rows; inputs: token ids (up to" in stdout
     assert "model transformer(dim=32, depth=1, num_heads=2) (nnx)" in stdout
     saved = json.loads((out / "config.json").read_text())
@@ -265,8 +268,8 @@ def test_regression_on_text(tmp_path, capsys):
 
 def test_free_text_or_category_and_a_few_empty_texts_left_out(reviews, tmp_path):
     from jaxfeed import Dataset
+    from jaxfeed.recipes.columns import choose_columns
     from jaxfeed.recipes.config import RunConfig
-    from jaxfeed.recipes.data import choose_columns
     from jaxfeed.recipes.kinds.registry import kind_for
     from jaxfeed.recipes.run_data import load_run_data
 

@@ -60,9 +60,10 @@ def test_builtin_names_come_from_the_table():
 def test_registry_chooses_the_kind():
     assert {k: type(v).__name__ for k, v in KINDS.items()} == {
         "image": "ImageKind", "array": "ArrayKind", "table": "TableKind",
-        "audio": "AudioKind", "text": "TextKind", "lm": "LMKind",
+        "audio": "AudioKind", "text": "TextKind", "lm": "LMKind", "tokens": "TokensKind",
     }  # fmt: skip
     assert kind_for("text", "lm") is KINDS["lm"]
+    assert kind_for("tokens", "classification") is KINDS["tokens"]
     assert kind_for("text", "classification") is KINDS["text"]
     assert kind_for("image", "classification") is KINDS["image"]
     prep = Preprocessing("table", ["a"], "y", [1], "regression")
@@ -72,7 +73,7 @@ def test_registry_chooses_the_kind():
 def test_defaults_units_and_next_steps():
     assert {k: v.default_model for k, v in KINDS.items()} == {
         "image": "cnn", "array": "cnn", "table": "mlp", "audio": "audio_cnn",
-        "text": "transformer", "lm": "transformer",
+        "text": "transformer", "lm": "transformer", "tokens": "transformer",
     }  # fmt: skip
     assert [k for k, v in KINDS.items() if v.unit == "texts"] == ["lm"]
     assert KINDS["lm"].next_step("o").startswith("generate:")
@@ -156,6 +157,14 @@ def _sample(kind: str, root):
         rows = [f"{i},{i % 3},{'x' if i % 2 else 'y'},{'a' if i % 2 else 'b'}" for i in range(24)]
         (root / "t.csv").write_text("n,m,c,label\n" + "\n".join(rows) + "\n")
         return str(root / "t.csv"), None
+    if kind == "tokens":  # a Spark job's pre-tokenized ids
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ids = [rng.integers(0, 30, rng.integers(2, 9)).tolist() for _ in range(24)]
+        labels = ["p" if i % 2 else "n" for i in range(24)]
+        pq.write_table(pa.table({"input_ids": ids, "label": labels}), root / "t.parquet")
+        return str(root / "t.parquet"), None
     words = ["alpha beta", "gamma delta epsilon", "zeta eta", "theta iota kappa lambda"]
     if kind == "text":
         rows = [f"{words[i % 4]} {i},{'p' if i % 2 else 'n'}" for i in range(24)]

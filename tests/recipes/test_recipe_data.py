@@ -14,6 +14,7 @@ import pytest
 
 from jaxfeed import ClassLabel, Dataset, DatasetDict, Features
 from jaxfeed.recipes import data as datamod
+from jaxfeed.recipes.columns import choose_columns
 from jaxfeed.recipes.config import (
     ConfigError,
     RunConfig,
@@ -85,6 +86,38 @@ def test_detect_names_every_kind(tmp_path):
         datamod.detect(str(tmp_path / "empty"))
 
 
+def test_a_folder_is_read_as_the_kind_of_most_of_its_files(tmp_path):
+    """Images, audio clips or texts by class sub-folder: the most files, images first on a tie;
+    the others counted; nothing readable refused naming what the folder holds (issue 64.4)."""
+    from jaxfeed.recipes.folders import folder_kind
+
+    def make(name, files):
+        for path in files:
+            (tmp_path / name / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / path).write_bytes(b"")
+        return tmp_path / name
+
+    tie = make("tie", ["a/1.png", "a/1.txt", "b/2.png", "b/2.txt"])
+    assert folder_kind(tie).kind == "image folder"
+    clips = make("clips", ["a/1.wav", "a/2.wav", "b/3.wav", "b/4.png"])
+    found = folder_kind(clips)
+    assert found.kind == "audio folder" and found.unread_classes is None
+    assert found.notes == [
+        "skipped 1 file an audio folder does not read: 1 .png (a run learns from one kind of "
+        "file: give the .png files a folder of their own to train on them)"
+    ]
+    texts = make("texts", ["train/pos/1.txt", "train/neg/2.txt", "test/pos/3.txt", "x/4.png"])
+    assert (folder_kind(texts).kind, folder_kind(texts).loader) == (
+        "folder of texts by class", "textfolder"
+    )  # fmt: skip
+    loose = make("loose", ["1.txt", "2.txt", "a/3.png"])  # texts, no classes: lines of text
+    assert folder_kind(loose).kind == "image folder"
+    assert folder_kind(make("lines", ["1.txt", "2.txt"])).kind == "Hub-layout folder of data files"
+    svg = make("svg", ["a/1.svg", "b/2.svg", "README"])
+    with pytest.raises(ConfigError, match=r"found no images .*; it holds 2 \.svg, 1 without an "):
+        folder_kind(svg)
+
+
 def test_detect_a_cached_hub_id_offline(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
@@ -149,7 +182,7 @@ def test_too_few_rows_for_a_validation_split_says_what_to_do(rows, fraction, in_
 
 def test_columns_and_tasks_of_a_table(tmp_path):
     ds = datamod.detect(str(_csv(tmp_path / "t.csv"))).data["train"]
-    columns = datamod.choose_columns(ds, None, "price")
+    columns = choose_columns(ds, None, "price")
     # every scalar column is a candidate; the plan keeps categories and leaves identifiers out
     assert columns.inputs == ["a", "b", "name", "kind"] and columns.kind == "table"
     assert datamod.infer_task(ds, "price", None) == "regression"
@@ -160,7 +193,7 @@ def test_columns_and_tasks_of_a_table(tmp_path):
     with pytest.raises(ConfigError, match="non-integer floats"):
         datamod.infer_task(ds, "a", "classification")
     with pytest.raises(ConfigError, match="--label-column 'nope' is not a column"):
-        datamod.choose_columns(ds, None, "nope")
+        choose_columns(ds, None, "nope")
 
 
 def test_string_labels_become_classes_with_names(tmp_path):

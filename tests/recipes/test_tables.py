@@ -6,8 +6,8 @@ import PIL.Image
 import pytest
 
 from jaxfeed import Dataset, load_dataset
+from jaxfeed.recipes.columns import choose_columns
 from jaxfeed.recipes.config import ConfigError
-from jaxfeed.recipes.data import choose_columns
 from jaxfeed.recipes.kinds.table import TableOptions, plan_table
 from jaxfeed.recipes.serving.evaluate import _expand
 

@@ -3,7 +3,8 @@
 * :mod:`~jaxfeed.recipes.config`: :class:`RunConfig`, the typed options of a run; config files;
   reading a run folder's ``config.json`` (this and the first format).
 * :mod:`~jaxfeed.recipes.data`: what ``--data`` is, splits (``--val-split``, split expressions),
-  columns, task inference, class labels.
+  task inference, class labels; :mod:`~jaxfeed.recipes.columns`: which columns are learned from
+  what (and the kind of each).
 * :mod:`~jaxfeed.recipes.spec`: :class:`Preprocessing`, the one preprocessing of train, eval and
   predict, saved in the run; the run's kind (below) plans it and prepares datasets.
 * :mod:`~jaxfeed.recipes.kinds`: one ``Kind`` per input kind (image, array, table, audio, text,

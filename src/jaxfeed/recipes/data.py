@@ -1,11 +1,11 @@
-"""Data for a run: what ``--data PATH`` is, its splits, its columns and its task.
+"""Data for a run: what ``--data PATH`` is, its splits, its labels and its task.
 
 :func:`detect` names the kind of source (image or audio folder, a data file, a ``save_to_disk``
 folder, a Hub-layout folder, a built-in name, a cached Hub id) and loads it; :func:`choose_splits`
 picks the train and eval splits (split expressions such as ``train[:80%]`` work, and a stratified
-validation split is carved when the data has none); :func:`choose_columns` and :func:`infer_task`
-decide what is learned from what; :func:`encode_labels` turns string or integer class values into
-class ids with names.
+validation split is carved when the data has none); :func:`infer_task` decides what is learned
+(the columns: :mod:`jaxfeed.recipes.columns`); :func:`encode_labels` turns string or integer
+class values into class ids with names.
 
 >>> source = detect("digits")
 >>> source.kind, sorted(source.data)
@@ -24,21 +24,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jaxfeed.data.dataset import Dataset, DatasetDict
-from jaxfeed.data.features import Audio, ClassLabel, Features, Image, Value
-from jaxfeed.data.features.array import ARRAY_TYPES
+from jaxfeed.data.features import ClassLabel, Features, Value
 from jaxfeed.data.formats.files import file_format
 from jaxfeed.data.load import load_dataset
 from jaxfeed.data.load.builtin import BUILTIN
-from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from jaxfeed.data.load.folder import load_text_folder
 from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
 from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.folders import folder_kind
 from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
 from jaxfeed.recipes.text.corpus_reader import read_corpus
-from jaxfeed.recipes.text.text_columns import text_column_of
 
 EVAL_SPLITS = ("test", "validation")
 DEFAULT_VAL_SPLIT = 0.1
-LABEL_NAMES = ("label", "labels", "target", "class", "y")
 MAX_CLASSES_OF_INTS = 20  # integer labels with at most this many values are classes
 
 
@@ -49,6 +47,14 @@ class Source:
     path: str
     kind: str
     data: DatasetDict
+    notes: list[str] = field(default_factory=list)  # the files of a folder it does not read
+    unread_classes: str | None = None  # a folder's class sub-folders with no file it reads
+    text_column: str | None = None  # the text column of a folder of texts by class
+
+    @property
+    def text_why(self) -> str | None:
+        """Why :attr:`text_column` is text, for the run's line."""
+        return "one text per file, labelled by its sub-folder" if self.text_column else None
 
 
 PATH_HINTS = (".csv", ".tsv", ".parquet", ".json", ".jsonl", ".arrow", ".txt", ".zip", ".gz")
@@ -159,6 +165,7 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
     """Find out what ``path`` is and load it as a ``DatasetDict`` (a ``.txt`` corpus read as
     ``corpus`` says: see :func:`jaxfeed.recipes.text.corpus_reader.read_corpus`)."""
     local = Path(path).expanduser()
+    notes, unread = [], None
     if path not in BUILTIN and not local.exists() and looks_local(path):
         raise ConfigError(f"--data {no_such_path(path)}")
     if path in BUILTIN:
@@ -174,13 +181,21 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
             )
         kind, loader = f"{_FORMAT_NAMES[fmt]} file", str(local)
     elif local.is_dir():
-        kind, loader = _folder_kind(local)
+        folder = folder_kind(local)
+        kind, loader, notes, unread = (
+            folder.kind,
+            folder.loader,
+            folder.notes,
+            folder.unread_classes,
+        )
     else:
         kind, loader = "cached Hub dataset", path
     try:
         with warnings.catch_warnings():  # the run's preprocessing says which mode it decodes in
             warnings.filterwarnings("ignore", message=r"imagefolder .* mix modes")
-            if loader in ("imagefolder", "audiofolder"):
+            if loader == "textfolder":
+                data = DatasetDict(load_text_folder(local))
+            elif loader in ("imagefolder", "audiofolder"):
                 data = load_dataset(loader, data_dir=str(local))
             else:
                 data = load_dataset(loader, data_dir=data_dir)
@@ -195,36 +210,11 @@ def detect(path: str, data_dir: str | None = None, corpus: str = "line") -> Sour
         raise ConfigError(f"--data {path}: {err}") from err
     if not isinstance(data, DatasetDict):
         data = DatasetDict({"train": data})
-    return Source(path, kind, data)
+    text = "text" if loader == "textfolder" else None
+    return Source(path, kind, data, notes, unread, text)
 
 
 _FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "json": "JSON Lines", "arrow": "Arrow"}
-
-
-def _folder_kind(folder: Path) -> tuple[str, str]:
-    if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
-        return "save_to_disk folder", str(folder)
-    images = audio = data_files = 0
-    for p in folder.rglob("*"):
-        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(folder).parts):
-            continue
-        suffix = p.suffix.lower()
-        if suffix in IMAGE_EXTENSIONS:
-            images += 1
-        elif suffix in AUDIO_EXTENSIONS:
-            audio += 1
-        elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):
-            data_files += 1
-    if data_files:
-        return "Hub-layout folder of data files", str(folder)
-    if images:
-        return "image folder", "imagefolder"
-    if audio:
-        return "audio folder", "audiofolder"
-    raise ConfigError(
-        f"--data {folder}: found no images ({', '.join(sorted(IMAGE_EXTENSIONS))}), audio, or "
-        "Parquet/CSV/JSON/Arrow files in it"
-    )
 
 
 def describe(source: Source) -> str:
@@ -479,149 +469,6 @@ def block_split(train: Dataset, n_val: int, seed: int) -> tuple[dict[str, Datase
         parts,
         f"in {chosen} block{'s' if chosen != 1 else ''} of consecutive rows, the order kept",
     )
-
-
-# ---------------------------------------------------------------------------------- columns
-@dataclass
-class Columns:
-    inputs: list[str]
-    label: str
-    kind: str  # "image", "array", "audio" or "table"
-    given: bool = False  # the inputs were named by --input-columns (nothing is excluded then)
-    excluded: list[tuple[str, str]] = field(default_factory=list)  # (column, why)
-
-
-def _numeric(feature: Any) -> bool:
-    return isinstance(feature, Value) and (
-        feature.dtype.startswith(("int", "uint", "float")) or feature.dtype == "bool"
-    )
-
-
-def _scalar(feature: Any) -> bool:
-    """A table cell jaxfeed learns from: a number, a bool or a string (a category)."""
-    return _numeric(feature) or (
-        isinstance(feature, Value) and feature.dtype in ("string", "large_string")
-    )
-
-
-def choose_columns(
-    ds: Dataset,
-    inputs: list[str] | None,
-    label: str | None,
-    text_column: str | None = None,
-    task: str | None = None,
-) -> Columns:
-    """The input columns and the label column, given or found.
-
-    Without ``inputs``: the first image, audio or array column; else a column of free text
-    (``text_column``, or found: :mod:`jaxfeed.recipes.text.text_columns`); else every number, bool or
-    string column of a table but the label (which of them are categories, identifiers or free
-    text the preprocessing plan decides), other columns listed as excluded. ``task="lm"``: the
-    text column alone, no label.
-    """
-    features = ds.features
-    if task == "lm":
-        column = text_column_of(ds, inputs, label, text_column, task)
-        return Columns([column], "", "lm", text_column is not None)
-    for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
-        if name is not None and name not in features:
-            raise ConfigError(
-                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
-            )
-    if label is None:
-        label = _found_label(features)
-    column = text_column_of(ds, inputs, label, text_column, task)
-    if column is not None:
-        others = [c for c in features if c not in (column, label)]
-        excluded = [(c, f"the text column {column!r} is the input") for c in others]
-        return Columns([column], label, "text", text_column is not None, excluded)
-    given = inputs is not None
-    excluded: list[tuple[str, str]] = []
-    if inputs is None:
-        inputs, excluded = _found_inputs(features, label)
-    if label in inputs:
-        raise ConfigError(f"--label-column {label!r} is also an input column")
-    kinds = {c: _kind(features[c]) for c in inputs}
-    if len(inputs) > 1 or kinds[inputs[0]] == "table":
-        bad = [c for c, k in kinds.items() if k != "table"]
-        if bad:
-            raise ConfigError(
-                f"--input-columns: {bad[0]!r} is {features[bad[0]]!r}; several input columns must all "
-                "be table cells (numbers, bools or strings)"
-            )
-        return Columns(list(inputs), label, "table", given, excluded)
-    return Columns(list(inputs), label, kinds[inputs[0]], given, excluded)
-
-
-def _found_label(features: Any) -> str:
-    """The label column when none is given: the first ClassLabel, else one named as a label."""
-    label = next((c for c, f in features.items() if isinstance(f, ClassLabel)), None)
-    label = label or next((c for c in features if c.lower() in LABEL_NAMES), None)
-    if (
-        label is None
-        and features
-        and all(type(f).__name__ in ("Image", "Audio") for f in features.values())
-    ):  # a folder of images (or clips) without class sub-folders
-        raise ConfigError(
-            "the folder's files lie directly in it: a classifier of a folder needs one "
-            "sub-folder per class (FOLDER/cat/1.png, FOLDER/dog/2.png), or a metadata.csv "
-            "with a label column"
-        )
-    if label is None:
-        raise ConfigError(
-            f"no ClassLabel column and none named {'/'.join(LABEL_NAMES)} among "
-            f"{_names(features)}; give --label-column"
-        )
-    return label
-
-
-def _found_inputs(features: Any, label: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The input columns when none are given: the first image, audio or array column, else every
-    number, bool or string column but the label; and the columns excluded, with why."""
-    excluded: list[tuple[str, str]] = []
-    media = next(
-        (
-            c
-            for c, f in features.items()
-            if c != label and (isinstance(f, Image | Audio) or type(f).__name__ in ARRAY_TYPES)
-        ),
-        None,
-    )
-    if media is not None:
-        return [media], excluded
-    inputs = []
-    for c, f in features.items():
-        if c == label:
-            continue
-        if _scalar(f):
-            inputs.append(c)
-        else:
-            excluded.append((c, f"{type(f).__name__}, not a number or a category"))
-    if not inputs:
-        raise ConfigError(
-            f"no image, array, numeric or text column to learn {label!r} from among "
-            f"{_names(features)}; give --input-columns"
-        )
-    return inputs, excluded
-
-
-def _names(features: Any, limit: int = 12) -> str:
-    """Column names for a message, shortened past ``limit``."""
-    names = list(features)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return f"[{shown}{f', ... ({len(names)} columns)' if len(names) > limit else ''}]"
-
-
-def _kind(feature: Any) -> str:
-    if isinstance(feature, Image):
-        return "image"
-    if isinstance(feature, Audio):
-        return "audio"
-    if type(feature).__name__ in ARRAY_TYPES:
-        return "array"
-    if _scalar(feature):
-        return "table"
-    return f"unsupported {feature!r}"
 
 
 def infer_task(ds: Dataset, label: str, task: str | None) -> str:

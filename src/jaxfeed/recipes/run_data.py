@@ -2,7 +2,7 @@
 labels) and :func:`load_run_data`, which makes one for a new run's plan or a saved run's
 evaluation (each choosing the kind its rows are checked by).
 
->>> from jaxfeed.recipes.data import Columns
+>>> from jaxfeed.recipes.columns import Columns
 >>> RunData(None, None, Columns(inputs=["x"], label="y", kind="table"), "regression", []).task
 'regression'
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from jaxfeed.data.dataset import DatasetDict
 from jaxfeed.recipes import data as datamod
+from jaxfeed.recipes.columns import Columns, choose_columns, read_image_bytes
 from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.text.corpus import CONCAT
 
@@ -25,7 +26,7 @@ class RunData:
 
     source: datamod.Source
     splits: datamod.Splits
-    columns: datamod.Columns
+    columns: Columns
     task: str
     labels: list[str]
     notes: list[str] = field(default_factory=list)  # what was left out (empty texts)
@@ -38,21 +39,28 @@ def load_run_data(config: RunConfig, labels: list[str] | None,
     chooses it: a new run's ``kind_for``, a saved run's own); encode class labels; split."""
     corpus = config.sample_by or (CONCAT if config.task in (None, "lm") else "line")
     source = datamod.detect(config.data, config.data_dir, corpus)
+    source.data, read = read_image_bytes(source.data)  # a Ray or Spark job's image bytes
+    source.notes += read
     train_raw = datamod.select_split(source.data, config.split_train, "--split-train")
-    columns = datamod.choose_columns(
-        train_raw, config.input_columns, config.label_column, config.text_column, config.task
+    text_column = config.text_column or source.text_column  # a folder of texts: its column
+    columns = choose_columns(
+        train_raw, config.input_columns, config.label_column, text_column, config.task
     )
+    if text_column != config.text_column and columns.kind in ("text", "lm"):
+        columns.why = source.text_why
     kind = choose_kind(columns.kind, config.task)
     data, notes = kind.clean(dict(source.data), columns)
+    notes = source.notes + columns.notes + notes
     task = kind.task or datamod.infer_task(train_raw, columns.label, config.task)
     if task == "classification":
         given = labels is not None
         data, labels = datamod.encode_labels(data, columns.label, labels, vocabulary=train_raw)
         if not given and len(labels) < 2:
             found = f"one class ({labels[0]!r})" if labels else "no class"
+            unread = f"; {source.unread_classes}" if source.unread_classes else ""
             raise ConfigError(
-                f"--data {config.data}: the label column {columns.label!r} has {found}; a "
-                "classifier needs two or more (an image folder: one subfolder per class)"
+                f"--data {config.data}: the label column {columns.label!r} has {found}{unread}; a "
+                "classifier needs two or more (a folder: one sub-folder per class)"
             )
     else:
         labels = []

@@ -24,7 +24,8 @@ from jaxfeed.recipes.config import ConfigError
 from jaxfeed.serve.spec import ServingSpec, SpecError, TableColumn, encode_table
 
 INPUTS, TARGETS = "x", "y"  # the batch keys the model and the loss read
-TEXT_KINDS = ("text", "lm")  # token ids, padded in buckets or packed (recipes/kinds/text.py, lm.py)
+# token ids, padded in buckets or packed (recipes/kinds/text.py, lm.py; tokens.py: ids given)
+TEXT_KINDS = ("text", "lm", "tokens")
 TEXT_COLUMNS = ("input_ids", "attention_mask", "segment_ids", "positions")
 
 
@@ -32,7 +33,7 @@ TEXT_COLUMNS = ("input_ids", "attention_mask", "segment_ids", "positions")
 class Preprocessing:
     """How rows become model inputs ``x`` and targets ``y`` (JSON-serialisable)."""
 
-    kind: str  # "image", "array", "table", "audio", "text" or "lm"
+    kind: str  # "image", "array", "table", "audio", "text", "lm" or "tokens"
     input_columns: list[str]
     label_column: str
     input_shape: list[int]  # one example, as the model sees it
@@ -113,6 +114,8 @@ class Preprocessing:
         }
         if text.get("truncation_side", "right") != "right":  # specs without it read as before
             out["truncation_side"] = text["truncation_side"]
+        if self.kind == "tokens":  # ids given as they are: one past the vocabulary is refused
+            out["vocab_size"] = int(text["vocab_size"])
         return out
 
     def __post_init__(self) -> None:

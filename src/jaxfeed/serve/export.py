@@ -605,7 +605,7 @@ class ExportedModel:
         self.tokenizer = tokenizer  # a text export's tokenizer.json, loaded
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.spec is None or (self.spec.kind in TEXT_SPEC_KINDS and kwargs and not args):
+        if self.spec is None or (self.spec.takes_tokens and kwargs and not args):
             return self.call(*args, **kwargs)  # model inputs (a text export: token ids by name)
         return self.spec.outputs(self.logits(*args, **kwargs))
 
@@ -613,11 +613,11 @@ class ExportedModel:
         """The model's outputs for raw inputs (the declared preprocessing applied first)."""
         if self.spec is None:
             raise TypeError(f"{self.path} declares no preprocessing: call it on model inputs")
-        if self.spec.kind in TEXT_SPEC_KINDS:
-            texts = self.spec.texts(raw)
-            if not texts:
+        if self.spec.takes_tokens:  # texts (tokenized here) or token ids
+            inputs = self.spec.token_inputs(self.tokenizer, raw)
+            if not len(next(iter(inputs.values()))):
                 return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)
-            return np.asarray(self.call(**self.spec.token_inputs(self.tokenizer, texts)))
+            return np.asarray(self.call(**inputs))
         x = self.spec.model_inputs(raw)
         if len(x) == 0:
             return np.zeros((0, max(len(self.spec.labels), 1)), np.float32)

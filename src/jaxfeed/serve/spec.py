@@ -34,30 +34,18 @@ import numpy as np
 
 from jaxfeed.loading.spectrogram import LogMelOptions, log_mel
 from jaxfeed.models.hub import audio_features
+from jaxfeed.serve.spec_checks import _REQUIRED, SpecError, _Checker, _known, _lists
 
 SPEC_FORMAT = "jaxfeed-preprocessing"
 SPEC_VERSION = 1
-KINDS = ("image", "array", "table", "audio", "text", "lm")
+KINDS = ("image", "array", "table", "audio", "text", "lm", "tokens")
 TASKS = ("classification", "regression", "lm")
 TEXT_SPEC_KINDS = ("text", "lm")  # raw strings in, through the export's tokenizer.json
+TOKEN_SPEC_KINDS = (*TEXT_SPEC_KINDS, "tokens")  # the model takes token ids (tokens: given as such)
 TOKENIZER_FILE = "tokenizer.json"
 IMAGE_MODES = ("L", "RGB", "RGBA")
 CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}  # an image mode's channels (L: none, (h, w))
 MISSING = "missing"  # the name of a missing cell in messages
-
-
-_REQUIRED = object()  # a field without a default
-
-
-class SpecError(ValueError):
-    """A preprocessing spec that cannot be read, or raw inputs it cannot take (named).
-
-    >>> try:
-    ...     ServingSpec.from_dict([], where="spec.json")
-    ... except SpecError as e:
-    ...     print(e)
-    spec.json: preprocessing must be an object, got list
-    """
 
 
 def category_key(value: Any) -> str | None:
@@ -164,7 +152,8 @@ class ServingSpec:
     # end ({"front_end": "ast", ...}: jaxfeed.models.hub.audio_features.front_end_options)
     audio: dict[str, Any] | None = None
     # text: {"column", "max_length", "pad_id", "inputs": {argument: column}}; the tokenizer is
-    # the export's tokenizer.json (data for the `tokenizers` library)
+    # the export's tokenizer.json (data for the `tokenizers` library); a "tokens" spec takes the
+    # ids as they are (no tokenizer) and adds "vocab_size" (an id past it is refused)
     text: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ JSON
@@ -255,7 +244,7 @@ class ServingSpec:
             raise SpecError(f"{where}: preprocessing: an image spec needs image_size [h, w]")
         if self.kind == "audio" and (self.audio is None or self.audio.get("clip_seconds") is None):
             raise SpecError(f"{where}: preprocessing: an audio spec needs audio.clip_seconds")
-        if self.kind in TEXT_SPEC_KINDS and self.text is None:
+        if self.kind in TOKEN_SPEC_KINDS and self.text is None:
             raise SpecError(f"{where}: preprocessing: a text spec needs its text options")
         if self.task == "classification" and not self.labels:
             raise SpecError(f"{where}: preprocessing: a classification spec needs its labels")
@@ -263,6 +252,11 @@ class ServingSpec:
             raise SpecError(
                 f"{where}: preprocessing: a regression spec needs target_mean and target_std"
             )
+
+    @property
+    def takes_tokens(self) -> bool:
+        """The model takes token ids by name: made of texts (text, lm) or given (tokens)."""
+        return self.kind in TOKEN_SPEC_KINDS
 
     # ------------------------------------------------------------------ inputs
     def model_inputs(self, raw: Any) -> np.ndarray:
@@ -455,20 +449,64 @@ class ServingSpec:
                 )
         return texts
 
-    def token_inputs(self, tokenizer: Any, texts: list[str]) -> dict[str, np.ndarray]:
-        """``texts`` as the model's keyword inputs: :func:`token_batch` with this spec's
-        options, named as the model's arguments."""
+    def token_inputs(self, tokenizer: Any, raw: Any) -> dict[str, np.ndarray]:
+        """Raw inputs as the model's keyword inputs, named as its arguments: texts through
+        ``tokenizer`` (:meth:`texts`, :func:`token_batch`), or token ids as they are (a
+        ``tokens`` spec: :meth:`token_ids`, :func:`id_batch`)."""
         options = self.text or {}
-        batch = token_batch(
-            tokenizer,
-            texts,
-            int(options["max_length"]),
-            int(options.get("pad_id", 0)),
-            cut=self.kind == "text",
-            side=options.get("truncation_side", "right"),
-        )
+        length, pad = int(options["max_length"]), int(options.get("pad_id", 0))
+        if self.kind == "tokens":
+            batch = id_batch(self.token_ids(raw), length, pad)
+        else:
+            side = options.get("truncation_side", "right")
+            batch = token_batch(tokenizer, self.texts(raw), length, pad, self.kind == "text", side)
         inputs = options.get("inputs") or {"input_ids": "input_ids"}
         return {str(a): batch[str(c)] for a, c in inputs.items()}
+
+    def token_ids(self, raw: Any) -> list[np.ndarray]:
+        """The rows of token ids of ``raw`` (a ``tokens`` spec): lists (or arrays) of integers,
+        or a table (a dict of columns, a pyarrow table, a Dataset) holding the run's column;
+        each row non-empty, its ids in ``[0, vocab_size)``.
+
+        >>> spec = ServingSpec("tokens", (8,), labels=("a", "b"), text={"column": "ids",
+        ...     "max_length": 8, "vocab_size": 10})
+        >>> [r.tolist() for r in spec.token_ids({"ids": [[1, 2], [3]]})]
+        [[1, 2], [3]]
+        >>> spec.token_ids([[1, 12]])
+        Traceback (most recent call last):
+        ...
+        jaxfeed.serve.spec_checks.SpecError: row 0 of token ids holds 12; the model's ids are 0 to 9
+        """
+        options = self.text or {}
+        column = str(options.get("column", "input_ids"))
+        if hasattr(raw, "column_names") and not isinstance(raw, Mapping):  # pyarrow, Dataset
+            raw = {c: raw[c] for c in raw.column_names}
+        if isinstance(raw, Mapping):
+            if column not in raw:
+                raise SpecError(
+                    f"this model reads the token ids of column {column!r}; got the columns "
+                    f"{list(raw)[:12]}"
+                )
+            raw = raw[column]
+        if hasattr(raw, "to_pylist"):
+            raw = raw.to_pylist()
+        vocab = options.get("vocab_size")
+        rows = []
+        for i, value in enumerate(raw):
+            row = np.asarray(value if value is not None else [])
+            if row.ndim != 1 or not len(row) or row.dtype.kind not in "iu":
+                raise SpecError(
+                    f"row {i} of token ids is {repr(value)[:40]}: this model takes non-empty "
+                    "lists of integers (token ids)"
+                )
+            bad = (row < 0) | (row >= vocab) if vocab else row < 0
+            if bad.any():
+                top = f"0 to {int(vocab) - 1}" if vocab else "0 or more"
+                raise SpecError(
+                    f"row {i} of token ids holds {row[bad][0]}; the model's ids are {top}"
+                )
+            rows.append(row)
+        return rows
 
     # ------------------------------------------------------------------ outputs
     def outputs(self, logits: Any) -> np.ndarray:
@@ -536,6 +574,26 @@ def token_batch(
             "positions": positions}  # fmt: skip
 
 
+def id_batch(rows: Sequence[Any], max_length: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Rows of token ids cut to ``max_length`` (as training cut them) and padded with ``pad_id``
+    to the longest: the columns :func:`token_batch` makes of texts.
+
+    >>> batch = id_batch([[5, 6, 7], [8]], 2, 0)
+    >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist()
+    ([[5, 6], [8, 0]], [[1, 1], [1, 0]])
+    """
+    rows = [np.asarray(row)[:max_length] for row in rows]
+    length = max(map(len, rows), default=1)
+    ids = np.full((len(rows), length), pad_id, np.int32)
+    mask = np.zeros((len(rows), length), np.int32)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": mask, "segment_ids": mask.copy(),
+            "positions": positions}  # fmt: skip
+
+
 def text_options(values: Any, where: str) -> dict[str, Any] | None:
     """The ``text`` field of a spec, each value checked."""
     if values is None:
@@ -562,6 +620,8 @@ def text_options(values: Any, where: str) -> dict[str, Any] | None:
     }
     if side != "right":
         out["truncation_side"] = side
+    if values.get("vocab_size") is not None:  # a tokens spec: ids past it are refused
+        out["vocab_size"] = int(check.number(values, "vocab_size", None, positive=True))
     return out
 
 
@@ -703,87 +763,3 @@ def _one_hot(values: Any, column: TableColumn) -> np.ndarray:
     out = np.zeros((len(ids), column.width), np.float32)
     out[np.arange(len(ids)), ids] = 1.0
     return out
-
-
-# ---------------------------------------------------------------------------------- checks
-def _lists(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_lists(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _lists(v) for k, v in value.items()}
-    return value
-
-
-def _known(values: Mapping[str, Any], names: set[str], where: str, what: str) -> None:
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise SpecError(f"{where}: unknown {what} field {unknown[0][:40]!r}")
-
-
-class _Checker:
-    """Typed reads of JSON fields, each error naming the field (never the whole value)."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def _fail(self, key: str, expected: str, value: Any) -> SpecError:
-        return SpecError(
-            f"{self.where}: {key} must be {expected}, got {type(value).__name__} {repr(value)[:40]}"
-        )
-
-    def _get(self, values: Mapping[str, Any], key: str, default: Any) -> Any:
-        if key not in values:
-            if default is _REQUIRED:
-                raise SpecError(f"{self.where}: missing field {key!r}")
-            return default
-        return values[key]
-
-    def choice(self, values: Mapping, key: str, choices: tuple, default: Any = None) -> Any:
-        required = default is None and None not in choices
-        value = self._get(values, key, _REQUIRED if required else default)
-        if value not in choices:
-            raise self._fail(key, f"one of {[c for c in choices if c is not None]}", value)
-        return value
-
-    def text(self, values: Mapping, key: str) -> str:
-        value = self._get(values, key, _REQUIRED)
-        if not isinstance(value, str):
-            raise self._fail(key, "a string", value)
-        return value
-
-    def texts(self, values: Mapping, key: str, default: Any = _REQUIRED) -> list[str]:
-        value = self._get(values, key, default)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._fail(key, "a list of strings", value)
-        return value
-
-    def ints(self, values: Mapping, key: str, default: Any = _REQUIRED) -> list[int] | None:
-        value = self._get(values, key, default)
-        if value is None and default is None:
-            return None
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value
-        ):
-            raise self._fail(key, "a list of positive integers", value)
-        return value
-
-    def list(self, values: Mapping, key: str, default: Any) -> list:
-        value = self._get(values, key, default)
-        if not isinstance(value, list):
-            raise self._fail(key, "a list", value)
-        return value
-
-    def number(self, values: Mapping, key: str, default: Any, positive: bool = False) -> Any:
-        value = self._get(values, key, default)
-        if value is None and default is None:
-            return None
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or (positive and value <= 0):
-            raise self._fail(key, "a positive number" if positive else "a finite number", value)
-        return float(value)
-
-    def flag(self, values: Mapping, key: str, default: bool) -> bool:
-        value = self._get(values, key, default)
-        if not isinstance(value, bool):
-            raise self._fail(key, "true or false", value)
-        return value

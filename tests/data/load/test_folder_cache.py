@@ -280,3 +280,27 @@ def test_folder_peak_memory_does_not_grow_with_the_number_of_files(tmp_path):
     assert out["large"]["last"] == {"bytes": None, "path": str(large / "class07/img000999.png")}
     assert out["large"]["peak_mb"] < BOUND_MB, out
     assert out["large"]["peak_mb"] - out["small"]["peak_mb"] < 4, out
+
+
+def test_a_text_folder_is_one_text_per_file_labelled_by_its_sub_folder(tmp_path):
+    """``load_text_folder`` (the command's folder of texts by class, issue 63's D23): split
+    folders, whole files (line breaks kept), sorted classes; texts outside a class folder and a
+    file that is not UTF-8 refused naming them."""
+    from jaxfeed.data.load.folder import load_text_folder
+
+    for path, text in [("train/pos/a.txt", "good\nfilm\n"), ("train/neg/b.txt", "dull"),
+                       ("test/pos/c.txt", "fine"), ("train/neg/skip.png", "")]:  # fmt: skip
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    splits = load_text_folder(tmp_path)
+    assert sorted(splits) == ["test", "train"]
+    assert splits["train"]["text"][:] == ["dull", "good\nfilm\n"]
+    assert splits["train"]["label"][:] == [0, 1] and splits["test"]["label"][:] == [1]
+    assert splits["train"].features["label"].names == ["neg", "pos"]
+    (tmp_path / "train" / "neg" / "bad.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(ValueError, match=r"cannot read .*bad\.txt: not UTF-8 text"):
+        load_text_folder(tmp_path)
+    (tmp_path / "train" / "neg" / "bad.txt").unlink()
+    (tmp_path / "train" / "loose.txt").write_text("no class")
+    with pytest.raises(ValueError, match=r"lie directly in .*one sub-folder per class"):
+        load_text_folder(tmp_path)

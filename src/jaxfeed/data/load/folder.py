@@ -1,4 +1,5 @@
-"""``imagefolder`` / ``audiofolder``: a folder of media files, labelled by sub-folder name.
+"""``imagefolder`` / ``audiofolder``: a folder of media files, labelled by sub-folder name; and
+:func:`load_text_folder`, a folder of ``.txt`` files labelled the same way (one text per file).
 
 Layout (split folders optional; without them everything is ``train``)::
 
@@ -31,7 +32,7 @@ import pyarrow.json as pjson
 
 from jaxfeed._base.files import check_inside, resolve_inside
 from jaxfeed.data.dataset import Dataset
-from jaxfeed.data.features import Audio, ClassLabel, Features, Image
+from jaxfeed.data.features import Audio, ClassLabel, Features, Image, Value
 from jaxfeed.data.formats.cache import cached_dataset
 from jaxfeed.data.formats.validate import check_json_depth
 
@@ -48,6 +49,7 @@ IMAGE_EXTENSIONS = {
     ".pgm",
 }
 AUDIO_EXTENSIONS = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif"}
+TEXT_EXTENSIONS = {".txt"}
 SPLIT_NAMES = {
     "train": "train",
     "test": "test",
@@ -444,3 +446,50 @@ class _MetadataJoin:
             order.append(i)
         picked = self.table.take(pa.array(order, type=pa.int64()))
         return {name: picked.column(name).combine_chunks() for name in self.columns}
+
+
+def load_text_folder(data_dir: str | Path) -> dict[str, Dataset]:
+    """The splits of a folder of class sub-folders of ``.txt`` files as ``{split: Dataset}``:
+    one row per file, its whole text (UTF-8) in ``text`` and its sub-folder's name in ``label``
+    (a ``ClassLabel`` of the sub-folder names, sorted), split folders as :func:`load_folder`
+    reads them, files in the order of a sorted walk. Only files inside ``data_dir`` are read (a
+    link leading outside is refused); a file that is not UTF-8 is refused naming it and the byte.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> for name, text in [("pos/a.txt", "a fine film"), ("neg/b.txt", "dull"), ("pos/c.txt", "good")]:
+    ...     (root / name).parent.mkdir(exist_ok=True)
+    ...     _ = (root / name).write_text(text)
+    >>> train = load_text_folder(root)["train"]
+    >>> train["text"][:], train["label"][:], train.features["label"].names
+    (['dull', 'a fine film', 'good'], [0, 1, 1], ['neg', 'pos'])
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"text folder: data_dir {str(root)!r} is not a folder")
+    split_dirs, _, scans = _scan_splits(root, TEXT_EXTENSIONS)
+    if not any(scan.count for scan in scans.values()):
+        raise FileNotFoundError(f"text folder: no .txt files under {root}")
+    direct = next((str(f) for s, f in split_dirs.items() if scans[s].direct), None)
+    if direct is not None:
+        raise ValueError(
+            f"text folder {root}: .txt files lie directly in {direct}; a text classifier of a "
+            "folder needs one sub-folder per class (FOLDER/pos/1.txt, FOLDER/neg/2.txt)"
+        )
+    names = sorted(set().union(*(scan.parents for scan in scans.values())))
+    features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
+    ids = {name: i for i, name in enumerate(names)}
+    out = {}
+    for split, folder in split_dirs.items():
+        texts, labels = [], []
+        for media in _walk(folder, TEXT_EXTENSIONS, root):
+            data = Path(media.path).read_bytes()
+            try:
+                texts.append(data.decode("utf-8"))
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"cannot read {media.path}: not UTF-8 text ({err.reason} at byte {err.start})"
+                ) from None
+            labels.append(ids[media.parent])
+        out[split] = Dataset.from_dict({"text": texts, "label": labels}, features=features)
+    return out

@@ -6,7 +6,8 @@ from (a built-in, a Hub checkpoint, your own code) is the other choice of a run,
 
 The kinds: ``image`` (image files), ``array`` (arrays such as the digits' 8x8), ``table``
 (numeric and categorical columns), ``audio`` (clips as log-mel spectrograms), ``text`` (a text
-column classified or regressed) and ``lm`` (``--task lm``: a language model of the text). A
+column classified or regressed), ``lm`` (``--task lm``: a language model of the text) and
+``tokens`` (token ids made elsewhere, a column of lists of integers, read as they are). A
 run's kind is chosen in the registry only: :func:`~jaxfeed.recipes.kinds.registry.kind_for`
 for a new run (the columns' kind and the task, by the plan stage),
 :func:`~jaxfeed.recipes.kinds.registry.kind_of` for a saved run's

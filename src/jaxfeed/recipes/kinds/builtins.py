@@ -6,7 +6,7 @@ is imported: the constructors import the models when they run).
 >>> sorted(BUILTINS)
 ['audio_cnn', 'cnn', 'linear', 'mlp', 'ngram', 'transformer', 'transformer_lm']
 >>> BUILTINS["cnn"].class_name, BUILTINS["transformer"].kinds, BUILTINS["ngram"].kinds
-('CNN', ('text', 'lm'), ('text',))
+('CNN', ('text', 'lm', 'tokens'), ('text',))
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from jaxfeed.recipes.config.groups import ConfigError
 
-TOKEN_KINDS = ("text", "lm")  # token ids: the transformers' inputs
+TOKEN_KINDS = ("text", "lm", "tokens")  # token ids: the transformers' inputs
 
 
 @dataclass(frozen=True)

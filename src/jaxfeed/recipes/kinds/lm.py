@@ -64,7 +64,8 @@ class LMKind(TextKind):
     def check_model(self, config: RunConfig) -> None:
         """Any ``--model`` may be a language model."""
 
-    def column_line(self, train: Dataset, column: str, config: RunConfig) -> str:
+    def column_line(self, train: Dataset, column: str, config: RunConfig,
+                    why: str | None = None) -> str:  # fmt: skip
         if config.text_column is not None:
             return super().column_line(train, column, config)
         return f"text: column {column!r}" + (

@@ -18,11 +18,20 @@ from jaxfeed.recipes.kinds.image import ImageKind
 from jaxfeed.recipes.kinds.lm import LMKind
 from jaxfeed.recipes.kinds.table import TableKind
 from jaxfeed.recipes.kinds.text import TextKind
+from jaxfeed.recipes.kinds.tokens import TokensKind
 from jaxfeed.recipes.spec import Preprocessing
 
 KINDS: dict[str, Kind] = {
     kind.name: kind
-    for kind in (ImageKind(), ArrayKind(), TableKind(), AudioKind(), TextKind(), LMKind())
+    for kind in (
+        ImageKind(),
+        ArrayKind(),
+        TableKind(),
+        AudioKind(),
+        TextKind(),
+        LMKind(),
+        TokensKind(),
+    )
 }
 
 

@@ -139,7 +139,7 @@ def _plan_column(name: str, column: Any, rows: int, options: TableOptions,
             return _Column(why="unique per row: an identifier")
     if text and distinct > MAX_CATEGORIES and name not in forced:
         return _Column(
-            why=f"{distinct:,} distinct texts: free text (--categorical-columns keeps it)"
+            why=f"{distinct:,} distinct texts: too many categories (--categorical-columns keeps it)"
         )
     if categorical:
         holes = column.null_count + (

@@ -28,7 +28,7 @@ from jaxfeed.recipes.kinds.base import Baseline, Kind, select_columns, target_li
 from jaxfeed.recipes.kinds.builtins import BUILTINS
 from jaxfeed.recipes.kinds.objectives import numeric_options
 from jaxfeed.recipes.spec import TARGETS, TEXT_COLUMNS, Preprocessing
-from jaxfeed.recipes.text.text_columns import SAMPLE, check_labels, check_text_column, words
+from jaxfeed.recipes.text.text_columns import check_labels, check_text_column, string_profile
 from jaxfeed.recipes.text.tokenizer import (
     EOS_NAMES,
     PAD_NAMES,
@@ -95,25 +95,30 @@ class TextKind(Kind):
             return self.plan_from_checkpoint(pretrained, run_data, config)
         columns = run_data.columns
         prep, notes = self.plan_text(
-            run_data.splits.train, columns.inputs[0], columns.label, run_data.task, config
-        )
+            run_data.splits.train, columns.inputs[0], columns.label, run_data.task, config,
+            why=columns.why,
+        )  # fmt: skip
         if columns.excluded:
             excluded = ", ".join(c for c, _ in columns.excluded)
-            notes.append(f"excluded: {excluded} (the text column is the input)")
+            notes.append(
+                f"excluded: {excluded} (the text column is the input; to learn from the others "
+                "as a table instead, name them in --input-columns)"
+            )
         return prep, notes
 
     def plan_text(
         self, train: Dataset, column: str, label: str | None, task: str, config: RunConfig, *,
-        eos_fallback: int | None = None, owner: str | None = None,
+        eos_fallback: int | None = None, owner: str | None = None, why: str | None = None,
     ) -> tuple[Preprocessing, list[str]]:  # fmt: skip
         """The preprocessing of a text run, planned on the train split: its tokenizer (given, or
         a byte-level BPE trained on ``train``) and its lengths (:meth:`plan_lengths`).
         ``eos_fallback``: the end-of-sequence id when the tokenizer has none (a checkpoint's);
-        ``owner``: where the tokenizer came from, for messages."""
+        ``owner``: where the tokenizer came from, for messages; ``why``: why the column is text,
+        as the column choice said (else read again on ``train``)."""
         from jaxfeed.text import tokenize  # import cost: JAX via jaxfeed.text
 
         self.check_model(config)
-        notes = [self.column_line(train, column, config)]
+        notes = [self.column_line(train, column, config, why)]
         tokenizer, source, line = _tokenizer(train, column, config)
         notes.append(line)
         pad, eos = special_id(tokenizer, PAD_NAMES), special_id(tokenizer, EOS_NAMES)
@@ -148,15 +153,14 @@ class TextKind(Kind):
                 "column with a label takes --model transformer)"
             )
 
-    def column_line(self, train: Dataset, column: str, config: RunConfig) -> str:
-        """The plan's first line: the text column, and why."""
-        median, distinct = words(train, column)
+    def column_line(self, train: Dataset, column: str, config: RunConfig,
+                    why: str | None = None) -> str:  # fmt: skip
+        """The plan's first line: the text column, and why (``why``, as the column choice said
+        it)."""
+        profile = string_profile(train, column)
         if config.text_column is not None:
-            return f"text: column {column!r} (--text-column), median {median:g} words"
-        return (
-            f"text: column {column!r} is free text (median {median:g} words, {distinct:,} distinct "
-            f"of the first {min(train.num_rows, SAMPLE):,} rows) (--text-column to choose)"
-        )
+            return f"text: column {column!r} (--text-column), median {profile.median:g} words"
+        return f"text: column {column!r} is {why or profile.why()} (--text-column to choose)"
 
     def plan_lengths(self, text: dict[str, Any], train: Dataset, lengths: np.ndarray,
                      config: RunConfig, notes: list[str], owner: str | None) -> list[int]:  # fmt: skip

@@ -432,9 +432,30 @@ def _text_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[st
     yield from text_serve.text_batches(inputs, preprocess["text"]["column"], size)
 
 
+def _column_inputs(inputs: list[str], spec: ServingSpec, size: int, notes: list[str],
+                   preprocess: dict, kind: Any) -> Iterator[tuple[list[str], Any]]:  # fmt: skip
+    """Arrays (vectors such as embeddings) or token ids: the run's input column of tables (or
+    folders of them); arrays given image files (the digits') read them as images."""
+    column = preprocess["input_columns"][0]
+    if kind.reads == "arrays" and not any(file_format(Path(p)) for p in inputs):
+        yield from _image_batches(inputs, spec, size, notes, preprocess, kind)
+        return
+    for path in _expand(inputs, tables=True):
+        if file_format(Path(path)) is None:
+            raise ConfigError(
+                f"{path}: this run was trained on the column {column!r} of a table; give tables "
+                "(CSV, Parquet, JSON Lines, Arrow) holding it, or folders of them"
+            )
+        rows = _table_of(path, [column]).with_format("numpy")
+        for start in range(0, rows.num_rows, size):
+            stop = min(start + size, rows.num_rows)
+            yield [f"{path}:{i}" for i in range(start, stop)], rows[start:stop][column]
+
+
 # what predict reads, as the run's kind names it (Kind.reads)
 READERS = {"images": _image_batches, "tables": _table_inputs, "audio": _audio_inputs,
-           "texts": _text_inputs}  # fmt: skip
+           "texts": _text_inputs, "arrays": _column_inputs,
+           "token ids": _column_inputs}  # fmt: skip
 
 
 def _expand(
@@ -472,15 +493,19 @@ def _table_batches(path: str, spec: ServingSpec, size: int) -> Iterator[tuple[li
             f"{path}: this run was trained on a table; give tables (CSV, Parquet, JSON Lines, "
             "Arrow) or folders of them"
         )
+    rows = _table_of(path, [c.name for c in spec.columns]).with_format("numpy")
+    for start in range(0, rows.num_rows, size):
+        stop = min(start + size, rows.num_rows)
+        yield [f"{path}:{i}" for i in range(start, stop)], rows[start:stop]
+
+
+def _table_of(path: str, names: list[str]) -> Dataset:
+    """The ``names`` columns of the table ``path`` (one missing refused, naming it)."""
     try:
         ds = load_dataset(path, split="train")
     except (OSError, ValueError) as err:
         raise ConfigError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
-    names = [c.name for c in spec.columns]
     missing = [c for c in names if c not in ds.features]
     if missing:
         raise ConfigError(f"{path} has no column {missing[0]!r}; the run reads {names[:10]}")
-    rows = ds.select_columns(names).with_format("numpy")
-    for start in range(0, ds.num_rows, size):
-        stop = min(start + size, ds.num_rows)
-        yield [f"{path}:{i}" for i in range(start, stop)], rows[start:stop]
+    return ds.select_columns(names)

@@ -2,8 +2,11 @@
 :func:`free_text`), and the checks of its rows (empty texts left out, missing labels refused).
 
 A string column is *free text* (not a category) when its median text has at least
-:data:`MIN_WORDS` words and it has more than ten distinct values; ``--text-column`` names it
-instead.
+:data:`MIN_WORDS` words, it has more than :data:`MIN_DISTINCT` distinct values, and at most
+:data:`MAX_REPEATED` of its rows repeat a value of another row: names and e-mail addresses of a
+table (``"Jane Doe <jane@example.org>"``), a few of them on most rows, are a category, not text
+(:func:`string_profile` says why, in the run's column lines). ``--text-column`` names a text
+column instead.
 
 >>> from jaxfeed import Dataset
 >>> ds = Dataset.from_dict({"review": ["a fine film with a good cast"] * 6 + ["dull and long, sadly"] * 6,
@@ -13,10 +16,14 @@ instead.
 >>> ds = Dataset.from_dict({"review": [f"film number {i} was good" for i in range(20)]})
 >>> free_text(ds, "review")
 True
+>>> people = [f"Dev {i} <dev{i}@example.org>" for i in range(12)] + ["Core Team <core@example.org>"] * 30
+>>> string_profile(Dataset.from_dict({"maintainer": people}), "maintainer").why()
+'a category, not free text: 13 distinct values in 42 rows (69% of rows repeat a value; free text repeats in at most 50%)'
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,6 +36,7 @@ from jaxfeed.recipes.config import ConfigError
 
 MIN_WORDS = 3  # a string column whose median row has this many words is free text
 MIN_DISTINCT = 10  # ... and more distinct values than this (else: a category)
+MAX_REPEATED = 0.5  # ... and at most this share of its rows repeat a value (else: a category)
 MOSTLY_EMPTY = 0.5  # a text column empty in more than this share of rows is refused
 SAMPLE = 2000  # rows read to tell free text from categories
 
@@ -37,26 +45,76 @@ def is_string(feature: Any) -> bool:
     return isinstance(feature, Value) and feature.dtype in ("string", "large_string")
 
 
-def words(ds: Dataset, column: str) -> tuple[float, int]:
-    """The median word count of the first :data:`SAMPLE` non-empty texts, and their distinct
-    values."""
+@dataclass(frozen=True)
+class StringProfile:
+    """What tells free text from a category, read on the first :data:`SAMPLE` non-empty values
+    of a string column: their median word count, distinct values and number."""
+
+    median: float
+    distinct: int
+    rows: int
+
+    @property
+    def repeated(self) -> float:
+        """The share of rows whose value another row holds before it (0: all distinct)."""
+        return 1 - self.distinct / self.rows if self.rows else 0.0
+
+    @property
+    def free_text(self) -> bool:
+        """Free text: see the module doc."""
+        return (
+            self.median >= MIN_WORDS
+            and self.distinct > MIN_DISTINCT
+            and self.repeated <= MAX_REPEATED
+        )
+
+    def why(self) -> str:
+        """Why the column is free text or not, in the words of the rule (for the run's lines).
+
+        >>> StringProfile(2.0, 500, 500).why()
+        'not free text: a median of 2 words (free text has 3 or more)'
+        """
+        counts = f"{self.distinct:,} distinct values in {self.rows:,} rows"
+        repeats = f"{self.repeated:.0%} of rows repeat a value"
+        if self.free_text:
+            return f"free text: a median of {self.median:g} words, {counts} ({repeats})"
+        if self.median < MIN_WORDS:
+            return f"not free text: a median of {self.median:g} words (free text has {MIN_WORDS} or more)"
+        if self.distinct <= MIN_DISTINCT:
+            return f"a category, not free text: {counts} (free text has more than {MIN_DISTINCT})"
+        return (
+            f"a category, not free text: {counts} ({repeats}; free text repeats in at most "
+            f"{MAX_REPEATED:.0%})"
+        )
+
+
+def string_profile(ds: Dataset, column: str) -> StringProfile:
+    """The :class:`StringProfile` of string column ``column`` (its first :data:`SAMPLE` rows,
+    empty ones left out)."""
     head = ds.select_columns([column]).select(range(min(ds.num_rows, SAMPLE)))
     values = head.flatten_indices().data.column(column)
     values = pc.drop_null(values)
     values = pc.filter(values, pc.greater(pc.utf8_length(values), 0))
     if len(values) == 0:
-        return 0.0, 0
+        return StringProfile(0.0, 0, 0)
     counts = pc.list_value_length(pc.utf8_split_whitespace(values)).to_numpy(zero_copy_only=False)
-    return float(np.median(counts)), len(pc.unique(values))
+    return StringProfile(float(np.median(counts)), len(pc.unique(values)), len(values))
+
+
+def words(ds: Dataset, column: str) -> tuple[float, int]:
+    """The median word count of the first :data:`SAMPLE` non-empty texts, and their distinct
+    values."""
+    profile = string_profile(ds, column)
+    return profile.median, profile.distinct
 
 
 def free_text(ds: Dataset, column: str) -> bool:
     """Whether string column ``column`` is free text: a median of at least :data:`MIN_WORDS`
-    words and more than :data:`MIN_DISTINCT` distinct values (see the module doc)."""
+    words, more than :data:`MIN_DISTINCT` distinct values, at most :data:`MAX_REPEATED` of its
+    rows repeating a value (see the module doc)."""
     if not is_string(ds.features.get(column)):
         return False
-    median, distinct = words(ds, column)
-    return median >= MIN_WORDS and distinct > MIN_DISTINCT
+    return string_profile(ds, column).free_text
 
 
 def text_column_of(
