@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -304,6 +305,17 @@ def test_from_spark_working_dir_and_empty_frame(spark, tmp_path):
     assert all(f["filename"].startswith(str(tmp_path / "cache")) for f in ds.cache_files)
     empty = Dataset.from_spark(spark.range(3).where("id > 5"), cache_dir=str(tmp_path / "cache"))
     assert empty.num_rows == 0 and empty.features == Features({"id": Value("int64")})
+
+
+def test_from_spark_says_nothing_of_pyspark_and_pandas(spark, tmp_path):
+    """Issue 64, item 12: PySpark 4 warns that it does not fully support pandas >= 3 at each
+    ``mapInArrow``; jaxfeed's jobs pass Arrow batches only, so its calls keep quiet."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ds = Dataset.from_spark(spark.range(4).repartition(2), cache_dir=str(tmp_path))
+        rows = list(IterableDataset.from_spark(spark.range(3).repartition(1)))
+    assert sorted(ds["id"][:]) == list(range(4)) and len(rows) == 3
+    assert not [w for w in seen if "pandas" in str(w.message)], [str(w.message) for w in seen]
 
 
 def test_from_spark_damaged_cache_is_written_again(spark, tmp_path):

@@ -31,7 +31,7 @@ from jaxfeed.data.load import load_dataset
 from jaxfeed.data.load.builtin import BUILTIN
 from jaxfeed.data.load.folder import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from jaxfeed.data.load.load import pick_split  # the split-expression grammar of load_dataset
-from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.config import ConfigError, did_you_mean
 from jaxfeed.recipes.text.corpus import CORPUS_SUFFIXES
 from jaxfeed.recipes.text.corpus_reader import read_corpus
 from jaxfeed.recipes.text.text_columns import text_column_of
@@ -360,7 +360,7 @@ def choose_splits(
     held = parts["test"].num_rows
     share = "" if held <= 1.5 * fraction * train.num_rows else f" of {train.num_rows:,}, rounded up"
     note = (
-        f"validation split: {fraction:g} of {split_train} ({held:,} rows{share}, {how}, "
+        f"validation split: {fraction:g} of {split_train} ({held:,} row{'s' * (held != 1)}{share}, {how}, "
         f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
     if counts is not None and column is not None:
@@ -511,7 +511,8 @@ def choose_columns(
     for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
         if name is not None and name not in features:
             raise ConfigError(
-                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
+                f"{flag} {name!r} is not a column{did_you_mean(name, features)}; the columns "
+                f"are {_names(features)}"
             )
     if label is None:
         label = _found_label(features)

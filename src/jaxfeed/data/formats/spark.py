@@ -195,8 +195,22 @@ def write_spark(
     with _written_to(folder, working_dir) as written:
         check_reachable(df, written)
         job = _PartitionWriter(str(written), stored, target, max_shard_size)
-        stats = [r.asDict() for r in df.mapInArrow(job, STATS_DDL).collect()]
+        with _no_pandas_warning():
+            mapped = df.mapInArrow(job, STATS_DDL)
+        stats = [r.asDict() for r in mapped.collect()]
         return publish_shards(folder, written, stats, target, payload)
+
+
+@contextlib.contextmanager
+def _no_pandas_warning() -> Iterator[None]:
+    """Without PySpark 4's ``FutureWarning`` that it does not yet fully support pandas >= 3,
+    which ``mapInArrow`` raises on every call: jaxfeed's jobs pass Arrow batches, never pandas
+    (a user's own pandas UDFs still get the warning)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
+        yield
 
 
 @contextlib.contextmanager
@@ -240,7 +254,8 @@ class SparkPartitions:
     def tables(self, part: int) -> Iterator[pa.Table]:
         """Partition ``part``'s rows as Arrow tables (one per record batch Spark made)."""
         if self._rdd is None:
-            self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
+            with _no_pandas_warning():
+                self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
         sc = self.df.sparkSession.sparkContext
         where = f"from_spark (partition {part})"
         for blob in sc.runJob(self._rdd, _blobs, [part]):
