@@ -234,6 +234,22 @@ class _ReportedFragments(logging.Filter):
 _REPORTED_FRAGMENTS = _ReportedFragments()
 
 
+class _WaitsForThePreviousSave(logging.Filter):
+    """Drops Orbax's "Waiting for previous save to complete took N seconds. If this number is
+    high, consider checkpointing less frequently.", logged (``absl``) by a save that began while
+    the previous step was still being written, past a second. The wait is jaxfeed's own: a save
+    waits for the one before it so that a failed write is reported by its step; the advice names
+    no option a jaxfeed user has (theirs is ``min_save_interval``, in the checkpoints guide). The
+    README's tour printed it on a loaded machine. Installed on the ``absl`` logger by the first
+    writer."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Waiting for previous save to complete")
+
+
+_WAITS = _WaitsForThePreviousSave()
+
+
 # ---------------------------------------------------------------------------------- manager
 _STEP = "_jaxfeed_step"  # the step, beside the metrics Orbax ranks (ties: the earliest is kept)
 
@@ -375,6 +391,7 @@ class CheckpointManager:
         self._manager = self._ocp.CheckpointManager(
             self.directory, options=self._options, item_names=("state", "meta")
         )
+        logging.getLogger("absl").addFilter(_WAITS)  # once: a logger's filters are a set
         self.writing = True
 
     def _claim(self) -> None:
