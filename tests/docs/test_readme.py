@@ -51,6 +51,7 @@ EXPECTED = {
         "(1, 4)",
     ],
     "docs/guide/text.md": [
+        "1599 800",
         "'train_loss', 'train_perplexity', 'train_token_accuracy']",
         "[' five six seven eight nine ten', ' eight nine ten']",
         "[' five six seven eight ', ' eight ']\nTrue",
