@@ -81,6 +81,13 @@ def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, peft, tmp_path
     assert np.abs(ours - theirs).max() < 1e-4
     from safetensors.numpy import load_file
 
+    # issue 64, item 8: the folder's tokenizer loads with its special tokens and chat template
+    # (it had tokenizer.json alone: AutoTokenizer loaded it without eos or pad)
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in adapter.iterdir()}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(adapter)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<s>", "</s>",
+                                                                              "<pad>")  # fmt: skip
+    assert tokenizer.chat_template == TEMPLATE and tokenizer.pad_token_id == 0
     tensors = load_file(adapter / "adapter_model.safetensors")
     assert all(np.abs(v).max() > 0 for k, v in tensors.items() if "lora_B" in k)  # trained
     merged = tmp_path / "merged"
