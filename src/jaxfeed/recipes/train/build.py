@@ -61,6 +61,8 @@ def build(run: Run) -> Any:
     if run.primary:
         _write_folder(run, found)
     _say_setup(run)
+    for line in run.model_source.model_lines(trainer.model):  # LoRA and int8: what trains
+        run.say(line)
     return trainer
 
 
