@@ -158,3 +158,19 @@ def test_the_readme_shows_what_make_demo_prints(tmp_path):
     for page in (README, ROOT / "docs" / "getting-started.md"):
         shown = _demo_rows(page.read_text())
         assert shown and all(row in printed for row in shown), (name(page), shown, printed)
+
+
+def test_the_front_pages_say_what_jaxfeed_does_beyond_the_tour():
+    """Issue 64, item 7: the README, the docs' index and getting-started never mentioned LoRA,
+    int8, Spark, Ray or accelerators, and the README's extras had no quant, spark or ray; the
+    README stays at most 250 lines."""
+    import tomllib
+
+    for page in (README, ROOT / "docs" / "index.md", ROOT / "docs" / "getting-started.md"):
+        text = page.read_text()
+        missing = [w for w in ("LoRA", "int8", "Spark", "Ray", "TPU", "GPU") if w not in text]
+        assert not missing, (name(page), missing)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    listed = set(re.findall(r"`jaxfeed\[(\w+)\]`", README.read_text()))
+    assert set(extras) - {"dev"} <= listed, sorted(set(extras) - {"dev"} - listed)
+    assert len(README.read_text().splitlines()) <= 250
