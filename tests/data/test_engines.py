@@ -31,8 +31,11 @@ from jaxfeed import (
     IterableDataset,
     List,
     Value,
+    load_dataset,
 )
 from jaxfeed._base.extras import MissingExtraError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -415,6 +418,49 @@ def test_ray_type_without_feature_names_the_column(ray_data, tmp_path):
     table = pa.table({"m": pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64()))})
     with pytest.raises(TypeError, match="column 'm'"):
         Dataset.from_ray(ray_data.from_arrow(table), cache_dir=str(tmp_path))
+
+
+def test_the_engines_tutorial_composites_transparent_images_as_the_command_does(ray_data, tmp_path):
+    """Issue 64, item 5: the tutorial read icons with ``read_images(mode="RGB")``, which drops
+    the alpha channel: dark glyphs on a transparent background became dark on black. Its cell
+    (run here as written, on two icons) reads them with alpha and composites them with the
+    command's helper: the pixels ``jaxfeed train`` decodes from the same files (its image kind's
+    background, Pillow's resize), to within a level (Ray resizes before compositing)."""
+    import json
+
+    import PIL.Image
+
+    from jaxfeed.recipes.kinds.image import image_choice
+    from jaxfeed.serving import ServingSpec
+
+    notebook = json.loads((ROOT / "docs" / "tutorials" / "engines.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in notebook["cells"] if "def to_rows(" in
+                "".join(c["source"]))  # fmt: skip
+    paths = []
+    for label, axis in (("horizontal", 0), ("vertical", 1)):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        icon = np.zeros((64, 64, 4), np.uint8)  # transparent black, dark opaque stripes
+        icon[::8, :] = (30, 40, 50, 255)
+        paths.append(tmp_path / "images" / label / "0.png")
+        PIL.Image.fromarray(icon.transpose(1, 0, 2) if axis else icon).save(paths[-1])
+    import ray
+
+    exec(cell, {"__name__": "__main__", "work": tmp_path, "ray": ray, "PIL": PIL, "np": np})
+    written = load_dataset("parquet", data_files=str(tmp_path / "prepared" / "images" / "*.parquet"),
+                           split="train")  # fmt: skip
+    ours = {row["label"]: np.asarray(PIL.Image.open(io.BytesIO(row["image"])).convert("RGB"))
+            for row in written.to_list()}  # fmt: skip
+    folder = Dataset.from_dict({"image": [str(p) for p in paths]}).cast_column("image", Image())
+    mode, _, _, background = image_choice(folder, "image", (32, 32))
+    assert (mode, background) == ("RGB", (255, 255, 255))
+    spec = ServingSpec(kind="image", input_shape=(32, 32, 3), task="classification",
+                       labels=("horizontal", "vertical"), image_mode=mode, image_size=(32, 32),
+                       image_background=background)  # fmt: skip
+    arrays, counts = spec.read_images([str(p) for p in paths])
+    command = spec.fit_images(arrays)
+    assert counts["composited"] == 2 and command.mean() > 150  # mostly white
+    for label, expected in enumerate(command):
+        assert np.abs(ours[label].astype(int) - expected).max() <= 2, label
 
 
 def test_iterable_from_ray_resumes(ray_data):
