@@ -172,7 +172,7 @@ def test_resume_with_only_out_and_epochs(image_run, user_model_run, capsys, tmp_
 def test_config_from_a_saved_run_with_a_user_model(image_run, user_model_run):
     out, _, _ = image_run
     work, _, said, (second, checkpoints), resumed = user_model_run
-    assert f"model {work / 'my_model.py'}:Tiny (nnx), 1 epochs" in said
+    assert f"model {work / 'my_model.py'}:Tiny (nnx), 1 epoch" in said
     first = json.loads((out / "config.json").read_text())["options"]
     assert {k for k in first if first[k] != second[k]} == {"epochs", "model"}
     assert checkpoints

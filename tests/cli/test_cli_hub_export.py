@@ -180,3 +180,26 @@ def test_an_export_never_copies_a_file_linked_from_outside_the_checkpoint(one_ep
     assert "tokenizer_config.json" in err and "is a link to" in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert not target.exists()
+
+
+def test_an_export_of_a_checkpoint_without_tokenizer_settings_names_its_special_tokens(tmp_path):
+    """Issue 64, item 8: a checkpoint with tokenizer.json but no tokenizer_config.json (what an
+    adapter folder held): the export writes one from config.json's token ids, so
+    AutoTokenizer loads it with its eos and pad tokens."""
+    from jaxfeed.recipes.serving.hub_export import tokenizer_settings
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    save_checkpoint(ckpt, "bert", "masked-lm")
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**config, "eos_token_id": 3, "pad_token_id": 0}))
+    (ckpt / "tokenizer_config.json").unlink()
+    out.mkdir()
+    shutil.copy(ckpt / "tokenizer.json", out / "tokenizer.json")
+    before = transformers.AutoTokenizer.from_pretrained(out)
+    assert (before.eos_token, before.pad_token) == (None, None)
+    assert tokenizer_settings(out, ckpt) == ["tokenizer_config.json"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    vocab = json.loads((ckpt / "tokenizer.json").read_text())["model"]["vocab"]
+    names = {i: t for t, i in vocab.items()}
+    assert (tokenizer.eos_token, tokenizer.pad_token) == (names[3], names[0])
+    assert tokenizer.pad_token_id == 0 and tokenizer.eos_token_id == 3

@@ -5,6 +5,7 @@ with equal logits (``--merge``: the merged checkpoint, equal to ``merge_and_unlo
 that would train nothing are refused before anything is written."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -80,6 +81,28 @@ def test_lora_run_checkpoints_hold_the_adapters_not_the_frozen_model(lora_run):
 
 
 @pytest.mark.slow  # a training process or two: about a minute of CPU
+def test_a_lora_int8_run_says_it_is_one(lora_run):
+    """Issue 64, item 6: the run says its adapters, what trains of what, the frozen weights'
+    bytes and int8; the fine-tuning line quotes LoRA's default rate; a run of few steps says
+    why the model may barely move. The tiny Llama (hidden 32, MLP 48, 2 layers, 97 tokens):
+    adapters of rank 4 on q (32->32), v (32->16) and down (48->32) are 4 x (64 + 48 + 80) = 768
+    a layer, 1,536 in all; of the 22,176 frozen, the blocks' seven linear layers hold 7,680
+    weights a layer (15,360 bytes as int8), their 224 output channels' float32 scales 1,792
+    bytes, and the embeddings, head and norms 6,368 float32 (25,472 bytes): 42,624 bytes."""
+    _ckpt, _out, stdout = lora_run
+    assert (
+        "LoRA: rank 4, alpha 8 (the update scaled by 2), dropout 0.05, on q_proj, v_proj, "
+        "down_proj (6 layers); 1,536 of 23,712 parameters train (6.48%: the adapters); 22,176 "
+        "frozen in 41.6 KB, 15,360 of them (the blocks' linear weights) int8 (--quantize): "
+        "15.0 KB with per-channel scales beside, 60.0 KB in float32"
+    ) in stdout, stdout
+    assert "(defaults for LoRA adapters on a pretrained model: --lr 0.0002, --epochs 3" in stdout
+    note = re.search(r"note: (\d+) optimizer steps are few for LoRA: the adapters start at "
+                     r"zero.*give more --epochs(.*)", stdout)  # fmt: skip
+    assert note and int(note[1]) < 10 and note[2] == "", stdout  # --lr 1e-2: no higher rate said
+
+
+@pytest.mark.slow  # a training process or two: about a minute of CPU
 def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, peft, tmp_path):
     ckpt, out, _ = lora_run
     adapter = tmp_path / "adapter"
@@ -99,6 +122,13 @@ def test_export_writes_an_adapter_peft_loads_and_merges(lora_run, peft, tmp_path
     assert np.abs(ours - theirs).max() < 1e-4
     from safetensors.numpy import load_file
 
+    # issue 64, item 8: the folder's tokenizer loads with its special tokens and chat template
+    # (it had tokenizer.json alone: AutoTokenizer loaded it without eos or pad)
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in adapter.iterdir()}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(adapter)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<s>", "</s>",
+                                                                              "<pad>")  # fmt: skip
+    assert tokenizer.chat_template == TEMPLATE and tokenizer.pad_token_id == 0
     tensors = load_file(adapter / "adapter_model.safetensors")
     assert all(np.abs(v).max() > 0 for k, v in tensors.items() if "lora_B" in k)  # trained
     merged = tmp_path / "merged"

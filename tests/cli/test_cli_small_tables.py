@@ -31,7 +31,7 @@ def test_the_budget_counts_max_steps_and_a_tiny_table_says_what_it_did(tmp_path)
     assert done.returncode == 0, done.stderr
     split = line_of(done.stdout, "validation split: ")
     assert (
-        "(1 rows of 2, rounded up, at random, not stratified: 2 classes have a single row" in split
+        "(1 row of 2, rounded up, at random, not stratified: 2 classes have a single row" in split
     )
     assert "warning: the train part holds 1 of the 2 classes (" in split, split
     assert "--val-split 0 to train on all of them" in split

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,11 @@ from jaxfeed import (
     IterableDataset,
     List,
     Value,
+    load_dataset,
 )
 from jaxfeed._base.extras import MissingExtraError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -315,6 +319,17 @@ def test_from_spark_working_dir_and_empty_frame(spark, tmp_path):
     assert empty.num_rows == 0 and empty.features == Features({"id": Value("int64")})
 
 
+def test_from_spark_says_nothing_of_pyspark_and_pandas(spark, tmp_path):
+    """Issue 64, item 12: PySpark 4 warns that it does not fully support pandas >= 3 at each
+    ``mapInArrow``; jaxfeed's jobs pass Arrow batches only, so its calls keep quiet."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ds = Dataset.from_spark(spark.range(4).repartition(2), cache_dir=str(tmp_path))
+        rows = list(IterableDataset.from_spark(spark.range(3).repartition(1)))
+    assert sorted(ds["id"][:]) == list(range(4)) and len(rows) == 3
+    assert not [w for w in seen if "pandas" in str(w.message)], [str(w.message) for w in seen]
+
+
 def test_from_spark_damaged_cache_is_written_again(spark, tmp_path):
     df = spark.range(6).repartition(2)
     ds = Dataset.from_spark(df, cache_dir=str(tmp_path))
@@ -428,6 +443,49 @@ def test_ray_type_without_feature_names_the_column(ray_data, tmp_path):
     table = pa.table({"m": pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64()))})
     with pytest.raises(TypeError, match="column 'm'"):
         Dataset.from_ray(ray_data.from_arrow(table), cache_dir=str(tmp_path))
+
+
+def test_the_engines_tutorial_composites_transparent_images_as_the_command_does(ray_data, tmp_path):
+    """Issue 64, item 5: the tutorial read icons with ``read_images(mode="RGB")``, which drops
+    the alpha channel: dark glyphs on a transparent background became dark on black. Its cell
+    (run here as written, on two icons) reads them with alpha and composites them with the
+    command's helper: the pixels ``jaxfeed train`` decodes from the same files (its image kind's
+    background, Pillow's resize), to within a level (Ray resizes before compositing)."""
+    import json
+
+    import PIL.Image
+
+    from jaxfeed.recipes.kinds.image import image_choice
+    from jaxfeed.serving import ServingSpec
+
+    notebook = json.loads((ROOT / "docs" / "tutorials" / "engines.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in notebook["cells"] if "def to_rows(" in
+                "".join(c["source"]))  # fmt: skip
+    paths = []
+    for label, axis in (("horizontal", 0), ("vertical", 1)):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        icon = np.zeros((64, 64, 4), np.uint8)  # transparent black, dark opaque stripes
+        icon[::8, :] = (30, 40, 50, 255)
+        paths.append(tmp_path / "images" / label / "0.png")
+        PIL.Image.fromarray(icon.transpose(1, 0, 2) if axis else icon).save(paths[-1])
+    import ray
+
+    exec(cell, {"__name__": "__main__", "work": tmp_path, "ray": ray, "PIL": PIL, "np": np})
+    written = load_dataset("parquet", data_files=str(tmp_path / "prepared" / "images" / "*.parquet"),
+                           split="train")  # fmt: skip
+    ours = {row["label"]: np.asarray(PIL.Image.open(io.BytesIO(row["image"])).convert("RGB"))
+            for row in written.to_list()}  # fmt: skip
+    folder = Dataset.from_dict({"image": [str(p) for p in paths]}).cast_column("image", Image())
+    mode, _, _, background = image_choice(folder, "image", (32, 32))
+    assert (mode, background) == ("RGB", (255, 255, 255))
+    spec = ServingSpec(kind="image", input_shape=(32, 32, 3), task="classification",
+                       labels=("horizontal", "vertical"), image_mode=mode, image_size=(32, 32),
+                       image_background=background)  # fmt: skip
+    arrays, counts = spec.read_images([str(p) for p in paths])
+    command = spec.fit_images(arrays)
+    assert counts["composited"] == 2 and command.mean() > 150  # mostly white
+    for label, expected in enumerate(command):
+        assert np.abs(ours[label].astype(int) - expected).max() <= 2, label
 
 
 def test_iterable_from_ray_resumes(ray_data):

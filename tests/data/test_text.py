@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from jaxfeed import DataLoader, Dataset, DatasetDict, IterableDataset, Padding
+from jaxfeed import DataLoader, Dataset, DatasetDict, IterableDataset, Padding, load_dataset
 from jaxfeed.text import load_tokenizer, special_tokens, tokenize, train_tokenizer
 
 WORDS = [
@@ -114,6 +114,32 @@ def test_tokenize_num_proc_and_stream_give_the_same_ids(corpus):
     assert tokenize(corpus, tok, "text", num_proc=2, batch_size=64)["input_ids"] == want
     stream = tokenize(IterableDataset.from_dataset(corpus), tok, "text", batch_size=64)
     assert [r["input_ids"] for r in stream] == want
+
+
+def test_a_text_file_s_blank_lines_are_named_with_the_filter_that_drops_them(corpus, tmp_path):
+    """Issue 64, item 10: ``load_dataset("text")`` keeps a blank line as an empty row (as
+    ``datasets`` does); ``tokenize`` refuses it naming the row and the ``filter`` that drops such
+    rows, which then works as written (on a stream too)."""
+    tok = train_tokenizer(corpus, "text", vocab_size=80, kind="wordpiece")
+    (tmp_path / "notes.txt").write_text("the cat sat\n\nthe dog ran\n  \na cat\n")
+    lines = load_dataset("text", data_files=str(tmp_path / "notes.txt"), split="train")
+    assert lines["text"][:] == ["the cat sat", "", "the dog ran", "  ", "a cat"]
+    with pytest.raises(ValueError) as refused:
+        tokenize(lines, tok)
+    fix = "ds = ds.filter(lambda row: row['text'].strip() != '')"
+    assert str(refused.value) == (
+        "column 'text', row 1: expected a non-empty string, got an empty string "
+        f'(load_dataset("text") keeps blank lines as empty rows, as datasets does; drop them first: '
+        f"{fix})"
+    )
+    namespace = {"ds": lines}
+    exec(fix, namespace)  # the fix as the message spells it
+    assert tokenize(namespace["ds"], tok).num_rows == 3
+    stream = load_dataset("text", data_files=str(tmp_path / "notes.txt"), split="train",
+                          streaming=True)  # fmt: skip
+    namespace = {"ds": stream}
+    exec(fix, namespace)
+    assert len(list(tokenize(namespace["ds"], tok))) == 3
 
 
 def test_tokenize_bad_input(corpus):

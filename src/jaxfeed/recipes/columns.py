@@ -17,7 +17,7 @@ from typing import Any
 from jaxfeed.data.dataset import Dataset, DatasetDict
 from jaxfeed.data.features import Audio, ClassLabel, Image, Sequence, Value
 from jaxfeed.data.features.array import ARRAY_TYPES
-from jaxfeed.recipes.config import ConfigError
+from jaxfeed.recipes.config import ConfigError, did_you_mean
 from jaxfeed.recipes.text.text_columns import MIN_WORDS, is_string, string_profile, text_column_of
 
 LABEL_NAMES = ("label", "labels", "target", "class", "y")
@@ -69,7 +69,8 @@ def choose_columns(
     for name, flag in [(c, "--input-columns") for c in inputs or []] + [(label, "--label-column")]:
         if name is not None and name not in features:
             raise ConfigError(
-                f"{flag} {name!r} is not a column; the columns are {_names(features)}"
+                f"{flag} {name!r} is not a column{did_you_mean(name, features)}; the columns "
+                f"are {_names(features)}"
             )
     if label is None:
         label = _found_label(features)

@@ -365,7 +365,7 @@ def choose_splits(
     held = parts["test"].num_rows
     share = "" if held <= 1.5 * fraction * train.num_rows else f" of {train.num_rows:,}, rounded up"
     note = (
-        f"validation split: {fraction:g} of {split_train} ({held:,} rows{share}, {how}, "
+        f"validation split: {fraction:g} of {split_train} ({held:,} row{'s' * (held != 1)}{share}, {how}, "
         f"seed {seed}); {why}" + ("" if val_split is not None else " (--val-split to choose)")
     )
     if counts is not None and column is not None:

@@ -80,12 +80,20 @@ def has_alpha(image: Any) -> bool:
     return image.mode in ALPHA_MODES or "transparency" in image.info
 
 
-def composite(array: np.ndarray, background: Sequence[int]) -> np.ndarray:
+WHITE = (255, 255, 255)  # what transparency is composited onto: jaxfeed train's default
+
+
+def composite(array: np.ndarray, background: Sequence[int] = WHITE) -> np.ndarray:
     """An image with an alpha last channel (``(h, w, 2)`` grey or ``(h, w, 4)`` RGB) composited
-    onto an ``(r, g, b)`` background (grey: its luminance, as Pillow converts to L), as uint8.
+    onto an ``(r, g, b)`` background (grey: its luminance, as Pillow converts to L), as uint8:
+    what ``jaxfeed train``, ``predict`` and an export's spec do to an image with transparency
+    (``background``: white, the default of ``--image-background``). Reading such images with
+    another tool (``ray.data.read_images(mode="RGBA")``), composite them with this to get the
+    pixels the command trains on: converting to RGB drops the alpha channel and keeps the
+    transparent pixels' own colour, often black.
 
     >>> rgba = np.array([[[0, 0, 0, 0], [0, 0, 0, 255], [200, 100, 0, 128]]], np.uint8)
-    >>> composite(rgba, (255, 255, 255)).tolist()
+    >>> composite(rgba).tolist()
     [[[255, 255, 255], [0, 0, 0], [227, 177, 127]]]
     >>> composite(np.array([[[10, 0]]], np.uint8), (255, 0, 0)).tolist()  # grey: 76 for red
     [[76]]

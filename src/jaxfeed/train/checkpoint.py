@@ -60,7 +60,7 @@ from jaxfeed.train.checkpoint_trees import (
 from jaxfeed.train.checkpoint_trees import abstract_like as abstract_like  # public here too
 from jaxfeed.train.checkpoint_trees import checksums as checksums  # public here too
 from jaxfeed.train.monitor import DEFAULT_MONITOR, monitor_mode, pick_best
-from jaxfeed.train.orbax_logs import _REPORTED_FRAGMENTS, _first_line, _quiet_orbax
+from jaxfeed.train.orbax_logs import _REPORTED_FRAGMENTS, _WAITS, _first_line, _quiet_orbax
 from jaxfeed.train.trained_part import base_problem, merged, prune, saved_paths
 from jaxfeed.train.writer_record import (
     REMOVING,
@@ -236,6 +236,7 @@ class CheckpointManager:
         self._manager = self._ocp.CheckpointManager(
             self.directory, options=self._options, item_names=("state", "meta")
         )
+        logging.getLogger("absl").addFilter(_WAITS)  # once: a logger's filters are a set
         self.writing = True
 
     def _claim(self) -> None:

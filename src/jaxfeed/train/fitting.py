@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxfeed._base.curves import CurvesInBackground
 from jaxfeed._base.files import atomic_write, check_writable
 from jaxfeed.train.callbacks import Callback, overrides
 from jaxfeed.train.checkpoint import CheckpointManager
@@ -155,13 +156,24 @@ class FitMixin:
         self.core.write_back()
         for cb in self.callbacks:
             cb.on_fit_end(self)
-        if self.out_dir is not None and self.history and self.primary:
-            stopper = next((cb for cb in self.callbacks if hasattr(cb, "stopped_epoch")), None)
-            plot_history(
-                self.history, self.out_dir / "curves.png",
-                best=getattr(stopper, "best_epoch", None),
-                stopped=getattr(stopper, "stopped_epoch", None),
-            )  # fmt: skip
+        if self.plot_curves:
+            self.draw_curves()
+
+    def draw_curves(self, background: bool = False) -> Any:
+        """``curves.png`` in ``out_dir`` (:func:`~jaxfeed.plot_history` of the history, the best
+        and early-stopped epochs marked), which ``fit`` draws at its end unless
+        ``plot_curves`` is False; ``background``: drawn by another process, returning its
+        :class:`~jaxfeed._base.curves.CurvesInBackground` (``.result()`` waits). None where
+        there is nothing to draw (no ``out_dir`` or history, or not process 0)."""
+        if self.out_dir is None or not self.history or not self.primary:
+            return None
+        stopper = next((cb for cb in self.callbacks if hasattr(cb, "stopped_epoch")), None)
+        marks = {"best": getattr(stopper, "best_epoch", None),
+                 "stopped": getattr(stopper, "stopped_epoch", None)}  # fmt: skip
+        path = self.out_dir / "curves.png"
+        if background:
+            return CurvesInBackground(self.history, path, **marks)
+        return plot_history(self.history, path, **marks)
 
     def _back_to_last_checkpoint(self, manager: CheckpointManager | None) -> None:
         """After a non-finite loss: the trainer (and the model objects) back at the fit's last

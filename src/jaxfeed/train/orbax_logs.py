@@ -1,6 +1,7 @@
 """What Orbax and TensorStore say, as a checkpoint's errors and logs show it: one line of an error
 that can print whole specs (:func:`_first_line`), absl's log quieted around a call, and the
-asyncio noise of a failed save's fragments dropped once the save's one-line error is out.
+asyncio noise of a failed save's fragments dropped once the save's one-line error is out
+(:data:`_REPORTED_FRAGMENTS`), and Orbax's note on waiting for the previous save (:data:`_WAITS`).
 
 >>> _first_line(ValueError("disk full\nand more"))
 'ValueError: disk full'
@@ -29,6 +30,7 @@ def _first_line(err: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet_orbax(level_while: int = logging.ERROR) -> Any:
+    """The ``absl`` logger (Orbax's) at ``level_while`` for the duration."""
     log = logging.getLogger("absl")
     level = log.level
     log.setLevel(level_while)
@@ -50,3 +52,19 @@ class _ReportedFragments(logging.Filter):
 
 
 _REPORTED_FRAGMENTS = _ReportedFragments()
+
+
+class _WaitsForThePreviousSave(logging.Filter):
+    """Drops Orbax's "Waiting for previous save to complete took N seconds. If this number is
+    high, consider checkpointing less frequently.", logged (``absl``) by a save that began while
+    the previous step was still being written, past a second. The wait is jaxfeed's own: a save
+    waits for the one before it so that a failed write is reported by its step; the advice names
+    no option a jaxfeed user has (theirs is ``min_save_interval``, in the checkpoints guide). The
+    README's tour printed it on a loaded machine. Installed on the ``absl`` logger by the first
+    writer."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Waiting for previous save to complete")
+
+
+_WAITS = _WaitsForThePreviousSave()

@@ -180,6 +180,9 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
         self.verbose = int(verbose) if self.primary else 0
         self.deterministic = deterministic
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.plot_curves = (
+            True  # fit draws curves.png into out_dir (the command: in the background)
+        )
         self.core: Core = (
             LinenCore(model, tx, spec) if _is_linen(model) else NNXCore(model, tx, spec)
         )

@@ -206,7 +206,9 @@ def write_spark(
         with spark_job(sc, "Dataset.from_spark"):
             check_reachable(df, written)
             job = _PartitionWriter(str(written), stored, target, max_shard_size)
-            stats = [r.asDict() for r in df.mapInArrow(job, STATS_DDL).collect()]
+            with _no_pandas_warning():
+                mapped = df.mapInArrow(job, STATS_DDL)
+            stats = [r.asDict() for r in mapped.collect()]
         return publish_shards(folder, written, stats, target, payload)
 
 
@@ -322,6 +324,18 @@ def _one_line(err: BaseException, sc: Any, python: str, what: str) -> Exception:
 
 
 @contextlib.contextmanager
+def _no_pandas_warning() -> Iterator[None]:
+    """Without PySpark 4's ``FutureWarning`` that it does not yet fully support pandas >= 3,
+    which ``mapInArrow`` raises on every call: jaxfeed's jobs pass Arrow batches, never pandas
+    (a user's own pandas UDFs still get the warning)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
+        yield
+
+
+@contextlib.contextmanager
 def _written_to(folder: Path, working_dir: str | None) -> Iterator[Path]:
     """The folder the executors write into: a new one inside ``working_dir``, else one beside
     the cache folder; removed afterwards (its files moved into the cache folder)."""
@@ -367,7 +381,8 @@ class SparkPartitions:
         sc = running_context(self.df, what)
         with spark_job(sc, what):
             if self._rdd is None:
-                self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
+                with _no_pandas_warning():
+                    self._rdd = self.df.mapInArrow(_ipc, "ipc binary").rdd
             blobs = sc.runJob(self._rdd, _blobs, [part])
         where = f"from_spark (partition {part})"
         for blob in blobs:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from jaxfeed.data.dataset import Dataset, DatasetDict
 from jaxfeed.data.features import Features, List, Value
 from jaxfeed.data.iterable import IterableDataset, IterableDatasetDict
-from jaxfeed.data.text.tokenizer import check_texts, text_pieces, tokenizers_module
+from jaxfeed.data.text.tokenizer import EMPTY_FIX, check_texts, text_pieces, tokenizers_module
 
 # A text longer than CHUNK_CHARS is encoded in pieces of about that many characters, and texts
 # are encoded GROUP_CHARS at a time: the tokenizer holds a few hundred bytes per token while it
@@ -185,7 +185,7 @@ class _Encode:
             row = i if indices is None else int(indices[i])
             raise ValueError(
                 f"column {self.column!r}, row {row}: {texts[i][:60]!r} gives no tokens with this "
-                "tokenizer (filter such rows out first)"
+                f"tokenizer ({EMPTY_FIX.format(column=self.column)})"
             )
         total = int(lengths.sum())
         if any(isinstance(row, np.ndarray) for row in ids):  # long texts encoded in pieces

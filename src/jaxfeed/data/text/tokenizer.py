@@ -147,6 +147,13 @@ def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
+# how to drop the rows tokenize refuses (load_dataset("text") keeps a blank line as an empty row)
+EMPTY_FIX = (
+    'load_dataset("text") keeps blank lines as empty rows, as datasets does; drop them first: '
+    "ds = ds.filter(lambda row: row[{column!r}].strip() != '')"
+)
+
+
 def check_texts(values: Any, column: str, first: int = 0, rows: Any = None) -> list[str]:
     """``values`` as a list of non-empty str, or an error naming the column and row.
 
@@ -173,7 +180,7 @@ def check_texts(values: Any, column: str, first: int = 0, rows: Any = None) -> l
         elif isinstance(v, str) and v:  # a str subclass (numpy's str_)
             out[i] = str(v)
             continue
-        what = "an empty string (filter such rows out first)" if v == "" else repr(v)[:80]
+        what = f"an empty string ({EMPTY_FIX.format(column=column)})" if v == "" else repr(v)[:80]
         raise ValueError(f"column {column!r}, row {row}: expected a non-empty string, got {what}")
     return out
 

@@ -78,3 +78,4 @@ from jaxfeed.recipes.config.values import parse_colour as parse_colour
 from jaxfeed.recipes.config.values import parse_image_size as parse_image_size
 from jaxfeed.recipes.config.values import parse_mesh_text as parse_mesh_text
 from jaxfeed.recipes.config.values import parse_sharding as parse_sharding
+from jaxfeed.recipes.config.values import plural as plural

@@ -138,6 +138,15 @@ def baseline_rows(rows: int, width: int, outputs: int) -> int:
     return min(rows, most)
 
 
+def epoch_count(count: int) -> str:
+    """``1 epoch``, ``29 epochs``: a count of epochs as the budget's line says it.
+
+    >>> epoch_count(1), epoch_count(29)
+    ('1 epoch', '29 epochs')
+    """
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
 def choose_batch(rows: int) -> int:
     """A batch size for ``rows`` train rows: the power of two at or above a tenth of them, in
     ``[8, 64]``, and never more than the rows (a tiny set: a batch of half its rows, at least 1).
@@ -228,14 +237,14 @@ class Budget:
             if self.floor_holds:
                 why += ", no early stopping before it"
             most = "" if self.floor_holds else "at most "
-            parts.append(f"{most}{self.epochs} epochs = {self.steps} steps ({why})")
+            parts.append(f"{most}{epoch_count(self.epochs)} = {self.steps} steps ({why})")
         else:
             parts.append(self._length())
         if self.patience is not None:
             watched = monitor.removeprefix("eval_").replace("_", " ")
             how = "" if "patience" in self.chosen else " (given)"
             parts.append(
-                f"early stopping after {self.patience} epochs ({self.patience * self.steps_per_epoch}"
+                f"early stopping after {epoch_count(self.patience)} ({self.patience * self.steps_per_epoch}"
                 f" steps) without improvement on validation {watched}{how}"
             )
         if self.momentum is not None:
@@ -290,16 +299,16 @@ class Budget:
         total = self.epochs * self.steps_per_epoch
         source = self.epochs_default or "given"
         if self.max_steps is None:
-            return f"{self.epochs} epochs = {total} steps ({source})"
+            return f"{epoch_count(self.epochs)} = {total} steps ({source})"
         if not self.epochs_given and self.max_steps <= total:  # --max-steps alone
             epochs = self.max_steps / self.steps_per_epoch
             return f"{self.max_steps} steps (--max-steps, given) = {epochs:.3g} epochs"
         if self.max_steps < total:
             return (
-                f"{self.max_steps} steps (--max-steps, given; the {self.epochs} epochs "
+                f"{self.max_steps} steps (--max-steps, given; the {epoch_count(self.epochs)} "
                 f"{'given' if self.epochs_default is None else 'of ' + source} would make {total})"
             )
-        return f"{self.epochs} epochs = {total} steps ({source}; --max-steps {self.max_steps} is not reached)"
+        return f"{epoch_count(self.epochs)} = {total} steps ({source}; --max-steps {self.max_steps} is not reached)"
 
 
 def auto_batch(

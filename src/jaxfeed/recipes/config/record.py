@@ -41,6 +41,31 @@ RESOLVED_KEYS = (
 )  # fmt: skip
 
 
+def _train_hint(run: Path) -> str:
+    """How to make a run of ``run``: a folder of other files is data to train on (``--out``
+    refuses it), anything else a run folder to train into.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _train_hint(folder / "new").startswith("train one with: jaxfeed train --data DATA --out")
+    True
+    >>> (folder / "cats").mkdir()
+    >>> _train_hint(folder).replace(str(folder), "FOLDER")
+    'it holds cats: if that is data, train on it with: jaxfeed train --data FOLDER --out runs/NAME, then give runs/NAME here'
+    """
+    try:
+        names = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
+    except OSError:
+        names = []
+    if not names:
+        return f"train one with: jaxfeed train --data DATA --out {run}"
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (
+        f"it holds {shown}: if that is data, train on it with: jaxfeed train --data {run} --out "
+        "runs/NAME, then give runs/NAME here"
+    )
+
+
 def read_run(run: str | os.PathLike) -> RunRecord:
     """The :class:`RunRecord` of a run folder; a clear ``ConfigError`` for anything else.
 
@@ -56,9 +81,7 @@ def read_run(run: str | os.PathLike) -> RunRecord:
     run = Path(run)
     path = run / "config.json"
     if not path.is_file():
-        raise ConfigError(
-            f"{run} is not a jaxfeed run folder (no config.json); train one with: jaxfeed train --out {run}"
-        )
+        raise ConfigError(f"{run} is not a jaxfeed run folder (no config.json); {_train_hint(run)}")
     try:
         values = json.loads(path.read_text())
     except (OSError, ValueError) as err:

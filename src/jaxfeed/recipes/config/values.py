@@ -20,11 +20,25 @@ def did_you_mean(name: str, known: typing.Iterable[str], *, quote: bool = True) 
 
     >>> did_you_mean("lerning_rate", ["lr", "learning_rate"])
     " (did you mean 'learning_rate'?)"
+    >>> did_you_mean("Section", ["sections", "section"])  # the same name in another case first
+    " (did you mean 'section'?)"
     """
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    known = list(known)
+    close = [k for k in known if k.casefold() == name.casefold()]
+    close = close or difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if not close:
         return ""
     return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 epoch``, ``3 epochs``, ``1,437 rows``: a count and its noun (``nouns``: an irregular
+    plural).
+
+    >>> plural(1, "epoch"), plural(1437, "row"), plural(2, "batch", "batches")
+    ('1 epoch', '1,437 rows', '2 batches')
+    """
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

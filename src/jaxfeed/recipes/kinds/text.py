@@ -179,8 +179,13 @@ class TextKind(Kind):
         text.update(max_length=cap, lengths=buckets)
         longer = int((lengths > cap).sum())
         notes.append(
-            f"padding: to {len(buckets)} lengths {tuple(buckets)} tokens, batches of similar "
-            f"lengths (bucket_by_length); texts of {int(lengths.min())}-{int(lengths.max())} "
+            (
+                f"padding: to {len(buckets)} lengths {tuple(buckets)} tokens, batches of similar "
+                "lengths (bucket_by_length)"
+                if len(buckets) > 1
+                else f"padding: to {buckets[0]} tokens, one length"
+            )
+            + f"; texts of {int(lengths.min())}-{int(lengths.max())} "
             f"tokens (median {np.median(lengths):g})"
             + (
                 f"; {longer:,} longer than {cap} tokens are cut (--seq-len to choose)"

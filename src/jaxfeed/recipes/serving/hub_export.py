@@ -7,14 +7,17 @@ whatever its schedule."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
+from jaxfeed._base.extras import require
 from jaxfeed._base.files import atomic_write
 from jaxfeed.models.hub import save_pretrained
+from jaxfeed.models.hub.files import checkpoint_file, read_checkpoint_json
 from jaxfeed.recipes.config import ConfigError, read_run
 from jaxfeed.recipes.run import checkpoint_step, open_checkpoints, selects
 from jaxfeed.recipes.serving.saved import SavedRun, read_saved
@@ -22,6 +25,9 @@ from jaxfeed.recipes.sources.hub import hub_model
 from jaxfeed.recipes.text.tokenizer import TOKENIZER_FILE
 from jaxfeed.recipes.train.trainer import build_model
 from jaxfeed.train.checkpoint import CheckpointError, restore_weights
+
+# what AutoTokenizer reads beside tokenizer.json: its class, special tokens, chat template
+TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
 def export_hf(
@@ -59,6 +65,7 @@ def export_hf(
         tokenizer = run / TOKENIZER_FILE  # the run's copy of the checkpoint's (the same bytes)
         if tokenizer.is_file():
             atomic_write(staging / TOKENIZER_FILE, tokenizer.read_bytes())
+            tokenizer_settings(staging, checkpoint.folder)
         _check_target(target)
         os.rename(staging, target)  # atomic; refused when another export filled it meanwhile
     except OSError as err:
@@ -75,6 +82,46 @@ def export_hf(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def tokenizer_settings(folder: Path, checkpoint: Path) -> list[str]:
+    """Beside ``folder``'s ``tokenizer.json``, the files that tell ``transformers``'
+    ``AutoTokenizer`` its special tokens (an adapter folder had none: it loaded without eos or
+    pad): the checkpoint's :data:`TOKENIZER_SETTINGS` it has, and a ``tokenizer_config.json``
+    made from its ``config.json``'s ``bos``/``eos``/``pad_token_id`` when it has none. Returns
+    the names written.
+
+    >>> import json, tempfile, tokenizers
+    >>> ckpt, out = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    >>> vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "hi": 3}
+    >>> tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
+    >>> tok.save(str(out / "tokenizer.json"))
+    >>> _ = (ckpt / "config.json").write_text(json.dumps({"eos_token_id": 2, "pad_token_id": 0}))
+    >>> tokenizer_settings(out, ckpt)
+    ['tokenizer_config.json']
+    >>> json.loads((out / "tokenizer_config.json").read_text())
+    {'tokenizer_class': 'PreTrainedTokenizerFast', 'eos_token': '</s>', 'pad_token': '<pad>'}
+    """
+    written = []
+    for name in TOKENIZER_SETTINGS:
+        found = checkpoint_file(checkpoint, name)  # a link leading out of the folder: refused
+        if found is not None and not (folder / name).exists():
+            atomic_write(folder / name, found.read_bytes())
+            written.append(name)
+    if (folder / "tokenizer_config.json").exists():
+        return written
+    config = read_checkpoint_json(checkpoint, "config.json", "model config") or {}
+    tokenizers = require("tokenizers", "text", "the export's tokenizer")
+    tokenizer = tokenizers.Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    for token in ("bos", "eos", "pad"):
+        ids = config.get(f"{token}_token_id")
+        first = ids[0] if isinstance(ids, list) and ids else ids  # Llama 3: a list of eos ids
+        name = tokenizer.id_to_token(first) if type(first) is int and first >= 0 else None
+        if name is not None:
+            settings[f"{token}_token"] = name
+    atomic_write(folder / "tokenizer_config.json", json.dumps(settings, indent=2) + "\n")
+    return [*written, "tokenizer_config.json"]
 
 
 def _check_target(target: Path) -> None:

@@ -44,8 +44,8 @@ class ModelSource:
     run opened: a checkpoint resolved, a model file checked), :meth:`before_plan` (the data's
     kind known: what the model fixes of its options), :meth:`inputs` (handed to the kind's plan),
     :meth:`defaults` (one moment, the steps of an epoch known), :meth:`build_model`,
-    :meth:`trainer_options`, :meth:`record` and :meth:`lines` (what ``config.json`` and the
-    output say of it), :meth:`write_files` and :meth:`before_fine_tuning`."""
+    :meth:`trainer_options`, :meth:`record`, :meth:`lines` and :meth:`model_lines` (what
+    ``config.json`` and the output say of it), :meth:`write_files` and :meth:`before_fine_tuning`."""
 
     name = "builtin"
     runs_code = False  # it imports the user's code (a failed export then leaves a note)
@@ -132,6 +132,11 @@ class ModelSource:
 
     def lines(self) -> list[str]:
         """What the run's output says of the source."""
+        return []
+
+    def model_lines(self, model: Any) -> list[str]:
+        """What the output says of the built model (a Hub source: its adapters and int8
+        weights); nothing for a built-in model."""
         return []
 
     def write_files(self, out: Path) -> None:

@@ -28,10 +28,13 @@ from jaxfeed.recipes.config import ConfigError, RunConfig
 from jaxfeed.recipes.sources import hub_checkpoint as checkpoints
 from jaxfeed.recipes.sources.base import ModelSource, check_lora_companions
 from jaxfeed.recipes.sources.hub_checkpoint import Checkpoint, Pretrained
+from jaxfeed.train.freeze import trainable_paths
 
 # fine-tuning defaults of the options a run leaves out
 FINE_TUNE = {"lr": 5e-5, "epochs": 3}
 LORA_LR = 2e-4  # --lora's learning rate when none is given (adapters start at zero: PEFT's usual)
+LORA_FEW_STEPS = 100  # fewer optimizer steps with --lora: the run says it may move the model little
+LORA_HIGHER_LR = 1e-3  # the rate that note suggests when the run's is lower
 WARMUP_SHARE = 0.1  # of the run's optimizer steps, when --warmup-steps is not given
 INIT_ARGS = ("ignore_mismatched_sizes", "revision", "dtype", "param_dtype")
 # the flags of LoRA's settings, by the argument jaxfeed.models.lora_settings names
@@ -162,7 +165,16 @@ class HubSource(ModelSource):
             f"{config.warmup_steps} (defaults for {whose}: --lr {self.default_lr():g}, --epochs "
             f"{FINE_TUNE['epochs']}, warmup over {WARMUP_SHARE:.0%} of the steps)"
         )
-        return config, [line]
+        steps_run = total // config.grad_accum
+        if self.lora is None or steps_run >= LORA_FEW_STEPS:
+            return config, [line]
+        low = isinstance(config.lr, float) and config.lr < LORA_HIGHER_LR
+        return config, [line, (
+            f"note: {steps_run} optimizer steps are few for LoRA: the adapters start at zero, so "
+            f"the model starts as the checkpoint and at --lr {_rate(config.lr)} moves little in "
+            f"{steps_run} steps; if the validation loss barely moves, give more --epochs"
+            + (f" or a higher --lr ({LORA_HIGHER_LR:g} is common)" if low else "")
+        )]  # fmt: skip
 
     # ------------------------------------------------------------------ the model
     def build_model(self, run: Any, config: RunConfig) -> Any:
@@ -205,6 +217,15 @@ class HubSource(ModelSource):
             return AudioModel(model)
         return model
 
+    def model_lines(self, model: Any) -> list[str]:
+        """A run with adapters says so: :func:`adapters_line`."""
+        inner = hub_model(model)
+        lora = getattr(inner, "hub_lora", None)
+        if lora is None:
+            return []
+        modules = getattr(inner, "hub_lora_modules", ())
+        return [adapters_line(model, lora, len(modules), getattr(inner, "hub_quantize", None))]
+
     def trainer_options(self, config: RunConfig) -> dict[str, Any]:
         """The adapters (and a new head) train, the checkpoint stays frozen."""
         return {"trainable": "lora"} if config.lora is not None else {}
@@ -243,6 +264,52 @@ class HubSource(ModelSource):
         shown = f"{figures['perplexity']:.4f}" if "perplexity" in figures else "?"
         say(f"before fine-tuning: {split} perplexity {shown} (the pretrained model)")
         return figures
+
+
+def adapters_line(model: Any, lora: Any, layers: int, quantize: str | None) -> str:
+    """``LoRA: rank 4, alpha 8 ...``: the adapters' settings, the parameters that train of all
+    (those ``Trainer(trainable="lora")`` selects), and the frozen weights' bytes, with how many
+    of them ``--quantize int8`` holds as int8."""
+    chosen = trainable_paths(model, "lora")
+    total = trained = frozen = int8 = 0
+    for path, node in nnx.iter_graph(model):
+        if not isinstance(node, nnx.Param):
+            continue
+        value = node[...]
+        size = int(value.size)
+        total += size
+        if ".".join(str(p) for p in path) in chosen:
+            trained += size
+        else:
+            frozen += size * value.dtype.itemsize
+            int8 += size if value.dtype == jnp.int8 else 0
+    dropout = f", dropout {lora.dropout:g}" if lora.dropout else ""
+    head = " and the new head" if getattr(hub_model(model), "trainable_with_lora", ()) else ""
+    line = (
+        f"LoRA: rank {lora.rank}, alpha {lora.alpha:g} (the update scaled by {lora.scaling:g})"
+        f"{dropout}, on {', '.join(lora.targets)} ({layers} layers); {trained:,} of {total:,} "
+        f"parameters train ({trained / max(total, 1):.2%}: the adapters{head}); "
+        f"{total - trained:,} frozen in {_bytes(frozen)}"
+    )
+    if quantize and int8:
+        line += (
+            f", {int8:,} of them (the blocks' linear weights) {quantize} (--quantize): "
+            f"{_bytes(int8)} with per-channel scales beside, {_bytes(4 * int8)} in float32"
+        )
+    return line
+
+
+def _bytes(n: float) -> str:
+    """``1.5 KB``, ``3.0 MB``: bytes for the output.
+
+    >>> _bytes(512), _bytes(1536), _bytes(3 << 20)
+    ('512 B', '1.5 KB', '3.0 MB')
+    """
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def _rate(lr: float | str | None) -> str:

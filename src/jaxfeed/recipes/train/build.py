@@ -26,6 +26,7 @@ import jax
 
 from jaxfeed._base.files import atomic_write
 from jaxfeed.recipes.config import ConfigError, did_you_mean
+from jaxfeed.recipes.config.budget import epoch_count
 from jaxfeed.recipes.train import lr_finder
 from jaxfeed.recipes.train.loaders import make_loaders
 from jaxfeed.recipes.train.record import Run
@@ -60,6 +61,8 @@ def build(run: Run) -> Any:
     if run.primary:
         _write_folder(run, found)
     _say_setup(run)
+    for line in run.model_source.model_lines(trainer.model):  # LoRA and int8: what trains
+        run.say(line)
     return trainer
 
 
@@ -119,7 +122,7 @@ def _say_setup(run: Run) -> None:
     optimizer_name, optimizer_args = config.component("optimizer")
     schedule_name, schedule_args = config.component("schedule")
     run.say(
-        f"model {model.text}{_args(model.init_args)} ({config.api}), {config.epochs} epochs"
+        f"model {model.text}{_args(model.init_args)} ({config.api}), {epoch_count(config.epochs)}"
         f"{'' if config.max_steps is None else f' (at most {config.max_steps} steps)'}, batch "
         f"{config.batch_size}, {optimizer_name}{_args(optimizer_args)} lr {config.lr:g} "
         f"({schedule_name}{_args(schedule_args)}), on {where}; run folder {run.out}"

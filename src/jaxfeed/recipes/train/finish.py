@@ -24,14 +24,27 @@ from jaxfeed.train.checkpoint import CheckpointError
 
 def finish(run: Run, trainer: Any, history: Any, seconds: float) -> TrainResult:
     """Choose the run's model (its own or the linear baseline, on validation), export its
-    chosen checkpoint, evaluate the test split on it (and the baselines), say the summary."""
-    trainer = candidates.choose(run, trainer)
-    memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
-    best = export_best(run, trainer)
-    test = None
-    candidates.test_baselines(run)
-    if best is not None and run.loaders[2] is not None:
-        test = _test_once(trainer, run.loaders[2], best, run.out, run.primary)
+    chosen checkpoint, evaluate the test split on it (and the baselines), say the summary;
+    ``curves.png`` is drawn by another process meanwhile (the trainer's fit left it out: see
+    :func:`~jaxfeed.recipes.train.trainer.build_trainer`), and waited for before the summary."""
+    curves = None if trainer.plot_curves else trainer.draw_curves(background=True)
+    try:
+        trainer = candidates.choose(run, trainer)
+        memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
+        best = export_best(run, trainer)
+        test = None
+        candidates.test_baselines(run)
+        if best is not None and run.loaders[2] is not None:
+            test = _test_once(trainer, run.loaders[2], best, run.out, run.primary)
+    except BaseException:
+        if curves is not None:
+            curves.cancel()
+        raise
+    if curves is not None:
+        try:
+            curves.result()
+        except Exception as err:  # matplotlib failed: the run itself is done and exported
+            run.say(f"note: curves.png not written ({type(err).__name__}: {err})")
     if best is not None:
         state = (
             ""

@@ -23,6 +23,7 @@ import numpy as np
 from jaxfeed.recipes import data as datamod
 from jaxfeed.recipes.config import ConfigError
 from jaxfeed.recipes.config import budget as budgetmod
+from jaxfeed.recipes.config.rate_cache import cached_rate
 from jaxfeed.recipes.kinds.base import Kind
 from jaxfeed.recipes.kinds.image import (
     DEFAULT_AUGMENT,
@@ -184,7 +185,7 @@ def _loaders(run: Run) -> None:
         config, lines = source.defaults(config, given, len(run.loaders[0]))
         floor = augmented_floor(config.batch_size, config.grad_accum) if config.augment else None
         flops = kind.epoch_flops(prep, config, train, next(iter(held.values()), None))
-        cost = None if flops is None else (flops, budgetmod.matmul_rate())
+        cost = None if flops is None else (flops, cached_rate(budgetmod.matmul_rate))
         run.config, budget = budgetmod.resolve(
             config, batch_chosen, splits.train.num_rows, len(run.loaders[0]), selection, limit,
             None if "epochs" in given else source.default_epochs(), cost, floor,

@@ -148,7 +148,10 @@ def build_trainer(run: TrainerInputs, config: RunConfig | None = None, out: Path
     try:
         if config.api == "linen":
             example = np.zeros((1, *prep.input_shape), dtype=np.float32)
-            return Trainer.from_linen(model, tx, example, **common)
-        return Trainer(model, tx, **common)
+            trainer = Trainer.from_linen(model, tx, example, **common)
+        else:
+            trainer = Trainer(model, tx, **common)
     except ShardingError as err:
         raise ConfigError(f"--sharding {json.dumps(sharding)}: {err}") from None
+    trainer.plot_curves = False  # the finish stage draws curves.png beside the export
+    return trainer
