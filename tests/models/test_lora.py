@@ -99,3 +99,77 @@ def test_int8_loading_names_the_layer_whose_weight_is_nan(tmp_path):
     write_safetensors(folder / "model.safetensors", tensors)
     with pytest.raises(ValueError, match=r"model.layers.1.mlp.up_proj: its weight holds 1 NaN"):
         from_pretrained(folder, lora=LoRA(rank=2), quantize="int8")
+
+
+LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # JAX's, once per program lowered
+
+
+def _programs_lowered(load):
+    """How many programs JAX lowered (compiled, or fetched from the persistent cache) while
+    ``load()`` ran; what it returned."""
+    seen = []
+
+    def on_event(event, _seconds, **_):
+        if event == LOWERED:
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        out = load()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    return len(seen), out
+
+
+def test_an_int8_load_compiles_one_quantizer_per_weight_shape_not_per_module(tmp_path):
+    """Issue 64 item 9: a small model's int8 load spent most of its time compiling: a jit made
+    anew for each module and eager NaN checks. The tiny Llama's 7 block modules have 4 weight
+    shapes (q/o, k/v, gate/up, down): the int8 load lowers at most 4 programs more than a float
+    LoRA load of the same folder, and a second int8 load none."""
+    folder = save_tiny(tmp_path / "tiny")
+    shapes = {(16, 16), (16, 8), (16, 24), (24, 16)}
+    from_pretrained(folder, lora=LoRA(rank=2))  # what a float LoRA load compiles, compiled
+    first, model = _programs_lowered(lambda: from_pretrained(folder, lora=LoRA(rank=2),
+                                                              quantize="int8"))  # fmt: skip
+    again, _ = _programs_lowered(lambda: from_pretrained(folder, lora=LoRA(rank=2),
+                                                          quantize="int8"))  # fmt: skip
+    kernels = {
+        tuple(v.shape[-2:]) for v in jax.tree.leaves(nnx.state(model)) if v.dtype == jnp.int8
+    }
+    assert kernels == shapes
+    assert first <= len(shapes), first
+    assert again == 0, again
+
+
+def test_int8_values_are_qwix_s_for_stacks_and_single_layers():
+    """The shared quantizer gives bit for bit what ``qwix`` gave before: a stack as a jit of
+    ``lax.map`` over its layers, one layer eagerly."""
+    import qwix
+
+    def one(k):
+        q = qwix.quantize(k, jnp.int8, channelwise_axes=[1], scale_dtype=jnp.float32)
+        return q.qvalue, q.scale
+
+    rng = np.random.default_rng(3)
+    stack = rng.normal(size=(3, 33, 20)).astype(np.float32) * rng.lognormal(0, 4, (3, 1, 20))
+    stack[1, :, 2] = 0.0  # a zero column: scale 1
+    stack[2, :4, 3] = [2.5, -2.5, 1.25, 0.5]  # halves: rounding ties
+    stack = jnp.asarray(stack)
+    q, scale = quantize_int8(stack)
+    old_q, old_scale = jax.jit(lambda k: jax.lax.map(one, k))(stack)
+    np.testing.assert_array_equal(np.asarray(q), np.asarray(old_q))
+    np.testing.assert_array_equal(np.asarray(scale), np.asarray(old_scale))
+    for layer in stack:
+        q, scale = quantize_int8(layer)
+        old_q, old_scale = one(layer)
+        np.testing.assert_array_equal(np.asarray(q), np.asarray(old_q))
+        np.testing.assert_array_equal(np.asarray(scale), np.asarray(old_scale))
+
+
+def test_adapters_start_from_the_same_draw_as_before():
+    """``lora_a`` is drawn flat and reshaped (a program that compiles ten times faster than a
+    3-D draw's): the values of ``uniform(key, (in, rank))`` as before."""
+    _, layer = _adapted(wide=False)
+    bound = 1.0 / np.sqrt(32)
+    expected = jax.random.uniform(jax.random.key(1), (32, 2), jnp.float32, -bound, bound)
+    np.testing.assert_array_equal(np.asarray(layer.lora_a[...]), np.asarray(expected))

@@ -18,7 +18,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxfeed._base.files import atomic_write, temporary_file
@@ -269,7 +271,7 @@ def _hold_back(model: Any) -> dict[str, Any]:
         where, var, _ = locate(model, path)  # a stack's kernel: once, for all its layers
         if where not in late:
             late[where] = var.get_value()
-            var.set_value(jnp.zeros((), late[where].dtype))
+            var.set_value(jax.device_put(np.zeros((), late[where].dtype)))  # compiles nothing
     return late
 
 
