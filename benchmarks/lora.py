@@ -3,12 +3,17 @@
 Llama-shape 7B (LoRA rank 16 over int8 weights) and 1B (LoRA, bfloat16) steps with tokens/s,
 peak device memory and MFU.
 
-``python benchmarks/lora.py [--case cpu|1b|7b] [--steps 5] [--batch B] [--seq T] [--out r.json]``
+``python benchmarks/lora.py [--case cpu|load|1b|7b] [--steps 5] [--batch B] [--seq T] [--out r.json]``
 
 * ``cpu`` (default): a Llama-shape model (4 layers, width 512, MLP 1376, 8 heads, 8000-token
   vocabulary, untied: 20.8M parameters), batch 4 x 256 tokens, AdamW: ``Trainer(trainable="all")``
   against ``Trainer(trainable="lora")`` with ``LoRA(rank=16)`` on ``q_proj,v_proj``, alternating
   rounds; then the largest logit difference of ``quantize="int8"`` against float32 weights.
+* ``load``: the ``cpu`` case's model written as a checkpoint (float32, 83 MB, numpy through the
+  family's rules) and loaded by ``from_pretrained`` in fresh processes, ``--rounds`` times each:
+  plain, with ``LoRA(rank=16)``, and with ``LoRA(rank=16)`` over int8 (``quantize="int8"``):
+  median seconds of the call (JAX imported before), the process's peak RSS (MiB) and the
+  model's state bytes, and int8's ratios to the plain and LoRA loads.
 * ``1b``: Llama-shape 1.1B (TinyLlama: 22 layers, width 2048, MLP 5632, 32 heads / 4 key-value
   heads, 32000 tokens), LoRA rank 16 on ``q_proj,v_proj``, weights and compute in bfloat16,
   ``remat=True``, batch 8 x 1024.
@@ -198,6 +203,80 @@ def cpu(steps: int, rounds: int) -> dict[str, Any]:
     return out
 
 
+def _write_checkpoint(folder: Any) -> None:
+    """The ``cpu`` case's model as a float32 checkpoint in ``folder``, drawn by numpy through the
+    family's rules (no JAX computation)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from jaxfeed.models.hub.files import write_safetensors
+    from jaxfeed.models.hub.registry import family_of
+    from jaxfeed.models.stacked import locate
+
+    config = config_of("cpu")
+    family = family_of(config)
+    model = nnx.eval_shape(lambda: family.build(config, task="causal-lm", num_labels=None,
+                                                dtype=None, param_dtype=jnp.float32,
+                                                rngs=nnx.Rngs(0)))  # fmt: skip
+    rng, tensors = np.random.default_rng(0), {}
+    for rule in family.rules(config, "causal-lm"):
+        _, var, index = locate(model, rule.path)  # a stacked layer's slice of its stack
+        shape = var.shape if index is None else var.shape[1:]
+        value = rng.normal(1.0 if len(shape) == 1 else 0.0, 0.02, shape).astype(np.float32)
+        tensors[rule.hf] = np.ascontiguousarray(rule.transform.to_hf(value))
+    write_safetensors(folder / "model.safetensors", tensors, metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def load_child(folder: str, mode: str) -> None:
+    """One load of ``folder`` (``plain``, ``lora`` or ``int8``) in this fresh process: prints its
+    seconds, the process's peak RSS and the model's state bytes as JSON."""
+    import resource
+
+    import jax
+    from flax import nnx
+
+    from jaxfeed.models import LoRA, from_pretrained
+
+    lora = None if mode == "plain" else LoRA(rank=16)
+    start = time.perf_counter()
+    model = from_pretrained(folder, task="causal-lm", lora=lora,
+                            quantize="int8" if mode == "int8" else None)  # fmt: skip
+    leaves = jax.block_until_ready(jax.tree.leaves(nnx.state(model)))
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(json.dumps({"load_s": seconds, "peak_rss_mib": peak,
+                      "state_bytes": sum(int(x.nbytes) for x in leaves)}))  # fmt: skip
+
+
+def load(rounds: int) -> dict[str, Any]:
+    """The ``load`` case (see the module docstring)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write_checkpoint(Path(tmp))
+        runs: dict[str, list[dict]] = {"plain": [], "lora": [], "int8": []}
+        for _ in range(rounds):  # alternating, each in a fresh process
+            for mode, rows in runs.items():
+                out = subprocess.run([sys.executable, __file__, "--load-child", tmp, mode],
+                                     capture_output=True, text=True, check=True).stdout  # fmt: skip
+                rows.append(json.loads(out.strip().splitlines()[-1]))
+    result: dict[str, Any] = {
+        mode: {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        for mode, rows in runs.items()
+    }
+    for base in ("plain", "lora"):
+        result[f"int8_over_{base}"] = {
+            key: result["int8"][key] / result[base][key] for key in result[base]
+        }
+    result["rounds"] = rounds
+    return result
+
+
 def device(case: str, steps: int, batch: tuple[int, int], peak_tflops: float,
            remat: Any = True) -> dict[str, Any]:  # fmt: skip
     import jax
@@ -260,7 +339,7 @@ def memory(case: str, batch: tuple[int, int], remat: Any = True) -> dict[str, An
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", choices=sorted(CASES), default="cpu")
+    parser.add_argument("--case", choices=sorted([*CASES, "load"]), default="cpu")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int)
@@ -272,14 +351,20 @@ def main() -> None:
                         help="1b/7b: compile on shapes alone and print XLA's memory analysis "
                         "(no weights made; runs on a CPU as a proxy)")  # fmt: skip
     parser.add_argument("--out")
+    parser.add_argument("--load-child", nargs=2, metavar=("FOLDER", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.load_child:
+        load_child(*args.load_child)
+        return
     import jax
 
-    rows, seq = SHAPES[args.case]
+    rows, seq = SHAPES.get(args.case, SHAPES["cpu"])
     shape = (args.batch or rows, args.seq or seq)
     remat = {"full": True, "none": False}.get(args.remat, args.remat)
     if args.case == "cpu":
         result = cpu(args.steps, args.rounds)
+    elif args.case == "load":
+        result = load(args.rounds)
     elif args.memory:
         result = memory(args.case, shape, remat)
     else:
