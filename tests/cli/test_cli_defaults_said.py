@@ -28,13 +28,16 @@ def test_the_fine_tuning_lr_reads_the_same_in_help_readme_and_command_page():
     done = jaxfeed("train", "--help")
     assert done.returncode == 0
     help_text = " ".join(done.stdout.split())
-    assert "5e-5 fine-tuning a Hub model, with --epochs 3 and a warmup over 10% of the steps" in (
-        help_text
+    assert (
+        "5e-5 fine-tuning a Hub model and 2e-4 for its LoRA adapters, with --epochs 3 and a "
+        "warmup over 10% of the steps" in help_text
     )
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "(`--lr 5e-5`, `--epochs 3`, a warmup over 10% of the steps)" in readme
     page = (ROOT / "docs" / "guide" / "command.md").read_text()
-    assert "5e-5 for a Hub model fine-tuned (with `--epochs 3`" in page
+    assert (
+        "5e-5 for a Hub model fine-tuned and 2e-4 for its LoRA adapters (with `--epochs 3`" in page
+    )
     assert "2e-5 to 5e-5 is the usual range" not in page
 
 

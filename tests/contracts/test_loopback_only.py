@@ -5,9 +5,11 @@ None is ever reached: the guard refuses before the socket call.)"""
 
 import errno
 import socket
-import sys
+from pathlib import Path
 
 import pytest
+
+ROOT_CONFTEST = Path(__file__).resolve().parents[2] / "conftest.py"
 
 OFF = [
     ("connect", socket.AF_INET, socket.SOCK_STREAM, ("192.0.2.1", 9)),
@@ -18,14 +20,25 @@ OFF = [
 ]
 
 
+def _guard(config):
+    """The project root's conftest module, as pytest loaded it (``sys.modules["conftest"]`` is
+    whichever conftest.py was imported last under that name: tests/accelerator's, in a worker
+    that collected it)."""
+    for module in config.pluginmanager.get_plugins():
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() == ROOT_CONFTEST:
+            return module
+    raise AssertionError(f"{ROOT_CONFTEST} is not imported")
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def test_a_connection_outside_loopback_is_refused_and_recorded_for_the_test():
-    guard = sys.modules["conftest"]
+def test_a_connection_outside_loopback_is_refused_and_recorded_for_the_test(pytestconfig):
+    guard = _guard(pytestconfig)
     assert hasattr(guard, "OFF_LOOPBACK"), "conftest.py has no loopback guard"
     for call, family, kind, address in OFF:
         if family == socket.AF_INET6 and not socket.has_ipv6:
@@ -44,8 +57,8 @@ def test_a_connection_outside_loopback_is_refused_and_recorded_for_the_test():
     assert all("test_a_connection_outside_loopback_is_refused" in line for line in recorded)
 
 
-def test_loopback_connections_go_through_as_the_system_answers_them():
-    guard = sys.modules["conftest"]
+def test_loopback_connections_go_through_as_the_system_answers_them(pytestconfig):
+    guard = _guard(pytestconfig)
     port = _closed_port()
     with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
         sock.connect(("127.0.0.1", port))
@@ -59,10 +72,10 @@ def test_loopback_connections_go_through_as_the_system_answers_them():
     assert all(guard.on_loopback(a) for a in [("::1", 1), ("::ffff:127.0.0.1", 1), ("0.0.0.0", 1), "/tmp/sock"])  # fmt: skip
 
 
-def test_the_test_that_connected_outside_loopback_fails():
+def test_the_test_that_connected_outside_loopback_fails(pytestconfig):
     """What the autouse fixture does at each test's end, with one refused connection recorded
     (a caller that caught the refusal and went on still fails its test)."""
-    guard = sys.modules["conftest"]
+    guard = _guard(pytestconfig)
     guard.OFF_LOOPBACK.append("tests/x.py::test_y: ('10.0.0.1', 80)")
     with pytest.raises(pytest.fail.Exception, match=r"connected outside loopback: .*10\.0\.0\.1"):
         guard.fail_off_loopback()

@@ -453,9 +453,9 @@ MUTATIONS = [
     ),
     Mutation(
         "recipe-metadata-csv-is-data",
-        "src/jaxfeed/recipes/data.py",
-        'elif file_format(p) and p.name not in ("metadata.csv", "metadata.jsonl"):',
-        "elif file_format(p):",
+        "src/jaxfeed/recipes/folders.py",
+        "        if p.name in METADATA:\n            continue\n",
+        "",
         [f"{GUARD}::test_the_command_trains_on_an_image_folder_with_metadata_csv"],
         "issue 26: an image folder with metadata.csv is taken for a folder of data files",
     ),
@@ -683,8 +683,8 @@ MUTATIONS = [
     Mutation(
         "lora-old-vit-targets-refused",
         "src/jaxfeed/models/hub/adapters.py",
-        "chosen = [n for n, m in modules.items() if matches(n, wanted) or matches(m[2], wanted)]",
-        "chosen = [n for n, m in modules.items() if matches(n, wanted)]",
+        "chosen = [n for n, m in modules.items() if matches(n, targets) or matches(m[2], targets)]",
+        "chosen = [n for n, m in modules.items() if matches(n, targets)]",
         [f"{LORA}::test_an_adapter_saved_before_the_vit_renames_loads"],
         "issue 65 #3: a PEFT adapter of ViT's pre-transformers-5 names is refused (match no layer)",
     ),

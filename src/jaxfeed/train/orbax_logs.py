@@ -1,4 +1,4 @@
-"""What Orbax and TensorStore say, as a checkpoint's errors and logs show it: one line of an error
+r"""What Orbax and TensorStore say, as a checkpoint's errors and logs show it: one line of an error
 that can print whole specs (:func:`_first_line`), absl's log quieted around a call, and the
 asyncio noise of a failed save's fragments dropped once the save's one-line error is out
 (:data:`_REPORTED_FRAGMENTS`), and Orbax's note on waiting for the previous save (:data:`_WAITS`).
