@@ -42,6 +42,7 @@ from jaxfeed._base.files import (
     UnsafePathError,
     check_inside,
     file_sha256,
+    fsync_folder,
     remove_abandoned,
     remove_set_aside,
     resolve_inside,
@@ -72,19 +73,6 @@ if TYPE_CHECKING:
     DatasetDict = Mapping[str, Dataset]
 
 CHUNK_BYTES = 256 << 20  # record batches of about this size: few chunks, fast gathers
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -215,7 +203,7 @@ def _replace(tmp: Path, path: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FileExistsError(f"{path} exists and is not a saved dataset: refusing to overwrite it")
     swap_into_place(tmp, path)  # the old one set aside as .NAME.old-KEY, KEY that of tmp
-    _fsync_dir(path.parent)
+    fsync_folder(path.parent)
 
 
 def save_dataset(
