@@ -176,7 +176,9 @@ def test_resume_with_only_out_and_epochs(image_run, user_model_run, capsys, tmp_
     _, again, _, _, resumed = user_model_run
     assert "epoch 2/2" in resumed and "epoch 1/2" not in resumed
     assert "preprocessing: as saved in the run" in resumed
-    assert len((again / "metrics.jsonl").read_text().splitlines()) == 2
+    rows = [json.loads(line) for line in (again / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows if "kind" not in r] == [1, 2]
+    assert [r["kind"] for r in rows if "kind" in r] == ["baselines"]  # one row, not one a run
     assert json.loads((again / "config.json").read_text())["options"]["epochs"] == 2
 
 
