@@ -62,8 +62,12 @@ def image_run(image_folder, tmp_path_factory):
         "--epochs", "3", "--lr", "0.01", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    best = re.search(r"^(\d+)\s+\d", result.stdout, flags=re.M)
-    return out, result.stdout, int(best.group(1))
+    # the pixels' levels tell the classes apart: the linear model ties the cnn's validation
+    # accuracy (1.0) at a lower loss and is chosen, checkpointed at the run's last step (epoch 3)
+    assert re.search(r"^model: linear, chosen on validation loss, the accuracy tied", result.stdout,
+                     flags=re.M), result.stdout  # fmt: skip
+    assert re.search(r"^linear\s+\d", result.stdout, flags=re.M), result.stdout  # the summary
+    return out, result.stdout, 3
 
 
 def test_image_folder_by_path_with_val_split_and_image_size(image_folder, image_run):
@@ -78,7 +82,12 @@ def test_image_folder_by_path_with_val_split_and_image_size(image_folder, image_
     saved = json.loads((out / "config.json").read_text())
     assert saved["format"] == "jaxfeed-run" and saved["options"]["image_size"] == "12x12"
     assert saved["labels"] == ["cat", "dog", "fox"] and saved["preprocess"]["image_mode"] == "RGB"
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows if "kind" not in r] == [1, 2, 3]
+    assert [r["kind"] for r in rows if "kind" in r] == ["baselines"]
+    assert saved["choice"]["chosen"] == "linear" and saved["options"]["model"]["class_path"] == (
+        "linear"
+    )
     mask = os.umask(0)
     os.umask(mask)
     for path in [out / "config.json", out / "model" / "model.safetensors", out / "metrics.jsonl"]:
@@ -155,17 +164,21 @@ def test_resume_with_only_out_and_epochs(image_run, user_model_run, capsys, tmp_
     shutil.copytree(image_run[0], out)
     before = (out / "config.json").read_text()
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--model", "mlp")
-    saved = (  # an image folder's cnn (IMAGE_CNN), with the budget's momentum
-        "{'class_path': 'cnn', 'init_args': {'widths': [32, 64, 128], 'head': 'mean', "
-        "'norm': 'before', 'momentum': 0.5}}"
-    )
+    saved = "'linear'"  # the run's model: the linear one, chosen
     assert status == 2 and f"--model 'mlp' contradicts the run's saved model {saved}" in err
     assert (out / "config.json").read_text() == before
+    # the model it trained: an image folder's cnn (IMAGE_CNN), with the budget's momentum
+    assert json.loads(before)["choice"]["kept_model"] == {
+        "class_path": "cnn",
+        "init_args": {"widths": [32, 64, 128], "head": "mean", "norm": "before", "momentum": 0.5},
+    }
     # `train --out RUN --resume --epochs 2` (the run of a user's model: one command run less)
     _, again, _, _, resumed = user_model_run
     assert "epoch 2/2" in resumed and "epoch 1/2" not in resumed
     assert "preprocessing: as saved in the run" in resumed
-    assert len((again / "metrics.jsonl").read_text().splitlines()) == 2
+    rows = [json.loads(line) for line in (again / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows if "kind" not in r] == [1, 2]
+    assert [r["kind"] for r in rows if "kind" in r] == ["baselines"]  # one row, not one a run
     assert json.loads((again / "config.json").read_text())["options"]["epochs"] == 2
 
 
@@ -215,17 +228,25 @@ def test_csv_regression(tmp_path, capsys):
     report = json.loads(shown)
     assert report["task"] == "regression" and {"mse", "mae", "r2"} <= set(report)
     assert report["r2"] > 0.5 and "accuracy" not in report
+    # the price is linear in the columns: the linear model wins on validation, said and recorded
+    assert "model: linear, chosen on validation loss (" in result.stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["choice"]["chosen"] == "linear" and saved["choice"]["kept_model"] == "mlp"
     # label units everywhere: the epoch lines, metrics.jsonl, the summary and eval agree
-    epochs = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
-    best = next(r for r in epochs if r["epoch"] == report["checkpoint"]["epoch"])
-    assert best["eval_mae"] == pytest.approx(report["mae"], rel=1e-3)
-    assert best["eval_rmse"] == pytest.approx(report["rmse"], rel=1e-3)
-    assert best["eval_r2"] == pytest.approx(report["r2"], abs=1e-3)
-    assert best["eval_mae"] > 1  # prices of 100-500 (deviation ~100): label units, not standardised
-    assert f"eval_mae {best['eval_mae']:.4f}" in result.stdout
-    header, values = result.stdout.split("best epoch")[1].splitlines()[:2]
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in rows if "kind" not in r]
+    trained = min(epochs, key=lambda r: r["eval_loss"])  # the mlp's best, kept in candidates/
+    assert saved["choice"]["figures"]["mlp"] == pytest.approx(trained["eval_loss"], rel=1e-6)
+    assert trained["eval_mae"] > 1  # prices of 100-500 (deviation ~100): label units
+    assert trained["eval_rmse"] == pytest.approx(trained["eval_mse"] ** 0.5, rel=1e-6)
+    assert f"eval_mae {trained['eval_mae']:.4f}" in result.stdout
+    linear = next(r for r in rows if r.get("kind") == "baselines")["linear"]
+    assert linear["eval_rmse"] == pytest.approx(report["rmse"], rel=1e-2)  # not 0: label units
+    assert report["rmse"] == pytest.approx(report["mse"] ** 0.5, rel=1e-2) and report["mae"] < 1
+    header, values = result.stdout.split("\nmodel  ")[1].splitlines()[:2]
     assert "validation loss (standardised)" in header and "validation RMSE" in header
-    assert f"{report['rmse']:.4g}" in values.split()
+    name, _, rmse = values.split()[:3]
+    assert name == "linear" and float(rmse) == pytest.approx(report["rmse"], rel=2e-3)
     # the vocabulary survives eval and predict: an unseen city goes to the unknown slot
     new = tmp_path / "new.csv"
     new.write_text("rooms,area,city,price\n3,80.0,a,290\n2,120.0,zz,330\n9,50.0,b,240\n")

@@ -27,7 +27,13 @@ def test_defaults_learn_a_small_tone_folder(tmp_path):
     saved = json.loads((out / "config.json").read_text())
     options = saved["options"]
     assert (options["batch_size"], options["epochs"], options["patience"]) == (16, 29, 6)
-    assert options["model"] == {"class_path": "audio_cnn", "init_args": {"momentum": 0.518}}
+    # the linear model on the clips does as well on validation: chosen, said and recorded; the
+    # audio_cnn trained (with the budget's momentum) is recorded beside its kept checkpoints
+    choice = saved["choice"]
+    assert choice["chosen"] == "linear" and options["model"]["class_path"] == "linear"
+    assert "model: linear, chosen on validation" in said
+    assert choice["kept_model"] == {"class_path": "audio_cnn", "init_args": {"momentum": 0.518}}
+    assert "the audio_cnn is compared with the linear model on validation" in said
     assert saved["budget"]["chosen"] == ["batch_size", "epochs", "patience", "momentum"]
     assert set(saved["early_stopping"]) == {"best", "best_epoch", "wait", "stopped_epoch"}
     assert "diverge early" not in said

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def test_free_text_is_detected_tokenized_and_learned(reviews, text_run):
         "rows (0% of rows repeat a value) (--text-column to choose)" in stdout
     )
     assert "tokenizer: byte-level BPE trained on the train split" in stdout
-    assert "padding: to" in stdout and "(bucket_by_length)" in stdout
+    # 360 rows in batches of 32: 12 batches an epoch, too few to pay for a second pad length
+    # (buckets_for: one per 32 batches), so one length
+    assert re.search(r"^padding: to \d+ tokens, one length; texts of \d+-\d+ tokens", stdout,
+                     flags=re.M), stdout  # fmt: skip
     assert (
         "excluded: id, genre (the text column is the input; to learn from the others as a table "
         "instead, name them in --input-columns)" in stdout
@@ -86,7 +90,7 @@ def test_free_text_is_detected_tokenized_and_learned(reviews, text_run):
     assert tokenizer.get_vocab_size() == text["vocab_size"]
     assert tokenizer.decode(tokenizer.encode("the film was superb").ids) == "the film was superb"
     rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
-    assert max(r["eval_accuracy"] for r in rows) >= 0.9
+    assert max(r["eval_accuracy"] for r in rows if "kind" not in r) >= 0.9
 
 
 def test_eval_reports_per_class_figures(text_run, capsys):
@@ -196,7 +200,8 @@ def test_a_given_tokenizer_and_resume_after_sigterm(
     assert result.returncode == 0, result.stderr
     assert "preprocessing: as saved in the run" in result.stdout
     again = [json.loads(r) for r in metrics.read_text().splitlines()]
-    assert again[-1]["step"] == with_steps[-1] + 12
+    trained = [r for r in again if r.get("kind") not in ("baselines", "test")]  # epochs, evals
+    assert trained[-1]["step"] == with_steps[-1] + 12
     status, _, err = run_main(capsys, "train", "--out", str(out), "--resume", "--seq-len", "8")
     assert status == 2 and "--seq-len 8 contradicts the run's saved seq_len" in err, err
 

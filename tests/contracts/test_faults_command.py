@@ -65,12 +65,14 @@ def table(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base_run(table, tmp_path_factory):
-    """Two epochs on one device: 97 train rows in batches of 32 (4 steps, the last of 1 row),
-    checkpoints at steps 4 and 8."""
+    """Two epochs of the mlp on one device: 97 train rows in batches of 32 (4 steps, the last of
+    1 row), checkpoints at steps 4 and 8 (``--model mlp``: trained alone; with the model left to
+    the kind, the linear model may be chosen over it on these noise labels, and its one
+    checkpoint take the place of the mlp's)."""
     out = tmp_path_factory.mktemp("runs") / "base"
     result = jaxfeed(
-        "train", "--data", str(table), "--label-column", "label", "--epochs", "2",
-        "--batch-size", "32", "--out", str(out), timeout=300,
+        "train", "--data", str(table), "--label-column", "label", "--model", "mlp",
+        "--epochs", "2", "--batch-size", "32", "--out", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     with CheckpointManager(out / "checkpoints") as manager:
@@ -91,14 +93,15 @@ def test_a_run_shorter_than_an_epoch_selects_exports_and_prints_pastable_command
     folder with spaces and a non-ASCII name), and pasted into a shell they work."""
     out = tmp_path / "dir with spaces" / "rün"
     result = jaxfeed(
-        "train", "--data", str(table), "--label-column", "label", "--max-steps", "2",
-        "--batch-size", "8", "--out", str(out), timeout=300,
+        "train", "--data", str(table), "--label-column", "label", "--model", "mlp",
+        "--max-steps", "2", "--batch-size", "8", "--out", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "best epoch" in result.stdout and "1 (part)" in result.stdout
     assert (out / "model" / "config.json").is_file()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["kind"] == "eval" and rows[-1]["step"] == 2
+    assert [r.get("kind") for r in rows][-2:] == ["eval", "baselines"]  # the baselines' row last
+    assert rows[-2]["step"] == 2
     with CheckpointManager(out / "checkpoints") as manager:
         assert manager.best_step == 2 and "eval_loss" in manager.metrics(2)
     evaluate = next(line for line in result.stdout.splitlines() if line.startswith("evaluate:"))

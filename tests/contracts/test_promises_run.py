@@ -94,7 +94,8 @@ def test_promise_ctrl_c_leaves_complete_files_and_a_resume_hint(tmp_path, capsys
     assert status == 0, err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows if "kind" not in r] == [1, 2]  # epoch rows
-    assert [r["kind"] for r in rows if "kind" in r] == ["test"]  # then the test split, once
+    # then the baselines' validation figures (a row of their own), and the test split, once
+    assert [r["kind"] for r in rows if "kind" in r] == ["baselines", "test"]
 
 
 # ------------------------------------------------------------------------------ no pickle

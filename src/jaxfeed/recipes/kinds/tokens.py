@@ -100,6 +100,15 @@ class TokensKind(TextKind):
             notes.append(f"excluded: {', '.join(c for c, _ in columns.excluded)} (not the ids)")
         return prep, notes
 
+    def baseline(self, prep: Preprocessing) -> Any:
+        """None: the built-in ``ngram`` reads a text column through its tokenizer, not ids given
+        as they are, so token ids get no linear baseline nor candidate.
+
+        >>> TokensKind().baseline(Preprocessing("tokens", ["i"], "y", [8], text={})) is None
+        True
+        """
+        return None
+
     def resolved_options(self, config: RunConfig, prep: Preprocessing, run_data: Any) -> RunConfig:
         """As any kind's, with no ``--text-column``: the ids are the input column."""
         resolved = super().resolved_options(config, prep, run_data)

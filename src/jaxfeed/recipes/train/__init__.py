@@ -11,8 +11,8 @@ read once, the summary). Each step's logic beyond the order lives in its own mod
 >>> import tempfile
 >>> config = RunConfig(epochs=1, out=tempfile.mkdtemp() + "/run")
 >>> result = train(config, say=lambda *a, **k: None, verbose=0)
->>> result.best["epoch"], sorted(p.name for p in result.out.iterdir())[:3]
-(1, ['checkpoints', 'config.json', 'curves.png'])
+>>> result.best["epoch"], sorted(p.name for p in result.out.iterdir())[:4]  # the linear kept
+(1, ['candidates', 'checkpoints', 'config.json', 'curves.png'])
 """
 
 from __future__ import annotations

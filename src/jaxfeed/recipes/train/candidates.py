@@ -8,15 +8,18 @@ row, ``ngram`` on a text's tokens), by full-batch L-BFGS with its L2 penalty cho
 validation split (:func:`jaxfeed.train.linear_fit.fit_on_validation`), in seconds, on the train
 rows the budget allows (:func:`~jaxfeed.recipes.config.budget.baseline_rows`). Their figures on
 the validation rows the run selects on are said at once and recorded (``config.json``'s
-``baselines``); :func:`test_baselines` adds the test split's, read once at the end (and writes
-them to ``metrics.jsonl``).
+``baselines``; :func:`record_baselines` writes them to ``metrics.jsonl`` as the run finishes).
+A run without a validation split fits none (nothing to compare them on), and an input kind
+without a linear model (a language model, token ids given as they are) has none. The test split
+is never read for them: it is read once, at the end, by the run's chosen model alone.
 
 A run that leaves ``--model`` to the kind also compares its model with the linear one
 (:func:`choose`, as it finishes): on the validation accuracy of the best checkpoint against the
 linear model's (fitted on every train row), the validation loss when they tie (a regression: the
 loss); the linear model is kept when it does better, or as well on both (the simpler model wins
 ties). It then is the run's model: its weights
-are checkpointed (the default's checkpoints kept in ``candidates/NAME/checkpoints``), exported to
+are checkpointed (the default's checkpoints kept in ``candidates/NAME/checkpoints``, its spec in
+``choice``'s ``kept_model``), exported to
 ``model/``, evaluated on the test split and served by eval and predict, and ``config.json``
 records it as the run's ``--model`` and the choice (``choice``), which ``--resume`` and eval
 rebuild from.
@@ -76,6 +79,8 @@ def fit_baselines(run: Run) -> None:
     recorded = run.record.resolved.get("choice") if run.record is not None else None
     if run.record is not None and (not isinstance(recorded, dict) or "chosen" in recorded):
         return  # a resumed run: its baselines as recorded, its choice made (or none due)
+    if run.loaders[1] is None:
+        return  # no validation rows to compare on: no baselines, no choice, no read of train
     baseline = kind.baseline(prep)
     if baseline is None or run.task not in ("classification", "regression"):
         return
@@ -88,9 +93,9 @@ def fit_baselines(run: Run) -> None:
     model = builtin.build(builtin, kind, prep, run.outputs, dict(baseline.init_args), nnx.Rngs(0))
     train, rows = _train_rows(run, model)
     x, y = _design(run, model, _loader(run, train))
-    held = None if run.loaders[1] is None else _design(run, model, run.loaders[1])
+    held = _design(run, model, run.loaders[1])
     fit = fit_on_validation(
-        x, y, *(held or (None, None)), task=run.task, classes=run.outputs,
+        x, y, *held, task=run.task, classes=run.outputs,
         class_weights=run.class_weights,
     )  # fmt: skip
     model.set_weights(fit.weights, fit.bias)
@@ -112,12 +117,15 @@ def fit_baselines(run: Run) -> None:
 
 def _compares(run: Run, rows: int) -> bool:
     """Whether the run's model is compared with the linear one: a built-in chosen by the kind
-    (no ``--model``, no ``--api linen``), a validation split to compare on, and the linear model
-    fitted on every train row."""
+    (no ``--model``, no ``--api linen``), a validation split to compare on, its checkpoint
+    selected by the lowest validation loss (a ``--monitor`` or ``--monitor-mode`` of the user's
+    selects by a figure the comparison does not read: the best checkpoint as it ranks them is
+    kept), and the linear model fitted on every train row."""
     return (
         not run.model_given
         and run.config.api == "nnx"
         and run.selection
+        and (run.best_metric, run.best_mode) == ("eval_loss", "min")
         and rows == run.splits.train.num_rows
     )
 
@@ -171,7 +179,7 @@ def _design(run: Run, model: Any, loader: Any) -> tuple[Design, np.ndarray]:
     return Design.sparse(index[kept], value[kept], model.buckets), y[kept]
 
 
-def _majority(run: Run, held: tuple[Design, np.ndarray] | None) -> dict[str, Any]:
+def _majority(run: Run, held: tuple[Design, np.ndarray]) -> dict[str, Any]:
     """The majority class's figures (the train split's class frequencies as its prediction),
     or the train mean's (a regression: 0 on the standardised target)."""
     prior = _prior(run)
@@ -191,11 +199,9 @@ def _prior(run: Run) -> np.ndarray:
     return np.log((counts + 1) / (counts.sum() + run.outputs))
 
 
-def _named_split(run: Run, held: tuple[Design, np.ndarray] | None, row: np.ndarray,
+def _named_split(run: Run, held: tuple[Design, np.ndarray], row: np.ndarray,
                  split: str) -> dict[str, float]:  # fmt: skip
-    """The figures of a constant prediction ``row`` on ``held``'s targets (none without it)."""
-    if held is None:
-        return {}
+    """The figures of a constant prediction ``row`` on ``held``'s targets."""
     outputs = np.broadcast_to(row, (len(held[1]), len(row)))
     return _named(run, figures(outputs, held[1], run.task, _weights(run)), split)
 
@@ -206,12 +212,22 @@ def _weights(run: Run) -> np.ndarray | None:
 
 def _named(run: Run, found: dict[str, float], split: str) -> dict[str, float]:
     """A fit's figures named as the run's metrics are (``eval_loss``, ``eval_accuracy``; a
-    regression's RMSE in the label's units)."""
-    out = {f"{split}_{k}": round(float(v), 6) for k, v in found.items()}
-    if run.task == "regression" and f"{split}_loss" in out:
+    regression's RMSE in the label's units, from the loss before it is rounded: a near-perfect
+    fit's loss of 5e-7 on the standardised target is an RMSE of 0.07 in prices of ~100), to 6
+    significant digits.
+
+    >>> _significant(5.07e-07), _significant(113.70668512)
+    (5.07e-07, 113.707)
+    """
+    out = {f"{split}_{k}": _significant(v) for k, v in found.items()}
+    if run.task == "regression" and "loss" in found:
         scale = float(run.prep.target_std or 1.0)
-        out[f"{split}_rmse"] = round(float(np.sqrt(out[f"{split}_loss"])) * scale, 6)
+        out[f"{split}_rmse"] = _significant(np.sqrt(float(found["loss"])) * scale)
     return out
+
+
+def _significant(value: float) -> float:
+    return float(f"{float(value):.6g}")
 
 
 def _line(run: Run, found: dict[str, Any]) -> str:
@@ -226,11 +242,10 @@ def _line(run: Run, found: dict[str, Any]) -> str:
     fitted = f"{linear['rows']:,} train rows" + (
         "" if linear["rows"] == run.splits.train.num_rows else " (a sample: the budget's)"
     )
-    head = f"baselines ({name} {shown})" if key in linear else "baselines (no validation split)"
     line = (
-        f"{head}: majority {_shown(majority.get(key))} (predicts {majority['predicts']}); "
-        f"linear {_shown(linear.get(key))} ({what} on {linear['reads']}; L2 {linear['l2']:g}"
-        f"{' chosen on ' + name if key in linear else ''}; {fitted}; {linear['seconds']:.1f} s)"
+        f"baselines ({name} {shown}): majority {_shown(majority.get(key))} (predicts "
+        f"{majority['predicts']}); linear {_shown(linear.get(key))} ({what} on {linear['reads']}; "
+        f"L2 {linear['l2']:g} chosen on {name}; {fitted}; {linear['seconds']:.1f} s)"
     )
     if run.choice is not None:
         default = run.choice["candidates"][0]
@@ -276,6 +291,7 @@ def choose(run: Run, trainer: Any) -> Any:
         run.say(f"model: {default}, chosen on {said}")
         return trainer
     choice["kept"] = f"candidates/{default}/checkpoints"
+    choice["kept_model"] = run.config.saved()["model"]  # the trained model's spec, as recorded
     chosen = _install(run, trainer, candidate)
     run.say(
         f"model: {linear}, chosen on {said}: it is the run's model (checkpoints/, model/, eval, "
@@ -356,18 +372,14 @@ def _install(run: Run, trainer: Any, candidate: Candidate) -> Any:
     return chosen
 
 
-def test_baselines(run: Run) -> None:
-    """The baselines on the test split, read once at the end (after the choice), added to
-    ``config.json``'s ``baselines`` and written to ``metrics.jsonl`` (a ``"kind": "baselines"``
-    row, before the test row)."""
-    candidate, found = run.candidate, run.baselines
+def record_baselines(run: Run) -> None:
+    """The baselines' validation figures written to ``metrics.jsonl`` as the run finishes (a
+    ``"kind": "baselines"`` row, before the test row; a resumed run's replaces the earlier one),
+    and ``config.json`` with them. The test split is not read here: only the chosen model reads
+    it, once (:func:`~jaxfeed.recipes.train.finish.finish`)."""
+    found = run.baselines
     if found is None:
         return
-    if candidate is not None and run.loaders[2] is not None:
-        x, y = _design(run, candidate.model, run.loaders[2])
-        test = figures(candidate.fit.outputs(x), y, run.task, _weights(run))
-        found["linear"].update(_named(run, test, "test"))
-        found["majority"].update(_named_split(run, (x, y), _prior(run), "test"))
     run.write_record()
     if run.primary:
         path = run.out / "metrics.jsonl"

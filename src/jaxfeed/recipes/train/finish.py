@@ -1,6 +1,7 @@
 """Stage 5 of a run: finish. The run's model chosen (its own, or the linear baseline when that
 does as well on validation: :mod:`~jaxfeed.recipes.train.candidates`), the chosen checkpoint
-restored and exported to ``model/``, the test split read once on it (and on the baselines), and
+restored and exported to ``model/``, the test split read once on it (by the chosen model alone;
+the baselines' validation figures written beside), and
 the summary (:mod:`jaxfeed.recipes.train`'s example runs every
 stage, this one included)."""
 
@@ -24,7 +25,8 @@ from jaxfeed.train.checkpoint import CheckpointError
 
 def finish(run: Run, trainer: Any, history: Any, seconds: float) -> TrainResult:
     """Choose the run's model (its own or the linear baseline, on validation), export its
-    chosen checkpoint, evaluate the test split on it (and the baselines), say the summary;
+    chosen checkpoint, evaluate the test split on it (only: model selection never reads the test
+    split), record the baselines' validation figures, say the summary;
     ``curves.png`` is drawn by another process meanwhile (the trainer's fit left it out: see
     :func:`~jaxfeed.recipes.train.trainer.build_trainer`), and waited for before the summary."""
     curves = None if trainer.plot_curves else trainer.draw_curves(background=True)
@@ -33,7 +35,7 @@ def finish(run: Run, trainer: Any, history: Any, seconds: float) -> TrainResult:
         memory = trainer.state_bytes_per_device()  # as trained (the export below gathers)
         best = export_best(run, trainer)
         test = None
-        candidates.test_baselines(run)
+        candidates.record_baselines(run)
         if best is not None and run.loaders[2] is not None:
             test = _test_once(trainer, run.loaders[2], best, run.out, run.primary)
     except BaseException:

@@ -11,7 +11,9 @@ epoch known), the budget (batch size, epochs, patience), the class weights and t
 >>> with open_run(RunConfig(out=tempfile.mkdtemp() + "/run"), lambda *a: None, 0) as run:
 ...     plan(run)
 >>> run.kind, run.config.model_spec.name, run.best_metric, len(run.loaders), list(run.resolved())[-3:]
-(ArrayKind('array'), 'cnn', 'eval_loss', 3, ['budget', 'class_weights', 'lr_logged'])
+(ArrayKind('array'), 'cnn', 'eval_loss', 3, ['lr_logged', 'baselines', 'choice'])
+>>> run.choice, sorted(run.baselines)  # the cnn compared with the linear model as it finishes
+({'candidates': ['cnn', 'linear']}, ['linear', 'majority'])
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def restore(
     trainer: Any,
     out: Path,
     config: RunConfig,
-    record: RunRecord,
+    record: RunRecord | None,
     loader: Any,
     primary: bool,
     say: Callable[..., None],
@@ -35,7 +35,8 @@ def restore(
     Steps after ``--resume-step`` are set aside (``RUN/set-aside/``), since this run replaces
     them. No checkpoint yet: the run starts from the beginning."""
     folder = out / "checkpoints"
-    settle_choice(out, record)  # a choice of model cut short: completed
+    if record is not None:  # a new run has no record, nor a choice to complete
+        settle_choice(out, record)  # a choice of model cut short: completed
     if not folder.is_dir() or not any(p.name.isdigit() for p in folder.iterdir()):
         if config.resume_step is not None:
             raise ConfigError(f"--resume-step {config.resume_step}: {out} has no checkpoints yet")
