@@ -28,8 +28,9 @@ the budget chose, and the wall time of the whole command.
 
 Every case runs ``python -m jaxfeed.cli train --data DATA --out RUN`` (``--task lm`` for lm) and
 reads the run's ``metrics.jsonl`` and ``config.json``: the test figure, and beside it the
-baselines the run fitted (``baselines``: the linear model's and the majority class's test
-figures) and the model it chose (``choice``); a run of a jaxfeed without them shows ``-``.
+baselines the run fitted (``baselines``: the linear model's and the majority class's figures on
+the validation split: the test split is read by the chosen model alone) and the model it chose
+(``choice``); a run of a jaxfeed without them shows ``-``.
 ``--jaxfeed "CMD"`` runs another command (another checkout, to measure before and after on the
 same data: ``--jaxfeed "env -u PYTHONPATH /work/main/.venv/bin/python -m jaxfeed.cli"``). A figure below its floor (well above chance) is marked FAIL
 and the script exits 1. ``--seeds`` runs each case once per seed (``--seed S``; seed 0 is the
@@ -162,7 +163,7 @@ def run_case(case: str, work: Path, seed: int = 0, command: list[str] | None = N
     steps = max(int(r.get("step", 0)) for r in rows)
     saved = json.loads((out / "config.json").read_text())
     budget, baselines = saved.get("budget", {}), saved.get("baselines") or {}
-    key = "test_r2" if case == "regression" else "test_accuracy"
+    key = "eval_r2" if case == "regression" else "eval_accuracy"  # validation: never test
     model = saved.get("options", {}).get("model")
     ok = value >= floor if higher else value <= floor
     return {
