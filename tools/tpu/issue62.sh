@@ -34,6 +34,33 @@ encoders)
   run 120 vit "${bench[@]}" --cases vit --vit-batch 128 --remat dots --modes reference,device \
     --out "$O/vit.json"
   ;;
+sweep)  # the encoders' variants, one process each: remat policies, the fused kernel, dropout
+  b=("${bench[@]}" --cases bert --bert-shapes 32x512 --modes device)
+  run 60 bert-attention "${b[@]}" --no-dropout --remat attention --out "$O/s-bert-attention.json"
+  run 60 bert-none "${b[@]}" --no-dropout --remat none --out "$O/s-bert-none.json"
+  run 60 bert-flash-none "${b[@]}" --no-dropout --attention flash --remat none \
+    --out "$O/s-bert-flash-none.json"
+  run 60 bert-flash-dots "${b[@]}" --no-dropout --attention flash --remat dots \
+    --out "$O/s-bert-flash-dots.json"
+  run 60 bert-dots "${b[@]}" --no-dropout --remat dots --out "$O/s-bert-dots.json"
+  run 60 bert-unroll2 "${b[@]}" --no-dropout --remat attention --unroll 2 \
+    --out "$O/s-bert-unroll2.json"
+  run 60 bert-drop-attention "${b[@]}" --remat attention --out "$O/s-bert-drop-attention.json"
+  run 60 bert-drop-none "${b[@]}" --remat none --out "$O/s-bert-drop-none.json"
+  run 60 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
+    --out "$O/s-vit-attention.json"
+  run 60 vit-none "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat none \
+    --out "$O/s-vit-none.json"
+  ;;
+sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
+  l=("${bench[@]}" --steps 3 --cases llama --modes device)
+  run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"
+  run 120 llama-flash-full "${l[@]}" --attention flash --out "$O/s-llama-flash-full.json"
+  run 120 llama-flash-dots "${l[@]}" --attention flash --remat dots --out "$O/s-llama-flash-dots.json"
+  run 120 generate "${bench[@]}" --cases generate --modes device --gen-batches 1,16 \
+    --out "$O/s-generate.json"
+  run 200 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  ;;
 decoders)
   run 180 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
   run 130 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/lora-7b.json"

@@ -649,7 +649,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--remat",
-        choices=("none", "full", "dots"),
+        choices=("none", "full", "dots", "attention"),
         help="gradient checkpointing (default: llama full, the others none)",
     )
     p.add_argument("--dropout-prng", choices=sorted(DROPOUT_PRNG), default="auto",

@@ -26,6 +26,7 @@ not multiples of 128. Both paths compute the softmax in float32; masked keys wei
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -33,10 +34,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 IMPLEMENTATIONS = ("auto", "xla", "flash")
+#: The name of the attention weights (softmax output, in the values' dtype) that the backward pass
+#: reuses; ``remat="attention"`` keeps them (see :data:`jaxfeed.models.stacked.REMAT_POLICIES`).
+WEIGHTS = "attention_weights"
 ENV = "JAXFEED_ATTENTION"
-BLOCK = 128  # the fused kernel's block of queries and keys
+BLOCK = 128  # the fused kernel's block of queries and keys: lengths must be multiples of it
+#: The largest block the fused kernel is given (the longest of 512, 256, 128 dividing the
+#: lengths): the kernel's own default, 128, keeps the MXU idle between small blocks.
+FLASH_BLOCK = 512
 _override: list[str] = []
 
 
@@ -138,22 +146,63 @@ def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids:
     return out
 
 
+@jax.custom_vjp
+def attend(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array) -> jax.Array:
+    """``softmax(logits) * keep`` applied to the values: ``logits`` ``(B, Hkv, G, T, S)`` (float32;
+    keys where the boolean ``mask`` ``(B, 1, 1, T, S)`` is False set to float32's minimum),
+    ``keep`` the dropout multipliers (0 or ``1 / keep``, or 1) and ``v`` ``(B, S, Hkv, D)``; the
+    weights are cast to the values' dtype. Returns ``(B, T, Hkv, G, D)``.
+
+    Its gradient is written out so that the backward pass keeps only the weights in the values'
+    dtype (named :data:`WEIGHTS`, for remat policies), the mask, the multipliers and the values:
+    never the float32 logits or their softmax, nor the mask repeated over the heads (plain
+    autodiff of the same code kept all of them, 0.9 GB a BERT-base layer at 32x512). It has no
+    forward-mode rule (``jax.jvp``).
+
+    >>> import jax.numpy as jnp
+    >>> yes = jnp.ones((1, 1, 1, 1, 2), bool)
+    >>> attend(jnp.zeros((1, 1, 1, 1, 2)), yes, jnp.ones(()), jnp.ones((1, 2, 1, 3))).shape
+    (1, 1, 1, 1, 3)
+    """
+    return _attend_forward(logits, mask, keep, v)[0]
+
+
+def _attend_forward(logits: jax.Array, mask: jax.Array, keep: jax.Array,
+                    v: jax.Array) -> tuple[jax.Array, tuple]:  # fmt: skip
+    logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    weights = checkpoint_name(weights, WEIGHTS)
+    out = jnp.einsum("bkgts,bskd->btkgd", weights * keep.astype(v.dtype), v)
+    return out, (weights, mask, keep, v)
+
+
+def _attend_backward(saved: tuple, grad: jax.Array) -> tuple[Any, None, None, jax.Array]:
+    weights, mask, keep, v = saved
+    kept, grad = keep.astype(v.dtype), grad.astype(v.dtype)
+    d_values = jnp.einsum("bkgts,btkgd->bskd", weights * kept, grad)
+    d_weights = jnp.einsum("btkgd,bskd->bkgts", grad, v).astype(jnp.float32) * kept
+    y = weights.astype(jnp.float32)
+    d_logits = y * (d_weights - jnp.sum(d_weights * y, axis=-1, keepdims=True))
+    return jnp.where(mask, d_logits, 0.0), None, None, d_values  # masked keys: no gradient
+
+
+attend.defvjp(_attend_forward, _attend_backward)
+
+
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
                   dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:  # fmt: skip
     """Plain attention of queries ``(B, T, H, D)`` to keys and values ``(B, S, Hkv, D)`` (``H`` a
     multiple of ``Hkv``) under a boolean ``mask`` ``(B, T, S)``; softmax in float32, masked
-    logits at float32's minimum (never NaN), ``dropout`` on the float32 weights."""
+    logits at float32's minimum (never NaN), ``dropout`` on the weights (see :func:`attend`)."""
     b, t, h, d = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, d)
     logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
-    if mask is not None:
-        logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(logits, axis=-1)
-    if dropout is not None:
-        weights = dropout(weights)
-    out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(v.dtype), v)
-    return out.reshape(b, t, h, d)
+    visible = jnp.ones((1, 1, 1, 1, 1), bool) if mask is None else mask[:, None, None]
+    keep = jnp.ones((), v.dtype)
+    if dropout is not None:  # the dropout's multipliers: 0 or 1 / keep
+        keep = jax.lax.stop_gradient(dropout(jnp.ones(logits.shape, v.dtype)))
+    return attend(logits, visible, keep, v).reshape(b, t, h, d)
 
 
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
@@ -179,9 +228,33 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any =
         segments = pallas.SegmentIds(q=jnp.ones((b, t), jnp.int32), kv=real)
     out = pallas.flash_attention(
         *(x.transpose(0, 2, 1, 3) for x in (q, k, v)), segment_ids=segments, causal=causal,
-        sm_scale=1.0 / math.sqrt(d),
+        sm_scale=1.0 / math.sqrt(d), block_sizes=flash_blocks(pallas.BlockSizes, t, k.shape[1]),
     )  # fmt: skip
     return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+
+def flash_blocks(sizes: Any, t: int, s: int) -> Any:
+    """The fused kernel's ``BlockSizes`` for ``t`` queries and ``s`` keys: each block the longest
+    of :data:`FLASH_BLOCK`, its halves down to :data:`BLOCK` that divides its length.
+
+    >>> import collections
+    >>> Sizes = collections.namedtuple("Sizes", "block_q block_k_major block_k block_b "
+    ...     "block_q_major_dkv block_k_major_dkv block_k_dkv block_q_dkv "
+    ...     "block_k_major_dq block_k_dq block_q_dq")
+    >>> flash_blocks(Sizes, 512, 384).block_q, flash_blocks(Sizes, 512, 384).block_k
+    (512, 128)
+    """
+
+    def block(n: int) -> int:
+        size = FLASH_BLOCK
+        while size > BLOCK and n % size:
+            size //= 2
+        return min(size, n)
+
+    bq, bk = block(t), block(s)
+    return sizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
+                 block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
+                 block_k_dq=bk, block_q_dq=bq)  # fmt: skip
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,

@@ -102,11 +102,13 @@ _SEEDS = {"bert": 3, "vit": 3, "llama": None}  # encoders train with dropout: th
 @pytest.mark.parametrize(
     ("name", "remat", "scan"),
     [("bert", False, True), ("vit", False, True), ("llama", False, True), ("llama", True, True),
-     ("bert", "dots", 2), ("vit", "full", 2), ("llama", "dots", True)],
+     ("bert", "dots", 2), ("vit", "full", 2), ("llama", "dots", True),
+     ("bert", "attention", True), ("llama", "attention", 2)],
 )  # fmt: skip
 def test_scan_equals_loop_outputs_and_gradients(name, remat, scan):
     """Scanned (one layer per iteration, or 2 of 3 layers unrolled with one left over), with or
-    without recomputation (all of a layer, or all but its weight matmuls): as the plain loop."""
+    without recomputation (all of a layer, all but its weight matmuls, all but those and the
+    attention weights): as the plain loop."""
     depth = 3 if scan == 2 else 2
     model, stack, call = MODELS[name](depth)
     seed = _SEEDS[name]
