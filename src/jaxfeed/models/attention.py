@@ -26,7 +26,6 @@ not multiples of 128. Both paths compute the softmax in float32; masked keys wei
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 from collections.abc import Callable, Iterator
