@@ -210,7 +210,7 @@ def refuse_integer_params(model: Any) -> None:
 
 
 def enable_remat(model: Any, remat: bool | str = True) -> int:
-    """Switch on rematerialisation (``True``/``"full"`` or ``"dots"``, see
+    """Switch on rematerialisation (``True``/``"full"``, ``"dots"`` or ``"attention"``, see
     :func:`jaxfeed.models.stacked.remat_policy`) in every module of ``model`` declaring
     ``supports_remat``; the number of such modules (a model with none is refused)."""
     from flax import nnx  # noqa: PLC0415 (import cost: flax, only for NNX models)

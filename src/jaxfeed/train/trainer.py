@@ -95,7 +95,9 @@ class Trainer(FitMixin, EvalMixin, CheckpointMixin, ReportMixin):
     trains only those parameters (the others get no gradient and no optimizer state; see
     :mod:`jaxfeed.train.freeze`); ``remat=True`` recomputes each layer's activations in the
     backward pass (gradient checkpointing) in models whose layer stacks support it;
-    ``remat="dots"`` keeps the weight matmuls' outputs and recomputes the rest.
+    ``remat="dots"`` keeps the weight matmuls' outputs and recomputes the rest;
+    ``remat="attention"`` keeps those and the attention weights (norms, activations and dropout
+    masks are recomputed).
 
     The train step is compiled once (``jax.jit`` over the split state, buffers donated). A short
     last batch is padded to the batch size and masked out of the loss, gradients and metrics, so
