@@ -36,21 +36,16 @@ encoders)
   ;;
 sweep)  # the encoders' variants, one process each: remat policies, the fused kernel, dropout
   b=("${bench[@]}" --cases bert --bert-shapes 32x512 --modes device)
-  run 60 bert-attention "${b[@]}" --no-dropout --remat attention --out "$O/s-bert-attention.json"
   run 60 bert-none "${b[@]}" --no-dropout --remat none --out "$O/s-bert-none.json"
+  run 60 bert-attention "${b[@]}" --no-dropout --remat attention --out "$O/s-bert-attention.json"
   run 60 bert-flash-none "${b[@]}" --no-dropout --attention flash --remat none \
     --out "$O/s-bert-flash-none.json"
-  run 60 bert-flash-dots "${b[@]}" --no-dropout --attention flash --remat dots \
-    --out "$O/s-bert-flash-dots.json"
-  run 60 bert-dots "${b[@]}" --no-dropout --remat dots --out "$O/s-bert-dots.json"
-  run 60 bert-unroll2 "${b[@]}" --no-dropout --remat attention --unroll 2 \
-    --out "$O/s-bert-unroll2.json"
-  run 60 bert-drop-attention "${b[@]}" --remat attention --out "$O/s-bert-drop-attention.json"
   run 60 bert-drop-none "${b[@]}" --remat none --out "$O/s-bert-drop-none.json"
-  run 60 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
-    --out "$O/s-vit-attention.json"
   run 60 vit-none "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat none \
     --out "$O/s-vit-none.json"
+  run 60 bert-drop-attention "${b[@]}" --remat attention --out "$O/s-bert-drop-attention.json"
+  run 60 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
+    --out "$O/s-vit-attention.json"
   ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
