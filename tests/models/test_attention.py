@@ -208,10 +208,12 @@ def test_the_backward_pass_keeps_the_weights_in_the_values_dtype_and_nothing_els
 
 
 def test_flash_blocks_longer_than_the_kernel_default_equal_the_xla_path_interpreted(
-    interpreted_flash,
+    interpreted_flash, monkeypatch
 ):
-    """At 256 queries and keys the kernel runs in blocks of 256 (:func:`flash_blocks`), not its
-    default 128: outputs and gradients as the XLA path's."""
+    """With ``FLASH_BLOCK = 512``, 256 queries and keys run in blocks of 256
+    (:func:`flash_blocks`), not the kernel's default 128: outputs and gradients as the XLA
+    path's."""
+    monkeypatch.setattr(att, "FLASH_BLOCK", 512)
     rng = np.random.default_rng(2)
     q, k, v = (jnp.asarray(rng.normal(size=(1, 256, 1, 64)), jnp.float32) for _ in range(3))
     key_mask = jnp.asarray(np.arange(256)[None] < 200)

@@ -36,15 +36,15 @@ encoders)
   ;;
 sweep)  # the encoders' variants, one process each: remat policies, the fused kernel, dropout
   b=("${bench[@]}" --cases bert --bert-shapes 32x512 --modes device)
-  run 60 bert-none "${b[@]}" --no-dropout --remat none --out "$O/s-bert-none.json"
-  run 60 bert-attention "${b[@]}" --no-dropout --remat attention --out "$O/s-bert-attention.json"
-  run 60 bert-flash-none "${b[@]}" --no-dropout --attention flash --remat none \
+  run 150 bert-none "${b[@]}" --no-dropout --remat none --out "$O/s-bert-none.json"
+  run 150 bert-attention "${b[@]}" --no-dropout --remat attention --out "$O/s-bert-attention.json"
+  run 150 bert-flash-none "${b[@]}" --no-dropout --attention flash --remat none \
     --out "$O/s-bert-flash-none.json"
-  run 60 bert-drop-none "${b[@]}" --remat none --out "$O/s-bert-drop-none.json"
-  run 60 vit-none "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat none \
+  run 150 bert-drop-none "${b[@]}" --remat none --out "$O/s-bert-drop-none.json"
+  run 150 vit-none "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat none \
     --out "$O/s-vit-none.json"
-  run 60 bert-drop-attention "${b[@]}" --remat attention --out "$O/s-bert-drop-attention.json"
-  run 60 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
+  run 150 bert-drop-attention "${b[@]}" --remat attention --out "$O/s-bert-drop-attention.json"
+  run 150 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
     --out "$O/s-vit-attention.json"
   ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
@@ -59,7 +59,7 @@ sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then
 decoders)
   run 180 tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
   run 130 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/lora-7b.json"
-  run 60 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
+  run 150 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
     --out "$O/generate.json"
   run 70 llama "${bench[@]}" --steps 3 --cases llama --modes device --out "$O/llama.json"
   ;;
