@@ -18,7 +18,7 @@ from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 from jaxfeed.text import load_tokenizer
 
-SMALL = ["--model", "transformer", "--model.init_args.dim", "64", "--model.init_args.depth", "2",
+SMALL = ["--model", "transformer", "--model.init_args.dim", "64", "--model.init_args.depth", "1",
          "--model.init_args.num_heads", "4"]  # fmt: skip
 PERPLEXITY_BOUND = 3.0  # the unigram perplexity of the corpus's tokens is about 26
 
