@@ -16,6 +16,18 @@ import pytest
 
 from jaxfeed import DataLoader, Dataset, DecodeError, Features, Image, Value
 from jaxfeed.loading.workers import leftover_segments
+from loader_worker_rows import (
+    FLAG,
+    augment,
+    fail_on_2,
+    fail_on_13,
+    fail_on_13_once_armed,
+    hang_on_5_once_armed,
+    plus_one,
+    slow_on_1,
+    uneven,
+    with_pid,
+)
 
 
 def image_ds(n=22, corrupt=None):
@@ -31,60 +43,6 @@ def image_ds(n=22, corrupt=None):
         features=Features({"image": Image(), "id": Value("int64")}),
     )
     return ds, pixels
-
-
-def augment(row, rng):
-    image = row["image"].astype(np.float32) / 255
-    if rng.random() < 0.5:
-        image = image[:, ::-1]
-    return {"image": image + rng.normal(size=(1, 1, 3)).astype(np.float32), "id": row["id"]}
-
-
-def with_pid(row, rng):
-    return {**augment(row, rng), "pid": os.getpid()}
-
-
-def fail_on_13(row):
-    if row["id"] == 13:
-        raise ValueError("bad row")
-    return row
-
-
-def hang_on_5(row):
-    if row["id"] == 5:
-        time.sleep(3600)
-    return row
-
-
-FLAG = "JAXFEED_TEST_FLAG_FILE"  # a file whose presence switches the next functions on
-
-
-def armed():
-    return os.path.exists(os.environ.get(FLAG, "/nonexistent"))
-
-
-def fail_on_13_once_armed(row):
-    if row["id"] == 13 and armed():
-        raise ValueError("bad row")
-    return row
-
-
-def hang_on_5_once_armed(row):
-    if row["id"] == 5 and armed():
-        time.sleep(3600)
-    return row
-
-
-def fail_on_2(row):
-    if row["id"] == 2:
-        raise ValueError("bad row")
-    return row
-
-
-def slow_on_1(row):
-    if row["id"] == 1:
-        time.sleep(2)
-    return row
 
 
 def as_lists(batches):
@@ -209,22 +167,6 @@ def test_process_workers_match_inline_resume_and_clean_up():
     assert not leftover_segments(prefix) and not multiprocessing.active_children()
 
 
-def uneven(row):
-    i = int(row["id"])
-    return {
-        "id": row["id"],
-        "vec": np.arange(3 if i % 5 != 2 else 2, dtype=np.float32) + i,  # one ragged row per batch
-        "mixed": np.int32(i) if i % 5 != 3 else np.float64(i + 0.5),  # a row of another dtype
-        "name": f"row{i}",
-        "flat": row["image"].reshape(-1)[:4].astype(np.int16),  # same shape everywhere
-    }
-
-
-def plus_one(batch):
-    batch["flat"] += 1  # edits the built buffer in place: the copy into the slot must see it
-    return batch
-
-
 def plain(value):
     return [plain(x) for x in value] if isinstance(value, list) else np.asarray(value).tolist()
 
@@ -280,7 +222,7 @@ def test_process_worker_errors_and_timeouts_name_the_row_and_clean_up(tmp_path, 
 
     flag.unlink()
     loader = DataLoader(
-        ds, batch_size=4, num_workers=2, row_transform=hang_on_5_once_armed, timeout=3
+        ds, batch_size=4, num_workers=2, row_transform=hang_on_5_once_armed, timeout=1.5
     )
     assert len(list(loader)) == 6
     flag.touch()

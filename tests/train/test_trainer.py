@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 
 import jax
@@ -34,18 +36,29 @@ def params_of(model):
     return jax.tree.leaves(nnx.state(model, nnx.Param))
 
 
-def test_cnn_learns_digits_and_compiles_once(digits, capsys):
+@pytest.fixture(scope="module")
+def cnn_run(digits):
+    """The CNN trained 5 epochs on digits (printing as it goes): the learning test reads it, the
+    Linen test compares its history's keys and the eval-mode test predicts with it."""
     model = cnn()
     trainer = Trainer(model, optax.adamw(2e-3, weight_decay=1e-4), preprocess=scale_images)
     train, test = loaders(digits)
-    history = trainer.fit(train, test, epochs=5)
+    printed = io.StringIO()  # not a terminal
+    with contextlib.redirect_stdout(printed):
+        history = trainer.fit(train, test, epochs=5)
+    return model, trainer, history, printed.getvalue()
+
+
+def test_cnn_learns_digits_and_compiles_once(digits, cnn_run):
+    model, trainer, history, out = cnn_run
+    _, test = loaders(digits)
     assert history[-1]["eval_accuracy"] >= 0.95
     assert set(history[0]) == {
         "epoch", "train_loss", "train_accuracy", "eval_loss", "eval_accuracy", "seconds", "rows_per_second", "data_wait"
     }  # fmt: skip
     assert compile_count(trainer.core.train_step) == 1  # the short last batch (1437 % 64) is padded
     assert compile_count(trainer.core.eval_step) == 1
-    out = capsys.readouterr().out  # not a terminal: one line per epoch
+    # not a terminal: one line per epoch
     assert out.count("\n") == 5 and "epoch 5/5" in out
     result = trainer.evaluate(test)
     assert result["accuracy"] == pytest.approx(history[-1]["eval_accuracy"])
@@ -63,7 +76,7 @@ def test_cnn_learns_digits_and_compiles_once(digits, capsys):
 
 def test_fit_counts_epochs_in_total(digits):
     trainer = Trainer(cnn(), optax.adam(1e-3), preprocess=scale_images, verbose=0)
-    train, _ = loaders(digits)
+    train = DataLoader(digits["train"].select(range(320)), 64, shuffle=True, seed=0)
     trainer.fit(train, epochs=1)
     trainer.fit(train, epochs=2)
     assert [h["epoch"] for h in trainer.history] == [1, 2] and trainer.step == 2 * len(train)
@@ -72,24 +85,22 @@ def test_fit_counts_epochs_in_total(digits):
     assert trainer.step == 2 * len(train)
 
 
-def test_linen_trainer_same_keys(digits):
+def test_linen_trainer_same_keys(digits, cnn_run):
     train, test = loaders(digits)
     x = next(iter(train))["image"]
     trainer = Trainer.from_linen(
         LinenCNN(10), optax.adamw(2e-3), x, preprocess=scale_images, verbose=0
     )
     history = trainer.fit(train, test, epochs=3)
-    nnx_trainer = Trainer(cnn(), optax.adamw(2e-3), preprocess=scale_images, verbose=0)
-    assert set(history[0]) == set(nnx_trainer.fit(train, test, epochs=1)[0])
+    assert set(history[0]) == set(cnn_run[2][0])  # the NNX trainer's, fit with an eval loader
     assert history[-1]["eval_accuracy"] > 0.9
     assert set(trainer.variables) == {"params", "batch_stats"}
     assert compile_count(trainer.core.train_step) == 1
 
 
-def test_eval_mode_disables_dropout_and_uses_running_averages(digits):
-    trainer = Trainer(cnn(), optax.adam(1e-3), preprocess=scale_images, verbose=0)
-    train, test = loaders(digits)
-    trainer.fit(train, epochs=1)
+def test_eval_mode_disables_dropout_and_uses_running_averages(digits, cnn_run):
+    trainer = cnn_run[1]  # trained: its batch norm's running averages moved from their start
+    _, test = loaders(digits)
     batch = next(iter(test))
     a, b = trainer.predict(batch), trainer.predict(batch)
     np.testing.assert_array_equal(a, b)  # no dropout noise
@@ -102,7 +113,7 @@ def test_eval_mode_disables_dropout_and_uses_running_averages(digits):
 def test_early_stopping(digits):
     stop = EarlyStopping("train_loss", patience=0, min_delta=10.0)
     trainer = Trainer(cnn(), optax.adam(1e-3), preprocess=scale_images, verbose=0, callbacks=[stop])
-    train, _ = loaders(digits)
+    train = DataLoader(digits["train"].select(range(320)), 64, shuffle=True, seed=0)
     history = trainer.fit(train, epochs=10)
     assert len(history) == 2 and stop.stopped_epoch == 2
 
@@ -143,23 +154,31 @@ def test_deterministic_runs_are_bitwise_identical(digits):
         np.testing.assert_array_equal(a, b)
 
 
+def _train_two_epochs(digits, **kwargs):
+    model = cnn(1)
+    trainer = Trainer(model, optax.adam(1e-3), preprocess=scale_images, verbose=0)
+    train = DataLoader(digits["train"], 64, shuffle=True, seed=0, drop_last=True, **kwargs)
+    history = trainer.fit(train, epochs=2)
+    return trainer, (history[-1]["train_loss"], [np.asarray(p) for p in params_of(model)])
+
+
+@pytest.fixture(scope="module")
+def one_device_run(digits):
+    """The run both meshes below are compared with: trained once for the file."""
+    return _train_two_epochs(digits)[1]
+
+
 @pytest.mark.parametrize("make_mesh", ["Mesh", "jax.make_mesh"])
-def test_data_parallel_over_8_devices_matches_one_device(digits, make_mesh):
+def test_data_parallel_over_8_devices_matches_one_device(digits, one_device_run, make_mesh):
     if make_mesh == "Mesh":
         mesh = Mesh(np.array(jax.devices()), ("data",))  # Auto axes
     else:
         mesh = jax.make_mesh((8,), ("data",))  # Explicit axes (the default of jax.make_mesh)
     sharding = NamedSharding(mesh, PartitionSpec("data"))
-    final = []
-    for kwargs in ({}, {"sharding": sharding}):
-        model = cnn(1)
-        trainer = Trainer(model, optax.adam(1e-3), preprocess=scale_images, verbose=0)
-        train = DataLoader(digits["train"], 64, shuffle=True, seed=0, drop_last=True, **kwargs)
-        history = trainer.fit(train, epochs=2)
-        final.append((history[-1]["train_loss"], [np.asarray(p) for p in params_of(model)]))
-        if kwargs:
-            leaf = jax.tree.leaves(trainer.core.state)[0]
-            assert len(leaf.devices()) == 8
+    trainer, sharded = _train_two_epochs(digits, sharding=sharding)
+    leaf = jax.tree.leaves(trainer.core.state)[0]
+    assert len(leaf.devices()) == 8
+    final = [one_device_run, sharded]
     assert final[0][0] == pytest.approx(final[1][0], rel=1e-4)
     for a, b in zip(final[0][1], final[1][1], strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-4)
