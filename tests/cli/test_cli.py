@@ -543,8 +543,10 @@ def test_predict_of_an_image_run_on_a_table_or_a_non_image_says_so(image_run, tm
 
 def test_augment_flip_crop_for_an_image_folder_is_said_and_recorded(image_folder, tmp_path, capsys):
     out = tmp_path / "aug"
+    # a cnn of one 4-channel layer: the flips and crops are the loader's, whatever the model
     args = ["train", "--data", str(image_folder), "--image-size", "12", "--epochs", "1",
-            "--batch-size", "8", "--val-split", "0"]  # fmt: skip
+            "--batch-size", "8", "--val-split", "0", "--model", "cnn",
+            "--model.init_args.widths", "[4]"]  # fmt: skip
     status, shown, err = run_main(capsys, *args, "--augment", "flip,crop", "--out", str(out))
     assert status == 0, err
     assert (

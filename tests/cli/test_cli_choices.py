@@ -2,8 +2,8 @@
 and the choices the command makes said aloud. One small table run, shared by the module."""
 
 import json
-import os
 import shutil
+import sys
 
 import jax
 import pytest
@@ -118,7 +118,7 @@ def test_mesh_axes_left_unused_are_named_and_a_bad_mesh_is_refused_first(
     assert "nonesuch" not in err and not (tmp_path / "b").exists()
 
 
-def test_a_missing_tokenizers_install_leaves_no_run_folder(tmp_path):
+def test_a_missing_tokenizers_install_leaves_no_run_folder(tmp_path, capsys, monkeypatch):
     fake = tmp_path / "site"
     (fake / "tokenizers").mkdir(parents=True)  # `import tokenizers` fails as when not installed
     (fake / "tokenizers" / "__init__.py").write_text(
@@ -127,10 +127,14 @@ def test_a_missing_tokenizers_install_leaves_no_run_folder(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"line number {i} of the corpus\n" for i in range(40)))
     out = tmp_path / "run"
-    path = os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
-    result = jaxfeed("train", "--task", "lm", "--data", str(corpus), "--out", str(out),
-                     env={"PYTHONPATH": path})  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("jaxfeed train: error: ") and "tokenizers" in result.stderr
-    assert "Error:" not in result.stderr  # no class name before the message
+    # in this process (one JAX start fewer): the fake first on the path, the real one's modules
+    # out of sys.modules until the test ends (monkeypatch puts them back)
+    monkeypatch.syspath_prepend(str(fake))
+    for name in [m for m in sys.modules if m == "tokenizers" or m.startswith("tokenizers.")]:
+        monkeypatch.delitem(sys.modules, name)
+    status, _, err = run_main(capsys, "train", "--task", "lm", "--data", str(corpus), "--out",
+                              str(out))  # fmt: skip
+    assert status == 2, err
+    assert err.startswith("jaxfeed train: error: ") and "tokenizers" in err
+    assert "Error:" not in err  # no class name before the message
     assert not out.exists()

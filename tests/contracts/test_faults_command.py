@@ -51,10 +51,16 @@ def _files(folder):
 
 def _one_line(result, status=2):
     """The command failed with ``status`` and said so in one line: no traceback, no log lines."""
-    assert result.returncode == status, result.stdout[-2000:] + result.stderr[-3000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr and "absl" not in result.stderr
+    return _one_line_here(result.returncode, result.stderr, status, result.stdout)
+
+
+def _one_line_here(code, stderr, status=2, stdout=""):
+    """:func:`_one_line` of a command run in this process by ``run_main(capfd, ...)``: ``capfd``
+    takes what native code (Orbax, TensorStore, absl) writes to the descriptors as well."""
+    assert code == status, stdout[-2000:] + stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr[-3000:]
+    assert "Traceback" not in stderr and "absl" not in stderr
     return lines[0]
 
 
@@ -165,16 +171,19 @@ def test_a_failed_resume_onto_a_damaged_step_changes_nothing_and_resume_step_con
 
 
 # ---------------------------------------------------------------------------------- item 20
-def test_resuming_after_the_data_changed_says_so_and_changes_nothing(base_run, tmp_path):
+def test_resuming_after_the_data_changed_says_so_and_changes_nothing(base_run, tmp_path, capfd):
     run = _copy(base_run, tmp_path)
     saved = json.loads((run / "config.json").read_text())
-    _table(saved["options"]["data"] + ".half.csv", rows=54)
-    saved["options"]["data"] += ".half.csv"  # the same run, its file now holds half the rows
+    # the same run, its file now holds two thirds of the rows: 72, whose validation split (8
+    # rows) this process's 8 devices can evaluate, so the refusal is the data's, not theirs
+    _table(saved["options"]["data"] + ".part.csv", rows=72)
+    saved["options"]["data"] += ".part.csv"
     (run / "config.json").write_text(json.dumps(saved))
     before = _files(run)
-    result = jaxfeed("train", "--out", str(run), "--resume", "--epochs", "3", timeout=300)
-    line = _one_line(result)
-    assert "the run's data changed since its checkpoint (step 8): train rows 97 -> 48" in line
+    # refused before training: in this process (one JAX start fewer)
+    status, said, err = run_main(capfd, "train", "--out", str(run), "--resume", "--epochs", "3")
+    line = _one_line_here(status, err, stdout=said)
+    assert "the run's data changed since its checkpoint (step 8): train rows 97 -> 64" in line
     assert _files(run) == before
 
 
@@ -218,10 +227,10 @@ def test_resume_refuses_a_batch_size_or_data_location_change_naming_what_may_cha
 
 
 # ---------------------------------------------------------------------------------- item 11
-def test_eval_on_an_empty_split_is_refused_and_writes_nothing(base_run):
+def test_eval_on_an_empty_split_is_refused_and_writes_nothing(base_run, capfd):
     before = _files(base_run)
-    result = jaxfeed("eval", str(base_run), "--split", "train[50%:10%]", timeout=300)
-    line = _one_line(result)
+    status, said, err = run_main(capfd, "eval", str(base_run), "--split", "train[50%:10%]")
+    line = _one_line_here(status, err, stdout=said)  # in this process: one JAX start fewer
     assert "--split 'train[50%:10%]' selects no rows (rows: train 108)" in line
     assert _files(base_run) == before
 
@@ -284,7 +293,7 @@ def test_a_failed_save_keeps_the_previous_step_loadable(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------- item 18
-def test_a_truncated_flac_is_refused_by_the_scan_before_a_byte_is_written(tmp_path):
+def test_a_truncated_flac_is_refused_by_the_scan_before_a_byte_is_written(tmp_path, capfd):
     import soundfile
 
     from audio_clips import clip
@@ -298,8 +307,11 @@ def test_a_truncated_flac_is_refused_by_the_scan_before_a_byte_is_written(tmp_pa
     cut = tmp_path / "clips" / "rising" / "2.flac"
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])  # its header still says 0.3 s
     out = tmp_path / "run"
-    result = jaxfeed("train", "--data", str(tmp_path / "clips"), "--out", str(out), timeout=300)
-    line = _one_line(result)
+    # in this process (one JAX start fewer); capfd takes the decoder's own output as well
+    status, said, err = run_main(
+        capfd, "train", "--data", str(tmp_path / "clips"), "--out", str(out)
+    )
+    line = _one_line_here(status, err, stdout=said)
     assert "cannot decode the audio of column 'audio'" in line and str(cut) in line
     assert not out.exists()
 
