@@ -43,10 +43,6 @@ ifndef SEED
 SEED := $(shell date +%s)
 endif
 
-# Three test workers on two cores: with two, a full run kept the cores 82% busy (user + sys 2,542 s
-# over 1,540 s), the rest waiting on subprocesses, servers and timeouts; `make test WORKERS=2`.
-WORKERS ?= 3
-
 # compileall writes jaxfeed's bytecode once: where PYTHONDONTWRITEBYTECODE is set, each process
 # the suite starts (a command run, a loader worker) compiled the modules it imports (0.3 CPU s).
 test: $(VENV)/.installed-dev
@@ -55,7 +51,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
 	$(PY) -m compileall -q src/jaxfeed > /dev/null
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
 
 # The fast tier (-m "not slow") on the declared floors and on the newest releases, each in a venv
 # of its own: test-min installs constraints-min.txt (pyproject's floors, pinned exactly) on Python
