@@ -87,11 +87,14 @@ def test_reference_has_the_models_shapes(case, scan):
     assert isinstance(params["layers"], dict if scan else list)
 
 
-def test_reference_mode_gives_each_row_its_ratio(monkeypatch):
+def test_reference_mode_gives_each_row_its_ratio_and_profile_writes_the_step(monkeypatch, tmp_path):
     monkeypatch.setattr(A, "save_json", lambda name, payload: None)
     rows = A.main(["--quick", "--cases", "bert", "--modes", "reference,device", "--steps", "1",
-                   "--repeats", "1"])  # fmt: skip
+                   "--repeats", "1", "--profile", str(tmp_path)])  # fmt: skip
     modes = {r["mode"]: r for r in rows}
     assert set(modes) == {"reference", "device"}
     ratio = modes["reference"]["step_ms"] / modes["device"]["step_ms"]
     assert modes["device"]["vs_reference"] == pytest.approx(ratio)
+    folder = tmp_path / "bert-4x32"  # the device step's HLO and its trace, beside each other
+    assert "HloModule" in (folder / "step.hlo.txt").read_text()
+    assert (folder / "perfetto_trace.json.gz").stat().st_size > 0

@@ -232,3 +232,83 @@ def test_flash_blocks_longer_than_the_kernel_default_equal_the_xla_path_interpre
     for a, b in zip(jax.grad(loss, (1, 2, 3))(att.flash_attention, q, k, v),
                     jax.grad(loss, (1, 2, 3))(xla, q, k, v), strict=True):  # fmt: skip
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def _logits_dtype(q, k, v):
+    """The dtype of the logits the XLA path hands to :func:`attend` (its custom-gradient call)."""
+    jaxpr = jax.make_jaxpr(lambda q, k, v: att.xla_attention(q, k, v, None))(q, k, v)
+    calls = [e for e in jaxpr.eqns if "custom_vjp" in e.primitive.name]
+    assert len(calls) == 1, jaxpr
+    return calls[0].invars[0].aval.dtype
+
+
+def test_the_logits_are_written_in_the_queries_dtype_unless_float32_is_asked(monkeypatch):
+    """bfloat16 queries give bfloat16 logits (the softmax still reads them into float32): on a
+    chip every pass over the ``(B, H, T, S)`` logits moves half the bytes."""
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv())
+    assert _logits_dtype(q, k, v) == jnp.bfloat16
+    monkeypatch.setattr(att, "LOGITS_IN_FLOAT32", True)
+    assert _logits_dtype(q, k, v) == jnp.float32
+
+
+def test_bfloat16_attention_and_its_gradient_follow_float32():
+    """In bfloat16 (logits, weights and values) the output and gradients stay within bfloat16's
+    rounding of the float32 computation; the logits' gradient comes back in their dtype."""
+    q, k, v = _qkv(seed=3)
+    mask = jnp.asarray(np.tril(np.ones((6, 6), bool)))[None].repeat(2, 0)
+
+    def loss(q, k, v):
+        return jnp.sum(att.xla_attention(q, k, v, mask).astype(jnp.float32) ** 2)
+
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    np.testing.assert_allclose(np.asarray(att.xla_attention(*low, mask), np.float32),
+                               np.asarray(att.xla_attention(q, k, v, mask)), atol=0.05)  # fmt: skip
+    for a, b in zip(jax.grad(loss, (0, 1, 2))(*low), jax.grad(loss, (0, 1, 2))(q, k, v),
+                    strict=True):  # fmt: skip
+        assert a.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b), rtol=0.05, atol=0.1)
+
+
+@pytest.mark.parametrize("case", ["padding", "causal-segments", "grouped"])
+def test_splash_path_equals_xla_path_interpreted(case):
+    """Pallas's splash kernel (``FUSED_KERNEL = "splash"``), run by Pallas's interpreter: outputs
+    and gradients as the XLA path's for padding, causal packed segments and grouped key/value
+    heads (query heads 0, 1 read key/value head 0; 2, 3 read head 1)."""
+    rng = np.random.default_rng(4)
+    heads, kv_heads = (4, 2) if case == "grouped" else (2, 1)
+    q = jnp.asarray(rng.normal(size=(1, 128, heads, 64)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(1, 128, kv_heads, 64)), jnp.float32) for _ in range(2))
+    kwargs = (
+        {"segment_ids": jnp.asarray(np.repeat([[1, 2]], 64, axis=1)), "causal": True}
+        if case == "causal-segments"
+        else {"key_mask": jnp.asarray(np.arange(128)[None] < 100)}
+    )
+
+    def splash(q, k, v, **kw):
+        return att.splash_attention(q, k, v, interpret=True, **kw)
+
+    def xla(q, k, v, **kw):
+        return att.attention(q, k, v, implementation="xla", **kw)
+
+    def loss(fn, q, k, v):
+        return jnp.sum(fn(q, k, v, **kwargs) ** 2)
+
+    np.testing.assert_allclose(np.asarray(splash(q, k, v, **kwargs)),
+                               np.asarray(xla(q, k, v, **kwargs)), rtol=1e-4, atol=1e-4)  # fmt: skip
+    for a, b in zip(jax.grad(loss, (1, 2, 3))(splash, q, k, v),
+                    jax.grad(loss, (1, 2, 3))(xla, q, k, v), strict=True):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_the_fused_kernel_setting_picks_splash_where_the_fused_path_runs(monkeypatch):
+    """Where the fused path runs (a TPU), ``FUSED_KERNEL`` names the kernel; here the refusal is
+    lifted and the kernels are spies."""
+    calls = []
+    monkeypatch.setattr(att, "flash_refusal", lambda *a, **kw: None)
+    monkeypatch.setattr(att, "flash_attention", lambda *a, **kw: calls.append("flash") or a[0])
+    monkeypatch.setattr(att, "splash_attention", lambda *a, **kw: calls.append("splash") or a[0])
+    q = jnp.ones((1, 128, 2, 64))
+    att.attention(q, q, q)
+    monkeypatch.setattr(att, "FUSED_KERNEL", "splash")
+    att.attention(q, q, q)
+    assert calls == ["flash", "splash"]

@@ -47,6 +47,37 @@ sweep)  # the encoders' variants, one process each: remat policies, the fused ke
   run 150 vit-attention "${bench[@]}" --cases vit --vit-batch 128 --modes device --remat attention \
     --out "$O/s-vit-attention.json"
   ;;
+profile)  # BERT-base 32x512: logits in bfloat16 (default) or float32, a trace of each step
+  b=("${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention)
+  run 150 bert-nodrop "${b[@]}" --no-dropout --modes reference,device --profile "$O/prof" \
+    --out "$O/p-bert-nodrop.json"
+  run 100 bert-nodrop-f32 "${b[@]}" --no-dropout --modes device --logits-float32 \
+    --out "$O/p-bert-nodrop-f32.json"
+  run 150 bert-drop "${b[@]}" --modes reference,device --profile "$O/prof-drop" \
+    --out "$O/p-bert-drop.json"
+  run 100 bert-drop-f32 "${b[@]}" --modes device --logits-float32 --out "$O/p-bert-drop-f32.json"
+  ;;
+profile2)  # the step's trace; the fused kernel with long blocks (BERT, Llama 1.1B)
+  b=("${bench[@]}" --cases bert --bert-shapes 32x512 --no-dropout --modes device)
+  run 120 bert-nodrop "${b[@]}" --remat attention --profile "$O/prof" --out "$O/q-bert.json"
+  run 90 bert-flash512 "${b[@]}" --attention flash --flash-block 512 --out "$O/q-bert-f512.json"
+  run 90 bert-flash256 "${b[@]}" --attention flash --flash-block 256 --out "$O/q-bert-f256.json"
+  l=("${bench[@]}" --steps 3 --cases llama --modes device)
+  run 130 llama "${l[@]}" --out "$O/q-llama.json"
+  run 110 llama-flash512 "${l[@]}" --attention flash --flash-block 512 --out "$O/q-llama-f512.json"
+  ;;
+round3)  # erf GELU; splash attention; the tier last
+  b=("${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention)
+  run 100 bert-nodrop "${b[@]}" --no-dropout --modes reference,device --out "$O/r-bert.json"
+  run 75 bert-splash "${b[@]}" --no-dropout --modes device --attention flash --fused-kernel splash \
+    --flash-block 512 --out "$O/r-bert-splash.json"
+  run 100 bert-drop "${b[@]}" --modes reference,device --out "$O/r-bert-drop.json"
+  run 90 llama-splash "${bench[@]}" --steps 3 --cases llama --modes device --attention flash \
+    --fused-kernel splash --flash-block 512 --out "$O/r-llama-splash.json"
+  run 100 vit "${bench[@]}" --cases vit --vit-batch 128 --remat dots --modes reference,device \
+    --out "$O/r-vit.json"
+  run "${TIER_S:-120}" tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
   run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -223,6 +224,23 @@ def trainer_share(model: Any, tx: Any, batch: dict, args: Any, **kwargs: Any) ->
     return first, step, statistics.median(waits), overhead
 
 
+def profile_step(compiled: Any, holder: dict, batch: dict, folder: Path, steps: int = 3) -> None:
+    """Write the step's optimized HLO (``step.hlo.txt``) and a profiler trace of ``steps`` steps
+    (TensorBoard's ``plugins/profile`` with a Perfetto ``perfetto_trace.json.gz``) to ``folder``:
+    which fusions the step's time goes to."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step.hlo.txt").write_text(compiled.as_text())
+    jax.block_until_ready(holder["state"])
+    with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+        for _ in range(steps):
+            holder["state"], loss = compiled(holder["state"], batch)
+        jax.block_until_ready(loss)
+    for trace in folder.glob(
+        "plugins/profile/*/*"
+    ):  # also beside the HLO, for tools that walk less
+        shutil.copyfile(trace, folder / trace.name)
+
+
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(
         logits.astype(jnp.float32), labels
@@ -278,6 +296,8 @@ def training_rows(case: str, make_model: Callable[[], Any], loss_of: Callable, b
         ceiling = row(case, "device", chip=chip, compile_s=compile_s, step_s=step_s, items=items,
                       unit=unit, flops=(flops, formula), shape=shape)  # fmt: skip
         out.append(ceiling)
+        if args.profile is not None:
+            profile_step(compiled, holder, batch, args.profile / case.replace(" ", "-"))
         if more is not None:
             out += more(compiled, holder, ceiling)
         holder.clear()  # the state's memory, before the next mode's
@@ -658,6 +678,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mu-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                    help="AdamW's first moment (the second follows the parameters)")  # fmt: skip
     p.add_argument("--out", type=Path, help="also write the results to this JSON file")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="write each case's optimized HLO and a trace of 3 device steps under DIR")  # fmt: skip
+    p.add_argument("--flash-block", type=int, default=None,
+                   help="the fused kernel's longest block (default: attention.FLASH_BLOCK)")  # fmt: skip
+    p.add_argument("--fused-kernel", choices=("flash", "splash"), default=None,
+                   help="the kernel --attention flash runs (default: attention.FUSED_KERNEL)")  # fmt: skip
+    p.add_argument("--logits-float32", action="store_true",
+                   help="XLA attention's logits written in float32 (default: the inputs' dtype)")  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         for name, value in (("steps", 2), ("repeats", 2), ("vit_batch", 8), ("bert_shapes", "4x32"),
@@ -679,9 +707,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    from jaxfeed.models import attention  # import cost: models
     from jaxfeed.models.attention import use_attention  # import cost: models
 
     args = parse_args(argv)
+    attention.LOGITS_IN_FLOAT32 = args.logits_float32
+    attention.FLASH_BLOCK = args.flash_block or attention.FLASH_BLOCK
+    attention.FUSED_KERNEL = args.fused_kernel or attention.FUSED_KERNEL
     chip = Chip.of_kind(jax.devices()[0].device_kind)
     rows: list[dict] = []
     with use_attention(args.attention):

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfeed.models import attention
 from jaxfeed.models.stacked import remat_policy, scan_unroll
 
 Params = dict[str, Any]
@@ -105,11 +106,16 @@ def _rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
 def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: Any, rate: float,
                key: Any) -> jax.Array:  # fmt: skip
     """``(B, T, H, D)`` queries, ``(B, S, Hkv, D)`` keys/values, boolean ``(B, 1, 1, T, S)``
-    mask; float32 softmax, dropout on the weights."""
+    mask; logits in float32 or the queries' dtype as jaxfeed's attention writes them, float32
+    softmax, dropout on the weights."""
     b, t, h, d = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, d)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    if attention.LOGITS_IN_FLOAT32:  # as jaxfeed's attention writes them (see its flag)
+        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    else:
+        logits = jnp.einsum("btkgd,bskd->bkgts", q * jnp.asarray(1 / math.sqrt(d), q.dtype), k)
+    logits = logits.astype(jnp.float32)
     if mask is not None:
         logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     weights = _dropout(jax.nn.softmax(logits, axis=-1), rate, key)

@@ -45,6 +45,13 @@ BLOCK = 128  # the fused kernel's block of queries and keys: lengths must be mul
 #: halves down to 128 that divides it): 128 is the kernel's own default; longer blocks compute
 #: the same (tested interpreted) but were not yet timed on a chip.
 FLASH_BLOCK = 128
+#: The fused kernel ``"flash"`` runs: ``"flash"`` (Pallas's flash attention) or ``"splash"``
+#: (Pallas's splash attention, see :func:`splash_attention`).
+FUSED_KERNEL = "flash"
+#: The plain path's logits (queries times keys) in float32 (True) or in the queries' dtype
+#: (False, the default: bfloat16 on a chip, the matrix unit accumulating in float32): the softmax
+#: reads them into float32 either way, but its passes over them move half the bytes.
+LOGITS_IN_FLOAT32 = False
 _override: list[str] = []
 
 
@@ -148,8 +155,9 @@ def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids:
 
 @jax.custom_vjp
 def attend(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array) -> jax.Array:
-    """``softmax(logits) * keep`` applied to the values: ``logits`` ``(B, Hkv, G, T, S)`` (float32;
-    keys where the boolean ``mask`` ``(B, 1, 1, T, S)`` is False set to float32's minimum),
+    """``softmax(logits) * keep`` applied to the values: ``logits`` ``(B, Hkv, G, T, S)`` (any
+    float dtype, the softmax in float32; keys where the boolean ``mask`` ``(B, 1, 1, T, S)`` is
+    False set to float32's minimum),
     ``keep`` the dropout multipliers (0 or ``1 / keep``, or 1) and ``v`` ``(B, S, Hkv, D)``; the
     weights are cast to the values' dtype. Returns ``(B, T, Hkv, G, D)``.
 
@@ -169,21 +177,23 @@ def attend(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array) ->
 
 def _attend_forward(logits: jax.Array, mask: jax.Array, keep: jax.Array,
                     v: jax.Array) -> tuple[jax.Array, tuple]:  # fmt: skip
+    logits_dtype = jnp.empty((0,), logits.dtype)  # the cotangent's dtype, for the backward pass
     logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     weights = checkpoint_name(weights, WEIGHTS)
     out = jnp.einsum("bkgts,bskd->btkgd", weights * keep.astype(v.dtype), v)
-    return out, (weights, mask, keep, v)
+    return out, (weights, mask, keep, v, logits_dtype)
 
 
 def _attend_backward(saved: tuple, grad: jax.Array) -> tuple[Any, None, None, jax.Array]:
-    weights, mask, keep, v = saved
+    weights, mask, keep, v, logits_dtype = saved
     kept, grad = keep.astype(v.dtype), grad.astype(v.dtype)
     d_values = jnp.einsum("bkgts,btkgd->bskd", weights * kept, grad)
     d_weights = jnp.einsum("btkgd,bskd->bkgts", grad, v).astype(jnp.float32) * kept
     y = weights.astype(jnp.float32)
     d_logits = y * (d_weights - jnp.sum(d_weights * y, axis=-1, keepdims=True))
-    return jnp.where(mask, d_logits, 0.0), None, None, d_values  # masked keys: no gradient
+    d_logits = jnp.where(mask, d_logits, 0.0).astype(logits_dtype.dtype)  # masked: no gradient
+    return d_logits, None, None, d_values
 
 
 attend.defvjp(_attend_forward, _attend_backward)
@@ -197,7 +207,10 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | No
     b, t, h, d = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, d)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    if LOGITS_IN_FLOAT32:  # the logits written out in float32 (twice the bytes of bfloat16)
+        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    else:  # in the queries' dtype, the scale applied to the queries; softmax still in float32
+        logits = jnp.einsum("btkgd,bskd->bkgts", q * jnp.asarray(1 / math.sqrt(d), q.dtype), k)
     visible = jnp.ones((1, 1, 1, 1, 1), bool) if mask is None else mask[:, None, None]
     keep = jnp.ones((), v.dtype)
     if dropout is not None:  # the dropout's multipliers: 0 or 1 / keep
@@ -233,6 +246,56 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any =
     return out.transpose(0, 2, 1, 3).astype(q.dtype)
 
 
+def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
+                     segment_ids: Any = None, causal: bool = False,
+                     interpret: bool = False) -> jax.Array:  # fmt: skip
+    """TPU's fused Pallas splash attention (the kernel MaxText runs) over ``(B, T, H, D)``
+    queries and ``(B, S, Hkv, D)`` keys and values: grouped key/value heads read in place, padding
+    as segment ids, one fused backward kernel, blocks of :func:`flash_block`. ``interpret`` runs
+    it with Pallas's interpreter (any backend, slowly)."""
+    from jax.experimental.pallas.ops.tpu import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
+        splash_attention as splash,
+    )
+
+    b, t, h, d = q.shape
+    s = k.shape[1]
+    bq, bk = flash_block(t), flash_block(s)
+    head = splash.CausalMask((t, s)) if causal else splash.FullMask((t, s))
+    sizes = splash.BlockSizes(block_q=bq, block_kv=bk, block_kv_compute=bk, block_q_dkv=bq,
+                              block_kv_dkv=bk, block_kv_dkv_compute=bk, use_fused_bwd_kernel=True)  # fmt: skip
+    kernel = splash.make_splash_mha(splash.MultiHeadMask([head] * h), block_sizes=sizes,
+                                    head_shards=1, q_seq_shards=1, interpret=interpret)  # fmt: skip
+    q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernel does not scale the logits
+    heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
+    segments = None
+    if segment_ids is not None:
+        seg = jnp.asarray(segment_ids).astype(jnp.int32)
+        if key_mask is not None:
+            seg = jnp.where(jnp.asarray(key_mask).astype(bool), seg, 0)
+        segments = splash.SegmentIds(q=seg, kv=seg)
+    elif key_mask is not None:
+        real = jnp.asarray(key_mask).astype(jnp.int32)
+        segments = splash.SegmentIds(q=jnp.ones((b, t), jnp.int32), kv=real)
+    if segments is None:
+        out = jax.vmap(kernel)(*heads_first)
+    else:
+        out = jax.vmap(kernel)(*heads_first, segment_ids=segments)
+    return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+
+def flash_block(n: int) -> int:
+    """The fused kernels' block along a length of ``n``: the longest of :data:`FLASH_BLOCK` and
+    its halves down to :data:`BLOCK` that divides ``n``.
+
+    >>> flash_block(384)  # FLASH_BLOCK = 128
+    128
+    """
+    size = FLASH_BLOCK
+    while size > BLOCK and n % size:
+        size //= 2
+    return min(size, n)
+
+
 def flash_blocks(sizes: Any, t: int, s: int) -> Any:
     """The fused kernel's ``BlockSizes`` for ``t`` queries and ``s`` keys: each block the longest
     of :data:`FLASH_BLOCK`, its halves down to :data:`BLOCK` that divides its length.
@@ -245,13 +308,7 @@ def flash_blocks(sizes: Any, t: int, s: int) -> Any:
     128
     """
 
-    def block(n: int) -> int:
-        size = FLASH_BLOCK
-        while size > BLOCK and n % size:
-            size //= 2
-        return min(size, n)
-
-    bq, bk = block(t), block(s)
+    bq, bk = flash_block(t), flash_block(s)
     return sizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
                  block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
                  block_k_dq=bk, block_q_dq=bq)  # fmt: skip
@@ -277,7 +334,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {chosen!r}")
     why = flash_refusal(q, k, v, mask=mask, dropout=dropout, causal=causal, implementation=chosen)
     if why is None:
-        return flash_attention(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
+        fused = splash_attention if FUSED_KERNEL == "splash" else flash_attention
+        return fused(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
     if chosen == "flash":
         raise ValueError(f'attention="flash" cannot run here: {why}; use "auto" or "xla"')
     dense = dense_mask(q.shape[0], q.shape[1], k.shape[1], key_mask=key_mask,

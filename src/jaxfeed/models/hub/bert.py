@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxfeed.models.activations import ACTIVATIONS as ACT2FN
 from jaxfeed.models.attention import active_dropout, attention
 from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
@@ -29,16 +30,9 @@ from jaxfeed.models.stacked import run_layers, stacked_layers
 
 TASKS = ("sequence-classification", "token-classification", "masked-lm", "feature-extraction")
 
-ACTIVATIONS = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-    "tanh": jnp.tanh,
-}
+#: The activations a BERT-like ``hidden_act`` may name (see :mod:`jaxfeed.models.activations`).
+ACTIVATIONS = {name: ACT2FN[name] for name in (
+    "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")}  # fmt: skip
 
 
 # the config.json fields a BERT-like encoder reads (jaxfeed.models.hub.config_check's kinds)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.activations import ACTIVATIONS as ACT2FN
 from jaxfeed.models.attention import attention, xla_attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
@@ -165,9 +166,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: tuple[float, ...]) 
 
 
 def _activation(name: str, x: jax.Array) -> jax.Array:
-    if name == "silu":
-        return jax.nn.silu(x)
-    return jax.nn.gelu(x, approximate=name != "gelu")
+    return ACT2FN[name](x)
 
 
 def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxfeed.models.activations import ACTIVATIONS as ACT2FN
 from jaxfeed.models.attention import active_dropout, attention
 from jaxfeed.models.dropout import Dropout
 from jaxfeed.models.hub.family import Family
@@ -50,17 +51,8 @@ from jaxfeed.models.stacked import run_layers, stacked_layers
 TASKS = ("image-classification", "feature-extraction")
 OUTPUTS = ("last_hidden_state", "pooler_output")
 
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-    "tanh": jnp.tanh,
-}
+#: The activations a ViT ``hidden_act`` may name (see :mod:`jaxfeed.models.activations`).
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = dict(ACT2FN)
 
 
 # ---------------------------------------------------------------------------------- config
