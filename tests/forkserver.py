@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import io
 import json
 import locale
@@ -460,6 +461,10 @@ def _preload() -> tuple[tuple[bytes, bytes], str | None]:
             said.append(file.read())
     if why is None:
         why = _not_forkable()
+    # What the imports built stays out of the collector's sight: a forked command's collections
+    # (and its exit's) would otherwise walk ~176,000 objects, copying the pages they sit on: a
+    # command's exit took 0.54 s, 0.17 s frozen (a real process's exit frees what it imported).
+    gc.freeze()
     return (said[0], said[1]), why
 
 
@@ -485,12 +490,22 @@ class _Server:
     when the child ends (watched by a pidfd); a 'kill' or a closed connection kills it."""
 
     def __init__(self, listener: socket.socket, parent: int) -> None:
-        self.listener, self.parent = listener, parent
+        self.listener, self.parent, self.server_pid = listener, parent, os.getpid()
         self.sel = selectors.DefaultSelector()
         self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
 
     def serve(self):
-        """Loop until the worker goes (None), or return a forked child's request."""
+        """Loop until the worker goes (None: the commands still running are killed, nobody reads
+        their output), or return a forked child's request."""
+        try:
+            return self._loop()
+        finally:
+            if self.children and os.getpid() == self.server_pid:
+                for pidfd in self.children:
+                    with contextlib.suppress(OSError):
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+    def _loop(self):
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(0, selectors.EVENT_READ, "parent")
         while os.getppid() == self.parent:
@@ -530,7 +545,8 @@ class _Server:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = (pid, conn)
-        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        with contextlib.suppress(OSError):  # a caller gone: _control kills the command
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         self.sel.register(pidfd, selectors.EVENT_READ, "ended")
         self.sel.register(conn, selectors.EVENT_READ, "control")
         return None
@@ -542,6 +558,7 @@ class _Server:
         for pidfd, (_, other) in self.children.items():
             os.close(pidfd)
             other.close()
+        self.children = {}
 
     def _ended(self, pidfd: int) -> None:
         pid, conn = self.children.pop(pidfd)
