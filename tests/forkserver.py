@@ -145,6 +145,11 @@ except BaseException as e:
     raise
 """
 
+# The worker's environment as the session set it up (conftest.py), taken when the worker imports
+# this module, before any test changed it: the server runs with it, whichever test calls first
+# (a first caller's monkeypatched HF_HUB_OFFLINE would otherwise send every later command of
+# the worker to a real subprocess).
+_SESSION_ENV = dict(os.environ)
 _SERVER: dict = {}
 _LOCK = threading.Lock()
 
@@ -172,7 +177,7 @@ class _Client:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="jaxfeed-forkserver-")
         self.path = os.path.join(self.folder, "socket")
-        self.env = dict(os.environ)
+        self.env = dict(_SESSION_ENV)
         boot = BOOT
         with open(os.path.join(self.folder, "log"), "wb") as log:
             # its own process group (a terminal's Ctrl-C or a test's killpg never reach it),
