@@ -46,14 +46,23 @@ from pathlib import Path
 ENV = "JAXFEED_TEST_FORKSERVER"  # "0": every command runs as a real subprocess
 MODULE = "jaxfeed.cli"
 PRELOAD = (
-    "jax", "flax.nnx", "optax", "orbax.checkpoint", "pyarrow", "jaxfeed.cli",
-    "jaxfeed.recipes.configure", "jaxfeed.recipes.run", "jaxfeed.recipes.train",
-)  # fmt: skip
+    "jax",
+    "flax.nnx",
+    "optax",
+    "orbax.checkpoint",
+    "pyarrow",
+    "pandas",
+    "jsonargparse",
+    "jaxfeed.cli",
+    "jaxfeed.recipes.configure",
+    "jaxfeed.recipes.run",
+    "jaxfeed.recipes.train",
+)  # fmt: skip  (pandas: pyarrow's first pa.array imports it in every train, 0.27 CPU s)
 
 # Variables read while PRELOAD imports, which a forked command cannot change (it inherits what the
 # server read): by prefix, those JAX, XLA, the BLAS and thread libraries, the allocators, Python,
 # the loader, Flax/NNX, NumPy, Hugging Face, absl/gRPC/protobuf, TensorFlow's logging, fsspec and
-# tqdm (both copy every variable of their prefix at import) read; by name, the rest a traced
+# tqdm (both copy every variable of their prefix at import) and pandas read; by name, the rest a traced
 # import read by name (os.environ.__getitem__ during the imports, jaxfeed 2026-05, Python 3.11).
 # jaxfeed's own module-level read: JAXFEED_DISABLE_PROGRESS_BARS (_base/settings.py); its other
 # JAXFEED_* variables are read when a function runs. PYTHONUNBUFFERED is not among them: the
@@ -63,6 +72,7 @@ IMPORT_PREFIXES = (
     "GOTO", "NVPL_", "NPY_", "NUMPY_", "MALLOC_", "JE_", "ARROW_", "AWS_", "FLAX_", "NNX_", "HF_",
     "HUGGINGFACE_", "TRANSFORMERS_", "TF_", "CUDA", "NVIDIA_", "ABSL_", "GRPC_", "MSGPACK_",
     "PROTOCOL_BUFFERS_", "FSSPEC_", "TQDM_", "LC_", "ENABLE_ORBAX_", "CLOUDSDK_", "PIP_",
+    "PANDAS_",
 )  # fmt: skip
 IMPORT_NAMES = frozenset(
     {
@@ -71,7 +81,7 @@ IMPORT_NAMES = frozenset(
         "CLOUD_SDK_VERSION", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
         "GIT_SSL_CAINFO", "HTTPLIB2_CA_CERTS", "NIX_SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS",
         "IPYTHON_TESTING_TIMEOUT_SCALE", "TRAITLETS_APPLICATION_RAISE_CONFIG_FILE_ERROR",
-        "RUST_BACKTRACE", "JAXFEED_DISABLE_PROGRESS_BARS",
+        "RUST_BACKTRACE", "JAXFEED_DISABLE_PROGRESS_BARS", "COLUMNS", "LINES", "SPHINX_BUILD",
     }
 )  # fmt: skip
 STDIO_NAMES = frozenset({"PYTHONUNBUFFERED"})
