@@ -1,5 +1,5 @@
-"""Running the command in tests: ``jaxfeed(...)`` in a subprocess (what a user's shell does) and
-``run_main(capsys, ...)`` in this process (no JAX start per case, for quick checks)."""
+"""Running the command in tests: ``jaxfeed(...)`` in a process of its own (what a user's shell
+does) and ``run_main(capsys, ...)`` in this process (no JAX start per case, for quick checks)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 from jaxfeed.cli import main
 
 
 def jaxfeed(*args, cwd=None, stdin=None, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """``python -m jaxfeed.cli ARGS`` with unbuffered output; ``env`` adds to the environment."""
+    """``python -m jaxfeed.cli ARGS`` with unbuffered output; ``env`` adds to the environment.
+
+    What runs where: the command always runs in a process of its own (its pid, exit status,
+    stdout/stderr pipes, cwd, environment; in this process's group, as ``subprocess.run`` puts
+    it), and that process is forked from this pytest worker's fork server (tests/forkserver.py:
+    JAX, Flax, Optax, Orbax, PyArrow and jaxfeed imported once, no JAX backend started), which
+    saves each command the ~3.3 CPU s of those imports. It is a real ``python -m jaxfeed.cli``
+    subprocess instead when the environment asked for differs from the server's in a variable
+    read at import (``JAX_*``, ``XLA_*``, ``PYTHON*`` but ``PYTHONUNBUFFERED``, ``HF_*``, ...:
+    ``forkserver.read_at_import``), when the server could not start or serve, and for the whole
+    run under ``JAXFEED_TEST_FORKSERVER=0``. The result's ``forked`` says which it was."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "jaxfeed.cli", *args],
-        capture_output=True, text=True, cwd=cwd, input=stdin, timeout=timeout, env=env,
+        cwd=cwd, input=stdin, env=env, timeout=timeout,
     )  # fmt: skip
 
 

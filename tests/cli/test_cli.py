@@ -18,6 +18,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
+import forkserver
 from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 
@@ -592,9 +593,9 @@ def test_info(tmp_path, capsys):
 
 def test_bench_runs_from_the_package_and_names_the_extra(tmp_path):
     env = {**os.environ, "JAXFEED_BENCH_RESULTS": str(tmp_path)}
-    result = subprocess.run(
+    result = forkserver.run(
         [sys.executable, "-m", "jaxfeed.cli", "bench", "formatting", "--quick", "--plot", "charts"],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+        timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "python -m jaxfeed.bench.formatting" in result.stdout and "jaxfeed" in result.stdout

@@ -16,7 +16,7 @@ import pytest
 import soundfile
 
 from audio_clips import CLASSES, clip, make_folder, write_wav
-from cli_helpers import run_main
+from cli_helpers import jaxfeed, run_main
 from jaxfeed import load_exported
 
 TRAIN = ["--sample-rate", "8000", "--clip-seconds", "0.3", "--val-split", "0.25", "--epochs", "8",
@@ -53,10 +53,7 @@ def audio_run(clips, tmp_path_factory):
     first = "".join(first) + rest
     assert proc.returncode == 143, first + err[-3000:]
     stopped = [line for line in err.splitlines() if line.strip()]
-    resumed = subprocess.run(
-        [sys.executable, "-m", "jaxfeed.cli", "train", "--out", str(out), "--resume"],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    resumed = jaxfeed("train", "--out", str(out), "--resume", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return out, first, stopped, resumed.stdout
 

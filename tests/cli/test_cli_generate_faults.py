@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import forkserver
 from models.hub.lm_checkpoints import save_checkpoint, word_tokenizer
 
 
@@ -37,8 +38,8 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 def test_a_prompt_or_stop_that_is_not_utf8_is_named(lm_folder):
     for args, name in [((b"t5 \xff t6",), "PROMPT 1"), (("t5", b"t6\xe9"), "PROMPT 2"),
                        (("t5", "--stop", b"\xfe"), "--stop")]:  # fmt: skip
-        done = subprocess.run(command(str(lm_folder), *args, "--max-new-tokens", "2"),
-                              capture_output=True, env=ENV, timeout=300)  # fmt: skip
+        done = forkserver.run(command(str(lm_folder), *args, "--max-new-tokens", "2"),
+                              env=ENV, timeout=300, text=False)  # fmt: skip
         err = done.stderr.decode("utf-8", "replace")
         assert done.returncode == 2 and len(err.strip().splitlines()) == 1, err
         assert f"error: {name} is not UTF-8 text (byte 0x" in err and "Traceback" not in err
