@@ -42,10 +42,17 @@ def train_with_defaults(data, out) -> tuple[str, dict]:
 
 
 def run_main(capsys, *args) -> tuple[int | str | None, str, str]:
-    """``main(ARGS)`` in this process: its exit status, stdout and stderr."""
+    """``main(ARGS)`` in this process: its exit status, stdout and stderr. The environment is put
+    back afterwards (a setting the command wrote would reach every later test of the worker, and
+    send its ``jaxfeed(...)`` commands to real subprocesses, see :mod:`forkserver`)."""
+    env = dict(os.environ)
     try:
         status = main(list(args))
     except SystemExit as exit:  # argparse's usage errors
         status = exit.code
+    finally:
+        if dict(os.environ) != env:
+            os.environ.clear()
+            os.environ.update(env)
     out, err = capsys.readouterr()
     return status, out, err

@@ -152,12 +152,17 @@ def test_the_command_runs_forked_unless_that_would_not_be_faithful(monkeypatch, 
     in a variable read while the server imported (JAX's own here) runs a real subprocess, as does
     any other command and every command under JAXFEED_TEST_FORKSERVER=0."""
     cli = [sys.executable, "-m", "jaxfeed.cli"]
-    done = forkserver.run([*cli, "--help"], env={**os.environ, "JAXFEED_CACHE": "/nowhere"})
-    assert done.forked and done.returncode == 0 and "usage: jaxfeed" in done.stdout
-    done = forkserver.run([*cli, "eval", "--no-such-flag"])
+    same = dict(
+        server.env
+    )  # the server's environment (a test before may have changed the worker's)
+    env = {**same, "JAXFEED_CACHE": "/nowhere"}
+    done = forkserver.run([*cli, "--help"], env=env)
+    assert done.forked, forkserver.why_not_forked([*cli, "--help"], env=env)
+    assert done.returncode == 0 and "usage: jaxfeed" in done.stdout
+    done = forkserver.run([*cli, "eval", "--no-such-flag"], env=same)
     assert done.forked and done.returncode == 2 and "arguments are required" in done.stderr
     assert done.stdout == ""
-    env = {**os.environ, "JAX_ENABLE_X64": "1"}
+    env = {**same, "JAX_ENABLE_X64": "1"}
     assert "JAX_ENABLE_X64" in forkserver.why_not_forked([*cli, "--help"], env=env)
     done = forkserver.run([*cli, "--help"], env=env)
     assert not done.forked and done.returncode == 0 and "usage: jaxfeed" in done.stdout

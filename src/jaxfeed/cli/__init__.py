@@ -366,9 +366,10 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxfeed`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     entry = argv is None  # the process's command (not a caller's main([...])): it ends after this
+    if entry:  # quiet XLA's C++ start-up logs; a caller's main([...]) keeps its environment
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
