@@ -230,20 +230,27 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any =
     group = h // k.shape[2]
     if group > 1:
         k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
-    segments = None
-    if segment_ids is not None:
-        seg = jnp.asarray(segment_ids).astype(jnp.int32)
-        if key_mask is not None:
-            seg = jnp.where(jnp.asarray(key_mask).astype(bool), seg, 0)
-        segments = pallas.SegmentIds(q=seg, kv=seg)
-    elif key_mask is not None:
-        real = jnp.asarray(key_mask).astype(jnp.int32)
-        segments = pallas.SegmentIds(q=jnp.ones((b, t), jnp.int32), kv=real)
+    segments = _segments(pallas.SegmentIds, b, t, key_mask, segment_ids)
     out = pallas.flash_attention(
         *(x.transpose(0, 2, 1, 3) for x in (q, k, v)), segment_ids=segments, causal=causal,
         sm_scale=1.0 / math.sqrt(d), block_sizes=flash_blocks(pallas.BlockSizes, t, k.shape[1]),
     )  # fmt: skip
     return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+
+def _segments(make: Any, b: int, t: int, key_mask: Any, segment_ids: Any) -> Any:
+    """The fused kernels' ``SegmentIds`` (``make``) for packed rows and padding: a query attends
+    to the keys of its own segment; padding is segment 0 for keys (queries: 1, or their segment's
+    id), or None when every key is visible."""
+    if segment_ids is not None:
+        seg = jnp.asarray(segment_ids).astype(jnp.int32)
+        if key_mask is not None:
+            seg = jnp.where(jnp.asarray(key_mask).astype(bool), seg, 0)
+        return make(q=seg, kv=seg)
+    if key_mask is not None:
+        real = jnp.asarray(key_mask).astype(jnp.int32)
+        return make(q=jnp.ones((b, t), jnp.int32), kv=real)
+    return None
 
 
 def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
@@ -267,15 +274,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any 
                                     head_shards=1, q_seq_shards=1, interpret=interpret)  # fmt: skip
     q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernel does not scale the logits
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
-    segments = None
-    if segment_ids is not None:
-        seg = jnp.asarray(segment_ids).astype(jnp.int32)
-        if key_mask is not None:
-            seg = jnp.where(jnp.asarray(key_mask).astype(bool), seg, 0)
-        segments = splash.SegmentIds(q=seg, kv=seg)
-    elif key_mask is not None:
-        real = jnp.asarray(key_mask).astype(jnp.int32)
-        segments = splash.SegmentIds(q=jnp.ones((b, t), jnp.int32), kv=real)
+    segments = _segments(splash.SegmentIds, b, t, key_mask, segment_ids)
     if segments is None:
         out = jax.vmap(kernel)(*heads_first)
     else:
