@@ -428,13 +428,25 @@ class _Communication:
 # ---- the server: `python -c BOOT forkserver.py SOCKET` -----------------------------------------
 
 
+def _pidfd_refusal() -> str | None:
+    """Why children cannot be watched by pidfds here (None: they can): Python without
+    ``os.pidfd_open``, or a kernel or sandbox that refuses the call."""
+    if not hasattr(os, "pidfd_open"):
+        return "no os.pidfd_open here"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as error:
+        return f"os.pidfd_open refused: {error}"
+    return None
+
+
 def main(path: str) -> None:
     """Serve on the Unix socket ``path`` until stdin closes or the parent goes; in each forked
     child, return to run the command as ``python -m`` does."""
     parent, inherited = os.getppid(), _ignored_signals()
     said, why = _preload()
-    if why is None and not hasattr(os, "pidfd_open"):
-        why = "no os.pidfd_open here"
+    if why is None:
+        why = _pidfd_refusal()
     if why is not None:
         print(json.dumps({"ready": False, "why": why}), flush=True)
         return
