@@ -21,7 +21,6 @@ True
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -111,11 +110,7 @@ def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: Any, rate: float,
     b, t, h, d = q.shape
     kv = k.shape[2]
     q = q.reshape(b, t, kv, h // kv, d)
-    if attention.LOGITS_IN_FLOAT32:  # as jaxfeed's attention writes them (see its flag)
-        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
-    else:
-        logits = jnp.einsum("btkgd,bskd->bkgts", q * jnp.asarray(1 / math.sqrt(d), q.dtype), k)
-    logits = logits.astype(jnp.float32)
+    logits = attention.grouped_logits(q, k).astype(jnp.float32)  # as jaxfeed's attention
     if mask is not None:
         logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     weights = _dropout(jax.nn.softmax(logits, axis=-1), rate, key)

@@ -199,6 +199,20 @@ def _attend_backward(saved: tuple, grad: jax.Array) -> tuple[Any, None, None, ja
 attend.defvjp(_attend_forward, _attend_backward)
 
 
+def grouped_logits(q: jax.Array, k: jax.Array) -> jax.Array:
+    """Scaled logits ``(B, Hkv, G, T, S)`` of grouped queries ``(B, T, Hkv, G, D)`` and keys
+    ``(B, S, Hkv, D)``: in float32 when :data:`LOGITS_IN_FLOAT32`, else in the queries' dtype
+    with the scale applied to the queries (the softmax reads them into float32 either way).
+
+    >>> grouped_logits(jnp.ones((1, 2, 1, 1, 4)), jnp.ones((1, 3, 1, 4))).shape
+    (1, 1, 1, 2, 3)
+    """
+    d = q.shape[-1]
+    if LOGITS_IN_FLOAT32:  # written out in float32: twice the bytes of bfloat16
+        return jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
+    return jnp.einsum("btkgd,bskd->bkgts", q * jnp.asarray(1 / math.sqrt(d), q.dtype), k)
+
+
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
                   dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:  # fmt: skip
     """Plain attention of queries ``(B, T, H, D)`` to keys and values ``(B, S, Hkv, D)`` (``H`` a
@@ -206,11 +220,7 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | No
     logits at float32's minimum (never NaN), ``dropout`` on the weights (see :func:`attend`)."""
     b, t, h, d = q.shape
     kv = k.shape[2]
-    q = q.reshape(b, t, kv, h // kv, d)
-    if LOGITS_IN_FLOAT32:  # the logits written out in float32 (twice the bytes of bfloat16)
-        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(d)
-    else:  # in the queries' dtype, the scale applied to the queries; softmax still in float32
-        logits = jnp.einsum("btkgd,bskd->bkgts", q * jnp.asarray(1 / math.sqrt(d), q.dtype), k)
+    logits = grouped_logits(q.reshape(b, t, kv, h // kv, d), k)
     visible = jnp.ones((1, 1, 1, 1, 1), bool) if mask is None else mask[:, None, None]
     keep = jnp.ones((), v.dtype)
     if dropout is not None:  # the dropout's multipliers: 0 or 1 / keep
