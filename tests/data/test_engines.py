@@ -91,6 +91,16 @@ def ray_data():
     _restore(handlers)  # ray.init installs a SIGTERM handler that shutdown() leaves behind
 
 
+def _materialized(ds):
+    """``ds.materialize()`` with its blocks stored in the dataset's order: Ray stores them in the
+    order its tasks finish unless the dataset's own context (copied when it was made) has
+    ``preserve_order`` (under load block 2 came before block 1, and a stream read from it left
+    ``range``'s order). Only the materialization runs with it: reading the blocks back in order
+    is ``from_ray``'s own job, tested here."""
+    ds.context.execution_options.preserve_order = True
+    return ds.materialize()
+
+
 def _signal_handlers():
     return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -398,7 +408,7 @@ def test_ray_pipeline_order_and_materialized_blocks(ray_data, tmp_path):
     assert ds["id"][:] == list(range(100)) and ds["sq"][:5] == [0, 1, 4, 9, 16]
     selected = ds.select([5, 3, 1])  # an index mapping goes over as its rows
     assert selected.to_ray().take_all() == [{"id": i, "sq": i * i} for i in (5, 3, 1)]
-    blocks = IterableDataset.from_ray(ray_data.range(20, override_num_blocks=4).materialize())
+    blocks = IterableDataset.from_ray(_materialized(ray_data.range(20, override_num_blocks=4)))
     assert blocks.num_shards == 4
     assert [r["id"] for r in blocks.shard(4, 1)] == list(range(5, 10))
     keep = Dataset.from_ray(ray_ds, cache_dir=str(tmp_path), keep_in_memory=True)
@@ -489,7 +499,7 @@ def test_the_engines_tutorial_composites_transparent_images_as_the_command_does(
 
 
 def test_iterable_from_ray_resumes(ray_data):
-    ray_ds = ray_data.range(30, override_num_blocks=3).materialize()
+    ray_ds = _materialized(ray_data.range(30, override_num_blocks=3))
     ds = IterableDataset.from_ray(ray_ds)
     it = iter(ds)
     head = [next(it) for _ in range(7)]
