@@ -1,6 +1,7 @@
-"""On a TPU, the fused Pallas flash attention equals the plain XLA path to bfloat16 tolerance, in
-the forward pass and in the gradients: padding masks (BERT), causal packed segments with grouped
-key/value heads (Llama), and whole models (BERT, Llama) under ``use_attention``."""
+"""On a TPU, the fused Pallas kernels (flash and splash, ``attention.FUSED_KERNEL``) equal the
+plain XLA path to bfloat16 tolerance, in the forward pass and in the gradients: padding masks
+(BERT), causal packed segments with grouped key/value heads (Llama), and whole models (BERT,
+Llama) under ``use_attention``."""
 
 from __future__ import annotations
 
@@ -25,10 +26,17 @@ def _qkv(b, t, h, kv, d, dtype=jnp.bfloat16):
     return tuple(jnp.asarray(rng.normal(size=(b, t, n, d)), dtype) for n in (h, kv, kv))
 
 
+@pytest.fixture(params=["flash", "splash"], autouse=True)
+def kernel(request, monkeypatch):
+    """Each test under both fused kernels."""
+    monkeypatch.setattr(att, "FUSED_KERNEL", request.param)
+    return request.param
+
+
 def _both(fn):
     with att.use_attention("xla"):
         plain = jax.jit(fn)()
-    with att.use_attention("flash"):
+    with att.use_attention("flash"):  # the fused path: FUSED_KERNEL's kernel
         fused = jax.jit(fn)()
     return plain, fused
 

@@ -78,6 +78,15 @@ round3)  # erf GELU; splash attention; the tier last
     --out "$O/r-vit.json"
   run "${TIER_S:-120}" tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
   ;;
+round4)  # the tier first (splash in it); ViT-B/16 b128; Llama 1.1B with splash; counter-hash dropout
+  run "${TIER_S:-200}" tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  run 110 vit "${bench[@]}" --cases vit --vit-batch 128 --remat attention --modes reference,device \
+    --out "$O/t-vit.json"
+  run 100 llama-splash "${bench[@]}" --steps 3 --cases llama --modes device --attention flash \
+    --fused-kernel splash --flash-block 512 --out "$O/t-llama-splash.json"
+  run 80 bert-drop-counter "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
+    --modes device --dropout-prng counter --out "$O/t-bert-counter.json"
+  ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
   run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"
