@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxfeed.models import attention as att
 
@@ -86,8 +87,10 @@ def test_flash_refusals_name_the_reason(monkeypatch):
     monkeypatch.setattr(jax, "device_count", lambda: 1)
     q = jnp.ones((1, 256, 2, 128))
     assert att.flash_refusal(q, q, q) is None
-    narrow = jnp.ones((1, 256, 2, 64))  # BERT-base's heads: XLA's path measured faster
-    assert "head width 64 under 128" in att.flash_refusal(narrow, narrow, narrow)
+    narrow = jnp.ones((1, 256, 2, 64))  # BERT-base's heads, short rows: XLA's path
+    assert "head width 64 under 128 at 256 tokens" in att.flash_refusal(narrow, narrow, narrow)
+    long = jnp.ones((1, 512, 2, 64))  # from 512 tokens the fused kernel measured faster
+    assert att.flash_refusal(long, long, long) is None
     assert att.flash_refusal(narrow, narrow, narrow, implementation="flash") is None
     assert "multiples of 128" in att.flash_refusal(jnp.ones((1, 197, 2, 128)), q, q)
     assert "dropout" in att.flash_refusal(q, q, q, dropout=lambda w: w)
@@ -207,6 +210,65 @@ def test_the_backward_pass_keeps_the_weights_in_the_values_dtype_and_nothing_els
     assert not [line for line in saved if line.startswith("f32[") and "f32[]" not in line], saved
 
 
+@pytest.mark.parametrize("module", ["jaxfeed", "nnx"])
+def test_attention_dropout_saves_a_boolean_keep_mask_and_equals_its_multipliers(module, capsys):
+    """A model's attention dropout (``active_dropout``: jaxfeed's ``Dropout`` or flax's own)
+    reaches :func:`attend` as a boolean keep mask and its scale: the backward pass keeps it in
+    one byte an element, named :data:`KEEP` (the scaled bfloat16 multipliers took two), and the
+    outputs and gradients are those of the weights times the module's own multipliers."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    from jaxfeed.models.dropout import Dropout
+
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv())
+    allowed = jnp.asarray(np.random.default_rng(3).random((2, 6, 6)) > 0.3)
+    cls = Dropout if module == "jaxfeed" else nnx.Dropout
+    drop = cls(0.25, deterministic=False)
+    key = jax.random.key(5)
+
+    def ours(q, k, v):
+        return att.xla_attention(q, k, v, allowed, att.active_dropout(drop, nnx.Rngs(dropout=key)))
+
+    print_saved_residuals(lambda q, k, v: jnp.sum(ours(q, k, v)), q, k, v)
+    saved = capsys.readouterr().out.splitlines()
+    heads = [line for line in saved if "[2,2,2,6,6]" in line]  # (B, Hkv, G, T, S)
+    assert sorted(line.split("[")[0] for line in heads) == ["bf16", "bool"], saved
+    assert f"named '{att.KEEP}'" in next(line for line in heads if line.startswith("bool")), saved
+    keep = drop(jnp.ones((2, 2, 2, 6, 6)), rngs=nnx.Rngs(dropout=key))  # the same draw
+    assert 0 < float((keep == 0).mean()) < 0.5
+
+    def loss(fn, q, k, v):
+        return jnp.sum(jnp.sin(fn(q, k, v).astype(jnp.float32)))
+
+    def plain(q, k, v):
+        out = _plain_autodiff(*(x.astype(jnp.float32) for x in (q, k, v)), allowed, keep)
+        return out.astype(jnp.bfloat16)
+
+    np.testing.assert_allclose(np.asarray(ours(q, k, v), np.float32),
+                               np.asarray(plain(q, k, v), np.float32), atol=3e-2)  # fmt: skip
+    for a, b in zip(jax.grad(loss, (1, 2, 3))(ours, q, k, v),
+                    jax.grad(loss, (1, 2, 3))(plain, q, k, v), strict=True):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=5e-2, atol=5e-2)  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "draws"), [("attention", 1), ("dots", 2)])
+def test_remat_attention_keeps_the_keep_mask_instead_of_drawing_it_again(policy, draws):
+    """Under ``remat="attention"`` the backward pass reuses the saved keep mask: one draw of
+    random bits a step (under ``"dots"``, which keeps no names, the backward pass draws again)."""
+    from jaxfeed.models.dropout import Dropout
+    from jaxfeed.models.stacked import REMAT_POLICIES
+
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv())
+
+    def f(q, k, v):
+        drop = att.active_dropout(Dropout(0.25, deterministic=False), jax.random.key(1))
+        return jnp.sum(att.xla_attention(q, k, v, None, drop).astype(jnp.float32))
+
+    step = jax.grad(jax.checkpoint(f, policy=REMAT_POLICIES[policy]), (0, 1, 2))
+    assert str(jax.make_jaxpr(step)(q, k, v)).count("random_bits") == draws
+
+
 def test_flash_blocks_longer_than_the_kernel_default_equal_the_xla_path_interpreted(
     interpreted_flash, monkeypatch
 ):
@@ -308,7 +370,7 @@ def test_the_fused_kernel_setting_picks_splash_where_the_fused_path_runs(monkeyp
     monkeypatch.setattr(att, "flash_attention", lambda *a, **kw: calls.append("flash") or a[0])
     monkeypatch.setattr(att, "splash_attention", lambda *a, **kw: calls.append("splash") or a[0])
     q = jnp.ones((1, 128, 2, 64))
+    att.attention(q, q, q)  # the default: splash
+    monkeypatch.setattr(att, "FUSED_KERNEL", "flash")
     att.attention(q, q, q)
-    monkeypatch.setattr(att, "FUSED_KERNEL", "splash")
-    att.attention(q, q, q)
-    assert calls == ["flash", "splash"]
+    assert calls == ["splash", "flash"]

@@ -87,6 +87,20 @@ round4)  # the tier first (splash in it); ViT-B/16 b128; Llama 1.1B with splash;
   run 80 bert-drop-counter "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
     --modes device --dropout-prng counter --out "$O/t-bert-counter.json"
   ;;
+round5)  # boolean keep mask saved (dropout); splash by "auto" (BERT, Llama); the 7B LoRA on splash
+  b=("${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention --modes device)
+  run 80 bert-drop "${b[@]}" --out "$O/u-bert-drop.json"
+  run 100 llama "${bench[@]}" --steps 3 --cases llama --modes device --out "$O/u-llama.json"
+  run 140 lora-7b python3 benchmarks/lora.py --case 7b --steps 5 --out "$O/u-lora-7b.json"
+  run 80 bert-nodrop "${b[@]}" --no-dropout --out "$O/u-bert.json"
+  ;;
+round6)  # the tier on the new defaults; decoding; ViT's trace
+  run "${TIER_S:-180}" tier env OUT="$O" bash tools/tpu/run_accelerator_tests.sh
+  run 100 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
+    --out "$O/v-generate.json"
+  run 100 vit "${bench[@]}" --cases vit --vit-batch 128 --remat attention --modes device \
+    --profile "$O/vit-prof" --out "$O/v-vit.json"
+  ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
   run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"

@@ -1,5 +1,5 @@
-"""One attention function for the Hub models, which picks the kernel: TPU's fused Pallas flash
-attention where it applies, XLA's plain einsum-softmax-einsum everywhere else.
+"""One attention function for the Hub models, which picks the kernel: TPU's fused Pallas attention
+where it applies, XLA's plain einsum-softmax-einsum everywhere else.
 
 The choice is ``"auto"`` (the default: the fused kernel on a TPU for the shapes it takes, the
 plain path otherwise), ``"xla"`` (always the plain path) or ``"flash"`` (the fused kernel, and a
@@ -7,13 +7,17 @@ clear error where it cannot run). Set it with the ``JAXFEED_ATTENTION`` environm
 around the code that traces a model, with :func:`use_attention`; it is read when a step is
 traced, so set it before the first compile.
 
-The fused kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) takes padding masks as
-segment ids (queries in segment 1, keys in 1 when real and 0 when padded), packed rows as their
-segment ids, and causal masks. ``"auto"`` uses it on a single device only (on several, a step
-laid out by XLA's partitioner cannot split the kernel) and for heads of 128 or more (at 64, as
-BERT-base's, it ran a 32x512 step at MFU 0.23 on a TPU v5e, XLA's path at 0.45). It refuses dropout on the attention weights, any other mask (a
-sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that are
-not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
+The fused kernel is Pallas's splash attention (:data:`FUSED_KERNEL`; ``"flash"`` there selects
+``jax.experimental.pallas.ops.tpu.flash_attention``). It takes padding masks as segment ids
+(queries in segment 1, keys in 1 when real and 0 when padded), packed rows as their segment ids,
+and causal masks. ``"auto"`` uses it on a single device only (on several, a step laid out by
+XLA's partitioner cannot split the kernel), for heads of 128 or more, and for narrower heads
+(64, as BERT-base's and Llama 1.1B's) at 512 tokens or more: on a TPU v5e, splash ran BERT-base
+32x512 at MFU 0.505 (XLA's path 0.498) and Llama-shape 1.1B at 2048 tokens at 0.463 (XLA's path
+0.348); at fewer tokens with narrow heads it was not measured faster. It refuses dropout on the
+attention weights, any other mask (a sliding window), sequence lengths that are not multiples
+of 128 and head widths over 128 that are not multiples of 128. Both paths compute the softmax in
+float32; masked keys weigh nothing.
 
 >>> import jax.numpy as jnp
 >>> q = k = v = jnp.ones((1, 4, 2, 8))
@@ -26,6 +30,7 @@ not multiples of 128. Both paths compute the softmax in float32; masked keys wei
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -39,15 +44,21 @@ IMPLEMENTATIONS = ("auto", "xla", "flash")
 #: The name of the attention weights (softmax output, in the values' dtype) that the backward pass
 #: reuses; ``remat="attention"`` keeps them (see :data:`jaxfeed.models.stacked.REMAT_POLICIES`).
 WEIGHTS = "attention_weights"
+#: The name of the attention dropout's keep mask (booleans) that the backward pass reuses;
+#: ``remat="attention"`` keeps it too (else the backward pass draws its random bits again).
+KEEP = "attention_keep"
 ENV = "JAXFEED_ATTENTION"
 BLOCK = 128  # the fused kernel's block of queries and keys: lengths must be multiples of it
 #: The largest block the fused kernel is given (each length gets the longest of this and its
-#: halves down to 128 that divides it): 128 is the kernel's own default; longer blocks compute
-#: the same (tested interpreted) but were not yet timed on a chip.
-FLASH_BLOCK = 128
-#: The fused kernel ``"flash"`` runs: ``"flash"`` (Pallas's flash attention) or ``"splash"``
-#: (Pallas's splash attention, see :func:`splash_attention`).
-FUSED_KERNEL = "flash"
+#: halves down to 128 that divides it). On a TPU v5e, BERT-base 32x512 with splash took 117.6
+#: ms a step in blocks of 512; Pallas flash 161.3 ms in blocks of 512, 187.1 in 256.
+FLASH_BLOCK = 512
+#: The fused kernel ``"flash"`` and ``"auto"`` run: ``"splash"`` (Pallas's splash attention, see
+#: :func:`splash_attention`; the default since the accelerator tier passed on it) or
+#: ``"flash"`` (Pallas's flash attention).
+FUSED_KERNEL = "splash"
+#: With heads under :data:`BLOCK` wide, ``"auto"`` takes the fused kernel from this many tokens.
+NARROW_HEADS_FROM = 512
 #: The plain path's logits (queries times keys) in float32 (True) or in the queries' dtype
 #: (False, the default: bfloat16 on a chip, the matrix unit accumulating in float32): the softmax
 #: reads them into float32 either way, but its passes over them move half the bytes.
@@ -114,22 +125,51 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
         return f"sequence lengths {t} and {s} must be multiples of {BLOCK}"
     if d > BLOCK and d % BLOCK:
         return f"head width {d} must be at most {BLOCK} or a multiple of it"
-    if implementation == "auto" and d < BLOCK:
+    if implementation == "auto" and d < BLOCK and min(t, s) < NARROW_HEADS_FROM:
         return (
-            f"head width {d} under {BLOCK}: measured slower than XLA's path on a TPU v5e "
-            '(BERT-base 32x512: MFU 0.23 against 0.45; force "flash")'
+            f"head width {d} under {BLOCK} at {min(t, s)} tokens (under {NARROW_HEADS_FROM}): "
+            'not measured faster than XLA\'s path on a TPU v5e; force "flash"'
         )
     if causal and t != s:
         return f"causal attention of {t} queries to {s} keys (a cache)"
     return None
 
 
-def active_dropout(dropout: Any, rngs: Any) -> Callable[[jax.Array], jax.Array] | None:
-    """An ``nnx.Dropout`` as a function of the attention weights, or None when it drops nothing
-    (``deterministic``, rate 0): then the fused kernel may run."""
+def active_dropout(dropout: Any, rngs: Any) -> WeightDropout | None:
+    """An ``nnx.Dropout`` on the attention weights (:class:`WeightDropout`), or None when it
+    drops nothing (``deterministic``, rate 0): then the fused kernel may run."""
     if dropout.deterministic or not dropout.rate:
         return None
-    return lambda weights: dropout(weights, rngs=rngs)
+    return WeightDropout(dropout, rngs)
+
+
+class WeightDropout:
+    """An ``nnx.Dropout`` (``module``) with its ``rngs``, as the plain path's ``dropout``: a
+    function of the weights, and :meth:`keep` its boolean keep mask and scale, which
+    :func:`attend` saves for the backward pass (one byte an element; the scaled multipliers
+    took two).
+
+    >>> from flax import nnx
+    >>> drop = WeightDropout(nnx.Dropout(0.5, deterministic=False), nnx.Rngs(dropout=0))
+    >>> keep, scale = drop.keep((2, 8))
+    >>> keep.dtype, scale
+    (dtype('bool'), 2.0)
+    """
+
+    def __init__(self, module: Any, rngs: Any) -> None:
+        self.module, self.rngs = module, rngs
+
+    def __call__(self, weights: jax.Array) -> jax.Array:
+        return self.module(weights, rngs=self.rngs)
+
+    def keep(self, shape: tuple[int, ...]) -> tuple[jax.Array, float]:
+        """The mask of kept weights of ``shape`` and the factor kept weights are scaled by."""
+        own = getattr(self.module, "keep_mask", None)  # jaxfeed's Dropout: few random bits
+        if own is not None:
+            return own(shape, rngs=self.rngs)
+        rate = float(self.module.rate)  # nnx.Dropout keeps with 1 - rate, scaled by its inverse
+        multipliers = self.module(jnp.ones(shape, jnp.float32), rngs=self.rngs)
+        return multipliers != 0, (0.0 if rate >= 1.0 else 1.0 / (1.0 - rate))
 
 
 def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids: Any = None,
@@ -153,41 +193,51 @@ def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids:
     return out
 
 
-@jax.custom_vjp
-def attend(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def attend(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array,
+           scale: float = 1.0) -> jax.Array:  # fmt: skip
     """``softmax(logits) * keep`` applied to the values: ``logits`` ``(B, Hkv, G, T, S)`` (any
     float dtype, the softmax in float32; keys where the boolean ``mask`` ``(B, 1, 1, T, S)`` is
-    False set to float32's minimum),
-    ``keep`` the dropout multipliers (0 or ``1 / keep``, or 1) and ``v`` ``(B, S, Hkv, D)``; the
-    weights are cast to the values' dtype. Returns ``(B, T, Hkv, G, D)``.
+    False set to float32's minimum), ``keep`` the dropout's boolean keep mask (kept weights
+    multiplied by ``scale``) or its multipliers (0 or ``1 / keep``, or 1), and ``v``
+    ``(B, S, Hkv, D)``; the weights are cast to the values' dtype. Returns ``(B, T, Hkv, G, D)``.
 
     Its gradient is written out so that the backward pass keeps only the weights in the values'
-    dtype (named :data:`WEIGHTS`, for remat policies), the mask, the multipliers and the values:
-    never the float32 logits or their softmax, nor the mask repeated over the heads (plain
-    autodiff of the same code kept all of them, 0.9 GB a BERT-base layer at 32x512). It has no
-    forward-mode rule (``jax.jvp``).
+    dtype (named :data:`WEIGHTS`, for remat policies), the mask, ``keep`` and the values: never
+    the float32 logits or their softmax, nor the mask repeated over the heads (plain autodiff of
+    the same code kept all of them, 0.9 GB a BERT-base layer at 32x512). It has no forward-mode
+    rule (``jax.jvp``).
 
     >>> import jax.numpy as jnp
     >>> yes = jnp.ones((1, 1, 1, 1, 2), bool)
     >>> attend(jnp.zeros((1, 1, 1, 1, 2)), yes, jnp.ones(()), jnp.ones((1, 2, 1, 3))).shape
     (1, 1, 1, 1, 3)
     """
-    return _attend_forward(logits, mask, keep, v)[0]
+    return _attend_forward(logits, mask, keep, v, scale)[0]
 
 
-def _attend_forward(logits: jax.Array, mask: jax.Array, keep: jax.Array,
-                    v: jax.Array) -> tuple[jax.Array, tuple]:  # fmt: skip
+def _multipliers(keep: jax.Array, scale: float, dtype: Any) -> jax.Array:
+    """The dropout's multipliers in ``dtype``: ``scale`` where a boolean ``keep`` holds, else
+    0; ``keep`` itself when it holds multipliers."""
+    if keep.dtype == jnp.bool_:
+        return jnp.where(keep, jnp.asarray(scale, dtype), jnp.zeros((), dtype))
+    return keep.astype(dtype)
+
+
+def _attend_forward(logits: jax.Array, mask: jax.Array, keep: jax.Array, v: jax.Array,
+                    scale: float = 1.0) -> tuple[jax.Array, tuple]:  # fmt: skip
     logits_dtype = jnp.empty((0,), logits.dtype)  # the cotangent's dtype, for the backward pass
     logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     weights = checkpoint_name(weights, WEIGHTS)
-    out = jnp.einsum("bkgts,bskd->btkgd", weights * keep.astype(v.dtype), v)
+    out = jnp.einsum("bkgts,bskd->btkgd", weights * _multipliers(keep, scale, v.dtype), v)
     return out, (weights, mask, keep, v, logits_dtype)
 
 
-def _attend_backward(saved: tuple, grad: jax.Array) -> tuple[Any, None, None, jax.Array]:
+def _attend_backward(scale: float, saved: tuple,
+                     grad: jax.Array) -> tuple[Any, None, None, jax.Array]:  # fmt: skip
     weights, mask, keep, v, logits_dtype = saved
-    kept, grad = keep.astype(v.dtype), grad.astype(v.dtype)
+    kept, grad = _multipliers(keep, scale, v.dtype), grad.astype(v.dtype)
     d_values = jnp.einsum("bkgts,btkgd->bskd", weights * kept, grad)
     d_weights = jnp.einsum("btkgd,bskd->bkgts", grad, v).astype(jnp.float32) * kept
     y = weights.astype(jnp.float32)
@@ -222,10 +272,13 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | No
     kv = k.shape[2]
     logits = grouped_logits(q.reshape(b, t, kv, h // kv, d), k)
     visible = jnp.ones((1, 1, 1, 1, 1), bool) if mask is None else mask[:, None, None]
-    keep = jnp.ones((), v.dtype)
-    if dropout is not None:  # the dropout's multipliers: 0 or 1 / keep
+    keep, scale = jnp.ones((), bool), 1.0
+    if isinstance(dropout, WeightDropout):  # a boolean mask, saved under its name
+        keep, scale = dropout.keep(logits.shape)
+        keep = checkpoint_name(jax.lax.stop_gradient(keep), KEEP)
+    elif dropout is not None:  # any other function of the weights: its multipliers
         keep = jax.lax.stop_gradient(dropout(jnp.ones(logits.shape, v.dtype)))
-    return attend(logits, visible, keep, v).reshape(b, t, h, d)
+    return attend(logits, visible, keep, v, scale).reshape(b, t, h, d)
 
 
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
@@ -296,8 +349,8 @@ def flash_block(n: int) -> int:
     """The fused kernels' block along a length of ``n``: the longest of :data:`FLASH_BLOCK` and
     its halves down to :data:`BLOCK` that divides ``n``.
 
-    >>> flash_block(384)  # FLASH_BLOCK = 128
-    128
+    >>> flash_block(384), flash_block(1024)  # FLASH_BLOCK = 512
+    (128, 512)
     """
     size = FLASH_BLOCK
     while size > BLOCK and n % size:
@@ -313,8 +366,8 @@ def flash_blocks(sizes: Any, t: int, s: int) -> Any:
     >>> Sizes = collections.namedtuple("Sizes", "block_q block_k_major block_k block_b "
     ...     "block_q_major_dkv block_k_major_dkv block_k_dkv block_q_dkv "
     ...     "block_k_major_dq block_k_dq block_q_dq")
-    >>> flash_blocks(Sizes, 512, 384).block_q  # FLASH_BLOCK = 128
-    128
+    >>> flash_blocks(Sizes, 512, 384).block_q, flash_blocks(Sizes, 512, 384).block_k
+    (512, 128)
     """
 
     bq, bk = flash_block(t), flash_block(s)

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxfeed.models.attention import WEIGHTS  # the attention weights' name
+from jaxfeed.models.attention import KEEP, WEIGHTS  # the names remat="attention" keeps
 from jaxfeed.runtime.sharding import LAYERS  # a stack's leading axis: kept whole by default
 
 #: What each ``remat`` setting keeps from the forward pass (the rest is recomputed backward):
@@ -41,13 +41,15 @@ from jaxfeed.runtime.sharding import LAYERS  # a stack's leading axis: kept whol
 #: elementwise work are recomputed: most of full remat's memory saving for a few percent of time;
 #: ``"attention"`` keeps those and the attention weights too (in the values' dtype, see
 #: :func:`jaxfeed.models.attention.attend`), so the backward pass recomputes neither the
-#: score matmuls nor the softmax, only norms, activations and dropout masks.
+#: score matmuls nor the softmax, only norms, activations and the hidden layers' dropout masks
+#: (the attention's boolean keep mask, :data:`~jaxfeed.models.attention.KEEP`, is kept: drawing
+#: it again cost a second pass of random bits).
 REMAT_POLICIES: dict[str, Callable | None] = {
     "full": None,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "attention": jax.checkpoint_policies.save_from_both_policies(
         jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-        jax.checkpoint_policies.save_only_these_names(WEIGHTS),
+        jax.checkpoint_policies.save_only_these_names(WEIGHTS, KEEP),
     ),
 }
 
