@@ -57,13 +57,19 @@ PRELOAD = (
     "jaxfeed.recipes.configure",
     "jaxfeed.recipes.run",
     "jaxfeed.recipes.train",
-)  # fmt: skip  (pandas: pyarrow's first pa.array imports it in every train, 0.27 CPU s)
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
+)  # fmt: skip
+# pandas: pyarrow's first pa.array imports it in every train (0.27 CPU s); matplotlib: with it
+# imported, a run draws curves.png itself (0.3 CPU s) instead of in a new Python process that
+# imports it again (1.4 CPU s; jaxfeed._base.curves.CurvesInBackground)
 
 # Variables read while PRELOAD imports, which a forked command cannot change (it inherits what the
 # server read): by prefix, those JAX, XLA, the BLAS and thread libraries, the allocators, Python,
 # the loader, Flax/NNX, NumPy, Hugging Face, absl/gRPC/protobuf, TensorFlow's logging, fsspec and
-# tqdm (both copy every variable of their prefix at import) and pandas read; by name, the rest a traced
-# import read by name (os.environ.__getitem__ during the imports, jaxfeed 2026-05, Python 3.11).
+# tqdm (both copy every variable of their prefix at import), pandas, matplotlib (with Pillow,
+# pyparsing and the XDG folders) read; by name, the rest a traced import read by name
+# (os.environ.__getitem__ during the imports, jaxfeed 2026-05, Python 3.11).
 # jaxfeed's own module-level read: JAXFEED_DISABLE_PROGRESS_BARS (_base/settings.py); its other
 # JAXFEED_* variables are read when a function runs. PYTHONUNBUFFERED is not among them: the
 # forked command builds its stdio from the one asked for.
@@ -72,7 +78,7 @@ IMPORT_PREFIXES = (
     "GOTO", "NVPL_", "NPY_", "NUMPY_", "MALLOC_", "JE_", "ARROW_", "AWS_", "FLAX_", "NNX_", "HF_",
     "HUGGINGFACE_", "TRANSFORMERS_", "TF_", "CUDA", "NVIDIA_", "ABSL_", "GRPC_", "MSGPACK_",
     "PROTOCOL_BUFFERS_", "FSSPEC_", "TQDM_", "LC_", "ENABLE_ORBAX_", "CLOUDSDK_", "PIP_",
-    "PANDAS_",
+    "PANDAS_", "MPL", "MATPLOTLIB", "PILLOW_", "PYPARSING", "XDG_",
 )  # fmt: skip
 IMPORT_NAMES = frozenset(
     {

@@ -85,3 +85,29 @@ def test_the_budget_reads_this_machine_s_matmul_rate_from_the_cache(text_csv, tm
     (cache / FILE).write_text(json.dumps({machine_key(): {**saved, "timed": time.time() - 2e5}}))
     monkeypatch.setattr(budgetmod, "matmul_rate", lambda: 1.5e11)  # a day old: timed again
     assert planned("third")["matmul_rate"] == 1.5e11
+
+
+def test_curves_are_drawn_here_where_matplotlib_is_already_imported(tmp_path, monkeypatch):
+    """A process that already imported matplotlib's figure and Agg canvas (a notebook, the
+    tests' fork server) draws curves.png itself: no Python process starts to import it again;
+    one that did not starts the drawing process."""
+    import subprocess
+
+    import matplotlib.backends.backend_agg  # noqa: F401 (the modules the rule looks for)
+    import matplotlib.figure  # noqa: F401
+
+    from jaxfeed._base import curves
+
+    started = []
+    real = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: started.append(a) or real(*a, **kw))
+    history = [{"epoch": e, "train_loss": 1 / e, "eval_loss": 1.1 / e} for e in (1, 2, 3)]
+    job = curves.CurvesInBackground(history, tmp_path / "here.png", best=2)
+    assert not started
+    with PIL.Image.open(job.result()) as image:
+        assert image.format == "PNG" and image.size[0] > 800
+    monkeypatch.setattr(curves, "_DRAWING_MODULES", ("a_module_nobody_imported",))
+    job = curves.CurvesInBackground(history, tmp_path / "there.png", best=2)
+    assert len(started) == 1
+    with PIL.Image.open(job.result()) as image:
+        assert image.format == "PNG"
