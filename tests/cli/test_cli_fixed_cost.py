@@ -93,8 +93,10 @@ def test_curves_are_drawn_here_where_matplotlib_is_already_imported(tmp_path, mo
     one that did not starts the drawing process."""
     import subprocess
 
-    import matplotlib.backends.backend_agg  # noqa: F401 (the modules the rule looks for)
-    import matplotlib.figure  # noqa: F401
+    import matplotlib.backends.backend_agg
+    import matplotlib.figure
+
+    assert matplotlib.figure and matplotlib.backends.backend_agg  # the modules the rule looks for
 
     from jaxfeed._base import curves
 
