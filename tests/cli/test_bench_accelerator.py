@@ -98,3 +98,15 @@ def test_reference_mode_gives_each_row_its_ratio_and_profile_writes_the_step(mon
     folder = tmp_path / "bert-4x32"  # the device step's HLO and its trace, beside each other
     assert "HloModule" in (folder / "step.hlo.txt").read_text()
     assert (folder / "perfetto_trace.json.gz").stat().st_size > 0
+
+
+def test_profile_writes_the_decode_program_and_its_trace(monkeypatch, tmp_path):
+    """``--cases generate --profile DIR``: the decode program's HLO and a trace of one decode
+    call (its tokens' steps) per batch size, beside each other."""
+    monkeypatch.setattr(A, "save_json", lambda name, payload: None)
+    rows = A.main(["--quick", "--cases", "generate", "--modes", "device", "--gen-batches", "1",
+                   "--repeats", "1", "--profile", str(tmp_path)])  # fmt: skip
+    assert [r["mode"] for r in rows] == ["greedy b=1"]
+    folder = tmp_path / "generate-b1"
+    assert "while" in (folder / "step.hlo.txt").read_text()  # the decode loop
+    assert (folder / "perfetto_trace.json.gz").stat().st_size > 0

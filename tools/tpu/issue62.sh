@@ -101,6 +101,12 @@ round6)  # the tier on the new defaults; decoding; ViT's trace
   run 100 vit "${bench[@]}" --cases vit --vit-batch 128 --remat attention --modes device \
     --profile "$O/vit-prof" --out "$O/v-vit.json"
   ;;
+traces)  # next: where decoding's 0.33 ms a token and dropout's 21 ms a step go
+  run 120 generate "${bench[@]}" --cases generate --modes device --gen-batches 1 \
+    --profile "$O/gen-prof" --out "$O/w-generate.json"
+  run 120 bert-drop "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
+    --modes device --profile "$O/drop-prof" --out "$O/w-bert-drop.json"
+  ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
   run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"

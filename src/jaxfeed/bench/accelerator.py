@@ -228,16 +228,35 @@ def profile_step(compiled: Any, holder: dict, batch: dict, folder: Path, steps: 
     """Write the step's optimized HLO (``step.hlo.txt``) and a profiler trace of ``steps`` steps
     (TensorBoard's ``plugins/profile`` with a Perfetto ``perfetto_trace.json.gz``) to ``folder``:
     which fusions the step's time goes to."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "step.hlo.txt").write_text(compiled.as_text())
     jax.block_until_ready(holder["state"])
+
+    def one() -> Any:
+        holder["state"], loss = compiled(holder["state"], batch)
+        return loss
+
+    profile_program(compiled.as_text(), one, folder, steps)
+
+
+def profile_program(hlo: str, call: Callable[[], Any], folder: Path, calls: int = 3) -> None:
+    """Write a program's optimized HLO ``hlo`` (``step.hlo.txt``) and a profiler trace of
+    ``calls`` runs of ``call`` (each returning what to wait for) to ``folder``; the trace files
+    are copied beside the HLO too, for tools that walk less.
+
+    >>> import tempfile
+    >>> f = jax.jit(lambda x: x * 2).lower(1.0).compile()
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> profile_program(f.as_text(), lambda: f(1.0), folder, calls=1)
+    >>> (folder / "step.hlo.txt").is_file(), any(folder.glob("*.trace.json.gz"))
+    (True, True)
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step.hlo.txt").write_text(hlo)
     with jax.profiler.trace(str(folder), create_perfetto_trace=True):
-        for _ in range(steps):
-            holder["state"], loss = compiled(holder["state"], batch)
-        jax.block_until_ready(loss)
-    for trace in folder.glob(
-        "plugins/profile/*/*"
-    ):  # also beside the HLO, for tools that walk less
+        out = None
+        for _ in range(calls):
+            out = call()
+        jax.block_until_ready(out)
+    for trace in folder.glob("plugins/profile/*/*"):
         shutil.copyfile(trace, folder / trace.name)
 
 
@@ -601,6 +620,9 @@ def generate_case(args: Any, chip: Chip) -> list[dict]:
         compile_s = time.perf_counter() - start
         prefill_s = median_step(lambda: prefill_c(state, ids), 1, args.repeats)  # noqa: B023
         decode_s = median_step(lambda: decode_c(state, token, cache), 1, args.repeats) / new  # noqa: B023
+        if args.profile is not None:  # one decode call: `new` tokens, the step's fusions
+            profile_program(decode_c.as_text(), lambda: decode_c(state, token, cache),  # noqa: B023
+                            args.profile / f"generate-b{b}", calls=1)  # fmt: skip
         bound = None if chip.hbm_gbs is None else weight_bytes / (chip.hbm_gbs * 1e9)
         rows.append({
             "case": "generate", "mode": f"greedy b={b}", "shape": f"{b}x{prompt}+{new}",
