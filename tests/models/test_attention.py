@@ -252,6 +252,25 @@ def test_attention_dropout_saves_a_boolean_keep_mask_and_equals_its_multipliers(
                                    rtol=5e-2, atol=5e-2)  # fmt: skip
 
 
+def test_a_dropout_subclass_with_its_own_scaling_keeps_its_multipliers():
+    """A subclass of ``nnx.Dropout`` whose call scales kept weights its own way (here: not at
+    all) is applied as its call says, not as ``nnx.Dropout``'s ``1 / (1 - rate)``."""
+
+    class Unscaled(nnx.Dropout):
+        def __call__(self, inputs, *, deterministic=None, rngs=None):
+            return jnp.where(super().__call__(inputs, rngs=rngs) != 0, inputs, 0)
+
+    q, k, v = _qkv()
+    drop = Unscaled(0.5, deterministic=False)
+    key = jax.random.key(2)
+    out = att.xla_attention(q, k, v, None, att.active_dropout(drop, nnx.Rngs(dropout=key)))
+    keep = drop(jnp.ones((2, 2, 2, 6, 6)), rngs=nnx.Rngs(dropout=key))
+    assert set(np.unique(np.asarray(keep)).tolist()) == {0.0, 1.0}
+    allowed = jnp.ones((2, 6, 6), bool)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(_plain_autodiff(q, k, v, allowed, keep)),
+                               atol=1e-6)  # fmt: skip
+
+
 @pytest.mark.parametrize(("policy", "draws"), [("attention", 1), ("dots", 2)])
 def test_remat_attention_keeps_the_keep_mask_instead_of_drawing_it_again(policy, draws):
     """Under ``remat="attention"`` the backward pass reuses the saved keep mask: one draw of

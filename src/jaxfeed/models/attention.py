@@ -38,6 +38,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 IMPLEMENTATIONS = ("auto", "xla", "flash")
@@ -163,12 +164,16 @@ class WeightDropout:
         return self.module(weights, rngs=self.rngs)
 
     def keep(self, shape: tuple[int, ...]) -> tuple[jax.Array, float]:
-        """The mask of kept weights of ``shape`` and the factor kept weights are scaled by."""
+        """The mask of kept weights of ``shape`` and the factor kept weights are scaled by; for
+        a module whose scaling is not known here (a subclass of ``nnx.Dropout`` with its own
+        call), its multipliers of ``shape`` and 1."""
         own = getattr(self.module, "keep_mask", None)  # jaxfeed's Dropout: few random bits
         if own is not None:
             return own(shape, rngs=self.rngs)
-        rate = float(self.module.rate)  # nnx.Dropout keeps with 1 - rate, scaled by its inverse
         multipliers = self.module(jnp.ones(shape, jnp.float32), rngs=self.rngs)
+        if type(self.module).__call__ is not nnx.Dropout.__call__:  # its own call: as it is
+            return multipliers, 1.0
+        rate = float(self.module.rate)  # nnx.Dropout keeps with 1 - rate, scaled by its inverse
         return multipliers != 0, (0.0 if rate >= 1.0 else 1.0 / (1.0 - rate))
 
 
@@ -273,7 +278,7 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | No
     logits = grouped_logits(q.reshape(b, t, kv, h // kv, d), k)
     visible = jnp.ones((1, 1, 1, 1, 1), bool) if mask is None else mask[:, None, None]
     keep, scale = jnp.ones((), bool), 1.0
-    if isinstance(dropout, WeightDropout):  # a boolean mask, saved under its name
+    if isinstance(dropout, WeightDropout):  # a boolean mask (or multipliers), saved by name
         keep, scale = dropout.keep(logits.shape)
         keep = checkpoint_name(jax.lax.stop_gradient(keep), KEEP)
     elif dropout is not None:  # any other function of the weights: its multipliers
