@@ -107,6 +107,27 @@ traces)  # next: where decoding's 0.33 ms a token and dropout's 21 ms a step go
   run 120 bert-drop "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
     --modes device --profile "$O/drop-prof" --out "$O/w-bert-drop.json"
   ;;
+decode)  # decoding's layers: scanned over the stacks (default), a loop over slices, the old list
+  g=("${bench[@]}" --cases generate --modes device --gen-batches 1)
+  run 90 gen-scan "${g[@]}" --out "$O/x-gen-scan.json"
+  run 90 gen-loop "${g[@]}" --no-scan --out "$O/x-gen-loop.json"
+  run 90 gen-list "${g[@]}" --unstacked --no-scan --out "$O/x-gen-list.json"
+  run 90 gen-unroll2 "${g[@]}" --unroll 2 --out "$O/x-gen-unroll2.json"
+  run 90 gen-b16 "${bench[@]}" --cases generate --modes device --gen-batches 16 \
+    --out "$O/x-gen-b16.json"
+  run 120 bert-nodrop "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
+    --modes device --no-dropout --profile "$O/nodrop-prof" --out "$O/x-bert-nodrop.json"
+  ;;
+traces2)  # decoding's fusions with the layers stored stacked and as the old list; BERT's step
+  g=("${bench[@]}" --cases generate --modes device --gen-batches 1)
+  run 110 gen-list "${g[@]}" --unstacked --no-scan --profile "$O/list-prof"
+  run 60 gen-scan "${g[@]}" --profile "$O/scan-prof"
+  run 100 bert-nodrop "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
+    --modes device --no-dropout --profile "$O/nodrop-prof"
+  # only the perfetto traces and the HLO come back (the device tool returns a few files)
+  rm -rf "$O"/*/*/plugins
+  find "$O" \( -name "*.xplane.pb" -o -name "runsc*.trace.json.gz" \) -delete
+  ;;
 sweep-decoders)  # Llama 1.1B at 2048 (XLA and the fused kernel), decoding, then the tier
   l=("${bench[@]}" --steps 3 --cases llama --modes device)
   run 150 llama-full "${l[@]}" --out "$O/s-llama-full.json"

@@ -437,6 +437,10 @@ def llama_model(args: Any, layers: int) -> Any:
     spec = decoder.llama_like_spec(config)
     model = decoder.CausalLM(spec, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     model.scan = args.scan
+    if getattr(args, "unstacked", False):  # the layout before the layers were stored stacked
+        from jaxfeed.models.stacked import unstack  # import cost: the Hub models
+
+        model.layers = unstack(model.layers)
     return model
 
 
@@ -683,6 +687,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--images", type=int, default=2048, help="JPEGs in the loader's folder")
     p.add_argument("--attention", choices=("auto", "xla", "flash"), default="auto")
     p.add_argument("--no-scan", dest="scan", action="store_false", help="unroll the layers")
+    p.add_argument("--unstacked", action="store_true",
+                   help="Llama's layers as a list of modules of their own, not stored stacked")  # fmt: skip
     p.add_argument(
         "--unroll",
         type=int,

@@ -14,11 +14,13 @@ plain MLP, tied or untied output embeddings.
 ``attention_mask`` form one segment, padded on either side) and ``positions`` default to the
 count of earlier tokens in its segment, as ``transformers.generate`` numbers a left-padded row.
 
-For generation (:func:`jaxfeed.text.generate`), ``init_cache(batch, length)`` makes one
-``(batch, length, kv_heads, head_dim)`` key and value buffer per layer and
-``decode(input_ids, positions, key_mask, cache, index)`` writes the keys and values of the new
-tokens at slot ``index`` and returns the last token's logits and the updated cache: the prompt
-goes through once (prefill), then one token per step, and nothing changes shape.
+For generation (:func:`jaxfeed.text.generate`), ``init_cache(batch, length)`` makes the
+``(batch, length, kv_heads, head_dim)`` key and value buffers (for layers stored stacked, one
+pair with a leading ``layers`` axis) and ``decode(input_ids, positions, key_mask, cache, index)``
+writes the keys and values of the new tokens at slot ``index`` and returns the last token's
+logits and the updated cache: the prompt goes through once (prefill), then one token per step,
+and nothing changes shape. Stacked layers decode as one ``lax.scan`` (``model.scan``, as in
+training), so the decode program holds one layer's code.
 
 Every weight carries logical axis names: ``"vocab"``, ``"embed"``, ``"heads"`` (query and
 attention output), ``"kv"`` (key and value projections), ``"mlp"``; norms of one head's width
@@ -41,7 +43,7 @@ from jaxfeed.models.attention import attention, xla_attention
 from jaxfeed.models.hub.family import Family
 from jaxfeed.models.hub.weights import IDENTITY, TRANSPOSE, Rule
 from jaxfeed.models.nnx import axes
-from jaxfeed.models.stacked import run_layers, stacked_layers
+from jaxfeed.models.stacked import Stack, run_layers, scan_unroll, stacked_layers
 from jaxfeed.models.transformer import run_positions
 
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -266,14 +268,26 @@ class Attention(nnx.Module):
         return self.out(out.reshape(b, t, -1))
 
     def cached(self, x: jax.Array, mask: jax.Array, positions: jax.Array,
-               cache: tuple[jax.Array, jax.Array],
-               index: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:  # fmt: skip
+               cache: tuple[jax.Array, jax.Array], index: jax.Array,
+               layer: jax.Array | int | None = None,
+               ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:  # fmt: skip
+        """Attend to the cache with the new tokens' keys and values written at slot ``index``.
+        ``cache`` is this layer's ``(B, S, kv_heads, head_dim)`` pair, or with ``layer`` the
+        whole stack's ``(layers, B, S, ...)`` pair: only the new tokens' slots are written."""
         b, t, _ = x.shape
         q, k, v = self.project(x, positions)
         keys, values = cache
-        keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), (0, index, 0, 0))
-        values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), (0, index, 0, 0))
-        out = grouped_attention(q, keys.astype(q.dtype), values.astype(q.dtype), mask)
+        at = (0, index, 0, 0) if layer is None else (layer, 0, index, 0, 0)
+        lead = () if layer is None else (None,)
+        keys = jax.lax.dynamic_update_slice(keys, k[lead].astype(keys.dtype), at)
+        values = jax.lax.dynamic_update_slice(values, v[lead].astype(values.dtype), at)
+        seen_k, seen_v = (
+            (keys, values)
+            if layer is None
+            else (jax.lax.dynamic_index_in_dim(keys, layer, 0, keepdims=False),
+                  jax.lax.dynamic_index_in_dim(values, layer, 0, keepdims=False))
+        )  # fmt: skip
+        out = grouped_attention(q, seen_k.astype(q.dtype), seen_v.astype(q.dtype), mask)
         return self.out(out.reshape(b, t, -1)), (keys, values)
 
 
@@ -305,8 +319,8 @@ class DecoderLayer(nnx.Module):
         x = x + self.attention(self.attn_norm(x), segments, positions)
         return x + self.mlp(x)
 
-    def cached(self, x, mask, positions, cache, index):
-        out, cache = self.attention.cached(self.attn_norm(x), mask, positions, cache, index)
+    def cached(self, x, mask, positions, cache, index, layer=None):
+        out, cache = self.attention.cached(self.attn_norm(x), mask, positions, cache, index, layer)
         x = x + out
         return x + self.mlp(x), cache
 
@@ -421,10 +435,14 @@ class CausalLM(nnx.Module):
 
     # ------------------------------------------------------------------ generation
     def init_cache(self, batch: int, length: int) -> Cache:
-        """Zeroed key and value buffers ``(batch, length, kv_heads, head_dim)`` per layer."""
+        """Zeroed key and value buffers ``(batch, length, kv_heads, head_dim)`` per layer; for
+        layers stored stacked, one pair ``(layers, batch, length, kv_heads, head_dim)``."""
         s = self.spec
         shape = (batch, length, s.num_kv_heads, s.head_dim)
         dtype = self.dtype or self.embed.embedding[...].dtype
+        if isinstance(self.layers, Stack):
+            shape = (len(self.layers), *shape)
+            return ((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)),)
         return tuple(
             (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(len(self.layers))
         )
@@ -441,12 +459,43 @@ class CausalLM(nnx.Module):
             :, None, :
         ]
         x = self._embed(input_ids.astype(jnp.int32), positions)
+        if isinstance(self.layers, Stack):
+            x, cache = self._decode_stack(x, mask, query_slots, key_slots, positions, cache, index)
+            return self._logits(x[:, -1:])[:, 0], cache
         new = []
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             x, layer_cache = layer.cached(x, _windowed(mask, layer.window, query_slots, key_slots),
                                           positions, layer_cache, index)  # fmt: skip
             new.append(layer_cache)
         return self._logits(x[:, -1:])[:, 0], tuple(new)
+
+    def _decode_stack(self, x: jax.Array, mask: jax.Array, query_slots: jax.Array,
+                      key_slots: jax.Array, positions: jax.Array, cache: Cache,
+                      index: jax.Array) -> tuple[jax.Array, Cache]:  # fmt: skip
+        """The stacked layers over the stacked cache: one ``lax.scan`` (``self.scan``, as in
+        training; False: a loop over the layers' slices). Each layer reads its weights out of
+        the stack where it runs and writes only the new tokens' slots of the cache."""
+        stack = self.layers
+        mask = _windowed(mask, stack.layer.window, query_slots, key_slots)
+        graphdef, state = nnx.split(stack.layer)
+        (keys, values), unroll = cache[0], scan_unroll(self.scan)
+
+        def body(carry: tuple, inputs: tuple) -> tuple:
+            h, kv = carry
+            layer_state, i = inputs
+            h, kv = nnx.merge(graphdef, layer_state).cached(h, mask, positions, kv, index, i)
+            return (h, kv), None
+
+        if not unroll:
+            carry = (x, (keys, values))
+            for i in range(len(stack)):
+                carry, _ = body(carry, (jax.tree.map(lambda a, i=i: a[i], state), i))
+            x, kv = carry
+            return x, (kv,)
+        layers = jnp.arange(len(stack), dtype=jnp.int32)
+        (x, kv), _ = jax.lax.scan(body, (x, (keys, values)), (state, layers),
+                                  unroll=min(unroll, len(stack)))  # fmt: skip
+        return x, (kv,)
 
 
 # ---------------------------------------------------------------------------------- families
