@@ -53,7 +53,7 @@ EXPECTED = {
     "docs/guide/text.md": [
         "1599 800",
         "'train_loss', 'train_perplexity', 'train_token_accuracy']",
-        "[' five six seven eight nine ten', ' eight nine ten']",
+        "[' five six seven eight nine ten', ' eight nine ten']\n2 True",
         "[' five six seven eight ', ' eight ']\nTrue",
         "(4, 2) [None, None]",
         "['adapter_config.json', 'adapter_model.safetensors'] True",

@@ -338,12 +338,12 @@ def generate_ids(
     >>> from flax import nnx
     >>> from jaxfeed.models import TransformerLM
     >>> lm = TransformerLM(20, dim=16, depth=1, num_heads=2, max_length=32, rngs=nnx.Rngs(0))
-    >>> out = generate_ids(lm, [[3, 4, 5], [6]], max_new_tokens=4, temperature=0)
+    >>> out = generate_ids(lm, [[3, 4, 5], [6]], max_new_tokens=12, temperature=0)
     >>> [len(row) for row in out.tokens], out.steps
-    ([4, 4], 4)
-    >>> generate_ids(lm, [[3, 4, 5], [6]], 4, temperature=0, use_cache=False).tokens == out.tokens
+    ([12, 12], 12)
+    >>> generate_ids(lm, [[3, 4, 5], [6]], 12, temperature=0, use_cache=False).tokens == out.tokens
     True
-    >>> generate_ids(lm, [[3], [6]], 20, temperature=0, finished=lambda rows: [True] * len(rows)).steps
+    >>> generate_ids(lm, [[3], [6]], 12, temperature=0, finished=lambda rows: [True] * len(rows)).steps
     8
     """
     rows = [list(map(int, ids)) for ids in prompts]

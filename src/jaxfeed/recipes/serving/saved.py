@@ -10,11 +10,10 @@ restored into it (:meth:`SavedRun.restore`).
 >>> import tempfile
 >>> from jaxfeed.recipes import RunConfig
 >>> from jaxfeed.recipes.train import train
->>> result = train(RunConfig(epochs=1, out=tempfile.mkdtemp() + "/run"), say=lambda *a: None,
-...                verbose=0)
->>> saved = read_saved(result.out)
->>> saved.kind, saved.model_source.name, saved.outputs
-(ArrayKind('array'), 'builtin', 10)
+>>> config = RunConfig(model="linear", epochs=1, out=tempfile.mkdtemp() + "/run")  # digits
+>>> saved = read_saved(train(config, say=lambda *a: None, verbose=0).out)
+>>> saved.kind, saved.model_source.name, saved.outputs, saved.config.model
+(ArrayKind('array'), 'builtin', 10, 'linear')
 """
 
 from __future__ import annotations
