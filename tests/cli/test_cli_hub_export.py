@@ -80,12 +80,13 @@ def test_a_run_fine_tuned_for_one_epoch_exports(one_epoch, tmp_path, capsys):
 
 
 def test_the_files_are_those_of_the_trainers_restore(ckpt, reviews, tmp_path, capsys):
-    """On a run the trainer can restore whole, the export is the same bytes as before."""
+    """On a run the trainer can restore whole, the export is the same bytes as before. (The
+    fine-tuning defaults, as the module's one-epoch run: its train step is compiled already.)"""
     from jaxfeed.models.hub import save_pretrained
     from jaxfeed.recipes.serving.saved import read_saved
     from jaxfeed.recipes.sources.hub import hub_model
 
-    run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2", "--lr", "3e-3")
+    run, _ = train(ckpt, reviews, tmp_path / "two", "--epochs", "2")
     steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) == 2, steps
     saved = read_saved(run)
@@ -135,17 +136,16 @@ def test_eval_and_predict_restore_the_weights_of_a_one_epoch_run(one_epoch, revi
 
 def test_two_exports_into_one_folder_and_an_export_onto_a_file(one_epoch, tmp_path, capsys):
     """Two ``export --format hf`` into one new folder: one writes it whole, the other is refused
-    in one line (exit 2); ``--out FILE`` is refused in one line."""
-    import subprocess
-    import sys
+    in one line (exit 2); ``--out FILE`` is refused in one line. (The two commands run at once,
+    each in a process of its own, forked from the fork server by two threads.)"""
+    from concurrent.futures import ThreadPoolExecutor
 
     run, _ = one_epoch
     target = tmp_path / "shared"
-    cmd = [sys.executable, "-m", "jaxfeed.cli", "export", str(run), "--format", "hf", "--out",
-           str(target)]  # fmt: skip
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    cmd = ["export", str(run), "--format", "hf", "--out", str(target)]
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda _: jaxfeed(*cmd, timeout=300), range(2)))
+    results = [(d.returncode, d.stderr) for d in done]
     assert sorted(code for code, _ in results) == [0, 2], results
     refused = next(err for code, err in results if code == 2)
     assert "--out" in refused and len(refused.strip().splitlines()) == 1, refused

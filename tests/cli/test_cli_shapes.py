@@ -62,20 +62,23 @@ def test_the_cnn_class_keeps_the_article_s_model_and_builds_the_command_s():
     """The class's defaults are the article's parameters (old checkpoints and the PyTorch twin);
     the command's design averages the last map, so its dense layer does not grow with the image."""
 
-    def shapes(model):
+    def shapes(*args, **kwargs):
+        """The parameters' shapes of ``CNN(*args, **kwargs)``, built abstractly (nnx.eval_shape:
+        no initialiser runs, nothing compiles)."""
+        model = nnx.eval_shape(lambda: CNN(*args, rngs=nnx.Rngs(0), **kwargs))
         return {
             ".".join(map(str, path)): tuple(value.shape)
             for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))
         }
 
-    article = shapes(CNN(10, (28, 28, 1), rngs=nnx.Rngs(0)))
+    article = shapes(10, (28, 28, 1))
     assert article["conv2.kernel"] == (3, 3, 32, 64) and article["linear1.kernel"] == (3136, 128)
     assert sorted({k.split(".")[0] for k in article}) == [
         "bn1", "bn2", "conv1", "conv2", "linear1", "linear2"
     ]  # fmt: skip
-    ours = shapes(CNN(2, (24, 24, 3), rngs=nnx.Rngs(0), **IMAGE_CNN))
+    ours = shapes(2, (24, 24, 3), **IMAGE_CNN)
     assert ours["conv3.kernel"] == (3, 3, 64, 128) and ours["linear1.kernel"] == (128, 128)
-    big = shapes(CNN(2, (96, 96, 3), rngs=nnx.Rngs(0), **IMAGE_CNN))
+    big = shapes(2, (96, 96, 3), **IMAGE_CNN)
     assert big == ours
     with pytest.raises(ValueError, match="head in"):
         CNN(2, (24, 24, 3), head="max", rngs=nnx.Rngs(0))
