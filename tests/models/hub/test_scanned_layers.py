@@ -27,10 +27,17 @@ LLAMA = {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 3, "num_atten
          "num_key_value_heads": 2, "intermediate_size": 32, "max_position_embeddings": 64}  # fmt: skip
 
 
-def _bert(depth: int = 3):
+def _made(build, abstract: bool):
+    """``build()``'s model, or its abstract twin (weights as shapes and dtypes, none drawn: each
+    new weight shape's initializer otherwise compiles, 0.1-0.2 CPU s apiece) when only traced."""
+    return nnx.eval_shape(build) if abstract else build()
+
+
+def _bert(depth: int = 3, abstract: bool = False):
     config = {**BERT, "num_hidden_layers": depth}
-    model = bert.build(config, task="sequence-classification", num_labels=3, dtype=None,
-                       param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+    model = _made(lambda: bert.build(config, task="sequence-classification", num_labels=3,
+                                     dtype=None, param_dtype=jnp.float32, rngs=nnx.Rngs(0)),
+                  abstract)  # fmt: skip
     ids = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 7)))
     mask = jnp.asarray([[1] * 7, [1] * 4 + [0] * 3])
 
@@ -40,10 +47,11 @@ def _bert(depth: int = 3):
     return model, model.encoder, call
 
 
-def _vit(depth: int = 3):
+def _vit(depth: int = 3, abstract: bool = False):
     config = {**VIT, "num_hidden_layers": depth}
-    model = vit.FAMILY.build(config, task="image-classification", num_labels=3, dtype=None,
-                             param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+    model = _made(lambda: vit.FAMILY.build(config, task="image-classification", num_labels=3,
+                                           dtype=None, param_dtype=jnp.float32,
+                                           rngs=nnx.Rngs(0)), abstract)  # fmt: skip
     pixels = jnp.asarray(np.random.default_rng(1).normal(size=(2, 3, 8, 8)), jnp.float32)
 
     def call(m, rngs=None):
@@ -52,9 +60,9 @@ def _vit(depth: int = 3):
     return model, model.vit.encoder, call
 
 
-def _llama(depth: int = 3):
+def _llama(depth: int = 3, abstract: bool = False):
     spec = decoder.llama_like_spec({**LLAMA, "num_hidden_layers": depth})
-    model = decoder.CausalLM(spec, rngs=nnx.Rngs(0))
+    model = _made(lambda: decoder.CausalLM(spec, rngs=nnx.Rngs(0)), abstract)
     ids = jnp.asarray(np.random.default_rng(2).integers(1, 50, (2, 9)))
     mask = jnp.asarray([[1] * 9, [0] * 3 + [1] * 6])
 
@@ -67,6 +75,20 @@ def _llama(depth: int = 3):
 MODELS = {"bert": _bert, "vit": _vit, "llama": _llama}
 
 
+# XLA's CPU backend at optimisation level 0 (LLVM's), not the suite's 1 (conftest.py), for the
+# programs compiled here: they are checked for values to tolerances and for their optimized HLO,
+# which is the same text at both levels (the HLO passes do not depend on it; 12-layer train step
+# compared), and level 0 compiles them 2.5-3x faster (12 scan/loop programs: 23 CPU s, not 59).
+# Their values at level 0 are those at level 1 to 5e-6 (every case below, compared once), far
+# inside the tolerances. (The suite cannot use level 0: a CNN's loss turned non-finite there.)
+_LEVEL_0 = {"xla_backend_optimization_level": 0}
+
+
+def _compiled(fn, *args):
+    """``fn`` compiled for ``args`` at XLA CPU optimisation level 0 (see ``_LEVEL_0``)."""
+    return jax.jit(fn).lower(*args).compile(compiler_options=_LEVEL_0)
+
+
 def _loss_and_grads(model, call, rngs_seed):
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
@@ -76,24 +98,24 @@ def _loss_and_grads(model, call, rngs_seed):
         out = call(m, rngs)
         return jnp.sum(out**2), out
 
-    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return _compiled(jax.value_and_grad(loss, has_aux=True), params)(params)
 
 
 _LOOPS: dict = {}
 
 
-def _loop(name, depth):
+def _loop(name):
     """The plain layer-by-layer loop's loss, output and gradients (no recomputation: it changes
-    no value), for a model and depth: computed once, shared by the cases of that model and depth
-    (3 llama cases; each program compiles in 1-4 CPU s). Host arrays, never changed."""
-    if (name, depth) not in _LOOPS:
-        model, stack, call = MODELS[name](depth)
+    no value) of a 3-layer model: computed once, shared by the cases of that model (4 llama
+    cases; a 3-layer loop compiles in 1-3 CPU s). Host arrays, never changed."""
+    if name not in _LOOPS:
+        model, stack, call = MODELS[name](3)
         if name == "llama":
             model.eval()
         stack.remat, stack.scan = False, False
         (loss, out), grads = _loss_and_grads(model, call, _SEEDS[name])
-        _LOOPS[name, depth] = (float(loss), np.asarray(out), jax.tree.map(np.asarray, grads))
-    return _LOOPS[name, depth]
+        _LOOPS[name] = (float(loss), np.asarray(out), jax.tree.map(np.asarray, grads))
+    return _LOOPS[name]
 
 
 _SEEDS = {"bert": 3, "vit": 3, "llama": None}  # encoders train with dropout: the same keys
@@ -106,18 +128,17 @@ _SEEDS = {"bert": 3, "vit": 3, "llama": None}  # encoders train with dropout: th
      ("bert", "attention", True), ("llama", "attention", 2)],
 )  # fmt: skip
 def test_scan_equals_loop_outputs_and_gradients(name, remat, scan):
-    """Scanned (one layer per iteration, or 2 of 3 layers unrolled with one left over), with or
-    without recomputation (all of a layer, all but its weight matmuls, all but those and the
-    attention weights): as the plain loop."""
-    depth = 3 if scan == 2 else 2
-    model, stack, call = MODELS[name](depth)
+    """Three layers scanned (one layer per iteration, or 2 layers unrolled with one left over),
+    with or without recomputation (all of a layer, all but its weight matmuls, all but those and
+    the attention weights): as the plain loop (one loop program per model, not one per depth)."""
+    model, stack, call = MODELS[name](3)
     seed = _SEEDS[name]
     if seed is None:
         model.eval()
     stack.remat = remat
     stack.scan = scan
     (loss_s, out_s), grads_s = _loss_and_grads(model, call, seed)
-    loss_l, out_l, grads_l = _loop(name, depth)
+    loss_l, out_l, grads_l = _loop(name)
     np.testing.assert_allclose(np.asarray(out_s), np.asarray(out_l), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(float(loss_s), float(loss_l), rtol=1e-5)
     assert jax.tree.structure(grads_s) == jax.tree.structure(grads_l)
@@ -128,8 +149,8 @@ def test_scan_equals_loop_outputs_and_gradients(name, remat, scan):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_traced_program_does_not_grow_with_depth(name):
     def dots(depth):
-        model, stack, call = MODELS[name](depth)
-        stack.scan = True  # the default ("auto") loops on CPU, where this test runs
+        model, stack, call = MODELS[name](depth, abstract=True)  # traced, never run
+        stack.scan = True  # as the default ("auto") does, on every backend
         model.eval()
         graphdef, state = nnx.split(model)
         jaxpr = jax.make_jaxpr(lambda s: call(nnx.merge(graphdef, s)))(state)
@@ -151,14 +172,20 @@ def test_parameter_tree_is_stacked_with_a_layers_axis():
 
 def _train_step_hlo(depth: int, *, old_style: bool) -> str:
     """The optimized HLO of a BERT-base-shaped train step (tiny widths, ``depth`` layers,
-    scanned); ``old_style`` holds the layers as a list, stacked inside the step as before."""
-    config = {**BERT, "num_hidden_layers": depth}
-    model = bert.build(config, task="sequence-classification", num_labels=2, dtype=None,
-                       param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
-    model.encoder.scan = True
-    if old_style:
-        model.encoder.layers = unstack(model.encoder.layers)
-    graphdef, state = nnx.split((model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)))
+    scanned); ``old_style`` holds the layers as a list, stacked inside the step as before. The
+    model and optimizer are abstract (shapes and dtypes, ``nnx.eval_shape``): the program is
+    compiled for those, and no weight is ever drawn (a 12-layer model's 2 CPU s)."""
+
+    def build():
+        config = {**BERT, "num_hidden_layers": depth}
+        model = bert.build(config, task="sequence-classification", num_labels=2, dtype=None,
+                           param_dtype=jnp.float32, rngs=nnx.Rngs(0))  # fmt: skip
+        model.encoder.scan = True
+        if old_style:
+            model.encoder.layers = unstack(model.encoder.layers)
+        return model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    graphdef, state = nnx.split(nnx.eval_shape(build))
     ids = jnp.ones((2, 8), jnp.int32)
 
     def step(state):
@@ -170,7 +197,7 @@ def _train_step_hlo(depth: int, *, old_style: bool) -> str:
         optimizer.update(model, grads)
         return nnx.state((model, optimizer))
 
-    return jax.jit(step).lower(state).compile().as_text()
+    return _compiled(step, state).as_text()
 
 
 def _stacking_ops(hlo: str, depth: int) -> tuple[int, int]:
