@@ -22,7 +22,7 @@ from hub_checkpoints import VOCAB
 from jaxfeed import Trainer, load_exported
 from jaxfeed.cli import main
 from jaxfeed.models import from_pretrained
-from jaxfeed.text import generate
+from jaxfeed.text import decode_layout, generate
 
 BERT = {"model_type": "bert", "vocab_size": len(VOCAB), "hidden_size": 32,
         "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
@@ -120,6 +120,9 @@ def test_a_causal_lm_generates_what_it_generates_on_cpu(tmp_path, platform):
         texts = generate(model, tok, prompts, 8, temperature=0)
         assert generate(model, tok, prompts, 8, temperature=0) == texts
     assert all(len(t.split()) == 8 for t in texts)
+    assert decode_layout(model) == ["layers"]  # on the chip: per-layer buffers, as generate's
+    with jax.default_matmul_precision("highest"):
+        assert generate(model, tok, prompts, 8, temperature=0) == texts
     helper = subprocess.run(
         [sys.executable, "-c", CPU_GENERATE, str(folder), json.dumps(prompts)],
         capture_output=True, text=True, timeout=300,

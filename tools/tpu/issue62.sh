@@ -118,6 +118,12 @@ decode)  # decoding's layers: scanned over the stacks (default), a loop over sli
   run 120 bert-nodrop "${bench[@]}" --cases bert --bert-shapes 32x512 --remat attention \
     --modes device --no-dropout --profile "$O/nodrop-prof" --out "$O/x-bert-nodrop.json"
   ;;
+layout)  # decoding as jaxfeed generate lays the layers out (a list on the chip) and stacked
+  g=("${bench[@]}" --cases generate --modes device)
+  run 100 gen-layout-b1 "${g[@]}" --gen-batches 1 --out "$O/l-gen-b1.json"
+  run 60 gen-stacked-b1 "${g[@]}" --gen-batches 1 --stacked-decode --out "$O/l-gen-stacked-b1.json"
+  run 100 gen-layout-b16 "${g[@]}" --gen-batches 16 --out "$O/l-gen-b16.json"
+  ;;
 traces2)  # decoding's fusions with the layers stored stacked and as the old list; BERT's step
   g=("${bench[@]}" --cases generate --modes device --gen-batches 1)
   run 110 gen-list "${g[@]}" --unstacked --no-scan --profile "$O/list-prof"

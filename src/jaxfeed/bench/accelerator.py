@@ -607,9 +607,17 @@ def _generation_programs(graphdef: Any, b: int, prompt: int, new: int) -> tuple[
 
 def generate_case(args: Any, chip: Chip) -> list[dict]:
     """Greedy decoding of the Llama-shaped model: prefill and decode tokens/s per batch size, and
-    the decode step against the HBM bound (weights read once per step)."""
+    the decode step against the HBM bound (weights read once per step). The layers are laid out
+    as ``jaxfeed generate`` lays them (:func:`~jaxfeed.text.decode_layout`: a list of their own
+    buffers on a TPU) unless ``--stacked-decode``."""
+    from jaxfeed.models.stacked import Stack  # import cost: the Hub models
+    from jaxfeed.text import decode_layout  # import cost: as the Hub models
+
     model = llama_model(args, args.llama_layers)
     model.eval()
+    if not getattr(args, "stacked_decode", False):
+        decode_layout(model)
+    layout = "stacked" if isinstance(model.layers, Stack) else "list"
     weight_bytes = param_bytes(model)
     graphdef, state = nnx.split(model)
     prompt, new, rows = args.prompt, args.new_tokens, []
@@ -630,6 +638,7 @@ def generate_case(args: Any, chip: Chip) -> list[dict]:
         bound = None if chip.hbm_gbs is None else weight_bytes / (chip.hbm_gbs * 1e9)
         rows.append({
             "case": "generate", "mode": f"greedy b={b}", "shape": f"{b}x{prompt}+{new}",
+            "layout": layout,
             "compile_s": compile_s, "step_ms": decode_s * 1e3, "per_s": b / decode_s,
             "unit": "tokens", "prefill_per_s": b * prompt / prefill_s,
             "hbm_fraction": None if bound is None else bound / decode_s,
@@ -662,6 +671,8 @@ def print_table(rows: list[dict], chip: Chip) -> None:
                                  ("hbm_fraction", "of HBM bound", ".2f")):  # fmt: skip
             if r.get(key) is not None:
                 notes.append(f"{label} {format(r[key], spec)}")
+        if r.get("layout"):
+            notes.append(f"layers {r['layout']}")
         per = f"{r['per_s']:,.0f} {r['unit'][:3]}"
         print(f"{r['case']:<14}{r['mode']:<20}{r.get('shape', ''):<14}"
               f"{_fmt(r['compile_s'], '.1f'):>10}{r['step_ms']:>10.2f}{per:>16}"
@@ -687,6 +698,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--images", type=int, default=2048, help="JPEGs in the loader's folder")
     p.add_argument("--attention", choices=("auto", "xla", "flash"), default="auto")
     p.add_argument("--no-scan", dest="scan", action="store_false", help="unroll the layers")
+    p.add_argument("--stacked-decode", action="store_true",
+                   help="decode over the layers stored stacked (default: as jaxfeed generate, "
+                   "a list of per-layer buffers on a TPU)")  # fmt: skip
     p.add_argument("--unstacked", action="store_true",
                    help="Llama's layers as a list of modules of their own, not stored stacked")  # fmt: skip
     p.add_argument(

@@ -9,13 +9,21 @@ Built on Hugging Face `tokenizers` (the Rust library behind `transformers`), the
 - :func:`tokenize` adds ``input_ids`` and ``attention_mask`` columns, encoding batches with the
   tokenizer's own threads (``num_proc=`` splits the rows over processes too);
 - :func:`generate` continues prompts with a causal language model (a key/value cache, one
-  compiled loop; Hub models from ``jaxfeed.models.from_pretrained`` too).
+  compiled loop; Hub models from ``jaxfeed.models.from_pretrained`` too); :func:`decode_layout`
+  lays a model out for decoding on a TPU.
 
 The ragged ``input_ids`` feed ``DataLoader(padding=...)``, ``bucket_by_length`` and ``packing``.
 """
 
 from jaxfeed.data.text.tokenize import tokenize
 from jaxfeed.data.text.tokenizer import load_tokenizer, special_tokens, train_tokenizer
-from jaxfeed.train.generation import generate
+from jaxfeed.train.generation import decode_layout, generate
 
-__all__ = ["generate", "load_tokenizer", "special_tokens", "tokenize", "train_tokenizer"]
+__all__ = [
+    "decode_layout",
+    "generate",
+    "load_tokenizer",
+    "special_tokens",
+    "tokenize",
+    "train_tokenizer",
+]

@@ -86,3 +86,22 @@ def test_the_decode_program_holds_one_layer_s_code_whatever_the_depth():
     """Compile time stays flat in depth (on a TPU v5e the 22-layer 1.1B decode program compiled
     in 2.9 s scanned against 21.5 s as a loop over the layers)."""
     assert _dots_in_decode(2) == _dots_in_decode(6)
+
+
+def test_the_decoding_layout_lists_the_layers_where_they_fit_and_decodes_the_same():
+    """``decode_layout`` (what ``jaxfeed generate`` calls): on a TPU with room for a copy, the
+    stacked layers become a list of their own buffers (the stack's arrays are not kept) and
+    greedy decoding gives the same logits; without the room, or on a CPU, nothing changes."""
+    from jaxfeed.text import decode_layout
+
+    model = _model(3)
+    expected = _decode_steps(model)
+    stacked_leaves = {id(x) for x in jax.tree.leaves(nnx.state(model.layers))}
+    assert decode_layout(model, backend="cpu") == []
+    assert decode_layout(model, backend="tpu", free_bytes=1000) == []  # 3 layers take more
+    assert isinstance(model.layers, Stack)
+    assert decode_layout(model, backend="tpu", free_bytes=10**9) == ["layers"]
+    assert isinstance(model.layers, nnx.List) and len(model.layers) == 3
+    assert not stacked_leaves & {id(x) for x in jax.tree.leaves(nnx.state(model))}
+    assert model.layers[1].attention.query.kernel.ndim == 2
+    np.testing.assert_allclose(_decode_steps(model), expected, atol=2e-5, rtol=2e-5)

@@ -9,6 +9,7 @@ from jaxfeed.recipes.serving.hub_generate import chat_prompts, check_reply_ends
 from jaxfeed.recipes.serving.saved import read_saved
 from jaxfeed.recipes.serving.text_serve import lm_trainer
 from jaxfeed.recipes.text.tokenizer import attach_tokenizer
+from jaxfeed.text import decode_layout
 from jaxfeed.text import generate as generate_tokens
 
 
@@ -60,6 +61,7 @@ def generate(
                     "(the run's --seq-len): shorten the prompt or ask fewer new tokens"
                 )
     trainer, _ = lm_trainer(saved, checkpoint)
+    decode_layout(trainer.model)  # on a TPU: per-layer weight buffers, which decode faster
     if chat:
         check_reply_ends(trainer.model, prep.tokenizer, stop, str(hub["model"]))
     try:

@@ -201,7 +201,7 @@ def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int 
     the like are one-line :class:`ConfigError`s."""
     from jaxfeed.models import from_pretrained, preprocessor  # import cost: JAX, Flax
     from jaxfeed.models.hub.files import resolve  # import cost: the Hub layer
-    from jaxfeed.text import generate  # import cost: JAX
+    from jaxfeed.text import decode_layout, generate  # import cost: JAX
 
     for i, prompt in enumerate(prompts):
         if not prompt:
@@ -210,6 +210,7 @@ def generate_pretrained(source: str, prompts: list[str], *, max_new_tokens: int 
         if chat:  # the template checked before the model is loaded
             prompts = chat_prompts(resolve(source).folder, source, list(prompts))
         model = from_pretrained(source, task="causal-lm")
+        decode_layout(model)  # on a TPU: per-layer weight buffers, which decode faster
         tokenizer = preprocessor(source)
         if chat:
             check_reply_ends(model, tokenizer, stop, source)
