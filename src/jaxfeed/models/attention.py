@@ -14,10 +14,18 @@ and causal masks. ``"auto"`` uses it on a single device only (on several, a step
 XLA's partitioner cannot split the kernel), for heads of 128 or more, and for narrower heads
 (64, as BERT-base's and Llama 1.1B's) at 512 tokens or more: on a TPU v5e, splash ran BERT-base
 32x512 at MFU 0.505 (XLA's path 0.498) and Llama-shape 1.1B at 2048 tokens at 0.463 (XLA's path
-0.348); at fewer tokens with narrow heads it was not measured faster. It refuses dropout on the
-attention weights, any other mask (a sliding window), sequence lengths that are not multiples
-of 128 and head widths over 128 that are not multiples of 128. Both paths compute the softmax in
-float32; masked keys weigh nothing.
+0.348); at fewer tokens with narrow heads it was not measured faster. It refuses any other mask
+(a sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that
+are not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
+
+Dropout on the attention weights (``dropout=``: :func:`active_dropout`'s :class:`WeightDropout`
+of jaxfeed's ``Dropout`` or a plain ``nnx.Dropout``) runs inside the fused kernel where the
+kernel runs: jaxfeed's fork of splash (:mod:`jaxfeed.models.kernels.splash_dropout`) draws each
+block's keep mask in the kernel from one seed per call (:meth:`WeightDropout.fused_draw`), the
+same bits in the backward pass, with no mask in memory (its bits: :data:`DROPOUT_BITS`). It
+refuses a dropout it cannot draw (a function, a module with its own call, ``broadcast_dims``),
+and all attention dropout when :data:`FUSED_DROPOUT` is off or :data:`FUSED_KERNEL` is
+``"flash"``: those run XLA's path, which saves a boolean keep mask (:data:`KEEP`).
 
 >>> import jax.numpy as jnp
 >>> q = k = v = jnp.ones((1, 4, 2, 8))
