@@ -56,6 +56,7 @@ def test_fused_dropout_equals_the_xla_path_with_the_kernels_mask(prng, case, blo
                  "causal": True}  # fmt: skip
     dropout = att.WeightDropout(Dropout(0.1, deterministic=False), jax.random.key(3))
     seed, threshold, scale = dropout.fused_draw()
+
     def draw(seed):
         return sd.keep_mask(seed, (B, heads, T, T), threshold=threshold, block_q=block,
                             block_kv=block, prng=prng)  # fmt: skip
