@@ -37,6 +37,9 @@ def test_quick_flags_and_refusals():
     args = A.parse_args(["--quick", "--cases", "bert"])
     assert args.cases == ["bert"] and args.bert_shapes == "4x32" and "fit" not in args.modes
     assert A.parse_args(["--quick", "--steps", "7"]).steps == 7  # given flags win
+    assert args.attention_dropout == "fused" and args.dropout_bits is None  # the fused dropout
+    old = A.parse_args(["--attention-dropout", "xla", "--dropout-bits", "hash"])  # for comparison
+    assert (old.attention_dropout, old.dropout_bits) == ("xla", "hash")
     with pytest.raises(SystemExit):
         A.parse_args(["--cases", "resnet"])
 

@@ -33,7 +33,9 @@ the compiled step (``flops: xla``), else from ``6 * parameters * tokens`` plus a
 whose loop body XLA counts once). MFU is FLOPs per second over the chip's bfloat16 peak
 (:data:`CHIPS`); an unknown chip gets no MFU. ``--attention`` picks the attention kernel
 (``auto``, ``xla``, ``flash``: :mod:`jaxfeed.models.attention`), ``--no-scan`` unrolls the layers,
-``--no-dropout`` trains BERT without dropout (BERT's attention dropout keeps the fused kernel out).
+``--no-dropout`` trains BERT without dropout; with it, BERT's attention dropout runs inside the
+fused kernel where that applies (``--attention-dropout xla``: on XLA's path, as before the fused
+dropout; ``--dropout-bits``: the fused dropout's random bits, the chip's generator or a hash).
 
 Run: ``python benchmarks/accelerator.py [--quick] [--cases vit,bert] [--out FILE.json]`` or
 ``jaxfeed bench accelerator``. ``--quick`` runs tiny shapes, one generation batch and no ``fit``
@@ -726,6 +728,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the fused kernel's longest block (default: attention.FLASH_BLOCK)")  # fmt: skip
     p.add_argument("--fused-kernel", choices=("flash", "splash"), default=None,
                    help="the kernel --attention flash runs (default: attention.FUSED_KERNEL)")  # fmt: skip
+    p.add_argument("--attention-dropout", choices=("fused", "xla"), default="fused",
+                   help="attention dropout inside the fused kernel, or on XLA's path (old)")  # fmt: skip
+    p.add_argument("--dropout-bits", choices=("hardware", "hash"), default=None,
+                   help="the fused dropout's random bits (default: attention.DROPOUT_BITS)")  # fmt: skip
     p.add_argument("--logits-float32", action="store_true",
                    help="XLA attention's logits written in float32 (default: the inputs' dtype)")  # fmt: skip
     args = p.parse_args(argv)
@@ -756,6 +762,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     attention.LOGITS_IN_FLOAT32 = args.logits_float32
     attention.FLASH_BLOCK = args.flash_block or attention.FLASH_BLOCK
     attention.FUSED_KERNEL = args.fused_kernel or attention.FUSED_KERNEL
+    attention.FUSED_DROPOUT = args.attention_dropout == "fused"
+    attention.DROPOUT_BITS = args.dropout_bits or attention.DROPOUT_BITS
     chip = Chip.of_kind(jax.devices()[0].device_kind)
     rows: list[dict] = []
     with use_attention(args.attention):
@@ -764,6 +772,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print_table(rows, chip)
     payload = {"chip": chip.kind, "peak_tflops": chip.peak_tflops, "jax": jax.__version__,
                "quick": args.quick, "attention": args.attention, "scan": args.scan, "remat": args.remat,
+               "attention_dropout": args.attention_dropout, "dropout_bits": attention.DROPOUT_BITS,
                "rows": rows}  # fmt: skip
     save_json("accelerator" + ("-quick" if args.quick else ""), payload)
     if args.out is not None:

@@ -14,10 +14,18 @@ and causal masks. ``"auto"`` uses it on a single device only (on several, a step
 XLA's partitioner cannot split the kernel), for heads of 128 or more, and for narrower heads
 (64, as BERT-base's and Llama 1.1B's) at 512 tokens or more: on a TPU v5e, splash ran BERT-base
 32x512 at MFU 0.505 (XLA's path 0.498) and Llama-shape 1.1B at 2048 tokens at 0.463 (XLA's path
-0.348); at fewer tokens with narrow heads it was not measured faster. It refuses dropout on the
-attention weights, any other mask (a sliding window), sequence lengths that are not multiples
-of 128 and head widths over 128 that are not multiples of 128. Both paths compute the softmax in
-float32; masked keys weigh nothing.
+0.348); at fewer tokens with narrow heads it was not measured faster. It refuses any other mask
+(a sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that
+are not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
+
+Dropout on the attention weights (``dropout=``: :func:`active_dropout`'s :class:`WeightDropout`
+of jaxfeed's ``Dropout`` or a plain ``nnx.Dropout``) runs inside the fused kernel where the
+kernel runs: jaxfeed's fork of splash (:mod:`jaxfeed.models.kernels.splash_dropout`) draws each
+block's keep mask in the kernel from one seed per call (:meth:`WeightDropout.fused_draw`), the
+same bits in the backward pass, with no mask in memory (its bits: :data:`DROPOUT_BITS`). It
+refuses a dropout it cannot draw (a function, a module with its own call, ``broadcast_dims``),
+and all attention dropout when :data:`FUSED_DROPOUT` is off or :data:`FUSED_KERNEL` is
+``"flash"``: those run XLA's path, which saves a boolean keep mask (:data:`KEEP`).
 
 >>> import jax.numpy as jnp
 >>> q = k = v = jnp.ones((1, 4, 2, 8))
@@ -41,6 +49,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
+from jaxfeed.models.dropout import Dropout
+from jaxfeed.runtime.prng import mask_bits
+
 IMPLEMENTATIONS = ("auto", "xla", "flash")
 #: The name of the attention weights (softmax output, in the values' dtype) that the backward pass
 #: reuses; ``remat="attention"`` keeps them (see :data:`jaxfeed.models.stacked.REMAT_POLICIES`).
@@ -58,6 +69,14 @@ FLASH_BLOCK = 512
 #: :func:`splash_attention`; the default since the accelerator tier passed on it) or
 #: ``"flash"`` (Pallas's flash attention).
 FUSED_KERNEL = "splash"
+#: Dropout on the attention weights inside the fused kernel (True: splash with dropout, see
+#: :mod:`jaxfeed.models.kernels.splash_dropout`) or on XLA's path (False: the fused kernel is
+#: refused whenever the attention weights are dropped, as before the fused dropout existed).
+FUSED_DROPOUT = True
+#: The fused dropout's random bits on a TPU: ``"hardware"`` (the chip's generator, seeded per
+#: block) or ``"hash"`` (a keyed hash of each weight's position); Pallas's interpreter takes
+#: ``"hash"`` (it has no hardware generator).
+DROPOUT_BITS = "hardware"
 #: With heads under :data:`BLOCK` wide, ``"auto"`` takes the fused kernel from this many tokens.
 NARROW_HEADS_FROM = 512
 #: The plain path's logits (queries times keys) in float32 (True) or in the queries' dtype
@@ -105,7 +124,8 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
                   dropout: Any = None, causal: bool = False,
                   implementation: str = "auto") -> str | None:  # fmt: skip
     """Why the fused kernel does not run these inputs (None when it does): ``"xla"`` chosen, not
-    a TPU, attention dropout, an extra mask, or shapes the kernel refuses.
+    a TPU, attention dropout the fused kernel cannot draw (see :func:`_fused_dropout_refusal`), an
+    extra mask, or shapes the kernel refuses.
 
     >>> import jax.numpy as jnp
     >>> flash_refusal(jnp.ones((1, 4, 2, 8)), jnp.ones((1, 4, 2, 8)), None, implementation="xla")
@@ -118,8 +138,8 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
         return f"the backend is {jax.default_backend()}, not tpu"
     if implementation == "auto" and jax.device_count() > 1:
         return 'several devices (XLA\'s partitioner does not split the kernel; force "flash")'
-    if dropout is not None:
-        return "dropout on the attention weights (the fused kernel has none)"
+    if dropout is not None and (why := _fused_dropout_refusal(dropout)) is not None:
+        return why
     if mask is not None:
         return "a mask other than padding, segments and causality (a sliding window)"
     if t % BLOCK or s % BLOCK:
@@ -175,6 +195,66 @@ class WeightDropout:
             return multipliers, 1.0
         rate = float(self.module.rate)  # nnx.Dropout keeps with 1 - rate, scaled by its inverse
         return multipliers != 0, (0.0 if rate >= 1.0 else 1.0 / (1.0 - rate))
+
+    def fused_refusal(self) -> str | None:
+        """Why the fused kernel cannot draw this dropout's mask itself (None when it can: a
+        jaxfeed ``Dropout`` or a plain ``nnx.Dropout``, no ``broadcast_dims``, rate under 1)."""
+        module, kind = self.module, type(self.module)
+        if kind.__call__ is not Dropout.__call__ and kind.__call__ is not nnx.Dropout.__call__:
+            return f"dropout on the attention weights by {kind.__name__} (its own call)"
+        if getattr(module, "broadcast_dims", ()):
+            return "dropout on the attention weights with broadcast_dims"
+        if float(module.rate) >= 1.0:
+            return "dropout on the attention weights at rate 1"
+        return None
+
+    def fused_draw(self) -> tuple[jax.Array, int, float]:
+        """``(seed, threshold, scale)`` for the fused kernel: two int32 words from one draw of
+        the module's key (two calls differ, the same key repeats), the unsigned 32-bit
+        threshold under which a weight is kept, and the kept weights' factor: jaxfeed's
+        ``Dropout`` at its rounded rate (:func:`jaxfeed.runtime.prng.mask_bits`, as its own
+        masks), ``nnx.Dropout`` at its rate.
+
+        >>> from flax import nnx
+        >>> drop = WeightDropout(Dropout(0.1, deterministic=False), nnx.Rngs(dropout=0))
+        >>> seed, threshold, scale = drop.fused_draw()
+        >>> seed.shape, threshold == 230 << 24, round(scale, 4)
+        ((2,), True, 1.113)
+        """
+        module, rate = self.module, float(self.module.rate)
+        if isinstance(module, Dropout):
+            key = module._key(self.rngs)
+            bits, threshold, keep = mask_bits(rate)
+            threshold <<= 32 - bits
+        else:
+            key = _nnx_key(module, self.rngs)
+            keep = 1.0 - rate
+            threshold = min(max(round(keep * 2**32), 1), 2**32 - 1)
+        seed = jax.lax.bitcast_convert_type(jax.random.bits(key, (2,), jnp.uint32), jnp.int32)
+        return seed, threshold, 1.0 / keep
+
+
+def _nnx_key(module: Any, rngs: Any) -> jax.Array:
+    """The key an ``nnx.Dropout`` call draws from ``rngs`` (else its own)."""
+    rngs = module.rngs if rngs is None else rngs
+    if isinstance(rngs, nnx.Rngs):
+        return rngs[module.rng_collection]()
+    if isinstance(rngs, nnx.RngStream):
+        return rngs()
+    if isinstance(rngs, jax.Array):
+        return rngs
+    raise TypeError(f"attention dropout is on but has no random key: got {type(rngs).__name__}")
+
+
+def _fused_dropout_refusal(dropout: Any) -> str | None:
+    """Why the fused kernel does not run this attention dropout (None when it draws it)."""
+    if not FUSED_DROPOUT:
+        return "dropout on the attention weights (attention.FUSED_DROPOUT is off)"
+    if FUSED_KERNEL != "splash":
+        return f'dropout on the attention weights with FUSED_KERNEL="{FUSED_KERNEL}" (splash only)'
+    if not isinstance(dropout, WeightDropout):
+        return "dropout on the attention weights by a function (the fused kernel needs a module)"
+    return dropout.fused_refusal()
 
 
 def dense_mask(batch: int, t: int, s: int, *, key_mask: Any = None, segment_ids: Any = None,
@@ -322,12 +402,17 @@ def _segments(make: Any, b: int, t: int, key_mask: Any, segment_ids: Any) -> Any
 
 
 def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
-                     segment_ids: Any = None, causal: bool = False,
-                     interpret: bool = False) -> jax.Array:  # fmt: skip
+                     segment_ids: Any = None, causal: bool = False, interpret: bool = False,
+                     dropout: WeightDropout | None = None) -> jax.Array:  # fmt: skip
     """TPU's fused Pallas splash attention (the kernel MaxText runs) over ``(B, T, H, D)``
     queries and ``(B, S, Hkv, D)`` keys and values: grouped key/value heads read in place, padding
-    as segment ids, one fused backward kernel, blocks of :func:`flash_block`. ``interpret`` runs
-    it with Pallas's interpreter (any backend, slowly)."""
+    as segment ids, one fused backward kernel, blocks of :func:`flash_block`. With ``dropout``
+    (see :meth:`WeightDropout.fused_refusal`) jaxfeed's fork of it drops the weights inside the
+    kernel (:mod:`jaxfeed.models.kernels.splash_dropout`: bits of :data:`DROPOUT_BITS`, no mask
+    in memory). ``interpret`` runs it with Pallas's interpreter (any backend, slowly)."""
+    if dropout is not None:
+        return _splash_dropout(q, k, v, dropout, key_mask=key_mask, segment_ids=segment_ids,
+                               causal=causal, interpret=interpret)  # fmt: skip
     from jax.experimental.pallas.ops.tpu import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
         splash_attention as splash,
     )
@@ -347,6 +432,26 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any 
         out = jax.vmap(kernel)(*heads_first)
     else:
         out = jax.vmap(kernel)(*heads_first, segment_ids=segments)
+    return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+
+def _splash_dropout(q: jax.Array, k: jax.Array, v: jax.Array, dropout: WeightDropout, *,
+                    key_mask: Any, segment_ids: Any, causal: bool,
+                    interpret: bool) -> jax.Array:  # fmt: skip
+    """:func:`splash_attention` with ``dropout`` drawn inside the kernel."""
+    from jaxfeed.models.kernels import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
+        splash_dropout as kernel,
+    )
+
+    b, t, _, d = q.shape
+    seed, threshold, scale = dropout.fused_draw()
+    q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernel does not scale the logits
+    out = kernel.dropout_splash(
+        *(x.transpose(0, 2, 1, 3) for x in (q, k, v)), seed, threshold=threshold, scale=scale,
+        segment_ids=_segments(kernel.SegmentIds, b, t, key_mask, segment_ids), causal=causal,
+        block_q=flash_block(t), block_kv=flash_block(k.shape[1]),
+        prng="hash" if interpret else DROPOUT_BITS, interpret=interpret,
+    )  # fmt: skip
     return out.transpose(0, 2, 1, 3).astype(q.dtype)
 
 
@@ -400,6 +505,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
     if chosen not in IMPLEMENTATIONS:
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {chosen!r}")
     why = flash_refusal(q, k, v, mask=mask, dropout=dropout, causal=causal, implementation=chosen)
+    if why is None and dropout is not None:  # splash with the dropout inside (see flash_refusal)
+        return splash_attention(q, k, v, key_mask=key_mask, segment_ids=segment_ids,
+                                causal=causal, dropout=dropout)  # fmt: skip
     if why is None:
         fused = splash_attention if FUSED_KERNEL == "splash" else flash_attention
         return fused(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
