@@ -35,7 +35,8 @@ row, the head and the block's query and key indices, the same in the forward and
 pass (:func:`keep_mask` writes the mask out, for tests).
 
 Random bits, ``prng``: ``"hardware"`` seeds the TPU's generator per block (``pltpu.prng_seed`` of
-the row's two seed words, the head, the query and key block) and draws the block's 32-bit words
+the row's two seed words folded into one and the block's index among the row's heads, query and
+key blocks: Mosaic takes two seed words at most) and draws the block's 32-bit words
 (``pltpu.prng_random_bits``; the backward pass draws the same block and transposes it);
 ``"hash"`` computes each element's word as a keyed hash of its position (two rounds of Wellons'
 ``lowbias32``, as :mod:`jaxfeed.runtime.prng`), about 20 integer operations an element, and
@@ -189,7 +190,10 @@ def _keep(seed_ref, head, q_block, kv_block, *, cfg: _Config, t: int, s: int,
     bq, bkv = cfg.block_q, cfg.block_kv
     seed0, seed1 = seed_ref[0, 0], seed_ref[0, 1]
     if cfg.prng == "hardware":
-        pltpu.prng_seed(seed0, seed1, head, q_block, kv_block)
+        # Mosaic seeds the generator with at most two words: the row's seed folded into one,
+        # and the block's index among the (heads, query blocks, key blocks) of the row.
+        blocks = (head * (t // bq) + q_block) * (s // bkv) + kv_block
+        pltpu.prng_seed(_lowbias32(seed0 ^ _lowbias32(seed1)), blocks)
         bits = pltpu.prng_random_bits((bq, bkv))
         if transposed:
             bits = bits.T
