@@ -152,13 +152,14 @@ def test_generate_run_uses_the_fine_tuned_weights(lm_run, ckpt, exported, capsys
     assert texts == generate(from_pretrained(exported), tok, prompts, 5, temperature=0)
     assert texts != generate(from_pretrained(ckpt), tok, prompts, 5, temperature=0)
     assert texts[0] == "t23 t24 t25 t26 t27"  # it learned the corpus' runs
-    # --chat: the prompt rendered by the checkpoint's chat template, special tokens as written
-    status, said, err = run_main(capsys, "generate", str(out), "t20", "--chat", *args)
+    # --chat: each prompt rendered by the checkpoint's chat template, special tokens as written
+    # (two prompts of the lengths above: the decoding compiled for them serves these too)
+    status, said, err = run_main(capsys, "generate", str(out), "t20", "t50", "--chat", *args)
     assert status == 0, err
-    rendered = "<s>t20 t3 t4"
+    rendered = ["<s>t20 t3 t4", "<s>t50 t3 t4"]
     expected = generate(from_pretrained(exported), tok, rendered, 5, temperature=0,
                         add_special_tokens=False)  # fmt: skip
-    assert json.loads(said)[0]["text"] == expected
+    assert [row["text"] for row in json.loads(said)] == expected
 
 
 def test_resume_refuses_a_checkpoint_whose_files_changed(lm_run, ckpt, tmp_path, capsys):

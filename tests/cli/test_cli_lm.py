@@ -117,7 +117,8 @@ def test_eval_reports_perplexity_over_real_tokens(lm_run, capsys):
 
 def test_generate_greedy_continues_the_alphabet_and_the_export_agrees(lm_run, capsys):
     out, _ = lm_run
-    args = ["generate", str(out), "defgh", "qrstu", "--max-new-tokens", "6", "--json"]
+    # 40 new tokens for two prompts of up to 8 tokens: the decoding the next test compiles
+    args = ["generate", str(out), "defgh", "qrstu", "--max-new-tokens", "40", "--json"]
     status, shown, err = run_main(capsys, *args, "--temperature", "0")
     assert status == 0, err
     greedy = json.loads(shown)
@@ -146,17 +147,19 @@ def test_generate_crosses_line_ends_unless_told_to_stop(lm_run, capsys):
     """A line-wrapped corpus gives continuations across its line ends (the README's lines), and
     --stop "\\n" ends them at the first."""
     out, _ = lm_run
-    args = ["generate", str(out), "cdefghij", "--max-new-tokens", "40", "--temperature", "0"]
+    # two prompts: the decoding the test above compiled (a batch of 2, 40 new tokens)
+    args = ["generate", str(out), "cdefghij", "qrs", "--max-new-tokens", "40", "--temperature", "0"]
     status, shown, err = run_main(capsys, *args, "--json")
     assert status == 0, err
-    text = json.loads(shown)[0]["text"]
+    texts = [row["text"] for row in json.loads(shown)]
+    text = texts[0]
     assert "\n" in text.strip("\n"), text  # a line end inside the continuation
     letters = "".join(text.split("\n")[:2])  # the alphabet goes on across the line end
     expected = "".join(string.ascii_lowercase[(10 + k) % 26] for k in range(len(letters)))
     assert letters == expected, text
     status, shown, err = run_main(capsys, *args, "--stop", "\\n", "--json")
     assert status == 0, err
-    assert json.loads(shown)[0]["text"] == text.split("\n")[0]
+    assert [row["text"] for row in json.loads(shown)] == [t.split("\n")[0] for t in texts]
 
 
 def test_sample_by_paragraph_reads_one_text_per_paragraph(corpus):
