@@ -1,9 +1,11 @@
 """Stop strings end the decoding loop early: a row whose decoded text holds one is finished, and
 decoding stops once every row is (counted in steps, with and without the key/value cache)."""
 
+import jax
 import pytest
 from flax import nnx
 
+from jax_compiles import compile_count
 from jaxfeed import Dataset
 from jaxfeed.models import TransformerLM
 from jaxfeed.text import train_tokenizer
@@ -74,6 +76,20 @@ def test_finished_rows_stop_without_a_new_program(lm_and_tokenizer):
     assert out.steps == 2 * STOP_CHUNK
     assert calls == [[STOP_CHUNK] * 2, [2 * STOP_CHUNK] * 2]
     assert compilations() == before  # the chunks run the program of the one-call loop
+
+
+def test_the_chunks_compile_nothing_more_for_weights_placed_on_a_device(lm_and_tokenizer):
+    """A model whose weights were put on a device (as ``from_pretrained`` places them): the
+    carry made on the host and the one a chunk gives back look alike to ``jax.jit``, so the
+    chunks after the first run the first chunk's program (they compiled it a second time)."""
+    lm, _ = lm_and_tokenizer
+    placed = nnx.clone(lm)
+    nnx.update(placed, jax.device_put(nnx.state(placed), jax.devices()[0]))
+    before = compile_count(generation._cached_jit)
+    out = generate_ids(placed, [[3, 4], [5], [6]], NEW, temperature=0,
+                       finished=lambda rows: [False] * len(rows))  # fmt: skip
+    assert out.steps == NEW  # five chunks
+    assert compile_count(generation._cached_jit) == before + 1
 
 
 def test_each_row_stops_at_its_own_stop_string(lm_and_tokenizer, monkeypatch):

@@ -476,6 +476,7 @@ def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: fl
     ends[: len(eos)] = eos
     tokens, mask, ends = jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(ends)
     done = np.zeros((len(rows),), bool)
+    place = _placer(state)
     if cached:
         carry = Carry(jnp.zeros((len(rows), _vocab(model, vocab)), jnp.float32),
                       model.init_cache(len(rows), length),
@@ -483,6 +484,7 @@ def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: fl
                       jnp.int32(0))  # fmt: skip
     else:
         carry = (tokens, jnp.asarray(done), jnp.int32(0))
+    carry = place(carry)
     ran = 0
     while True:
         until = max_new_tokens if finished is None else min(max_new_tokens, ran + STOP_CHUNK)
@@ -503,9 +505,22 @@ def _run(model: Any, rows: list[list[int]], max_new_tokens: int, temperature: fl
         done[running] = np.asarray(finished(so_far), bool)
         if done.all():
             break
-        carry = carry._replace(done=jnp.asarray(done)) if cached else (carry[0], jnp.asarray(done),
-                                                                       carry[2])  # fmt: skip
+        ended = place(jnp.asarray(done))
+        carry = carry._replace(done=ended) if cached else (carry[0], ended, carry[2])
     return Generated(_cut(np.asarray(new)[:, :max_new_tokens], eos), ran)
+
+
+def _placer(state: Any) -> Callable[[Any], Any]:
+    """Where the decoding loop's carry goes: onto the model's device when its weights all lie on
+    one, as the loop's outputs do (a carry that came back from a call and one made on the host
+    must look alike to ``jax.jit``, else the chunks after the first compile the loop again);
+    elsewhere left as it is."""
+    devices = {d for leaf in jax.tree.leaves(state) if isinstance(leaf, jax.Array)
+               for d in leaf.devices()}  # fmt: skip
+    if len(devices) != 1:
+        return lambda tree: tree
+    device = devices.pop()
+    return lambda tree: jax.device_put(tree, device)
 
 
 def _cut(new: np.ndarray, eos: list[int]) -> list[list[int]]:
