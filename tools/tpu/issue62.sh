@@ -12,15 +12,8 @@ source tools/tpu/setup.sh
 export PYTHONPATH="$PWD/src:$PYTHONPATH"
 O=${OUT:-.}
 LOG="$O/issue62-$1.log"
-START=$(date +%s)
-
-run() {  # run SECONDS NAME COMMAND...: one command, its output in the log
-  local limit=$1 name=$2
-  shift 2
-  echo "== $name ($(($(date +%s) - START)) s in): $*" | tee -a "$LOG"
-  timeout "$limit" "$@" 2>&1 | grep -vE "^\s*$|UserWarning|warnings.warn" | tee -a "$LOG" | tail -n 25
-  echo "== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
-}
+# shellcheck source=tools/tpu/logged.sh
+source tools/tpu/logged.sh
 
 bench=(python3 benchmarks/accelerator.py --steps 5 --repeats 3)
 case "$1" in

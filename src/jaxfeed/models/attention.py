@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from jaxfeed.models.dropout import Dropout
+from jaxfeed.models.dropout import Dropout, dropout_key
 from jaxfeed.runtime.prng import mask_bits
 
 IMPLEMENTATIONS = ("auto", "xla", "flash")
@@ -236,14 +236,13 @@ class WeightDropout:
 
 def _nnx_key(module: Any, rngs: Any) -> jax.Array:
     """The key an ``nnx.Dropout`` call draws from ``rngs`` (else its own)."""
-    rngs = module.rngs if rngs is None else rngs
-    if isinstance(rngs, nnx.Rngs):
-        return rngs[module.rng_collection]()
-    if isinstance(rngs, nnx.RngStream):
-        return rngs()
-    if isinstance(rngs, jax.Array):
-        return rngs
-    raise TypeError(f"attention dropout is on but has no random key: got {type(rngs).__name__}")
+    key = dropout_key(module, rngs)
+    if key is None:
+        given = module.rngs if rngs is None else rngs
+        raise TypeError(
+            f"attention dropout is on but has no random key: got {type(given).__name__}"
+        )
+    return key
 
 
 def _fused_dropout_refusal(dropout: Any) -> str | None:

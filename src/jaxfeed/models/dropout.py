@@ -86,17 +86,33 @@ class Dropout(nnx.Dropout):
         return keep_mask(self._key(rngs), self.rate, tuple(shape))
 
     def _key(self, rngs: Any) -> jax.Array:
-        rngs = self.rngs if rngs is None else rngs
-        if isinstance(rngs, nnx.Rngs):
-            return rngs[self.rng_collection]()
-        if isinstance(rngs, nnx.RngStream):
-            return rngs()
-        if isinstance(rngs, jax.Array):
-            return rngs
-        raise TypeError(
-            "Dropout is on (deterministic=False) but has no random key: pass rngs= (an "
-            f"nnx.Rngs, RngStream or key), got {type(rngs).__name__}"
-        )
+        key = dropout_key(self, rngs)
+        if key is None:
+            raise TypeError(
+                "Dropout is on (deterministic=False) but has no random key: pass rngs= (an "
+                f"nnx.Rngs, RngStream or key), got {type(self.rngs if rngs is None else rngs).__name__}"
+            )
+        return key
 
 
-__all__ = ["Dropout", "dropout"]
+def dropout_key(module: nnx.Dropout, rngs: Any) -> jax.Array | None:
+    """The key a dropout ``module`` (``nnx.Dropout`` or jaxfeed's) draws from ``rngs`` (else from
+    its own ``rngs``): an ``nnx.Rngs``' stream of its collection, a stream, or a key as given;
+    None when there is none.
+
+    >>> dropout_key(nnx.Dropout(0.1), None) is None
+    True
+    >>> dropout_key(nnx.Dropout(0.1), nnx.Rngs(dropout=0)).dtype
+    key<fry>
+    """
+    rngs = module.rngs if rngs is None else rngs
+    if isinstance(rngs, nnx.Rngs):
+        return rngs[module.rng_collection]()
+    if isinstance(rngs, nnx.RngStream):
+        return rngs()
+    if isinstance(rngs, jax.Array):
+        return rngs
+    return None
+
+
+__all__ = ["Dropout", "dropout", "dropout_key"]

@@ -1,0 +1,12 @@
+# Sourced by the TPU scripts (issue62.sh, dropk.sh) once LOG is set: `run SECONDS NAME COMMAND...`
+# runs one command with a time limit of its own (one stuck case does not take the others' time),
+# its output teed into $LOG between lines that say when it started and how it exited.
+START=$(date +%s)
+
+run() {  # run SECONDS NAME COMMAND...: one command, its output in the log
+  local limit=$1 name=$2
+  shift 2
+  echo "== $name ($(($(date +%s) - START)) s in): $*" | tee -a "$LOG"
+  timeout "$limit" "$@" 2>&1 | grep -vE "^\s*$|UserWarning|warnings.warn" | tee -a "$LOG" | tail -n 25
+  echo "== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+}
