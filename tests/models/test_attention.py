@@ -12,6 +12,8 @@ import pytest
 from flax import nnx
 
 from jaxfeed.models import attention as att
+from jaxfeed.models.dropout import Dropout
+from jaxfeed.models.stacked import REMAT_POLICIES
 
 
 def _qkv(b=2, t=6, h=4, kv=2, d=8, seed=0):
@@ -350,20 +352,27 @@ def test_bfloat16_attention_and_its_gradient_follow_float32():
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b), rtol=0.05, atol=0.1)
 
 
-@pytest.mark.parametrize("case", ["padding", "causal-segments", "grouped"])
+@pytest.mark.parametrize(
+    "case", ["padding", "causal-segments", "grouped", "padded-length", "padded-causal-segments"]
+)
 def test_splash_path_equals_xla_path_interpreted(case):
     """Pallas's splash kernel (``FUSED_KERNEL = "splash"``), run by Pallas's interpreter: outputs
     and gradients as the XLA path's for padding, causal packed segments and grouped key/value
-    heads (query heads 0, 1 read key/value head 0; 2, 3 read head 1)."""
+    heads (query heads 0, 1 read key/value head 0; 2, 3 read head 1), and for lengths that are
+    not multiples of 128 (ViT's 197 patches: padded up to 256 inside, the padded keys masked,
+    the padded queries dropped)."""
     rng = np.random.default_rng(4)
     heads, kv_heads = (4, 2) if case == "grouped" else (2, 1)
-    q = jnp.asarray(rng.normal(size=(1, 128, heads, 64)), jnp.float32)
-    k, v = (jnp.asarray(rng.normal(size=(1, 128, kv_heads, 64)), jnp.float32) for _ in range(2))
-    kwargs = (
-        {"segment_ids": jnp.asarray(np.repeat([[1, 2]], 64, axis=1)), "causal": True}
-        if case == "causal-segments"
-        else {"key_mask": jnp.asarray(np.arange(128)[None] < 100)}
-    )
+    t = 197 if case.startswith("padded") else 128
+    q = jnp.asarray(rng.normal(size=(1, t, heads, 64)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(1, t, kv_heads, 64)), jnp.float32) for _ in range(2))
+    kwargs = {
+        "causal-segments": {"segment_ids": jnp.asarray(np.repeat([[1, 2]], 64, axis=1)),
+                            "causal": True},
+        "padded-causal-segments": {"segment_ids": jnp.asarray([[1] * 120 + [2] * 77]),
+                                   "causal": True},
+        "padded-length": {},  # every key visible, as ViT's
+    }.get(case, {"key_mask": jnp.asarray(np.arange(128)[None] < 100)})  # fmt: skip
 
     def splash(q, k, v, **kw):
         return att.splash_attention(q, k, v, interpret=True, **kw)
@@ -374,11 +383,37 @@ def test_splash_path_equals_xla_path_interpreted(case):
     def loss(fn, q, k, v):
         return jnp.sum(fn(q, k, v, **kwargs) ** 2)
 
-    np.testing.assert_allclose(np.asarray(splash(q, k, v, **kwargs)),
-                               np.asarray(xla(q, k, v, **kwargs)), rtol=1e-4, atol=1e-4)  # fmt: skip
+    out = splash(q, k, v, **kwargs)
+    assert out.shape == q.shape
+    np.testing.assert_allclose(np.asarray(out), np.asarray(xla(q, k, v, **kwargs)), rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
     for a, b in zip(jax.grad(loss, (1, 2, 3))(splash, q, k, v),
                     jax.grad(loss, (1, 2, 3))(xla, q, k, v), strict=True):  # fmt: skip
+        assert a.shape == b.shape
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dropout", [None, 0.1], ids=["splash", "fused-dropout"])
+def test_a_checkpointed_layer_keeps_the_fused_kernels_residuals_under_remat_attention(dropout):
+    """Both splash kernels (JAX's; jaxfeed's fork, with dropout) name their forward residuals:
+    under ``remat="attention"`` a checkpointed layer's backward pass reads them and its compiled
+    step runs the forward kernel once (unnamed, and with ``"full"``, which keeps nothing, twice).
+    Counted in the compiled program: Pallas's interpreter makes each kernel a while loop."""
+    q = jnp.ones((1, 128, 2, 64))
+
+    def layer(q):
+        drop = None
+        if dropout is not None:
+            drop = att.WeightDropout(Dropout(dropout, deterministic=False), nnx.Rngs(dropout=0))
+        return jnp.sum(att.splash_attention(q, q, q, dropout=drop, interpret=True))
+
+    def forward_kernels(policy):
+        step = jax.jit(jax.value_and_grad(jax.checkpoint(layer, policy=policy)))
+        lines = step.lower(q).compile().as_text().splitlines()
+        return sum(" while(" in x and "_fwd" in x for x in lines)  # the kernels' names: *_fwd*
+
+    assert forward_kernels(REMAT_POLICIES["attention"]) == 1
+    assert forward_kernels(REMAT_POLICIES["full"]) == 2
 
 
 def test_the_fused_kernel_setting_picks_splash_where_the_fused_path_runs(monkeypatch):

@@ -59,6 +59,10 @@ WEIGHTS = "attention_weights"
 #: The name of the attention dropout's keep mask (booleans) that the backward pass reuses;
 #: ``remat="attention"`` keeps it too (else the backward pass draws its random bits again).
 KEEP = "attention_keep"
+#: The name of the fused kernels' forward residuals (their output and log-sum-exp), which their
+#: backward kernel reads; ``remat="attention"`` keeps them (else a checkpointed layer's backward
+#: pass runs the forward kernel again).
+RESIDUALS = "attention_fused_residuals"
 ENV = "JAXFEED_ATTENTION"
 BLOCK = 128  # the fused kernel's block of queries and keys: lengths must be multiples of it
 #: The largest block the fused kernel is given (each length gets the longest of this and its
@@ -142,8 +146,10 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
         return why
     if mask is not None:
         return "a mask other than padding, segments and causality (a sliding window)"
-    if t % BLOCK or s % BLOCK:
-        return f"sequence lengths {t} and {s} must be multiples of {BLOCK}"
+    if (t % BLOCK or s % BLOCK) and (FUSED_KERNEL == "flash" or implementation == "auto"):
+        return f"sequence lengths {t} and {s} must be multiples of {BLOCK}" + (
+            ' (force "flash": splash pads them)' if FUSED_KERNEL != "flash" else ""
+        )
     if d > BLOCK and d % BLOCK:
         return f"head width {d} must be at most {BLOCK} or a multiple of it"
     if implementation == "auto" and d < BLOCK and min(t, s) < NARROW_HEADS_FROM:
@@ -249,8 +255,8 @@ def _fused_dropout_refusal(dropout: Any) -> str | None:
     """Why the fused kernel does not run this attention dropout (None when it draws it)."""
     if not FUSED_DROPOUT:
         return "dropout on the attention weights (attention.FUSED_DROPOUT is off)"
-    if FUSED_KERNEL != "splash":
-        return f'dropout on the attention weights with FUSED_KERNEL="{FUSED_KERNEL}" (splash only)'
+    if FUSED_KERNEL == "flash":
+        return 'dropout on the attention weights with FUSED_KERNEL="flash" (splash only)'
     if not isinstance(dropout, WeightDropout):
         return "dropout on the attention weights by a function (the fused kernel needs a module)"
     return dropout.fused_refusal()
@@ -405,53 +411,82 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any 
                      dropout: WeightDropout | None = None) -> jax.Array:  # fmt: skip
     """TPU's fused Pallas splash attention (the kernel MaxText runs) over ``(B, T, H, D)``
     queries and ``(B, S, Hkv, D)`` keys and values: grouped key/value heads read in place, padding
-    as segment ids, one fused backward kernel, blocks of :func:`flash_block`. With ``dropout``
-    (see :meth:`WeightDropout.fused_refusal`) jaxfeed's fork of it drops the weights inside the
-    kernel (:mod:`jaxfeed.models.kernels.splash_dropout`: bits of :data:`DROPOUT_BITS`, no mask
-    in memory). ``interpret`` runs it with Pallas's interpreter (any backend, slowly)."""
+    as segment ids, one fused backward kernel, blocks of :func:`flash_block`. Lengths that are not
+    multiples of :data:`BLOCK` are padded up to one (the padded keys masked, the padded queries'
+    outputs dropped). With ``dropout`` (see :meth:`WeightDropout.fused_refusal`) jaxfeed's fork of
+    it runs (:mod:`jaxfeed.models.kernels.splash_dropout`: dropout inside the kernel, bits of
+    :data:`DROPOUT_BITS`, no mask in memory). Either kernel names its forward residuals (the
+    output and the log-sum-exp) :data:`RESIDUALS`: ``remat="attention"``
+    keeps them, so a checkpointed layer's backward pass runs no second forward kernel.
+    ``interpret`` runs it with Pallas's interpreter (any backend, slowly).
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((1, 100, 2, 8))
+    >>> splash_attention(q, q, q, key_mask=jnp.arange(100)[None] < 60, interpret=True).shape
+    (1, 100, 2, 8)
+    """
+    b, t, _, d = q.shape
+    s = k.shape[1]
+    padded_t, padded_s = -(-t // BLOCK) * BLOCK, -(-s // BLOCK) * BLOCK
+    if (padded_t, padded_s) != (t, s):  # padded keys are masked, padded queries dropped
+        if key_mask is None:
+            key_mask = jnp.ones((b, s), bool)
+        key_mask = jnp.pad(jnp.asarray(key_mask).astype(bool), ((0, 0), (0, padded_s - s)))
+        if segment_ids is not None:
+            segment_ids = jnp.pad(jnp.asarray(segment_ids), ((0, 0), (0, padded_t - t)))
+        q = jnp.pad(q, ((0, 0), (0, padded_t - t), (0, 0), (0, 0)))
+        k, v = (jnp.pad(x, ((0, 0), (0, padded_s - s), (0, 0), (0, 0))) for x in (k, v))
+    q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernels do not scale the logits
+    heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
     if dropout is not None:
-        return _splash_dropout(q, k, v, dropout, key_mask=key_mask, segment_ids=segment_ids,
-                               causal=causal, interpret=interpret)  # fmt: skip
+        out = _dropout_splash(heads_first, dropout, key_mask=key_mask, segment_ids=segment_ids,
+                              causal=causal, interpret=interpret)  # fmt: skip
+    else:
+        out = _jax_splash(heads_first, key_mask=key_mask, segment_ids=segment_ids, causal=causal,
+                          interpret=interpret)  # fmt: skip
+    return out.transpose(0, 2, 1, 3)[:, :t].astype(q.dtype)
+
+
+def _jax_splash(heads_first: list[jax.Array], *, key_mask: Any, segment_ids: Any, causal: bool,
+                interpret: bool) -> jax.Array:  # fmt: skip
+    """JAX's splash kernel over heads-first ``q``, ``k``, ``v`` (lengths multiples of 128)."""
     from jax.experimental.pallas.ops.tpu import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
         splash_attention as splash,
     )
 
-    b, t, h, d = q.shape
-    s = k.shape[1]
+    q, k, _ = heads_first
+    (b, h, t, _), s = q.shape, k.shape[2]
     bq, bk = flash_block(t), flash_block(s)
     head = splash.CausalMask((t, s)) if causal else splash.FullMask((t, s))
     sizes = splash.BlockSizes(block_q=bq, block_kv=bk, block_kv_compute=bk, block_q_dkv=bq,
                               block_kv_dkv=bk, block_kv_dkv_compute=bk, use_fused_bwd_kernel=True)  # fmt: skip
     kernel = splash.make_splash_mha(splash.MultiHeadMask([head] * h), block_sizes=sizes,
-                                    head_shards=1, q_seq_shards=1, interpret=interpret)  # fmt: skip
-    q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernel does not scale the logits
-    heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
+                                    head_shards=1, q_seq_shards=1, interpret=interpret,
+                                    residual_checkpoint_name=RESIDUALS)  # fmt: skip
     segments = _segments(splash.SegmentIds, b, t, key_mask, segment_ids)
     if segments is None:
-        out = jax.vmap(kernel)(*heads_first)
-    else:
-        out = jax.vmap(kernel)(*heads_first, segment_ids=segments)
-    return out.transpose(0, 2, 1, 3).astype(q.dtype)
+        return jax.vmap(kernel)(*heads_first)
+    return jax.vmap(kernel)(*heads_first, segment_ids=segments)
 
 
-def _splash_dropout(q: jax.Array, k: jax.Array, v: jax.Array, dropout: WeightDropout, *,
-                    key_mask: Any, segment_ids: Any, causal: bool,
-                    interpret: bool) -> jax.Array:  # fmt: skip
-    """:func:`splash_attention` with ``dropout`` drawn inside the kernel."""
+def _dropout_splash(heads_first: list[jax.Array], dropout: WeightDropout, *, key_mask: Any,
+                    segment_ids: Any, causal: bool, interpret: bool) -> jax.Array:  # fmt: skip
+    """jaxfeed's splash fork over heads-first ``q``, ``k``, ``v``, with ``dropout`` drawn
+    inside the kernel."""
     from jaxfeed.models.kernels import (  # noqa: PLC0415 (import cost: Pallas, on TPU only)
         splash_dropout as kernel,
     )
 
-    b, t, _, d = q.shape
+    q, k, _ = heads_first
+    (b, _, t, _), s = q.shape, k.shape[2]
+    segments = _segments(kernel.SegmentIds, b, t, key_mask, segment_ids)
+    blocks = {"block_q": flash_block(t), "block_kv": flash_block(s)}
     seed, threshold, scale = dropout.fused_draw()
-    q = q * jnp.asarray(1 / math.sqrt(d), q.dtype)  # the kernel does not scale the logits
-    out = kernel.dropout_splash(
-        *(x.transpose(0, 2, 1, 3) for x in (q, k, v)), seed, threshold=threshold, scale=scale,
-        segment_ids=_segments(kernel.SegmentIds, b, t, key_mask, segment_ids), causal=causal,
-        block_q=flash_block(t), block_kv=flash_block(k.shape[1]),
-        prng="hash" if interpret else DROPOUT_BITS, interpret=interpret,
+    return kernel.dropout_splash(
+        *heads_first, seed, threshold=threshold, scale=scale, segment_ids=segments,
+        causal=causal, prng="hash" if interpret else DROPOUT_BITS, interpret=interpret, **blocks,
+        residual_checkpoint_name=RESIDUALS,
     )  # fmt: skip
-    return out.transpose(0, 2, 1, 3).astype(q.dtype)
 
 
 def flash_block(n: int) -> int:
@@ -508,7 +543,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
         return splash_attention(q, k, v, key_mask=key_mask, segment_ids=segment_ids,
                                 causal=causal, dropout=dropout)  # fmt: skip
     if why is None:
-        fused = splash_attention if FUSED_KERNEL == "splash" else flash_attention
+        fused = flash_attention if FUSED_KERNEL == "flash" else splash_attention
         return fused(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
     if chosen == "flash":
         raise ValueError(f'attention="flash" cannot run here: {why}; use "auto" or "xla"')

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxfeed.models.attention import KEEP, WEIGHTS  # the names remat="attention" keeps
+from jaxfeed.models.attention import KEEP, RESIDUALS, WEIGHTS  # the names remat="attention" keeps
 from jaxfeed.runtime.sharding import LAYERS  # a stack's leading axis: kept whole by default
 
 #: What each ``remat`` setting keeps from the forward pass (the rest is recomputed backward):
@@ -49,7 +49,7 @@ REMAT_POLICIES: dict[str, Callable | None] = {
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "attention": jax.checkpoint_policies.save_from_both_policies(
         jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-        jax.checkpoint_policies.save_only_these_names(WEIGHTS, KEEP),
+        jax.checkpoint_policies.save_only_these_names(WEIGHTS, KEEP, RESIDUALS),
     ),
 }
 

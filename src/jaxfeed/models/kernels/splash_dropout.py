@@ -70,6 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
@@ -106,6 +107,7 @@ class _Config:
     causal: bool
     interpret: bool
     mask_value: float = DEFAULT_MASK_VALUE
+    residual_checkpoint_name: str | None = None
 
     @property
     def signed_threshold(self) -> int:
@@ -483,6 +485,9 @@ def _attention(cfg: _Config, q, k, v, segment_ids, seeds) -> jax.Array:
 
 def _attention_fwd(cfg: _Config, q, k, v, segment_ids, seeds):
     out, logsumexp = _forward(cfg, q, k, v, segment_ids, seeds)
+    if cfg.residual_checkpoint_name is not None:  # as JAX's splash: a remat policy may keep them
+        out = checkpoint_name(out, cfg.residual_checkpoint_name)
+        logsumexp = checkpoint_name(logsumexp, cfg.residual_checkpoint_name)
     return out, (q, k, v, segment_ids, seeds, out, logsumexp)
 
 
@@ -497,7 +502,8 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def _config(t: int, s: int, *, threshold: int, scale: float, causal: bool, block_q: int,
-            block_kv: int, prng: str, interpret: bool) -> _Config:  # fmt: skip
+            block_kv: int, prng: str, interpret: bool,
+            residual_checkpoint_name: str | None = None) -> _Config:  # fmt: skip
     """The checked settings (a clear error for what the kernel cannot run)."""
     if prng not in PRNGS:
         raise ValueError(f"prng must be one of {', '.join(PRNGS)}, got {prng!r}")
@@ -510,19 +516,23 @@ def _config(t: int, s: int, *, threshold: int, scale: float, causal: bool, block
             raise ValueError(
                 f"{name}={block} must be a multiple of {NUM_LANES} dividing the length {length}"
             )
-    return _Config(block_q, block_kv, int(threshold), float(scale), prng, bool(causal), interpret)
+    return _Config(block_q, block_kv, int(threshold), float(scale), prng, bool(causal), interpret,
+                   residual_checkpoint_name=residual_checkpoint_name)  # fmt: skip
 
 
 def dropout_splash(q: jax.Array, k: jax.Array, v: jax.Array, seed: jax.Array, *, threshold: int,
                    scale: float, segment_ids: SegmentIds | None = None, causal: bool = False,
                    block_q: int = 512, block_kv: int = 512, prng: str = "hardware",
-                   interpret: bool = False) -> jax.Array:  # fmt: skip
+                   interpret: bool = False,
+                   residual_checkpoint_name: str | None = None) -> jax.Array:  # fmt: skip
     """Splash attention of queries ``(B, H, T, D)`` to keys and values ``(B, Hkv, S, D)`` (``H``
     a multiple of ``Hkv``; the logits not scaled) with dropout on the weights: an element is kept
     when its random 32-bit word is below ``threshold`` and then scaled by ``scale``. ``seed``:
     two int32 words (one call's draw); ``segment_ids``: ``(B, T)`` and ``(B, S)`` ids; blocks of
     ``block_q`` queries and ``block_kv`` keys (multiples of 128 dividing the lengths), the same
-    in both passes. Differentiable in ``q``, ``k``, ``v`` (the fused backward kernel).
+    in both passes. Differentiable in ``q``, ``k``, ``v`` (the fused backward kernel); its
+    forward residuals (output, log-sum-exp) carry ``residual_checkpoint_name`` (as JAX's
+    splash), for remat policies that keep them.
 
     >>> import jax.numpy as jnp
     >>> x = jnp.ones((1, 1, 128, 8))
@@ -534,7 +544,8 @@ def dropout_splash(q: jax.Array, k: jax.Array, v: jax.Array, seed: jax.Array, *,
     if k.ndim != 4 or k.shape[0] != b or h % k.shape[1] or k.shape != v.shape[:3] + k.shape[3:]:
         raise ValueError(f"queries {q.shape}: keys {k.shape} and values {v.shape} do not fit")
     cfg = _config(t, k.shape[2], threshold=threshold, scale=scale, causal=causal,
-                  block_q=block_q, block_kv=block_kv, prng=prng, interpret=interpret)  # fmt: skip
+                  block_q=block_q, block_kv=block_kv, prng=prng, interpret=interpret,
+                  residual_checkpoint_name=residual_checkpoint_name)  # fmt: skip
     seeds = _row_seeds(seed, b)
     if segment_ids is None:
         return jax.vmap(lambda q, k, v, sd: _attention(cfg, q, k, v, None, sd))(q, k, v, seeds)
