@@ -9,13 +9,8 @@
 #   3. the same with dropout on XLA's path (--attention-dropout xla: the old step), and with the
 #      fused dropout's bits from the hash instead of the generator (--dropout-bits hash)
 # Each command's output goes to $OUT/dropk.log (JSON beside it); each has its own time limit.
-set -o pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=tools/tpu/setup.sh
-source tools/tpu/setup.sh
-export PYTHONPATH="$PWD/src:$PYTHONPATH"
-O=${OUT:-.}
-LOG="$O/dropk.log"
+LOG_NAME="dropk"
 # shellcheck source=tools/tpu/logged.sh
 source tools/tpu/logged.sh
 

@@ -5,13 +5,8 @@
 #   bash tools/tpu/issue62.sh decoders   # the accelerator tier, the 7B LoRA, Llama 1.1B, decoding
 # Each command's output goes to $OUT/issue62-<part>.log (and JSON beside it); every command has a
 # time limit of its own so that one stuck case does not take the others' time.
-set -o pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=tools/tpu/setup.sh
-source tools/tpu/setup.sh
-export PYTHONPATH="$PWD/src:$PYTHONPATH"
-O=${OUT:-.}
-LOG="$O/issue62-$1.log"
+LOG_NAME="issue62-$1"
 # shellcheck source=tools/tpu/logged.sh
 source tools/tpu/logged.sh
 

@@ -8,13 +8,8 @@
 #      (--attention flash: the patches padded to 256), then splash with no remat
 #   3. the accelerator tier (tests/accelerator)
 # Each command's output goes to $OUT/remat.log (JSON beside it); each has its own time limit.
-set -o pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=tools/tpu/setup.sh
-source tools/tpu/setup.sh
-export PYTHONPATH="$PWD/src:$PYTHONPATH"
-O=${OUT:-.}
-LOG="$O/remat.log"
+LOG_NAME="remat"
 # shellcheck source=tools/tpu/logged.sh
 source tools/tpu/logged.sh
 
