@@ -200,10 +200,17 @@ def test_outputs_history_files_and_curves(digits, tmp_path):
         assert image.format == "PNG" and image.size[0] > 800 and image.size[1] > 300
 
 
-def test_plot_history_draws_both_panels(tmp_path):
+def test_plot_history_draws_both_panels(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
     history = [{"epoch": e, "train_loss": 1 / e, "eval_loss": 1.2 / e, "train_accuracy": 1 - 1 / (e + 1),
                 "eval_accuracy": 1 - 1.2 / (e + 1)} for e in range(1, 6)]  # fmt: skip
+    draws, draw = [], Figure.draw
+    monkeypatch.setattr(
+        Figure, "draw", lambda fig, renderer: draws.append(1) or draw(fig, renderer)
+    )
     path = plot_history(history, tmp_path / "c.png")
+    assert len(draws) == 1  # laid out once, drawn once (savefig drew twice after tight_layout)
     with PIL.Image.open(path) as image:
         pixels = np.asarray(image.convert("L"))
     left, right = pixels[:, : pixels.shape[1] // 2], pixels[:, pixels.shape[1] // 2 :]
