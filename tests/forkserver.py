@@ -91,6 +91,11 @@ IMPORT_NAMES = frozenset(
     }
 )  # fmt: skip
 STDIO_NAMES = frozenset({"PYTHONUNBUFFERED"})
+# Names under those prefixes that are read only when a command runs, never while PRELOAD imports
+# (a traced import reads none of them): a TPU host's cluster variables, which jaxfeed's
+# runtime.distributed and JAX's cluster detection read. A command given them still forks
+# (test_cli.py's one-TPU-host run was a real subprocess for them: ~3.5 CPU s of imports).
+RUN_TIME_NAMES = frozenset({"TPU_WORKER_HOSTNAMES", "TPU_HOST_BOUNDS", "TPU_WORKER_ID"})
 
 
 def read_at_import(name: str) -> bool:
@@ -98,8 +103,10 @@ def read_at_import(name: str) -> bool:
 
     >>> read_at_import("JAX_PLATFORMS"), read_at_import("JAXFEED_CACHE")
     (True, False)
+    >>> read_at_import("TPU_LIBRARY_PATH"), read_at_import("TPU_WORKER_ID")
+    (True, False)
     """
-    if name in STDIO_NAMES:
+    if name in STDIO_NAMES or name in RUN_TIME_NAMES:
         return False
     return (
         name in IMPORT_NAMES

@@ -162,6 +162,14 @@ def test_the_command_runs_forked_unless_that_would_not_be_faithful(monkeypatch, 
     done = forkserver.run([*cli, "eval", "--no-such-flag"], env=same)
     assert done.forked and done.returncode == 2 and "arguments are required" in done.stderr
     assert done.stdout == ""
+    # a TPU host's cluster variables are read when the command runs, not while the server imported
+    env = {
+        **same,
+        "TPU_WORKER_HOSTNAMES": "localhost",
+        "TPU_HOST_BOUNDS": "1,1,1",
+        "TPU_WORKER_ID": "0",
+    }
+    assert forkserver.why_not_forked([*cli, "--help"], env=env) is None
     env = {**same, "JAX_ENABLE_X64": "1"}
     assert "JAX_ENABLE_X64" in forkserver.why_not_forked([*cli, "--help"], env=env)
     done = forkserver.run([*cli, "--help"], env=env)

@@ -6,6 +6,7 @@ class weights weigh the loss."""
 import numpy as np
 import pytest
 
+from jax_compiles import eager_operations
 from jaxfeed.train.linear_fit import Design, figures, fit_on_validation
 
 
@@ -20,8 +21,10 @@ def test_least_squares_reaches_the_closed_form_and_folds_the_scaling_back():
     x = (rng.normal(size=(200, 4)) * [1, 10, 0.1, 3] + [5, -2, 0, 1]).astype(np.float32)
     y = (x @ [0.5, -0.1, 4.0, 0.2] + 0.1 * rng.normal(size=200)).astype(np.float32)
     l2 = 0.01
-    fit = fit_on_validation(Design.dense(x), y, None, None, task="regression", classes=1,
-                            grid=(l2,))  # fmt: skip
+    with eager_operations() as ran:
+        fit = fit_on_validation(Design.dense(x), y, None, None, task="regression", classes=1,
+                                grid=(l2,))  # fmt: skip
+    assert ran == []  # the objective's arguments go in as float32 from the host: no conversion
     # the same penalty on standardised columns, solved exactly: mean squared error + l2/2 |w|^2
     mean, scale = x.mean(0), x.std(0)
     z = (x - mean) / scale

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jax_compiles import compile_count
+from jax_compiles import compile_count, eager_operations
 from jaxfeed import DataLoader, EarlyStopping, Trainer, load_dataset, plot_history
 from jaxfeed.models import CNN, MLP, LinenCNN
 from jaxfeed.train import NonFiniteLossError, scale_images
@@ -200,14 +200,36 @@ def test_outputs_history_files_and_curves(digits, tmp_path):
         assert image.format == "PNG" and image.size[0] > 800 and image.size[1] > 300
 
 
-def test_plot_history_draws_both_panels(tmp_path):
+def test_plot_history_draws_both_panels(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
     history = [{"epoch": e, "train_loss": 1 / e, "eval_loss": 1.2 / e, "train_accuracy": 1 - 1 / (e + 1),
                 "eval_accuracy": 1 - 1.2 / (e + 1)} for e in range(1, 6)]  # fmt: skip
+    draws, draw = [], Figure.draw
+    monkeypatch.setattr(
+        Figure, "draw", lambda fig, renderer: draws.append(1) or draw(fig, renderer)
+    )
     path = plot_history(history, tmp_path / "c.png")
+    assert len(draws) == 1  # laid out once, drawn once (savefig drew twice after tight_layout)
     with PIL.Image.open(path) as image:
         pixels = np.asarray(image.convert("L"))
     left, right = pixels[:, : pixels.shape[1] // 2], pixels[:, pixels.shape[1] // 2 :]
     assert (left < 200).mean() > 0.01 and (right < 200).mean() > 0.01  # ink in both panels
+
+
+def test_the_epoch_accumulator_is_built_on_the_host_and_put_on_the_device_at_once():
+    from jaxfeed.train.cores import empty_sums
+
+    with eager_operations() as ran:
+        sums = empty_sums(("accuracy",))
+    assert ran == []  # ~20 jnp.zeros each epoch, each dispatched (and compiled) on its own, before
+    assert all(isinstance(v, jax.Array) and v.shape == () for v in sums.values())
+    assert {k: v.dtype.name for k, v in sums.items()} == {
+        **dict.fromkeys(("loss", "count", "rows", "m_accuracy"), "float32"),
+        **{k: "int32" for k in sums if k not in ("loss", "count", "rows", "m_accuracy")},
+    }
+    negative = {"first_bad", "bad_label_step", "bad_id_step"}
+    assert {k: int(v) for k, v in sums.items()} == {k: -1 if k in negative else 0 for k in sums}
 
 
 def test_bad_arguments(digits):

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 MASK = "attention_mask"
 KEYS = ("found", "column", "id", "row", "position", "padding")
@@ -119,10 +120,11 @@ def first_bad(batch: Mapping[str, Any], columns: Columns, n: Any) -> dict[str, j
     return out
 
 
-def empty() -> dict[str, jax.Array]:
-    """The accumulator's entries: the step of the first bad id (-1: none) and what it was."""
-    sums = {f"bad_id_{k}": jnp.zeros((), jnp.int32) for k in KEYS if k != "found"}
-    sums["bad_id_step"] = jnp.full((), -1, jnp.int32)
+def empty() -> dict[str, np.ndarray]:
+    """The accumulator's entries: the step of the first bad id (-1: none) and what it was (on
+    the host: the accumulator goes to the device in one transfer)."""
+    sums = {f"bad_id_{k}": np.zeros((), np.int32) for k in KEYS if k != "found"}
+    sums["bad_id_step"] = np.full((), -1, np.int32)
     return sums
 
 

@@ -129,9 +129,8 @@ class _Problem:
         self._value_and_grad = _objective(self.shape, classification, design.index is not None)
 
     def __call__(self, flat: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
-        value, grad = self._value_and_grad(
-            jnp.asarray(flat, jnp.float32), jnp.float32(l2), self.data
-        )
+        # float32 on the host: jnp.asarray of float64 compiled a conversion (a program per run)
+        value, grad = self._value_and_grad(np.asarray(flat, np.float32), np.float32(l2), self.data)
         return float(value), np.asarray(grad, np.float64)
 
     def split(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
