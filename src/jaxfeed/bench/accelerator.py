@@ -759,20 +759,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from jaxfeed.models.attention import use_attention  # import cost: models
 
     args = parse_args(argv)
-    attention.LOGITS_IN_FLOAT32 = args.logits_float32
-    attention.FLASH_BLOCK = args.flash_block or attention.FLASH_BLOCK
-    attention.FUSED_KERNEL = args.fused_kernel or attention.FUSED_KERNEL
-    attention.FUSED_DROPOUT = args.attention_dropout == "fused"
-    attention.DROPOUT_BITS = args.dropout_bits or attention.DROPOUT_BITS
+    settings = {
+        "LOGITS_IN_FLOAT32": args.logits_float32,
+        "FLASH_BLOCK": args.flash_block or attention.FLASH_BLOCK,
+        "FUSED_KERNEL": args.fused_kernel or attention.FUSED_KERNEL,
+        "FUSED_DROPOUT": args.attention_dropout == "fused",
+        "DROPOUT_BITS": args.dropout_bits or attention.DROPOUT_BITS,
+    }
+    before = {name: getattr(attention, name) for name in settings}
     chip = Chip.of_kind(jax.devices()[0].device_kind)
     rows: list[dict] = []
-    with use_attention(args.attention):
-        for name in args.cases:
-            rows += CASES[name](args, chip)
-            print_table(rows, chip)
+    try:  # the attention settings for this run only (a caller's process keeps its own)
+        for name, value in settings.items():
+            setattr(attention, name, value)
+        with use_attention(args.attention):
+            for name in args.cases:
+                rows += CASES[name](args, chip)
+                print_table(rows, chip)
+        bits = attention.DROPOUT_BITS
+    finally:
+        for name, value in before.items():
+            setattr(attention, name, value)
     payload = {"chip": chip.kind, "peak_tflops": chip.peak_tflops, "jax": jax.__version__,
                "quick": args.quick, "attention": args.attention, "scan": args.scan, "remat": args.remat,
-               "attention_dropout": args.attention_dropout, "dropout_bits": attention.DROPOUT_BITS,
+               "attention_dropout": args.attention_dropout, "dropout_bits": bits,
                "rows": rows}  # fmt: skip
     save_json("accelerator" + ("-quick" if args.quick else ""), payload)
     if args.out is not None:
