@@ -217,7 +217,6 @@ def test_csv_regression(tmp_path, capsys):
         env=ONE_HOST,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.forked  # the one host's variables are read at run time: no subprocess import
     assert "detected CSV file" in result.stdout
     assert "on 1 CPU device; run folder" in result.stdout  # one TPU host's variables: one process
     assert (
