@@ -108,13 +108,14 @@ def test_profile_writes_the_decode_program_and_its_trace(monkeypatch, tmp_path):
     """``--cases generate --profile DIR``: the decode program's HLO and a trace of one decode
     call (its tokens' steps) per batch size, beside each other. The attention settings the
     flags set hold for the run only: the caller's process keeps its own."""
-    names = ("LOGITS_IN_FLOAT32", "FLASH_BLOCK", "FUSED_KERNEL", "FUSED_DROPOUT", "DROPOUT_BITS")
+    names = ("LOGITS_IN_FLOAT32", "FLASH_BLOCK", "FUSED_KERNEL", "FUSED_DROPOUT", "DROPOUT_BITS",
+             "SHORT_KERNEL")  # fmt: skip
     before = {name: getattr(attention, name) for name in names}
     monkeypatch.setattr(A, "save_json", lambda name, payload: None)
     rows = A.main(["--quick", "--cases", "generate", "--modes", "device", "--gen-batches", "1",
                    "--repeats", "1", "--profile", str(tmp_path), "--flash-block", "256",
                    "--fused-kernel", "flash", "--attention-dropout", "xla",
-                   "--dropout-bits", "hash"])  # fmt: skip
+                   "--dropout-bits", "hash", "--no-short-kernel"])  # fmt: skip
     assert {name: getattr(attention, name) for name in names} == before
     assert [r["mode"] for r in rows] == ["greedy b=1"]
     folder = tmp_path / "generate-b1"

@@ -732,6 +732,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="attention dropout inside the fused kernel, or on XLA's path (old)")  # fmt: skip
     p.add_argument("--dropout-bits", choices=("hardware", "hash"), default=None,
                    help="the fused dropout's random bits (default: attention.DROPOUT_BITS)")  # fmt: skip
+    p.add_argument("--no-short-kernel", action="store_true",
+                   help="XLA's path where the fused kernel is refused (default: attention."
+                   "SHORT_KERNEL, the short-sequence kernel on a TPU)")  # fmt: skip
     p.add_argument("--logits-float32", action="store_true",
                    help="XLA attention's logits written in float32 (default: the inputs' dtype)")  # fmt: skip
     args = p.parse_args(argv)
@@ -765,6 +768,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "FUSED_KERNEL": args.fused_kernel or attention.FUSED_KERNEL,
         "FUSED_DROPOUT": args.attention_dropout == "fused",
         "DROPOUT_BITS": args.dropout_bits or attention.DROPOUT_BITS,
+        "SHORT_KERNEL": attention.SHORT_KERNEL and not args.no_short_kernel,
     }
     before = {name: getattr(attention, name) for name in settings}
     chip = Chip.of_kind(jax.devices()[0].device_kind)
@@ -783,6 +787,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     payload = {"chip": chip.kind, "peak_tflops": chip.peak_tflops, "jax": jax.__version__,
                "quick": args.quick, "attention": args.attention, "scan": args.scan, "remat": args.remat,
                "attention_dropout": args.attention_dropout, "dropout_bits": bits,
+               "short_kernel": settings["SHORT_KERNEL"],
                "rows": rows}  # fmt: skip
     save_json("accelerator" + ("-quick" if args.quick else ""), payload)
     if args.out is not None:

@@ -83,6 +83,11 @@ FUSED_DROPOUT = True
 DROPOUT_BITS = "hardware"
 #: With heads under :data:`BLOCK` wide, ``"auto"`` takes the fused kernel from this many tokens.
 NARROW_HEADS_FROM = 512
+#: Where the fused kernel is refused on a TPU, ``"auto"`` runs short self-attention (no dropout,
+#: causality or segments; up to :data:`jaxfeed.models.kernels.short_attention.MAX_LENGTH` tokens)
+#: in jaxfeed's one-block kernel (:mod:`jaxfeed.models.kernels.short_attention`) instead of XLA's
+#: path (False: XLA's path, as before it existed).
+SHORT_KERNEL = True
 #: The plain path's logits (queries times keys) in float32 (True) or in the queries' dtype
 #: (False, the default: bfloat16 on a chip, the matrix unit accumulating in float32): the softmax
 #: reads them into float32 either way, but its passes over them move half the bytes.
@@ -160,6 +165,34 @@ def flash_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: Any = None,
     if causal and t != s:
         return f"causal attention of {t} queries to {s} keys (a cache)"
     return None
+
+
+def short_refusal(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
+                  segment_ids: Any = None, causal: bool = False, mask: Any = None,
+                  dropout: Any = None, implementation: str = "auto") -> str | None:  # fmt: skip
+    """Why ``"auto"`` does not run the short-sequence kernel here (None when it does; it is
+    asked only where the fused kernel was refused): not a TPU, several devices, what it does not
+    compute (dropout, causality, segments, another mask) or shapes it does not take.
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((1, 4, 2, 64))
+    >>> short_refusal(q, q, q)  # on a CPU
+    'the backend is cpu, not tpu'
+    """
+    if implementation != "auto" or not SHORT_KERNEL:
+        return f"attention={implementation!r}" if SHORT_KERNEL else "SHORT_KERNEL is off"
+    if jax.default_backend() != "tpu":
+        return f"the backend is {jax.default_backend()}, not tpu"
+    if jax.device_count() > 1:
+        return "several devices (XLA's partitioner does not split the kernel)"
+    for what, given in (("dropout", dropout), ("segment ids", segment_ids), ("a mask", mask)):
+        if given is not None:
+            return f"{what} (the short kernel computes padding masks only)"
+    if causal:
+        return "causal attention (the short kernel computes padding masks only)"
+    from jaxfeed.models.kernels import short_attention  # noqa: PLC0415 (import cost: Pallas, TPU only)
+
+    return short_attention.refusal(q, k, v)
 
 
 def active_dropout(dropout: Any, rngs: Any) -> WeightDropout | None:
@@ -547,6 +580,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, key_mask: Any = None,
         return fused(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal)
     if chosen == "flash":
         raise ValueError(f'attention="flash" cannot run here: {why}; use "auto" or "xla"')
+    if short_refusal(q, k, v, key_mask=key_mask, segment_ids=segment_ids, causal=causal,
+                     mask=mask, dropout=dropout, implementation=chosen) is None:  # fmt: skip
+        from jaxfeed.models.kernels import short_attention  # noqa: PLC0415 (import cost: Pallas)
+
+        return short_attention.short_attention(q, k, v, key_mask=key_mask,
+                                               residual_checkpoint_name=RESIDUALS)  # fmt: skip
     dense = dense_mask(q.shape[0], q.shape[1], k.shape[1], key_mask=key_mask,
                        segment_ids=segment_ids, causal=causal, mask=mask)  # fmt: skip
     return xla_attention(q, k, v, dense, dropout)
