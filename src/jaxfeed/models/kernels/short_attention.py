@@ -112,7 +112,9 @@ def _merge(sel: jax.Array | None, new: jax.Array, old: jax.Array | None) -> jax.
     return new if old is None or sel is None else jnp.where(sel, new, old)
 
 
-def _forward_kernel(*refs: Any, rows: int, groups: list, scale: float, masked: bool) -> None:
+def _short_attention_forward(
+    *refs: Any, rows: int, groups: list, scale: float, masked: bool
+) -> None:
     q_ref, k_ref, v_ref = refs[:3]
     m_ref = refs[3] if masked else None
     o_ref = refs[-1]
@@ -130,7 +132,9 @@ def _forward_kernel(*refs: Any, rows: int, groups: list, scale: float, masked: b
             o_ref[r, :, cols] = out.astype(o_ref.dtype)
 
 
-def _backward_kernel(*refs: Any, rows: int, groups: list, scale: float, masked: bool) -> None:
+def _short_attention_backward(
+    *refs: Any, rows: int, groups: list, scale: float, masked: bool
+) -> None:
     q_ref, k_ref, v_ref, do_ref = refs[:4]
     m_ref = refs[4] if masked else None
     dq_ref, dk_ref, dv_ref = refs[-3:]
@@ -188,7 +192,7 @@ def _call(kernel: Any, arrays: list, mask: jax.Array | None, outputs: int, *, he
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, heads: int,
                interpret: bool) -> jax.Array:  # fmt: skip
-    return _call(_forward_kernel, [q, k, v], mask, 1, heads=heads, interpret=interpret)
+    return _call(_short_attention_forward, [q, k, v], mask, 1, heads=heads, interpret=interpret)
 
 
 def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, heads: int,
@@ -198,7 +202,7 @@ def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | N
 
 def _attention_bwd(heads: int, interpret: bool, saved: tuple, grad: jax.Array) -> tuple:
     q, k, v, mask = saved
-    dq, dk, dv = _call(_backward_kernel, [q, k, v, grad.astype(q.dtype)], mask, 3, heads=heads,
+    dq, dk, dv = _call(_short_attention_backward, [q, k, v, grad.astype(q.dtype)], mask, 3, heads=heads,
                        interpret=interpret)  # fmt: skip
     return dq, dk, dv, None
 
