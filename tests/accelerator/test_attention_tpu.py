@@ -34,11 +34,16 @@ def kernel(request, monkeypatch):
 
 
 def _both(fn):
-    with att.use_attention("xla"):
-        plain = jax.jit(fn)()
-    with att.use_attention("flash"):  # the fused path: FUSED_KERNEL's kernel
-        fused = jax.jit(fn)()
-    return plain, fused
+    """``fn()`` on XLA's path, then on the fused path (``FUSED_KERNEL``'s kernel), each traced
+    afresh: a second ``jax.jit`` of one function reuses its first trace whatever setting is in
+    force (so the two ran XLA's path both, before the check of the kernel's call was added)."""
+    out = []
+    for name in ("xla", "flash"):
+        with att.use_attention(name):
+            lowered = jax.jit(lambda: fn()).lower()
+            assert ("tpu_custom_call" in lowered.as_text()) == (name == "flash"), name
+            out.append(lowered.compile()())
+    return tuple(out)
 
 
 def _close(a, b, tolerance=BF16):
