@@ -5,7 +5,8 @@ The choice is ``"auto"`` (the default: the fused kernel on a TPU for the shapes 
 plain path otherwise), ``"xla"`` (always the plain path) or ``"flash"`` (the fused kernel, and a
 clear error where it cannot run). Set it with the ``JAXFEED_ATTENTION`` environment variable or,
 around the code that traces a model, with :func:`use_attention`; it is read when a step is
-traced, so set it before the first compile.
+traced, so set it before the first compile (a second ``jax.jit`` of a function already traced
+reuses that trace, whatever the setting is then).
 
 The fused kernel is Pallas's splash attention (:data:`FUSED_KERNEL`; ``"flash"`` there selects
 ``jax.experimental.pallas.ops.tpu.flash_attention``). It takes padding masks as segment ids
@@ -16,7 +17,11 @@ XLA's partitioner cannot split the kernel), for heads of 128 or more, and for na
 32x512 at MFU 0.505 (XLA's path 0.498) and Llama-shape 1.1B at 2048 tokens at 0.463 (XLA's path
 0.348); at fewer tokens with narrow heads it was not measured faster. It refuses any other mask
 (a sliding window), sequence lengths that are not multiples of 128 and head widths over 128 that
-are not multiples of 128. Both paths compute the softmax in float32; masked keys weigh nothing.
+are not multiples of 128. Where ``"auto"`` does not take it on one TPU, self-attention with a
+padding mask at most (no dropout, causality or segments) of up to 512 tokens runs jaxfeed's
+short-sequence kernel (:data:`SHORT_KERNEL`, :mod:`jaxfeed.models.kernels.short_attention`):
+ViT-B/16's step at 197 patches 132.0 ms against XLA's path's 159.7 on a TPU v5e. Every path
+computes the softmax in float32; masked keys weigh nothing.
 
 Dropout on the attention weights (``dropout=``: :func:`active_dropout`'s :class:`WeightDropout`
 of jaxfeed's ``Dropout`` or a plain ``nnx.Dropout``) runs inside the fused kernel where the
