@@ -733,8 +733,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dropout-bits", choices=("hardware", "hash"), default=None,
                    help="the fused dropout's random bits (default: attention.DROPOUT_BITS)")  # fmt: skip
     p.add_argument("--no-short-kernel", action="store_true",
-                   help="XLA's path where the fused kernel is refused (default: attention."
-                   "SHORT_KERNEL, the short-sequence kernel on a TPU)")  # fmt: skip
+                   help="XLA's path where splash is refused (not the short-sequence kernel)")  # fmt: skip
     p.add_argument("--logits-float32", action="store_true",
                    help="XLA attention's logits written in float32 (default: the inputs' dtype)")  # fmt: skip
     args = p.parse_args(argv)
