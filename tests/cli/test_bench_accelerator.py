@@ -1,6 +1,10 @@
 """``jaxfeed bench accelerator``: the chip table, the MFU's FLOPs source, the flags; registered by
 name and left out of ``all`` (its shapes are an accelerator's)."""
 
+import importlib.util
+import re
+from pathlib import Path
+
 import pytest
 
 from jaxfeed.bench import accelerator as A
@@ -102,6 +106,14 @@ def test_reference_mode_gives_each_row_its_ratio_and_profile_writes_the_step(mon
     folder = tmp_path / "bert-4x32"  # the device step's HLO and its trace, beside each other
     assert "HloModule" in (folder / "step.hlo.txt").read_text()
     assert (folder / "perfetto_trace.json.gz").stat().st_size > 0
+    # tools/tpu/trace_summary.py reads it (on a CPU the thunks that name their HLO op)
+    tool = Path(__file__).parents[2] / "tools" / "tpu" / "trace_summary.py"
+    spec = importlib.util.spec_from_file_location("trace_summary", tool)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    report = summary.summarize(folder, steps=3, top=5)
+    total = float(re.search(r"device op time per step: ([\d.]+) ms", report).group(1))
+    assert total > 0 and "  matmul " in report and "slowest ops:" in report
 
 
 def test_profile_writes_the_decode_program_and_its_trace(monkeypatch, tmp_path):
