@@ -46,7 +46,7 @@ MAX_LENGTH = 512
 #: VMEM a grid step's blocks may take (inputs and outputs, each double-buffered); more rows of
 #: the batch a step until this is reached.
 BLOCK_BUDGET = 8 * 2**20
-VMEM_LIMIT = 48 * 2**20
+VMEM_LIMIT = 32 * 2**20  # within every TPU generation's VMEM (the default scoped limit is 16 MiB)
 TRANS_B = (((1,), (1,)), ((), ()))  # a @ b.T
 TRANS_A = (((0,), (0,)), ((), ()))  # a.T @ b
 MASKED = float(jnp.finfo(jnp.float32).min)  # a masked key's logit, as XLA's path
