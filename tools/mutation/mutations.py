@@ -17,6 +17,7 @@ RACE = "tests/recipes/test_interrupt_race.py"
 IGNORED_SIGINT = "tests/train/test_inherited_sigint.py::test_a_process_started_with_sigint_ignored_keeps_ignoring_it"
 LORA = "tests/models/hub/test_lora_parity.py"
 ALPHA = "tests/recipes/test_image_alpha.py"
+SHORT = "tests/models/test_short_attention.py::test_the_kernel_equals_xla_in_values_and_gradients"
 KINDS = "tests/recipes/test_kinds.py"
 VARIANT_PARITY = (
     "tests/models/hub/test_causal_lm.py::"
@@ -872,5 +873,22 @@ MUTATIONS = [
         "rows = _part_rows(train, fraction, seed, stratify)",
         ["tests/recipes/test_split_order.py::test_a_corpus_splits_rows_name_the_lines_they_hold"],
         "issue 65 #16: a corpus's split records a random split's rows: errors name wrong lines",
+    ),
+    Mutation(
+        "short-attention-masked-keys-get-gradients",
+        "src/jaxfeed/models/kernels/short_attention.py",
+        "                    ds = jnp.where(keep, ds, 0.0)\n",
+        "                    ds = ds\n",
+        [SHORT + "[no-real-key]"],
+        "the short kernel's backward pass sends gradient to masked keys (a row with none real)",
+    ),
+    Mutation(
+        "short-attention-heads-of-a-group-mixed",
+        "src/jaxfeed/models/kernels/short_attention.py",
+        "                p, total = _weights(q if sel is None else jnp.where(sel, q, 0), k, keep, scale)\n"
+        "                o = lax.dot(",
+        "                p, total = _weights(q, k, keep, scale)\n                o = lax.dot(",
+        [SHORT + "[4-heads-of-32]", SHORT + "[vit-length-padded]"],
+        "the short kernel's logits sum over every head of a 128-lane group, not one head's",
     ),
 ]
