@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,7 +102,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 # helpers (cli_helpers, datasets_diff, audio_clips, remote_servers) stay in tests/ itself.
 TESTS = Path(__file__).parent / "tests"
 sys.path.insert(0, str(TESTS))
-
+import forkserver  # noqa: E402 (from tests/, after the session's environment is set)
 
 # Doctests that compare with transformers' PyTorch models: skipped where torch is not installed
 # (make test-latest on Python 3.12+, where no CPU build of torch is at hand).
@@ -284,6 +285,54 @@ def _loopback_only():
     the code under test caught and retried, or turned into another error, still fails it)."""
     yield
     fail_off_loopback()
+
+
+# The environment each test file found is put back when its last test and its module fixtures
+# are done: a file that changed a variable and left it (ray.init sets PYTHONBREAKPOINT for its
+# workers; ``jaxfeed.disable_progress_bars()`` sets JAXFEED_DISABLE_PROGRESS_BARS) changed it
+# for every later file of its pytest worker too. The fork server (tests/forkserver.py) then sent
+# each later command of that worker to a real subprocess (its import-time variables differed),
+# ~5 CPU s a command more, 60 of them in a seed-15 run.
+_FILE_ENV: dict[str, Any] = {}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    file = item.nodeid.split("::")[0]
+    if _FILE_ENV.get("file") != file:
+        _FILE_ENV.update(file=file, env=dict(os.environ))
+    try:
+        return (yield)
+    finally:
+        last = nextitem is None or nextitem.nodeid.split("::")[0] != file
+        if last and dict(os.environ) != _FILE_ENV["env"]:
+            os.environ.clear()
+            os.environ.update(_FILE_ENV["env"])
+
+
+def pytest_sessionfinish(session):
+    """An xdist worker hands its fork-server tally to the controller (see below)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["forkserver"] = dict(forkserver.TALLY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller sums the workers' tallies (pytest-xdist's hook)."""
+    for why, count in getattr(node, "workeroutput", {}).get("forkserver", {}).items():
+        forkserver.TALLY[why] += count
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line: how the tests' ``jaxfeed(...)`` commands ran (forked, or why not)."""
+    tally = forkserver.TALLY
+    if tally:
+        real = ", ".join(f"{n} ({why})" for why, n in tally.most_common() if why != "forked")
+        terminalreporter.write_line(
+            f"commands: {tally['forked']} forked from the fork server"
+            + (f"; as subprocesses: {real}" if real else "")
+        )
 
 
 @pytest.fixture(autouse=True)

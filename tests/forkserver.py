@@ -25,6 +25,7 @@ initialised with 8 devices and are never forked).
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import gc
 import io
@@ -120,11 +121,15 @@ def run(cmd, *, cwd=None, input=None, env=None, timeout=None, text=True):
     timeout=timeout)``, forked from the fork server where that is faithful. The result carries
     ``forked`` (True when it ran there)."""
     cmd = list(cmd)
-    server = None if why_not_forked(cmd, cwd=cwd, env=env) else _server()
+    why = why_not_forked(cmd, cwd=cwd, env=env)
+    server = None if why else _server()
     if server is not None and server.healthy():
         done = server.run(cmd, cwd=cwd, input=input, env=env, timeout=timeout, text=text)
         if done is not None:
+            TALLY["forked"] += 1
             return done
+        why = "the server refused it"
+    TALLY[why or "the server is not healthy"] += 1
     done = subprocess.run(
         cmd, capture_output=True, text=text, cwd=cwd, input=input, env=env, timeout=timeout
     )
@@ -173,6 +178,9 @@ except BaseException as e:
 # (a first caller's monkeypatched HF_HUB_OFFLINE would otherwise send every later command of
 # the worker to a real subprocess).
 _SESSION_ENV = dict(os.environ)
+#: How this worker's :func:`run` calls ran: ``"forked"`` or why not (conftest.py prints the
+#: session's sum: a test that leaves an import-time variable changed shows up there)
+TALLY: collections.Counter[str] = collections.Counter()
 _SERVER: dict = {}
 _LOCK = threading.Lock()
 
