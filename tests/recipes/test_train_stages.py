@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import jax
 import pytest
 
 from jaxfeed.recipes.config import RunConfig, RunRecord
@@ -64,16 +65,22 @@ def test_a_resumed_run_writes_what_it_carries_over_first():
 
 def test_config_json_keys_of_a_run_and_its_resume(tmp_path):
     """A run with early stopping, then resumed: ``config.json``'s keys as earlier releases wrote
-    them (the resumed run writes the budget and stopping state it carries over first)."""
+    them (the resumed run writes the budget and stopping state it carries over first). Called
+    from Python, a run leaves the caller's compiled functions in JAX's caches; the command's
+    (``own_process``) empties them once its model is built."""
     out = tmp_path / "run"
     config = RunConfig(data="digits", model="mlp", epochs=1, patience=1, out=str(out), max_steps=4)
+    callers = jax.jit(lambda x: 2 * x)
+    callers(1.0)
     first = train(config, say=lambda *a, **k: None, verbose=0)
     assert isinstance(first, TrainResult) and first.best is not None
+    assert callers._cache_size() == 1
     saved = json.loads((out / "config.json").read_text())
     later = ["budget", "class_weights", "lr_logged", "early_stopping", "baselines"]
     assert list(saved) == [*HEAD, *later]  # a model given: baselines, no choice
     resumed = RunConfig(out=str(out), model="mlp", resume=True, epochs=2, max_steps=8)
-    train(resumed, say=lambda *a, **k: None, verbose=0)
+    train(resumed, say=lambda *a, **k: None, verbose=0, own_process=True)
+    assert callers._cache_size() == 0
     again = json.loads((out / "config.json").read_text())
     carried = ["budget", "early_stopping", "baselines"]
     assert list(again) == [*HEAD, *carried, "class_weights", "lr_logged"]

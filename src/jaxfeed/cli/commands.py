@@ -46,7 +46,7 @@ def train(args: argparse.Namespace) -> int:
     _compile_cache(config.compile_cache)
     with safe_interrupts(ignore_after=getattr(args, "entry", False)):
         try:
-            run_training(config, say=_say)
+            run_training(config, say=_say, own_process=getattr(args, "entry", False))
         except KeyboardInterrupt as stop:
             if not getattr(stop, "reported", False):  # before fit: nothing saved, nothing said
                 print("jaxfeed train: interrupted before training started", file=sys.stderr)

@@ -42,10 +42,19 @@ __all__ = [
 ]
 
 
-def train(config: RunConfig, *, say: Callable[..., None] = print, verbose: int = 1) -> TrainResult:
+def train(
+    config: RunConfig,
+    *,
+    say: Callable[..., None] = print,
+    verbose: int = 1,
+    own_process: bool = False,
+) -> TrainResult:
     """Train the run described by ``config`` (``config.resume``: continue it). ``say`` prints the
-    recipe's lines, ``verbose`` the trainer's (0: silent, 1: a line per epoch and a progress bar)."""
-    with open_run(config, say, verbose) as run:
+    recipe's lines, ``verbose`` the trainer's (0: silent, 1: a line per epoch and a progress bar).
+    ``own_process``: the process runs this run and nothing else (the ``jaxfeed`` command), so
+    JAX's caches are emptied once the model is built (its initialisers' programs, ~50 MB for the
+    text transformer); a caller's own compiled functions keep theirs otherwise."""
+    with open_run(config, say, verbose, own_process=own_process) as run:
         plan(run)
         trainer = build(run)
         history, seconds = fit(run, trainer)

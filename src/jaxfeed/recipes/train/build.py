@@ -42,8 +42,11 @@ def build(run: Run) -> Any:
     found = _find_lr(run)
     trainer = build_trainer(run, out=run.out, verbose=run.verbose)
     # the initialisers compiled a program per parameter shape (~25 for the text transformer, about
-    # 50 MB held in JAX's caches) that nothing runs again: dropped before the steps compile
-    jax.clear_caches()
+    # 50 MB held in JAX's caches) that nothing runs again: dropped before the steps compile, where
+    # the process is the run's alone (a caller's process keeps its own functions' programs; a
+    # test worker emptied them for every later test: 10-30% more CPU in the files after it)
+    if run.own_process:
+        jax.clear_caches()
     monitors = {"eval_loss"} | {f"eval_{m}" for m in (*trainer.metrics, *trainer.split_metrics)}
     if run.selection and run.best_metric not in monitors:
         raise ConfigError(

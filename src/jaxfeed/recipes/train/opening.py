@@ -38,7 +38,9 @@ from jaxfeed.train.checkpoint import CheckpointError as SaveFailed
 
 
 @contextmanager
-def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Iterator[Run]:
+def open_run(
+    config: RunConfig, say: Callable[..., None], verbose: int, *, own_process: bool = False
+) -> Iterator[Run]:
     """The opened :class:`Run`, its folder locked while the ``with`` block runs (by process 0).
     A run that fails before its first checkpoint leaves no folder behind (:func:`_undo`); a
     missing optional part (an ``ImportError``: tokenizers) is refused as a ``ConfigError`` that
@@ -58,7 +60,7 @@ def open_run(config: RunConfig, say: Callable[..., None], verbose: int) -> Itera
     was_empty = not config.resume and (created or not any(out.iterdir()))
     lock = lock_run_folder(out, config.resume) if primary else None
     try:
-        yield _resumed(Run(config, out, primary, say, verbose), source)
+        yield _resumed(Run(config, out, primary, say, verbose, own_process=own_process), source)
     except Exception as err:
         if was_empty and lock is not None and not isinstance(err, SaveFailed):
             _undo(out, created)  # (an interrupted run or a failed save says how to resume)

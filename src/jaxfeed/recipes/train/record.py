@@ -69,6 +69,7 @@ class Run:
     primary: bool  # process 0: the one that writes
     say: Callable[..., None]
     verbose: int = 1
+    own_process: bool = False  # nothing else runs in this process (the command): see build()
     record: RunRecord | None = None  # the resumed run's config.json
     policy: CodePolicy | None = None  # whether a model file's code may run
     model_source: ModelSource | None = None  # where the model comes from (opened)
