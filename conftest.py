@@ -3,6 +3,7 @@ a terminal; subprocesses whose whole process group ends with the test."""
 
 import atexit
 import contextlib
+import gc
 import importlib.util
 import ipaddress
 import os
@@ -107,6 +108,15 @@ import forkserver  # noqa: E402 (from tests/, after the session's environment is
 # Doctests that compare with transformers' PyTorch models: skipped where torch is not installed
 # (make test-latest on Python 3.12+, where no CPU build of torch is at hand).
 TORCH_DOCTESTS = ("jaxfeed.models.hub.api.",)
+
+
+def pytest_collection_finish(session):
+    """The objects made so far (the imports, the collected tests: ~220,000 in a worker) are never
+    garbage: ``gc.freeze()`` keeps Python's full collections, ~0.25 s each in a worker by
+    mid-session, from scanning them again (tests/models' attention and text files: full
+    collections 5.7 -> 4.0 s of 47 s)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):
