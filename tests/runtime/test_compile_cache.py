@@ -222,6 +222,23 @@ def test_a_bounded_cache_evicts_entries_without_atime_by_their_age(tmp_path):
     assert entries(tmp_path) == {"mid-cache", "new-cache"}
 
 
+def test_a_write_that_fits_reads_no_entry_s_last_use(tmp_path, monkeypatch):
+    """Each write sized the folder and read every entry's -atime file, ~600 file reads a write
+    in a test session's cache: the last uses are read only when something must go."""
+    from jaxfeed.runtime import compile_cache
+
+    reads = []
+    real = compile_cache._read_atime
+    monkeypatch.setattr(compile_cache, "_read_atime", lambda path: reads.append(path) or real(path))
+    cache = compile_cache.CheckedCache(str(tmp_path), max_size=10_000)
+    for key in ("a", "b", "c"):
+        cache.put(key, b"x" * 1000)
+    assert reads == [] and entries(tmp_path) == {"a-cache", "b-cache", "c-cache"}
+    cache.max_size = 3500
+    cache.put("d", b"x" * 1000)  # 4,000 bytes: the least recently used goes
+    assert len(reads) == 3 and entries(tmp_path) == {"b-cache", "c-cache", "d-cache"}
+
+
 @pytest.mark.parametrize(
     "case", ["anyone can write in it", "another user owns it", "anyone can replace it"]
 )

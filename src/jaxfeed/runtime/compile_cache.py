@@ -294,7 +294,7 @@ class CheckedCache(_JaxLRUCache):
         regular files at entries' names; an entry without ``-atime`` ranks by its mtime."""
         if not self.eviction_enabled:
             return
-        folder, ranked, size = os.fspath(self.path), [], 0
+        folder, found_entries, size = os.fspath(self.path), [], 0
         with os.scandir(folder) as entries:
             for found in entries:
                 if not found.name.endswith(_CACHE):
@@ -302,10 +302,14 @@ class CheckedCache(_JaxLRUCache):
                 st = found.stat(follow_symlinks=False)
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                key = found.name.removesuffix(_CACHE)
-                used = _read_atime(os.path.join(folder, key + _ATIME))
-                ranked.append((st.st_mtime_ns if used is None else used, key, st.st_size))
+                found_entries.append((found.name.removesuffix(_CACHE), st))
                 size += st.st_size
+        if size <= self.max_size - additional_size:
+            return  # fits: no entry's last use is read (a file read per entry, at every write)
+        ranked = []
+        for key, st in found_entries:
+            used = _read_atime(os.path.join(folder, key + _ATIME))
+            ranked.append((st.st_mtime_ns if used is None else used, key, st.st_size))
         ranked.sort()
         for _, key, taken in ranked:
             if size <= self.max_size - additional_size:
