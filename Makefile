@@ -42,6 +42,11 @@ demo: $(VENV)/.installed
 ifndef SEED
 SEED := $(shell date +%s)
 endif
+# Three pytest workers on the two cores: many tests wait (signals, a lost process's heartbeat,
+# subprocesses, servers) and a third worker uses the core a waiting one leaves (seed 15 on
+# 2026-12-08: 583 s of pytest with three, 648 s with two); two where less than 12 GB of memory is
+# free (a worker holds up to ~2.5 GB by the end)
+WORKERS ?= $(shell awk '/^MemAvailable/ {print ($$2 > 12000000) ? 3 : 2}' /proc/meminfo 2>/dev/null || echo 2)
 
 # compileall writes jaxfeed's bytecode once: where PYTHONDONTWRITEBYTECODE is set, each process
 # the suite starts (a command run, a loader worker) compiled the modules it imports (0.3 CPU s).
@@ -51,7 +56,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m ruff format --check src tests benchmarks tools conftest.py
 	@echo "test order: random, seed $(SEED) (make test SEED=$(SEED) repeats it)"
 	$(PY) -m compileall -q src/jaxfeed > /dev/null
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 -p randomly --randomly-seed=$(SEED)
 
 # The fast tier (-m "not slow") on the declared floors and on the newest releases, each in a venv
 # of its own: test-min installs constraints-min.txt (pyproject's floors, pinned exactly) on Python

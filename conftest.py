@@ -123,9 +123,9 @@ def pytest_collection_modifyitems(config, items):
     """Every test under tests/e2e (several processes, subprocess runs) carries the ``e2e`` marker;
     :data:`TORCH_DOCTESTS` are skipped without torch.
 
-    For the suite's time on two workers, ``make test`` hands out whole files
+    For the suite's time on its workers, ``make test`` hands out whole files
     (``--dist loadfile``): a module-scoped fixture (a command run trained once for a file's tests)
-    is built once, where tests of one file spread over both workers built it on each (40 s of
+    is built once, where tests of one file spread over the workers built it on each (40 s of
     every run in tests/cli/test_cli_hub.py alone). Files go out in collection order
     (``--no-loadscope-reorder``), and the files of the long tests (``slow``, ``e2e``, the
     command's) come first here, in the random order pytest-randomly chose, so no long file starts
